@@ -1,0 +1,198 @@
+"""Checkpoint folders: Hugging Face layout, safetensors only, atomic saves, loud failures.
+
+A checkpoint is a `save_pretrained` folder (config, `model.safetensors`, tokenizer) plus
+`run_config.json` and a manifest `nca_checkpoint.json` (size and sha256 of every file). The
+manifest is written last, so a folder of ours without it is an interrupted save. Step
+checkpoints are written to a temporary sibling and renamed into place. A run directory is itself
+a checkpoint folder (its latest published weights) plus `metrics.jsonl` and `checkpoints/`.
+
+Loading never unpickles (`use_safetensors=True`, no `trust_remote_code`) and works offline.
+Training state (optimizer moments, step) is stored as `trainer_state.safetensors` +
+`trainer_state.json`, also without pickle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
+
+MANIFEST = "nca_checkpoint.json"
+RUN_CONFIG = "run_config.json"
+
+
+class CheckpointError(ValueError):
+    """A path that cannot be used as a checkpoint; the message says what to do."""
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).parent, timeout=5)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _write_manifest(folder: Path) -> None:
+    files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+             for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST}
+    tmp = folder / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps({"files": files}, indent=1))
+    os.replace(tmp, folder / MANIFEST)
+
+
+def _write_folder(folder: Path, model, tokenizer, run_config: dict | None,
+                  trainer_state: tuple[dict[str, torch.Tensor], dict] | None) -> None:
+    folder.mkdir(parents=True)
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    if run_config is not None:
+        (folder / RUN_CONFIG).write_text(json.dumps(run_config, indent=1, default=str))
+    if trainer_state is not None:
+        tensors, meta = trainer_state
+        save_file({k: v.contiguous() for k, v in tensors.items()},
+                  folder / "trainer_state.safetensors")
+        (folder / "trainer_state.json").write_text(json.dumps(meta, indent=1))
+    _write_manifest(folder)
+
+
+def save_checkpoint(path: str | Path, model, tokenizer, run_config: dict | None = None,
+                    trainer_state: tuple[dict[str, torch.Tensor], dict] | None = None) -> Path:
+    """Write a complete checkpoint folder at `path` atomically (temp folder, then rename).
+    An existing folder at `path` is replaced only once the new one is complete."""
+    path = Path(path).resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    _write_folder(tmp, model, tokenizer, run_config, trainer_state)
+    if path.exists():
+        old = path.parent / f".{path.name}.old-{os.getpid()}"
+        os.rename(path, old)
+        os.rename(tmp, path)
+        shutil.rmtree(old)
+    else:
+        os.rename(tmp, path)
+    return path
+
+
+def publish(src: str | Path, run_dir: str | Path) -> None:
+    """Make `run_dir` itself a loadable copy of checkpoint `src` (its latest weights).
+    The manifest is removed first and rewritten last, so a crash in between leaves a run
+    directory that `load_checkpoint` reports as incomplete rather than half-old weights."""
+    src, run_dir = Path(src), Path(run_dir)
+    (run_dir / MANIFEST).unlink(missing_ok=True)
+    for f in sorted(src.iterdir()):
+        if f.is_file() and f.name not in (MANIFEST, "trainer_state.safetensors",
+                                          "trainer_state.json"):
+            tmp = run_dir / (f.name + ".tmp")
+            shutil.copyfile(f, tmp)
+            os.replace(tmp, run_dir / f.name)
+    _write_manifest_subset(run_dir)
+
+
+def _write_manifest_subset(run_dir: Path) -> None:
+    # metrics.jsonl keeps growing after a publish; it is not part of the weights' manifest.
+    files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+             for p in sorted(run_dir.iterdir())
+             if p.is_file() and p.name not in (MANIFEST, "metrics.jsonl")
+             and not p.name.endswith(".tmp")}
+    tmp = run_dir / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps({"files": files}, indent=1))
+    os.replace(tmp, run_dir / MANIFEST)
+
+
+def verify_folder(path: str | Path) -> Path:
+    """Check that `path` is a usable checkpoint folder; return it resolved, or raise
+    CheckpointError naming the problem and what to do."""
+    path = Path(path).expanduser().resolve()
+    if not path.exists():
+        raise CheckpointError(f"no checkpoint at {path}: check the path, or train one with "
+                              "`python -m train.sft --out DIR`")
+    if not path.is_dir():
+        raise CheckpointError(f"{path} is a file; pass the checkpoint *folder* that holds "
+                              "config.json and model.safetensors")
+    if not (path / "config.json").exists():
+        hint = ""
+        if (path / "checkpoints").is_dir():
+            hint = f" (its step checkpoints are under {path / 'checkpoints'})"
+        raise CheckpointError(f"{path} is not a checkpoint folder: no config.json{hint}")
+    weights = sorted(path.glob("*.safetensors"))
+    weights = [w for w in weights if w.name != "trainer_state.safetensors"]
+    if not weights:
+        if list(path.glob("*.bin")) or list(path.glob("*.pt")):
+            raise CheckpointError(f"{path} holds only pickled weights (*.bin/*.pt); nca_interp "
+                                  "never unpickles. Convert them to safetensors first.")
+        raise CheckpointError(f"{path} has config.json but no *.safetensors weights")
+    manifest = path / MANIFEST
+    if manifest.exists():
+        files = json.loads(manifest.read_text())["files"]
+        for name, meta in files.items():
+            f = path / name
+            if not f.exists() or f.stat().st_size != meta["bytes"] or _sha256(f) != meta["sha256"]:
+                raise CheckpointError(f"{f} is missing, truncated or corrupt (does not match "
+                                      f"{MANIFEST}); restore it or use an earlier checkpoint")
+    elif (path / RUN_CONFIG).exists():
+        raise CheckpointError(f"{path} is an interrupted save (no {MANIFEST}); resume the run "
+                              f"or load a step folder under {path / 'checkpoints'}")
+    for w in weights:
+        try:
+            with safe_open(str(w), framework="pt") as f:
+                f.keys()
+        except (SafetensorError, OSError, Exception) as e:  # noqa: BLE001 - any parse failure
+            raise CheckpointError(f"{w} is not a valid safetensors file ({e}); the file is "
+                                  "truncated or corrupt: restore it or use another checkpoint")
+    return path
+
+
+def load_checkpoint(path: str | Path, device: str = "cpu", dtype: torch.dtype | None = None):
+    """(model, tokenizer) from a local checkpoint folder, offline, without unpickling."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = verify_folder(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - transformers raises many types here
+        raise CheckpointError(f"{path}: tokenizer could not be loaded ({e}); a checkpoint "
+                              "folder must hold its tokenizer files") from e
+    model = AutoModelForCausalLM.from_pretrained(
+        path, local_files_only=True, use_safetensors=True, trust_remote_code=False,
+        dtype=dtype or torch.float32, attn_implementation="sdpa")
+    model.to(device).eval()
+    return model, tokenizer
+
+
+def read_run_config(path: str | Path) -> dict:
+    f = Path(path) / RUN_CONFIG
+    return json.loads(f.read_text()) if f.exists() else {}
+
+
+def load_trainer_state(folder: str | Path) -> tuple[dict[str, torch.Tensor], dict] | None:
+    folder = Path(folder)
+    if not (folder / "trainer_state.json").exists():
+        return None
+    return (load_file(folder / "trainer_state.safetensors"),
+            json.loads((folder / "trainer_state.json").read_text()))
+
+
+def latest_step_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest complete `checkpoints/step_*` folder of a run (temp folders are ignored)."""
+    root = Path(run_dir) / "checkpoints"
+    steps = sorted(p for p in root.glob("step_*") if (p / MANIFEST).exists()) \
+        if root.is_dir() else []
+    return steps[-1] if steps else None

@@ -1,0 +1,192 @@
+"""Context-return evaluation: play the same held-out levels with and without the privileged
+context and compare, level by level.
+
+    python -m nca_interp.evaluate --ckpt runs/sokoban_base --task sokoban --context state
+    python -m nca_interp.evaluate --ckpt base opd nca --context state --out report.json
+
+Metrics (paired over levels, greedy unless --temperature > 0):
+  win_no_c, win_c     win rates without / with the context
+  harm                P(won without c AND lost with c)     (fraction of all levels)
+  flip                P(lost with c | won without c)
+  help                P(lost without c AND won with c)
+  both                P(won both ways)
+  len_no_c, len_c     mean response length in tokens (end-of-response included)
+  rel_len             len_c / len_no_c - 1; rel_len_both: the same on levels won both ways
+Regime: A (context hurts) if the 95% paired-bootstrap interval of harm - help lies above 0,
+B (context still needed) if it lies below 0, C otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from nca_interp.checkpoint import load_checkpoint, read_run_config
+from nca_interp.cli import parse_config, to_dict
+from nca_interp.models import context_limit
+from nca_interp.rollout import decode_responses, encode, sample
+from nca_interp.tasks import Task, make_task
+
+
+def task_from_args(name: str, fmt: str = "compact", dim_room: tuple[int, ...] = (6, 6),
+                   num_boxes: int = 1, size: int = 4, num_holes: int = 4) -> Task:
+    if name == "sokoban":
+        return make_task(name, fmt, dim_room=tuple(dim_room), num_boxes=num_boxes)
+    return make_task(name, fmt, size=size, num_holes=num_holes)
+
+
+def max_response_tokens(task: Task) -> int:
+    longest = task.config.max_solution
+    return 2 * longest + 4 if task.fmt == "compact" else 8 * longest + 16
+
+
+@torch.no_grad()
+def play_levels(model, tokenizer, task: Task, levels: list, context: str | None,
+                temperature: float = 0.0, seed: int = 0, batch: int = 250) -> dict[str, np.ndarray]:
+    """Roll out one response per level; returns arrays `won`, `length`, `parsed`."""
+    gen = torch.Generator().manual_seed(seed)
+    won, length, parsed = [], [], []
+    max_new = max_response_tokens(task)
+    for i in range(0, len(levels), batch):
+        chunk = levels[i: i + batch]
+        texts = [task.prompt(lv, None if context is None else task.context(lv, context))
+                 for lv in chunk]
+        ids, mask = encode(tokenizer, texts, context_limit(model), reserve=max_new)
+        resp, rmask = sample(model, ids, mask, max_new, tokenizer.eos_token_id,
+                             tokenizer.pad_token_id, temperature, gen)
+        outs, lens = decode_responses(tokenizer, resp, rmask)
+        for lv, text, n in zip(chunk, outs, lens):
+            s = task.score(lv, text)
+            won.append(s.won)
+            parsed.append(s.parsed)
+            length.append(n)
+    return {"won": np.array(won), "length": np.array(length, float), "parsed": np.array(parsed)}
+
+
+def paired_report(no_c: dict[str, np.ndarray], with_c: dict[str, np.ndarray],
+                  n_boot: int = 2000, seed: int = 0) -> dict:
+    """Paired context-return metrics with 95% bootstrap intervals (resampling levels)."""
+    w0, w1 = no_c["won"].astype(float), with_c["won"].astype(float)
+    l0, l1 = no_c["length"], with_c["length"]
+    harm_v, help_v = w0 * (1 - w1), (1 - w0) * w1
+    both = w0 * w1
+
+    def stats(idx):
+        b = both[idx].astype(bool)
+        return {
+            "win_no_c": w0[idx].mean(), "win_c": w1[idx].mean(),
+            "harm": harm_v[idx].mean(), "help": help_v[idx].mean(), "both": both[idx].mean(),
+            "flip": harm_v[idx].sum() / max(w0[idx].sum(), 1),
+            "len_no_c": l0[idx].mean(), "len_c": l1[idx].mean(),
+            "rel_len": l1[idx].mean() / l0[idx].mean() - 1,
+            "rel_len_both": (l1[idx][b].mean() / l0[idx][b].mean() - 1) if b.any() else 0.0,
+            "harm_minus_help": harm_v[idx].mean() - help_v[idx].mean(),
+        }
+
+    n = len(w0)
+    point = stats(np.arange(n))
+    rng = np.random.default_rng(seed)
+    boots = [stats(rng.integers(0, n, n)) for _ in range(n_boot)]
+    ci = {k: [float(np.percentile([b[k] for b in boots], 2.5)),
+              float(np.percentile([b[k] for b in boots], 97.5))] for k in point}
+    lo, hi = ci["harm_minus_help"]
+    regime = "A" if lo > 0 else "B" if hi < 0 else "C"
+    return {"n": n, **{k: float(v) for k, v in point.items()}, "ci95": ci, "regime": regime,
+            "parse_fail_no_c": float(1 - no_c["parsed"].mean()),
+            "parse_fail_c": float(1 - with_c["parsed"].mean())}
+
+
+def evaluate_checkpoint(model, tokenizer, task: Task, context: str, n_levels: int = 1000,
+                        seed: int = 0, temperature: float = 0.0) -> dict:
+    levels = task.levels("test", n_levels, seed)
+    no_c = play_levels(model, tokenizer, task, levels, None, temperature, seed)
+    with_c = play_levels(model, tokenizer, task, levels, context, temperature, seed)
+    return paired_report(no_c, with_c)
+
+
+COLUMNS = ["win_no_c", "win_c", "harm", "flip", "help", "both", "len_no_c", "len_c",
+           "rel_len", "regime"]
+
+
+def format_table(reports: dict[str, dict], columns: list[str] = COLUMNS) -> str:
+    name_w = max(12, *(len(n) for n in reports))
+    lines = [f"{'checkpoint':<{name_w}} " + " ".join(f"{c:>9}" for c in columns)]
+    for name, r in reports.items():
+        cells = [f"{r[c]:>9.3f}" if isinstance(r[c], float) else f"{r[c]!s:>9}" for c in columns]
+        lines.append(f"{name:<{name_w}} " + " ".join(cells))
+    return "\n".join(lines)
+
+
+def format_markdown(reports: dict[str, dict], columns: list[str] = COLUMNS) -> str:
+    head = "| checkpoint | " + " | ".join(columns) + " |"
+    rows = [head, "|" + "---|" * (len(columns) + 1)]
+    for name, r in reports.items():
+        cells = []
+        for c in columns:
+            if isinstance(r[c], float) and c in r["ci95"]:
+                lo, hi = r["ci95"][c]
+                cells.append(f"{r[c]:.3f} [{lo:.3f}, {hi:.3f}]")
+            else:
+                cells.append(str(r[c]))
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+@dataclass
+class EvalConfig:
+    ckpt: list[str] = field(default_factory=list, metadata={
+        "help": "checkpoint folders (several: compared side by side on the same levels); "
+                "default: the embedded Sokoban teacher"})
+    task: str | None = field(default=None, metadata={"help": "sokoban|frozenlake; default: "
+                                                     "from the first checkpoint's run config"})
+    context: str = field(default="state", metadata={"help": "state|plan|rules"})
+    fmt: str | None = field(default=None, metadata={"help": "compact|textarena"})
+    n_levels: int = field(default=1000, metadata={"help": "held-out levels (fixed by --seed)"})
+    seed: int = field(default=0, metadata={"help": "held-out set and sampling seed"})
+    temperature: float = field(default=0.0, metadata={"help": "0 = greedy"})
+    threads: int = field(default=2, metadata={"help": "torch threads"})
+    out: str | None = field(default=None, metadata={"help": "write the JSON report here"})
+
+
+def default_checkpoints() -> list[str]:
+    from nca_interp.assets import embedded
+
+    return [str(embedded("sokoban_base"))]
+
+
+def task_for(cfg: EvalConfig, ckpt_dir: str) -> Task:
+    run = read_run_config(ckpt_dir)
+    t = run.get("task", {}) if isinstance(run.get("task"), dict) else {}
+    name = cfg.task or t.get("name") or "sokoban"
+    return task_from_args(name, cfg.fmt or t.get("fmt", "compact"),
+                          tuple(t.get("dim_room", (6, 6))), t.get("num_boxes", 1),
+                          t.get("size", 4), t.get("num_holes", 4))
+
+
+def main(argv: list[str] | None = None) -> dict:
+    cfg = parse_config(EvalConfig, argv, __doc__, positional="ckpt")
+    torch.set_num_threads(cfg.threads)
+    paths = cfg.ckpt or default_checkpoints()
+    task = task_for(cfg, paths[0])
+    reports = {}
+    for p in paths:
+        model, tok = load_checkpoint(p)
+        name = Path(p).name if Path(p).name not in reports else p
+        reports[name] = evaluate_checkpoint(model, tok, task, cfg.context, cfg.n_levels,
+                                            cfg.seed, cfg.temperature)
+    print(f"task={task.name} context={cfg.context} levels={cfg.n_levels} seed={cfg.seed} "
+          f"temperature={cfg.temperature}")
+    print(format_table(reports))
+    if cfg.out:
+        Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(cfg.out).write_text(json.dumps({"config": to_dict(cfg), "reports": reports},
+                                            indent=1))
+    return reports
+
+
+if __name__ == "__main__":
+    main()

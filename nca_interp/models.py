@@ -1,0 +1,48 @@
+"""Tiny Hugging Face causal LMs built from a config (no weights are ever downloaded).
+
+Qwen3 is the default; Qwen2 and Llama share the module names the analyses key on
+(`model.layers.{i}.self_attn.{q,k,v,o}_proj`, `model.layers.{i}.mlp.{gate,up,down}_proj`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import LlamaConfig, Qwen2Config, Qwen3Config, PreTrainedModel
+from transformers import AutoModelForCausalLM
+
+ARCHS = {"qwen3": Qwen3Config, "qwen2": Qwen2Config, "llama": LlamaConfig}
+
+
+@dataclass
+class ModelConfig:
+    arch: str = "qwen3"
+    n_layers: int = 4
+    d_model: int = 128
+    n_heads: int = 4
+    n_kv_heads: int = 4
+    d_mlp: int = 384
+    max_len: int = 512
+
+
+def build_model(cfg: ModelConfig, tokenizer, seed: int = 0) -> PreTrainedModel:
+    """A randomly initialised model of `cfg` for `tokenizer`; same seed, same weights."""
+    if cfg.arch not in ARCHS:
+        raise ValueError(f"unknown arch {cfg.arch!r}; choose one of {sorted(ARCHS)}")
+    hf_cfg = ARCHS[cfg.arch](
+        vocab_size=len(tokenizer), hidden_size=cfg.d_model, intermediate_size=cfg.d_mlp,
+        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads,
+        num_key_value_heads=cfg.n_kv_heads, head_dim=cfg.d_model // cfg.n_heads,
+        max_position_embeddings=cfg.max_len, tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(hf_cfg, attn_implementation="sdpa")
+    return model
+
+
+def context_limit(model: PreTrainedModel) -> int:
+    return int(getattr(model.config, "max_position_embeddings", 0) or 0)

@@ -1,0 +1,122 @@
+"""Prompt encoding, batched KV-cache sampling, and teacher-forced response logits.
+
+Prompts are left-padded so every response starts at the same column; positions are counted from
+the first real token (`mask.cumsum - 1`), so padding never shifts RoPE phases.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+class ContextOverflowError(ValueError):
+    """A prompt (+ response budget) longer than the model's context window."""
+
+
+def encode(tokenizer, texts: list[str], limit: int | None = None,
+           reserve: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded (ids_B_T, mask_B_T). Raises ContextOverflowError instead of truncating when
+    a prompt plus `reserve` response tokens exceeds `limit`, and ValueError on characters the
+    tokenizer cannot represent (they would silently become <unk>)."""
+    rows = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    unk = tokenizer.unk_token_id
+    for t, r in zip(texts, rows):
+        if unk is not None and unk in r and tokenizer.unk_token not in t:
+            bad = sorted({ch for ch in t if tokenizer.convert_tokens_to_ids(ch) == unk})
+            raise ValueError(f"characters {bad} are not in the tokenizer's vocabulary; "
+                             "remove them from the prompt or context")
+    longest = max(len(r) for r in rows)
+    if limit and longest + reserve > limit:
+        raise ContextOverflowError(
+            f"prompt of {longest} tokens + {reserve} response tokens exceeds the model's context "
+            f"of {limit}; shorten the context (or use a model with a longer window) - prompts "
+            "are never truncated silently")
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    ids = torch.full((len(rows), longest), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), longest), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            ids[i, longest - len(r):] = torch.tensor(r)
+            mask[i, longest - len(r):] = 1
+    return ids, mask
+
+
+def positions(mask_B_T: torch.Tensor) -> torch.Tensor:
+    return (mask_B_T.cumsum(-1) - 1).clamp(min=0)
+
+
+@torch.no_grad()
+def sample(model, prompt_ids_B_P: torch.Tensor, prompt_mask_B_P: torch.Tensor, max_new: int,
+           eos_id: int, pad_id: int, temperature: float = 1.0,
+           generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample responses with a KV cache; temperature 0 is greedy.
+
+    Returns (resp_B_N, resp_mask_B_N): tokens up to and including the first eos are valid
+    (mask 1); after it, pad with mask 0. N <= max_new (stops once every row has ended).
+    """
+    B = prompt_ids_B_P.shape[0]
+    mask = prompt_mask_B_P.clone()
+    pos = positions(mask)
+    out = model(input_ids=prompt_ids_B_P, attention_mask=mask, position_ids=pos, use_cache=True)
+    cache, logits = out.cache, out.logits[:, -1]
+    next_pos = pos[:, -1:] + 1
+    tokens, valid = [], []
+    done = torch.zeros(B, dtype=torch.bool)
+    for _ in range(max_new):
+        if temperature == 0:
+            tok = logits.argmax(-1)
+        else:
+            probs = F.softmax(logits.float() / temperature, dim=-1)
+            tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        tok = torch.where(done, torch.full_like(tok, pad_id), tok)
+        valid.append(~done)
+        tokens.append(tok)
+        done = done | (tok == eos_id)
+        if bool(done.all()):
+            break
+        mask = torch.cat([mask, torch.ones(B, 1, dtype=mask.dtype)], dim=1)
+        out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos,
+                    cache=cache, use_cache=True)
+        cache, logits = out.cache, out.logits[:, -1]
+        next_pos = next_pos + 1
+    return torch.stack(tokens, 1), torch.stack(valid, 1).long()
+
+
+def response_logits(model, prompt_ids_B_P: torch.Tensor, prompt_mask_B_P: torch.Tensor,
+                    resp_B_N: torch.Tensor, resp_mask_B_N: torch.Tensor) -> torch.Tensor:
+    """Teacher-forced logits_B_N_V: entry t is the distribution for response token t given the
+    prompt and response tokens < t. Same response, any prompt (with or without context)."""
+    ids = torch.cat([prompt_ids_B_P, resp_B_N], dim=1)
+    mask = torch.cat([prompt_mask_B_P, resp_mask_B_N], dim=1)
+    P, N = prompt_ids_B_P.shape[1], resp_B_N.shape[1]
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask)).logits
+    return logits[:, P - 1: P - 1 + N]
+
+
+def decode_responses(tokenizer, resp_B_N: torch.Tensor, resp_mask_B_N: torch.Tensor
+                     ) -> tuple[list[str], list[int]]:
+    """Response texts (eos and padding stripped) and their lengths in tokens (eos included)."""
+    eos = tokenizer.eos_token_id
+    texts, lengths = [], []
+    for row, m in zip(resp_B_N.tolist(), resp_mask_B_N.tolist()):
+        n = sum(m)
+        body = row[:n]
+        if body and body[-1] == eos:
+            body = body[:-1]
+        texts.append(tokenizer.decode(body, skip_special_tokens=True))
+        lengths.append(n)
+    return texts, lengths
+
+
+def target_batch(tokenizer, targets: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded response tokens (target text + eos) and their mask, for teacher forcing."""
+    rows = [tokenizer(t, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+            for t in targets]
+    N = max(len(r) for r in rows)
+    ids = torch.full((len(rows), N), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), N), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(r)] = 1
+    return ids, mask

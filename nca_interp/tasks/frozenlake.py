@@ -1,0 +1,151 @@
+"""FrozenLake (deterministic): seeded grids with a BFS solvability check, BFS optimal path,
+textarena-style table rendering and a compact rendering.
+
+Start at the top-left, goal at the bottom-right; a move off the grid is invalid (textarena:
+"you hit a wall"), stepping on a hole loses, reaching the goal wins.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+from nca_interp.tasks.sokoban import MOVES, Outcome
+
+Pos = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class FrozenLakeConfig:
+    size: int = 4
+    num_holes: int = 4
+    min_solution: int = 1
+    max_solution: int = 64
+    max_invalid: int = 1
+
+
+@dataclass(frozen=True)
+class FrozenLakeLevel:
+    size: int
+    holes: frozenset[Pos]
+    start: Pos
+    goal: Pos
+    solution: str = field(default="", compare=False)
+
+    @property
+    def key(self) -> str:
+        return render_compact(self)
+
+
+def solve(level: FrozenLakeLevel) -> str | None:
+    """BFS shortest hole-free path from start to goal as a move string, None if none exists."""
+    parent: dict[Pos, tuple[Pos, str] | None] = {level.start: None}
+    queue = deque([level.start])
+    while queue:
+        p = queue.popleft()
+        if p == level.goal:
+            moves = []
+            while parent[p] is not None:
+                p, m = parent[p]
+                moves.append(m)
+            return "".join(reversed(moves))
+        for m, (dr, dc) in MOVES.items():
+            q = (p[0] + dr, p[1] + dc)
+            if 0 <= q[0] < level.size and 0 <= q[1] < level.size and q not in level.holes \
+                    and q not in parent:
+                parent[q] = (p, m)
+                queue.append(q)
+    return None
+
+
+def generate_level(seed: int | str, cfg: FrozenLakeConfig = FrozenLakeConfig()) -> FrozenLakeLevel:
+    rng = random.Random(f"frozenlake-{seed}")
+    n = cfg.size
+    start, goal = (0, 0), (n - 1, n - 1)
+    cells = [(r, c) for r in range(n) for c in range(n) if (r, c) not in (start, goal)]
+    if not 0 <= cfg.num_holes <= len(cells) - 1:
+        raise ValueError(f"num_holes={cfg.num_holes} impossible on a {n}x{n} grid")
+    for _ in range(10_000):
+        holes = frozenset(rng.sample(cells, cfg.num_holes))
+        level = FrozenLakeLevel(n, holes, start, goal)
+        plan = solve(level)
+        if plan is not None and cfg.min_solution <= len(plan) <= cfg.max_solution:
+            return FrozenLakeLevel(n, holes, start, goal, plan)
+    raise RuntimeError(f"no solvable grid passed the filter for seed {seed!r}")
+
+
+def play(level: FrozenLakeLevel, moves: str, max_invalid: int = 1) -> Outcome:
+    p, invalid = level.start, 0
+    for i, m in enumerate(moves):
+        dr, dc = MOVES[m]
+        q = (p[0] + dr, p[1] + dc)
+        if not (0 <= q[0] < level.size and 0 <= q[1] < level.size):
+            invalid += 1
+            if invalid > max_invalid:
+                return Outcome(False, i + 1, invalid)
+            continue
+        p = q
+        if p in level.holes:
+            return Outcome(False, i + 1, invalid)
+        if p == level.goal:
+            return Outcome(True, i + 1, invalid)
+    return Outcome(False, len(moves), invalid)
+
+
+def _cells(level: FrozenLakeLevel) -> list[list[str]]:
+    grid = [[" "] * level.size for _ in range(level.size)]
+    for r, c in level.holes:
+        grid[r][c] = "H"
+    grid[level.goal[0]][level.goal[1]] = "G"
+    grid[level.start[0]][level.start[1]] = "P"
+    return grid
+
+
+def render_textarena(level: FrozenLakeLevel) -> str:
+    """textarena 0.7.4 FrozenLake-v0's board observation (cells of width 3, +---+ rules)."""
+    rule = "+" + "+".join("-" * 5 for _ in range(level.size)) + "+"
+    lines = [rule]
+    for row in _cells(level):
+        lines.append("|" + "|".join(f" {cell:^3} " for cell in row) + "|")
+        lines.append(rule)
+    board = "\n".join(lines)
+    actions = ", ".join(["[up]", "[down]", "[left]", "[right]", "[w]", "[a]", "[s]", "[d]"])
+    return f"Current Board:\n\n{board}\n\nAvailable Actions: {actions}"
+
+
+def render_compact(level: FrozenLakeLevel) -> str:
+    """One character per cell (`_` frozen, `H` hole, `G` goal, `P` player), rows by newline."""
+    return "\n".join("".join("_" if ch == " " else ch for ch in row) for row in _cells(level))
+
+
+def parse_board(text: str) -> FrozenLakeLevel:
+    rows = text.strip("\n").split("\n")
+    n = len(rows)
+    if n < 2 or any(len(r) != n for r in rows):
+        raise ValueError("malformed FrozenLake board: need a square grid of at least 2x2")
+    holes, start, goal = set(), None, None
+    for r, row in enumerate(rows):
+        for c, ch in enumerate(row):
+            if ch == "H":
+                holes.add((r, c))
+            elif ch == "P":
+                start = (r, c)
+            elif ch == "G":
+                goal = (r, c)
+            elif ch != "_":
+                raise ValueError(f"malformed FrozenLake board: unknown symbol {ch!r} at ({r}, {c})")
+    if start is None or goal is None:
+        raise ValueError("malformed FrozenLake board: needs one P and one G")
+    level = FrozenLakeLevel(n, frozenset(holes), start, goal)
+    plan = solve(level)
+    if plan is None:
+        raise ValueError("FrozenLake board has no hole-free path to the goal")
+    return FrozenLakeLevel(n, level.holes, start, goal, plan)
+
+
+def state_context(level: FrozenLakeLevel) -> str:
+    """Hole coordinates (0-based row,col) and the goal offset: derivable from the board."""
+    holes = " ".join(f"H{r},{c}" for r, c in sorted(level.holes))
+    dr, dc = level.goal[0] - level.start[0], level.goal[1] - level.start[1]
+    return f"{holes} G{dr:+d},{dc:+d}".strip()

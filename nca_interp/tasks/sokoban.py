@@ -1,0 +1,246 @@
+"""Sokoban: seeded level generation, exact BFS solver, textarena-rules executor, renderings.
+
+Generation follows gym-sokoban / textarena: a random walk carves the room topology, the box is
+placed on its target, and reverse play (the player walking and pulling boxes) moves it away.
+Coordinates are (row, col) in the full room, outer walls included; `dim_room=(6, 6)` is
+textarena's default and has a 4x4 interior.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+MOVES = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
+# textarena 0.7.4 Sokoban-v0 symbols: 0 wall, 1 floor, 2 target, 3 box on target, 4 box,
+# 5 player, 6 player on target.
+SYMBOLS = {"wall": "#", "floor": "_", "target": "O", "box_on_target": "√", "box": "X",
+           "player": "P", "player_on_target": "S"}
+_MASKS = [  # floor stamps of the random walk, as in gym-sokoban
+    [(0, -1), (0, 0), (0, 1)],
+    [(-1, 0), (0, 0), (1, 0)],
+    [(0, -1), (0, 0), (1, 0)],
+    [(0, -1), (0, 0), (1, -1), (1, 0)],
+    [(0, 0), (0, 1), (1, 0)],
+]
+
+Pos = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class SokobanConfig:
+    dim_room: tuple[int, int] = (6, 6)  # outer walls included, as textarena
+    num_boxes: int = 1
+    min_solution: int = 2  # difficulty filter on the optimal solution length
+    max_solution: int = 12
+    reverse_steps: int = 40
+    max_invalid: int = 1  # textarena: the first invalid move is a warning, the next loses
+
+
+@dataclass(frozen=True)
+class SokobanLevel:
+    height: int
+    width: int
+    walls: frozenset[Pos]
+    targets: tuple[Pos, ...]
+    boxes: tuple[Pos, ...]
+    player: Pos
+    solution: str = field(default="", compare=False)
+
+    @property
+    def key(self) -> str:
+        return render_compact(self)
+
+
+def _topology(rng: random.Random, h: int, w: int) -> set[Pos]:
+    floor: set[Pos] = set()
+    directions = [(1, 0), (0, 1), (-1, 0), (0, -1)]
+    d = rng.choice(directions)
+    r, c = rng.randint(1, h - 2), rng.randint(1, w - 2)
+    for _ in range(int(1.7 * (h + w))):
+        if rng.random() < 0.35:
+            d = rng.choice(directions)
+        r = max(min(r + d[0], h - 2), 1)
+        c = max(min(c + d[1], w - 2), 1)
+        for dr, dc in rng.choice(_MASKS):
+            if 1 <= r + dr <= h - 2 and 1 <= c + dc <= w - 2:
+                floor.add((r + dr, c + dc))
+    return floor
+
+
+def _reverse_play(rng: random.Random, floor: set[Pos], boxes: list[Pos], player: Pos,
+                  steps: int) -> tuple[list[Pos], Pos]:
+    """Walk the player backwards, pulling a box behind it with probability 1/2."""
+    for _ in range(steps):
+        dr, dc = rng.choice(list(MOVES.values()))
+        nxt = (player[0] + dr, player[1] + dc)
+        if nxt not in floor or nxt in boxes:
+            continue
+        behind = (player[0] - dr, player[1] - dc)
+        if behind in boxes and rng.random() < 0.5:
+            boxes[boxes.index(behind)] = player
+        player = nxt
+    return boxes, player
+
+
+def generate_level(seed: int | str, cfg: SokobanConfig = SokobanConfig()) -> SokobanLevel:
+    """One level from `seed`, retrying deterministically until the difficulty filter passes."""
+    rng = random.Random(f"sokoban-{seed}")
+    h, w = cfg.dim_room
+    if h < 4 or w < 4:
+        raise ValueError(f"dim_room {cfg.dim_room} too small: need at least 4x4 with walls")
+    for _ in range(10_000):
+        floor = _topology(rng, h, w)
+        if len(floor) < 2 * cfg.num_boxes + 1:
+            continue
+        cells = sorted(floor)
+        targets = rng.sample(cells, cfg.num_boxes)
+        player = rng.choice([p for p in cells if p not in targets])
+        boxes, player = _reverse_play(rng, floor, list(targets), player, cfg.reverse_steps)
+        if any(b in targets for b in boxes):
+            continue
+        walls = frozenset((r, c) for r in range(h) for c in range(w) if (r, c) not in floor)
+        level = SokobanLevel(h, w, walls, tuple(sorted(targets)), tuple(sorted(boxes)), player)
+        plan = solve(level)
+        if plan is not None and cfg.min_solution <= len(plan) <= cfg.max_solution:
+            return SokobanLevel(h, w, walls, level.targets, level.boxes, player, plan)
+    raise RuntimeError(f"no level passed the filter for seed {seed!r}; widen min/max_solution")
+
+
+def step(level: SokobanLevel, boxes: tuple[Pos, ...], player: Pos,
+         move: str) -> tuple[tuple[Pos, ...], Pos] | None:
+    """Apply one move; None when it is invalid (into a wall, or a blocked push)."""
+    dr, dc = MOVES[move]
+    nxt = (player[0] + dr, player[1] + dc)
+    if nxt in level.walls or not (0 <= nxt[0] < level.height and 0 <= nxt[1] < level.width):
+        return None
+    if nxt in boxes:
+        beyond = (nxt[0] + dr, nxt[1] + dc)
+        if beyond in level.walls or beyond in boxes:
+            return None
+        boxes = tuple(sorted(beyond if b == nxt else b for b in boxes))
+    return boxes, nxt
+
+
+def solve(level: SokobanLevel, max_states: int = 200_000) -> str | None:
+    """Exact BFS over (player, boxes); the optimal move string, or None if unsolvable."""
+    start = (level.player, level.boxes)
+    targets = set(level.targets)
+    parent: dict = {start: None}
+    queue = deque([start])
+    while queue:
+        state = queue.popleft()
+        if set(state[1]) == targets:
+            moves = []
+            while parent[state] is not None:
+                state, m = parent[state]
+                moves.append(m)
+            return "".join(reversed(moves))
+        for m in MOVES:
+            nxt = step(level, state[1], state[0], m)
+            if nxt is None:
+                continue
+            key = (nxt[1], nxt[0])
+            if key not in parent:
+                parent[key] = (state, m)
+                queue.append(key)
+        if len(parent) > max_states:
+            raise RuntimeError("solver state budget exceeded; room too large for exact BFS")
+    return None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    won: bool
+    moves_made: int
+    invalid: int
+
+
+def play(level: SokobanLevel, moves: str, max_invalid: int = 1) -> Outcome:
+    """Execute `moves` with textarena's rules: an invalid move changes nothing; more than
+    `max_invalid` of them ends the game as a loss; solved when every box is on a target."""
+    boxes, player, invalid = level.boxes, level.player, 0
+    targets = set(level.targets)
+    for i, m in enumerate(moves):
+        nxt = step(level, boxes, player, m)
+        if nxt is None:
+            invalid += 1
+            if invalid > max_invalid:
+                return Outcome(False, i + 1, invalid)
+            continue
+        boxes, player = nxt
+        if set(boxes) == targets:
+            return Outcome(True, i + 1, invalid)
+    return Outcome(False, len(moves), invalid)
+
+
+def _grid(level: SokobanLevel) -> list[list[str]]:
+    s = SYMBOLS
+    grid = [[s["wall"] if (r, c) in level.walls else s["floor"] for c in range(level.width)]
+            for r in range(level.height)]
+    for r, c in level.targets:
+        grid[r][c] = s["target"]
+    for r, c in level.boxes:
+        grid[r][c] = s["box_on_target"] if (r, c) in level.targets else s["box"]
+    r, c = level.player
+    grid[r][c] = s["player_on_target"] if level.player in level.targets else s["player"]
+    return grid
+
+
+def render_textarena(level: SokobanLevel) -> str:
+    """Identical to textarena 0.7.4 Sokoban-v0's board observation."""
+    rows = "".join(" ".join(row) + "\n" for row in _grid(level))
+    return f"Current Board:\n\n{rows}\nAvailable Moves: up, down, left, right"
+
+
+def render_compact(level: SokobanLevel) -> str:
+    """One character per interior cell, rows joined by newlines."""
+    return "\n".join("".join(row[1:-1]) for row in _grid(level)[1:-1])
+
+
+def parse_board(text: str) -> SokobanLevel:
+    """Inverse of `render_compact` (walls added around); raises ValueError on a malformed board."""
+    rows = text.strip("\n").split("\n")
+    if not rows or len({len(r) for r in rows}) != 1:
+        raise ValueError("malformed Sokoban board: rows must be non-empty and of equal length")
+    h, w = len(rows) + 2, len(rows[0]) + 2
+    inv = {v: k for k, v in SYMBOLS.items()}
+    walls = {(r, c) for r in range(h) for c in range(w) if r in (0, h - 1) or c in (0, w - 1)}
+    targets, boxes, players = [], [], []
+    for r, row in enumerate(rows, start=1):
+        for c, ch in enumerate(row, start=1):
+            kind = inv.get(ch)
+            if kind is None:
+                raise ValueError(f"malformed Sokoban board: unknown symbol {ch!r} at ({r}, {c})")
+            if kind == "wall":
+                walls.add((r, c))
+            if kind in ("target", "box_on_target", "player_on_target"):
+                targets.append((r, c))
+            if kind in ("box", "box_on_target"):
+                boxes.append((r, c))
+            if kind in ("player", "player_on_target"):
+                players.append((r, c))
+    if len(players) != 1 or len(boxes) != len(targets) or not boxes:
+        raise ValueError(f"malformed Sokoban board: {len(players)} players, {len(boxes)} boxes, "
+                         f"{len(targets)} targets (need 1 player and as many boxes as targets)")
+    level = SokobanLevel(h, w, frozenset(walls), tuple(sorted(targets)), tuple(sorted(boxes)),
+                         players[0])
+    plan = solve(level)
+    if plan is None:
+        raise ValueError("Sokoban board is unsolvable")
+    return SokobanLevel(h, w, level.walls, level.targets, level.boxes, level.player, plan)
+
+
+def state_context(level: SokobanLevel) -> str:
+    """Coordinates (interior, 0-based row,col) of player, boxes, targets and box-to-target
+    offsets: everything here is derivable from the board."""
+    def fmt(p: Pos) -> str:
+        return f"{p[0] - 1},{p[1] - 1}"
+    parts = [f"P{fmt(level.player)}"]
+    parts += [f"X{fmt(b)}" for b in level.boxes]
+    parts += [f"O{fmt(t)}" for t in level.targets]
+    for b in level.boxes:
+        t = min(level.targets, key=lambda t: abs(t[0] - b[0]) + abs(t[1] - b[1]))
+        parts.append(f"D{t[0] - b[0]:+d},{t[1] - b[1]:+d}")
+    return " ".join(parts)

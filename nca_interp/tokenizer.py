@@ -1,0 +1,30 @@
+"""Character-level tokenizer, built with `tokenizers` and saved as a `PreTrainedTokenizerFast`.
+
+Every printable ASCII character, newline and the textarena box-on-target symbol `√` is one token,
+so both renderings and every context kind (including free-text rules) round-trip exactly.
+"""
+
+from __future__ import annotations
+
+import string
+
+from tokenizers import Tokenizer, decoders, models
+from transformers import PreTrainedTokenizerFast
+
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+CHARS = sorted(set(string.printable) - set("\t\r\x0b\x0c")) + ["√"]
+
+
+def build_char_tokenizer() -> PreTrainedTokenizerFast:
+    vocab = {tok: i for i, tok in enumerate([PAD, BOS, EOS, UNK] + CHARS)}
+    # A BPE model without merges and without a pre-tokenizer splits text into single characters
+    # (spaces and newlines included); Fuse joins them back on decode.
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK))
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, bos_token=BOS,
+                                  eos_token=EOS, unk_token=UNK)
+    tok.padding_side = "left"
+    # TransformerLens 4 reads these when a tokenizer object is handed to a bridge.
+    tok.init_kwargs["name_or_path"] = "nca_interp-char"
+    tok.init_kwargs["add_bos_token"] = False
+    return tok

@@ -1,0 +1,96 @@
+import json
+import os
+
+import pytest
+import torch
+
+from nca_interp import checkpoint as ck
+from tests.conftest import tiny
+
+
+def logits(model, ids):
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+def test_round_trip_identical_logits(tok, tiny_model, tmp_path):
+    path = ck.save_checkpoint(tmp_path / "c", tiny_model, tok, {"seed": 0})
+    model, tok2 = ck.load_checkpoint(path)
+    ids = torch.tensor([tok("P__\n>UD")["input_ids"]])
+    assert torch.equal(logits(model, ids), logits(tiny_model, ids))
+    assert tok2.eos_token_id == tok.eos_token_id
+    assert json.loads((path / "run_config.json").read_text())["seed"] == 0
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_other_architectures_load(tok, tmp_path, arch):
+    m = tiny(tok, arch)
+    m.save_pretrained(tmp_path)  # a plain HF folder, not written by us
+    tok.save_pretrained(tmp_path)
+    model, _ = ck.load_checkpoint(tmp_path)
+    ids = torch.tensor([[5, 6, 7]])
+    assert torch.allclose(logits(model, ids), logits(m, ids))
+
+
+def test_atomic_save_under_crash(tok, tiny_model, tmp_path, monkeypatch):
+    good = ck.save_checkpoint(tmp_path / "c", tiny_model, tok)
+    before = (good / "model.safetensors").read_bytes()
+
+    def boom(folder):
+        raise RuntimeError("simulated crash while writing")
+
+    monkeypatch.setattr(ck, "_write_manifest", boom)
+    other = tiny(tok, seed=1)
+    with pytest.raises(RuntimeError, match="simulated"):
+        ck.save_checkpoint(tmp_path / "c", other, tok)
+    with pytest.raises(RuntimeError):
+        ck.save_checkpoint(tmp_path / "d", other, tok)
+    monkeypatch.undo()
+    assert (good / "model.safetensors").read_bytes() == before  # old checkpoint intact
+    assert not (tmp_path / "d").exists()  # nothing that looks complete
+    ck.load_checkpoint(good)
+
+
+def test_interrupted_publish_is_reported(tok, tiny_model, tmp_path):
+    step = ck.save_checkpoint(tmp_path / "run" / "checkpoints" / "step_000001", tiny_model, tok,
+                              {"seed": 0})
+    ck.publish(step, tmp_path / "run")
+    ck.load_checkpoint(tmp_path / "run")
+    (tmp_path / "run" / ck.MANIFEST).unlink()  # as if killed between files
+    with pytest.raises(ck.CheckpointError, match="interrupted save"):
+        ck.load_checkpoint(tmp_path / "run")
+    assert ck.latest_step_checkpoint(tmp_path / "run") == step
+
+
+def test_bad_inputs_have_clear_errors(tok, tiny_model, tmp_path):
+    with pytest.raises(ck.CheckpointError, match="no checkpoint at"):
+        ck.load_checkpoint(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ck.CheckpointError, match="not a checkpoint folder"):
+        ck.load_checkpoint(tmp_path / "empty")
+    path = ck.save_checkpoint(tmp_path / "c", tiny_model, tok)
+    with pytest.raises(ck.CheckpointError, match="checkpoint \\*folder\\*"):
+        ck.load_checkpoint(path / "model.safetensors")
+    # truncated weights, caught by the manifest
+    w = path / "model.safetensors"
+    data = w.read_bytes()
+    w.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ck.CheckpointError, match="truncated or corrupt"):
+        ck.load_checkpoint(path)
+    # truncated weights in a foreign folder (no manifest), caught by safetensors' header check
+    (path / ck.MANIFEST).unlink()
+    with pytest.raises(ck.CheckpointError, match="not a valid safetensors"):
+        ck.load_checkpoint(path)
+    # pickled weights are refused, never loaded
+    pk = tmp_path / "pickled"
+    pk.mkdir()
+    tiny_model.config.save_pretrained(pk)
+    torch.save({}, pk / "pytorch_model.bin")
+    with pytest.raises(ck.CheckpointError, match="never unpickles"):
+        ck.load_checkpoint(pk)
+
+
+def test_offline_env():
+    import nca_interp  # noqa: F401
+
+    assert os.environ["HF_HUB_OFFLINE"] == "1"

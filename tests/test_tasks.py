@@ -1,0 +1,126 @@
+import itertools
+
+import pytest
+
+from nca_interp.tasks import make_task, sokoban, frozenlake
+from nca_interp.tasks.sokoban import SokobanConfig, generate_level, play, solve
+
+
+def brute_force_shortest(level, max_len):
+    for n in range(max_len + 1):
+        for moves in itertools.product("UDLR", repeat=n):
+            if play(level, "".join(moves), max_invalid=10**6).won:
+                return n
+    return None
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_bfs_solution_is_optimal(seed):
+    level = generate_level(seed, SokobanConfig(dim_room=(5, 6), max_solution=6))
+    assert brute_force_shortest(level, len(level.solution)) == len(level.solution)
+    assert play(level, level.solution, max_invalid=0).won
+
+
+def test_generation_reproducible_and_varied():
+    a = [generate_level(i) for i in range(20)]
+    b = [generate_level(i) for i in range(20)]
+    assert [x.key for x in a] == [x.key for x in b]
+    assert len({x.key for x in a}) > 15
+    big = generate_level(3, SokobanConfig(dim_room=(8, 8), num_boxes=2, max_solution=40))
+    assert len(big.boxes) == 2 and solve(big) == big.solution
+
+
+def test_difficulty_filter():
+    cfg = SokobanConfig(min_solution=5, max_solution=7)
+    assert all(5 <= len(generate_level(i, cfg).solution) <= 7 for i in range(10))
+
+
+FIXED = "_X_O\n_P_#\n____\n____"
+
+
+def test_textarena_rendering_exact():
+    level = sokoban.parse_board(FIXED)
+    assert sokoban.render_textarena(level) == (
+        "Current Board:\n\n"
+        "# # # # # #\n# _ X _ O #\n# _ P _ # #\n# _ _ _ _ #\n# _ _ _ _ #\n# # # # # #\n"
+        "\nAvailable Moves: up, down, left, right")
+    assert sokoban.render_compact(level) == FIXED
+    on = sokoban.parse_board("S√_\n_X_\n___")  # player on target, box on target
+    assert "S √" in sokoban.render_textarena(on)
+
+
+def test_executor_rules():
+    level = sokoban.parse_board("_X_O\n_P_#\n____\n____")
+    assert play(level, "U").invalid == 1  # box pushed into the outer wall: blocked
+    assert not play(level, "UU").won and play(level, "UU").moves_made == 2  # 2nd invalid loses
+    assert play(level, "UUUUU", max_invalid=10).invalid == 5
+    assert play(level, level.solution).won
+    walls = sokoban.parse_board("P#__\n_X__\n___O\n____")
+    assert play(walls, "R").invalid == 1  # into an inner wall
+    stacked = sokoban.parse_board("_____\nPXX__\n_____\n___OO")
+    assert play(stacked, "R").invalid == 1  # two boxes in a row cannot be pushed
+
+
+def test_malformed_boards_raise():
+    for bad in ["_X\n_", "_Q_\n___", "PP\nXO", "_X_\n___"]:
+        with pytest.raises(ValueError, match="malformed|unsolvable"):
+            sokoban.parse_board(bad)
+    with pytest.raises(ValueError, match="unsolvable"):
+        sokoban.parse_board("XP_\nO__")  # box in a corner
+    with pytest.raises(ValueError):
+        frozenlake.parse_board("PH\nHG")
+
+
+def test_frozenlake_rules_and_render():
+    level = frozenlake.parse_board("P__H\nHH__\n____\nH__G")
+    assert level.solution == "RRDDDR"
+    assert frozenlake.play(level, "RRDDDR").won
+    assert not frozenlake.play(level, "D").won  # hole
+    assert frozenlake.play(level, "UURRDDDR").invalid == 2
+    assert not frozenlake.play(level, "UURRDDDR").won
+    text = frozenlake.render_textarena(level)
+    assert text.startswith("Current Board:\n\n+-----+-----+-----+-----+\n|  P  |     |     |  H  |")
+    assert text.endswith("Available Actions: [up], [down], [left], [right], [w], [a], [s], [d]")
+    levels = [frozenlake.generate_level(i) for i in range(30)]
+    assert all(frozenlake.solve(lv) is not None for lv in levels)
+
+
+@pytest.mark.parametrize("name", ["sokoban", "frozenlake"])
+def test_prompt_views_and_contexts(name):
+    task = make_task(name)
+    level = task.level(0)
+    x = task.prompt(level)
+    for kind in ["state", "plan", "rules"]:
+        c = task.context(level, kind)
+        assert task.prompt(level, c) == c + "\n" + x  # context first, x is a suffix
+    assert task.context(level, "plan") == "M:" + level.solution[:3]
+    with pytest.raises(ValueError, match="unknown context"):
+        task.context(level, "oracle")
+
+
+def test_state_context_derivable():
+    level = sokoban.parse_board("_X_O\n_P_#\n____\n____")
+    assert sokoban.state_context(level) == "P1,1 X0,1 O0,3 D+0,+2"
+
+
+@pytest.mark.parametrize("fmt", ["compact", "textarena"])
+def test_parser_never_crashes(fmt):
+    task = make_task("sokoban", fmt)
+    level = task.level(1)
+    for garbage in ["", "hello", "UDLRX", "[jump]", "\x00\n", "√√√", "[UP] [up]" * 50]:
+        s = task.score(level, garbage)
+        assert s.won in (True, False)
+    assert task.score(level, task.target(level)).won
+    assert not task.score(level, "nonsense").parsed
+
+
+def test_chat_parser_matches_textarena_aliases():
+    task = make_task("sokoban", "textarena")
+    assert task.parse("I go [Up] then [ d ] and [s]") == "URD"
+
+
+def test_held_out_disjoint_from_training():
+    task = make_task("sokoban")
+    held = task.held_out_keys(200)
+    train = task.sample_levels("train-0-0", 300, held)
+    assert not held & {lv.key for lv in train}

@@ -1,0 +1,88 @@
+"""What SFT and distillation share: run directories, resume, optimizer state without pickle,
+learning-rate schedule, metrics log, CPU speed settings."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from nca_interp import checkpoint as ckpt
+
+
+def setup_torch(threads: int) -> None:
+    torch.set_num_threads(threads)
+    # Denormals made early steps of tiny models ~10x slower on this CPU (MACHINE_FACTS.md).
+    torch.set_flush_denormal(True)
+
+
+def lr_at(step: int, lr: float, warmup: int, total: int, schedule: str) -> float:
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if schedule == "cosine":
+        frac = (step - warmup) / max(1, total - warmup)
+        return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+    return lr
+
+
+def optimizer_state(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+    """AdamW state as flat tensors + JSON metadata (no pickle)."""
+    sd = opt.state_dict()
+    tensors = {f"{i}.{k}": (v if torch.is_tensor(v) else torch.tensor(v))
+               for i, st in sd["state"].items() for k, v in st.items()}
+    return tensors, {"param_groups": sd["param_groups"]}
+
+
+def load_optimizer_state(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor],
+                         meta: dict) -> None:
+    state: dict[int, dict] = {}
+    for key, v in tensors.items():
+        i, k = key.split(".", 1)
+        state.setdefault(int(i), {})[k] = v
+    opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+class Run:
+    """A run directory: `run_config.json`, `metrics.jsonl`, `checkpoints/step_*`, and the
+    latest weights published at its root."""
+
+    def __init__(self, out: str | Path, run_config: dict):
+        self.dir = Path(out).resolve()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.config = {**run_config, "git_commit": ckpt.git_commit()}
+        saved = self.dir / ckpt.RUN_CONFIG
+        if saved.exists():
+            old = json.loads(saved.read_text())
+            diff = {k for k in run_config if k not in ("steps",) and old.get(k) != run_config[k]}
+            if diff:
+                raise ValueError(f"{self.dir} holds a run with a different config ({sorted(diff)}"
+                                 "); resume with the same arguments or choose another --out")
+        (self.dir / ckpt.RUN_CONFIG).write_text(json.dumps(self.config, indent=1))
+        self._t0 = time.time()
+
+    def resume_point(self) -> Path | None:
+        return ckpt.latest_step_checkpoint(self.dir)
+
+    def log(self, record: dict) -> None:
+        with open(self.dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def truncate_log(self, step: int) -> None:
+        """Drop records after `step` (written before a kill, then redone after resume)."""
+        f = self.dir / "metrics.jsonl"
+        if f.exists():
+            keep = [ln for ln in f.read_text().splitlines()
+                    if ln and json.loads(ln).get("step", 0) <= step]
+            f.write_text("".join(ln + "\n" for ln in keep))
+
+    def save(self, step: int, model, tokenizer, opt: torch.optim.Optimizer,
+             extra: dict | None = None) -> Path:
+        tensors, meta = optimizer_state(opt)
+        meta = {**meta, "step": step, **(extra or {})}
+        path = ckpt.save_checkpoint(self.dir / "checkpoints" / f"step_{step:06d}", model,
+                                    tokenizer, self.config, (tensors, meta))
+        ckpt.publish(path, self.dir)
+        return path

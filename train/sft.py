@@ -1,0 +1,140 @@
+"""Teacher (base) training: supervised on solver-optimal plans, context on most examples.
+
+    python -m train.sft --task sokoban --contexts state,plan --out runs/sokoban_base
+
+Each example gets no context with probability --p-no-context, otherwise one kind from
+--contexts; the loss is cross-entropy on the response tokens (plan + end-of-response). The
+result is a teacher that is strong *with* context and weaker without. Killed runs resume from
+their last checkpoint when restarted with the same command (data order is a function of step).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from nca_interp.checkpoint import load_trainer_state
+from nca_interp.cli import parse_config, to_dict
+from nca_interp.evaluate import play_levels, task_from_args
+from nca_interp.models import ModelConfig, build_model, context_limit
+from nca_interp.rollout import encode, response_logits, target_batch
+from nca_interp.tokenizer import build_char_tokenizer
+from train.common import Run, load_optimizer_state, lr_at, setup_torch
+
+
+@dataclass
+class SFTConfig:
+    out: str = field(default="runs/sokoban_base", metadata={"help": "run directory"})
+    task: str = field(default="sokoban", metadata={"help": "sokoban|frozenlake"})
+    dim_room: tuple[int, ...] = field(default=(6, 6), metadata={"help": "sokoban room, walls incl."})
+    num_boxes: int = field(default=1, metadata={"help": "sokoban boxes"})
+    size: int = field(default=4, metadata={"help": "frozenlake grid size"})
+    num_holes: int = field(default=4, metadata={"help": "frozenlake holes"})
+    contexts: list[str] = field(default_factory=lambda: ["state", "plan"],
+                                metadata={"help": "context kinds to train with"})
+    p_no_context: float = field(default=0.3, metadata={"help": "fraction without context"})
+    steps: int = field(default=1500, metadata={"help": "optimizer steps"})
+    batch: int = field(default=128, metadata={"help": "examples per step"})
+    lr: float = field(default=2e-3, metadata={"help": "peak learning rate"})
+    warmup: int = field(default=100, metadata={"help": "warm-up steps"})
+    schedule: str = field(default="cosine", metadata={"help": "cosine|constant"})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
+    clip: float = field(default=1.0, metadata={"help": "gradient-norm clip"})
+    n_layers: int = field(default=4, metadata={"help": "model layers"})
+    d_model: int = field(default=128, metadata={"help": "model width"})
+    n_heads: int = field(default=4, metadata={"help": "attention heads"})
+    d_mlp: int = field(default=384, metadata={"help": "MLP width"})
+    arch: str = field(default="qwen3", metadata={"help": "qwen3|qwen2|llama"})
+    seed: int = field(default=0, metadata={"help": "init and data seed"})
+    eval_every: int = field(default=250, metadata={"help": "held-out eval interval (steps)"})
+    eval_levels: int = field(default=200, metadata={"help": "held-out levels per eval"})
+    save_every: int = field(default=250, metadata={"help": "checkpoint interval (steps)"})
+    threads: int = field(default=2, metadata={"help": "torch threads"})
+
+
+def task_of(cfg):
+    return task_from_args(cfg.task, "compact", cfg.dim_room, cfg.num_boxes, cfg.size,
+                          cfg.num_holes)
+
+
+def task_record(cfg) -> dict:
+    return {"name": cfg.task, "fmt": "compact", "dim_room": list(cfg.dim_room),
+            "num_boxes": cfg.num_boxes, "size": cfg.size, "num_holes": cfg.num_holes}
+
+
+def batch_for_step(task, cfg: SFTConfig, step: int, held_out: set[str]):
+    """Deterministic in (seed, step): the same batch after a resume."""
+    rng = random.Random(f"sft-{cfg.seed}-{step}")
+    levels = task.sample_levels(f"train-{cfg.seed}-{step}", cfg.batch, held_out)
+    prompts = []
+    for lv in levels:
+        kind = None if rng.random() < cfg.p_no_context else rng.choice(cfg.contexts)
+        prompts.append(task.prompt(lv, None if kind is None else task.context(lv, kind)))
+    return prompts, [task.target(lv) for lv in levels]
+
+
+def evaluate_views(model, tok, task, levels, kinds) -> dict[str, float]:
+    model.eval()
+    out = {"win_none": float(play_levels(model, tok, task, levels, None)["won"].mean())}
+    for k in kinds:
+        out[f"win_{k}"] = float(play_levels(model, tok, task, levels, k)["won"].mean())
+    model.train()
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg = parse_config(SFTConfig, argv, __doc__)
+    setup_torch(cfg.threads)
+    task = task_of(cfg)
+    run = Run(cfg.out, {**to_dict(cfg), "kind": "sft", "task": task_record(cfg)})
+    tok = build_char_tokenizer()
+    model = build_model(ModelConfig(cfg.arch, cfg.n_layers, cfg.d_model, cfg.n_heads,
+                                    cfg.n_heads, cfg.d_mlp), tok, cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    start = 0
+    if (last := run.resume_point()) is not None:
+        from safetensors.torch import load_file
+        model.load_state_dict(load_file(last / "model.safetensors"))
+        tensors, meta = load_trainer_state(last)
+        load_optimizer_state(opt, tensors, meta)
+        start = meta["step"]
+        run.truncate_log(start)
+        print(f"resumed from {last} at step {start}")
+    held_out = task.held_out_keys(1000, seed=0)
+    eval_levels = task.levels("test", cfg.eval_levels, seed=0)
+    model.train()
+    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc="sft")
+    for step in bar:
+        t0 = time.time()
+        prompts, targets = batch_for_step(task, cfg, step, held_out)
+        ids, mask = encode(tok, prompts, context_limit(model), reserve=32)
+        resp, rmask = target_batch(tok, targets)
+        logits = response_logits(model, ids, mask, resp, rmask)
+        loss = (F.cross_entropy(logits.transpose(1, 2), resp, reduction="none") * rmask).sum() \
+            / rmask.sum()
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg.lr, cfg.warmup, cfg.steps, cfg.schedule)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+        opt.step()
+        dt = time.time() - t0
+        tokens = int(mask.sum() + rmask.sum())
+        record = {"step": step + 1, "loss": loss.item(), "grad_norm": gnorm.item(),
+                  "lr": opt.param_groups[0]["lr"], "tokens_per_s": tokens / dt}
+        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+            record.update(evaluate_views(model, tok, task, eval_levels, cfg.contexts))
+        run.log(record)
+        bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
+        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+            run.save(step + 1, model, tok, opt)
+    print(f"done: {run.dir}")
+
+
+if __name__ == "__main__":
+    main()
