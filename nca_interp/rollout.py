@@ -6,6 +6,8 @@ the first real token (`mask.cumsum - 1`), so padding never shifts RoPE phases.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -120,3 +122,33 @@ def target_batch(tokenizer, targets: list[str]) -> tuple[torch.Tensor, torch.Ten
         ids[i, : len(r)] = torch.tensor(r)
         mask[i, : len(r)] = 1
     return ids, mask
+
+
+@dataclass
+class Batch:
+    """One on-policy batch: both prompt views (left-padded) and the sampled responses."""
+
+    x_ids: torch.Tensor  # B P   student prompt x
+    x_mask: torch.Tensor
+    cx_ids: torch.Tensor  # B Pc  teacher prompt [c, x]
+    cx_mask: torch.Tensor
+    resp: torch.Tensor  # B N   y ~ g(.|x), eos included, then pad
+    resp_mask: torch.Tensor
+
+
+def onpolicy_batch(student, tokenizer, task, levels: list, context_kind: str, max_new: int,
+                   temperature: float = 1.0, generator: torch.Generator | None = None,
+                   limit: int | None = None) -> tuple[Batch, list[str], list[int]]:
+    """Sample y ~ g(.|x) without context and pair it with both prompt views.
+    Returns the batch, the decoded responses and their lengths (tokens, eos included)."""
+    x_text = [task.prompt(lv) for lv in levels]
+    cx_text = [task.prompt(lv, task.context(lv, context_kind)) for lv in levels]
+    cx_ids, cx_mask = encode(tokenizer, cx_text, limit, reserve=max_new)
+    x_ids, x_mask = encode(tokenizer, x_text, limit, reserve=max_new)
+    was_training = student.training
+    student.eval()
+    resp, resp_mask = sample(student, x_ids, x_mask, max_new, tokenizer.eos_token_id,
+                             tokenizer.pad_token_id, temperature, generator)
+    student.train(was_training)
+    texts, lengths = decode_responses(tokenizer, resp, resp_mask)
+    return Batch(x_ids, x_mask, cx_ids, cx_mask, resp, resp_mask), texts, lengths

@@ -1,0 +1,86 @@
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from nca_interp.checkpoint import save_checkpoint
+from nca_interp.rollout import ContextOverflowError
+from tests.conftest import tiny
+from train import distill
+
+TASK = {"name": "sokoban", "fmt": "compact", "dim_room": [6, 6], "num_boxes": 1}
+
+
+@pytest.fixture
+def base(tok, tmp_path):
+    return save_checkpoint(tmp_path / "base", tiny(tok), tok, {"task": TASK})
+
+
+def args(base, out, *extra):
+    return ["--student", str(base), "--out", str(out), "--batch", "8", "--steps", "4",
+            "--save-every", "2", "--eval-every", "100", "--eval-levels", "8", "--threads", "1",
+            "--lr", "1e-3", *extra]
+
+
+@pytest.mark.parametrize("method", ["opd", "nca"])
+def test_resume_is_bit_identical(base, tmp_path, monkeypatch, method):
+    distill.main(args(base, tmp_path / "full", "--method", method))
+    real_log = distill.Run.log
+
+    def killed(self, record):  # die after step 3's update, before its checkpoint
+        real_log(self, record)
+        if record["step"] == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(distill.Run, "log", killed)
+    with pytest.raises(KeyboardInterrupt):
+        distill.main(args(base, tmp_path / "resumed", "--method", method))
+    monkeypatch.undo()
+    distill.main(args(base, tmp_path / "resumed", "--method", method))
+    a = load_file(tmp_path / "full" / "model.safetensors")
+    b = load_file(tmp_path / "resumed" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    steps = [json.loads(ln)["step"] for ln in
+             (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]
+    assert (tmp_path / "full" / "checkpoints" / "step_000002").is_dir()
+    record = json.loads((tmp_path / "full" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert {"opd", "sample_win", "response_len", "eval_win_c"} <= record.keys()
+    assert ("nca" in record) == (method == "nca")
+
+
+def test_different_tokenizer_refused(base, tok, tmp_path):
+    other = tok.__class__.from_pretrained(base)
+    other.add_tokens(["<extra>"])
+    teacher = save_checkpoint(tmp_path / "t", tiny(tok), other, {"task": TASK})
+    with pytest.raises(ValueError, match="different tokenizers"):
+        distill.main(args(base, tmp_path / "o", "--teacher", str(teacher)))
+
+
+def test_context_overflow_is_an_error(tok, tmp_path):
+    from nca_interp.models import ModelConfig, build_model
+
+    small = build_model(ModelConfig("qwen3", 2, 32, 4, 2, 64, max_len=64), tok)
+    base = save_checkpoint(tmp_path / "small", small, tok, {"task": TASK})
+    with pytest.raises(ContextOverflowError, match="never truncated"):
+        distill.main(args(base, tmp_path / "o", "--context", "rules"))
+
+
+def test_nan_stops_with_step_and_term(base, tmp_path, monkeypatch):
+    real = distill.loss_terms
+    calls = {"n": 0}
+
+    def poisoned(*a, **k):
+        calls["n"] += 1
+        terms = real(*a, **k)
+        if calls["n"] == 3:
+            terms["nca"] = terms["nca"] * float("nan")
+        return terms
+
+    monkeypatch.setattr(distill, "loss_terms", poisoned)
+    with pytest.raises(FloatingPointError, match="'nca' is nan at step 3.*step_000002"):
+        distill.main(args(base, tmp_path / "o", "--method", "nca"))
+    from nca_interp.checkpoint import load_checkpoint
+
+    load_checkpoint(tmp_path / "o")  # the last good checkpoint is intact and published

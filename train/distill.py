@@ -1,0 +1,154 @@
+"""On-policy distillation (OPD) and OPD + No-Context Anchoring (NCA).
+
+    python -m train.distill --method opd --student runs/sokoban_base --context state \
+        --out runs/sokoban_opd
+    python -m train.distill --method nca --beta 1 --student runs/sokoban_base --context state \
+        --out runs/sokoban_nca
+
+Each step: draw levels, sample y ~ g(.|x) without context (KV cache, --temperature), score the
+same tokens under the teacher with context, and take one AdamW step on
+L = L_OPD + beta * L_NCA (math in nca_interp/losses.py; beta = 0 for --method opd).
+Without --teacher the teacher is the student's initial checkpoint (self-distillation).
+Checkpoints every --save-every steps under OUT/checkpoints/step_*; a killed run restarted with
+the same command resumes from the last one and ends at the same weights (data and sampling
+seeds are functions of the step).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+from tqdm import tqdm
+
+from nca_interp.checkpoint import load_checkpoint, load_trainer_state, read_run_config
+from nca_interp.cli import parse_config, to_dict
+from nca_interp.evaluate import max_response_tokens, play_levels, task_from_args
+from nca_interp.losses import combine, loss_terms
+from nca_interp.models import context_limit
+from nca_interp.rollout import onpolicy_batch
+from train.common import Run, load_optimizer_state, lr_at, setup_torch
+
+
+@dataclass
+class DistillConfig:
+    student: str = field(default="runs/sokoban_base", metadata={"help": "initial checkpoint"})
+    out: str = field(default="runs/sokoban_opd", metadata={"help": "run directory"})
+    method: str = field(default="opd", metadata={"help": "opd|nca"})
+    teacher: str | None = field(default=None, metadata={
+        "help": "teacher checkpoint (same tokenizer); default: --student (self-distillation)"})
+    beta: float = field(default=1.0, metadata={"help": "NCA weight (ignored for opd)"})
+    context: str = field(default="state", metadata={"help": "privileged context kind"})
+    task: str | None = field(default=None, metadata={
+        "help": "sokoban|frozenlake; default: the student's training task"})
+    steps: int = field(default=200, metadata={"help": "optimizer steps"})
+    batch: int = field(default=128, metadata={"help": "prompts per step"})
+    lr: float = field(default=1e-4, metadata={"help": "learning rate"})
+    warmup: int = field(default=10, metadata={"help": "warm-up steps"})
+    schedule: str = field(default="constant", metadata={"help": "constant|cosine"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    clip: float = field(default=1.0, metadata={"help": "gradient-norm clip"})
+    temperature: float = field(default=1.0, metadata={"help": "rollout temperature"})
+    top_k: int | None = field(default=None, metadata={
+        "help": "KL support: student top-k tokens (OPCD); none = full vocabulary"})
+    renormalize: bool = field(default=True, metadata={"help": "renormalise on the top-k support"})
+    save_every: int = field(default=25, metadata={"help": "checkpoint interval (steps)"})
+    eval_every: int = field(default=50, metadata={"help": "held-out greedy eval interval"})
+    eval_levels: int = field(default=200, metadata={"help": "held-out levels per eval"})
+    seed: int = field(default=0, metadata={"help": "data and sampling seed"})
+    threads: int = field(default=2, metadata={"help": "torch threads"})
+
+
+def check_same_tokenizer(tok_a, tok_b, a: str, b: str) -> None:
+    if tok_a.get_vocab() != tok_b.get_vocab() or tok_a.eos_token_id != tok_b.eos_token_id:
+        raise ValueError(f"teacher {b} and student {a} use different tokenizers; token-level KL "
+                         "needs one vocabulary - pick a teacher trained with the same tokenizer")
+
+
+def task_for(cfg: DistillConfig, student_dir: str):
+    t = read_run_config(student_dir).get("task") or {}
+    name = cfg.task or t.get("name")
+    if name is None:
+        raise ValueError(f"{student_dir} has no run_config.json naming its task; pass --task")
+    same = t.get("name") == name
+    return task_from_args(name, t.get("fmt", "compact") if same else "compact",
+                          tuple(t.get("dim_room", (6, 6))) if same else (6, 6),
+                          t.get("num_boxes", 1) if same else 1, t.get("size", 4) if same else 4,
+                          t.get("num_holes", 4) if same else 4)
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg = parse_config(DistillConfig, argv, __doc__)
+    if cfg.method not in ("opd", "nca"):
+        raise ValueError(f"--method must be opd or nca, not {cfg.method!r}")
+    beta = cfg.beta if cfg.method == "nca" else 0.0
+    setup_torch(cfg.threads)
+    task = task_for(cfg, cfg.student)
+    teacher_dir = cfg.teacher or cfg.student
+    student, tok = load_checkpoint(cfg.student)
+    teacher, tok_t = load_checkpoint(teacher_dir)
+    check_same_tokenizer(tok, tok_t, cfg.student, teacher_dir)
+    teacher.requires_grad_(False)
+    run = Run(cfg.out, {**to_dict(cfg), "kind": "distill", "beta_effective": beta,
+                        "task": read_run_config(cfg.student).get("task", {"name": task.name})})
+    opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    start = 0
+    if (last := run.resume_point()) is not None:
+        student.load_state_dict(load_file(last / "model.safetensors"))
+        load_optimizer_state(opt, *load_trainer_state(last))
+        start = load_trainer_state(last)[1]["step"]
+        run.truncate_log(start)
+        print(f"resumed from {last} at step {start}")
+    held_out = task.held_out_keys(1000, seed=0)
+    eval_levels = task.levels("test", cfg.eval_levels, seed=0)
+    limit = min(context_limit(student), context_limit(teacher))
+    max_new = max_response_tokens(task)
+    terms_needed = ("opd", "nca") if beta else ("opd",)
+    student.train()
+    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=cfg.method)
+    for step in bar:
+        t0 = time.time()
+        levels = task.sample_levels(f"distill-{cfg.seed}-{step}", cfg.batch, held_out)
+        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+        batch, texts, lengths = onpolicy_batch(student, tok, task, levels, cfg.context, max_new,
+                                               cfg.temperature, gen, limit)
+        t_sample = time.time() - t0
+        terms = loss_terms(student, teacher, batch, terms_needed, cfg.top_k, cfg.renormalize)
+        for name, value in terms.items():
+            if not math.isfinite(value.item()):
+                raise FloatingPointError(
+                    f"loss term {name!r} is {value.item()} at step {step + 1}; stopping. The "
+                    f"last good checkpoint is {run.resume_point() or cfg.student}")
+        loss = combine(terms, beta)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg.lr, cfg.warmup, cfg.steps, cfg.schedule)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(student.parameters(), cfg.clip)
+        opt.step()
+        won = [task.score(lv, t).won for lv, t in zip(levels, texts)]
+        record = {"step": step + 1, "loss": loss.item(),
+                  **{k: v.item() for k, v in terms.items()},
+                  "sample_win": float(np.mean(won)), "response_len": float(np.mean(lengths)),
+                  "grad_norm": gnorm.item(), "lr": opt.param_groups[0]["lr"],
+                  "sample_s": t_sample, "step_s": time.time() - t0}
+        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+            student.eval()
+            record["eval_win_no_c"] = float(
+                play_levels(student, tok, task, eval_levels, None)["won"].mean())
+            record["eval_win_c"] = float(
+                play_levels(student, tok, task, eval_levels, cfg.context)["won"].mean())
+            student.train()
+        run.log(record)
+        bar.set_postfix(opd=f"{record['opd']:.3f}", win=f"{record['sample_win']:.2f}")
+        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+            run.save(step + 1, student, tok, opt)
+    print(f"done: {run.dir}")
+
+
+if __name__ == "__main__":
+    main()
