@@ -1,0 +1,51 @@
+"""Hidden states through TransformerLens 4 (`TransformerBridge`), booted offline from a folder.
+
+Pitfalls handled here (see shared TRANSFORMERLENS4.md): absolute paths only; the tokenizer is
+loaded from the folder at boot; masks are always passed (left padding without one is wrong);
+hooks are removed in `finally`, so none outlives a call.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from nca_interp.checkpoint import verify_folder
+from nca_interp.names import EMBED_HOOK, pattern_hook, resid_hook
+
+
+def boot_bridge(path: str | Path):
+    from transformer_lens import TransformerBridge
+
+    path = verify_folder(path)  # clear errors before TransformerLens sees the path
+    return TransformerBridge.boot_transformers(str(path.resolve()), device="cpu")
+
+
+def n_layers(bridge) -> int:
+    return int(bridge.cfg.n_layers)
+
+
+def attached_hooks(bridge) -> int:
+    """Number of forward/backward hooks currently attached to the bridge's hook points."""
+    return sum(len(hp._forward_hooks) + len(hp._backward_hooks)
+               for hp in bridge.hook_dict.values())
+
+
+@torch.no_grad()
+def capture(bridge, ids_B_T: torch.Tensor, mask_B_T: torch.Tensor,
+            patterns: bool = False) -> dict[str, torch.Tensor]:
+    """`resid`: (layer+1) B T d_model, the embedding then every `blocks.{i}.hook_resid_post`
+    (layer-first, as TransformerLens stacks them); `pattern`: layer B head T T if asked."""
+    L = n_layers(bridge)
+    names = [EMBED_HOOK] + [resid_hook(i) for i in range(L)]
+    if patterns:
+        names += [pattern_hook(i) for i in range(L)]
+    try:
+        _, cache = bridge.run_with_cache(ids_B_T, attention_mask=mask_B_T, names_filter=names)
+    finally:
+        bridge.reset_hooks()
+    out = {"resid": torch.stack([cache[n] for n in names[: L + 1]])}
+    if patterns:
+        out["pattern"] = torch.stack([cache[pattern_hook(i)] for i in range(L)])
+    return out

@@ -1,0 +1,100 @@
+"""Result -> `plotly.graph_objects.Figure`. Nothing here loads checkpoints or computes metrics.
+
+PNG export uses kaleido, which drives a Chromium: install Debian's `chromium` once
+(`apt-get install -y chromium`) and set `BROWSER_PATH=/usr/bin/chromium` (write_figure sets it
+when that file exists). Nothing is downloaded at run time; HTML needs none of this.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+PALETTE = {"random_init": "#9e9e9e", "base": "#1f77b4", "opd": "#d62728", "nca": "#2ca02c"}
+
+
+def _color(name: str, i: int) -> str | None:
+    for key, c in PALETTE.items():
+        if key in name.lower():
+            return c
+    return None
+
+
+def layer_sim_figure(report: dict) -> go.Figure:
+    """Line per checkpoint over layers: raw cosine (± std), centred cosine, CKA, ctx attention."""
+    layers = report["layers"]
+    titles = ["cosine (with vs without c)", "mean-centred cosine", "linear CKA",
+              "attention mass on context"]
+    fig = make_subplots(rows=2, cols=2, subplot_titles=titles)
+    for i, (name, r) in enumerate(report["results"].items()):
+        color = _color(name, i)
+        kw = dict(name=name, legendgroup=name, line=dict(color=color), mode="lines+markers")
+        fig.add_trace(go.Scatter(x=layers, y=r["cos"], error_y=dict(array=r["cos_std"]), **kw),
+                      1, 1)
+        fig.add_trace(go.Scatter(x=layers, y=r["cos_centred"], showlegend=False, **kw), 1, 2)
+        fig.add_trace(go.Scatter(x=layers, y=r["cka"], showlegend=False, **kw), 2, 1)
+        fig.add_trace(go.Scatter(x=layers[1:], y=r["ctx_attn"], showlegend=False, **kw), 2, 2)
+    fig.update_xaxes(title_text="layer")
+    fig.update_layout(title=f"{report['task']}: hidden states with vs without context "
+                            f"'{report['context']}'", height=700, width=1000)
+    return fig
+
+
+def heatmap(values: list[list[float]], rows: list[str], cols: list[str], title: str,
+            signed: bool = False, zmax: float | None = None) -> go.Figure:
+    """Layer x module heatmap; a diverging scale centred on 0 for signed values."""
+    kw = dict(colorscale="RdBu", zmid=0, zmin=-(zmax or 1), zmax=zmax or 1) if signed else \
+        dict(colorscale="Viridis")
+    fig = go.Figure(go.Heatmap(z=values, x=cols, y=rows, **kw,
+                               hovertemplate="%{y} %{x}: %{z:.4f}<extra></extra>"))
+    fig.update_layout(title=title, xaxis_title="module", yaxis_title="layer",
+                      yaxis=dict(autorange="reversed"), height=450, width=800)
+    return fig
+
+
+def grad_align_figure(report: dict) -> go.Figure:
+    """Angles between loss-term gradients: bars per pair for each checkpoint (or step)."""
+    fig = go.Figure()
+    for name, r in report["results"].items():
+        pairs = list(r["global"]["angle_deg"])
+        fig.add_trace(go.Bar(name=name, x=pairs, y=[r["global"]["angle_deg"][p] for p in pairs]))
+    fig.add_hline(y=90, line_dash="dot", annotation_text="orthogonal")
+    fig.update_layout(title="angle between loss-term gradients (degrees)", barmode="group",
+                      yaxis=dict(range=[0, 180]), height=450, width=900)
+    return fig
+
+
+def grad_align_over_steps(report: dict) -> go.Figure:
+    steps = report.get("steps") or list(range(len(report["results"])))
+    fig = go.Figure()
+    names = list(report["results"])
+    pairs = list(report["results"][names[0]]["global"]["angle_deg"])
+    for p in pairs:
+        fig.add_trace(go.Scatter(x=steps, y=[report["results"][n]["global"]["angle_deg"][p]
+                                             for n in names], name=p, mode="lines+markers"))
+    fig.add_hline(y=90, line_dash="dot")
+    fig.update_layout(title="gradient angles over training", xaxis_title="step",
+                      yaxis_title="degrees", height=450, width=900)
+    return fig
+
+
+def write_figure(fig: go.Figure, stem: str | Path, png: bool = False) -> list[str]:
+    """Write `stem.html` (and `stem.png` when asked); return the paths written."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    fig.write_html(stem.with_suffix(".html"), include_plotlyjs="cdn")
+    written = [str(stem.with_suffix(".html"))]
+    if png:
+        if "BROWSER_PATH" not in os.environ and Path("/usr/bin/chromium").exists():
+            os.environ["BROWSER_PATH"] = "/usr/bin/chromium"
+        try:
+            fig.write_image(stem.with_suffix(".png"), scale=1.5)
+        except Exception as e:  # noqa: BLE001 - kaleido/chromium missing shows up in many ways
+            raise RuntimeError(f"PNG export failed ({e}). Install kaleido (`pip install "
+                               "kaleido`) and Debian chromium (`apt-get install -y chromium`), "
+                               "or drop --png; the HTML was written.") from e
+        written.append(str(stem.with_suffix(".png")))
+    return written
