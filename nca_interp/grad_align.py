@@ -44,9 +44,10 @@ def term_gradients(student, teacher, batch, terms=TERMS) -> dict[str, dict[str, 
     return grads
 
 
-def _cos(a: torch.Tensor, b: torch.Tensor) -> float | None:
+def _cos(a: torch.Tensor, b: torch.Tensor, floor: float = 0.0) -> float | None:
+    """Cosine, or None when either vector is zero (norm <= floor: round-off, not a direction)."""
     na, nb = a.norm(), b.norm()
-    if na == 0 or nb == 0:
+    if na <= floor or nb <= floor:
         return None
     return float((a @ b) / (na * nb))
 
@@ -61,10 +62,13 @@ def alignment(grads: dict[str, dict[str, torch.Tensor]]) -> dict:
     names = list(grads[terms[0]])
     flat = {t: torch.cat([grads[t][n].flatten().double() for n in names]) for t in terms}
     pairs = list(itertools.combinations(terms, 2))
+    # A term that is zero in exact arithmetic (ctx when student == teacher) leaves round-off of
+    # up to ~1e-6 relative size (float32); its "direction" is noise, so it gets no angle.
+    floor = 1e-4 * max(float(v.norm()) for v in flat.values())
     out = {"global": {"cos": {}, "angle_deg": {}, "norm": {t: float(flat[t].norm())
                                                             for t in terms}}}
     for a, b in pairs:
-        c = _cos(flat[a], flat[b])
+        c = _cos(flat[a], flat[b], floor)
         out["global"]["cos"][f"{a}~{b}"] = c
         out["global"]["angle_deg"][f"{a}~{b}"] = angle_deg(c)
     g = out["global"]["norm"]
@@ -81,7 +85,8 @@ def alignment(grads: dict[str, dict[str, torch.Tensor]]) -> dict:
     out["modules"] = {}
     for key, members in groups.items():
         vec = {t: torch.cat([grads[t][n].flatten().double() for n in members]) for t in terms}
-        out["modules"][key] = {"cos": {f"{a}~{b}": _cos(vec[a], vec[b]) for a, b in pairs},
+        out["modules"][key] = {"cos": {f"{a}~{b}": _cos(vec[a], vec[b], floor)
+                                       for a, b in pairs},
                                "norm": {t: float(vec[t].norm()) for t in terms}}
     return out
 

@@ -185,7 +185,9 @@ def main(argv: list[str] | None = None) -> dict:
                                         f"d{Path(a).name}|| / ||W0||"),
                                 f"{out}_specific", png=cfg.png)
         top = sorted(cmp["specific"]["share"].items(), key=lambda kv: -kv[1])[:5]
-        print(f"cos(d{Path(a).name}, d{Path(b).name}) global: {cmp['global_cos']:.4f}")
+        gc = cmp["global_cos"]
+        print(f"cos(d{Path(a).name}, d{Path(b).name}) global: "
+              f"{'undefined (a delta is zero)' if gc is None else f'{gc:.4f}'}")
         print("specific delta concentrates in: " +
               ", ".join(f"{k} ({v:.1%})" for k, v in top))
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,110 @@
+import json
+import math
+
+import pytest
+import torch
+
+from nca_interp import grad_align, layer_sim, param_delta
+from nca_interp.checkpoint import save_checkpoint
+from nca_interp.hooks import attached_hooks, boot_bridge, capture
+from nca_interp.rollout import encode
+from tests.conftest import tiny
+
+
+@pytest.fixture(scope="module")
+def folders(tok, tmp_path_factory):
+    root = tmp_path_factory.mktemp("ckpts")
+    out = {}
+    for arch in ("qwen3", "qwen2", "llama"):
+        m = tiny(tok, arch)
+        m.save_pretrained(root / arch)  # plain HF folders, as a user would bring
+        tok.save_pretrained(root / arch)
+        out[arch] = root / arch
+    out["qwen3_b"] = save_checkpoint(root / "qwen3_b", tiny(tok, seed=5), tok)
+    return out
+
+
+def test_capture_matches_hf_hidden_states_and_removes_hooks(tok, folders):
+    from nca_interp.checkpoint import load_checkpoint
+
+    bridge = boot_bridge(folders["qwen3"])
+    model, _ = load_checkpoint(folders["qwen3"])
+    ids, mask = encode(tok, ["P__\n>UD", "a longer prompt\n>U"])
+    got = capture(bridge, ids, mask, patterns=True)
+    assert attached_hooks(bridge) == 0
+    hf = model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    L = got["resid"].shape[0] - 1
+    for i in range(L):  # non-final layers (HF's last entry is after the final norm)
+        if i < L - 1:
+            assert torch.allclose(got["resid"][i + 1][mask.bool()], hf[i + 1][mask.bool()],
+                                  atol=1e-5)
+    assert got["pattern"].shape[:2] == (L, 2)
+    with pytest.raises(Exception):
+        capture(bridge, ids + 10**6, mask)  # a failing call must not leave hooks behind
+    assert attached_hooks(bridge) == 0
+
+
+def test_identical_views_have_cosine_one():
+    h = torch.randn(3, 4, 5, 16)
+    mask = torch.ones(4, 5)
+    r = layer_sim.similarity_by_layer(h, h.clone(), mask)
+    for key in ("cos", "cos_centred", "cka"):
+        assert all(abs(v - 1) < 1e-9 for v in r[key])
+
+
+def test_cka_invariant_to_orthogonal_transform():
+    X = torch.randn(50, 8, dtype=torch.float64)
+    Y = X @ torch.randn(8, 8, dtype=torch.float64) + 0.3 * torch.randn(50, 8, dtype=torch.float64)
+    Q, _ = torch.linalg.qr(torch.randn(8, 8, dtype=torch.float64))
+    assert abs(layer_sim.linear_cka(X, Y) - layer_sim.linear_cka(X @ Q, Y @ Q.T)) < 1e-9
+    assert abs(layer_sim.linear_cka(X, 3 * X @ Q) - 1) < 1e-9
+
+
+def test_gradient_angles():
+    g = {"w": torch.randn(4, 3), "b": torch.randn(3)}
+    grads = {"opd": g, "same": {k: v.clone() for k, v in g.items()},
+             "neg": {k: -v for k, v in g.items()}}
+    r = grad_align.alignment(grads)["global"]["angle_deg"]
+    assert r["opd~same"] == pytest.approx(0, abs=1e-4)
+    assert r["opd~neg"] == pytest.approx(180, abs=1e-4)
+    assert grad_align.alignment({"opd": g, "ctx": {k: 0 * v for k, v in g.items()}}
+                                )["global"]["angle_deg"]["opd~ctx"] is None
+
+
+def test_nca_orthogonal_component():
+    o = {"w": torch.tensor([1.0, 0.0])}
+    n = {"w": torch.tensor([1.0, 1.0])}
+    r = grad_align.alignment({"opd": o, "nca": n})["global"]
+    assert r["nca_orth_to_opd"] == pytest.approx(math.sqrt(0.5))
+
+
+def test_zero_delta_and_squares_sum(folders):
+    same = param_delta.deltas(folders["qwen3"], [folders["qwen3"]])["per_checkpoint"]
+    assert next(iter(same.values()))["global_rel"] == 0
+    r = param_delta.deltas(folders["qwen3"], [folders["qwen3_b"]])
+    t = next(iter(r["per_checkpoint"].values()))
+    assert sum(t["share"].values()) == pytest.approx(1.0)
+    total = sum(float(v.pow(2).sum()) for v in next(iter(r["_deltas"].values())).values())
+    assert t["global_sq"] == pytest.approx(total)
+    assert {"q_proj", "k_proj", "embed", "lm_head"} <= t["per_module"].keys()
+
+
+def test_architecture_mismatch_refused(folders):
+    with pytest.raises(ValueError, match="model_type"):
+        param_delta.deltas(folders["qwen3"], [folders["llama"]])
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen2", "llama"])
+def test_commands_on_custom_checkpoints(folders, tmp_path, arch):
+    path = str(folders[arch])
+    rep = layer_sim.main([path, "--task", "sokoban", "--context", "state", "--n-levels", "6",
+                          "--threads", "1", "--out", str(tmp_path / "ls")])
+    assert set(rep["results"]) == {"random_init", arch}
+    assert (tmp_path / "ls.html").exists()
+    assert json.loads((tmp_path / "ls.json").read_text())["layers"][0] == "embed"
+    ga = grad_align.main([path, "--teacher", path, "--task", "frozenlake", "--context", "plan",
+                          "--batch", "4", "--threads", "1", "--out", str(tmp_path / "ga")])
+    g = ga["results"][arch]["global"]  # student == teacher: ctx is zero, so it has no angle
+    assert g["norm"]["ctx"] < 1e-4 * g["norm"]["opd"] and g["angle_deg"]["opd~ctx"] is None
+    pd = param_delta.main([path, path, "--init", path, "--out", str(tmp_path / "pd")])
+    assert pd["per_checkpoint"][path]["global_rel"] == 0
