@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from nca_interp.assets import resolve
 from nca_interp.checkpoint import load_checkpoint, read_run_config
 from nca_interp.cli import parse_config, to_dict
 from nca_interp.evaluate import max_response_tokens
@@ -109,7 +110,7 @@ class GradAlignConfig:
 
 def teacher_of(path: str, override: str | None) -> str:
     run = read_run_config(path)
-    t = override or run.get("teacher") or run.get("student")
+    t = override or resolve(run.get("teacher")) or resolve(run.get("student"))
     if not t:
         raise ValueError(f"{path} does not name its teacher in run_config.json; pass --teacher")
     return t

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from nca_interp.assets import resolve
 from nca_interp.checkpoint import load_checkpoint, read_run_config, save_checkpoint
 from nca_interp.cli import parse_config, to_dict
 from nca_interp.evaluate import max_response_tokens, task_from_args
@@ -157,7 +158,7 @@ def with_initial_checkpoints(paths: list[str]) -> list[str]:
     seen = {str(Path(p).resolve()) for p in paths}
     bases = []
     for p in paths:
-        init = read_run_config(p).get("student")
+        init = resolve(read_run_config(p).get("student"))
         if init and Path(init).exists() and str(Path(init).resolve()) not in seen:
             seen.add(str(Path(init).resolve()))
             bases.append(init)

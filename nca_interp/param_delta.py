@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from nca_interp.assets import resolve
 from nca_interp.checkpoint import read_run_config, verify_folder
 from nca_interp.cli import parse_config, to_dict
 from nca_interp.names import GLOBAL_MODULES, MODULES, module_of
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> dict:
         from nca_interp.assets import embedded
 
         cfg.ckpt = [str(embedded("sokoban_opd")), str(embedded("sokoban_nca"))]
-    init = cfg.init or read_run_config(cfg.ckpt[0]).get("student")
+    init = cfg.init or resolve(read_run_config(cfg.ckpt[0]).get("student"))
     if not init:
         raise ValueError(f"{cfg.ckpt[0]} does not name its initial checkpoint; pass --init")
     result = deltas(init, cfg.ckpt)

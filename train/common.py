@@ -56,7 +56,8 @@ class Run:
         saved = self.dir / ckpt.RUN_CONFIG
         if saved.exists():
             old = json.loads(saved.read_text())
-            diff = {k for k in run_config if k not in ("steps",) and old.get(k) != run_config[k]}
+            free = ("steps", "threads", "eval_every", "eval_levels", "save_every")
+            diff = {k for k in run_config if k not in free and old.get(k) != run_config[k]}
             if diff:
                 raise ValueError(f"{self.dir} holds a run with a different config ({sorted(diff)}"
                                  "); resume with the same arguments or choose another --out")

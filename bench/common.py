@@ -1,0 +1,29 @@
+"""Shared timing helpers for the benchmarks (one thing at a time: the machine has 2 cores)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+def timeit(fn, repeat: int = 10, warmup: int = 2) -> float:
+    """Median seconds per call."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
+def matmul_peak_gflops(threads: int, sizes=(512, 1024, 2048)) -> float:
+    torch.set_num_threads(threads)
+    best = 0.0
+    for n in sizes:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        s = timeit(lambda: a @ b, repeat=5, warmup=1)
+        best = max(best, 2 * n**3 / s / 1e9)
+    return best
