@@ -56,7 +56,7 @@ class Run:
         saved = self.dir / ckpt.RUN_CONFIG
         if saved.exists():
             old = json.loads(saved.read_text())
-            free = ("steps", "threads", "eval_every", "eval_levels", "save_every")
+            free = ("out", "steps", "threads", "eval_every", "eval_levels", "save_every")
             diff = {k for k in run_config if k not in free and old.get(k) != run_config[k]}
             if diff:
                 raise ValueError(f"{self.dir} holds a run with a different config ({sorted(diff)}"

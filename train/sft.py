@@ -37,7 +37,10 @@ class SFTConfig:
     num_holes: int = field(default=4, metadata={"help": "frozenlake holes"})
     contexts: list[str] = field(default_factory=lambda: ["state", "plan"],
                                 metadata={"help": "context kinds to train with"})
-    p_no_context: float = field(default=0.3, metadata={"help": "fraction without context"})
+    p_no_context: float = field(default=0.1, metadata={"help": "fraction without context"})
+    p_detour: float = field(default=0.3, metadata={
+        "help": "fraction whose response starts with 1-2 random moves (not trained on) followed "
+                "by the optimal plan from there, so the teacher stays right off its own path"})
     steps: int = field(default=1500, metadata={"help": "optimizer steps"})
     batch: int = field(default=128, metadata={"help": "examples per step"})
     lr: float = field(default=2e-3, metadata={"help": "peak learning rate"})
@@ -68,14 +71,25 @@ def task_record(cfg) -> dict:
 
 
 def batch_for_step(task, cfg: SFTConfig, step: int, held_out: set[str]):
-    """Deterministic in (seed, step): the same batch after a resume."""
+    """Prompts, response texts and how many leading response tokens are a detour (no loss).
+    Deterministic in (seed, step): the same batch after a resume."""
     rng = random.Random(f"sft-{cfg.seed}-{step}")
     levels = task.sample_levels(f"train-{cfg.seed}-{step}", cfg.batch, held_out)
-    prompts = []
+    prompts, targets, skip = [], [], []
     for lv in levels:
         kind = None if rng.random() < cfg.p_no_context else rng.choice(cfg.contexts)
         prompts.append(task.prompt(lv, None if kind is None else task.context(lv, kind)))
-    return prompts, [task.target(lv) for lv in levels]
+        detour, rest = "", lv
+        if rng.random() < cfg.p_detour:
+            for _ in range(8):  # a few draws until the detour is legal and off the optimal path
+                moves = "".join(rng.choice("UDLR") for _ in range(rng.randint(1, 2)))
+                moved = task.game.advance(lv, moves)
+                if moved is not None and moves != lv.solution[: len(moves)]:
+                    detour, rest = moves, moved
+                    break
+        targets.append(detour + rest.solution)
+        skip.append(len(detour))
+    return prompts, targets, skip
 
 
 def evaluate_views(model, tok, task, levels, kinds) -> dict[str, float]:
@@ -111,9 +125,11 @@ def main(argv: list[str] | None = None) -> None:
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc="sft")
     for step in bar:
         t0 = time.time()
-        prompts, targets = batch_for_step(task, cfg, step, held_out)
+        prompts, targets, skip = batch_for_step(task, cfg, step, held_out)
         ids, mask = encode(tok, prompts, context_limit(model), reserve=32)
         resp, rmask = target_batch(tok, targets)
+        for i, n in enumerate(skip):  # char tokenizer: one token per move
+            rmask[i, :n] = 0
         logits = response_logits(model, ids, mask, resp, rmask)
         loss = (F.cross_entropy(logits.transpose(1, 2), resp, reduction="none") * rmask).sum() \
             / rmask.sum()

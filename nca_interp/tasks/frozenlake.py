@@ -149,3 +149,19 @@ def state_context(level: FrozenLakeLevel) -> str:
     holes = " ".join(f"H{r},{c}" for r, c in sorted(level.holes))
     dr, dc = level.goal[0] - level.start[0], level.goal[1] - level.start[1]
     return f"{holes} G{dr:+d},{dc:+d}".strip()
+
+
+def advance(level: FrozenLakeLevel, moves: str) -> FrozenLakeLevel | None:
+    """The level with the player moved by `moves` (on the grid, no hole, not at the goal),
+    re-solved; None otherwise."""
+    p = level.start
+    for m in moves:
+        dr, dc = MOVES[m]
+        p = (p[0] + dr, p[1] + dc)
+        if not (0 <= p[0] < level.size and 0 <= p[1] < level.size) or p in level.holes:
+            return None
+    if p == level.goal:
+        return None
+    moved = FrozenLakeLevel(level.size, level.holes, p, level.goal)
+    plan = solve(moved)
+    return None if plan is None else FrozenLakeLevel(level.size, level.holes, p, level.goal, plan)

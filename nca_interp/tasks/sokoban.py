@@ -244,3 +244,19 @@ def state_context(level: SokobanLevel) -> str:
         t = min(level.targets, key=lambda t: abs(t[0] - b[0]) + abs(t[1] - b[1]))
         parts.append(f"D{t[0] - b[0]:+d},{t[1] - b[1]:+d}")
     return " ".join(parts)
+
+
+def advance(level: SokobanLevel, moves: str) -> SokobanLevel | None:
+    """The level after `moves` (all valid, not yet solved), re-solved; None otherwise."""
+    boxes, player = level.boxes, level.player
+    for m in moves:
+        nxt = step(level, boxes, player, m)
+        if nxt is None:
+            return None
+        boxes, player = nxt
+    if set(boxes) == set(level.targets):
+        return None
+    moved = SokobanLevel(level.height, level.width, level.walls, level.targets, boxes, player)
+    plan = solve(moved)
+    return None if plan is None else SokobanLevel(level.height, level.width, level.walls,
+                                                  level.targets, boxes, player, plan)

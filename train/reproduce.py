@@ -1,0 +1,202 @@
+"""From nothing to every figure: teacher, OPD and NCA students per seed, context-return table,
+layer_sim, grad_align over training checkpoints, param_delta, and a manifest.
+
+    python -m train.reproduce --task sokoban --seeds 0,1,2
+    python -m train.reproduce --task sokoban --quick          # one seed, short runs
+
+Stages whose outputs exist are skipped (training stages resume after a kill: each run directory
+continues from its last checkpoint). Outputs: runs/<task>_* (checkpoints) and figures/<task>/
+(JSON, HTML, PNG with --png). figures/<task>/manifest.json records, per file, the command,
+commit, seeds and wall time that produced it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from nca_interp import evaluate, grad_align, layer_sim, param_delta
+from nca_interp.checkpoint import git_commit, latest_step_checkpoint, verify_folder
+from nca_interp.cli import parse_config, to_dict
+from train import distill, sft
+
+TASK_ARGS = {
+    "sokoban": ["--task", "sokoban"],
+    "sokoban8": ["--task", "sokoban", "--dim-room", "8,8"],
+    "frozenlake": ["--task", "frozenlake"],
+}
+
+
+@dataclass
+class ReproduceConfig:
+    task: str = field(default="sokoban", metadata={"help": "sokoban|sokoban8|frozenlake"})
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={
+        "help": "distillation seeds (the teacher is shared)"})
+    context: str = field(default="plan", metadata={"help": "context kind to distil"})
+    teacher_steps: int = field(default=1000, metadata={"help": "teacher SFT steps"})
+    distill_steps: int = field(default=200, metadata={"help": "OPD/NCA steps"})
+    batch: int = field(default=128, metadata={"help": "OPD/NCA prompts per step"})
+    lr: float = field(default=3e-4, metadata={"help": "OPD/NCA learning rate"})
+    beta: float = field(default=1.0, metadata={"help": "NCA weight"})
+    save_every: int = field(default=25, metadata={"help": "distillation checkpoint interval"})
+    n_levels: int = field(default=1000, metadata={"help": "held-out levels for evaluation"})
+    quick: bool = field(default=False, metadata={"help": "one seed, 40 distill steps, 300 levels"})
+    runs: str = field(default="runs", metadata={"help": "where run directories go"})
+    figures: str = field(default="figures", metadata={"help": "where figures go"})
+    png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
+    threads: int = field(default=2, metadata={"help": "torch threads"})
+    jobs: int = field(default=2, metadata={
+        "help": "distillation runs in parallel (threads are split between them; on 2 cores two "
+                "1-thread runs beat one 2-thread run for these tiny models)"})
+
+
+class Manifest:
+    def __init__(self, path: Path, cfg: ReproduceConfig):
+        self.path, self.cfg = path, cfg
+        self.data = json.loads(path.read_text()) if path.exists() else {"files": {}}
+
+    def record(self, files: list[str], command: list[str], seconds: float) -> None:
+        for f in files:
+            self.data["files"][str(f)] = {"command": " ".join(command), "commit": git_commit(),
+                                          "seeds": self.cfg.seeds, "seconds": round(seconds, 1),
+                                          "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+        self.data["config"] = to_dict(self.cfg)
+        self.path.write_text(json.dumps(self.data, indent=1))
+
+
+def done(run_dir: Path, steps: int) -> bool:
+    last = latest_step_checkpoint(run_dir)
+    return last is not None and last.name == f"step_{steps:06d}"
+
+
+def stage(name: str, manifest: Manifest, outputs: list[Path], module: str, fn,
+          argv: list[str]) -> None:
+    """Run `fn(argv)` unless every output exists; record what produced the outputs."""
+    if outputs and all(p.exists() for p in outputs):
+        print(f"[skip] {name}: outputs exist")
+        return
+    print(f"[run] {name}: python -m {module} {' '.join(argv)}")
+    t0 = time.time()
+    fn(argv)
+    manifest.record([str(p) for p in outputs], ["python", "-m", module, *argv], time.time() - t0)
+
+
+def run_parallel(pending: list, jobs: int, manifest: Manifest) -> None:
+    """Distillation runs as subprocesses, `jobs` at a time; each logs to OUT.log."""
+    import subprocess
+    import sys
+
+    running: list = []
+    while pending or running:
+        while pending and len(running) < jobs:
+            name, final, out, args = pending.pop(0)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            log = open(f"{out}.log", "w")
+            print(f"[run] {name}: python -m train.distill {' '.join(args)}")
+            proc = subprocess.Popen([sys.executable, "-m", "train.distill", *args], stdout=log,
+                                    stderr=subprocess.STDOUT)
+            running.append((name, final, args, proc, time.time()))
+        time.sleep(2)
+        for item in list(running):
+            name, final, args, proc, t0 = item
+            if proc.poll() is not None:
+                running.remove(item)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"{name} failed (exit {proc.returncode}); see its .log")
+                manifest.record([str(final)], ["python", "-m", "train.distill", *args],
+                                time.time() - t0)
+
+
+def method_of(run_name: str) -> str:
+    """`sokoban_base` -> base, `sokoban_opd_s1` -> opd."""
+    parts = run_name.split("_")
+    return "base" if parts[-1] == "base" else parts[-2]
+
+
+def summarise(reports: dict[str, dict], seeds: list[int]) -> dict[str, dict]:
+    """Mean over seeds and the seed range, per method (base has one entry)."""
+    out = {}
+    for method in ("base", "opd", "nca"):
+        runs = [r for name, r in reports.items() if method_of(name) == method]
+        if not runs:
+            continue
+        keys = ["win_no_c", "win_c", "harm", "flip", "help", "both", "rel_len"]
+        out[method] = {k: {"mean": float(np.mean([r[k] for r in runs])),
+                           "min": float(np.min([r[k] for r in runs])),
+                           "max": float(np.max([r[k] for r in runs]))} for k in keys}
+        out[method]["regimes"] = [r["regime"] for r in runs]
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg = parse_config(ReproduceConfig, argv, __doc__)
+    if cfg.quick:
+        cfg.seeds, cfg.distill_steps, cfg.n_levels = cfg.seeds[:1], 40, 300
+    t_start = time.time()
+    runs, figs = Path(cfg.runs), Path(cfg.figures) / cfg.task
+    figs.mkdir(parents=True, exist_ok=True)
+    manifest = Manifest(figs / "manifest.json", cfg)
+    common = ["--threads", str(cfg.threads)]
+    base = runs / f"{cfg.task}_base"
+    base_args = ["--out", str(base), *TASK_ARGS[cfg.task], "--steps", str(cfg.teacher_steps),
+                 *common]
+    stage("teacher", manifest, [base / "checkpoints" / f"step_{cfg.teacher_steps:06d}"],
+          "train.sft", sft.main, base_args)
+    students, pending = {}, []
+    for seed in cfg.seeds:
+        for method in ("opd", "nca"):
+            out = runs / f"{cfg.task}_{method}_s{seed}"
+            students[f"{method}_s{seed}"] = out
+            args = ["--method", method, "--student", str(base), "--out", str(out),
+                    "--context", cfg.context, "--steps", str(cfg.distill_steps),
+                    "--batch", str(cfg.batch), "--lr", str(cfg.lr), "--beta", str(cfg.beta),
+                    "--save-every", str(cfg.save_every), "--seed", str(seed),
+                    "--threads", str(max(1, cfg.threads // cfg.jobs))]
+            final = out / "checkpoints" / f"step_{cfg.distill_steps:06d}"
+            if final.exists():
+                print(f"[skip] {method} seed {seed}: outputs exist")
+            else:
+                pending.append((f"{method} seed {seed}", final, out, args))
+    run_parallel(pending, cfg.jobs, manifest)
+    ckpts = [str(base)] + [str(p) for p in students.values()]
+    for c in ckpts:
+        verify_folder(c)
+
+    ev_json = figs / "context_return.json"
+    stage("context-return evaluation", manifest, [ev_json], "nca_interp.evaluate",
+          evaluate.main, [*ckpts, "--context", cfg.context, "--n-levels", str(cfg.n_levels),
+                          "--out", str(ev_json), *common])
+    reports = json.loads(ev_json.read_text())["reports"]
+    (figs / "context_return.md").write_text(evaluate.format_markdown(reports) + "\n")
+    summary = summarise(reports, cfg.seeds)
+    (figs / "context_return_summary.json").write_text(json.dumps(summary, indent=1))
+    manifest.record([str(figs / "context_return.md"), str(figs / "context_return_summary.json")],
+                    ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
+
+    png = ["--png", "true"] if cfg.png else []
+    stage("layer_sim", manifest, [figs / "layer_sim.json"], "nca_interp.layer_sim",
+          layer_sim.main, [*ckpts, "--context", cfg.context, "--out", str(figs / "layer_sim"),
+                           *png, *common])
+    for method in ("opd", "nca"):
+        run = students[f"{method}_s{cfg.seeds[0]}"]
+        steps = sorted(str(p) for p in (run / "checkpoints").glob("step_*"))
+        stage(f"grad_align {method}", manifest, [figs / f"grad_align_{method}.json"],
+              "nca_interp.grad_align", grad_align.main,
+              [*steps, "--teacher", str(base), "--context", cfg.context,
+               "--out", str(figs / f"grad_align_{method}"), *png, *common])
+    s0 = cfg.seeds[0]
+    stage("param_delta", manifest, [figs / "param_delta.json"], "nca_interp.param_delta",
+          param_delta.main, [str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"]),
+                             "--init", str(base), "--out", str(figs / "param_delta"), *png])
+    total = time.time() - t_start
+    manifest.data["last_run_seconds"] = round(total, 1)
+    manifest.path.write_text(json.dumps(manifest.data, indent=1))
+    print(f"reproduce {cfg.task}: done in {total / 60:.1f} min; figures in {figs}")
+
+
+if __name__ == "__main__":
+    main()
