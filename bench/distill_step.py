@@ -15,9 +15,10 @@ import torch
 
 from bench.common import timeit
 from nca_interp.checkpoint import load_checkpoint
-from nca_interp.evaluate import max_response_tokens, task_from_args
+from nca_interp.evaluate import max_response_tokens
 from nca_interp.losses import combine, loss_terms
 from nca_interp.rollout import encode, onpolicy_batch, sample
+from nca_interp.tasks import make_task
 
 
 def main(argv=None):
@@ -36,7 +37,7 @@ def main(argv=None):
     student, tok = load_checkpoint(args.ckpt)
     teacher, _ = load_checkpoint(args.ckpt)
     teacher.requires_grad_(False)
-    task = task_from_args("sokoban")
+    task = make_task("sokoban")
     levels = task.levels("bench", args.batch)
     max_new = max_response_tokens(task)
     gen = torch.Generator().manual_seed(0)
@@ -89,7 +90,8 @@ def main(argv=None):
             ("step ratio measured (+sampling)", f"{meas_step:.3f}"),
             ("step ratio predicted (+sampling)", f"{pred_step:.3f}"),
             ("measured / predicted (update)", f"{t_nca / t_opd / pred_update:.3f}"),
-            ("greedy: ours KV cache (s)", f"{t_ours:.3f}"), ("greedy: HF generate (s)", f"{t_hf:.3f}"),
+            ("greedy: ours KV cache (s)", f"{t_ours:.3f}"),
+            ("greedy: HF generate (s)", f"{t_hf:.3f}"),
             ("HF / ours", f"{t_hf / t_ours:.2f}x"),
             ("token agreement ours vs HF", f"{agree:.4f}")]
     for k, v in rows:

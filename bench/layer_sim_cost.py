@@ -12,9 +12,9 @@ import torch
 
 from bench.common import timeit
 from nca_interp.checkpoint import load_checkpoint
-from nca_interp.evaluate import task_from_args
 from nca_interp.hooks import boot_bridge, capture
 from nca_interp.rollout import encode, positions
+from nca_interp.tasks import make_task
 
 
 def main(argv=None):
@@ -33,7 +33,7 @@ def main(argv=None):
     eager, _ = load_checkpoint(args.ckpt)
     eager.set_attn_implementation("eager")
     bridge = boot_bridge(args.ckpt)
-    task = task_from_args("sokoban")
+    task = make_task("sokoban")
     levels = task.levels("bench", args.batch)
     ids, mask = encode(tok, [task.prompt(lv, task.context(lv, "state")) + lv.solution
                              for lv in levels])

@@ -154,9 +154,10 @@ def verify_folder(path: str | Path) -> Path:
         try:
             with safe_open(str(w), framework="pt") as f:
                 f.keys()
-        except (SafetensorError, OSError, Exception) as e:  # noqa: BLE001 - any parse failure
+        except (SafetensorError, OSError, Exception) as e:  # any parse failure
             raise CheckpointError(f"{w} is not a valid safetensors file ({e}); the file is "
-                                  "truncated or corrupt: restore it or use another checkpoint")
+                                  "truncated or corrupt: restore it or use another "
+                                  "checkpoint") from e
     return path
 
 

@@ -29,14 +29,16 @@ from nca_interp.checkpoint import load_checkpoint, read_run_config
 from nca_interp.cli import parse_config, to_dict
 from nca_interp.models import context_limit
 from nca_interp.rollout import decode_responses, encode, sample
-from nca_interp.tasks import Task, make_task
+from nca_interp.tasks import Task, task_from_record
 
 
-def task_from_args(name: str, fmt: str = "compact", dim_room: tuple[int, ...] = (6, 6),
-                   num_boxes: int = 1, size: int = 4, num_holes: int = 4) -> Task:
-    if name == "sokoban":
-        return make_task(name, fmt, dim_room=tuple(dim_room), num_boxes=num_boxes)
-    return make_task(name, fmt, size=size, num_holes=num_holes)
+def task_for_checkpoints(paths: list[str], name: str | None = None,
+                         fmt: str | None = None) -> Task:
+    """The task recorded in the first of `paths` whose run_config.json names one (a foreign
+    checkpoint has none: then `name`, default sokoban, with that game's defaults)."""
+    records = [read_run_config(p).get("task") for p in paths]
+    record = next((r for r in records if isinstance(r, dict)), None)
+    return task_from_record(record, name, fmt)
 
 
 def max_response_tokens(task: Task) -> int:
@@ -158,20 +160,11 @@ def default_checkpoints() -> list[str]:
     return [str(embedded("sokoban_base"))]
 
 
-def task_for(cfg: EvalConfig, ckpt_dir: str) -> Task:
-    run = read_run_config(ckpt_dir)
-    t = run.get("task", {}) if isinstance(run.get("task"), dict) else {}
-    name = cfg.task or t.get("name") or "sokoban"
-    return task_from_args(name, cfg.fmt or t.get("fmt", "compact"),
-                          tuple(t.get("dim_room", (6, 6))), t.get("num_boxes", 1),
-                          t.get("size", 4), t.get("num_holes", 4))
-
-
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_config(EvalConfig, argv, __doc__, positional="ckpt")
     torch.set_num_threads(cfg.threads)
     paths = cfg.ckpt or default_checkpoints()
-    task = task_for(cfg, paths[0])
+    task = task_for_checkpoints(paths, cfg.task, cfg.fmt)
     reports = {}
     for p in paths:
         model, tok = load_checkpoint(p)

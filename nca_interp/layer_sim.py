@@ -28,7 +28,7 @@ import torch
 from nca_interp.assets import resolve
 from nca_interp.checkpoint import load_checkpoint, read_run_config, save_checkpoint
 from nca_interp.cli import parse_config, to_dict
-from nca_interp.evaluate import max_response_tokens, task_from_args
+from nca_interp.evaluate import max_response_tokens, task_for_checkpoints
 from nca_interp.hooks import boot_bridge, capture
 from nca_interp.models import context_limit
 from nca_interp.rollout import encode, sample
@@ -167,13 +167,8 @@ def with_initial_checkpoints(paths: list[str]) -> list[str]:
 
 def resolve_task_and_context(paths: list[str], task: str | None, context: str | None):
     runs = [read_run_config(p) for p in paths]
-    t = next((r["task"] for r in runs if isinstance(r.get("task"), dict)), {})
     ctx = context or next((r["context"] for r in runs if r.get("context")), None) or "state"
-    name = task or t.get("name") or "sokoban"
-    same = t.get("name") == name
-    return task_from_args(name, t.get("fmt", "compact") if same else "compact",
-                          tuple(t.get("dim_room", (6, 6))), t.get("num_boxes", 1),
-                          t.get("size", 4), t.get("num_holes", 4)), ctx
+    return task_for_checkpoints(paths, task), ctx
 
 
 def format_table(results: dict[str, dict], metric: str, layers: list[str]) -> str:

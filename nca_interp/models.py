@@ -9,8 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import LlamaConfig, Qwen2Config, Qwen3Config, PreTrainedModel
-from transformers import AutoModelForCausalLM
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    PreTrainedModel,
+    Qwen2Config,
+    Qwen3Config,
+)
 
 ARCHS = {"qwen3": Qwen3Config, "qwen2": Qwen2Config, "llama": LlamaConfig}
 

@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 from nca_interp.assets import resolve
 from nca_interp.checkpoint import read_run_config, verify_folder
 from nca_interp.cli import parse_config, to_dict
-from nca_interp.names import GLOBAL_MODULES, MODULES, module_of
+from nca_interp.names import MODULES, module_of
 
 
 def load_weights(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:

@@ -39,7 +39,7 @@ def test_capture_matches_hf_hidden_states_and_removes_hooks(tok, folders):
             assert torch.allclose(got["resid"][i + 1][mask.bool()], hf[i + 1][mask.bool()],
                                   atol=1e-5)
     assert got["pattern"].shape[:2] == (L, 2)
-    with pytest.raises(Exception):
+    with pytest.raises(IndexError):
         capture(bridge, ids + 10**6, mask)  # a failing call must not leave hooks behind
     assert attached_hooks(bridge) == 0
 

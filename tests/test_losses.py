@@ -71,8 +71,8 @@ def test_nca_gradient_reaches_only_the_context_view(batch):
     student, b = batch
     import copy
 
-    from nca_interp.rollout import response_logits
     from nca_interp.losses import token_kl as kl
+    from nca_interp.rollout import response_logits
 
     no_c, with_c = student, copy.deepcopy(student)
     g = response_logits(no_c, b.x_ids, b.x_mask, b.resp, b.resp_mask)

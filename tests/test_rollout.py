@@ -1,8 +1,13 @@
 import pytest
 import torch
 
-from nca_interp.rollout import (ContextOverflowError, decode_responses, encode,
-                                response_logits, sample)
+from nca_interp.rollout import (
+    ContextOverflowError,
+    decode_responses,
+    encode,
+    response_logits,
+    sample,
+)
 
 
 def test_left_padding_matches_unpadded(tok, tiny_model):

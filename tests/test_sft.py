@@ -29,7 +29,8 @@ def test_sft_resumes_to_identical_weights(tmp_path, monkeypatch):
     a = load_file(tmp_path / "full" / "model.safetensors")
     b = load_file(tmp_path / "resumed" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
-    records = [json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    log = (tmp_path / "full" / "metrics.jsonl").read_text()
+    records = [json.loads(x) for x in log.splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3, 4]
     assert {"win_none", "win_state", "win_plan"} <= records[1].keys()
     run = json.loads((tmp_path / "full" / "run_config.json").read_text())

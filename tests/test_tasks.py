@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 
-from nca_interp.tasks import make_task, sokoban, frozenlake
+from nca_interp.tasks import frozenlake, make_task, sokoban
 from nca_interp.tasks.sokoban import SokobanConfig, generate_level, play, solve
 
 

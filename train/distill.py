@@ -27,10 +27,11 @@ from tqdm import tqdm
 
 from nca_interp.checkpoint import load_checkpoint, load_trainer_state, read_run_config
 from nca_interp.cli import parse_config, to_dict
-from nca_interp.evaluate import max_response_tokens, play_levels, task_from_args
+from nca_interp.evaluate import max_response_tokens, play_levels, task_for_checkpoints
 from nca_interp.losses import combine, loss_terms
 from nca_interp.models import context_limit
 from nca_interp.rollout import onpolicy_batch
+from nca_interp.tasks import task_record
 from train.common import Run, load_optimizer_state, lr_at, setup_torch
 
 
@@ -70,15 +71,9 @@ def check_same_tokenizer(tok_a, tok_b, a: str, b: str) -> None:
 
 
 def task_for(cfg: DistillConfig, student_dir: str):
-    t = read_run_config(student_dir).get("task") or {}
-    name = cfg.task or t.get("name")
-    if name is None:
+    if cfg.task is None and not read_run_config(student_dir).get("task"):
         raise ValueError(f"{student_dir} has no run_config.json naming its task; pass --task")
-    same = t.get("name") == name
-    return task_from_args(name, t.get("fmt", "compact") if same else "compact",
-                          tuple(t.get("dim_room", (6, 6))) if same else (6, 6),
-                          t.get("num_boxes", 1) if same else 1, t.get("size", 4) if same else 4,
-                          t.get("num_holes", 4) if same else 4)
+    return task_for_checkpoints([student_dir], cfg.task)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -94,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     check_same_tokenizer(tok, tok_t, cfg.student, teacher_dir)
     teacher.requires_grad_(False)
     run = Run(cfg.out, {**to_dict(cfg), "kind": "distill", "beta_effective": beta,
-                        "task": read_run_config(cfg.student).get("task", {"name": task.name})})
+                        "task": task_record(task)})
     opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start = 0
     if (last := run.resume_point()) is not None:

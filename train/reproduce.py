@@ -22,7 +22,7 @@ import numpy as np
 from nca_interp import evaluate, grad_align, layer_sim, param_delta
 from nca_interp.checkpoint import git_commit, latest_step_checkpoint, verify_folder
 from nca_interp.cli import parse_config, to_dict
-from train import distill, sft
+from train import sft
 
 TASK_ARGS = {
     "sokoban": ["--task", "sokoban"],

@@ -20,9 +20,10 @@ from tqdm import tqdm
 
 from nca_interp.checkpoint import load_trainer_state
 from nca_interp.cli import parse_config, to_dict
-from nca_interp.evaluate import play_levels, task_from_args
+from nca_interp.evaluate import play_levels
 from nca_interp.models import ModelConfig, build_model, context_limit
 from nca_interp.rollout import encode, response_logits, target_batch
+from nca_interp.tasks import Task, make_task, task_record
 from nca_interp.tokenizer import build_char_tokenizer
 from train.common import Run, load_optimizer_state, lr_at, setup_torch
 
@@ -31,7 +32,8 @@ from train.common import Run, load_optimizer_state, lr_at, setup_torch
 class SFTConfig:
     out: str = field(default="runs/sokoban_base", metadata={"help": "run directory"})
     task: str = field(default="sokoban", metadata={"help": "sokoban|frozenlake"})
-    dim_room: tuple[int, ...] = field(default=(6, 6), metadata={"help": "sokoban room, walls incl."})
+    dim_room: tuple[int, ...] = field(default=(6, 6),
+                                      metadata={"help": "sokoban room, walls included"})
     num_boxes: int = field(default=1, metadata={"help": "sokoban boxes"})
     size: int = field(default=4, metadata={"help": "frozenlake grid size"})
     num_holes: int = field(default=4, metadata={"help": "frozenlake holes"})
@@ -60,14 +62,10 @@ class SFTConfig:
     threads: int = field(default=2, metadata={"help": "torch threads"})
 
 
-def task_of(cfg):
-    return task_from_args(cfg.task, "compact", cfg.dim_room, cfg.num_boxes, cfg.size,
-                          cfg.num_holes)
-
-
-def task_record(cfg) -> dict:
-    return {"name": cfg.task, "fmt": "compact", "dim_room": list(cfg.dim_room),
-            "num_boxes": cfg.num_boxes, "size": cfg.size, "num_holes": cfg.num_holes}
+def task_of(cfg: SFTConfig) -> Task:
+    if cfg.task == "sokoban":
+        return make_task("sokoban", dim_room=tuple(cfg.dim_room), num_boxes=cfg.num_boxes)
+    return make_task(cfg.task, size=cfg.size, num_holes=cfg.num_holes)
 
 
 def batch_for_step(task, cfg: SFTConfig, step: int, held_out: set[str]):
@@ -105,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(SFTConfig, argv, __doc__)
     setup_torch(cfg.threads)
     task = task_of(cfg)
-    run = Run(cfg.out, {**to_dict(cfg), "kind": "sft", "task": task_record(cfg)})
+    run = Run(cfg.out, {**to_dict(cfg), "kind": "sft", "task": task_record(task)})
     tok = build_char_tokenizer()
     model = build_model(ModelConfig(cfg.arch, cfg.n_layers, cfg.d_model, cfg.n_heads,
                                     cfg.n_heads, cfg.d_mlp), tok, cfg.seed)

@@ -11,7 +11,7 @@ prompt x is always a suffix of the teacher prompt [c, x] and response tokens lin
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from importlib import resources
 from types import ModuleType
 
@@ -127,3 +127,29 @@ def make_task(name: str, fmt: str = "compact", plan_k: int = 3, **config) -> Tas
     if name == "frozenlake":
         return Task(name, frozenlake, frozenlake.FrozenLakeConfig(**config), fmt, plan_k)
     raise ValueError(f"unknown task {name!r}; choose sokoban or frozenlake")
+
+
+def task_record(task: Task) -> dict:
+    """What a run config stores about its task; `task_from_record` reads it back."""
+    return {"name": task.name, "fmt": task.fmt, "plan_k": task.plan_k,
+            **json_safe(asdict(task.config))}
+
+
+def json_safe(d: dict) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+def task_from_record(record: dict | None, name: str | None = None,
+                     fmt: str | None = None) -> Task:
+    """The task a run was trained on. `name` overrides it (a different game then starts from
+    that game's defaults); `fmt` overrides the rendering."""
+    record = record if isinstance(record, dict) else {}
+    name = name or record.get("name") or "sokoban"
+    if record.get("name") != name:
+        record = {}
+    game = {"sokoban": sokoban.SokobanConfig, "frozenlake": frozenlake.FrozenLakeConfig}.get(name)
+    if game is None:
+        raise ValueError(f"unknown task {name!r}; choose sokoban or frozenlake")
+    known = {f.name for f in fields(game)}
+    config = {k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k in known}
+    return make_task(name, fmt or record.get("fmt", "compact"), record.get("plan_k", 3), **config)
