@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 
 .PHONY: demo test lab
 demo: $(STAMP)
-	$(PY) -m nca_interp.evaluate
+	$(PY) -m nca_interp.layer_sim
 
 test: $(STAMP)
 	$(PY) -m pytest -q

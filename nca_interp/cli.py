@@ -44,7 +44,8 @@ def parse_config(cls, argv: list[str] | None, description: str | None = None,
                             type=_parser_for(hints[f.name]), default=default,
                             help=f"{f.metadata.get('help', '')} (default: {shown})")
     if positional:
-        parser.add_argument("_positional", nargs="*", help=f"same as --{positional}")
+        parser.add_argument("_positional", nargs="*", metavar=positional.upper(),
+                            help=f"same as --{positional}")
     ns = vars(parser.parse_args(argv))
     extra = ns.pop("_positional", None)
     if extra:

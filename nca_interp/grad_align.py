@@ -103,7 +103,7 @@ class GradAlignConfig:
     batch: int = field(default=64, metadata={"help": "on-policy prompts"})
     temperature: float = field(default=1.0, metadata={"help": "rollout temperature"})
     seed: int = field(default=0, metadata={"help": "levels and sampling seed"})
-    out: str = field(default="figures/grad_align", metadata={"help": "output stem"})
+    out: str = field(default="figures/demo/grad_align", metadata={"help": "output stem"})
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
 

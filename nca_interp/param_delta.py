@@ -131,7 +131,7 @@ class ParamDeltaConfig:
     pair: list[str] = field(default_factory=list, metadata={
         "help": "two of the checkpoints to compare (A,B: specific delta = dB - dA); "
                 "default: the first two"})
-    out: str = field(default="figures/param_delta", metadata={"help": "output stem"})
+    out: str = field(default="figures/demo/param_delta", metadata={"help": "output stem"})
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
 
 

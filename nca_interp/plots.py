@@ -11,16 +11,19 @@ import os
 from pathlib import Path
 
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 PALETTE = {"random_init": "#9e9e9e", "base": "#1f77b4", "opd": "#d62728", "nca": "#2ca02c"}
 
 
-def _color(name: str, i: int) -> str | None:
-    for key, c in PALETTE.items():
-        if key in name.lower():
-            return c
-    return None
+def _line(name: str, i: int) -> dict:
+    """One colour per method (base/opd/nca/random), a dash style per seed (`..._s1`)."""
+    color = next((c for key, c in PALETTE.items() if key in name.lower()),
+                 qualitative.Plotly[i % len(qualitative.Plotly)])
+    seed = name.rsplit("_s", 1)[-1] if "_s" in name else ""
+    dash = ["solid", "dash", "dot", "dashdot"][int(seed) % 4] if seed.isdigit() else "solid"
+    return {"color": color, "dash": dash}
 
 
 def layer_sim_figure(report: dict) -> go.Figure:
@@ -30,9 +33,9 @@ def layer_sim_figure(report: dict) -> go.Figure:
               "attention mass on context"]
     fig = make_subplots(rows=2, cols=2, subplot_titles=titles)
     for i, (name, r) in enumerate(report["results"].items()):
-        color = _color(name, i)
-        kw = dict(name=name, legendgroup=name, line=dict(color=color), mode="lines+markers")
-        fig.add_trace(go.Scatter(x=layers, y=r["cos"], error_y=dict(array=r["cos_std"]), **kw),
+        kw = {"name": name, "legendgroup": name, "line": _line(name, i),
+              "mode": "lines+markers"}
+        fig.add_trace(go.Scatter(x=layers, y=r["cos"], error_y={"array": r["cos_std"]}, **kw),
                       1, 1)
         fig.add_trace(go.Scatter(x=layers, y=r["cos_centred"], showlegend=False, **kw), 1, 2)
         fig.add_trace(go.Scatter(x=layers, y=r["cka"], showlegend=False, **kw), 2, 1)
@@ -78,6 +81,24 @@ def grad_align_over_steps(report: dict) -> go.Figure:
     fig.add_hline(y=90, line_dash="dot")
     fig.update_layout(title="gradient angles over training", xaxis_title="step",
                       yaxis_title="degrees", height=450, width=900)
+    return fig
+
+
+def context_return_figure(summary: dict, task: str, context: str) -> go.Figure:
+    """Bars per metric and method: mean over seeds, error bars spanning min..max."""
+    metrics = ["win_no_c", "win_c", "harm", "help", "both"]
+    fig = go.Figure()
+    for method, r in summary.items():
+        mean = [r[m]["mean"] for m in metrics]
+        fig.add_trace(go.Bar(
+            name=f"{method} ({'/'.join(r['regimes'])})", x=metrics, y=mean,
+            marker_color=PALETTE.get(method),
+            error_y={"type": "data", "symmetric": False,
+                     "array": [r[m]["max"] - r[m]["mean"] for m in metrics],
+                     "arrayminus": [r[m]["mean"] - r[m]["min"] for m in metrics]}))
+    fig.update_layout(title=f"{task}: context return (context '{context}'; bars: mean over "
+                            "seeds, whiskers: min-max; legend: regime per seed)",
+                      barmode="group", yaxis=dict(range=[0, 1]), height=450, width=900)
     return fig
 
 

@@ -132,6 +132,42 @@ def summarise(reports: dict[str, dict], seeds: list[int]) -> dict[str, dict]:
     return out
 
 
+def render_figures(figs: Path, png: bool) -> list[str]:
+    """Every figure of the pipeline, drawn from its JSON (so figures never drift from data)."""
+    from nca_interp import plots
+
+    written = []
+    rep = json.loads((figs / "context_return.json").read_text())
+    summary = json.loads((figs / "context_return_summary.json").read_text())
+    ctx = rep["config"]["context"]
+    written += plots.write_figure(plots.context_return_figure(summary, figs.name, ctx),
+                                  figs / "context_return", png)
+    written += plots.write_figure(plots.layer_sim_figure(
+        json.loads((figs / "layer_sim.json").read_text())), figs / "layer_sim", png)
+    for method in ("opd", "nca"):
+        ga = json.loads((figs / f"grad_align_{method}.json").read_text())
+        written += plots.write_figure(plots.grad_align_figure(ga), figs / f"grad_align_{method}",
+                                      png)
+        written += plots.write_figure(plots.grad_align_over_steps(ga),
+                                      figs / f"grad_align_{method}_steps", png)
+    pd = json.loads((figs / "param_delta.json").read_text())
+    n = pd["n_layers"]
+    for path, r in pd["per_checkpoint"].items():
+        grid, rows, cols = param_delta.layer_module_grid(r["rel"], n)
+        written += plots.write_figure(plots.heatmap(grid, rows, cols,
+                                                    f"||dW|| / ||W0||: {Path(path).name}"),
+                                      figs / f"param_delta_{Path(path).name}", png)
+    cmp = pd["comparison"]
+    grid, rows, cols = param_delta.layer_module_grid(cmp["cos"], n)
+    written += plots.write_figure(plots.heatmap(grid, rows, cols, "cos(dOPD, dNCA) per module",
+                                                signed=True), figs / "param_delta_cos", png)
+    grid, rows, cols = param_delta.layer_module_grid(cmp["specific"]["rel"], n)
+    written += plots.write_figure(plots.heatmap(
+        grid, rows, cols, "NCA-specific delta ||dNCA - dOPD|| / ||W0||"),
+        figs / "param_delta_specific", png)
+    return written
+
+
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(ReproduceConfig, argv, __doc__)
     if cfg.quick:
@@ -177,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     manifest.record([str(figs / "context_return.md"), str(figs / "context_return_summary.json")],
                     ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
 
-    png = ["--png", "true"] if cfg.png else []
+    png: list[str] = []  # PNGs are rendered from the JSON at the end (render_figures)
     stage("layer_sim", manifest, [figs / "layer_sim.json"], "nca_interp.layer_sim",
           layer_sim.main, [*ckpts, "--context", cfg.context, "--out", str(figs / "layer_sim"),
                            *png, *common])
@@ -192,6 +228,8 @@ def main(argv: list[str] | None = None) -> None:
     stage("param_delta", manifest, [figs / "param_delta.json"], "nca_interp.param_delta",
           param_delta.main, [str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"]),
                              "--init", str(base), "--out", str(figs / "param_delta"), *png])
+    written = render_figures(figs, cfg.png)
+    manifest.record(written, ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
     total = time.time() - t_start
     manifest.data["last_run_seconds"] = round(total, 1)
     manifest.path.write_text(json.dumps(manifest.data, indent=1))

@@ -1,0 +1,33 @@
+import json
+
+import pytest
+
+from train import reproduce
+
+
+def test_method_of_and_summary():
+    assert reproduce.method_of("sokoban_base") == "base"
+    assert reproduce.method_of("frozenlake_opd_s2") == "opd"
+    reports = {n: {"win_no_c": w, "win_c": w, "harm": 0.1, "flip": 0.1, "help": 0.2,
+                   "both": 0.5, "rel_len": 0.0, "regime": "B"}
+               for n, w in [("t_base", 0.5), ("t_opd_s0", 0.6), ("t_opd_s1", 0.8)]}
+    s = reproduce.summarise(reports, [0, 1])
+    assert s["opd"]["win_no_c"] == {"mean": 0.7, "min": 0.6, "max": 0.8}
+    assert s["base"]["regimes"] == ["B"] and "nca" not in s
+
+
+@pytest.mark.slow
+def test_pipeline_end_to_end_and_skips(tmp_path):
+    argv = ["--task", "frozenlake", "--seeds", "0", "--teacher-steps", "10",
+            "--distill-steps", "4", "--save-every", "2", "--batch", "8", "--n-levels", "20",
+            "--runs", str(tmp_path / "runs"), "--figures", str(tmp_path / "figs")]
+    reproduce.main(argv)
+    figs = tmp_path / "figs" / "frozenlake"
+    for name in ("context_return.json", "layer_sim.json", "grad_align_opd.json",
+                 "param_delta.json", "layer_sim.html", "manifest.json"):
+        assert (figs / name).exists(), name
+    manifest = json.loads((figs / "manifest.json").read_text())
+    assert all(v["commit"] for v in manifest["files"].values())
+    before = (figs / "layer_sim.json").stat().st_mtime
+    reproduce.main(argv)  # everything exists: skipped
+    assert (figs / "layer_sim.json").stat().st_mtime == before

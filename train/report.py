@@ -1,0 +1,128 @@
+"""Markdown tables for the README, printed from a pipeline's JSON outputs (numbers are never
+typed by hand).
+
+    python -m train.report --task sokoban
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+def fmt_range(r: dict) -> str:
+    return f"{r['mean']:.3f} [{r['min']:.3f}, {r['max']:.3f}]"
+
+
+def context_return(figs: Path) -> str:
+    s = json.loads((figs / "context_return_summary.json").read_text())
+    keys = ["win_no_c", "win_c", "harm", "flip", "help", "both", "rel_len"]
+    rows = ["| model | " + " | ".join(keys) + " | regime per seed |",
+            "|---" * (len(keys) + 2) + "|"]
+    for method, r in s.items():
+        rows.append(f"| {method} | " + " | ".join(fmt_range(r[k]) for k in keys) +
+                    f" | {' '.join(r['regimes'])} |")
+    return "\n".join(rows)
+
+
+def per_seed(figs: Path) -> str:
+    rep = json.loads((figs / "context_return.json").read_text())["reports"]
+    keys = ["win_no_c", "win_c", "harm", "help", "harm_minus_help"]
+    rows = ["| run | " + " | ".join(keys) + " | regime |", "|---" * (len(keys) + 2) + "|"]
+    for name, r in rep.items():
+        cells = [f"{r[k]:.3f} [{r['ci95'][k][0]:.3f}, {r['ci95'][k][1]:.3f}]" for k in keys]
+        rows.append(f"| {name} | " + " | ".join(cells) + f" | {r['regime']} |")
+    return "\n".join(rows)
+
+
+def layer_sim(figs: Path) -> str:
+    rep = json.loads((figs / "layer_sim.json").read_text())
+    layers = rep["layers"][1:]
+    out = []
+    for metric in ("cos", "cos_centred", "cka"):
+        rows = [f"| {metric} | " + " | ".join(f"L{lab}" for lab in layers) + " |",
+                "|---" * (len(layers) + 1) + "|"]
+        groups: dict[str, list[list[float]]] = {}
+        for name, r in rep["results"].items():
+            key = name.rsplit("_s", 1)[0] if name[-1].isdigit() and "_s" in name else name
+            groups.setdefault(key, []).append(r[metric][1:])
+        for key, vals in groups.items():
+            v = np.array(vals)
+            cells = [f"{m:.4f}" + (f" [{lo:.4f}, {hi:.4f}]" if len(vals) > 1 else "")
+                     for m, lo, hi in zip(v.mean(0), v.min(0), v.max(0))]
+            rows.append(f"| {key} | " + " | ".join(cells) + " |")
+        out.append("\n".join(rows))
+    return "\n\n".join(out)
+
+
+def grad_align(figs: Path) -> str:
+    rows = ["| run | step | opd~ctx | opd~nca | nca~ctx | \\|ctx\\|/\\|opd\\| | nca ⊥ opd |",
+            "|---|---|---|---|---|---|---|"]
+    for method in ("opd", "nca"):
+        rep = json.loads((figs / f"grad_align_{method}.json").read_text())
+        steps = rep.get("steps") or [None] * len(rep["results"])
+        for step, r in zip(steps, rep["results"].values()):
+            g = r["global"]
+            ang = {k: ("-" if v is None else f"{v:.1f}°") for k, v in g["angle_deg"].items()}
+            ratio = g["norm_ratio"].get("ctx/opd")
+            orth = g.get("nca_orth_to_opd")
+            rows.append(f"| {method} | {step} | {ang['opd~ctx']} | {ang['opd~nca']} | "
+                        f"{ang['nca~ctx']} | {'-' if ratio is None else f'{ratio:.3f}'} | "
+                        f"{'-' if orth is None else f'{orth:.3f}'} |")
+    return "\n".join(rows)
+
+
+def param_delta(figs: Path) -> str:
+    rep = json.loads((figs / "param_delta.json").read_text())
+    out = []
+    per = rep["per_checkpoint"]
+    modules = sorted(next(iter(per.values()))["per_module"])
+    rows = ["| module | " + " | ".join(Path(p).name for p in per) + " |",
+            "|---" * (len(per) + 1) + "|"]
+    for m in modules:
+        rows.append(f"| {m} | " + " | ".join(f"{r['per_module'][m]:.5f}" for r in per.values())
+                    + " |")
+    out.append("Relative delta per module type (||dW|| / ||W0||):\n\n" + "\n".join(rows))
+    layers = sorted(next(iter(per.values()))["per_layer"], key=lambda k: (k == "all", k))
+    rows = ["| layer | " + " | ".join(Path(p).name for p in per) + " |",
+            "|---" * (len(per) + 1) + "|"]
+    for layer in layers:
+        rows.append(f"| {layer} | " + " | ".join(f"{r['per_layer'][layer]:.5f}"
+                                                 for r in per.values()) + " |")
+    out.append("Relative delta per layer:\n\n" + "\n".join(rows))
+    for p, r in per.items():
+        top = sorted(r["share"].items(), key=lambda kv: -kv[1])[:5]
+        out.append(f"Largest shares of the squared delta, {Path(p).name}: " +
+                   ", ".join(f"{k} {v:.1%}" for k, v in top))
+    cmp = rep["comparison"]
+    top = sorted(cmp["specific"]["share"].items(), key=lambda kv: -kv[1])[:5]
+    out.append(f"cos(dOPD, dNCA) over all parameters: {cmp['global_cos']:.3f}; "
+               "NCA-specific delta (dNCA - dOPD) largest shares: " +
+               ", ".join(f"{k} {v:.1%}" for k, v in top))
+    return "\n\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--task", default="sokoban")
+    ap.add_argument("--figures", default="figures")
+    args = ap.parse_args(argv)
+    figs = Path(args.figures) / args.task
+    manifest = json.loads((figs / "manifest.json").read_text())
+    print(f"<!-- python -m train.report --task {args.task} -->")
+    print(f"Pipeline wall time: {manifest.get('last_run_seconds', 0) / 60:.1f} min "
+          f"(seeds {manifest['config']['seeds']}).\n")
+    for title, fn in (("Context return (mean [min, max] over seeds)", context_return),
+                      ("Per run, 95% paired-bootstrap intervals", per_seed),
+                      ("Layer similarity with vs without context", layer_sim),
+                      ("Gradient alignment (seed 0, over training)", grad_align),
+                      ("Parameter deltas (seed 0)", param_delta)):
+        print(f"#### {title}\n\n{fn(figs)}\n")
+
+
+if __name__ == "__main__":
+    main()
