@@ -58,6 +58,7 @@ class Manifest:
     def __init__(self, path: Path, cfg: ReproduceConfig):
         self.path, self.cfg = path, cfg
         self.data = json.loads(path.read_text()) if path.exists() else {"files": {}}
+        self.ran = 0  # stages that did work in this invocation
 
     def record(self, files: list[str], command: list[str], seconds: float) -> None:
         for f in files:
@@ -82,6 +83,7 @@ def stage(name: str, manifest: Manifest, outputs: list[Path], module: str, fn,
     print(f"[run] {name}: python -m {module} {' '.join(argv)}")
     t0 = time.time()
     fn(argv)
+    manifest.ran += 1
     manifest.record([str(p) for p in outputs], ["python", "-m", module, *argv], time.time() - t0)
 
 
@@ -107,6 +109,7 @@ def run_parallel(pending: list, jobs: int, manifest: Manifest) -> None:
                 running.remove(item)
                 if proc.returncode != 0:
                     raise RuntimeError(f"{name} failed (exit {proc.returncode}); see its .log")
+                manifest.ran += 1
                 manifest.record([str(final)], ["python", "-m", "train.distill", *args],
                                 time.time() - t0)
 
@@ -231,7 +234,8 @@ def main(argv: list[str] | None = None) -> None:
     written = render_figures(figs, cfg.png)
     manifest.record(written, ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
     total = time.time() - t_start
-    manifest.data["last_run_seconds"] = round(total, 1)
+    if manifest.ran:  # a render-only re-run does not overwrite the measured pipeline time
+        manifest.data["last_run_seconds"] = round(total, 1)
     manifest.path.write_text(json.dumps(manifest.data, indent=1))
     print(f"reproduce {cfg.task}: done in {total / 60:.1f} min; figures in {figs}")
 
