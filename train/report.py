@@ -17,6 +17,19 @@ def fmt_range(r: dict) -> str:
     return f"{r['mean']:.3f} [{r['min']:.3f}, {r['max']:.3f}]"
 
 
+def teacher(figs: Path) -> str:
+    rows = ["| context kind | win without c | win with c | help | harm | regime |",
+            "|---|---|---|---|---|---|"]
+    for f in sorted(figs.glob("teacher_*.json")):
+        r = next(iter(json.loads(f.read_text())["reports"].values()))
+        ci = r["ci95"]
+        rows.append(f"| {f.stem.split('_', 1)[1]} | {r['win_no_c']:.3f} "
+                    f"[{ci['win_no_c'][0]:.3f}, {ci['win_no_c'][1]:.3f}] | {r['win_c']:.3f} "
+                    f"[{ci['win_c'][0]:.3f}, {ci['win_c'][1]:.3f}] | {r['help']:.3f} | "
+                    f"{r['harm']:.3f} | {r['regime']} |")
+    return "\n".join(rows)
+
+
 def context_return(figs: Path) -> str:
     s = json.loads((figs / "context_return_summary.json").read_text())
     keys = ["win_no_c", "win_c", "harm", "flip", "help", "both", "rel_len"]
@@ -114,8 +127,11 @@ def main(argv: list[str] | None = None) -> None:
     figs = Path(args.figures) / args.task
     manifest = json.loads((figs / "manifest.json").read_text())
     print(f"<!-- python -m train.report --task {args.task} -->")
-    print(f"Pipeline wall time: {manifest.get('last_run_seconds', 0) / 60:.1f} min "
-          f"(seeds {manifest['config']['seeds']}).\n")
+    print(f"Pipeline wall time: {manifest.get('pipeline_seconds', 0) / 60:.1f} min "
+          f"(seeds {manifest['config']['seeds']}; {manifest.get('note', 'all stages')}).\n")
+    print(f"#### Teacher, 1000 held-out levels, greedy\n\n{teacher(figs)}\n")
+    if not (figs / "context_return_summary.json").exists():
+        return
     for title, fn in (("Context return (mean [min, max] over seeds)", context_return),
                       ("Per run, 95% paired-bootstrap intervals", per_seed),
                       ("Layer similarity with vs without context", layer_sim),

@@ -49,6 +49,8 @@ class ReproduceConfig:
     figures: str = field(default="figures", metadata={"help": "where figures go"})
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
+    teacher_only: bool = field(default=False, metadata={
+        "help": "stop after the teacher and its per-context evaluation"})
     jobs: int = field(default=2, metadata={
         "help": "distillation runs in parallel (threads are split between them; on 2 cores two "
                 "1-thread runs beat one 2-thread run for these tiny models)"})
@@ -185,6 +187,14 @@ def main(argv: list[str] | None = None) -> None:
                  *common]
     stage("teacher", manifest, [base / "checkpoints" / f"step_{cfg.teacher_steps:06d}"],
           "train.sft", sft.main, base_args)
+    for kind in ("state", "plan"):
+        out = figs / f"teacher_{kind}.json"
+        stage(f"teacher evaluation ({kind})", manifest, [out], "nca_interp.evaluate",
+              evaluate.main, [str(base), "--context", kind, "--n-levels", str(cfg.n_levels),
+                              "--out", str(out), *common])
+    if cfg.teacher_only:
+        print(f"teacher {base} evaluated; --teacher-only: stopping")
+        return
     students, pending = {}, []
     for seed in cfg.seeds:
         for method in ("opd", "nca"):
@@ -234,8 +244,9 @@ def main(argv: list[str] | None = None) -> None:
     written = render_figures(figs, cfg.png)
     manifest.record(written, ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
     total = time.time() - t_start
-    if manifest.ran:  # a render-only re-run does not overwrite the measured pipeline time
-        manifest.data["last_run_seconds"] = round(total, 1)
+    if manifest.ran:  # summed over invocations (a resumed pipeline adds up); render-only: 0
+        manifest.data["pipeline_seconds"] = round(
+            manifest.data.get("pipeline_seconds", 0) + total, 1)
     manifest.path.write_text(json.dumps(manifest.data, indent=1))
     print(f"reproduce {cfg.task}: done in {total / 60:.1f} min; figures in {figs}")
 
