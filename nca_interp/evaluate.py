@@ -111,7 +111,7 @@ def evaluate_checkpoint(model, tokenizer, task: Task, context: str, n_levels: in
 
 
 COLUMNS = ["win_no_c", "win_c", "harm", "flip", "help", "both", "len_no_c", "len_c",
-           "rel_len", "regime"]
+           "rel_len", "rel_len_both", "regime"]
 
 
 def format_table(reports: dict[str, dict], columns: list[str] = COLUMNS) -> str:
