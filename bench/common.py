@@ -19,6 +19,25 @@ def timeit(fn, repeat: int = 10, warmup: int = 2) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def parse_args(doc: str, argv, batch: int, **extra):
+    """--ckpt (default: the embedded Sokoban base), --batch, --threads, plus `extra` defaults;
+    sets torch's threads and flush-denormal as training does."""
+    import argparse
+
+    from nca_interp.assets import embedded
+
+    ap = argparse.ArgumentParser(description=doc)
+    ap.add_argument("--ckpt", default=str(embedded("sokoban_base")))
+    ap.add_argument("--batch", type=int, default=batch)
+    ap.add_argument("--threads", type=int, default=2)
+    for name, default in extra.items():
+        ap.add_argument(f"--{name}", default=default)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)
+    return args
+
+
 def matmul_peak_gflops(threads: int, sizes=(512, 1024, 2048)) -> float:
     torch.set_num_threads(threads)
     best = 0.0

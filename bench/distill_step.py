@@ -9,11 +9,9 @@ NCA adds a student fwd+bwd on [c, x, y]. The sampling time is measured and added
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 
-from bench.common import timeit
+from bench.common import parse_args, timeit
 from nca_interp.checkpoint import load_checkpoint
 from nca_interp.evaluate import max_response_tokens
 from nca_interp.losses import combine, loss_terms
@@ -22,18 +20,7 @@ from nca_interp.tasks import make_task
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--ckpt", default=None, help="default: the embedded Sokoban base")
-    ap.add_argument("--context", default="plan")
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.set_flush_denormal(True)
-    if args.ckpt is None:
-        from nca_interp.assets import embedded
-
-        args.ckpt = str(embedded("sokoban_base"))
+    args = parse_args(__doc__, argv, batch=128, context="plan")
     student, tok = load_checkpoint(args.ckpt)
     teacher, _ = load_checkpoint(args.ckpt)
     teacher.requires_grad_(False)

@@ -6,11 +6,9 @@ against a plain HF forward with output_hidden_states on the same batch.
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 
-from bench.common import timeit
+from bench.common import parse_args, timeit
 from nca_interp.checkpoint import load_checkpoint
 from nca_interp.hooks import boot_bridge, capture
 from nca_interp.rollout import encode, positions
@@ -18,17 +16,7 @@ from nca_interp.tasks import make_task
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--ckpt", default=None)
-    ap.add_argument("--batch", type=int, default=100)
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.set_flush_denormal(True)
-    if args.ckpt is None:
-        from nca_interp.assets import embedded
-
-        args.ckpt = str(embedded("sokoban_base"))
+    args = parse_args(__doc__, argv, batch=100)
     model, tok = load_checkpoint(args.ckpt)
     eager, _ = load_checkpoint(args.ckpt)
     eager.set_attn_implementation("eager")

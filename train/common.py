@@ -9,14 +9,26 @@ import time
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 from nca_interp import checkpoint as ckpt
+from nca_interp.evaluate import play_levels
 
 
 def setup_torch(threads: int) -> None:
     torch.set_num_threads(threads)
     # Denormals made early steps of tiny models ~10x slower on this CPU (MACHINE_FACTS.md).
     torch.set_flush_denormal(True)
+
+
+def eval_wins(model, tok, task, levels: list, kinds: list[str]) -> dict[str, float]:
+    """Greedy held-out win rate without context (`none`) and with each context kind."""
+    was_training = model.training
+    model.eval()
+    out = {k: float(play_levels(model, tok, task, levels, None if k == "none" else k)["won"]
+                    .mean()) for k in ["none", *kinds]}
+    model.train(was_training)
+    return out
 
 
 def lr_at(step: int, lr: float, warmup: int, total: int, schedule: str) -> float:
@@ -66,6 +78,18 @@ class Run:
 
     def resume_point(self) -> Path | None:
         return ckpt.latest_step_checkpoint(self.dir)
+
+    def resume(self, model, opt: torch.optim.Optimizer) -> int:
+        """Load weights and optimizer state of the last step checkpoint; the step to start at."""
+        last = self.resume_point()
+        if last is None:
+            return 0
+        model.load_state_dict(load_file(last / "model.safetensors"))
+        tensors, meta = ckpt.load_trainer_state(last)
+        load_optimizer_state(opt, tensors, meta)
+        self.truncate_log(meta["step"])
+        print(f"resumed from {last} at step {meta['step']}")
+        return meta["step"]
 
     def log(self, record: dict) -> None:
         with open(self.dir / "metrics.jsonl", "a") as f:

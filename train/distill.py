@@ -22,17 +22,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 from tqdm import tqdm
 
-from nca_interp.checkpoint import load_checkpoint, load_trainer_state, read_run_config
+from nca_interp.checkpoint import load_checkpoint, read_run_config
 from nca_interp.cli import parse_config, to_dict
-from nca_interp.evaluate import max_response_tokens, play_levels, task_for_checkpoints
+from nca_interp.evaluate import max_response_tokens, task_for_checkpoints
 from nca_interp.losses import combine, loss_terms
 from nca_interp.models import context_limit
 from nca_interp.rollout import onpolicy_batch
 from nca_interp.tasks import task_record
-from train.common import Run, load_optimizer_state, lr_at, setup_torch
+from train.common import Run, eval_wins, lr_at, setup_torch
 
 
 @dataclass
@@ -91,13 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     run = Run(cfg.out, {**to_dict(cfg), "kind": "distill", "beta_effective": beta,
                         "task": task_record(task)})
     opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    start = 0
-    if (last := run.resume_point()) is not None:
-        student.load_state_dict(load_file(last / "model.safetensors"))
-        load_optimizer_state(opt, *load_trainer_state(last))
-        start = load_trainer_state(last)[1]["step"]
-        run.truncate_log(start)
-        print(f"resumed from {last} at step {start}")
+    start = run.resume(student, opt)
     held_out = task.held_out_keys(1000, seed=0)
     eval_levels = task.levels("test", cfg.eval_levels, seed=0)
     limit = min(context_limit(student), context_limit(teacher))
@@ -132,12 +125,8 @@ def main(argv: list[str] | None = None) -> None:
                   "grad_norm": gnorm.item(), "lr": opt.param_groups[0]["lr"],
                   "sample_s": t_sample, "step_s": time.time() - t0}
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
-            student.eval()
-            record["eval_win_no_c"] = float(
-                play_levels(student, tok, task, eval_levels, None)["won"].mean())
-            record["eval_win_c"] = float(
-                play_levels(student, tok, task, eval_levels, cfg.context)["won"].mean())
-            student.train()
+            wins = eval_wins(student, tok, task, eval_levels, [cfg.context])
+            record["eval_win_no_c"], record["eval_win_c"] = wins["none"], wins[cfg.context]
         run.log(record)
         bar.set_postfix(opd=f"{record['opd']:.3f}", win=f"{record['sample_win']:.2f}")
         if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:

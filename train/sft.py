@@ -18,14 +18,12 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from nca_interp.checkpoint import load_trainer_state
 from nca_interp.cli import parse_config, to_dict
-from nca_interp.evaluate import play_levels
 from nca_interp.models import ModelConfig, build_model, context_limit
 from nca_interp.rollout import encode, response_logits, target_batch
 from nca_interp.tasks import Task, make_task, task_record
 from nca_interp.tokenizer import build_char_tokenizer
-from train.common import Run, load_optimizer_state, lr_at, setup_torch
+from train.common import Run, eval_wins, lr_at, setup_torch
 
 
 @dataclass
@@ -90,15 +88,6 @@ def batch_for_step(task, cfg: SFTConfig, step: int, held_out: set[str]):
     return prompts, targets, skip
 
 
-def evaluate_views(model, tok, task, levels, kinds) -> dict[str, float]:
-    model.eval()
-    out = {"win_none": float(play_levels(model, tok, task, levels, None)["won"].mean())}
-    for k in kinds:
-        out[f"win_{k}"] = float(play_levels(model, tok, task, levels, k)["won"].mean())
-    model.train()
-    return out
-
-
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(SFTConfig, argv, __doc__)
     setup_torch(cfg.threads)
@@ -108,15 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     model = build_model(ModelConfig(cfg.arch, cfg.n_layers, cfg.d_model, cfg.n_heads,
                                     cfg.n_heads, cfg.d_mlp), tok, cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    start = 0
-    if (last := run.resume_point()) is not None:
-        from safetensors.torch import load_file
-        model.load_state_dict(load_file(last / "model.safetensors"))
-        tensors, meta = load_trainer_state(last)
-        load_optimizer_state(opt, tensors, meta)
-        start = meta["step"]
-        run.truncate_log(start)
-        print(f"resumed from {last} at step {start}")
+    start = run.resume(model, opt)
     held_out = task.held_out_keys(1000, seed=0)
     eval_levels = task.levels("test", cfg.eval_levels, seed=0)
     model.train()
@@ -142,7 +123,8 @@ def main(argv: list[str] | None = None) -> None:
         record = {"step": step + 1, "loss": loss.item(), "grad_norm": gnorm.item(),
                   "lr": opt.param_groups[0]["lr"], "tokens_per_s": tokens / dt}
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
-            record.update(evaluate_views(model, tok, task, eval_levels, cfg.contexts))
+            wins = eval_wins(model, tok, task, eval_levels, cfg.contexts)
+            record.update({f"win_{k}": v for k, v in wins.items()})
         run.log(record)
         bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
         if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
