@@ -28,7 +28,7 @@ import torch
 from nca_interp.checkpoint import load_checkpoint, read_run_config
 from nca_interp.cli import parse_config, to_dict
 from nca_interp.models import context_limit
-from nca_interp.rollout import decode_responses, encode, sample
+from nca_interp.rollout import decode_responses, encode, pad_id, sample, stop_ids
 from nca_interp.tasks import Task, task_from_record
 
 
@@ -58,8 +58,8 @@ def play_levels(model, tokenizer, task: Task, levels: list, context: str | None,
         texts = [task.prompt(lv, None if context is None else task.context(lv, context))
                  for lv in chunk]
         ids, mask = encode(tokenizer, texts, context_limit(model), reserve=max_new)
-        resp, rmask = sample(model, ids, mask, max_new, tokenizer.eos_token_id,
-                             tokenizer.pad_token_id, temperature, gen)
+        resp, rmask = sample(model, ids, mask, max_new, stop_ids(tokenizer, model),
+                             pad_id(tokenizer), temperature, gen)
         outs, lens = decode_responses(tokenizer, resp, rmask)
         for lv, text, n in zip(chunk, outs, lens):
             s = task.score(lv, text)
@@ -104,6 +104,7 @@ def paired_report(no_c: dict[str, np.ndarray], with_c: dict[str, np.ndarray],
 
 def evaluate_checkpoint(model, tokenizer, task: Task, context: str, n_levels: int = 1000,
                         seed: int = 0, temperature: float = 0.0) -> dict:
+    task = task.for_tokenizer(tokenizer)  # chat checkpoints: their own template
     levels = task.levels("test", n_levels, seed)
     no_c = play_levels(model, tokenizer, task, levels, None, temperature, seed)
     with_c = play_levels(model, tokenizer, task, levels, context, temperature, seed)

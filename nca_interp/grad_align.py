@@ -154,8 +154,9 @@ def main(argv: list[str] | None = None) -> dict:
         teacher, _ = load_checkpoint(teacher_of(path, cfg.teacher))
         teacher.requires_grad_(False)
         gen = torch.Generator().manual_seed(cfg.seed)
-        batch, _, _ = onpolicy_batch(student, tok, task, levels, context,
-                                     max_response_tokens(task), cfg.temperature, gen,
+        view = task.for_tokenizer(tok)
+        batch, _, _ = onpolicy_batch(student, tok, view, levels, context,
+                                     max_response_tokens(view), cfg.temperature, gen,
                                      min(context_limit(student), context_limit(teacher)))
         student.train()
         name = Path(path).name if Path(path).name not in results else path

@@ -31,7 +31,7 @@ from nca_interp.cli import parse_config, to_dict
 from nca_interp.evaluate import max_response_tokens, task_for_checkpoints
 from nca_interp.hooks import boot_bridge, capture
 from nca_interp.models import context_limit
-from nca_interp.rollout import encode, sample
+from nca_interp.rollout import encode, pad_id, sample, stop_ids
 from nca_interp.tasks import Task
 
 
@@ -71,14 +71,15 @@ def context_attention(pattern_L_B_H_Q_K: torch.Tensor, key_is_ctx_B_K: torch.Ten
     return [float((layer * q).sum() / q.sum()) for layer in mass]
 
 
-def _context_token_counts(tokenizer, task: Task, levels: list, context: str) -> list[int]:
-    counts = []
-    for lv in levels:
-        x = tokenizer(task.prompt(lv), add_special_tokens=False)["input_ids"]
-        cx = tokenizer(task.prompt(lv, task.context(lv, context)),
-                       add_special_tokens=False)["input_ids"]
-        counts.append(len(cx) - len(x))
-    return counts
+def context_token_mask(tokenizer, text: str, context: str) -> list[bool]:
+    """Which tokens of `text` (tokenized as `encode` does) overlap the context string; found
+    by character offsets, so it works wherever a chat template puts the context."""
+    start = text.find(context)
+    if start < 0:
+        raise ValueError("context string not found in the prompt")
+    end = start + len(context)
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return [a < end and b > start for a, b in enc["offset_mapping"]]
 
 
 def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
@@ -86,6 +87,7 @@ def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
     """Similarity of the with/without-context residual streams of one checkpoint folder."""
     model, tok = load_checkpoint(path)
     bridge = boot_bridge(path)
+    task = task.for_tokenizer(tok)
     max_new = max_response_tokens(task)
     h0s, h1s, masks, attn = [], [], [], []
     for i in range(0, len(levels), batch):
@@ -94,8 +96,8 @@ def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
                                max_new)
         cx_ids, cx_mask = encode(tok, [task.prompt(lv, task.context(lv, context))
                                        for lv in chunk], context_limit(model), max_new)
-        resp, rmask = sample(model, x_ids, x_mask, max_new, tok.eos_token_id,
-                             tok.pad_token_id, temperature=0.0)
+        resp, rmask = sample(model, x_ids, x_mask, max_new, stop_ids(tok, model),
+                             pad_id(tok), temperature=0.0)
         N = resp.shape[1]
         a = capture(bridge, torch.cat([x_ids, resp], 1), torch.cat([x_mask, rmask], 1))
         b = capture(bridge, torch.cat([cx_ids, resp], 1), torch.cat([cx_mask, rmask], 1),
@@ -105,9 +107,10 @@ def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
         masks.append(rmask)
         Pc = cx_ids.shape[1]
         key_ctx = torch.zeros(len(chunk), Pc + N)
-        for j, n_ctx in enumerate(_context_token_counts(tok, task, chunk, context)):
-            start = Pc - int(cx_mask[j].sum())
-            key_ctx[j, start: start + n_ctx] = 1
+        for j, lv in enumerate(chunk):
+            is_ctx = context_token_mask(tok, task.prompt(lv, task.context(lv, context)),
+                                        task.context(lv, context))
+            key_ctx[j, Pc - len(is_ctx): Pc] = torch.tensor(is_ctx, dtype=key_ctx.dtype)
         attn.append((context_attention(b["pattern"][:, :, :, -N:], key_ctx, rmask),
                      len(chunk)))
     N = max(h.shape[2] for h in h0s)

@@ -16,6 +16,11 @@ class ContextOverflowError(ValueError):
     """A prompt (+ response budget) longer than the model's context window."""
 
 
+def pad_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else \
+        tokenizer.eos_token_id
+
+
 def encode(tokenizer, texts: list[str], limit: int | None = None,
            reserve: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded (ids_B_T, mask_B_T). Raises ContextOverflowError instead of truncating when
@@ -34,7 +39,7 @@ def encode(tokenizer, texts: list[str], limit: int | None = None,
             f"prompt of {longest} tokens + {reserve} response tokens exceeds the model's context "
             f"of {limit}; shorten the context (or use a model with a longer window) - prompts "
             "are never truncated silently")
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = pad_id(tokenizer)
     ids = torch.full((len(rows), longest), pad, dtype=torch.long)
     mask = torch.zeros((len(rows), longest), dtype=torch.long)
     for i, r in enumerate(rows):
@@ -44,20 +49,31 @@ def encode(tokenizer, texts: list[str], limit: int | None = None,
     return ids, mask
 
 
+def stop_ids(tokenizer, model=None) -> list[int]:
+    """End-of-response ids: the tokenizer's eos plus the model's generation-config eos ids
+    (chat checkpoints often end turns with a token other than the tokenizer's eos)."""
+    ids = {tokenizer.eos_token_id}
+    gen = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids |= set(gen if isinstance(gen, list) else [gen])
+    return sorted(i for i in ids if i is not None)
+
+
 def positions(mask_B_T: torch.Tensor) -> torch.Tensor:
     return (mask_B_T.cumsum(-1) - 1).clamp(min=0)
 
 
 @torch.no_grad()
 def sample(model, prompt_ids_B_P: torch.Tensor, prompt_mask_B_P: torch.Tensor, max_new: int,
-           eos_id: int, pad_id: int, temperature: float = 1.0,
+           eos_id: int | list[int], pad_id: int, temperature: float = 1.0,
            generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample responses with a KV cache; temperature 0 is greedy.
 
     Returns (resp_B_N, resp_mask_B_N): tokens up to and including the first eos are valid
     (mask 1); after it, pad with mask 0. N <= max_new (stops once every row has ended).
+    `eos_id` may be a list of stop ids (see `stop_ids`).
     """
     B = prompt_ids_B_P.shape[0]
+    stops = torch.tensor([eos_id] if isinstance(eos_id, int) else list(eos_id))
     mask = prompt_mask_B_P.clone()
     pos = positions(mask)
     out = model(input_ids=prompt_ids_B_P, attention_mask=mask, position_ids=pos, use_cache=True)
@@ -74,7 +90,7 @@ def sample(model, prompt_ids_B_P: torch.Tensor, prompt_mask_B_P: torch.Tensor, m
         tok = torch.where(done, torch.full_like(tok, pad_id), tok)
         valid.append(~done)
         tokens.append(tok)
-        done = done | (tok == eos_id)
+        done = done | torch.isin(tok, stops)
         if bool(done.all()):
             break
         mask = torch.cat([mask, torch.ones(B, 1, dtype=mask.dtype)], dim=1)
@@ -116,7 +132,7 @@ def target_batch(tokenizer, targets: list[str]) -> tuple[torch.Tensor, torch.Ten
     rows = [tokenizer(t, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
             for t in targets]
     N = max(len(r) for r in rows)
-    ids = torch.full((len(rows), N), tokenizer.pad_token_id, dtype=torch.long)
+    ids = torch.full((len(rows), N), pad_id(tokenizer), dtype=torch.long)
     mask = torch.zeros((len(rows), N), dtype=torch.long)
     for i, r in enumerate(rows):
         ids[i, : len(r)] = torch.tensor(r)
@@ -147,8 +163,8 @@ def onpolicy_batch(student, tokenizer, task, levels: list, context_kind: str, ma
     x_ids, x_mask = encode(tokenizer, x_text, limit, reserve=max_new)
     was_training = student.training
     student.eval()
-    resp, resp_mask = sample(student, x_ids, x_mask, max_new, tokenizer.eos_token_id,
-                             tokenizer.pad_token_id, temperature, generator)
+    resp, resp_mask = sample(student, x_ids, x_mask, max_new, stop_ids(tokenizer, student),
+                             pad_id(tokenizer), temperature, generator)
     student.train(was_training)
     texts, lengths = decode_responses(tokenizer, resp, resp_mask)
     return Batch(x_ids, x_mask, cx_ids, cx_mask, resp, resp_mask), texts, lengths

@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     teacher, tok_t = load_checkpoint(teacher_dir)
     check_same_tokenizer(tok, tok_t, cfg.student, teacher_dir)
     teacher.requires_grad_(False)
+    task = task.for_tokenizer(tok)
     run = Run(cfg.out, {**to_dict(cfg), "kind": "distill", "beta_effective": beta,
                         "task": task_record(task)})
     opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

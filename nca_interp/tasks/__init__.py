@@ -11,7 +11,7 @@ prompt x is always a suffix of the teacher prompt [c, x] and response tokens lin
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
 from types import ModuleType
 
@@ -35,6 +35,34 @@ class Scored:
 
 
 @dataclass(frozen=True)
+class ChatFormat:
+    """Prompts through a checkpoint's own chat template, with the *same* template settings for
+    the student and the teacher view (e.g. Qwen3 `enable_thinking=False` on both sides; a
+    mismatch is a known cause of large first-token divergence).
+
+    `context_as="user"` puts the context as a block before the board inside the user message
+    (OPCD's "experience" style, games); `"system"` makes it the system message (system-prompt
+    tasks)."""
+
+    tokenizer: object = field(compare=False, repr=False)
+    context_as: str = "user"
+    template_kwargs: tuple = (("enable_thinking", False),)
+
+    def __call__(self, x_text: str, context: str | None) -> str:
+        if self.context_as not in ("user", "system"):
+            raise ValueError(f"context_as must be user or system, not {self.context_as!r}")
+        messages = []
+        if context is not None and self.context_as == "system":
+            messages.append({"role": "system", "content": context})
+        user = x_text if context is None or self.context_as == "system" \
+            else f"{context}\n\n{x_text}"
+        messages.append({"role": "user", "content": user})
+        return self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                  add_generation_prompt=True,
+                                                  **dict(self.template_kwargs))
+
+
+@dataclass(frozen=True)
 class Task:
     """A game plus its config. `fmt` is `compact` (tiny char models: plan of U/D/L/R, then
     end-of-response) or `textarena` (chat models: textarena boards, `[up]`-style moves)."""
@@ -45,6 +73,7 @@ class Task:
     fmt: str = "compact"
     plan_k: int = 3  # moves revealed by the `plan` context
     rules_text: str | None = None
+    chat: ChatFormat | None = None  # set by `for_tokenizer` for checkpoints with a template
 
     def level(self, seed: int | str):
         return self.game.generate_level(seed, self.config)
@@ -93,8 +122,20 @@ class Task:
 
     def prompt(self, level, context: str | None = None) -> str:
         """Student view x, or teacher view [c, x] when `context` is given."""
+        if self.chat is not None:
+            return self.chat(self.render(level), context)
         x = self.render(level) + ("\n>" if self.fmt == "compact" else "\n")
         return x if context is None else f"{context}\n{x}"
+
+    def for_tokenizer(self, tokenizer, context_as: str = "user",
+                      template_kwargs: tuple = (("enable_thinking", False),)) -> Task:
+        """This task as a checkpoint with `tokenizer` must see it: a tokenizer with a chat
+        template gets textarena boards and `[up]` moves inside its template; any other keeps
+        the task as it is."""
+        if not getattr(tokenizer, "chat_template", None):
+            return self
+        return replace(self, fmt="textarena",
+                       chat=ChatFormat(tokenizer, context_as, tuple(template_kwargs)))
 
     def target(self, level) -> str:
         """The solver-optimal response text (end-of-response is the tokenizer's eos)."""

@@ -1,0 +1,97 @@
+"""Checkpoints whose tokenizer carries a chat template: prompts go through the template with
+identical settings for both views, and responses are parsed in the chat format."""
+
+import pytest
+import torch
+
+from nca_interp.checkpoint import load_checkpoint
+from nca_interp.evaluate import evaluate_checkpoint
+from nca_interp.layer_sim import context_token_mask, layer_similarity
+from nca_interp.models import ModelConfig, build_model
+from nca_interp.rollout import stop_ids
+from nca_interp.tasks import make_task
+
+TEMPLATE = (
+    "{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n"
+    "{% if enable_thinking is defined and not enable_thinking %}<think></think>\n{% endif %}"
+    "{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def chat_folders(tmp_path_factory):
+    from nca_interp.tokenizer import build_char_tokenizer
+
+    root = tmp_path_factory.mktemp("chat")
+    out = {}
+    for arch in ("qwen3", "llama"):
+        tok = build_char_tokenizer()
+        tok.chat_template = TEMPLATE
+        model = build_model(ModelConfig(arch, 2, 32, 4, 2, 64, max_len=512), tok)
+        model.generation_config.eos_token_id = [tok.eos_token_id, tok.convert_tokens_to_ids("}")]
+        model.save_pretrained(root / arch)
+        tok.save_pretrained(root / arch)
+        out[arch] = root / arch
+    return out
+
+
+def test_both_views_use_the_template_with_the_same_settings(chat_folders):
+    _, tok = load_checkpoint(chat_folders["qwen3"])
+    task = make_task("sokoban").for_tokenizer(tok)
+    level = task.level(0)
+    c = task.context(level, "plan")
+    x, cx = task.prompt(level), task.prompt(level, c)
+    assert task.fmt == "textarena" and c.startswith("The first optimal moves are: [")
+    for view in (x, cx):
+        assert view.startswith("<|user|>\n") and view.endswith("<|assistant|>\n<think></think>\n")
+        assert "Current Board:" in view
+    assert cx == x.replace("<|user|>\n", f"<|user|>\n{c}\n\n", 1)  # context inside the user turn
+    system = make_task("sokoban").for_tokenizer(tok, context_as="system")
+    assert system.prompt(level, c).startswith(f"<|system|>\n{c}\n<|user|>\n")
+    thinking = make_task("sokoban").for_tokenizer(tok, template_kwargs=(("enable_thinking", True),))
+    assert "<think>" not in thinking.prompt(level) and "<think>" not in thinking.prompt(level, c)
+
+
+def test_no_template_keeps_the_compact_task(tok):
+    task = make_task("sokoban")
+    assert task.for_tokenizer(tok) is task
+
+
+def test_chat_responses_parse_like_textarena(chat_folders):
+    _, tok = load_checkpoint(chat_folders["llama"])
+    task = make_task("frozenlake").for_tokenizer(tok)
+    level = task.level(3)
+    assert task.score(level, task.target(level)).won
+    assert task.score(level, "Sure! " + task.target(level).upper()).won
+    assert not task.score(level, "I refuse").parsed
+
+
+def test_stop_ids_include_generation_config(chat_folders):
+    model, tok = load_checkpoint(chat_folders["llama"])
+    assert stop_ids(tok, model) == sorted({tok.eos_token_id, tok.convert_tokens_to_ids("}")})
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_evaluate_and_layer_sim_on_chat_checkpoints(chat_folders, arch):
+    model, tok = load_checkpoint(chat_folders[arch])
+    task = make_task("sokoban")
+    report = evaluate_checkpoint(model, tok, task, "state", n_levels=4)
+    assert report["n"] == 4 and 0 <= report["win_c"] <= 1
+    result = layer_similarity(chat_folders[arch], task, "state", task.levels("test", 3))
+    assert len(result["cos"]) == model.config.num_hidden_layers + 1
+    assert all(0 <= a <= 1 for a in result["ctx_attn"])
+
+
+def test_context_mask_finds_the_context_inside_the_template(chat_folders):
+    _, tok = load_checkpoint(chat_folders["qwen3"])
+    task = make_task("sokoban").for_tokenizer(tok)
+    level = task.level(1)
+    c = task.context(level, "state")
+    text = task.prompt(level, c)
+    mask = context_token_mask(tok, text, c)
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    picked = tok.decode([i for i, m in zip(ids, mask) if m])
+    assert picked == c and not mask[0]
+    with pytest.raises(ValueError, match="not found"):
+        context_token_mask(tok, text, "absent context")
+    assert torch.tensor(mask).sum() == len(c)
