@@ -28,12 +28,15 @@ TASK_ARGS = {
     "sokoban": ["--task", "sokoban"],
     "sokoban8": ["--task", "sokoban", "--dim-room", "8,8"],
     "frozenlake": ["--task", "frozenlake"],
+    "frozenlake6": ["--task", "frozenlake", "--size", "6", "--num-holes", "12"],
 }
 
 
 @dataclass
 class ReproduceConfig:
-    task: str = field(default="sokoban", metadata={"help": "sokoban|sokoban8|frozenlake"})
+    task: str = field(default="sokoban", metadata={
+        "help": "sokoban (6x6 with walls) | sokoban8 (8x8) | frozenlake (4x4, 4 holes) | "
+                "frozenlake6 (6x6, 12 holes)"})
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={
         "help": "distillation seeds (the teacher is shared)"})
     context: str = field(default="plan", metadata={"help": "context kind to distil"})
