@@ -47,7 +47,7 @@ class DistillConfig:
         "help": "sokoban|frozenlake; default: the student's training task"})
     steps: int = field(default=200, metadata={"help": "optimizer steps"})
     batch: int = field(default=128, metadata={"help": "prompts per step"})
-    lr: float = field(default=1e-4, metadata={"help": "learning rate"})
+    lr: float = field(default=3e-4, metadata={"help": "learning rate"})
     warmup: int = field(default=10, metadata={"help": "warm-up steps"})
     schedule: str = field(default="constant", metadata={"help": "constant|cosine"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
