@@ -164,7 +164,9 @@ def verify_folder(path: str | Path) -> Path:
 def load_checkpoint(path: str | Path, device: str = "cpu", dtype: torch.dtype | None = None):
     """(model, tokenizer) from a local checkpoint folder, offline, without unpickling."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # one "Loading weights" bar per load clutters every table
     path = verify_folder(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
