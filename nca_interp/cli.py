@@ -40,8 +40,9 @@ def parse_config(cls, argv: list[str] | None, description: str | None = None,
     for f in dataclasses.fields(cls):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         shown = ",".join(map(str, default)) if isinstance(default, (tuple, list)) else default
+        flag = {"nargs": "?", "const": True} if hints[f.name] is bool else {}
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name,
-                            type=_parser_for(hints[f.name]), default=default,
+                            type=_parser_for(hints[f.name]), default=default, **flag,
                             help=f"{f.metadata.get('help', '')} (default: {shown})")
     if positional:
         parser.add_argument("_positional", nargs="*", metavar=positional.upper(),
