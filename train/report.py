@@ -127,8 +127,9 @@ def main(argv: list[str] | None = None) -> None:
     figs = Path(args.figures) / args.task
     manifest = json.loads((figs / "manifest.json").read_text())
     print(f"<!-- python -m train.report --task {args.task} -->")
-    print(f"Pipeline wall time: {manifest.get('pipeline_seconds', 0) / 60:.1f} min "
-          f"(seeds {manifest['config']['seeds']}; {manifest.get('note', 'all stages')}).\n")
+    if "pipeline_seconds" in manifest:
+        print(f"Pipeline wall time: {manifest['pipeline_seconds'] / 60:.1f} min "
+              f"(seeds {manifest['config']['seeds']}; {manifest.get('note', 'all stages')}).\n")
     print(f"#### Teacher, 1000 held-out levels, greedy\n\n{teacher(figs)}\n")
     if not (figs / "context_return_summary.json").exists():
         return
