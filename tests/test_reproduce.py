@@ -31,3 +31,26 @@ def test_pipeline_end_to_end_and_skips(tmp_path):
     before = (figs / "layer_sim.json").stat().st_mtime
     reproduce.main(argv)  # everything exists: skipped
     assert (figs / "layer_sim.json").stat().st_mtime == before
+
+
+def test_stage_reruns_only_when_stale(tmp_path):
+    import os
+
+    manifest = reproduce.Manifest(tmp_path / "manifest.json", reproduce.ReproduceConfig())
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out.json"
+    ckpt.mkdir()
+    (ckpt / "nca_checkpoint.json").write_text("{}")
+    calls = []
+
+    def fn(argv):
+        calls.append(argv)
+        out.write_text("{}")
+
+    reproduce.stage("s", manifest, [out], "m", fn, ["a"], inputs=[ckpt])
+    reproduce.stage("s", manifest, [out], "m", fn, ["a"], inputs=[ckpt])
+    assert len(calls) == 1  # up to date: skipped
+    os.utime(ckpt / "nca_checkpoint.json", (out.stat().st_mtime + 10,) * 2)  # retrained
+    reproduce.stage("s", manifest, [out], "m", fn, ["a"], inputs=[ckpt])
+    assert len(calls) == 2
+    assert json.loads((tmp_path / "manifest.json").read_text())["files"][str(out)]["command"] \
+        == "python -m m a"

@@ -79,12 +79,21 @@ def done(run_dir: Path, steps: int) -> bool:
     return last is not None and last.name == f"step_{steps:06d}"
 
 
+def mtime(path: Path) -> float:
+    """When a checkpoint (its manifest, written last) or a file was last written."""
+    marker = path / "nca_checkpoint.json" if path.is_dir() else path
+    return marker.stat().st_mtime if marker.exists() else float("inf")
+
+
 def stage(name: str, manifest: Manifest, outputs: list[Path], module: str, fn,
-          argv: list[str]) -> None:
-    """Run `fn(argv)` unless every output exists; record what produced the outputs."""
+          argv: list[str], inputs: list[Path] = ()) -> None:
+    """Run `fn(argv)` unless every output exists and is newer than every input (a retrained
+    checkpoint makes what was computed from it stale); record what produced the outputs."""
     if outputs and all(p.exists() for p in outputs):
-        print(f"[skip] {name}: outputs exist")
-        return
+        if not inputs or min(mtime(p) for p in outputs) >= max(mtime(p) for p in inputs):
+            print(f"[skip] {name}: outputs exist and are up to date")
+            return
+        print(f"[stale] {name}: an input checkpoint is newer than its outputs")
     print(f"[run] {name}: python -m {module} {' '.join(argv)}")
     t0 = time.time()
     fn(argv)
@@ -188,13 +197,13 @@ def main(argv: list[str] | None = None) -> None:
     base = runs / f"{cfg.task}_base"
     base_args = ["--out", str(base), *TASK_ARGS[cfg.task], "--steps", str(cfg.teacher_steps),
                  *common]
-    stage("teacher", manifest, [base / "checkpoints" / f"step_{cfg.teacher_steps:06d}"],
-          "train.sft", sft.main, base_args)
+    teacher_final = base / "checkpoints" / f"step_{cfg.teacher_steps:06d}"
+    stage("teacher", manifest, [teacher_final], "train.sft", sft.main, base_args)
     for kind in ("state", "plan"):
         out = figs / f"teacher_{kind}.json"
         stage(f"teacher evaluation ({kind})", manifest, [out], "nca_interp.evaluate",
               evaluate.main, [str(base), "--context", kind, "--n-levels", str(cfg.n_levels),
-                              "--out", str(out), *common])
+                              "--out", str(out), *common], inputs=[teacher_final])
     if cfg.teacher_only:
         print(f"teacher {base} evaluated; --teacher-only: stopping")
         return
@@ -209,6 +218,9 @@ def main(argv: list[str] | None = None) -> None:
                     "--save-every", str(cfg.save_every), "--seed", str(seed),
                     "--threads", str(max(1, cfg.threads // cfg.jobs))]
             final = out / "checkpoints" / f"step_{cfg.distill_steps:06d}"
+            if final.exists() and mtime(final) < mtime(teacher_final):
+                raise RuntimeError(f"{out} was distilled from an older teacher than "
+                                   f"{teacher_final}; delete {out} to rebuild it")
             if final.exists():
                 print(f"[skip] {method} seed {seed}: outputs exist")
             else:
@@ -217,11 +229,13 @@ def main(argv: list[str] | None = None) -> None:
     ckpts = [str(base)] + [str(p) for p in students.values()]
     for c in ckpts:
         verify_folder(c)
+    finals = [teacher_final] + [p / "checkpoints" / f"step_{cfg.distill_steps:06d}"
+                                for p in students.values()]
 
     ev_json = figs / "context_return.json"
     stage("context-return evaluation", manifest, [ev_json], "nca_interp.evaluate",
           evaluate.main, [*ckpts, "--context", cfg.context, "--n-levels", str(cfg.n_levels),
-                          "--out", str(ev_json), *common])
+                          "--out", str(ev_json), *common], inputs=finals)
     reports = json.loads(ev_json.read_text())["reports"]
     (figs / "context_return.md").write_text(evaluate.format_markdown(reports) + "\n")
     summary = summarise(reports, cfg.seeds)
@@ -232,18 +246,19 @@ def main(argv: list[str] | None = None) -> None:
     png: list[str] = []  # PNGs are rendered from the JSON at the end (render_figures)
     stage("layer_sim", manifest, [figs / "layer_sim.json"], "nca_interp.layer_sim",
           layer_sim.main, [*ckpts, "--context", cfg.context, "--out", str(figs / "layer_sim"),
-                           *png, *common])
+                           *png, *common], inputs=finals)
     for method in ("opd", "nca"):
         run = students[f"{method}_s{cfg.seeds[0]}"]
         steps = sorted(str(p) for p in (run / "checkpoints").glob("step_*"))
         stage(f"grad_align {method}", manifest, [figs / f"grad_align_{method}.json"],
               "nca_interp.grad_align", grad_align.main,
               [*steps, "--teacher", str(base), "--context", cfg.context,
-               "--out", str(figs / f"grad_align_{method}"), *png, *common])
+               "--out", str(figs / f"grad_align_{method}"), *png, *common], inputs=finals)
     s0 = cfg.seeds[0]
     stage("param_delta", manifest, [figs / "param_delta.json"], "nca_interp.param_delta",
           param_delta.main, [str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"]),
-                             "--init", str(base), "--out", str(figs / "param_delta"), *png])
+                             "--init", str(base), "--out", str(figs / "param_delta"), *png],
+          inputs=finals)
     written = render_figures(figs, cfg.png)
     manifest.record(written, ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
     total = time.time() - t_start
