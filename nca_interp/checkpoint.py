@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 MANIFEST = "nca_checkpoint.json"
@@ -49,9 +49,11 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _write_manifest(folder: Path) -> None:
+def _write_manifest(folder: Path, skip: tuple[str, ...] = ()) -> None:
+    """Size and sha256 of every file (but `skip` and temporaries), written last, atomically."""
     files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)}
-             for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST}
+             for p in sorted(folder.iterdir())
+             if p.is_file() and p.name not in (MANIFEST, *skip) and not p.name.endswith(".tmp")}
     tmp = folder / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps({"files": files}, indent=1))
     os.replace(tmp, folder / MANIFEST)
@@ -103,18 +105,8 @@ def publish(src: str | Path, run_dir: str | Path) -> None:
             tmp = run_dir / (f.name + ".tmp")
             shutil.copyfile(f, tmp)
             os.replace(tmp, run_dir / f.name)
-    _write_manifest_subset(run_dir)
-
-
-def _write_manifest_subset(run_dir: Path) -> None:
     # metrics.jsonl keeps growing after a publish; it is not part of the weights' manifest.
-    files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)}
-             for p in sorted(run_dir.iterdir())
-             if p.is_file() and p.name not in (MANIFEST, "metrics.jsonl")
-             and not p.name.endswith(".tmp")}
-    tmp = run_dir / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps({"files": files}, indent=1))
-    os.replace(tmp, run_dir / MANIFEST)
+    _write_manifest(run_dir, skip=("metrics.jsonl",))
 
 
 def verify_folder(path: str | Path) -> Path:
@@ -154,7 +146,7 @@ def verify_folder(path: str | Path) -> Path:
         try:
             with safe_open(str(w), framework="pt") as f:
                 f.keys()
-        except (SafetensorError, OSError, Exception) as e:  # any parse failure
+        except Exception as e:  # noqa: BLE001 - safetensors/OS errors of any kind
             raise CheckpointError(f"{w} is not a valid safetensors file ({e}); the file is "
                                   "truncated or corrupt: restore it or use another "
                                   "checkpoint") from e

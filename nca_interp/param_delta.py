@@ -52,15 +52,11 @@ def check_compatible(w0: dict, c0: dict, w1: dict, c1: dict, name0: str, name1: 
                              f"{name0} has {tuple(w0[k].shape)}")
 
 
-def group_key(name: str) -> tuple[int | None, str]:
-    return module_of(name)
-
-
 def module_table(sq_delta: dict[str, float], sq_w0: dict[str, float]) -> dict:
     """Aggregate per-parameter squared norms into layer x module, per-module and per-layer."""
     cells: dict[tuple, list[float]] = {}
     for name in sq_delta:
-        key = group_key(name)
+        key = module_of(name)
         c = cells.setdefault(key, [0.0, 0.0])
         c[0] += sq_delta[name]
         c[1] += sq_w0[name]
@@ -100,7 +96,7 @@ def compare(da: dict[str, torch.Tensor], db: dict[str, torch.Tensor],
     """Per-module cosine between two deltas, and where db - da (the specific delta) lies."""
     groups: dict[str, list[str]] = {}
     for name in da:
-        layer, module = group_key(name)
+        layer, module = module_of(name)
         groups.setdefault(f"{'all' if layer is None else layer}.{module}", []).append(name)
     cos = {}
     for key, names in groups.items():
