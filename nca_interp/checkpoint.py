@@ -68,7 +68,7 @@ def _write_folder(folder: Path, model, tokenizer, run_config: dict | None,
         (folder / RUN_CONFIG).write_text(json.dumps(run_config, indent=1, default=str))
     if trainer_state is not None:
         tensors, meta = trainer_state
-        save_file({k: v.contiguous() for k, v in tensors.items()},
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()},
                   folder / "trainer_state.safetensors")
         (folder / "trainer_state.json").write_text(json.dumps(meta, indent=1))
     _write_manifest(folder)

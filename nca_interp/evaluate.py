@@ -27,8 +27,15 @@ import torch
 
 from nca_interp.checkpoint import load_checkpoint, read_run_config
 from nca_interp.cli import parse_config, to_dict
-from nca_interp.models import context_limit
-from nca_interp.rollout import decode_responses, encode, pad_id, sample, stop_ids
+from nca_interp.models import autocast, context_limit, resolve_device
+from nca_interp.rollout import (
+    decode_responses,
+    encode,
+    model_device,
+    pad_id,
+    sample,
+    stop_ids,
+)
 from nca_interp.tasks import Task, task_from_record
 
 
@@ -50,7 +57,8 @@ def max_response_tokens(task: Task) -> int:
 def play_levels(model, tokenizer, task: Task, levels: list, context: str | None,
                 temperature: float = 0.0, seed: int = 0, batch: int = 250) -> dict[str, np.ndarray]:
     """Roll out one response per level; returns arrays `won`, `length`, `parsed`."""
-    gen = torch.Generator().manual_seed(seed)
+    dev = model_device(model)
+    gen = torch.Generator(dev).manual_seed(seed)
     won, length, parsed = [], [], []
     max_new = max_response_tokens(task)
     for i in range(0, len(levels), batch):
@@ -58,9 +66,9 @@ def play_levels(model, tokenizer, task: Task, levels: list, context: str | None,
         texts = [task.prompt(lv, None if context is None else task.context(lv, context))
                  for lv in chunk]
         ids, mask = encode(tokenizer, texts, context_limit(model), reserve=max_new)
-        resp, rmask = sample(model, ids, mask, max_new, stop_ids(tokenizer, model),
-                             pad_id(tokenizer), temperature, gen)
-        outs, lens = decode_responses(tokenizer, resp, rmask)
+        resp, rmask = sample(model, ids.to(dev), mask.to(dev), max_new,
+                             stop_ids(tokenizer, model), pad_id(tokenizer), temperature, gen)
+        outs, lens = decode_responses(tokenizer, resp.cpu(), rmask.cpu())
         for lv, text, n in zip(chunk, outs, lens):
             s = task.score(lv, text)
             won.append(s.won)
@@ -152,6 +160,9 @@ class EvalConfig:
     seed: int = field(default=0, metadata={"help": "held-out set and sampling seed"})
     temperature: float = field(default=0.0, metadata={"help": "0 = greedy"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
+    device: str = field(default="auto", metadata={"help": "auto|cpu|cuda"})
+    precision: str = field(default="auto", metadata={
+        "help": "auto|fp32|bf16 autocast (auto: bf16 on GPU, fp32 on CPU)"})
     out: str | None = field(default=None, metadata={"help": "write the JSON report here"})
 
 
@@ -166,12 +177,14 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(cfg.threads)
     paths = cfg.ckpt or default_checkpoints()
     task = task_for_checkpoints(paths, cfg.task, cfg.fmt)
+    device = resolve_device(cfg.device)
     reports = {}
     for p in paths:
-        model, tok = load_checkpoint(p)
+        model, tok = load_checkpoint(p, device=str(device))
         name = Path(p).name if Path(p).name not in reports else p
-        reports[name] = evaluate_checkpoint(model, tok, task, cfg.context, cfg.n_levels,
-                                            cfg.seed, cfg.temperature)
+        with autocast(device, cfg.precision):
+            reports[name] = evaluate_checkpoint(model, tok, task, cfg.context, cfg.n_levels,
+                                                cfg.seed, cfg.temperature)
     print(f"task={task.name} context={cfg.context} levels={cfg.n_levels} seed={cfg.seed} "
           f"temperature={cfg.temperature}")
     print(format_table(reports))

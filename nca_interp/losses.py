@@ -16,7 +16,9 @@ end-of-response) the views are distributions over the full vocabulary V:
 
 L_OPD is a reverse KL (mode seeking) on the student's own tokens; L_NCA is a forward KL from a
 stop-gradient anchor, so the no-context view gets gradient only from L_OPD and the context view
-only from L_NCA. Means are over valid response tokens of the whole batch.
+only from L_NCA. Means are over valid response tokens of the whole batch; with micro-batches or
+data-parallel ranks, each piece divides its sum by the *global* token count (`denom`), so the
+pieces add up to the same mean.
 
 Top-k support (OPCD's option): restrict the sum to the student's top-k tokens at each position,
 optionally renormalising both distributions on that support; k = |V| equals the full KL.
@@ -27,16 +29,17 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nca_interp.rollout import Batch, response_logits
+from nca_interp.rollout import Batch, model_device, response_logits
 
 TERMS = ("opd", "nca", "ctx")
 
 
 def token_kl(p_logits_B_N_V: torch.Tensor, q_logits_B_N_V: torch.Tensor,
              mask_B_N: torch.Tensor, top_k: int | None = None,
-             renormalize: bool = True) -> torch.Tensor:
-    """mean over valid positions of KL(p || q), in nats. With `top_k`, the support is p's top-k
-    tokens (renormalised on that support if `renormalize`)."""
+             renormalize: bool = True, denom: torch.Tensor | float | None = None
+             ) -> torch.Tensor:
+    """mean over valid positions of KL(p || q), in nats (or the sum divided by `denom`). With
+    `top_k`, the support is p's top-k tokens (renormalised on that support if `renormalize`)."""
     logp = F.log_softmax(p_logits_B_N_V.float(), dim=-1)
     logq = F.log_softmax(q_logits_B_N_V.float(), dim=-1)
     if top_k is not None and top_k < logp.shape[-1]:
@@ -47,13 +50,16 @@ def token_kl(p_logits_B_N_V: torch.Tensor, q_logits_B_N_V: torch.Tensor,
             logq = logq - logq.logsumexp(-1, keepdim=True)
     kl_B_N = (logp.exp() * (logp - logq)).sum(-1)
     mask = mask_B_N.to(kl_B_N.dtype)
-    return (kl_B_N * mask).sum() / mask.sum().clamp(min=1)
+    return (kl_B_N * mask).sum() / (mask.sum().clamp(min=1) if denom is None else denom)
 
 
 def loss_terms(student, teacher, batch: Batch, terms: tuple[str, ...] = ("opd", "nca"),
-               top_k: int | None = None, renormalize: bool = True) -> dict[str, torch.Tensor]:
+               top_k: int | None = None, renormalize: bool = True,
+               denom: torch.Tensor | float | None = None) -> dict[str, torch.Tensor]:
     """The named loss terms on one batch (combine them afterwards: L = opd + beta * nca).
-    Only the views a requested term needs are computed."""
+    Only the views a requested term needs are computed. The teacher may live on another device
+    (its inputs go there, its logits come back); its full-vocabulary logits are dropped as soon
+    as the terms that need them are computed."""
     unknown = set(terms) - set(TERMS)
     if unknown:
         raise ValueError(f"unknown loss terms {sorted(unknown)}; choose from {TERMS}")
@@ -64,14 +70,18 @@ def loss_terms(student, teacher, batch: Batch, terms: tuple[str, ...] = ("opd", 
     if "nca" in terms or "ctx" in terms:
         g_c = response_logits(student, b.cx_ids, b.cx_mask, b.resp, b.resp_mask)
     if "opd" in terms or "ctx" in terms:
+        dev = model_device(teacher)
         with torch.no_grad():
-            f_c = response_logits(teacher, b.cx_ids, b.cx_mask, b.resp, b.resp_mask)
+            f_c = response_logits(teacher, b.cx_ids.to(dev), b.cx_mask.to(dev), b.resp.to(dev),
+                                  b.resp_mask.to(dev)).to(b.resp.device)
+    kl = dict(mask_B_N=b.resp_mask, top_k=top_k, renormalize=renormalize, denom=denom)
     if "opd" in terms:
-        out["opd"] = token_kl(g, f_c, b.resp_mask, top_k, renormalize)
-    if "nca" in terms:
-        out["nca"] = token_kl(g.detach(), g_c, b.resp_mask, top_k, renormalize)
+        out["opd"] = token_kl(g, f_c, **kl)
     if "ctx" in terms:
-        out["ctx"] = token_kl(g_c, f_c, b.resp_mask, top_k, renormalize)
+        out["ctx"] = token_kl(g_c, f_c, **kl)
+    del f_c
+    if "nca" in terms:
+        out["nca"] = token_kl(g.detach(), g_c, **kl)
     return out
 
 

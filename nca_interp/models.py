@@ -6,6 +6,7 @@ Qwen3 is the default; Qwen2 and Llama share the module names the analyses key on
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -51,3 +52,26 @@ def build_model(cfg: ModelConfig, tokenizer, seed: int = 0) -> PreTrainedModel:
 
 def context_limit(model: PreTrainedModel) -> int:
     return int(getattr(model.config, "max_position_embeddings", 0) or 0)
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """`auto` is the GPU when there is one, else the CPU; `cuda` without a GPU is an error."""
+    if name not in ("auto", "cpu", "cuda") and not name.startswith("cuda:"):
+        raise ValueError(f"--device must be auto, cpu, cuda or cuda:N, not {name!r}")
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {name} asked for, but torch sees no GPU "
+                         f"(torch {torch.__version__}); use --device cpu")
+    return torch.device(f"cuda:{local_rank}" if name == "cuda" else name)
+
+
+def autocast(device: torch.device, precision: str):
+    """bf16 autocast (fp32 master weights; the KL is computed in fp32) or nothing. `auto` is
+    bf16 on a GPU and fp32 on the CPU, where every number in this repository was measured."""
+    if precision not in ("auto", "fp32", "bf16"):
+        raise ValueError(f"--precision must be auto, fp32 or bf16, not {precision!r}")
+    bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
+    if not bf16:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)

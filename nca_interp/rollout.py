@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 
 class ContextOverflowError(ValueError):
@@ -62,38 +61,56 @@ def positions(mask_B_T: torch.Tensor) -> torch.Tensor:
     return (mask_B_T.cumsum(-1) - 1).clamp(min=0)
 
 
+def sampling_noise(generator: torch.Generator | None, rows: int, vocab: int, shard: slice,
+                   device) -> torch.Tensor:
+    """Exp(1) noise for one decoding step, drawn for all `rows` of the *global* batch and then
+    sliced to this process's `shard`: every data-parallel rank draws the same numbers, so a
+    sharded rollout picks exactly the tokens a single process would."""
+    noise = torch.empty(rows, vocab, device=device).exponential_(generator=generator)
+    return noise[shard]
+
+
 @torch.no_grad()
 def sample(model, prompt_ids_B_P: torch.Tensor, prompt_mask_B_P: torch.Tensor, max_new: int,
            eos_id: int | list[int], pad_id: int, temperature: float = 1.0,
-           generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+           generator: torch.Generator | None = None,
+           shard: tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample responses with a KV cache; temperature 0 is greedy.
 
     Returns (resp_B_N, resp_mask_B_N): tokens up to and including the first eos are valid
     (mask 1); after it, pad with mask 0. N <= max_new (stops once every row has ended).
     `eos_id` may be a list of stop ids (see `stop_ids`).
+
+    Sampling is the exponential race (Gumbel-max): token = argmax_v logits_v / T - log E_v with
+    E_v ~ Exp(1), which draws exactly from softmax(logits / T). `shard = (offset, global_rows)`
+    says these rows are rows offset.. of a global batch of `global_rows` (data parallelism);
+    the noise is drawn for the global batch (see `sampling_noise`).
     """
     B = prompt_ids_B_P.shape[0]
-    stops = torch.tensor([eos_id] if isinstance(eos_id, int) else list(eos_id))
+    dev = prompt_ids_B_P.device
+    offset, global_rows = shard if shard is not None else (0, B)
+    rows = slice(offset, offset + B)
+    stops = torch.tensor([eos_id] if isinstance(eos_id, int) else list(eos_id), device=dev)
     mask = prompt_mask_B_P.clone()
     pos = positions(mask)
     out = model(input_ids=prompt_ids_B_P, attention_mask=mask, position_ids=pos, use_cache=True)
     cache, logits = out.cache, out.logits[:, -1]
     next_pos = pos[:, -1:] + 1
     tokens, valid = [], []
-    done = torch.zeros(B, dtype=torch.bool)
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
     for _ in range(max_new):
         if temperature == 0:
             tok = logits.argmax(-1)
         else:
-            probs = F.softmax(logits.float() / temperature, dim=-1)
-            tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            noise = sampling_noise(generator, global_rows, logits.shape[-1], rows, dev)
+            tok = (logits.float() / temperature - noise.log()).argmax(-1)
         tok = torch.where(done, torch.full_like(tok, pad_id), tok)
         valid.append(~done)
         tokens.append(tok)
         done = done | torch.isin(tok, stops)
         if bool(done.all()):
             break
-        mask = torch.cat([mask, torch.ones(B, 1, dtype=mask.dtype)], dim=1)
+        mask = torch.cat([mask, torch.ones(B, 1, dtype=mask.dtype, device=dev)], dim=1)
         out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos,
                     cache=cache, use_cache=True)
         cache, logits = out.cache, out.logits[:, -1]
@@ -140,6 +157,10 @@ def target_batch(tokenizer, targets: list[str]) -> tuple[torch.Tensor, torch.Ten
     return ids, mask
 
 
+def model_device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
 @dataclass
 class Batch:
     """One on-policy batch: both prompt views (left-padded) and the sampled responses."""
@@ -151,20 +172,34 @@ class Batch:
     resp: torch.Tensor  # B N   y ~ g(.|x), eos included, then pad
     resp_mask: torch.Tensor
 
+    def rows(self, start: int, stop: int) -> Batch:
+        """Rows start..stop, with columns that are padding in every kept row dropped (prompt
+        padding on the left, response padding on the right), for micro-batches."""
+        def left(ids, mask):
+            keep = int(mask[start:stop].any(0).nonzero()[0]) if mask[start:stop].any() else 0
+            return ids[start:stop, keep:], mask[start:stop, keep:]
+
+        n = int(self.resp_mask[start:stop].sum(1).max()) if stop > start else 0
+        return Batch(*left(self.x_ids, self.x_mask), *left(self.cx_ids, self.cx_mask),
+                     self.resp[start:stop, :n], self.resp_mask[start:stop, :n])
+
 
 def onpolicy_batch(student, tokenizer, task, levels: list, context_kind: str, max_new: int,
                    temperature: float = 1.0, generator: torch.Generator | None = None,
-                   limit: int | None = None) -> tuple[Batch, list[str], list[int]]:
-    """Sample y ~ g(.|x) without context and pair it with both prompt views.
-    Returns the batch, the decoded responses and their lengths (tokens, eos included)."""
+                   limit: int | None = None, shard: tuple[int, int] | None = None
+                   ) -> tuple[Batch, list[str], list[int]]:
+    """Sample y ~ g(.|x) without context and pair it with both prompt views (tensors on the
+    student's device). `shard`: these levels are rows offset.. of a global batch (see
+    `sample`). Returns the batch, the decoded responses and their lengths (eos included)."""
+    dev = model_device(student)
     x_text = [task.prompt(lv) for lv in levels]
     cx_text = [task.prompt(lv, task.context(lv, context_kind)) for lv in levels]
-    cx_ids, cx_mask = encode(tokenizer, cx_text, limit, reserve=max_new)
-    x_ids, x_mask = encode(tokenizer, x_text, limit, reserve=max_new)
+    cx_ids, cx_mask = (t.to(dev) for t in encode(tokenizer, cx_text, limit, reserve=max_new))
+    x_ids, x_mask = (t.to(dev) for t in encode(tokenizer, x_text, limit, reserve=max_new))
     was_training = student.training
     student.eval()
     resp, resp_mask = sample(student, x_ids, x_mask, max_new, stop_ids(tokenizer, student),
-                             pad_id(tokenizer), temperature, generator)
+                             pad_id(tokenizer), temperature, generator, shard)
     student.train(was_training)
-    texts, lengths = decode_responses(tokenizer, resp, resp_mask)
+    texts, lengths = decode_responses(tokenizer, resp.cpu(), resp_mask.cpu())
     return Batch(x_ids, x_mask, cx_ids, cx_mask, resp, resp_mask), texts, lengths

@@ -84,3 +84,26 @@ def test_nan_stops_with_step_and_term(base, tmp_path, monkeypatch):
     from nca_interp.checkpoint import load_checkpoint
 
     load_checkpoint(tmp_path / "o")  # the last good checkpoint is intact and published
+
+
+def test_devices_and_precision_are_checked(base, tmp_path):
+    from nca_interp.models import autocast, resolve_device
+
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ValueError, match="--device must be"):
+        resolve_device("tpu")
+    with pytest.raises(ValueError, match="--precision must be"):
+        autocast(torch.device("cpu"), "fp8")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="sees no GPU"):
+            distill.main(args(base, tmp_path / "o", "--device", "cuda"))
+
+
+def test_micro_batches_and_checkpointing_give_the_same_update(base, tmp_path):
+    distill.main(args(base, tmp_path / "whole", "--method", "nca", "--steps", "2"))
+    distill.main(args(base, tmp_path / "micro", "--method", "nca", "--steps", "2",
+                      "--micro-batch", "3", "--grad-checkpointing"))
+    a = load_file(tmp_path / "whole" / "model.safetensors")
+    b = load_file(tmp_path / "micro" / "model.safetensors")
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-6, msg=k)

@@ -47,3 +47,28 @@ def test_overflow_and_unknown_characters_raise(tok):
         encode(tok, ["x" * 300], limit=256, reserve=8)
     with pytest.raises(ValueError, match="not in the tokenizer"):
         encode(tok, ["héllo"])
+
+
+def test_sharded_sampling_matches_the_global_batch(tok, tiny_model):
+    """Data-parallel ranks draw noise for the global batch and keep their rows, so two shards
+    sample exactly the tokens of one process (what DDP equivalence rests on)."""
+    ids, mask = encode(tok, ["P__\n>", "xy\n>", "a\n>", "P_#_\n>"])
+    whole, wmask = sample(tiny_model, ids, mask, 6, 2, 0, 1.0, torch.Generator().manual_seed(5))
+    for lo in (0, 2):
+        part, pmask = sample(tiny_model, ids[lo:lo + 2], mask[lo:lo + 2], 6, 2, 0, 1.0,
+                             torch.Generator().manual_seed(5), shard=(lo, 4))
+        n = part.shape[1]
+        assert torch.equal(part, whole[lo:lo + 2, :n]) and torch.equal(pmask, wmask[lo:lo + 2, :n])
+        assert not wmask[lo:lo + 2, n:].any()
+
+
+def test_exponential_race_samples_the_softmax(tok):
+    """argmax(logits/T - log E), E ~ Exp(1), has the softmax(logits/T) distribution."""
+    from nca_interp.rollout import sampling_noise
+
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0])
+    gen = torch.Generator().manual_seed(0)
+    draws = torch.stack([(logits / 0.7 - sampling_noise(gen, 4000, 4, slice(0, 4000), "cpu")
+                          .log()).argmax(-1)])
+    freq = torch.bincount(draws.flatten(), minlength=4).float() / draws.numel()
+    assert torch.allclose(freq, torch.softmax(logits / 0.7, -1), atol=0.025)

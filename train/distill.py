@@ -12,15 +12,27 @@ Without --teacher the teacher is the student's initial checkpoint (self-distilla
 Checkpoints every --save-every steps under OUT/checkpoints/step_*; a killed run restarted with
 the same command resumes from the last one and ends at the same weights (data and sampling
 seeds are functions of the step).
+
+Bigger models: --device cuda (bf16 autocast by default there, --precision), --teacher-device
+cuda:1 to keep the teacher on its own GPU, --grad-checkpointing, --micro-batch M (forward,
+teacher scoring and backward M prompts at a time; gradients accumulate to the same update).
+Data parallel on torch.distributed (NCCL on GPUs, gloo on CPUs):
+
+    torchrun --nproc-per-node 8 -m train.distill --device cuda --method nca ...
+
+Each rank samples and scores its slice of the global --batch (the sampling noise is drawn for
+the global batch, so N ranks sample the tokens one process would), DDP all-reduces gradients,
+the loss is normalised by the global token count, and only rank 0 writes checkpoints, metrics
+and evaluations; a restarted torchrun job resumes like a single process.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -28,10 +40,18 @@ from nca_interp.checkpoint import load_checkpoint, read_run_config
 from nca_interp.cli import parse_config, to_dict
 from nca_interp.evaluate import max_response_tokens, task_for_checkpoints
 from nca_interp.losses import combine, loss_terms
-from nca_interp.models import context_limit
-from nca_interp.rollout import onpolicy_batch
+from nca_interp.models import autocast, context_limit
+from nca_interp.rollout import Batch, onpolicy_batch
 from nca_interp.tasks import task_record
-from train.common import Run, eval_wins, lr_at, setup_torch
+from train.common import (
+    Dist,
+    Run,
+    close_distributed,
+    eval_wins,
+    init_distributed,
+    lr_at,
+    setup_torch,
+)
 
 
 @dataclass
@@ -61,6 +81,15 @@ class DistillConfig:
     eval_levels: int = field(default=200, metadata={"help": "held-out levels per eval"})
     seed: int = field(default=0, metadata={"help": "data and sampling seed"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
+    device: str = field(default="auto", metadata={"help": "auto|cpu|cuda (GPU if there is one)"})
+    teacher_device: str | None = field(default=None, metadata={
+        "help": "device of the teacher (e.g. cuda:1); default: the student's"})
+    precision: str = field(default="auto", metadata={
+        "help": "auto|fp32|bf16 autocast (auto: bf16 on GPU, fp32 on CPU)"})
+    micro_batch: int = field(default=0, metadata={
+        "help": "prompts per forward/backward on each rank (0: the whole slice at once)"})
+    grad_checkpointing: bool = field(default=False, metadata={
+        "help": "recompute activations in backward (less memory, ~1/3 more compute)"})
 
 
 def check_same_tokenizer(tok_a, tok_b, a: str, b: str) -> None:
@@ -75,64 +104,113 @@ def task_for(cfg: DistillConfig, student_dir: str):
     return task_for_checkpoints([student_dir], cfg.task)
 
 
+def accumulate(student, teacher, batch: Batch, terms_needed: tuple[str, ...], beta: float,
+               cfg: DistillConfig, denom: torch.Tensor, dist: Dist, amp) -> dict[str, float]:
+    """Forward, score and backward this rank's slice in micro-batches; gradients accumulate to
+    d/dtheta of the global-batch loss. Each piece's terms are its KL sum over the global token
+    count `denom`, so pieces over micro-batches and ranks add up to the global mean; the loss
+    is scaled by the world size because DDP averages gradients over ranks. Returns the summed
+    term values of this rank (sum them over ranks for the global mean)."""
+    rows = batch.resp.shape[0]
+    step = cfg.micro_batch or rows
+    starts = list(range(0, rows, step))
+    totals: dict[str, float] = {}
+    for i, a in enumerate(starts):
+        piece = batch if step >= rows else batch.rows(a, min(a + step, rows))
+        last = i == len(starts) - 1
+        sync = nullcontext() if last or dist.world == 1 else student.no_sync()
+        with sync:
+            with amp:
+                terms = loss_terms(student, teacher, piece, terms_needed, cfg.top_k,
+                                   cfg.renormalize, denom)
+            (combine(terms, beta) * dist.world).backward()
+        for name, value in terms.items():
+            totals[name] = totals.get(name, 0.0) + value.item()
+    return totals
+
+
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(DistillConfig, argv, __doc__)
     if cfg.method not in ("opd", "nca"):
         raise ValueError(f"--method must be opd or nca, not {cfg.method!r}")
     beta = cfg.beta if cfg.method == "nca" else 0.0
     setup_torch(cfg.threads)
+    dist, device = init_distributed(cfg.device)
+    if cfg.batch % dist.world:
+        raise ValueError(f"--batch {cfg.batch} does not split evenly over {dist.world} ranks")
     task = task_for(cfg, cfg.student)
     teacher_dir = cfg.teacher or cfg.student
-    student, tok = load_checkpoint(cfg.student)
-    teacher, tok_t = load_checkpoint(teacher_dir)
+    student, tok = load_checkpoint(cfg.student, device=str(device))
+    teacher_device = cfg.teacher_device or str(device)
+    teacher, tok_t = load_checkpoint(teacher_dir, device=teacher_device)
     check_same_tokenizer(tok, tok_t, cfg.student, teacher_dir)
     teacher.requires_grad_(False)
+    if cfg.grad_checkpointing:
+        student.activation_checkpointing_enable({"use_reentrant": False})
     task = task.for_tokenizer(tok)
     run = Run(cfg.out, {**to_dict(cfg), "kind": "distill", "beta_effective": beta,
-                        "task": task_record(task)})
+                        "task": task_record(task)}, writer=dist.main)
     opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    dist.barrier()  # rank 0 has checked the run directory
     start = run.resume(student, opt)
+    model = student  # what the loss runs through: DDP all-reduces its gradients
+    if dist.world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(
+            student, device_ids=[device.index] if device.type == "cuda" else None)
+    amp = autocast(device, cfg.precision)
     held_out = task.held_out_keys(1000, seed=0)
     eval_levels = task.levels("test", cfg.eval_levels, seed=0)
     limit = min(context_limit(student), context_limit(teacher))
     max_new = max_response_tokens(task)
     terms_needed = ("opd", "nca") if beta else ("opd",)
+    local = cfg.batch // dist.world
+    shard = (dist.rank * local, cfg.batch)
     student.train()
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=cfg.method)
+    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=cfg.method,
+               disable=not dist.main)
     for step in bar:
         t0 = time.time()
         levels = task.sample_levels(f"distill-{cfg.seed}-{step}", cfg.batch, held_out)
-        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-        batch, texts, lengths = onpolicy_batch(student, tok, task, levels, cfg.context, max_new,
-                                               cfg.temperature, gen, limit)
+        mine = levels[shard[0]: shard[0] + local]
+        gen = torch.Generator(device).manual_seed(cfg.seed * 1_000_003 + step)
+        with amp:
+            batch, texts, lengths = onpolicy_batch(student, tok, task, mine, cfg.context,
+                                                   max_new, cfg.temperature, gen, limit, shard)
         t_sample = time.time() - t0
-        terms = loss_terms(student, teacher, batch, terms_needed, cfg.top_k, cfg.renormalize)
+        denom = dist.sum(batch.resp_mask.sum()).to(torch.float32)
+        opt.zero_grad(set_to_none=True)
+        totals = accumulate(model, teacher, batch, terms_needed, beta, cfg, denom, dist, amp)
+        won = [task.score(lv, t).won for lv, t in zip(mine, texts)]
+        stats = dist.sum(torch.tensor([*totals.values(), sum(won), sum(lengths)]))
+        terms = dict(zip(totals, stats.tolist()))
         for name, value in terms.items():
-            if not math.isfinite(value.item()):
+            if not math.isfinite(value):
                 raise FloatingPointError(
-                    f"loss term {name!r} is {value.item()} at step {step + 1}; stopping. The "
+                    f"loss term {name!r} is {value} at step {step + 1}; stopping. The "
                     f"last good checkpoint is {run.resume_point() or cfg.student}")
-        loss = combine(terms, beta)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg.lr, cfg.warmup, cfg.steps, cfg.schedule)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(student.parameters(), cfg.clip)
         opt.step()
-        won = [task.score(lv, t).won for lv, t in zip(levels, texts)]
-        record = {"step": step + 1, "loss": loss.item(),
-                  **{k: v.item() for k, v in terms.items()},
-                  "sample_win": float(np.mean(won)), "response_len": float(np.mean(lengths)),
+        record = {"step": step + 1, "loss": terms["opd"] + beta * terms.get("nca", 0.0),
+                  **terms, "sample_win": stats[-2].item() / cfg.batch,
+                  "response_len": stats[-1].item() / cfg.batch,
                   "grad_norm": gnorm.item(), "lr": opt.param_groups[0]["lr"],
                   "sample_s": t_sample, "step_s": time.time() - t0}
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
-            wins = eval_wins(student, tok, task, eval_levels, [cfg.context])
-            record["eval_win_no_c"], record["eval_win_c"] = wins["none"], wins[cfg.context]
+            if dist.main:
+                wins = eval_wins(student, tok, task, eval_levels, [cfg.context])
+                record["eval_win_no_c"], record["eval_win_c"] = wins["none"], wins[cfg.context]
+            dist.barrier()
         run.log(record)
         bar.set_postfix(opd=f"{record['opd']:.3f}", win=f"{record['sample_win']:.2f}")
         if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-            run.save(step + 1, student, tok, opt)
-    print(f"done: {run.dir}")
+            if dist.main:
+                run.save(step + 1, student, tok, opt)
+            dist.barrier()
+    close_distributed(dist)
+    if dist.main:
+        print(f"done: {run.dir}")
 
 
 if __name__ == "__main__":

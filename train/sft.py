@@ -19,7 +19,13 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from nca_interp.cli import parse_config, to_dict
-from nca_interp.models import ModelConfig, build_model, context_limit
+from nca_interp.models import (
+    ModelConfig,
+    autocast,
+    build_model,
+    context_limit,
+    resolve_device,
+)
 from nca_interp.rollout import encode, response_logits, target_batch
 from nca_interp.tasks import Task, make_task, task_record
 from nca_interp.tokenizer import build_char_tokenizer
@@ -58,6 +64,9 @@ class SFTConfig:
     eval_levels: int = field(default=200, metadata={"help": "held-out levels per eval"})
     save_every: int = field(default=250, metadata={"help": "checkpoint interval (steps)"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
+    device: str = field(default="auto", metadata={"help": "auto|cpu|cuda"})
+    precision: str = field(default="auto", metadata={
+        "help": "auto|fp32|bf16 autocast (auto: bf16 on GPU, fp32 on CPU)"})
 
 
 def task_of(cfg: SFTConfig) -> Task:
@@ -94,8 +103,10 @@ def main(argv: list[str] | None = None) -> None:
     task = task_of(cfg)
     run = Run(cfg.out, {**to_dict(cfg), "kind": "sft", "task": task_record(task)})
     tok = build_char_tokenizer()
+    device = resolve_device(cfg.device)
+    amp = autocast(device, cfg.precision)
     model = build_model(ModelConfig(cfg.arch, cfg.n_layers, cfg.d_model, cfg.n_heads,
-                                    cfg.n_heads, cfg.d_mlp), tok, cfg.seed)
+                                    cfg.n_heads, cfg.d_mlp), tok, cfg.seed).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start = run.resume(model, opt)
     held_out = task.held_out_keys(1000, seed=0)
@@ -109,9 +120,11 @@ def main(argv: list[str] | None = None) -> None:
         resp, rmask = target_batch(tok, targets)
         for i, n in enumerate(skip):  # char tokenizer: one token per move
             rmask[i, :n] = 0
-        logits = response_logits(model, ids, mask, resp, rmask)
-        loss = (F.cross_entropy(logits.transpose(1, 2), resp, reduction="none") * rmask).sum() \
-            / rmask.sum()
+        ids, mask, resp, rmask = (t.to(device) for t in (ids, mask, resp, rmask))
+        with amp:
+            logits = response_logits(model, ids, mask, resp, rmask)
+        loss = (F.cross_entropy(logits.float().transpose(1, 2), resp, reduction="none")
+                * rmask).sum() / rmask.sum()
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg.lr, cfg.warmup, cfg.steps, cfg.schedule)
         opt.zero_grad(set_to_none=True)
@@ -123,7 +136,8 @@ def main(argv: list[str] | None = None) -> None:
         record = {"step": step + 1, "loss": loss.item(), "grad_norm": gnorm.item(),
                   "lr": opt.param_groups[0]["lr"], "tokens_per_s": tokens / dt}
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
-            wins = eval_wins(model, tok, task, eval_levels, cfg.contexts)
+            with amp:
+                wins = eval_wins(model, tok, task, eval_levels, cfg.contexts)
             record.update({f"win_{k}": v for k, v in wins.items()})
         run.log(record)
         bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
