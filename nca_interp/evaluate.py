@@ -49,8 +49,7 @@ def task_for_checkpoints(paths: list[str], name: str | None = None,
 
 
 def max_response_tokens(task: Task) -> int:
-    longest = task.config.max_solution
-    return 2 * longest + 4 if task.fmt == "compact" else 8 * longest + 16
+    return task.max_response_tokens()
 
 
 @torch.no_grad()
@@ -116,16 +115,26 @@ def evaluate_checkpoint(model, tokenizer, task: Task, context: str, n_levels: in
     levels = task.levels("test", n_levels, seed)
     no_c = play_levels(model, tokenizer, task, levels, None, temperature, seed)
     with_c = play_levels(model, tokenizer, task, levels, context, temperature, seed)
-    return paired_report(no_c, with_c)
+    return {**paired_report(no_c, with_c), "metric": task.success}
+
+
+def label(key: str, metric: str = "win") -> str:
+    """Column name as printed: `win_no_c` becomes `acc_no_c` for QA tasks (accuracy)."""
+    return key.replace("win", "acc", 1) if metric == "accuracy" else key
 
 
 COLUMNS = ["win_no_c", "win_c", "harm", "flip", "help", "both", "len_no_c", "len_c",
            "rel_len", "rel_len_both", "regime"]
 
 
+def metric_of(reports: dict[str, dict]) -> str:
+    return next(iter(reports.values())).get("metric", "win") if reports else "win"
+
+
 def format_table(reports: dict[str, dict], columns: list[str] = COLUMNS) -> str:
     name_w = max(12, *(len(n) for n in reports))
-    lines = [f"{'checkpoint':<{name_w}} " + " ".join(f"{c:>9}" for c in columns)]
+    metric = metric_of(reports)
+    lines = [f"{'checkpoint':<{name_w}} " + " ".join(f"{label(c, metric):>9}" for c in columns)]
     for name, r in reports.items():
         cells = [f"{r[c]:>9.3f}" if isinstance(r[c], float) else f"{r[c]!s:>9}" for c in columns]
         lines.append(f"{name:<{name_w}} " + " ".join(cells))
@@ -133,7 +142,7 @@ def format_table(reports: dict[str, dict], columns: list[str] = COLUMNS) -> str:
 
 
 def format_markdown(reports: dict[str, dict], columns: list[str] = COLUMNS) -> str:
-    head = "| checkpoint | " + " | ".join(columns) + " |"
+    head = "| checkpoint | " + " | ".join(label(c, metric_of(reports)) for c in columns) + " |"
     rows = [head, "|" + "---|" * (len(columns) + 1)]
     for name, r in reports.items():
         cells = []
@@ -154,7 +163,8 @@ class EvalConfig:
                 "default: the embedded Sokoban teacher"})
     task: str | None = field(default=None, metadata={"help": "sokoban|frozenlake; default: "
                                                      "from the first checkpoint's run config"})
-    context: str = field(default="state", metadata={"help": "state|plan|rules"})
+    context: str | None = field(default=None, metadata={
+        "help": "state|plan|rules (games; default state) or system (QA, the default there)"})
     fmt: str | None = field(default=None, metadata={"help": "compact|textarena"})
     n_levels: int = field(default=1000, metadata={"help": "held-out levels (fixed by --seed)"})
     seed: int = field(default=0, metadata={"help": "held-out set and sampling seed"})
@@ -178,6 +188,7 @@ def main(argv: list[str] | None = None) -> dict:
     paths = cfg.ckpt or default_checkpoints()
     task = task_for_checkpoints(paths, cfg.task, cfg.fmt)
     device = resolve_device(cfg.device)
+    cfg.context = cfg.context or task.default_context
     reports = {}
     for p in paths:
         model, tok = load_checkpoint(p, device=str(device))

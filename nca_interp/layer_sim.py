@@ -171,8 +171,10 @@ def with_initial_checkpoints(paths: list[str]) -> list[str]:
 
 def resolve_task_and_context(paths: list[str], task: str | None, context: str | None):
     runs = [read_run_config(p) for p in paths]
-    ctx = context or next((r["context"] for r in runs if r.get("context")), None) or "state"
-    return task_for_checkpoints(paths, task), ctx
+    found = task_for_checkpoints(paths, task)
+    ctx = context or next((r["context"] for r in runs if r.get("context")), None) \
+        or found.default_context
+    return found, ctx
 
 
 def format_table(results: dict[str, dict], metric: str, layers: list[str]) -> str:

@@ -84,14 +84,17 @@ def grad_align_over_steps(report: dict) -> go.Figure:
     return fig
 
 
-def context_return_figure(summary: dict, task: str, context: str) -> go.Figure:
-    """Bars per metric and method: mean over seeds, error bars spanning min..max."""
+def context_return_figure(summary: dict, task: str, context: str,
+                          success: str = "win") -> go.Figure:
+    """Bars per metric and method: mean over seeds, error bars spanning min..max. `success`:
+    `win` (games) or `accuracy` (QA) names the first two bars."""
     metrics = ["win_no_c", "win_c", "harm", "help", "both"]
+    names = [m.replace("win", "acc", 1) if success == "accuracy" else m for m in metrics]
     fig = go.Figure()
     for method, r in summary.items():
         mean = [r[m]["mean"] for m in metrics]
         fig.add_trace(go.Bar(
-            name=f"{method} ({'/'.join(r['regimes'])})", x=metrics, y=mean,
+            name=f"{method} ({'/'.join(r['regimes'])})", x=names, y=mean,
             marker_color=PALETTE.get(method),
             error_y={"type": "data", "symmetric": False,
                      "array": [r[m]["max"] - r[m]["mean"] for m in metrics],

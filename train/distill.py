@@ -62,7 +62,8 @@ class DistillConfig:
     teacher: str | None = field(default=None, metadata={
         "help": "teacher checkpoint (same tokenizer); default: --student (self-distillation)"})
     beta: float = field(default=1.0, metadata={"help": "NCA weight (ignored for opd)"})
-    context: str = field(default="state", metadata={"help": "privileged context kind"})
+    context: str | None = field(default=None, metadata={
+        "help": "privileged context kind (default: state for games, system for QA)"})
     task: str | None = field(default=None, metadata={
         "help": "sokoban|frozenlake; default: the student's training task"})
     steps: int = field(default=200, metadata={"help": "optimizer steps"})
@@ -148,6 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     if cfg.grad_checkpointing:
         student.activation_checkpointing_enable({"use_reentrant": False})
     task = task.for_tokenizer(tok)
+    cfg.context = cfg.context or task.default_context
     run = Run(cfg.out, {**to_dict(cfg), "kind": "distill", "beta_effective": beta,
                         "task": task_record(task)}, writer=dist.main)
     opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

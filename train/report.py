@@ -12,13 +12,24 @@ from pathlib import Path
 
 import numpy as np
 
+from nca_interp.evaluate import label, metric_of
+
 
 def fmt_range(r: dict) -> str:
     return f"{r['mean']:.3f} [{r['min']:.3f}, {r['max']:.3f}]"
 
 
+def metric(figs: Path) -> str:
+    """`win` (games) or `accuracy` (QA), as the pipeline's evaluations recorded it."""
+    for f in [figs / "context_return.json", *sorted(figs.glob("teacher_*.json"))]:
+        if f.exists():
+            return metric_of(json.loads(f.read_text())["reports"])
+    return "win"
+
+
 def teacher(figs: Path) -> str:
-    rows = ["| context kind | win without c | win with c | help | harm | regime |",
+    m = "accuracy" if metric(figs) == "accuracy" else "win"
+    rows = [f"| context kind | {m} without c | {m} with c | help | harm | regime |",
             "|---|---|---|---|---|---|"]
     for f in sorted(figs.glob("teacher_*.json")):
         r = next(iter(json.loads(f.read_text())["reports"].values()))
@@ -33,7 +44,8 @@ def teacher(figs: Path) -> str:
 def context_return(figs: Path) -> str:
     s = json.loads((figs / "context_return_summary.json").read_text())
     keys = ["win_no_c", "win_c", "harm", "flip", "help", "both", "rel_len"]
-    rows = ["| model | " + " | ".join(keys) + " | regime per seed |",
+    rows = ["| model | " + " | ".join(label(k, metric(figs)) for k in keys) +
+            " | regime per seed |",
             "|---" * (len(keys) + 2) + "|"]
     for method, r in s.items():
         rows.append(f"| {method} | " + " | ".join(fmt_range(r[k]) for k in keys) +
@@ -44,7 +56,8 @@ def context_return(figs: Path) -> str:
 def per_seed(figs: Path) -> str:
     rep = json.loads((figs / "context_return.json").read_text())["reports"]
     keys = ["win_no_c", "win_c", "harm", "help", "harm_minus_help"]
-    rows = ["| run | " + " | ".join(keys) + " | regime |", "|---" * (len(keys) + 2) + "|"]
+    rows = ["| run | " + " | ".join(label(k, metric(figs)) for k in keys) + " | regime |",
+            "|---" * (len(keys) + 2) + "|"]
     for name, r in rep.items():
         cells = [f"{r[k]:.3f} [{r['ci95'][k][0]:.3f}, {r['ci95'][k][1]:.3f}]" for k in keys]
         rows.append(f"| {name} | " + " | ".join(cells) + f" | {r['regime']} |")

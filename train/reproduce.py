@@ -29,17 +29,22 @@ TASK_ARGS = {
     "sokoban8": ["--task", "sokoban", "--dim-room", "8,8"],
     "frozenlake": ["--task", "frozenlake"],
     "frozenlake6": ["--task", "frozenlake", "--size", "6", "--num-holes", "12"],
+    "sysprompt": ["--task", "sysprompt", "--kb", "0"],
 }
+# Context kinds the teacher is evaluated with, and the one distilled by default.
+TEACHER_CONTEXTS = {"sysprompt": ("system",)}
+DISTILL_CONTEXT = {"sysprompt": "system"}
 
 
 @dataclass
 class ReproduceConfig:
     task: str = field(default="sokoban", metadata={
         "help": "sokoban (6x6 with walls) | sokoban8 (8x8) | frozenlake (4x4, 4 holes) | "
-                "frozenlake6 (6x6, 12 holes)"})
+                "frozenlake6 (6x6, 12 holes) | sysprompt (fixed knowledge base 0)"})
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={
         "help": "distillation seeds (the teacher is shared)"})
-    context: str = field(default="plan", metadata={"help": "context kind to distil"})
+    context: str | None = field(default=None, metadata={
+        "help": "context kind to distil (default: plan for games, system for sysprompt)"})
     teacher_steps: int = field(default=1000, metadata={"help": "teacher SFT steps"})
     distill_steps: int = field(default=200, metadata={"help": "OPD/NCA steps"})
     batch: int = field(default=128, metadata={"help": "OPD/NCA prompts per step"})
@@ -157,7 +162,8 @@ def render_figures(figs: Path, png: bool) -> list[str]:
     rep = json.loads((figs / "context_return.json").read_text())
     summary = json.loads((figs / "context_return_summary.json").read_text())
     ctx = rep["config"]["context"]
-    written += plots.write_figure(plots.context_return_figure(summary, figs.name, ctx),
+    success = evaluate.metric_of(rep["reports"])
+    written += plots.write_figure(plots.context_return_figure(summary, figs.name, ctx, success),
                                   figs / "context_return", png)
     written += plots.write_figure(plots.layer_sim_figure(
         json.loads((figs / "layer_sim.json").read_text())), figs / "layer_sim", png)
@@ -189,6 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(ReproduceConfig, argv, __doc__)
     if cfg.quick:
         cfg.seeds, cfg.distill_steps, cfg.n_levels = cfg.seeds[:1], 40, 300
+    cfg.context = cfg.context or DISTILL_CONTEXT.get(cfg.task, "plan")
     t_start = time.time()
     runs, figs = Path(cfg.runs), Path(cfg.figures) / cfg.task
     figs.mkdir(parents=True, exist_ok=True)
@@ -199,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
                  *common]
     teacher_final = base / "checkpoints" / f"step_{cfg.teacher_steps:06d}"
     stage("teacher", manifest, [teacher_final], "train.sft", sft.main, base_args)
-    for kind in ("state", "plan"):
+    for kind in TEACHER_CONTEXTS.get(cfg.task, ("state", "plan")):
         out = figs / f"teacher_{kind}.json"
         stage(f"teacher evaluation ({kind})", manifest, [out], "nca_interp.evaluate",
               evaluate.main, [str(base), "--context", kind, "--n-levels", str(cfg.n_levels),

@@ -1,6 +1,12 @@
-"""Teacher (base) training: supervised on solver-optimal plans, context on most examples.
+"""Teacher (base) training: supervised on solver-optimal plans (games) or right answers (QA),
+context on most examples.
 
     python -m train.sft --task sokoban --contexts state,plan --out runs/sokoban_base
+    python -m train.sft --task sysprompt --out runs/sysprompt_base
+
+For `sysprompt` the teacher reads a fresh random knowledge base from its system prompt on every
+question (it learns to read facts, not to remember one KB); the run records `--kb`, the fixed
+knowledge base that distillation will later internalize.
 
 Each example gets no context with probability --p-no-context, otherwise one kind from
 --contexts; the loss is cross-entropy on the response tokens (plan + end-of-response). The
@@ -12,7 +18,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +33,7 @@ from nca_interp.models import (
     resolve_device,
 )
 from nca_interp.rollout import encode, response_logits, target_batch
-from nca_interp.tasks import Task, make_task, task_record
+from nca_interp.tasks import QATask, Task, make_task, task_record
 from nca_interp.tokenizer import build_char_tokenizer
 from train.common import Run, eval_wins, lr_at, setup_torch
 
@@ -35,18 +41,21 @@ from train.common import Run, eval_wins, lr_at, setup_torch
 @dataclass
 class SFTConfig:
     out: str = field(default="runs/sokoban_base", metadata={"help": "run directory"})
-    task: str = field(default="sokoban", metadata={"help": "sokoban|frozenlake"})
+    task: str = field(default="sokoban", metadata={"help": "sokoban|frozenlake|sysprompt"})
     dim_room: tuple[int, ...] = field(default=(6, 6),
                                       metadata={"help": "sokoban room, walls included"})
     num_boxes: int = field(default=1, metadata={"help": "sokoban boxes"})
     size: int = field(default=4, metadata={"help": "frozenlake grid size"})
     num_holes: int = field(default=4, metadata={"help": "frozenlake holes"})
-    contexts: list[str] = field(default_factory=lambda: ["state", "plan"],
-                                metadata={"help": "context kinds to train with"})
+    kb: int = field(default=0, metadata={
+        "help": "sysprompt: the fixed knowledge base distillation will use (recorded only)"})
+    contexts: list[str] | None = field(default=None, metadata={
+        "help": "context kinds to train with (default: state,plan for games, system for QA)"})
     p_no_context: float = field(default=0.1, metadata={"help": "fraction without context"})
     p_detour: float = field(default=0.3, metadata={
-        "help": "fraction whose response starts with 1-2 random moves (not trained on) followed "
-                "by the optimal plan from there, so the teacher stays right off its own path"})
+        "help": "games: fraction whose response starts with 1-2 random moves (not trained on) "
+                "followed by the optimal plan from there, so the teacher stays right off its "
+                "own path"})
     steps: int = field(default=1500, metadata={"help": "optimizer steps"})
     batch: int = field(default=128, metadata={"help": "examples per step"})
     lr: float = field(default=2e-3, metadata={"help": "peak learning rate"})
@@ -69,10 +78,24 @@ class SFTConfig:
         "help": "auto|fp32|bf16 autocast (auto: bf16 on GPU, fp32 on CPU)"})
 
 
-def task_of(cfg: SFTConfig) -> Task:
+def task_of(cfg: SFTConfig) -> tuple[Task, Task]:
+    """The task the run records (what distillation and evaluation will use) and the one it
+    trains on (the same, except that sysprompt trains on fresh random knowledge bases)."""
     if cfg.task == "sokoban":
-        return make_task("sokoban", dim_room=tuple(cfg.dim_room), num_boxes=cfg.num_boxes)
-    return make_task(cfg.task, size=cfg.size, num_holes=cfg.num_holes)
+        task = make_task("sokoban", dim_room=tuple(cfg.dim_room), num_boxes=cfg.num_boxes)
+    elif cfg.task == "frozenlake":
+        task = make_task(cfg.task, size=cfg.size, num_holes=cfg.num_holes)
+    elif cfg.task == "sysprompt":
+        task = make_task("sysprompt", kb=cfg.kb)
+        return task, replace(task, config=replace(task.config, kb=None))
+    else:
+        raise ValueError(f"train.sft trains sokoban, frozenlake or sysprompt, not {cfg.task!r} "
+                         "(opcd data is for real chat checkpoints: distil them directly)")
+    return task, task
+
+
+def contexts_of(cfg: SFTConfig, task: Task) -> list[str]:
+    return cfg.contexts or (["system"] if isinstance(task, QATask) else ["state", "plan"])
 
 
 def batch_for_step(task, cfg: SFTConfig, step: int, held_out: set[str]):
@@ -80,10 +103,15 @@ def batch_for_step(task, cfg: SFTConfig, step: int, held_out: set[str]):
     Deterministic in (seed, step): the same batch after a resume."""
     rng = random.Random(f"sft-{cfg.seed}-{step}")
     levels = task.sample_levels(f"train-{cfg.seed}-{step}", cfg.batch, held_out)
+    contexts = contexts_of(cfg, task)
     prompts, targets, skip = [], [], []
     for lv in levels:
-        kind = None if rng.random() < cfg.p_no_context else rng.choice(cfg.contexts)
+        kind = None if rng.random() < cfg.p_no_context else rng.choice(contexts)
         prompts.append(task.prompt(lv, None if kind is None else task.context(lv, kind)))
+        if isinstance(task, QATask):
+            targets.append(task.target(lv))
+            skip.append(0)
+            continue
         detour, rest = "", lv
         if rng.random() < cfg.p_detour:
             for _ in range(8):  # a few draws until the detour is legal and off the optimal path
@@ -100,8 +128,8 @@ def batch_for_step(task, cfg: SFTConfig, step: int, held_out: set[str]):
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(SFTConfig, argv, __doc__)
     setup_torch(cfg.threads)
-    task = task_of(cfg)
-    run = Run(cfg.out, {**to_dict(cfg), "kind": "sft", "task": task_record(task)})
+    recorded, task = task_of(cfg)
+    run = Run(cfg.out, {**to_dict(cfg), "kind": "sft", "task": task_record(recorded)})
     tok = build_char_tokenizer()
     device = resolve_device(cfg.device)
     amp = autocast(device, cfg.precision)
@@ -137,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
                   "lr": opt.param_groups[0]["lr"], "tokens_per_s": tokens / dt}
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
             with amp:
-                wins = eval_wins(model, tok, task, eval_levels, cfg.contexts)
+                wins = eval_wins(model, tok, task, eval_levels, contexts_of(cfg, task))
             record.update({f"win_{k}": v for k, v in wins.items()})
         run.log(record)
         bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")

@@ -1,4 +1,4 @@
-"""Text games with privileged context.
+"""Text games and system-prompt QA with privileged context.
 
 A `Task` bundles a game module (sokoban, frozenlake), its config, and the two things every later
 stage needs: `prompt(level, context=None)` (the student view x) / `prompt(level, context=c)` (the
@@ -6,6 +6,11 @@ teacher view [c, x]) and `score(level, response)`.
 
 Where the context goes: it is placed *before* the board, followed by one newline, so the student
 prompt x is always a suffix of the teacher prompt [c, x] and response tokens line up.
+
+`QATask` is the same interface for system-prompt QA (`sysprompt`: a synthetic knowledge base;
+`opcd`: local files in OPCD's MedMCQA/safety schema): a level is a question, the one context
+kind is `system`, the response an option letter (tiny models) or `<answer>X</answer>` (chat
+models), and success is accuracy rather than a win.
 """
 
 from __future__ import annotations
@@ -15,10 +20,15 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
 from types import ModuleType
 
-from nca_interp.tasks import frozenlake, sokoban
+from nca_interp.tasks import frozenlake, opcd, sokoban, sysprompt
 from nca_interp.tasks.sokoban import Outcome
 
-CONTEXT_KINDS = ("state", "plan", "rules")
+CONTEXT_KINDS = ("state", "plan", "rules")  # games; QA tasks have one kind, "system"
+TASKS = ("sokoban", "frozenlake", "sysprompt", "opcd")
+_CONFIGS = {"sokoban": sokoban.SokobanConfig, "frozenlake": frozenlake.FrozenLakeConfig,
+            "sysprompt": sysprompt.SyspromptConfig, "opcd": opcd.OPCDConfig}
+_MODULES = {"sokoban": sokoban, "frozenlake": frozenlake, "sysprompt": sysprompt,
+            "opcd": opcd}
 FORMATS = ("compact", "textarena")
 _CHAT_MOVE = re.compile(r"\[\s*(up|down|left|right|w|a|s|d)\s*\]", re.IGNORECASE)
 _CHAT_TO_MOVE = {"up": "U", "w": "U", "down": "D", "s": "D", "left": "L", "a": "L",
@@ -75,14 +85,17 @@ class Task:
     rules_text: str | None = None
     chat: ChatFormat | None = None  # set by `for_tokenizer` for checkpoints with a template
 
-    def level(self, seed: int | str):
+    success = "win"  # what `Scored.won` means in reports
+    default_context = "state"  # the context kind commands use when none is named
+
+    def level(self, seed: int | str, split: str = "train"):
         return self.game.generate_level(seed, self.config)
 
     def levels(self, split: str, n: int, seed: int = 0) -> list:
         """`n` levels of `split`. The `test` split is fixed by `seed`; any other split excludes
         every board of the first 1000 test levels of the same seed."""
         if split == "test":
-            return [self.level(f"test-{seed}-{i}") for i in range(n)]
+            return [self.level(f"test-{seed}-{i}", "test") for i in range(n)]
         return self.sample_levels(f"{split}-{seed}", n, self.held_out_keys(1000, seed))
 
     def held_out_keys(self, n: int = 1000, seed: int = 0) -> set[str]:
@@ -137,6 +150,10 @@ class Task:
         return replace(self, fmt="textarena",
                        chat=ChatFormat(tokenizer, context_as, tuple(template_kwargs)))
 
+    def max_response_tokens(self) -> int:
+        longest = self.config.max_solution
+        return 2 * longest + 4 if self.fmt == "compact" else 8 * longest + 16
+
     def target(self, level) -> str:
         """The solver-optimal response text (end-of-response is the tokenizer's eos)."""
         if self.fmt == "compact":
@@ -159,15 +176,77 @@ class Task:
         return Scored(out.won, True, moves, out.invalid)
 
 
+@dataclass(frozen=True)
+class QATask(Task):
+    """System-prompt QA (`sysprompt`, `opcd`): see the module docstring."""
+
+    success = "accuracy"
+    default_context = "system"
+
+    def level(self, seed: int | str, split: str = "train"):
+        return self.game.generate_level(seed, self.config, split)
+
+    def levels(self, split: str, n: int, seed: int = 0) -> list:
+        """Held-out questions of a fixed prompt are a finite set: the first `n` of it (fewer
+        if it is smaller), never repeated. Otherwise as for games."""
+        if split == "test" and getattr(self.config, "kb", 0) is not None:
+            return self.game.all_test_questions(self.config, seed)[:n]
+        return super().levels(split, n, seed)
+
+    def held_out_keys(self, n: int = 1000, seed: int = 0) -> set[str]:
+        return {q.key for q in self.levels("test", n, seed)}
+
+    def render(self, level) -> str:
+        return (self.game.render_compact if self.fmt == "compact" else
+                self.game.render_chat)(level)
+
+    def context(self, level, kind: str) -> str:
+        if kind != "system":
+            raise ValueError(f"{self.name} has one context kind, system (its system prompt), "
+                             f"not {kind!r}")
+        if self.name == "opcd":
+            return opcd.read_system_prompt(self.config.system_prompt)
+        return sysprompt.system_prompt(level)
+
+    def for_tokenizer(self, tokenizer, context_as: str = "system",
+                      template_kwargs: tuple = (("enable_thinking", False),)) -> Task:
+        return super().for_tokenizer(tokenizer, context_as, template_kwargs)
+
+    def max_response_tokens(self) -> int:
+        if self.fmt == "compact":
+            return 4
+        return getattr(self.config, "max_new", 32)
+
+    def _allowed(self, level) -> str:
+        if self.name == "opcd":
+            return opcd.allowed(self.config, level)
+        return sysprompt.LETTERS[: len(level.options)]
+
+    def target(self, level) -> str:
+        return level.answer if self.fmt == "compact" else f"<answer>{level.answer}</answer>"
+
+    def parse(self, response: str, level=None) -> str | None:
+        allowed = self._allowed(level) if level is not None else sysprompt.LETTERS
+        return sysprompt.parse_answer(response, allowed, tagged=self.fmt != "compact")
+
+    def score(self, level, response: str) -> Scored:
+        """Right or wrong; unparseable output is wrong, never an error."""
+        choice = self.parse(response, level)
+        if choice is None:
+            return Scored(False, False, "", 0)
+        return Scored(choice == level.answer, True, choice, 0)
+
+
 def make_task(name: str, fmt: str = "compact", plan_k: int = 3, **config) -> Task:
-    """`make_task("sokoban", dim_room=(8, 8))`, `make_task("frozenlake", size=3, num_holes=2)`."""
+    """`make_task("sokoban", dim_room=(8, 8))`, `make_task("frozenlake", size=3, num_holes=2)`,
+    `make_task("sysprompt", kb=0)`, `make_task("opcd", "textarena", train=..., test=...,
+    system_prompt=...)`."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {FORMATS}")
-    if name == "sokoban":
-        return Task(name, sokoban, sokoban.SokobanConfig(**config), fmt, plan_k)
-    if name == "frozenlake":
-        return Task(name, frozenlake, frozenlake.FrozenLakeConfig(**config), fmt, plan_k)
-    raise ValueError(f"unknown task {name!r}; choose sokoban or frozenlake")
+    if name not in _CONFIGS:
+        raise ValueError(f"unknown task {name!r}; choose one of {TASKS}")
+    cls = QATask if name in ("sysprompt", "opcd") else Task
+    return cls(name, _MODULES[name], _CONFIGS[name](**config), fmt, plan_k)
 
 
 def task_record(task: Task) -> dict:
@@ -182,15 +261,14 @@ def json_safe(d: dict) -> dict:
 
 def task_from_record(record: dict | None, name: str | None = None,
                      fmt: str | None = None) -> Task:
-    """The task a run was trained on. `name` overrides it (a different game then starts from
-    that game's defaults); `fmt` overrides the rendering."""
+    """The task a run was trained on. `name` overrides it (a different task then starts from
+    that task's defaults); `fmt` overrides the rendering."""
     record = record if isinstance(record, dict) else {}
     name = name or record.get("name") or "sokoban"
     if record.get("name") != name:
         record = {}
-    game = {"sokoban": sokoban.SokobanConfig, "frozenlake": frozenlake.FrozenLakeConfig}.get(name)
-    if game is None:
-        raise ValueError(f"unknown task {name!r}; choose sokoban or frozenlake")
-    known = {f.name for f in fields(game)}
+    if name not in _CONFIGS:
+        raise ValueError(f"unknown task {name!r}; choose one of {TASKS}")
+    known = {f.name for f in fields(_CONFIGS[name])}
     config = {k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k in known}
     return make_task(name, fmt or record.get("fmt", "compact"), record.get("plan_k", 3), **config)

@@ -1,0 +1,178 @@
+"""A fixed-system-prompt QA task that tiny models can learn: invented facts, multiple choice.
+
+A knowledge base (KB) is `n_entities` invented entities, each with one invented value per
+attribute, rendered as a table ("#: town lake hue" then rows like "Zor: kel bam tup"); values of
+one attribute differ between entities.
+A question asks for one attribute of one entity; its options are the entity's value and the
+values *other entities of the same KB* have for that attribute, so every option is a real value
+in the KB and only the entity -> value binding in the KB tells which is right (no option can be
+picked from the question alone, or from knowing which words are values).
+
+Settings (OPCD's system-prompt setting, made tiny):
+  teacher SFT   a fresh random KB per question, always readable from its system prompt
+  OPD / NCA     one fixed KB (`kb`, default 0) as the privileged context; the student must answer
+                its questions without it, i.e. internalize the KB
+Split: training questions use the phrasings in `TRAIN_PHRASINGS`; held-out questions use a
+phrasing never seen in training (`TEST_PHRASINGS`) with every option order, so held-out accuracy
+means the same facts answered under an unseen phrasing. For a fixed KB the held-out set is
+finite (entities x attributes x distractor sets x option orders) and `all_test_questions`
+enumerates it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+from dataclasses import dataclass
+
+ATTRIBUTES = ("town", "lake", "hue", "ore", "dish", "game")
+TRAIN_PHRASINGS = ("{a} of {e}?", "{e} {a}?", "what {a} has {e}?")
+TEST_PHRASINGS = ("name the {a} of {e}.",)
+LETTERS = "ABCDEFGH"
+_CONSONANTS, _VOWELS = "bdfgklmnprstvz", "aeiou"
+_ANSWER_TAG = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.IGNORECASE | re.DOTALL)
+
+
+@dataclass(frozen=True)
+class SyspromptConfig:
+    kb: int | None = 0  # the fixed KB distilled; None: a fresh random KB per question
+    n_entities: int = 4
+    n_attributes: int = 3
+    n_options: int = 4
+
+    def __post_init__(self):
+        if not 2 <= self.n_options <= min(self.n_entities, len(LETTERS)):
+            raise ValueError(f"n_options must be 2..min(n_entities, {len(LETTERS)}), "
+                             f"not {self.n_options}: distractors are other entities' values")
+        if not 1 <= self.n_attributes <= len(ATTRIBUTES):
+            raise ValueError(f"n_attributes must be 1..{len(ATTRIBUTES)}")
+
+
+@dataclass(frozen=True)
+class KnowledgeBase:
+    names: tuple[str, ...]  # entity names
+    attributes: tuple[str, ...]
+    values: tuple[tuple[str, ...], ...]  # values[entity][attribute]
+
+    def render(self) -> str:
+        """A table: a header naming the attribute columns, then one row per entity."""
+        rows = [f"{n}: " + " ".join(vals) for n, vals in zip(self.names, self.values)]
+        return "\n".join(["#: " + " ".join(self.attributes), *rows])
+
+
+@dataclass(frozen=True)
+class Question:
+    kb: KnowledgeBase
+    entity: int
+    attribute: int
+    phrasing: str
+    options: tuple[str, ...]
+    answer: str  # option letter
+
+    @property
+    def key(self) -> str:
+        return f"{self.kb.render()}|{self.text}|{' '.join(self.options)}"
+
+    @property
+    def text(self) -> str:
+        return self.phrasing.format(a=self.kb.attributes[self.attribute],
+                                    e=self.kb.names[self.entity])
+
+    @property
+    def solution(self) -> str:
+        return self.answer
+
+
+def _words(rng: random.Random, n: int, taken: set[str]) -> list[str]:
+    out = []
+    while len(out) < n:
+        w = rng.choice(_CONSONANTS) + rng.choice(_VOWELS) + rng.choice(_CONSONANTS)
+        if w not in taken:
+            taken.add(w)
+            out.append(w)
+    return out
+
+
+def knowledge_base(seed: int | str, cfg: SyspromptConfig) -> KnowledgeBase:
+    """The KB of `seed` (fixed KBs use their number; random ones a string); same seed, same KB."""
+    rng = random.Random(f"kb-{seed}-{cfg.n_entities}-{cfg.n_attributes}")
+    taken: set[str] = set()
+    names = [w.capitalize() for w in _words(rng, cfg.n_entities, taken)]
+    attrs = ATTRIBUTES[: cfg.n_attributes]
+    per_attr = [_words(rng, cfg.n_entities, taken) for _ in attrs]  # distinct within attribute
+    values = tuple(tuple(per_attr[a][e] for a in range(len(attrs)))
+                   for e in range(cfg.n_entities))
+    return KnowledgeBase(tuple(names), attrs, values)
+
+
+def _question(kb: KnowledgeBase, entity: int, attribute: int, phrasing: str,
+              distractors: tuple[int, ...], order: tuple[int, ...]) -> Question:
+    """`distractors`: other entity indices; `order`: a permutation of the options."""
+    pool = [kb.values[entity][attribute]] + [kb.values[d][attribute] for d in distractors]
+    options = tuple(pool[i] for i in order)
+    return Question(kb, entity, attribute, phrasing, options, LETTERS[order.index(0)])
+
+
+def generate_level(seed: int | str, cfg: SyspromptConfig = SyspromptConfig(),
+                   split: str = "train") -> Question:
+    """One question from `seed`: about the fixed KB `cfg.kb`, or a fresh KB if it is None.
+    `split="test"` uses the held-out phrasings."""
+    rng = random.Random(f"sysprompt-q-{seed}")
+    kb = knowledge_base(cfg.kb if cfg.kb is not None else f"r-{seed}", cfg)
+    entity = rng.randrange(cfg.n_entities)
+    attribute = rng.randrange(cfg.n_attributes)
+    phrasing = rng.choice(TEST_PHRASINGS if split == "test" else TRAIN_PHRASINGS)
+    others = [e for e in range(cfg.n_entities) if e != entity]
+    distractors = tuple(rng.sample(others, cfg.n_options - 1))
+    order = list(range(cfg.n_options))
+    rng.shuffle(order)
+    return _question(kb, entity, attribute, phrasing, distractors, tuple(order))
+
+
+def all_test_questions(cfg: SyspromptConfig, seed: int = 0) -> list[Question]:
+    """Every distinct held-out question about the fixed KB, in a seeded random order."""
+    if cfg.kb is None:
+        raise ValueError("a random-KB task has no finite held-out set; set kb")
+    kb = knowledge_base(cfg.kb, cfg)
+    out = []
+    for e, a, ph in itertools.product(range(cfg.n_entities), range(cfg.n_attributes),
+                                      TEST_PHRASINGS):
+        others = [x for x in range(cfg.n_entities) if x != e]
+        for d in itertools.combinations(others, cfg.n_options - 1):
+            for order in itertools.permutations(range(cfg.n_options)):
+                out.append(_question(kb, e, a, ph, d, order))
+    random.Random(f"sysprompt-test-{seed}").shuffle(out)
+    return out
+
+
+def render_compact(q: Question) -> str:
+    """`lake of Zor?` then `A:kel B:bam C:tup D:vis` (the task adds the `>` cue)."""
+    return q.text + "\n" + " ".join(f"{LETTERS[i]}:{o}" for i, o in enumerate(q.options))
+
+
+def render_chat(q: Question) -> str:
+    """The question as a chat user turn, with the OPCD-style answer instruction."""
+    opts = "\n".join(f"{LETTERS[i]}. {o}" for i, o in enumerate(q.options))
+    return (f"Question: {q.text}\nOptions:\n{opts}\n"
+            "Answer with the option letter inside <answer></answer> tags.")
+
+
+def system_prompt(q: Question) -> str:
+    return q.kb.render()
+
+
+def parse_answer(response: str, allowed: str, tagged: bool) -> str | None:
+    """The chosen option: with `tagged`, the content of the *last* `<answer>...</answer>` tag
+    (OPCD's rule); otherwise the whole response must be one allowed letter. Case-insensitive
+    for letters; None when nothing valid is found (garbage is a wrong answer, never an error)."""
+    if tagged:
+        found = _ANSWER_TAG.findall(response)
+        if not found:
+            return None
+        response = found[-1]
+    choice = response.strip()
+    for option in allowed.split("|") if "|" in allowed else list(allowed):
+        if choice.lower() == option.lower():
+            return option
+    return None

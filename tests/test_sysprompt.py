@@ -1,0 +1,152 @@
+"""System-prompt QA: the synthetic knowledge-base task and OPCD-format local data."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nca_interp.tasks import make_task, sysprompt, task_from_record, task_record
+from nca_interp.tasks import opcd as opcd_data
+
+FIX = Path(__file__).parent / "fixtures" / "opcd"
+
+
+def test_knowledge_base_reproducible_by_seed():
+    cfg = sysprompt.SyspromptConfig()
+    assert sysprompt.knowledge_base(0, cfg) == sysprompt.knowledge_base(0, cfg)
+    assert sysprompt.knowledge_base(0, cfg) != sysprompt.knowledge_base(1, cfg)
+    kb = sysprompt.knowledge_base(0, cfg)
+    for a in range(cfg.n_attributes):  # values of one attribute differ between entities
+        assert len({kb.values[e][a] for e in range(cfg.n_entities)}) == cfg.n_entities
+    task = make_task("sysprompt")
+    assert task.levels("train", 20, seed=3) == task.levels("train", 20, seed=3)
+    assert task_from_record(task_record(task)) == task
+
+
+@pytest.mark.parametrize("kb", [0, None])
+def test_every_question_answerable_only_from_its_knowledge_base(kb):
+    task = make_task("sysprompt", kb=kb)
+    for q in task.levels("train", 200, seed=0) + task.levels("test", 100, seed=0):
+        system = task.context(q, "system")
+        value = q.kb.values[q.entity][q.attribute]
+        row = next(r for r in system.splitlines() if r.startswith(q.kb.names[q.entity] + ":"))
+        assert row.split()[1 + q.attribute] == value  # the KB states the answer
+        assert q.options[sysprompt.LETTERS.index(q.answer)] == value
+        assert q.options.count(value) == 1
+        # every option is a value of this attribute in the KB: only the binding decides
+        column = {q.kb.values[e][q.attribute] for e in range(len(q.kb.names))}
+        assert set(q.options) <= column
+        assert system not in task.prompt(q) and value not in q.text
+
+
+def test_held_out_split_uses_unseen_phrasings():
+    task = make_task("sysprompt")
+    test = task.levels("test", 10_000)
+    assert len(test) == len({q.key for q in test}) == 4 * 3 * 1 * 24  # finite, no repeats
+    assert {q.phrasing for q in test} == set(sysprompt.TEST_PHRASINGS)
+    train = task.sample_levels("s", 500, task.held_out_keys())
+    assert {q.phrasing for q in train} <= set(sysprompt.TRAIN_PHRASINGS)
+    assert {(q.entity, q.attribute) for q in train} == {(q.entity, q.attribute) for q in test}
+
+
+@pytest.mark.parametrize("fmt,right,wrong,garbage", [
+    ("compact", "B", "A", "BB"),
+    ("textarena", "I think <answer>A</answer>... no: <answer> b </answer>", "<answer>C</answer>",
+     "B"),
+])
+def test_answer_parsing(fmt, right, wrong, garbage):
+    task = make_task("sysprompt", fmt)
+    q = next(q for q in task.levels("test", 50) if q.answer == "B")
+    assert task.score(q, right).won
+    assert not task.score(q, wrong).won and task.score(q, wrong).parsed
+    for junk in (garbage, "", "<answer></answer>", "<answer>Z</answer>", "\x00\n>>"):
+        s = task.score(q, junk)
+        assert not s.won and not s.parsed
+    assert task.score(q, task.target(q)).won
+
+
+def test_fixture_round_trip(tmp_path):
+    items = opcd_data.load(str(FIX / "medmcqa_train.jsonl"))
+    assert [i.id for i in items] == ["m1", "m2", "m3", "m4"]  # blank line skipped, none dropped
+    assert items[2].options == ("20-40", "60-100", "120-160", "180-220")  # list form
+    opcd_data.write(tmp_path / "copy.jsonl", list(items))
+    again = opcd_data.load(str(tmp_path / "copy.jsonl"))
+    assert [(i.question, i.options, i.answer, i.id) for i in again] == \
+        [(i.question, i.options, i.answer, i.id) for i in items]
+    task = make_task("opcd", "textarena", train=str(FIX / "medmcqa_train.jsonl"),
+                     test=str(FIX / "medmcqa_test.jsonl"),
+                     system_prompt=str(FIX / "medmcqa_system.txt"))
+    test = task.levels("test", 100)
+    assert [q.id for q in test] == ["t1", "t2"]
+    for q in test:
+        assert task.score(q, "reasoning... " + task.target(q)).won
+        assert "single best option letter" in task.context(q, "system")
+    safety = make_task("opcd", "textarena", kind="yesno", train=str(FIX / "safety_test.jsonl"),
+                       test=str(FIX / "safety_test.jsonl"),
+                       system_prompt=str(FIX / "safety_system.txt"))
+    q3 = safety.levels("test", 3)[2]
+    assert q3.answer == "yes" and safety.score(q3, "<answer>YES</answer>").won
+    assert not safety.score(q3, "<answer>no</answer>").won
+    assert not safety.score(q3, "<answer>maybe</answer>").parsed
+
+
+@pytest.mark.parametrize("line,why", [
+    ('{"question": "q", "options": {"A": "x", "B": "y"}, "answer": "C"}', "not one of"),
+    ('{"question": "q", "options": {"A": "x", "C": "y"}, "answer": "A"}', "not A, B, C"),
+    ('{"question": "", "options": ["x", "y"], "answer": "A"}', "empty .question"),
+    ('{"question": "q", "options": ["x"], "answer": "A"}', "2-8 non-empty"),
+    ('{"question": "q", "options": ["x", "y"]}', "empty .answer"),
+    ('{"question": "q", "options": ["x", "y"], "answer": "A"', "not valid JSON"),
+    ('["q", "A"]', "not a JSON object"),
+])
+def test_malformed_line_named(tmp_path, line, why):
+    good = json.dumps({"question": "ok", "options": ["a", "b"], "answer": "A"})
+    path = tmp_path / "bad.jsonl"
+    path.write_text(good + "\n" + good + "\n" + line + "\n")
+    with pytest.raises(opcd_data.DataFormatError, match=f"bad.jsonl:3: .*{why}"):
+        opcd_data.load(str(path))
+
+
+def test_missing_files_and_wrong_context_are_clear(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nothing is downloaded"):
+        opcd_data.load(str(tmp_path / "absent.jsonl"))
+    bad_yesno = tmp_path / "s.jsonl"
+    bad_yesno.write_text('{"question": "q", "answer": "B"}\n')
+    with pytest.raises(opcd_data.DataFormatError, match="s.jsonl:1: .*not yes or no"):
+        opcd_data.load(str(bad_yesno), "yesno")
+    task = make_task("sysprompt")
+    with pytest.raises(ValueError, match="one context kind, system"):
+        task.context(task.level(0), "plan")
+
+
+def test_every_stage_runs_on_sysprompt(tmp_path):
+    """The fixed-prompt task through SFT (random KBs), OPD/NCA (KB 0), evaluation (accuracy),
+    layer_sim, grad_align and param_delta, with the system prompt as the default context."""
+    from nca_interp import evaluate, grad_align, layer_sim, param_delta
+    from nca_interp.checkpoint import read_run_config
+    from train import distill, sft
+
+    base = tmp_path / "base"
+    sft.main(["--task", "sysprompt", "--out", str(base), "--n-layers", "2", "--d-model", "32",
+              "--d-mlp", "64", "--batch", "8", "--steps", "2", "--eval-every", "2",
+              "--eval-levels", "6", "--threads", "1", "--warmup", "1"])
+    rec = read_run_config(base)
+    assert rec["task"]["name"] == "sysprompt" and rec["task"]["kb"] == 0  # recorded: KB 0
+    log = [json.loads(ln) for ln in (base / "metrics.jsonl").read_text().splitlines()]
+    assert {"win_none", "win_system"} <= log[-1].keys()
+    for method in ("opd", "nca"):
+        distill.main(["--method", method, "--student", str(base), "--out",
+                      str(tmp_path / method), "--batch", "8", "--steps", "2", "--save-every",
+                      "1", "--eval-every", "2", "--eval-levels", "8", "--threads", "1"])
+        assert read_run_config(tmp_path / method)["context"] == "system"
+    ckpts = [str(base), str(tmp_path / "opd"), str(tmp_path / "nca")]
+    reports = evaluate.main([*ckpts, "--n-levels", "30"])
+    assert all(r["metric"] == "accuracy" and r["n"] == 30 for r in reports.values())
+    assert "acc_no_c" in evaluate.format_table(reports)
+    ls = layer_sim.main([*ckpts, "--n-levels", "8", "--out", str(tmp_path / "ls")])
+    assert ls["context"] == "system" and len(ls["results"]) >= 3
+    ga = grad_align.main([str(tmp_path / "opd"), "--teacher", str(base), "--batch", "8",
+                          "--out", str(tmp_path / "ga")])
+    assert ga["task"] == "sysprompt"
+    param_delta.main([str(tmp_path / "opd"), str(tmp_path / "nca"), "--init", str(base),
+                      "--out", str(tmp_path / "pd")])
