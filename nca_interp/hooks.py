@@ -15,11 +15,11 @@ from nca_interp.checkpoint import verify_folder
 from nca_interp.names import EMBED_HOOK, pattern_hook, resid_hook
 
 
-def boot_bridge(path: str | Path):
+def boot_bridge(path: str | Path, device: str = "cpu"):
     from transformer_lens import TransformerBridge
 
     path = verify_folder(path)  # clear errors before TransformerLens sees the path
-    return TransformerBridge.boot_transformers(str(path.resolve()), device="cpu")
+    return TransformerBridge.boot_transformers(str(path.resolve()), device=device)
 
 
 def n_layers(bridge) -> int:
@@ -42,10 +42,12 @@ def capture(bridge, ids_B_T: torch.Tensor, mask_B_T: torch.Tensor,
     if patterns:
         names += [pattern_hook(i) for i in range(L)]
     try:
-        _, cache = bridge.run_with_cache(ids_B_T, attention_mask=mask_B_T, names_filter=names)
+        dev = next(bridge.parameters()).device
+        _, cache = bridge.run_with_cache(ids_B_T.to(dev), attention_mask=mask_B_T.to(dev),
+                                         names_filter=names)
     finally:
         bridge.reset_hooks()
-    out = {"resid": torch.stack([cache[n] for n in names[: L + 1]])}
+    out = {"resid": torch.stack([cache[n].float().cpu() for n in names[: L + 1]])}
     if patterns:
-        out["pattern"] = torch.stack([cache[pattern_hook(i)] for i in range(L)])
+        out["pattern"] = torch.stack([cache[pattern_hook(i)].float().cpu() for i in range(L)])
     return out

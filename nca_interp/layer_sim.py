@@ -30,7 +30,7 @@ from nca_interp.checkpoint import load_checkpoint, read_run_config, save_checkpo
 from nca_interp.cli import parse_config, to_dict
 from nca_interp.evaluate import max_response_tokens, task_for_checkpoints
 from nca_interp.hooks import boot_bridge, capture
-from nca_interp.models import context_limit
+from nca_interp.models import context_limit, resolve_device
 from nca_interp.rollout import encode, pad_id, sample, stop_ids
 from nca_interp.tasks import Task
 
@@ -83,10 +83,11 @@ def context_token_mask(tokenizer, text: str, context: str) -> list[bool]:
 
 
 def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
-                     batch: int = 100) -> dict:
-    """Similarity of the with/without-context residual streams of one checkpoint folder."""
-    model, tok = load_checkpoint(path)
-    bridge = boot_bridge(path)
+                     batch: int = 100, device: str = "cpu") -> dict:
+    """Similarity of the with/without-context residual streams of one checkpoint folder
+    (sampling and hooked passes on `device`; the statistics are computed on the CPU)."""
+    model, tok = load_checkpoint(path, device=device)
+    bridge = boot_bridge(path, device)
     task = task.for_tokenizer(tok)
     max_new = max_response_tokens(task)
     h0s, h1s, masks, attn = [], [], [], []
@@ -96,8 +97,9 @@ def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
                                max_new)
         cx_ids, cx_mask = encode(tok, [task.prompt(lv, task.context(lv, context))
                                        for lv in chunk], context_limit(model), max_new)
-        resp, rmask = sample(model, x_ids, x_mask, max_new, stop_ids(tok, model),
-                             pad_id(tok), temperature=0.0)
+        resp, rmask = (t.cpu() for t in sample(
+            model, x_ids.to(device), x_mask.to(device), max_new, stop_ids(tok, model),
+            pad_id(tok), temperature=0.0))
         N = resp.shape[1]
         a = capture(bridge, torch.cat([x_ids, resp], 1), torch.cat([x_mask, rmask], 1))
         b = capture(bridge, torch.cat([cx_ids, resp], 1), torch.cat([cx_mask, rmask], 1),
@@ -149,6 +151,8 @@ class LayerSimConfig:
                      metadata={"help": "output stem (.json/.html)"})
     png: bool = field(default=False, metadata={"help": "also write a PNG (needs kaleido)"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
+    device: str = field(default="cpu", metadata={"help": "cpu|cuda|auto for the model passes"})
+    batch: int = field(default=100, metadata={"help": "levels per hooked pass"})
 
 
 def default_checkpoints() -> list[str]:
@@ -193,14 +197,16 @@ def main(argv: list[str] | None = None) -> dict:
     paths = with_initial_checkpoints(cfg.ckpt or default_checkpoints())
     task, context = resolve_task_and_context(paths, cfg.task, cfg.context)
     levels = task.levels("test", cfg.n_levels, cfg.seed)
+    device = str(resolve_device(cfg.device))
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         if cfg.baselines:
             rnd = random_init_copy(paths[0], Path(tmp) / "random_init")
-            results["random_init"] = layer_similarity(rnd, task, context, levels)
+            results["random_init"] = layer_similarity(rnd, task, context, levels, cfg.batch,
+                                                      device)
         for p in paths:
             name = Path(p).name if Path(p).name not in results else str(p)
-            results[name] = layer_similarity(p, task, context, levels)
+            results[name] = layer_similarity(p, task, context, levels, cfg.batch, device)
     n_layers = len(next(iter(results.values()))["cos"]) - 1
     layers = ["embed"] + [str(i) for i in range(n_layers)]
     print(f"task={task.name} context={context} levels={cfg.n_levels}")
