@@ -23,9 +23,9 @@ def test_knowledge_base_reproducible_by_seed():
     assert task_from_record(task_record(task)) == task
 
 
-@pytest.mark.parametrize("kb", [0, None])
-def test_every_question_answerable_only_from_its_knowledge_base(kb):
-    task = make_task("sysprompt", kb=kb)
+@pytest.mark.parametrize("kb,word_len", [(0, 1), (None, 1), (0, 3), (None, 3)])
+def test_every_question_answerable_only_from_its_knowledge_base(kb, word_len):
+    task = make_task("sysprompt", kb=kb, word_len=word_len)
     for q in task.levels("train", 200, seed=0) + task.levels("test", 100, seed=0):
         system = task.context(q, "system")
         value = q.kb.values[q.entity][q.attribute]
@@ -36,7 +36,10 @@ def test_every_question_answerable_only_from_its_knowledge_base(kb):
         # every option is a value of this attribute in the KB: only the binding decides
         column = {q.kb.values[e][q.attribute] for e in range(len(q.kb.names))}
         assert set(q.options) <= column
-        assert system not in task.prompt(q) and value not in q.text
+        # the question names only the entity and the attribute; x carries no KB
+        assert q.text == q.phrasing.format(a=q.kb.attributes[q.attribute],
+                                           e=q.kb.names[q.entity])
+        assert system not in task.prompt(q)
 
 
 def test_held_out_split_uses_unseen_phrasings():

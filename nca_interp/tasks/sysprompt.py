@@ -1,8 +1,11 @@
 """A fixed-system-prompt QA task that tiny models can learn: invented facts, multiple choice.
 
 A knowledge base (KB) is `n_entities` invented entities, each with one invented value per
-attribute, rendered as a table ("#: town lake hue" then rows like "Zor: kel bam tup"); values of
-one attribute differ between entities.
+attribute, rendered as a table ("#: town lake hue" then rows like "K: d z k", or with
+`word_len=3` "Zor: kel bam tup"); values of one attribute differ between entities. Tiny char
+models use one-character names and values: with 3-letter words a 4-layer, d=128 teacher was
+still at chance after 200 steps x 128 questions (matching multi-character names is a harder
+lookup than the task needs).
 A question asks for one attribute of one entity; its options are the entity's value and the
 values *other entities of the same KB* have for that attribute, so every option is a real value
 in the KB and only the entity -> value binding in the KB tells which is right (no option can be
@@ -31,6 +34,8 @@ TRAIN_PHRASINGS = ("{a} of {e}?", "{e} {a}?", "what {a} has {e}?")
 TEST_PHRASINGS = ("name the {a} of {e}.",)
 LETTERS = "ABCDEFGH"
 _CONSONANTS, _VOWELS = "bdfgklmnprstvz", "aeiou"
+_NAMES_1 = "KMNPQRSTVWXZ"  # one-character entity names: capitals that are not option letters
+_VALUES_1 = "bcdfghjklmnpqrstvwxz"
 _ANSWER_TAG = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.IGNORECASE | re.DOTALL)
 
 
@@ -40,6 +45,7 @@ class SyspromptConfig:
     n_entities: int = 4
     n_attributes: int = 3
     n_options: int = 4
+    word_len: int = 1  # 1: one-character names/values (tiny char models); 3: invented words
 
     def __post_init__(self):
         if not 2 <= self.n_options <= min(self.n_entities, len(LETTERS)):
@@ -47,6 +53,10 @@ class SyspromptConfig:
                              f"not {self.n_options}: distractors are other entities' values")
         if not 1 <= self.n_attributes <= len(ATTRIBUTES):
             raise ValueError(f"n_attributes must be 1..{len(ATTRIBUTES)}")
+        if self.word_len not in (1, 3):
+            raise ValueError("word_len must be 1 (single characters) or 3 (invented words)")
+        if self.word_len == 1 and self.n_entities > len(_NAMES_1):
+            raise ValueError(f"word_len 1 allows at most {len(_NAMES_1)} entities")
 
 
 @dataclass(frozen=True)
@@ -96,11 +106,16 @@ def _words(rng: random.Random, n: int, taken: set[str]) -> list[str]:
 
 def knowledge_base(seed: int | str, cfg: SyspromptConfig) -> KnowledgeBase:
     """The KB of `seed` (fixed KBs use their number; random ones a string); same seed, same KB."""
-    rng = random.Random(f"kb-{seed}-{cfg.n_entities}-{cfg.n_attributes}")
-    taken: set[str] = set()
-    names = [w.capitalize() for w in _words(rng, cfg.n_entities, taken)]
+    rng = random.Random(f"kb-{seed}-{cfg.n_entities}-{cfg.n_attributes}-{cfg.word_len}")
     attrs = ATTRIBUTES[: cfg.n_attributes]
-    per_attr = [_words(rng, cfg.n_entities, taken) for _ in attrs]  # distinct within attribute
+    if cfg.word_len == 1:
+        names = rng.sample(_NAMES_1, cfg.n_entities)
+        per_attr = [rng.sample(_VALUES_1, cfg.n_entities) for _ in attrs]
+    else:
+        taken: set[str] = set()
+        names = [w.capitalize() for w in _words(rng, cfg.n_entities, taken)]
+        per_attr = [_words(rng, cfg.n_entities, taken) for _ in attrs]
+    # values of one attribute are distinct across entities (per_attr rows are samples)
     values = tuple(tuple(per_attr[a][e] for a in range(len(attrs)))
                    for e in range(cfg.n_entities))
     return KnowledgeBase(tuple(names), attrs, values)
