@@ -40,12 +40,13 @@ from nca_interp.tasks import Task, task_from_record
 
 
 def task_for_checkpoints(paths: list[str], name: str | None = None,
-                         fmt: str | None = None) -> Task:
+                         fmt: str | None = None, options: list[str] | None = None) -> Task:
     """The task recorded in the first of `paths` whose run_config.json names one (a foreign
-    checkpoint has none: then `name`, default sokoban, with that game's defaults)."""
+    checkpoint has none: then `name`, default sokoban, with that task's defaults), with
+    KEY=VALUE `options` applied (e.g. `opcd`'s data files)."""
     records = [read_run_config(p).get("task") for p in paths]
     record = next((r for r in records if isinstance(r, dict)), None)
-    return task_from_record(record, name, fmt)
+    return task_from_record(record, name, fmt, options)
 
 
 def max_response_tokens(task: Task) -> int:
@@ -118,6 +119,10 @@ def evaluate_checkpoint(model, tokenizer, task: Task, context: str, n_levels: in
     return {**paired_report(no_c, with_c), "metric": task.success}
 
 
+TASK_OPTIONS_HELP = ("task config overrides KEY=VALUE,... e.g. opcd's "
+                     "train=a.jsonl,test=b.jsonl,system_prompt=s.txt,kind=mcq or sysprompt's kb=1")
+
+
 def label(key: str, metric: str = "win") -> str:
     """Column name as printed: `win_no_c` becomes `acc_no_c` for QA tasks (accuracy)."""
     return key.replace("win", "acc", 1) if metric == "accuracy" else key
@@ -161,8 +166,10 @@ class EvalConfig:
     ckpt: list[str] = field(default_factory=list, metadata={
         "help": "checkpoint folders (several: compared side by side on the same levels); "
                 "default: the embedded Sokoban teacher"})
-    task: str | None = field(default=None, metadata={"help": "sokoban|frozenlake; default: "
-                                                     "from the first checkpoint's run config"})
+    task: str | None = field(default=None, metadata={
+        "help": "sokoban|frozenlake|sysprompt|opcd; default: from the first checkpoint's run "
+                "config"})
+    task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
     context: str | None = field(default=None, metadata={
         "help": "state|plan|rules (games; default state) or system (QA, the default there)"})
     fmt: str | None = field(default=None, metadata={"help": "compact|textarena"})
@@ -186,7 +193,7 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = parse_config(EvalConfig, argv, __doc__, positional="ckpt")
     torch.set_num_threads(cfg.threads)
     paths = cfg.ckpt or default_checkpoints()
-    task = task_for_checkpoints(paths, cfg.task, cfg.fmt)
+    task = task_for_checkpoints(paths, cfg.task, cfg.fmt, cfg.task_options)
     device = resolve_device(cfg.device)
     cfg.context = cfg.context or task.default_context
     reports = {}

@@ -25,7 +25,7 @@ import torch
 from nca_interp.assets import resolve
 from nca_interp.checkpoint import load_checkpoint, read_run_config
 from nca_interp.cli import parse_config, to_dict
-from nca_interp.evaluate import max_response_tokens
+from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.layer_sim import resolve_task_and_context
 from nca_interp.losses import TERMS, loss_terms
 from nca_interp.models import context_limit
@@ -99,6 +99,7 @@ class GradAlignConfig:
     teacher: str | None = field(default=None, metadata={
         "help": "teacher checkpoint; default: the run's teacher/initial student"})
     task: str | None = field(default=None, metadata={"help": "default: from the run config"})
+    task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
     context: str | None = field(default=None, metadata={"help": "default: the run's context"})
     batch: int = field(default=64, metadata={"help": "on-policy prompts"})
     temperature: float = field(default=1.0, metadata={"help": "rollout temperature"})
@@ -146,7 +147,8 @@ def main(argv: list[str] | None = None) -> dict:
         from nca_interp.assets import embedded
 
         cfg.ckpt = [str(embedded("sokoban_opd"))]
-    task, context = resolve_task_and_context(cfg.ckpt, cfg.task, cfg.context)
+    task, context = resolve_task_and_context(cfg.ckpt, cfg.task, cfg.context,
+                                             cfg.task_options)
     levels = task.levels("grad", cfg.batch, cfg.seed)
     results = {}
     for path in cfg.ckpt:

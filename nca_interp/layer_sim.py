@@ -28,7 +28,7 @@ import torch
 from nca_interp.assets import resolve
 from nca_interp.checkpoint import load_checkpoint, read_run_config, save_checkpoint
 from nca_interp.cli import parse_config, to_dict
-from nca_interp.evaluate import max_response_tokens, task_for_checkpoints
+from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens, task_for_checkpoints
 from nca_interp.hooks import boot_bridge, capture
 from nca_interp.models import context_limit, resolve_device
 from nca_interp.rollout import encode, pad_id, sample, stop_ids
@@ -142,6 +142,7 @@ class LayerSimConfig:
     ckpt: list[str] = field(default_factory=list, metadata={
         "help": "checkpoint folders; default: the embedded Sokoban base, OPD and NCA"})
     task: str | None = field(default=None, metadata={"help": "default: from the run config"})
+    task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
     context: str | None = field(default=None, metadata={
         "help": "state|plan|rules; default: the context the checkpoints were distilled with"})
     n_levels: int = field(default=200, metadata={"help": "held-out levels"})
@@ -173,9 +174,10 @@ def with_initial_checkpoints(paths: list[str]) -> list[str]:
     return bases + list(paths)
 
 
-def resolve_task_and_context(paths: list[str], task: str | None, context: str | None):
+def resolve_task_and_context(paths: list[str], task: str | None, context: str | None,
+                             options: list[str] | None = None):
     runs = [read_run_config(p) for p in paths]
-    found = task_for_checkpoints(paths, task)
+    found = task_for_checkpoints(paths, task, options=options)
     ctx = context or next((r["context"] for r in runs if r.get("context")), None) \
         or found.default_context
     return found, ctx
@@ -195,7 +197,8 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = parse_config(LayerSimConfig, argv, __doc__, positional="ckpt")
     torch.set_num_threads(cfg.threads)
     paths = with_initial_checkpoints(cfg.ckpt or default_checkpoints())
-    task, context = resolve_task_and_context(paths, cfg.task, cfg.context)
+    task, context = resolve_task_and_context(paths, cfg.task, cfg.context,
+                                             cfg.task_options)
     levels = task.levels("test", cfg.n_levels, cfg.seed)
     device = str(resolve_device(cfg.device))
     results: dict[str, dict] = {}

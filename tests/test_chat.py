@@ -95,3 +95,32 @@ def test_context_mask_finds_the_context_inside_the_template(chat_folders):
     with pytest.raises(ValueError, match="not found"):
         context_token_mask(tok, text, "absent context")
     assert torch.tensor(mask).sum() == len(c)
+
+
+def test_opcd_files_through_evaluate_and_distill(chat_folders, tmp_path):
+    """OPCD-format local data on a chat checkpoint: the system prompt becomes the system
+    message, answers are read from the last <answer> tag, and distillation runs on it."""
+    from pathlib import Path
+
+    from nca_interp import evaluate
+    from train import distill
+
+    fix = Path(__file__).parent / "fixtures" / "opcd"
+    opts = (f"train={fix / 'medmcqa_train.jsonl'},test={fix / 'medmcqa_test.jsonl'},"
+            f"system_prompt={fix / 'medmcqa_system.txt'},max_new=24")
+    folder = str(chat_folders["qwen3"])
+    reports = evaluate.main([folder, "--task", "opcd", "--task-options", opts,
+                             "--n-levels", "5", "--threads", "1"])
+    (r,) = reports.values()
+    assert r["n"] == 2 and r["metric"] == "accuracy"  # the whole two-question test file
+    _, tok = load_checkpoint(folder)
+    task = evaluate.task_for_checkpoints([folder], "opcd", options=opts.split(","))
+    task = task.for_tokenizer(tok)
+    q = task.levels("test", 1)[0]
+    assert task.prompt(q, task.context(q, "system")).startswith(
+        "<|system|>\nYou are a careful clinical assistant")
+    distill.main(["--student", folder, "--task", "opcd", "--task-options", opts, "--out",
+                  str(tmp_path / "d"), "--batch", "4", "--steps", "1", "--eval-every", "5",
+                  "--save-every", "1", "--threads", "1", "--method", "nca"])
+    with pytest.raises(ValueError, match="KEY=VALUE with KEY one of"):
+        evaluate.task_for_checkpoints([folder], "opcd", options=["trian=x"])

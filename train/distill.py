@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 from nca_interp.checkpoint import load_checkpoint, read_run_config
 from nca_interp.cli import parse_config, to_dict
-from nca_interp.evaluate import max_response_tokens, task_for_checkpoints
+from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens, task_for_checkpoints
 from nca_interp.losses import combine, loss_terms
 from nca_interp.models import autocast, context_limit
 from nca_interp.rollout import Batch, onpolicy_batch
@@ -65,7 +65,8 @@ class DistillConfig:
     context: str | None = field(default=None, metadata={
         "help": "privileged context kind (default: state for games, system for QA)"})
     task: str | None = field(default=None, metadata={
-        "help": "sokoban|frozenlake; default: the student's training task"})
+        "help": "sokoban|frozenlake|sysprompt|opcd; default: the student's training task"})
+    task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
     steps: int = field(default=200, metadata={"help": "optimizer steps"})
     batch: int = field(default=128, metadata={"help": "prompts per step"})
     lr: float = field(default=3e-4, metadata={"help": "learning rate"})
@@ -102,7 +103,7 @@ def check_same_tokenizer(tok_a, tok_b, a: str, b: str) -> None:
 def task_for(cfg: DistillConfig, student_dir: str):
     if cfg.task is None and not read_run_config(student_dir).get("task"):
         raise ValueError(f"{student_dir} has no run_config.json naming its task; pass --task")
-    return task_for_checkpoints([student_dir], cfg.task)
+    return task_for_checkpoints([student_dir], cfg.task, options=cfg.task_options)
 
 
 def accumulate(student, teacher, batch: Batch, terms_needed: tuple[str, ...], beta: float,

@@ -49,6 +49,10 @@ class SFTConfig:
     num_holes: int = field(default=4, metadata={"help": "frozenlake holes"})
     kb: int = field(default=0, metadata={
         "help": "sysprompt: the fixed knowledge base distillation will use (recorded only)"})
+    n_entities: int = field(default=4, metadata={"help": "sysprompt: entities per KB"})
+    n_attributes: int = field(default=3, metadata={"help": "sysprompt: attributes per entity"})
+    word_len: int = field(default=1, metadata={
+        "help": "sysprompt: 1 (one-character names/values) or 3 (invented words)"})
     contexts: list[str] | None = field(default=None, metadata={
         "help": "context kinds to train with (default: state,plan for games, system for QA)"})
     p_no_context: float = field(default=0.1, metadata={"help": "fraction without context"})
@@ -86,7 +90,8 @@ def task_of(cfg: SFTConfig) -> tuple[Task, Task]:
     elif cfg.task == "frozenlake":
         task = make_task(cfg.task, size=cfg.size, num_holes=cfg.num_holes)
     elif cfg.task == "sysprompt":
-        task = make_task("sysprompt", kb=cfg.kb)
+        task = make_task("sysprompt", kb=cfg.kb, n_entities=cfg.n_entities,
+                         n_attributes=cfg.n_attributes, word_len=cfg.word_len)
         return task, replace(task, config=replace(task.config, kb=None))
     else:
         raise ValueError(f"train.sft trains sokoban, frozenlake or sysprompt, not {cfg.task!r} "

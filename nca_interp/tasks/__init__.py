@@ -259,10 +259,37 @@ def json_safe(d: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
 
+def parse_task_options(name: str, options: list[str] | None) -> dict:
+    """`["kb=3", "word_len=3"]` or `["train=a.jsonl", "test=b.jsonl", "system_prompt=s.txt"]`
+    into typed config values of task `name` (`none` is None)."""
+    if name not in _CONFIGS:
+        raise ValueError(f"unknown task {name!r}; choose one of {TASKS}")
+    defaults = {f.name: f.default for f in fields(_CONFIGS[name])}
+    out = {}
+    for opt in options or []:
+        key, sep, value = opt.partition("=")
+        if not sep or key not in defaults:
+            raise ValueError(f"task option {opt!r}: expected KEY=VALUE with KEY one of "
+                             f"{sorted(defaults)} for {name}")
+        default = defaults[key]
+        if value.lower() == "none":
+            out[key] = None
+        elif isinstance(default, bool):
+            out[key] = value.lower() in ("1", "true", "yes")
+        elif isinstance(default, int) or key == "kb":
+            out[key] = int(value)
+        elif isinstance(default, tuple):
+            out[key] = tuple(int(v) for v in value.split("x"))
+        else:
+            out[key] = value
+    return out
+
+
 def task_from_record(record: dict | None, name: str | None = None,
-                     fmt: str | None = None) -> Task:
+                     fmt: str | None = None, options: list[str] | None = None) -> Task:
     """The task a run was trained on. `name` overrides it (a different task then starts from
-    that task's defaults); `fmt` overrides the rendering."""
+    that task's defaults); `fmt` overrides the rendering; `options` (KEY=VALUE) override
+    config fields, e.g. the data files of `opcd`."""
     record = record if isinstance(record, dict) else {}
     name = name or record.get("name") or "sokoban"
     if record.get("name") != name:
@@ -271,4 +298,5 @@ def task_from_record(record: dict | None, name: str | None = None,
         raise ValueError(f"unknown task {name!r}; choose one of {TASKS}")
     known = {f.name for f in fields(_CONFIGS[name])}
     config = {k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k in known}
+    config.update(parse_task_options(name, options))
     return make_task(name, fmt or record.get("fmt", "compact"), record.get("plan_k", 3), **config)

@@ -162,8 +162,11 @@ def all_test_questions(cfg: SyspromptConfig, seed: int = 0) -> list[Question]:
 
 
 def render_compact(q: Question) -> str:
-    """`lake of Zor?` then `A:kel B:bam C:tup D:vis` (the task adds the `>` cue)."""
-    return q.text + "\n" + " ".join(f"{LETTERS[i]}:{o}" for i, o in enumerate(q.options))
+    """`lake of K?` then the options value-first, `q:A f:B d:C h:D` (the task adds the `>`
+    cue). Value-first puts each letter right after its value, the pattern a small model's
+    induction heads copy from; letter-first options kept a 4-layer teacher at chance for 200
+    steps x 128 questions."""
+    return q.text + "\n" + " ".join(f"{o}:{LETTERS[i]}" for i, o in enumerate(q.options))
 
 
 def render_chat(q: Question) -> str:
