@@ -43,3 +43,39 @@ def test_changed_config_refused(tmp_path):
               "--threads", "1"])
     with pytest.raises(ValueError, match="different config"):
         sft.main(["--out", str(tmp_path / "r"), *ARGS[:-8], "--steps", "1", "--lr", "0.1"])
+
+
+def test_detours_are_seen_but_not_trained():
+    """A detour is part of the response the model attends to (the plan after it is only right
+    given the detour) but carries no loss; an earlier version masked it out of attention."""
+    from nca_interp.tokenizer import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    cfg = sft.parse_config(sft.SFTConfig, ["--p-detour", "1", "--p-no-context", "0",
+                                           "--batch", "16"])
+    task = sft.task_of(cfg)[1]
+    prompts, responses = sft.batch_for_step(task, cfg, 0, set())
+    resp, attn, loss = sft.segments_batch(tok, responses)
+    detoured = [i for i, segs in enumerate(responses) if segs[0][0]]
+    assert detoured
+    for i in detoured:
+        n = len(responses[i][0][0])
+        assert attn[i, :n].all() and not loss[i, :n].any() and loss[i, n]
+    assert all((attn.sum(1) - loss.sum(1))[i] == len(responses[i][0][0]) for i in range(16))
+
+
+def test_packed_questions_train_every_answer():
+    from nca_interp.tokenizer import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    cfg = sft.parse_config(sft.SFTConfig, ["--task", "sysprompt", "--pack", "4", "--batch", "8",
+                                           "--p-no-context", "0"])
+    task = sft.task_of(cfg)[1]
+    prompts, responses = sft.batch_for_step(task, cfg, 0, set())
+    assert len(prompts) == 2  # 8 questions, 4 per knowledge base
+    resp, attn, loss = sft.segments_batch(tok, responses)
+    assert (loss.sum(1) == 8).all()  # 4 answer letters + 4 end-of-response tokens
+    answers = resp[loss.bool()].view(2, 8)[:, 1::2]
+    assert (answers == tok.eos_token_id).all()
+    text = tok.decode(resp[0][attn[0].bool()], skip_special_tokens=True)
+    assert text.count(">") == 3  # three follow-up questions, seen by the model

@@ -32,9 +32,9 @@ from nca_interp.models import (
     context_limit,
     resolve_device,
 )
-from nca_interp.rollout import encode, response_logits, target_batch
+from nca_interp.rollout import encode, pad_id, response_logits
 from nca_interp.tasks import QATask, Task, make_task, task_record
-from nca_interp.tokenizer import build_char_tokenizer
+from nca_interp.tokenizer import EOS, build_char_tokenizer
 from train.common import Run, eval_wins, lr_at, setup_torch
 
 
@@ -53,9 +53,14 @@ class SFTConfig:
     n_attributes: int = field(default=3, metadata={"help": "sysprompt: attributes per entity"})
     word_len: int = field(default=1, metadata={
         "help": "sysprompt: 1 (one-character names/values) or 3 (invented words)"})
+    min_entities: int | None = field(default=None, metadata={
+        "help": "sysprompt curriculum: training KBs have min..n_entities entities"})
     contexts: list[str] | None = field(default=None, metadata={
         "help": "context kinds to train with (default: state,plan for games, system for QA)"})
     p_no_context: float = field(default=0.1, metadata={"help": "fraction without context"})
+    pack: int = field(default=1, metadata={
+        "help": "QA: questions per example about the same knowledge base (--batch counts "
+                "questions); each answer is trained, follow-up questions are seen untrained"})
     p_detour: float = field(default=0.3, metadata={
         "help": "games: fraction whose response starts with 1-2 random moves (not trained on) "
                 "followed by the optimal plan from there, so the teacher stays right off its "
@@ -92,7 +97,8 @@ def task_of(cfg: SFTConfig) -> tuple[Task, Task]:
     elif cfg.task == "sysprompt":
         task = make_task("sysprompt", kb=cfg.kb, n_entities=cfg.n_entities,
                          n_attributes=cfg.n_attributes, word_len=cfg.word_len)
-        return task, replace(task, config=replace(task.config, kb=None))
+        return task, replace(task, config=replace(task.config, kb=None,
+                                                  min_entities=cfg.min_entities))
     else:
         raise ValueError(f"train.sft trains sokoban, frozenlake or sysprompt, not {cfg.task!r} "
                          "(opcd data is for real chat checkpoints: distil them directly)")
@@ -104,18 +110,24 @@ def contexts_of(cfg: SFTConfig, task: Task) -> list[str]:
 
 
 def batch_for_step(task, cfg: SFTConfig, step: int, held_out: set[str]):
-    """Prompts, response texts and how many leading response tokens are a detour (no loss).
-    Deterministic in (seed, step): the same batch after a resume."""
+    """Prompts and responses as (text, trained) segments; untrained segments (a detour, the
+    packed follow-up questions) are seen by the model but carry no loss. Deterministic in
+    (seed, step): the same batch after a resume."""
     rng = random.Random(f"sft-{cfg.seed}-{step}")
-    levels = task.sample_levels(f"train-{cfg.seed}-{step}", cfg.batch, held_out)
+    n = cfg.batch // cfg.pack if isinstance(task, QATask) else cfg.batch
+    levels = task.sample_levels(f"train-{cfg.seed}-{step}", n, held_out)
     contexts = contexts_of(cfg, task)
-    prompts, targets, skip = [], [], []
-    for lv in levels:
+    prompts, responses = [], []
+    for i, lv in enumerate(levels):
         kind = None if rng.random() < cfg.p_no_context else rng.choice(contexts)
         prompts.append(task.prompt(lv, None if kind is None else task.context(lv, kind)))
         if isinstance(task, QATask):
-            targets.append(task.target(lv))
-            skip.append(0)
+            segs = [(task.target(lv), True)]
+            for j in range(1, cfg.pack):  # more questions about the same knowledge base
+                q = task.game.follow_up(lv, f"pack-{cfg.seed}-{step}-{i}-{j}", task.config)
+                segs += [(EOS, True), ("\n" + task.render(q) + "\n>", False),
+                         (task.target(q), True)]
+            responses.append(segs)
             continue
         detour, rest = "", lv
         if rng.random() < cfg.p_detour:
@@ -125,9 +137,31 @@ def batch_for_step(task, cfg: SFTConfig, step: int, held_out: set[str]):
                 if moved is not None and moves != lv.solution[: len(moves)]:
                     detour, rest = moves, moved
                     break
-        targets.append(detour + rest.solution)
-        skip.append(len(detour))
-    return prompts, targets, skip
+        responses.append([(detour, False), (rest.solution, True)])
+    return prompts, responses
+
+
+def segments_batch(tok, responses: list[list[tuple[str, bool]]]):
+    """Right-padded response ids, their attention mask (every real token, so the model sees
+    detours and earlier questions) and their loss mask (trained segments + the final eos)."""
+    rows, trained = [], []
+    for segs in responses:
+        ids, loss = [], []
+        for text, train in segs:
+            piece = tok(text, add_special_tokens=False)["input_ids"] if text else []
+            ids += piece
+            loss += [train] * len(piece)
+        rows.append(ids + [tok.eos_token_id])
+        trained.append(loss + [True])
+    N = max(len(r) for r in rows)
+    resp = torch.full((len(rows), N), pad_id(tok), dtype=torch.long)
+    attn = torch.zeros((len(rows), N), dtype=torch.long)
+    loss_mask = torch.zeros((len(rows), N), dtype=torch.long)
+    for i, (r, t) in enumerate(zip(rows, trained)):
+        resp[i, : len(r)] = torch.tensor(r)
+        attn[i, : len(r)] = 1
+        loss_mask[i, : len(t)] = torch.tensor(t, dtype=torch.long)
+    return resp, attn, loss_mask
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -148,16 +182,14 @@ def main(argv: list[str] | None = None) -> None:
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc="sft")
     for step in bar:
         t0 = time.time()
-        prompts, targets, skip = batch_for_step(task, cfg, step, held_out)
-        ids, mask = encode(tok, prompts, context_limit(model), reserve=32)
-        resp, rmask = target_batch(tok, targets)
-        for i, n in enumerate(skip):  # char tokenizer: one token per move
-            rmask[i, :n] = 0
-        ids, mask, resp, rmask = (t.to(device) for t in (ids, mask, resp, rmask))
+        prompts, responses = batch_for_step(task, cfg, step, held_out)
+        resp, rmask, lmask = segments_batch(tok, responses)
+        ids, mask = encode(tok, prompts, context_limit(model), reserve=resp.shape[1])
+        ids, mask, resp, rmask, lmask = (t.to(device) for t in (ids, mask, resp, rmask, lmask))
         with amp:
             logits = response_logits(model, ids, mask, resp, rmask)
         loss = (F.cross_entropy(logits.float().transpose(1, 2), resp, reduction="none")
-                * rmask).sum() / rmask.sum()
+                * lmask).sum() / lmask.sum()
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg.lr, cfg.warmup, cfg.steps, cfg.schedule)
         opt.zero_grad(set_to_none=True)

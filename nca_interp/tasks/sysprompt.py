@@ -46,6 +46,7 @@ class SyspromptConfig:
     n_attributes: int = 3
     n_options: int = 4
     word_len: int = 1  # 1: one-character names/values (tiny char models); 3: invented words
+    min_entities: int | None = None  # random KBs only: entities drawn from min..n_entities
 
     def __post_init__(self):
         if not 2 <= self.n_options <= min(self.n_entities, len(LETTERS)):
@@ -104,45 +105,68 @@ def _words(rng: random.Random, n: int, taken: set[str]) -> list[str]:
     return out
 
 
-def knowledge_base(seed: int | str, cfg: SyspromptConfig) -> KnowledgeBase:
-    """The KB of `seed` (fixed KBs use their number; random ones a string); same seed, same KB."""
-    rng = random.Random(f"kb-{seed}-{cfg.n_entities}-{cfg.n_attributes}-{cfg.word_len}")
+def knowledge_base(seed: int | str, cfg: SyspromptConfig,
+                   n_entities: int | None = None) -> KnowledgeBase:
+    """The KB of `seed` (fixed KBs use their number; random ones a string); same seed, same KB.
+    `n_entities` overrides the config's (random-KB curriculum)."""
+    n = n_entities or cfg.n_entities
+    rng = random.Random(f"kb-{seed}-{n}-{cfg.n_attributes}-{cfg.word_len}")
     attrs = ATTRIBUTES[: cfg.n_attributes]
     if cfg.word_len == 1:
-        names = rng.sample(_NAMES_1, cfg.n_entities)
-        per_attr = [rng.sample(_VALUES_1, cfg.n_entities) for _ in attrs]
+        names = rng.sample(_NAMES_1, n)
+        per_attr = [rng.sample(_VALUES_1, n) for _ in attrs]
     else:
         taken: set[str] = set()
-        names = [w.capitalize() for w in _words(rng, cfg.n_entities, taken)]
-        per_attr = [_words(rng, cfg.n_entities, taken) for _ in attrs]
+        names = [w.capitalize() for w in _words(rng, n, taken)]
+        per_attr = [_words(rng, n, taken) for _ in attrs]
     # values of one attribute are distinct across entities (per_attr rows are samples)
-    values = tuple(tuple(per_attr[a][e] for a in range(len(attrs)))
-                   for e in range(cfg.n_entities))
+    values = tuple(tuple(per_attr[a][e] for a in range(len(attrs))) for e in range(n))
     return KnowledgeBase(tuple(names), attrs, values)
 
 
 def _question(kb: KnowledgeBase, entity: int, attribute: int, phrasing: str,
-              distractors: tuple[int, ...], order: tuple[int, ...]) -> Question:
-    """`distractors`: other entity indices; `order`: a permutation of the options."""
+              distractors: tuple[int, ...], order: tuple[int, ...],
+              extra: tuple[str, ...] = ()) -> Question:
+    """`distractors`: other entity indices; `extra`: distractor values from outside the KB
+    (curriculum KBs with fewer entities than options); `order`: a permutation of the options."""
     pool = [kb.values[entity][attribute]] + [kb.values[d][attribute] for d in distractors]
+    pool += list(extra)
     options = tuple(pool[i] for i in order)
     return Question(kb, entity, attribute, phrasing, options, LETTERS[order.index(0)])
 
 
-def generate_level(seed: int | str, cfg: SyspromptConfig = SyspromptConfig(),
-                   split: str = "train") -> Question:
-    """One question from `seed`: about the fixed KB `cfg.kb`, or a fresh KB if it is None.
-    `split="test"` uses the held-out phrasings."""
-    rng = random.Random(f"sysprompt-q-{seed}")
-    kb = knowledge_base(cfg.kb if cfg.kb is not None else f"r-{seed}", cfg)
-    entity = rng.randrange(cfg.n_entities)
-    attribute = rng.randrange(cfg.n_attributes)
-    phrasing = rng.choice(TEST_PHRASINGS if split == "test" else TRAIN_PHRASINGS)
-    others = [e for e in range(cfg.n_entities) if e != entity]
-    distractors = tuple(rng.sample(others, cfg.n_options - 1))
+def _draw(rng: random.Random, kb: KnowledgeBase, cfg: SyspromptConfig,
+          phrasings: tuple[str, ...]) -> Question:
+    """A random question about `kb`: entity, attribute, phrasing, distractors (other entities'
+    values; values from outside the KB only when it has fewer entities than options), order."""
+    n = len(kb.names)
+    entity, attribute = rng.randrange(n), rng.randrange(cfg.n_attributes)
+    phrasing = rng.choice(phrasings)
+    others = [e for e in range(n) if e != entity]
+    distractors = tuple(rng.sample(others, min(len(others), cfg.n_options - 1)))
+    column = {kb.values[e][attribute] for e in range(n)}
+    outside = sorted(set(_VALUES_1 if cfg.word_len == 1 else _words(rng, 20, set())) - column)
+    extra = tuple(rng.sample(outside, cfg.n_options - 1 - len(distractors)))
     order = list(range(cfg.n_options))
     rng.shuffle(order)
-    return _question(kb, entity, attribute, phrasing, distractors, tuple(order))
+    return _question(kb, entity, attribute, phrasing, distractors, tuple(order), extra)
+
+
+def generate_level(seed: int | str, cfg: SyspromptConfig = SyspromptConfig(),
+                   split: str = "train") -> Question:
+    """One question from `seed`: about the fixed KB `cfg.kb`, or a fresh KB if it is None
+    (with `min_entities`, of a random size). `split="test"` uses the held-out phrasings."""
+    rng = random.Random(f"sysprompt-q-{seed}")
+    n = cfg.n_entities
+    if cfg.kb is None and cfg.min_entities is not None:
+        n = rng.randint(cfg.min_entities, cfg.n_entities)
+    kb = knowledge_base(cfg.kb if cfg.kb is not None else f"r-{seed}", cfg, n)
+    return _draw(rng, kb, cfg, TEST_PHRASINGS if split == "test" else TRAIN_PHRASINGS)
+
+
+def follow_up(q: Question, seed: int | str, cfg: SyspromptConfig) -> Question:
+    """Another training question about `q`'s knowledge base (teacher SFT packs several)."""
+    return _draw(random.Random(f"sysprompt-f-{seed}"), q.kb, cfg, TRAIN_PHRASINGS)
 
 
 def all_test_questions(cfg: SyspromptConfig, seed: int = 0) -> list[Question]:
