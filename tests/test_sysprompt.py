@@ -52,20 +52,27 @@ def test_held_out_split_uses_unseen_phrasings():
     assert {(q.entity, q.attribute) for q in train} == {(q.entity, q.attribute) for q in test}
 
 
-@pytest.mark.parametrize("fmt,right,wrong,garbage", [
-    ("compact", "B", "A", "BB"),
-    ("textarena", "I think <answer>A</answer>... no: <answer> b </answer>", "<answer>C</answer>",
-     "B"),
-])
-def test_answer_parsing(fmt, right, wrong, garbage):
-    task = make_task("sysprompt", fmt)
+@pytest.mark.parametrize("fmt,response", [("compact", "value"), ("compact", "letter"),
+                                           ("compact", "value_letter"), ("textarena", "value")])
+def test_answer_parsing(fmt, response):
+    task = make_task("sysprompt", fmt, response=response)
     q = next(q for q in task.levels("test", 50) if q.answer == "B")
-    assert task.score(q, right).won
+    other = q.options[0]  # option A, wrong
+    right, wrong = {
+        ("compact", "value"): (q.value, other),
+        ("compact", "letter"): ("B", "A"),
+        ("compact", "value_letter"): (f"{q.value}:B", f"{other}:A"),
+        ("textarena", "value"): ("I think <answer>A</answer>... no: <answer> b </answer>",
+                                 "<answer>C</answer>"),
+    }[fmt, response]
+    assert task.score(q, right).won and task.score(q, task.target(q)).won
     assert not task.score(q, wrong).won and task.score(q, wrong).parsed
-    for junk in (garbage, "", "<answer></answer>", "<answer>Z</answer>", "\x00\n>>"):
+    for junk in ("BB", "", "zz", "<answer></answer>", "<answer>Z</answer>", "\x00\n>>",
+                 "a:b:B", "y" if "y" not in q.options else "x"):
+        if junk.strip() == right:
+            continue
         s = task.score(q, junk)
-        assert not s.won and not s.parsed
-    assert task.score(q, task.target(q)).won
+        assert not s.won and not s.parsed, junk
 
 
 def test_fixture_round_trip(tmp_path):

@@ -214,7 +214,7 @@ class QATask(Task):
 
     def max_response_tokens(self) -> int:
         if self.fmt == "compact":
-            return 4
+            return 8
         return getattr(self.config, "max_new", 32)
 
     def _allowed(self, level) -> str:
@@ -223,11 +223,17 @@ class QATask(Task):
         return sysprompt.LETTERS[: len(level.options)]
 
     def target(self, level) -> str:
-        return level.answer if self.fmt == "compact" else f"<answer>{level.answer}</answer>"
+        if self.fmt != "compact":
+            return f"<answer>{level.answer}</answer>"
+        return sysprompt.compact_target(level, self.config) if self.name == "sysprompt" \
+            else level.answer
 
-    def parse(self, response: str, level=None) -> str | None:
-        allowed = self._allowed(level) if level is not None else sysprompt.LETTERS
-        return sysprompt.parse_answer(response, allowed, tagged=self.fmt != "compact")
+    def parse(self, response: str, level) -> str | None:
+        """The option `response` chose (a letter, or yes/no), None if it chose none."""
+        if self.fmt == "compact" and self.name == "sysprompt":
+            return sysprompt.parse_compact(response, level, self.config)
+        return sysprompt.parse_answer(response, self._allowed(level),
+                                      tagged=self.fmt != "compact")
 
     def score(self, level, response: str) -> Scored:
         """Right or wrong; unparseable output is wrong, never an error."""

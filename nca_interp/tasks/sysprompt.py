@@ -33,6 +33,7 @@ ATTRIBUTES = ("town", "lake", "hue", "ore", "dish", "game")
 TRAIN_PHRASINGS = ("{a} of {e}?", "{e} {a}?", "what {a} has {e}?")
 TEST_PHRASINGS = ("name the {a} of {e}.",)
 LETTERS = "ABCDEFGH"
+RESPONSES = ("value", "letter", "value_letter")
 _CONSONANTS, _VOWELS = "bdfgklmnprstvz", "aeiou"
 _NAMES_1 = "KMNPQRSTVWXZ"  # one-character entity names: capitals that are not option letters
 _VALUES_1 = "bcdfghjklmnpqrstvwxz"
@@ -47,6 +48,8 @@ class SyspromptConfig:
     n_options: int = 4
     word_len: int = 1  # 1: one-character names/values (tiny char models); 3: invented words
     min_entities: int | None = None  # random KBs only: entities drawn from min..n_entities
+    roster: bool = True  # every KB names the same entities in the same order (only values vary)
+    response: str = "value"  # compact responses: value (option text) | letter | value_letter
 
     def __post_init__(self):
         if not 2 <= self.n_options <= min(self.n_entities, len(LETTERS)):
@@ -56,6 +59,8 @@ class SyspromptConfig:
             raise ValueError(f"n_attributes must be 1..{len(ATTRIBUTES)}")
         if self.word_len not in (1, 3):
             raise ValueError("word_len must be 1 (single characters) or 3 (invented words)")
+        if self.response not in RESPONSES:
+            raise ValueError(f"response must be one of {RESPONSES}, not {self.response!r}")
         if self.word_len == 1 and self.n_entities > len(_NAMES_1):
             raise ValueError(f"word_len 1 allows at most {len(_NAMES_1)} entities")
 
@@ -94,6 +99,10 @@ class Question:
     def solution(self) -> str:
         return self.answer
 
+    @property
+    def value(self) -> str:
+        return self.options[LETTERS.index(self.answer)]
+
 
 def _words(rng: random.Random, n: int, taken: set[str]) -> list[str]:
     out = []
@@ -113,11 +122,12 @@ def knowledge_base(seed: int | str, cfg: SyspromptConfig,
     rng = random.Random(f"kb-{seed}-{n}-{cfg.n_attributes}-{cfg.word_len}")
     attrs = ATTRIBUTES[: cfg.n_attributes]
     if cfg.word_len == 1:
-        names = rng.sample(_NAMES_1, n)
+        names = list(_NAMES_1[:n]) if cfg.roster else rng.sample(_NAMES_1, n)
         per_attr = [rng.sample(_VALUES_1, n) for _ in attrs]
     else:
         taken: set[str] = set()
-        names = [w.capitalize() for w in _words(rng, n, taken)]
+        roster = random.Random("roster")
+        names = [w.capitalize() for w in _words(roster if cfg.roster else rng, n, taken)]
         per_attr = [_words(rng, n, taken) for _ in attrs]
     # values of one attribute are distinct across entities (per_attr rows are samples)
     values = tuple(tuple(per_attr[a][e] for a in range(len(attrs))) for e in range(n))
@@ -204,10 +214,28 @@ def system_prompt(q: Question) -> str:
     return q.kb.render()
 
 
+def compact_target(q: Question, cfg: SyspromptConfig) -> str:
+    return {"value": q.value, "letter": q.answer,
+            "value_letter": f"{q.value}:{q.answer}"}[cfg.response]
+
+
+def parse_compact(response: str, q: Question, cfg: SyspromptConfig) -> str | None:
+    """The option letter a compact response chose: by its text (`value`), its letter
+    (`letter`), or the letter after `value:` (`value_letter`); None if it names no option."""
+    text = response.strip()
+    if cfg.response == "value":
+        return LETTERS[q.options.index(text)] if text in q.options else None
+    if cfg.response == "value_letter":
+        if text.count(":") != 1:
+            return None
+        text = text.split(":")[1]
+    return parse_answer(text, LETTERS[: len(q.options)], tagged=False)
+
+
 def parse_answer(response: str, allowed: str, tagged: bool) -> str | None:
     """The chosen option: with `tagged`, the content of the *last* `<answer>...</answer>` tag
-    (OPCD's rule); otherwise the whole response must be one allowed letter. Case-insensitive
-    for letters; None when nothing valid is found (garbage is a wrong answer, never an error)."""
+    (OPCD's rule); otherwise the whole response must be one allowed answer. Case-insensitive;
+    None when nothing valid is found (garbage is a wrong answer, never an error)."""
     if tagged:
         found = _ANSWER_TAG.findall(response)
         if not found:
