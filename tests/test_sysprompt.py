@@ -42,13 +42,20 @@ def test_every_question_answerable_only_from_its_knowledge_base(kb, word_len):
         assert system not in task.prompt(q)
 
 
-def test_held_out_split_uses_unseen_phrasings():
+def test_held_out_split_uses_unseen_option_orders():
     task = make_task("sysprompt")
     test = task.levels("test", 10_000)
-    assert len(test) == len({q.key for q in test}) == 4 * 3 * 1 * 24  # finite, no repeats
-    assert {q.phrasing for q in test} == set(sysprompt.TEST_PHRASINGS)
+    assert len(test) == len({q.key for q in test}) == 4 * 3 * 3 * 12  # finite, no repeats
+
     train = task.sample_levels("s", 500, task.held_out_keys())
-    assert {q.phrasing for q in train} <= set(sysprompt.TRAIN_PHRASINGS)
+    test_orders = {tuple(q.options.index(q.kb.values[e][q.attribute])
+                         for e in [q.entity] + [x for x in range(4) if x != q.entity])
+                   for q in test}
+    train_orders = {tuple(q.options.index(q.kb.values[e][q.attribute])
+                          for e in [q.entity] + [x for x in range(4) if x != q.entity])
+                    for q in train}
+    assert not test_orders & train_orders  # no option arrangement is shared
+    assert {q.answer for q in test} == {q.answer for q in train} == set("ABCD")
     assert {(q.entity, q.attribute) for q in train} == {(q.entity, q.attribute) for q in test}
 
 

@@ -29,8 +29,9 @@ TASK_ARGS = {
     "sokoban8": ["--task", "sokoban", "--dim-room", "8,8"],
     "frozenlake": ["--task", "frozenlake"],
     "frozenlake6": ["--task", "frozenlake", "--size", "6", "--num-holes", "12"],
-    "sysprompt": ["--task", "sysprompt", "--kb", "0"],
+    "sysprompt": ["--task", "sysprompt", "--kb", "0", "--batch", "64"],
 }
+TEACHER_STEPS = {"sysprompt": 2000}  # reading a KB is learned slowly: one answer token each
 # Context kinds the teacher is evaluated with, and the one distilled by default.
 TEACHER_CONTEXTS = {"sysprompt": ("system",)}
 DISTILL_CONTEXT = {"sysprompt": "system"}
@@ -45,7 +46,8 @@ class ReproduceConfig:
         "help": "distillation seeds (the teacher is shared)"})
     context: str | None = field(default=None, metadata={
         "help": "context kind to distil (default: plan for games, system for sysprompt)"})
-    teacher_steps: int = field(default=1000, metadata={"help": "teacher SFT steps"})
+    teacher_steps: int | None = field(default=None, metadata={
+        "help": "teacher SFT steps (default: 1000; sysprompt 2000 at batch 64)"})
     distill_steps: int = field(default=200, metadata={"help": "OPD/NCA steps"})
     batch: int = field(default=128, metadata={"help": "OPD/NCA prompts per step"})
     lr: float = field(default=3e-4, metadata={"help": "OPD/NCA learning rate"})
@@ -196,6 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     if cfg.quick:
         cfg.seeds, cfg.distill_steps, cfg.n_levels = cfg.seeds[:1], 40, 300
     cfg.context = cfg.context or DISTILL_CONTEXT.get(cfg.task, "plan")
+    cfg.teacher_steps = cfg.teacher_steps or TEACHER_STEPS.get(cfg.task, 1000)
     t_start = time.time()
     runs, figs = Path(cfg.runs), Path(cfg.figures) / cfg.task
     figs.mkdir(parents=True, exist_ok=True)

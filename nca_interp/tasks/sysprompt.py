@@ -15,11 +15,14 @@ Settings (OPCD's system-prompt setting, made tiny):
   teacher SFT   a fresh random KB per question, always readable from its system prompt
   OPD / NCA     one fixed KB (`kb`, default 0) as the privileged context; the student must answer
                 its questions without it, i.e. internalize the KB
-Split: training questions use the phrasings in `TRAIN_PHRASINGS`; held-out questions use a
-phrasing never seen in training (`TEST_PHRASINGS`) with every option order, so held-out accuracy
-means the same facts answered under an unseen phrasing. For a fixed KB the held-out set is
-finite (entities x attributes x distractor sets x option orders) and `all_test_questions`
-enumerates it.
+Split (by option order): the 24 orders of 4 options are split in two halves, each with every
+answer position equally often; training questions use `TRAIN_ORDERS`, held-out questions the
+other half, so a held-out question asks a trained fact with its options in an arrangement never
+trained on (the answer cannot be remembered as a position). For a fixed KB the held-out set is
+finite (entities x attributes x phrasings x distractor sets x held-out orders: 432 questions
+for 4 x 3) and `all_test_questions` enumerates it. A split by phrasing (an unseen wording)
+was tried first: the 4-layer teacher read KBs at 0.56 under trained phrasings but 0.36 under
+the unseen one after 500 steps, so phrasing generalization, not reading, would dominate.
 """
 
 from __future__ import annotations
@@ -30,8 +33,7 @@ import re
 from dataclasses import dataclass
 
 ATTRIBUTES = ("town", "lake", "hue", "ore", "dish", "game")
-TRAIN_PHRASINGS = ("{a} of {e}?", "{e} {a}?", "what {a} has {e}?")
-TEST_PHRASINGS = ("name the {a} of {e}.",)
+PHRASINGS = ("{a} of {e}?", "{e} {a}?", "what {a} has {e}?")
 LETTERS = "ABCDEFGH"
 RESPONSES = ("value", "letter", "value_letter")
 _CONSONANTS, _VOWELS = "bdfgklmnprstvz", "aeiou"
@@ -145,21 +147,28 @@ def _question(kb: KnowledgeBase, entity: int, attribute: int, phrasing: str,
     return Question(kb, entity, attribute, phrasing, options, LETTERS[order.index(0)])
 
 
+def _orders(n: int, split: str) -> list[tuple[int, ...]]:
+    """Option orders of `split`: permutations whose parity is even (train) or odd (test); each
+    half puts the right answer (index 0) in every position equally often."""
+    perms = list(itertools.permutations(range(n)))
+    parity = [sum(p[i] > p[j] for i in range(n) for j in range(i + 1, n)) % 2 for p in perms]
+    return [p for p, par in zip(perms, parity) if par == (split == "test")]
+
+
 def _draw(rng: random.Random, kb: KnowledgeBase, cfg: SyspromptConfig,
-          phrasings: tuple[str, ...]) -> Question:
+          split: str) -> Question:
     """A random question about `kb`: entity, attribute, phrasing, distractors (other entities'
     values; values from outside the KB only when it has fewer entities than options), order."""
     n = len(kb.names)
     entity, attribute = rng.randrange(n), rng.randrange(cfg.n_attributes)
-    phrasing = rng.choice(phrasings)
+    phrasing = rng.choice(PHRASINGS)
     others = [e for e in range(n) if e != entity]
     distractors = tuple(rng.sample(others, min(len(others), cfg.n_options - 1)))
     column = {kb.values[e][attribute] for e in range(n)}
     outside = sorted(set(_VALUES_1 if cfg.word_len == 1 else _words(rng, 20, set())) - column)
     extra = tuple(rng.sample(outside, cfg.n_options - 1 - len(distractors)))
-    order = list(range(cfg.n_options))
-    rng.shuffle(order)
-    return _question(kb, entity, attribute, phrasing, distractors, tuple(order), extra)
+    order = rng.choice(_orders(cfg.n_options, split))
+    return _question(kb, entity, attribute, phrasing, distractors, order, extra)
 
 
 def generate_level(seed: int | str, cfg: SyspromptConfig = SyspromptConfig(),
@@ -171,12 +180,12 @@ def generate_level(seed: int | str, cfg: SyspromptConfig = SyspromptConfig(),
     if cfg.kb is None and cfg.min_entities is not None:
         n = rng.randint(cfg.min_entities, cfg.n_entities)
     kb = knowledge_base(cfg.kb if cfg.kb is not None else f"r-{seed}", cfg, n)
-    return _draw(rng, kb, cfg, TEST_PHRASINGS if split == "test" else TRAIN_PHRASINGS)
+    return _draw(rng, kb, cfg, split)
 
 
 def follow_up(q: Question, seed: int | str, cfg: SyspromptConfig) -> Question:
     """Another training question about `q`'s knowledge base (teacher SFT packs several)."""
-    return _draw(random.Random(f"sysprompt-f-{seed}"), q.kb, cfg, TRAIN_PHRASINGS)
+    return _draw(random.Random(f"sysprompt-f-{seed}"), q.kb, cfg, "train")
 
 
 def all_test_questions(cfg: SyspromptConfig, seed: int = 0) -> list[Question]:
@@ -186,10 +195,10 @@ def all_test_questions(cfg: SyspromptConfig, seed: int = 0) -> list[Question]:
     kb = knowledge_base(cfg.kb, cfg)
     out = []
     for e, a, ph in itertools.product(range(cfg.n_entities), range(cfg.n_attributes),
-                                      TEST_PHRASINGS):
+                                      PHRASINGS):
         others = [x for x in range(cfg.n_entities) if x != e]
         for d in itertools.combinations(others, cfg.n_options - 1):
-            for order in itertools.permutations(range(cfg.n_options)):
+            for order in _orders(cfg.n_options, "test"):
                 out.append(_question(kb, e, a, ph, d, order))
     random.Random(f"sysprompt-test-{seed}").shuffle(out)
     return out
