@@ -143,7 +143,10 @@ def main(argv: list[str] | None = None) -> None:
     if "pipeline_seconds" in manifest:
         print(f"Pipeline wall time: {manifest['pipeline_seconds'] / 60:.1f} min "
               f"(seeds {manifest['config']['seeds']}; {manifest.get('note', 'all stages')}).\n")
-    print(f"#### Teacher, 1000 held-out levels, greedy\n\n{teacher(figs)}\n")
+    first = next(iter(sorted(figs.glob("teacher_*.json"))), None)
+    n = next(iter(json.loads(first.read_text())["reports"].values()))["n"] if first else "?"
+    unit = "questions" if metric(figs) == "accuracy" else "levels"
+    print(f"#### Teacher, {n} held-out {unit}, greedy\n\n{teacher(figs)}\n")
     if not (figs / "context_return_summary.json").exists():
         return
     for title, fn in (("Context return (mean [min, max] over seeds)", context_return),
