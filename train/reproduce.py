@@ -31,7 +31,7 @@ TASK_ARGS = {
     "frozenlake6": ["--task", "frozenlake", "--size", "6", "--num-holes", "12"],
     "sysprompt": ["--task", "sysprompt", "--kb", "0", "--batch", "64"],
 }
-TEACHER_STEPS = {"sysprompt": 2000}  # reading a KB is learned slowly: one answer token each
+TEACHER_STEPS = {"sysprompt": 1500}  # reading a KB is learned slowly: one answer token each
 # Context kinds the teacher is evaluated with, and the one distilled by default.
 TEACHER_CONTEXTS = {"sysprompt": ("system",)}
 DISTILL_CONTEXT = {"sysprompt": "system"}
@@ -47,7 +47,7 @@ class ReproduceConfig:
     context: str | None = field(default=None, metadata={
         "help": "context kind to distil (default: plan for games, system for sysprompt)"})
     teacher_steps: int | None = field(default=None, metadata={
-        "help": "teacher SFT steps (default: 1000; sysprompt 2000 at batch 64)"})
+        "help": "teacher SFT steps (default: 1000; sysprompt 1500 at batch 64)"})
     distill_steps: int = field(default=200, metadata={"help": "OPD/NCA steps"})
     batch: int = field(default=128, metadata={"help": "OPD/NCA prompts per step"})
     lr: float = field(default=3e-4, metadata={"help": "OPD/NCA learning rate"})

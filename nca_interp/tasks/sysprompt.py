@@ -19,10 +19,12 @@ Split (by option order): the 24 orders of 4 options are split in two halves, eac
 answer position equally often; training questions use `TRAIN_ORDERS`, held-out questions the
 other half, so a held-out question asks a trained fact with its options in an arrangement never
 trained on (the answer cannot be remembered as a position). For a fixed KB the held-out set is
-finite (entities x attributes x phrasings x distractor sets x held-out orders: 432 questions
-for 4 x 3) and `all_test_questions` enumerates it. A split by phrasing (an unseen wording)
-was tried first: the 4-layer teacher read KBs at 0.56 under trained phrasings but 0.36 under
-the unseen one after 500 steps, so phrasing generalization, not reading, would dominate.
+finite (entities x attributes x distractor sets x held-out orders: 144 questions for 4 x 3)
+and `all_test_questions` enumerates it. A split by phrasing (an unseen wording) was tried
+first: a 4-layer teacher read KBs at 0.56 under trained phrasings but 0.36 under the unseen one
+after 600 steps, so phrasing generalization, not reading, would dominate. One phrasing and
+equal-length attribute names keep every KB cell at a fixed distance from the answer, which is
+what lets the tiny teacher learn to read at all in minutes (see the README's sysprompt notes).
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ import random
 import re
 from dataclasses import dataclass
 
-ATTRIBUTES = ("town", "lake", "hue", "ore", "dish", "game")
-PHRASINGS = ("{a} of {e}?", "{e} {a}?", "what {a} has {e}?")
+ATTRIBUTES = ("town", "lake", "tint", "rock", "dish", "game")  # equal lengths: fixed layout
+PHRASINGS = ("{a} of {e}?",)
 LETTERS = "ABCDEFGH"
 RESPONSES = ("value", "letter", "value_letter")
 _CONSONANTS, _VOWELS = "bdfgklmnprstvz", "aeiou"
