@@ -1,8 +1,8 @@
 """Copy trained checkpoints into the package as the embedded defaults every command falls back
 on (small: ~4 MB each), rewriting run-config paths to `embedded:NAME` references.
 
-    python -m train.embed runs/sokoban_base=sokoban_base runs/sokoban_opd=sokoban_opd \
-        runs/sokoban_nca=sokoban_nca
+    python -m train.embed runs/sokoban_base=sokoban_base runs/sokoban_opd_s0=sokoban_opd \
+        runs/sokoban_nca_s0=sokoban_nca
 """
 
 from __future__ import annotations
