@@ -1,7 +1,7 @@
-"""A fixed-system-prompt QA task that tiny models can learn: invented facts, multiple choice.
+"""A fixed-system-prompt QA task sized for tiny models: invented facts, multiple choice.
 
 A knowledge base (KB) is `n_entities` invented entities, each with one invented value per
-attribute, rendered as a table ("#: town lake hue" then rows like "K: d z k", or with
+attribute, rendered as a table ("#: town lake tint" then rows like "K: d z k", or with
 `word_len=3` "Zor: kel bam tup"); values of one attribute differ between entities. Tiny char
 models use one-character names and values: with 3-letter words a 4-layer, d=128 teacher was
 still at chance after 200 steps x 128 questions (matching multi-character names is a harder
@@ -16,15 +16,18 @@ Settings (OPCD's system-prompt setting, made tiny):
   OPD / NCA     one fixed KB (`kb`, default 0) as the privileged context; the student must answer
                 its questions without it, i.e. internalize the KB
 Split (by option order): the 24 orders of 4 options are split in two halves, each with every
-answer position equally often; training questions use `TRAIN_ORDERS`, held-out questions the
-other half, so a held-out question asks a trained fact with its options in an arrangement never
-trained on (the answer cannot be remembered as a position). For a fixed KB the held-out set is
-finite (entities x attributes x distractor sets x held-out orders: 144 questions for 4 x 3)
-and `all_test_questions` enumerates it. A split by phrasing (an unseen wording) was tried
-first: a 4-layer teacher read KBs at 0.56 under trained phrasings but 0.36 under the unseen one
-after 600 steps, so phrasing generalization, not reading, would dominate. One phrasing and
-equal-length attribute names keep every KB cell at a fixed distance from the answer, which is
-what lets the tiny teacher learn to read at all in minutes (see the README's sysprompt notes).
+answer position equally often (even / odd permutations, `_orders`); training questions use one
+half, held-out questions the other, so a held-out question asks a trained fact with its options
+in an arrangement never trained on (the answer cannot be remembered as a position). For a
+fixed KB the held-out set is finite (entities x attributes x distractor sets x held-out
+orders: 144 questions for 4 x 3) and `all_test_questions` enumerates it.
+
+A split by phrasing (an unseen wording) was tried first: a 4-layer teacher read KBs at 0.56
+under trained phrasings but 0.36 under the unseen one after 600 steps, so phrasing
+generalization, not reading, would dominate. One phrasing and equal-length attribute names keep
+every KB cell at a fixed distance from the answer, the easiest layout we found; even so a
+4-layer teacher trained from scratch on the CPU stayed at chance after 1500 x 64 questions
+(README, "System-prompt QA": a negative result).
 """
 
 from __future__ import annotations
