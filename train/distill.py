@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
         opt.zero_grad(set_to_none=True)
         totals = accumulate(model, teacher, batch, terms_needed, beta, cfg, denom, dist, amp)
         won = [task.score(lv, t).won for lv, t in zip(mine, texts)]
-        stats = dist.sum(torch.tensor([*totals.values(), sum(won), sum(lengths)]))
+        stats = dist.sum(torch.tensor([*totals.values(), sum(won), sum(lengths)], device=device))
         terms = dict(zip(totals, stats.tolist()))
         for name, value in terms.items():
             if not math.isfinite(value):
