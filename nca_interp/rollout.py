@@ -146,15 +146,33 @@ def decode_responses(tokenizer, resp_B_N: torch.Tensor, resp_mask_B_N: torch.Ten
 
 def target_batch(tokenizer, targets: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded response tokens (target text + eos) and their mask, for teacher forcing."""
-    rows = [tokenizer(t, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-            for t in targets]
+    resp, attn, _ = segment_batch(tokenizer, [[(t, True)] for t in targets])
+    return resp, attn
+
+
+def segment_batch(tokenizer, responses: list[list[tuple[str, bool]]]
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Responses given as (text, trained) segments, each followed by eos: right-padded ids, the
+    attention mask (every real token, so a model sees detours and earlier questions) and the
+    loss mask (trained segments and the final eos)."""
+    rows, trained = [], []
+    for segs in responses:
+        ids, loss = [], []
+        for text, train in segs:
+            piece = tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+            ids += piece
+            loss += [train] * len(piece)
+        rows.append(ids + [tokenizer.eos_token_id])
+        trained.append(loss + [True])
     N = max(len(r) for r in rows)
-    ids = torch.full((len(rows), N), pad_id(tokenizer), dtype=torch.long)
-    mask = torch.zeros((len(rows), N), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r)
-        mask[i, : len(r)] = 1
-    return ids, mask
+    resp = torch.full((len(rows), N), pad_id(tokenizer), dtype=torch.long)
+    attn = torch.zeros((len(rows), N), dtype=torch.long)
+    loss_mask = torch.zeros((len(rows), N), dtype=torch.long)
+    for i, (r, t) in enumerate(zip(rows, trained)):
+        resp[i, : len(r)] = torch.tensor(r)
+        attn[i, : len(r)] = 1
+        loss_mask[i, : len(t)] = torch.tensor(t, dtype=torch.long)
+    return resp, attn, loss_mask
 
 
 def model_device(model) -> torch.device:

@@ -5,6 +5,7 @@ import torch
 from safetensors.torch import load_file
 
 from nca_interp.checkpoint import load_checkpoint
+from nca_interp.rollout import segment_batch
 from train import sft
 
 ARGS = ["--n-layers", "2", "--d-model", "32", "--d-mlp", "64", "--batch", "8", "--steps", "4",
@@ -55,7 +56,7 @@ def test_detours_are_seen_but_not_trained():
                                            "--batch", "16"])
     task = sft.task_of(cfg)[1]
     prompts, responses = sft.batch_for_step(task, cfg, 0, set())
-    resp, attn, loss = sft.segments_batch(tok, responses)
+    resp, attn, loss = segment_batch(tok, responses)
     detoured = [i for i, segs in enumerate(responses) if segs[0][0]]
     assert detoured
     for i in detoured:
@@ -73,7 +74,7 @@ def test_packed_questions_train_every_answer():
     task = sft.task_of(cfg)[1]
     prompts, responses = sft.batch_for_step(task, cfg, 0, set())
     assert len(prompts) == 2  # 8 questions, 4 per knowledge base
-    resp, attn, loss = sft.segments_batch(tok, responses)
+    resp, attn, loss = segment_batch(tok, responses)
     assert (loss.sum(1) == 8).all()  # 4 answer letters + 4 end-of-response tokens
     answers = resp[loss.bool()].view(2, 8)[:, 1::2]
     assert (answers == tok.eos_token_id).all()

@@ -42,6 +42,17 @@ def test_every_question_answerable_only_from_its_knowledge_base(kb, word_len):
         assert system not in task.prompt(q)
 
 
+def test_curriculum_and_packed_questions_stay_answerable():
+    """Curriculum KBs (1-4 entities) fill missing distractors from outside the KB; packed
+    follow-up questions ask about the same KB. The answer is always in the KB, exactly once."""
+    task = make_task("sysprompt", kb=None, min_entities=1)
+    qs = task.levels("train", 300, seed=1)
+    assert {len(q.kb.names) for q in qs} == {1, 2, 3, 4}
+    for q in qs + [sysprompt.follow_up(q, i, task.config) for i, q in enumerate(qs[:50])]:
+        assert q.options.count(q.value) == 1 and len(set(q.options)) == 4
+        assert q.value == q.kb.values[q.entity][q.attribute]
+
+
 def test_held_out_split_uses_unseen_option_orders():
     task = make_task("sysprompt")
     test = task.levels("test", 10_000)

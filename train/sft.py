@@ -32,7 +32,7 @@ from nca_interp.models import (
     context_limit,
     resolve_device,
 )
-from nca_interp.rollout import encode, pad_id, response_logits
+from nca_interp.rollout import encode, response_logits, segment_batch
 from nca_interp.tasks import QATask, Task, make_task, task_record
 from nca_interp.tokenizer import EOS, build_char_tokenizer
 from train.common import Run, eval_wins, lr_at, setup_torch
@@ -141,29 +141,6 @@ def batch_for_step(task, cfg: SFTConfig, step: int, held_out: set[str]):
     return prompts, responses
 
 
-def segments_batch(tok, responses: list[list[tuple[str, bool]]]):
-    """Right-padded response ids, their attention mask (every real token, so the model sees
-    detours and earlier questions) and their loss mask (trained segments + the final eos)."""
-    rows, trained = [], []
-    for segs in responses:
-        ids, loss = [], []
-        for text, train in segs:
-            piece = tok(text, add_special_tokens=False)["input_ids"] if text else []
-            ids += piece
-            loss += [train] * len(piece)
-        rows.append(ids + [tok.eos_token_id])
-        trained.append(loss + [True])
-    N = max(len(r) for r in rows)
-    resp = torch.full((len(rows), N), pad_id(tok), dtype=torch.long)
-    attn = torch.zeros((len(rows), N), dtype=torch.long)
-    loss_mask = torch.zeros((len(rows), N), dtype=torch.long)
-    for i, (r, t) in enumerate(zip(rows, trained)):
-        resp[i, : len(r)] = torch.tensor(r)
-        attn[i, : len(r)] = 1
-        loss_mask[i, : len(t)] = torch.tensor(t, dtype=torch.long)
-    return resp, attn, loss_mask
-
-
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(SFTConfig, argv, __doc__)
     setup_torch(cfg.threads)
@@ -183,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     for step in bar:
         t0 = time.time()
         prompts, responses = batch_for_step(task, cfg, step, held_out)
-        resp, rmask, lmask = segments_batch(tok, responses)
+        resp, rmask, lmask = segment_batch(tok, responses)
         ids, mask = encode(tok, prompts, context_limit(model), reserve=resp.shape[1])
         ids, mask, resp, rmask, lmask = (t.to(device) for t in (ids, mask, resp, rmask, lmask))
         with amp:
