@@ -65,12 +65,13 @@ def test_detours_are_seen_but_not_trained():
     assert all((attn.sum(1) - loss.sum(1))[i] == len(responses[i][0][0]) for i in range(16))
 
 
-def test_packed_questions_train_every_answer():
+@pytest.mark.parametrize("follow_ups", ["full", "open"])
+def test_packed_questions_train_every_answer(follow_ups):
     from nca_interp.tokenizer import build_char_tokenizer
 
     tok = build_char_tokenizer()
     cfg = sft.parse_config(sft.SFTConfig, ["--task", "sysprompt", "--pack", "4", "--batch", "8",
-                                           "--p-no-context", "0"])
+                                           "--p-no-context", "0", "--follow-ups", follow_ups])
     task = sft.task_of(cfg)[1]
     prompts, responses = sft.batch_for_step(task, cfg, 0, set())
     assert len(prompts) == 2  # 8 questions, 4 per knowledge base
@@ -79,4 +80,8 @@ def test_packed_questions_train_every_answer():
     answers = resp[loss.bool()].view(2, 8)[:, 1::2]
     assert (answers == tok.eos_token_id).all()
     text = tok.decode(resp[0][attn[0].bool()], skip_special_tokens=True)
-    assert text.count(">") == 3  # three follow-up questions, seen by the model
+    assert text.count(" of ") == 3  # three follow-up questions, seen by the model
+    assert text.count(":A") == (3 if follow_ups == "full" else 0)  # open: no options
+    with pytest.raises(ValueError, match="follow-ups"):
+        sft.batch_for_step(task, sft.parse_config(sft.SFTConfig, [
+            "--task", "sysprompt", "--pack", "2", "--follow-ups", "some"]), 0, set())

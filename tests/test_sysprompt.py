@@ -23,23 +23,42 @@ def test_knowledge_base_reproducible_by_seed():
     assert task_from_record(task_record(task)) == task
 
 
-@pytest.mark.parametrize("kb,word_len", [(0, 1), (None, 1), (0, 3), (None, 3)])
-def test_every_question_answerable_only_from_its_knowledge_base(kb, word_len):
-    task = make_task("sysprompt", kb=kb, word_len=word_len)
+def stated(q, system: str) -> bool:
+    """Whether the rendered KB states the asked fact (entity -> value), in its own layout."""
+    name, attr = q.kb.names[q.entity], q.kb.attributes[q.attribute]
+    value = q.kb.values[q.entity][q.attribute]
+    lines = system.splitlines()
+    if q.kb.layout == "facts":
+        return f"{value} is {attr} of {name}" in lines
+    if q.kb.layout == "rows":
+        row = next(r for r in lines if r.endswith(f": {name}"))
+        return f"{attr} {value}" in row.split(": ")[0].split(", ")
+    row = next(r for r in lines if r.startswith(name + ":"))
+    return row.split()[1 + q.attribute] == value
+
+
+@pytest.mark.parametrize("kb,word_len,layout", [
+    (0, 1, "facts"), (None, 1, "facts"), (0, 3, "facts"), (None, 3, "facts"),
+    (0, 1, "rows"), (None, 3, "rows"), (0, 1, "table"), (None, 3, "table")])
+def test_every_question_answerable_only_from_its_knowledge_base(kb, word_len, layout):
+    task = make_task("sysprompt", kb=kb, word_len=word_len, layout=layout, n_attributes=3)
     for q in task.levels("train", 200, seed=0) + task.levels("test", 100, seed=0):
         system = task.context(q, "system")
         value = q.kb.values[q.entity][q.attribute]
-        row = next(r for r in system.splitlines() if r.startswith(q.kb.names[q.entity] + ":"))
-        assert row.split()[1 + q.attribute] == value  # the KB states the answer
+        assert stated(q, system)  # the KB states the answer
         assert q.options[sysprompt.LETTERS.index(q.answer)] == value
         assert q.options.count(value) == 1
         # every option is a value of this attribute in the KB: only the binding decides
         column = {q.kb.values[e][q.attribute] for e in range(len(q.kb.names))}
         assert set(q.options) <= column
         # the question names only the entity and the attribute; x carries no KB
-        assert q.text == q.phrasing.format(a=q.kb.attributes[q.attribute],
-                                           e=q.kb.names[q.entity])
-        assert system not in task.prompt(q)
+        assert q.text.rstrip("?") == q.phrasing.format(a=q.kb.attributes[q.attribute],
+                                                       e=q.kb.names[q.entity]).rstrip("?")
+        prompt = task.prompt(q)
+        assert system not in prompt
+        if layout != "table":  # the prompt ends on the key, as every fact in the KB does
+            assert prompt.splitlines()[-1] == q.text == f"{q.kb.attributes[q.attribute]} of " \
+                f"{q.kb.names[q.entity]}"
 
 
 def test_curriculum_and_packed_questions_stay_answerable():
@@ -56,7 +75,7 @@ def test_curriculum_and_packed_questions_stay_answerable():
 def test_held_out_split_uses_unseen_option_orders():
     task = make_task("sysprompt")
     test = task.levels("test", 10_000)
-    assert len(test) == len({q.key for q in test}) == 4 * 3 * 12  # finite, no repeats
+    assert len(test) == len({q.key for q in test}) == 4 * 2 * 12  # finite, no repeats
 
     train = task.sample_levels("s", 500, task.held_out_keys())
     test_orders = {tuple(q.options.index(q.kb.values[e][q.attribute])
@@ -178,3 +197,12 @@ def test_every_stage_runs_on_sysprompt(tmp_path):
     assert ga["task"] == "sysprompt"
     param_delta.main([str(tmp_path / "opd"), str(tmp_path / "nca"), "--init", str(base),
                       "--out", str(tmp_path / "pd")])
+
+
+def test_layouts_and_records_from_before_layouts():
+    with pytest.raises(ValueError, match="layout must be one of"):
+        make_task("sysprompt", layout="grid")
+    record = task_record(make_task("sysprompt", layout="facts"))
+    assert task_from_record(record).config.layout == "facts"
+    record.pop("layout")  # a run recorded before layouts existed rendered the table
+    assert task_from_record(record).config.layout == "table"

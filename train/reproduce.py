@@ -29,9 +29,10 @@ TASK_ARGS = {
     "sokoban8": ["--task", "sokoban", "--dim-room", "8,8"],
     "frozenlake": ["--task", "frozenlake"],
     "frozenlake6": ["--task", "frozenlake", "--size", "6", "--num-holes", "12"],
-    "sysprompt": ["--task", "sysprompt", "--kb", "0", "--batch", "64"],
+    # 256 questions per step, 8 about each knowledge base (each answer trained)
+    "sysprompt": ["--task", "sysprompt", "--kb", "0", "--batch", "256", "--pack", "8"],
 }
-TEACHER_STEPS = {"sysprompt": 1500}  # reading a KB is learned slowly: one answer token each
+TEACHER_STEPS = {"sysprompt": 1000}
 # Context kinds the teacher is evaluated with, and the one distilled by default.
 TEACHER_CONTEXTS = {"sysprompt": ("system",)}
 DISTILL_CONTEXT = {"sysprompt": "system"}
@@ -47,7 +48,7 @@ class ReproduceConfig:
     context: str | None = field(default=None, metadata={
         "help": "context kind to distil (default: plan for games, system for sysprompt)"})
     teacher_steps: int | None = field(default=None, metadata={
-        "help": "teacher SFT steps (default: 1000; sysprompt 1500 at batch 64)"})
+        "help": "teacher SFT steps (default: 1000)"})
     distill_steps: int = field(default=200, metadata={"help": "OPD/NCA steps"})
     batch: int = field(default=128, metadata={"help": "OPD/NCA prompts per step"})
     lr: float = field(default=3e-4, metadata={"help": "OPD/NCA learning rate"})

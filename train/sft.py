@@ -50,7 +50,10 @@ class SFTConfig:
     kb: int = field(default=0, metadata={
         "help": "sysprompt: the fixed knowledge base distillation will use (recorded only)"})
     n_entities: int = field(default=4, metadata={"help": "sysprompt: entities per KB"})
-    n_attributes: int = field(default=3, metadata={"help": "sysprompt: attributes per entity"})
+    n_attributes: int = field(default=2, metadata={"help": "sysprompt: attributes per entity"})
+    layout: str = field(default="rows", metadata={
+        "help": "sysprompt KB rendering: rows (`town d, lake x: K`) | facts (`d is town of K`) "
+                "| table (`K: d x`; a 4-layer teacher never learned to read it)"})
     word_len: int = field(default=1, metadata={
         "help": "sysprompt: 1 (one-character names/values) or 3 (invented words)"})
     min_entities: int | None = field(default=None, metadata={
@@ -61,6 +64,9 @@ class SFTConfig:
     pack: int = field(default=1, metadata={
         "help": "QA: questions per example about the same knowledge base (--batch counts "
                 "questions); each answer is trained, follow-up questions are seen untrained"})
+    follow_ups: str = field(default="full", metadata={
+        "help": "QA --pack: follow-up questions with their options (full) or without (open: "
+                "`lake of K`, a third of the tokens)"})
     p_detour: float = field(default=0.3, metadata={
         "help": "games: fraction whose response starts with 1-2 random moves (not trained on) "
                 "followed by the optimal plan from there, so the teacher stays right off its "
@@ -96,7 +102,8 @@ def task_of(cfg: SFTConfig) -> tuple[Task, Task]:
         task = make_task(cfg.task, size=cfg.size, num_holes=cfg.num_holes)
     elif cfg.task == "sysprompt":
         task = make_task("sysprompt", kb=cfg.kb, n_entities=cfg.n_entities,
-                         n_attributes=cfg.n_attributes, word_len=cfg.word_len)
+                         n_attributes=cfg.n_attributes, word_len=cfg.word_len,
+                         layout=cfg.layout)
         return task, replace(task, config=replace(task.config, kb=None,
                                                   min_entities=cfg.min_entities))
     else:
@@ -113,6 +120,8 @@ def batch_for_step(task, cfg: SFTConfig, step: int, held_out: set[str]):
     """Prompts and responses as (text, trained) segments; untrained segments (a detour, the
     packed follow-up questions) are seen by the model but carry no loss. Deterministic in
     (seed, step): the same batch after a resume."""
+    if cfg.follow_ups not in ("full", "open"):
+        raise ValueError(f"--follow-ups must be full or open, not {cfg.follow_ups!r}")
     rng = random.Random(f"sft-{cfg.seed}-{step}")
     n = cfg.batch // cfg.pack if isinstance(task, QATask) else cfg.batch
     levels = task.sample_levels(f"train-{cfg.seed}-{step}", n, held_out)
@@ -125,7 +134,9 @@ def batch_for_step(task, cfg: SFTConfig, step: int, held_out: set[str]):
             segs = [(task.target(lv), True)]
             for j in range(1, cfg.pack):  # more questions about the same knowledge base
                 q = task.game.follow_up(lv, f"pack-{cfg.seed}-{step}-{i}-{j}", task.config)
-                segs += [(EOS, True), ("\n" + task.render(q) + "\n>", False),
+                asked = task.prompt(q) if cfg.follow_ups == "full" else \
+                    q.text + task.game.cue(q)  # open: the question without its options
+                segs += [(EOS, True), ("\n" + asked, False),
                          (task.target(q), True)]
             responses.append(segs)
             continue

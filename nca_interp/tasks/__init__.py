@@ -200,6 +200,14 @@ class QATask(Task):
         return (self.game.render_compact if self.fmt == "compact" else
                 self.game.render_chat)(level)
 
+    def prompt(self, level, context: str | None = None) -> str:
+        """As for games, except that a compact sysprompt question supplies its own cue (none
+        when the prompt ends on the key the answer is bound to)."""
+        if self.chat is not None or self.fmt != "compact" or self.name != "sysprompt":
+            return super().prompt(level, context)
+        x = self.render(level) + sysprompt.cue(level)
+        return x if context is None else f"{context}\n{x}"
+
     def context(self, level, kind: str) -> str:
         if kind != "system":
             raise ValueError(f"{self.name} has one context kind, system (its system prompt), "
@@ -304,5 +312,7 @@ def task_from_record(record: dict | None, name: str | None = None,
         raise ValueError(f"unknown task {name!r}; choose one of {TASKS}")
     known = {f.name for f in fields(_CONFIGS[name])}
     config = {k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k in known}
+    if name == "sysprompt" and record and "layout" not in record:
+        config["layout"] = "table"  # runs recorded before layouts existed used the table
     config.update(parse_task_options(name, options))
     return make_task(name, fmt or record.get("fmt", "compact"), record.get("plan_k", 3), **config)

@@ -1,18 +1,33 @@
 """A fixed-system-prompt QA task sized for tiny models: invented facts, multiple choice.
 
 A knowledge base (KB) is `n_entities` invented entities, each with one invented value per
-attribute, rendered as a table ("#: town lake tint" then rows like "K: d z k", or with
-`word_len=3` "Zor: kel bam tup"); values of one attribute differ between entities. Tiny char
-models use one-character names and values: with 3-letter words a 4-layer, d=128 teacher was
-still at chance after 200 steps x 128 questions (matching multi-character names is a harder
-lookup than the task needs).
+attribute; values of one attribute differ between entities. It is the system prompt, in one of
+three layouts:
+  rows   (default) one line per entity, values first, the entity's name last:
+         "town d, lake x: K"
+  facts  one fact per line, value first, the key last: "d is town of K"
+  table  a header naming the columns, then "K: d x" (the first layout tried)
+A compact question lists its options value-first (`q:A f:B d:C h:D`) and then asks `lake of K`;
+the response is the chosen option's text (`response=value`; `letter` / `value_letter` exist).
+With `rows` / `facts` the prompt ends on the same token that ends the fact in the KB (the
+entity), which makes reading a lookup a small model learns quickly: attend to the earlier
+occurrence of the current token and copy what was written *before* it (values come first, so
+the KB's name token has already gathered its values). With the table (name first, values after)
+the lookup needs an induction circuit keyed on several tokens; 4-layer d=128 teachers stayed at
+chance on it for 1500 steps x 64 questions (README, "System-prompt QA"), while the same model
+read 4-entity x 2-attribute `rows` KBs at 0.6 after 500 steps x 256 questions, and 8-entity x
+1-attribute `facts` KBs at 0.8 after 400. Keys of several tokens at the end of the line (`facts`
+with 3 attributes: "lake of K" is shared by 3 facts up to its last word) stayed near chance for
+250 steps: the entity alone must pick the line. One-character names and values (`word_len=1`)
+suit the char tokenizer; `word_len=3` gives invented words.
 A question asks for one attribute of one entity; its options are the entity's value and the
 values *other entities of the same KB* have for that attribute, so every option is a real value
 in the KB and only the entity -> value binding in the KB tells which is right (no option can be
 picked from the question alone, or from knowing which words are values).
 
 Settings (OPCD's system-prompt setting, made tiny):
-  teacher SFT   a fresh random KB per question, always readable from its system prompt
+  teacher SFT   a fresh random KB per example, always readable from its system prompt (with
+                `train.sft --pack N`, N questions about the same KB, each answer trained)
   OPD / NCA     one fixed KB (`kb`, default 0) as the privileged context; the student must answer
                 its questions without it, i.e. internalize the KB
 Split (by option order): the 24 orders of 4 options are split in two halves, each with every
@@ -20,14 +35,10 @@ answer position equally often (even / odd permutations, `_orders`); training que
 half, held-out questions the other, so a held-out question asks a trained fact with its options
 in an arrangement never trained on (the answer cannot be remembered as a position). For a
 fixed KB the held-out set is finite (entities x attributes x distractor sets x held-out
-orders: 144 questions for 4 x 3) and `all_test_questions` enumerates it.
-
-A split by phrasing (an unseen wording) was tried first: a 4-layer teacher read KBs at 0.56
-under trained phrasings but 0.36 under the unseen one after 600 steps, so phrasing
-generalization, not reading, would dominate. One phrasing and equal-length attribute names keep
-every KB cell at a fixed distance from the answer, the easiest layout we found; even so a
-4-layer teacher trained from scratch on the CPU stayed at chance after 1500 x 64 questions
-(README, "System-prompt QA": a negative result).
+orders: 96 questions for 4 x 2) and `all_test_questions` enumerates it.
+A split by phrasing (an unseen wording) was tried first: a 4-layer teacher read table KBs at
+0.56 under trained phrasings but 0.36 under the unseen one after 600 steps, so phrasing
+generalization, not reading, would dominate; there is one phrasing.
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ ATTRIBUTES = ("town", "lake", "tint", "rock", "dish", "game")  # equal lengths: 
 PHRASINGS = ("{a} of {e}?",)
 LETTERS = "ABCDEFGH"
 RESPONSES = ("value", "letter", "value_letter")
+LAYOUTS = ("facts", "rows", "table")
 _CONSONANTS, _VOWELS = "bdfgklmnprstvz", "aeiou"
 _NAMES_1 = "KMNPQRSTVWXZ"  # one-character entity names: capitals that are not option letters
 _VALUES_1 = "bcdfghjklmnpqrstvwxz"
@@ -51,12 +63,13 @@ _ANSWER_TAG = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.IGNORECASE | re.DOT
 class SyspromptConfig:
     kb: int | None = 0  # the fixed KB distilled; None: a fresh random KB per question
     n_entities: int = 4
-    n_attributes: int = 3
+    n_attributes: int = 2
     n_options: int = 4
     word_len: int = 1  # 1: one-character names/values (tiny char models); 3: invented words
     min_entities: int | None = None  # random KBs only: entities drawn from min..n_entities
     roster: bool = True  # every KB names the same entities in the same order (only values vary)
     response: str = "value"  # compact responses: value (option text) | letter | value_letter
+    layout: str = "rows"  # KB rendering (compact questions follow it): facts | rows | table
 
     def __post_init__(self):
         if not 2 <= self.n_options <= min(self.n_entities, len(LETTERS)):
@@ -66,6 +79,8 @@ class SyspromptConfig:
             raise ValueError(f"n_attributes must be 1..{len(ATTRIBUTES)}")
         if self.word_len not in (1, 3):
             raise ValueError("word_len must be 1 (single characters) or 3 (invented words)")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, not {self.layout!r}")
         if self.response not in RESPONSES:
             raise ValueError(f"response must be one of {RESPONSES}, not {self.response!r}")
         if self.word_len == 1 and self.n_entities > len(_NAMES_1):
@@ -77,10 +92,20 @@ class KnowledgeBase:
     names: tuple[str, ...]  # entity names
     attributes: tuple[str, ...]
     values: tuple[tuple[str, ...], ...]  # values[entity][attribute]
+    layout: str = "rows"
 
     def render(self) -> str:
-        """A table: a header naming the attribute columns, then one row per entity."""
-        rows = [f"{n}: " + " ".join(vals) for n, vals in zip(self.names, self.values)]
+        """The system prompt. `facts`: one fact per line, value first and the key last
+        ("d is town of K"); `rows`: one line per entity ending with its name ("town d, lake x:
+        K"); `table`: a header naming the attribute columns, then rows like "K: d x"."""
+        pairs = list(zip(self.names, self.values))
+        if self.layout == "facts":
+            return "\n".join(f"{v} is {a} of {n}" for n, vals in pairs
+                             for a, v in zip(self.attributes, vals))
+        if self.layout == "rows":
+            return "\n".join(", ".join(f"{a} {v}" for a, v in zip(self.attributes, vals))
+                             + f": {n}" for n, vals in pairs)
+        rows = [f"{n}: " + " ".join(vals) for n, vals in pairs]
         return "\n".join(["#: " + " ".join(self.attributes), *rows])
 
 
@@ -99,8 +124,11 @@ class Question:
 
     @property
     def text(self) -> str:
-        return self.phrasing.format(a=self.kb.attributes[self.attribute],
+        """`lake of K?`; with the facts and rows layouts the compact prompt ends on the key
+        (`lake of K`), the way every fact in the KB ends, and the answer follows it."""
+        text = self.phrasing.format(a=self.kb.attributes[self.attribute],
                                     e=self.kb.names[self.entity])
+        return text if self.kb.layout == "table" else text.rstrip("?")
 
     @property
     def solution(self) -> str:
@@ -138,7 +166,7 @@ def knowledge_base(seed: int | str, cfg: SyspromptConfig,
         per_attr = [_words(rng, n, taken) for _ in attrs]
     # values of one attribute are distinct across entities (per_attr rows are samples)
     values = tuple(tuple(per_attr[a][e] for a in range(len(attrs))) for e in range(n))
-    return KnowledgeBase(tuple(names), attrs, values)
+    return KnowledgeBase(tuple(names), attrs, values, cfg.layout)
 
 
 def _question(kb: KnowledgeBase, entity: int, attribute: int, phrasing: str,
@@ -210,11 +238,19 @@ def all_test_questions(cfg: SyspromptConfig, seed: int = 0) -> list[Question]:
 
 
 def render_compact(q: Question) -> str:
-    """`lake of K?` then the options value-first, `q:A f:B d:C h:D` (the task adds the `>`
-    cue). Value-first puts each letter right after its value, the pattern a small model's
-    induction heads copy from; letter-first options kept a 4-layer teacher at chance for 200
-    steps x 128 questions."""
-    return q.text + "\n" + " ".join(f"{o}:{LETTERS[i]}" for i, o in enumerate(q.options))
+    """Options value-first, `q:A f:B d:C h:D`, then the question. With the `table` layout the
+    question comes first (`lake of K?`, then the options; the task adds the `>` cue); with
+    `facts` / `rows` the prompt ends on the key the answer is bound to (`lake of K`, no cue):
+    the last token is then the same token that ends the fact in the KB."""
+    options = " ".join(f"{o}:{LETTERS[i]}" for i, o in enumerate(q.options))
+    if q.kb.layout == "table":
+        return q.text + "\n" + options
+    return options + "\n" + q.text
+
+
+def cue(q: Question) -> str:
+    """What the compact prompt appends after the question (the table layout's `>` cue)."""
+    return "\n>" if q.kb.layout == "table" else ""
 
 
 def render_chat(q: Question) -> str:
