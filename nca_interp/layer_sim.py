@@ -5,7 +5,10 @@
 
 For each checkpoint: greedy response y to x (no context); y is then teacher-forced under both
 prompts, x and [c, x], and the residual stream at y's positions is compared layer by layer
-(`hook_embed`, then `blocks.{i}.hook_resid_post`). Reported per layer:
+(`hook_embed`, then `blocks.{i}.hook_resid_post`). `--at generating` compares instead the
+positions that *produce* y (the last prompt token, then y_1..y_{N-1}): for one-token answers
+(`sysprompt`) the default positions come after the decision, the generating ones include it.
+Reported per layer:
   cos          mean over examples of the mean token cosine (and its std over examples)
   cos_centred  the same after subtracting the layer's mean hidden state (pooled over views),
                so the large shared direction that makes raw cosines ~1 does not count
@@ -83,9 +86,12 @@ def context_token_mask(tokenizer, text: str, context: str) -> list[bool]:
 
 
 def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
-                     batch: int = 100, device: str = "cpu") -> dict:
+                     batch: int = 100, device: str = "cpu", at: str = "response") -> dict:
     """Similarity of the with/without-context residual streams of one checkpoint folder
-    (sampling and hooked passes on `device`; the statistics are computed on the CPU)."""
+    (sampling and hooked passes on `device`; the statistics are computed on the CPU), at the
+    response tokens (`at="response"`) or at the positions that generate them (`generating`)."""
+    if at not in ("response", "generating"):
+        raise ValueError(f"at must be response or generating, not {at!r}")
     model, tok = load_checkpoint(path, device=device)
     bridge = boot_bridge(path, device)
     task = task.for_tokenizer(tok)
@@ -101,11 +107,13 @@ def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
             model, x_ids.to(device), x_mask.to(device), max_new, stop_ids(tok, model),
             pad_id(tok), temperature=0.0))
         N = resp.shape[1]
+        # positions compared: y's own (-N:) or those that produce y (-N-1:-1), same mask
+        sel = slice(-N, None) if at == "response" else slice(-N - 1, -1)
         a = capture(bridge, torch.cat([x_ids, resp], 1), torch.cat([x_mask, rmask], 1))
         b = capture(bridge, torch.cat([cx_ids, resp], 1), torch.cat([cx_mask, rmask], 1),
                     patterns=True)
-        h0s.append(a["resid"][:, :, -N:])
-        h1s.append(b["resid"][:, :, -N:])
+        h0s.append(a["resid"][:, :, sel])
+        h1s.append(b["resid"][:, :, sel])
         masks.append(rmask)
         Pc = cx_ids.shape[1]
         key_ctx = torch.zeros(len(chunk), Pc + N)
@@ -113,7 +121,7 @@ def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
             is_ctx = context_token_mask(tok, task.prompt(lv, task.context(lv, context)),
                                         task.context(lv, context))
             key_ctx[j, Pc - len(is_ctx): Pc] = torch.tensor(is_ctx, dtype=key_ctx.dtype)
-        attn.append((context_attention(b["pattern"][:, :, :, -N:], key_ctx, rmask),
+        attn.append((context_attention(b["pattern"][:, :, :, sel], key_ctx, rmask),
                      len(chunk)))
     N = max(h.shape[2] for h in h0s)
     pad = lambda t: torch.nn.functional.pad(t, (0, 0, 0, N - t.shape[2]))  # noqa: E731
@@ -154,6 +162,8 @@ class LayerSimConfig:
     threads: int = field(default=2, metadata={"help": "torch threads"})
     device: str = field(default="cpu", metadata={"help": "cpu|cuda|auto for the model passes"})
     batch: int = field(default=100, metadata={"help": "levels per hooked pass"})
+    at: str = field(default="response", metadata={
+        "help": "response (y's positions) | generating (the positions that produce y)"})
 
 
 def default_checkpoints() -> list[str]:
@@ -206,17 +216,19 @@ def main(argv: list[str] | None = None) -> dict:
         if cfg.baselines:
             rnd = random_init_copy(paths[0], Path(tmp) / "random_init")
             results["random_init"] = layer_similarity(rnd, task, context, levels, cfg.batch,
-                                                      device)
+                                                      device, cfg.at)
         for p in paths:
             name = Path(p).name if Path(p).name not in results else str(p)
-            results[name] = layer_similarity(p, task, context, levels, cfg.batch, device)
+            results[name] = layer_similarity(p, task, context, levels, cfg.batch, device,
+                                             cfg.at)
     n_layers = len(next(iter(results.values()))["cos"]) - 1
     layers = ["embed"] + [str(i) for i in range(n_layers)]
-    print(f"task={task.name} context={context} levels={cfg.n_levels}")
+    print(f"task={task.name} context={context} levels={len(levels)} positions={cfg.at}")
     for metric in ("cos", "cos_centred", "cka"):
         print(format_table(results, metric, layers) + "\n")
     print(format_table(results, "ctx_attn", layers[1:]))
-    report = {"config": to_dict(cfg), "task": task.name, "context": context, "layers": layers,
+    report = {"config": to_dict(cfg), "task": task.name, "context": context, "at": cfg.at,
+              "layers": layers,
               "checkpoints": paths, "results": results}
     out = Path(cfg.out)
     out.parent.mkdir(parents=True, exist_ok=True)

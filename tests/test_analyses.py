@@ -108,3 +108,19 @@ def test_commands_on_custom_checkpoints(folders, tmp_path, arch):
     assert g["norm"]["ctx"] < 1e-4 * g["norm"]["opd"] and g["angle_deg"]["opd~ctx"] is None
     pd = param_delta.main([path, path, "--init", path, "--out", str(tmp_path / "pd")])
     assert pd["per_checkpoint"][path]["global_rel"] == 0
+
+
+def test_layer_sim_at_generating_positions(folders):
+    """`at="generating"` compares the positions that produce the response (the last prompt
+    token first), a different set from the response tokens' own positions."""
+    from nca_interp.tasks import make_task
+
+    task = make_task("sokoban")
+    levels = task.levels("test", 3)
+    own = layer_sim.layer_similarity(folders["qwen3"], task, "state", levels)
+    gen = layer_sim.layer_similarity(folders["qwen3"], task, "state", levels, at="generating")
+    assert own["mean_response_tokens"] == gen["mean_response_tokens"]
+    assert own["cos"][0] == pytest.approx(1) and gen["cos"][0] == pytest.approx(1)  # same tokens
+    assert own["cos"][1:] != pytest.approx(gen["cos"][1:])
+    with pytest.raises(ValueError, match="response or generating"):
+        layer_sim.layer_similarity(folders["qwen3"], task, "state", levels, at="prompt")
