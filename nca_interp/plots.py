@@ -41,8 +41,10 @@ def layer_sim_figure(report: dict) -> go.Figure:
         fig.add_trace(go.Scatter(x=layers, y=r["cka"], showlegend=False, **kw), 2, 1)
         fig.add_trace(go.Scatter(x=layers[1:], y=r["ctx_attn"], showlegend=False, **kw), 2, 2)
     fig.update_xaxes(title_text="layer")
+    where = ("positions generating the response" if report.get("at") == "generating"
+             else "response positions")
     fig.update_layout(title=f"{report['task']}: hidden states with vs without context "
-                            f"'{report['context']}'", height=700, width=1000)
+                            f"'{report['context']}' ({where})", height=700, width=1000)
     return fig
 
 

@@ -23,7 +23,8 @@ def test_pipeline_end_to_end_and_skips(tmp_path):
             "--runs", str(tmp_path / "runs"), "--figures", str(tmp_path / "figs")]
     reproduce.main(argv)
     figs = tmp_path / "figs" / "frozenlake"
-    for name in ("context_return.json", "layer_sim.json", "grad_align_opd.json",
+    for name in ("context_return.json", "layer_sim.json", "layer_sim_generating.json",
+                 "grad_align_opd.json",
                  "param_delta.json", "layer_sim.html", "manifest.json"):
         assert (figs / name).exists(), name
     manifest = json.loads((figs / "manifest.json").read_text())

@@ -64,8 +64,8 @@ def per_seed(figs: Path) -> str:
     return "\n".join(rows)
 
 
-def layer_sim(figs: Path) -> str:
-    rep = json.loads((figs / "layer_sim.json").read_text())
+def layer_sim(figs: Path, name: str = "layer_sim") -> str:
+    rep = json.loads((figs / f"{name}.json").read_text())
     layers = rep["layers"][1:]
     out = []
     for metric in ("cos", "cos_centred", "cka"):
@@ -155,6 +155,9 @@ def main(argv: list[str] | None = None) -> None:
                       ("Gradient alignment (seed 0, over training)", grad_align),
                       ("Parameter deltas (seed 0)", param_delta)):
         print(f"#### {title}\n\n{fn(figs)}\n")
+        if fn is layer_sim and (figs / "layer_sim_generating.json").exists():
+            print("#### Layer similarity at the positions generating the response "
+                  f"(`--at generating`)\n\n{layer_sim(figs, 'layer_sim_generating')}\n")
 
 
 if __name__ == "__main__":

@@ -170,8 +170,10 @@ def render_figures(figs: Path, png: bool) -> list[str]:
     success = evaluate.metric_of(rep["reports"])
     written += plots.write_figure(plots.context_return_figure(summary, figs.name, ctx, success),
                                   figs / "context_return", png)
-    written += plots.write_figure(plots.layer_sim_figure(
-        json.loads((figs / "layer_sim.json").read_text())), figs / "layer_sim", png)
+    for name in ("layer_sim", "layer_sim_generating"):
+        if (figs / f"{name}.json").exists():
+            written += plots.write_figure(plots.layer_sim_figure(
+                json.loads((figs / f"{name}.json").read_text())), figs / name, png)
     for method in ("opd", "nca"):
         ga = json.loads((figs / f"grad_align_{method}.json").read_text())
         written += plots.write_figure(plots.grad_align_figure(ga), figs / f"grad_align_{method}",
@@ -260,6 +262,10 @@ def main(argv: list[str] | None = None) -> None:
     stage("layer_sim", manifest, [figs / "layer_sim.json"], "nca_interp.layer_sim",
           layer_sim.main, [*ckpts, "--context", cfg.context, "--out", str(figs / "layer_sim"),
                            *png, *common], inputs=finals)
+    stage("layer_sim at generating positions", manifest, [figs / "layer_sim_generating.json"],
+          "nca_interp.layer_sim", layer_sim.main,
+          [*ckpts, "--context", cfg.context, "--at", "generating",
+           "--out", str(figs / "layer_sim_generating"), *png, *common], inputs=finals)
     for method in ("opd", "nca"):
         run = students[f"{method}_s{cfg.seeds[0]}"]
         steps = sorted(str(p) for p in (run / "checkpoints").glob("step_*"))
