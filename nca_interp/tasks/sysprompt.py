@@ -18,8 +18,9 @@ chance on it for 1500 steps x 64 questions (README, "System-prompt QA"), while i
 runs the same model read 4-entity x 2-attribute `rows` KBs at 0.6 after 500 steps x 256
 questions, and 8-entity x 1-attribute `facts` KBs at 0.8 after 400. Keys of several tokens
 at the end of the line (`facts` with 3 attributes: "lake of K" is shared by 3 facts up to its
-last word) stayed near chance for 250 steps: the entity alone must pick the line. One-character names and values (`word_len=1`)
-suit the char tokenizer; `word_len=3` gives invented words.
+last word) stayed near chance for 250 steps: the entity alone must pick the line.
+One-character names and values (`word_len=1`) suit the char tokenizer; `word_len=3` gives
+invented words.
 A question asks for one attribute of one entity; its options are the entity's value and the
 values *other entities of the same KB* have for that attribute, so every option is a real value
 in the KB and only the entity -> value binding in the KB tells which is right (no option can be
