@@ -53,7 +53,7 @@ class SFTConfig:
     n_attributes: int = field(default=2, metadata={"help": "sysprompt: attributes per entity"})
     layout: str = field(default="rows", metadata={
         "help": "sysprompt KB rendering: rows (`town d, lake x: K`) | facts (`d is town of K`) "
-                "| table (`K: d x`; a 4-layer teacher never learned to read it)"})
+                "| table (`K: d x`; 4-layer teachers stayed at chance on it for 1500 steps)"})
     word_len: int = field(default=1, metadata={
         "help": "sysprompt: 1 (one-character names/values) or 3 (invented words)"})
     min_entities: int | None = field(default=None, metadata={
@@ -64,9 +64,10 @@ class SFTConfig:
     pack: int = field(default=1, metadata={
         "help": "QA: questions per example about the same knowledge base (--batch counts "
                 "questions); each answer is trained, follow-up questions are seen untrained"})
-    follow_ups: str = field(default="full", metadata={
-        "help": "QA --pack: follow-up questions with their options (full) or without (open: "
-                "`lake of K`, a third of the tokens)"})
+    follow_ups: str = field(default="open", metadata={
+        "help": "QA --pack: follow-up questions without their options (open: `lake of K`, a "
+                "third of the tokens; read KBs at 0.49 after 400 steps) or with them (full: "
+                "0.19)"})
     p_detour: float = field(default=0.3, metadata={
         "help": "games: fraction whose response starts with 1-2 random moves (not trained on) "
                 "followed by the optimal plan from there, so the teacher stays right off its "
