@@ -56,6 +56,7 @@ def test_every_question_answerable_only_from_its_knowledge_base(kb, word_len, la
                                                        e=q.kb.names[q.entity]).rstrip("?")
         prompt = task.prompt(q)
         assert system not in prompt
+        assert not set(system.splitlines()) & set(prompt.splitlines())  # no KB line either
         if layout != "table":  # the prompt ends on the key, as every fact in the KB does
             assert prompt.splitlines()[-1] == q.text == f"{q.kb.attributes[q.attribute]} of " \
                 f"{q.kb.names[q.entity]}"

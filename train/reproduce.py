@@ -29,8 +29,8 @@ TASK_ARGS = {
     "sokoban8": ["--task", "sokoban", "--dim-room", "8,8"],
     "frozenlake": ["--task", "frozenlake"],
     "frozenlake6": ["--task", "frozenlake", "--size", "6", "--num-holes", "12"],
-    # 256 questions per step, 8 about each knowledge base (each answer trained; follow-ups
-    # without options: at 400 steps the teacher read KBs at 0.49 so, 0.19 with options)
+    # 256 questions per step, 8 about each knowledge base, each answer trained; the follow-ups
+    # without options (at step 400 the teacher read KBs at 0.49 this way, 0.19 with options)
     "sysprompt": ["--task", "sysprompt", "--kb", "0", "--batch", "256", "--pack", "8",
                   "--follow-ups", "open"],
 }
