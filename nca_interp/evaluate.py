@@ -6,14 +6,19 @@ context and compare, level by level.
 
 Metrics (paired over levels, greedy unless --temperature > 0):
   win_no_c, win_c     win rates without / with the context
-  harm                P(won without c AND lost with c)     (fraction of all levels)
-  flip                P(lost with c | won without c)
-  help                P(lost without c AND won with c)
+  harm                P(lost with c | won without c)   the paper's harm rate
+  help                P(won with c | lost without c)
+  harm_joint          P(won without c AND lost with c) (fraction of all levels)
+  help_joint          P(lost without c AND won with c)
   both                P(won both ways)
+  delta_c             win_c - win_no_c (= help_joint - harm_joint)
   len_no_c, len_c     mean response length in tokens (end-of-response included)
-  rel_len             len_c / len_no_c - 1; rel_len_both: the same on levels won both ways
-Regime: A (context hurts) if the 95% paired-bootstrap interval of harm - help lies above 0,
-B (context still needed) if it lies below 0, C otherwise.
+  rel_len_both        len_c / len_no_c - 1 on the levels won both ways (the headline: the
+                      all-levels rel_len mixes in failures, whose lengths differ for other reasons)
+Intervals: 95% paired cluster bootstrap over the task's independent unit (a level for games, a
+fact for sysprompt, whose questions ask each fact in many ways), printed beside the interval.
+Regime: A (context hurts) if the interval of delta_c lies below 0 (this needs levels won
+without c, where harm is measured), B (context still needed) if it lies above 0, C otherwise.
 """
 
 from __future__ import annotations
@@ -77,35 +82,66 @@ def play_levels(model, tokenizer, task: Task, levels: list, context: str | None,
     return {"won": np.array(won), "length": np.array(length, float), "parsed": np.array(parsed)}
 
 
-def paired_report(no_c: dict[str, np.ndarray], with_c: dict[str, np.ndarray],
-                  n_boot: int = 2000, seed: int = 0) -> dict:
-    """Paired context-return metrics with 95% bootstrap intervals (resampling levels)."""
-    w0, w1 = no_c["won"].astype(float), with_c["won"].astype(float)
-    l0, l1 = no_c["length"], with_c["length"]
-    harm_v, help_v = w0 * (1 - w1), (1 - w0) * w1
+def _cond(num: np.ndarray, den: np.ndarray) -> float:
+    """num.sum() / den.sum(), NaN when the condition never holds (a rate with no cases)."""
+    d = den.sum()
+    return float(num.sum() / d) if d else float("nan")
+
+
+def context_return_stats(w0: np.ndarray, w1: np.ndarray, l0: np.ndarray, l1: np.ndarray
+                         ) -> dict[str, float]:
+    """Paired metrics of one set of items (0/1 wins without / with c, lengths in tokens)."""
     both = w0 * w1
+    b = both.astype(bool)
+    return {
+        "win_no_c": w0.mean(), "win_c": w1.mean(),
+        "harm": _cond(w0 * (1 - w1), w0), "help": _cond((1 - w0) * w1, 1 - w0),
+        "harm_joint": (w0 * (1 - w1)).mean(), "help_joint": ((1 - w0) * w1).mean(),
+        "both": both.mean(), "delta_c": w1.mean() - w0.mean(),
+        "len_no_c": l0.mean(), "len_c": l1.mean(), "rel_len": l1.mean() / l0.mean() - 1,
+        "rel_len_both": (l1[b].mean() / l0[b].mean() - 1) if b.any() else float("nan"),
+    }
 
-    def stats(idx):
-        b = both[idx].astype(bool)
-        return {
-            "win_no_c": w0[idx].mean(), "win_c": w1[idx].mean(),
-            "harm": harm_v[idx].mean(), "help": help_v[idx].mean(), "both": both[idx].mean(),
-            "flip": harm_v[idx].sum() / max(w0[idx].sum(), 1),
-            "len_no_c": l0[idx].mean(), "len_c": l1[idx].mean(),
-            "rel_len": l1[idx].mean() / l0[idx].mean() - 1,
-            "rel_len_both": (l1[idx][b].mean() / l0[idx][b].mean() - 1) if b.any() else 0.0,
-            "harm_minus_help": harm_v[idx].mean() - help_v[idx].mean(),
-        }
 
+def regime_of(ci_delta: list[float], n_right_no_c: int) -> str:
+    """A (context hurts): the 95% interval of win_c - win_no_c lies below 0, which needs items
+    right without c (where harm is measured); B (context still needed): above 0; C otherwise."""
+    lo, hi = ci_delta
+    if hi < 0 and n_right_no_c > 0:
+        return "A"
+    return "B" if lo > 0 else "C"
+
+
+def paired_report(no_c: dict[str, np.ndarray], with_c: dict[str, np.ndarray],
+                  units: list[str] | None = None, unit_name: str = "level",
+                  n_boot: int = 2000, seed: int = 0) -> dict:
+    """Paired context-return metrics with 95% cluster-bootstrap intervals: `units[i]` is the
+    independent unit item i belongs to (a level; a fact asked in many ways), and the bootstrap
+    resamples units with replacement, keeping all of a unit's items together."""
+    w0, w1 = no_c["won"].astype(float), with_c["won"].astype(float)
+    l0, l1 = no_c["length"].astype(float), with_c["length"].astype(float)
     n = len(w0)
-    point = stats(np.arange(n))
+    units = [str(i) for i in range(n)] if units is None else list(units)
+    if len(units) != n:
+        raise ValueError(f"{len(units)} unit labels for {n} items")
+    labels, inverse = np.unique(np.array(units), return_inverse=True)
+    members = [np.flatnonzero(inverse == u) for u in range(len(labels))]
+    point = context_return_stats(w0, w1, l0, l1)
     rng = np.random.default_rng(seed)
-    boots = [stats(rng.integers(0, n, n)) for _ in range(n_boot)]
-    ci = {k: [float(np.percentile([b[k] for b in boots], 2.5)),
-              float(np.percentile([b[k] for b in boots], 97.5))] for k in point}
-    lo, hi = ci["harm_minus_help"]
-    regime = "A" if lo > 0 else "B" if hi < 0 else "C"
-    return {"n": n, **{k: float(v) for k, v in point.items()}, "ci95": ci, "regime": regime,
+    boots = []
+    for _ in range(n_boot):
+        idx = np.concatenate([members[u] for u in rng.integers(0, len(labels), len(labels))])
+        boots.append(context_return_stats(w0[idx], w1[idx], l0[idx], l1[idx]))
+    ci = {}
+    for k in point:
+        vals = np.array([bt[k] for bt in boots], float)
+        vals = vals[np.isfinite(vals)]
+        ci[k] = [float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))] \
+            if len(vals) else [None, None]
+    return {"n": n, "unit": unit_name, "n_units": len(labels),
+            "n_right_no_c": int(w0.sum()),
+            **{k: (float(v) if np.isfinite(v) else None) for k, v in point.items()},
+            "ci95": ci, "regime": regime_of(ci["delta_c"], int(w0.sum())),
             "parse_fail_no_c": float(1 - no_c["parsed"].mean()),
             "parse_fail_c": float(1 - with_c["parsed"].mean())}
 
@@ -116,7 +152,8 @@ def evaluate_checkpoint(model, tokenizer, task: Task, context: str, n_levels: in
     levels = task.levels("test", n_levels, seed)
     no_c = play_levels(model, tokenizer, task, levels, None, temperature, seed)
     with_c = play_levels(model, tokenizer, task, levels, context, temperature, seed)
-    return {**paired_report(no_c, with_c), "metric": task.success}
+    return {**paired_report(no_c, with_c, [task.unit(lv) for lv in levels], task.unit_name),
+            "metric": task.success}
 
 
 TASK_OPTIONS_HELP = ("task config overrides KEY=VALUE,... e.g. opcd's "
@@ -128,8 +165,8 @@ def label(key: str, metric: str = "win") -> str:
     return key.replace("win", "acc", 1) if metric == "accuracy" else key
 
 
-COLUMNS = ["win_no_c", "win_c", "harm", "flip", "help", "both", "len_no_c", "len_c",
-           "rel_len", "rel_len_both", "regime"]
+COLUMNS = ["win_no_c", "win_c", "harm", "help", "harm_joint", "help_joint", "both",
+           "len_no_c", "len_c", "rel_len_both", "rel_len", "regime"]
 
 
 def metric_of(reports: dict[str, dict]) -> str:
@@ -139,10 +176,17 @@ def metric_of(reports: dict[str, dict]) -> str:
 def format_table(reports: dict[str, dict], columns: list[str] = COLUMNS) -> str:
     name_w = max(12, *(len(n) for n in reports))
     metric = metric_of(reports)
-    lines = [f"{'checkpoint':<{name_w}} " + " ".join(f"{label(c, metric):>9}" for c in columns)]
+    w = max(9, *(len(label(c, metric)) for c in columns))
+    lines = [f"{'checkpoint':<{name_w}} " + " ".join(f"{label(c, metric):>{w}}" for c in columns)]
     for name, r in reports.items():
-        cells = [f"{r[c]:>9.3f}" if isinstance(r[c], float) else f"{r[c]!s:>9}" for c in columns]
+        cells = [f"{r[c]:>{w}.3f}" if isinstance(r[c], float) else f"{r[c]!s:>{w}}"
+                 for c in columns]
         lines.append(f"{name:<{name_w}} " + " ".join(cells))
+    r = next(iter(reports.values()), None)
+    if r is not None and "unit" in r:
+        lines.append(f"(intervals resample {r['n_units']} {r['unit']}s over {r['n']} items; "
+                     "harm = P(lost with c | won without c); regime from the interval of "
+                     "win_c - win_no_c)")
     return "\n".join(lines)
 
 
@@ -152,7 +196,7 @@ def format_markdown(reports: dict[str, dict], columns: list[str] = COLUMNS) -> s
     for name, r in reports.items():
         cells = []
         for c in columns:
-            if isinstance(r[c], float) and c in r["ci95"]:
+            if isinstance(r[c], float) and c in r["ci95"] and r["ci95"][c][0] is not None:
                 lo, hi = r["ci95"][c]
                 cells.append(f"{r[c]:.3f} [{lo:.3f}, {hi:.3f}]")
             else:

@@ -90,11 +90,11 @@ def context_return_figure(summary: dict, task: str, context: str,
                           success: str = "win") -> go.Figure:
     """Bars per metric and method: mean over seeds, error bars spanning min..max. `success`:
     `win` (games) or `accuracy` (QA) names the first two bars."""
-    metrics = ["win_no_c", "win_c", "harm", "help", "both"]
+    metrics = ["win_no_c", "win_c", "harm", "harm_joint", "help_joint", "both"]
     names = [m.replace("win", "acc", 1) if success == "accuracy" else m for m in metrics]
     fig = go.Figure()
     for method, r in summary.items():
-        mean = [r[m]["mean"] for m in metrics]
+        mean = [r[m]["mean"] for m in metrics]  # harm: P(lost with c | won without c)
         fig.add_trace(go.Bar(
             name=f"{method} ({'/'.join(r['regimes'])})", x=names, y=mean,
             marker_color=PALETTE.get(method),

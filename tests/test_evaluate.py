@@ -15,11 +15,19 @@ def views(won0, won1, len0=None, len1=None):
 def test_paired_metrics_by_hand():
     a, b = views([1, 1, 0, 0, 1], [1, 0, 1, 0, 1], [4, 4, 4, 4, 4], [5, 4, 4, 4, 6])
     r = paired_report(a, b, n_boot=50)
-    assert r["win_no_c"] == 0.6 and r["win_c"] == 0.6
-    assert r["harm"] == 0.2 and r["help"] == 0.2 and r["both"] == 0.4
-    assert r["flip"] == pytest.approx(1 / 3)
+    assert r["win_no_c"] == 0.6 and r["win_c"] == 0.6 and r["both"] == 0.4
+    # harm is the paper's: P(lost with c | won without c) = 1 of the 3 won without c
+    assert r["harm"] == pytest.approx(1 / 3) and r["help"] == pytest.approx(1 / 2)
+    assert r["harm_joint"] == 0.2 and r["help_joint"] == 0.2
+    assert r["delta_c"] == pytest.approx(0.0)
     assert r["rel_len"] == pytest.approx(23 / 20 - 1)
     assert r["rel_len_both"] == pytest.approx(11 / 8 - 1)
+
+
+def test_harm_undefined_without_right_cases_and_never_nan_in_the_report():
+    r = paired_report(*views([0, 0, 0, 0], [1, 0, 0, 0]), n_boot=50)
+    assert r["harm"] is None and r["n_right_no_c"] == 0 and r["regime"] != "A"
+    assert all(v is None or np.isfinite(v) for v in r["ci95"]["harm"] + [r["win_c"]])
 
 
 def test_regimes_from_bootstrap_interval():
@@ -31,3 +39,23 @@ def test_regimes_from_bootstrap_interval():
     lo, hi = hurts["ci95"]["harm"]
     assert lo <= hurts["harm"] <= hi
     assert "regime" in format_table({"x": hurts}) and "|" in format_markdown({"x": hurts})
+
+
+def test_cluster_bootstrap_resamples_units_not_items():
+    """8 facts asked 12 ways each: the 96 items are 8 independent observations. 4 facts are
+    harmed in all their items, 4 never; resampling questions would give a narrow interval,
+    resampling facts a wide one, and the clustered interval must be the wide one."""
+    won0 = [1] * 96
+    won1 = [0] * 48 + [1] * 48
+    units = [f"f{i // 12}" for i in range(96)]
+    clustered = paired_report(*views(won0, won1), units=units, unit_name="fact")
+    naive = paired_report(*views(won0, won1))
+    width = lambda r: r["ci95"]["harm"][1] - r["ci95"]["harm"][0]  # noqa: E731
+    assert clustered["n_units"] == 8 and clustered["unit"] == "fact"
+    assert width(clustered) > 2 * width(naive)
+    # the reference: a bootstrap over the 8 fact-level harm rates (each 0 or 1)
+    rng = np.random.default_rng(1)
+    ref = [rng.choice([0.0] * 4 + [1.0] * 4, 8).mean() for _ in range(4000)]
+    assert width(clustered) == pytest.approx(np.percentile(ref, 97.5) - np.percentile(ref, 2.5),
+                                             abs=0.13)
+    assert "8 facts" in format_table({"x": clustered})

@@ -8,11 +8,12 @@ from train import reproduce
 def test_method_of_and_summary():
     assert reproduce.method_of("sokoban_base") == "base"
     assert reproduce.method_of("frozenlake_opd_s2") == "opd"
-    reports = {n: {"win_no_c": w, "win_c": w, "harm": 0.1, "flip": 0.1, "help": 0.2,
-                   "both": 0.5, "rel_len": 0.0, "regime": "B"}
+    reports = {n: {"win_no_c": w, "win_c": w, "harm": 0.1, "help": 0.2, "harm_joint": 0.05,
+                   "help_joint": 0.1, "both": 0.5, "rel_len": 0.0, "rel_len_both": 0.0,
+                   "regime": "B"}
                for n, w in [("t_base", 0.5), ("t_opd_s0", 0.6), ("t_opd_s1", 0.8)]}
     s = reproduce.summarise(reports, [0, 1])
-    assert s["opd"]["win_no_c"] == {"mean": 0.7, "min": 0.6, "max": 0.8}
+    assert s["opd"]["win_no_c"] == {"mean": 0.7, "min": 0.6, "max": 0.8, "n": 2}
     assert s["base"]["regimes"] == ["B"] and "nca" not in s
 
 

@@ -29,38 +29,46 @@ def metric(figs: Path) -> str:
 
 def teacher(figs: Path) -> str:
     m = "accuracy" if metric(figs) == "accuracy" else "win"
-    rows = [f"| context kind | {m} without c | {m} with c | help | harm | regime |",
+    rows = [f"| context kind | {m} without c | {m} with c | harm | help | regime |",
             "|---|---|---|---|---|---|"]
     for f in sorted(figs.glob("teacher_*.json")):
         r = next(iter(json.loads(f.read_text())["reports"].values()))
-        ci = r["ci95"]
-        rows.append(f"| {f.stem.split('_', 1)[1]} | {r['win_no_c']:.3f} "
-                    f"[{ci['win_no_c'][0]:.3f}, {ci['win_no_c'][1]:.3f}] | {r['win_c']:.3f} "
-                    f"[{ci['win_c'][0]:.3f}, {ci['win_c'][1]:.3f}] | {r['help']:.3f} | "
-                    f"{r['harm']:.3f} | {r['regime']} |")
+        cells = [with_ci(r, k) for k in ("win_no_c", "win_c", "harm", "help")]
+        rows.append(f"| {f.stem.split('_', 1)[1]} | " + " | ".join(cells) +
+                    f" | {r['regime']} |")
     return "\n".join(rows)
+
+
+def with_ci(r: dict, k: str) -> str:
+    v, ci = r.get(k), r["ci95"].get(k, [None, None])
+    if v is None:
+        return "-"
+    return f"{v:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci[0] is not None else "")
 
 
 def context_return(figs: Path) -> str:
     s = json.loads((figs / "context_return_summary.json").read_text())
-    keys = ["win_no_c", "win_c", "harm", "flip", "help", "both", "rel_len"]
+    keys = ["win_no_c", "win_c", "harm", "help", "both", "rel_len_both", "rel_len"]
     rows = ["| model | " + " | ".join(label(k, metric(figs)) for k in keys) +
             " | regime per seed |",
             "|---" * (len(keys) + 2) + "|"]
     for method, r in s.items():
-        rows.append(f"| {method} | " + " | ".join(fmt_range(r[k]) for k in keys) +
+        rows.append(f"| {method} | " + " | ".join(fmt_range(r[k]) if r.get(k) else "-"
+                                                  for k in keys) +
                     f" | {' '.join(r['regimes'])} |")
     return "\n".join(rows)
 
 
 def per_seed(figs: Path) -> str:
     rep = json.loads((figs / "context_return.json").read_text())["reports"]
-    keys = ["win_no_c", "win_c", "harm", "help", "harm_minus_help"]
-    rows = ["| run | " + " | ".join(label(k, metric(figs)) for k in keys) + " | regime |",
-            "|---" * (len(keys) + 2) + "|"]
+    keys = ["win_no_c", "win_c", "harm", "help", "delta_c", "rel_len_both"]
+    rows = ["| run | " + " | ".join(label(k, metric(figs)) for k in keys) +
+            " | regime | resampled unit |", "|---" * (len(keys) + 3) + "|"]
     for name, r in rep.items():
-        cells = [f"{r[k]:.3f} [{r['ci95'][k][0]:.3f}, {r['ci95'][k][1]:.3f}]" for k in keys]
-        rows.append(f"| {name} | " + " | ".join(cells) + f" | {r['regime']} |")
+        cells = [with_ci(r, k) for k in keys]
+        unit = f"{r.get('n_units', r['n'])} {r.get('unit', 'level')}s" + \
+            f" ({r['n_right_no_c']} right without c)" if "n_right_no_c" in r else ""
+        rows.append(f"| {name} | " + " | ".join(cells) + f" | {r['regime']} | {unit} |")
     return "\n".join(rows)
 
 

@@ -144,6 +144,10 @@ def method_of(run_name: str) -> str:
     return "base" if parts[-1] == "base" else parts[-2]
 
 
+SUMMARY_KEYS = ["win_no_c", "win_c", "harm", "help", "harm_joint", "help_joint", "both",
+                "rel_len_both", "rel_len"]
+
+
 def summarise(reports: dict[str, dict], seeds: list[int]) -> dict[str, dict]:
     """Mean over seeds and the seed range, per method (base has one entry)."""
     out = {}
@@ -151,10 +155,11 @@ def summarise(reports: dict[str, dict], seeds: list[int]) -> dict[str, dict]:
         runs = [r for name, r in reports.items() if method_of(name) == method]
         if not runs:
             continue
-        keys = ["win_no_c", "win_c", "harm", "flip", "help", "both", "rel_len"]
-        out[method] = {k: {"mean": float(np.mean([r[k] for r in runs])),
-                           "min": float(np.min([r[k] for r in runs])),
-                           "max": float(np.max([r[k] for r in runs]))} for k in keys}
+        out[method] = {}
+        for k in SUMMARY_KEYS:
+            vals = [r[k] for r in runs if r.get(k) is not None]  # harm: None without cases
+            out[method][k] = {"mean": float(np.mean(vals)), "min": float(np.min(vals)),
+                              "max": float(np.max(vals)), "n": len(vals)} if vals else None
         out[method]["regimes"] = [r["regime"] for r in runs]
     return out
 

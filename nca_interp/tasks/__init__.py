@@ -87,6 +87,12 @@ class Task:
 
     success = "win"  # what `Scored.won` means in reports
     default_context = "state"  # the context kind commands use when none is named
+    unit_name = "level"  # what the bootstrap resamples: the independent unit of `unit()`
+
+    def unit(self, level) -> str:
+        """The independent unit a held-out item belongs to (bootstrap intervals resample
+        units, not items): every game level is its own."""
+        return level.key
 
     def level(self, seed: int | str, split: str = "train"):
         return self.game.generate_level(seed, self.config)
@@ -182,6 +188,17 @@ class QATask(Task):
 
     success = "accuracy"
     default_context = "system"
+
+    @property
+    def unit_name(self) -> str:
+        return "fact" if self.name == "sysprompt" else "question"
+
+    def unit(self, level) -> str:
+        """sysprompt: the fact asked about (one (entity, attribute) cell of the KB is asked in
+        many phrasings and option orders, which are not independent); opcd: the item."""
+        if self.name == "sysprompt":
+            return f"{level.entity}.{level.attribute}"
+        return level.key
 
     def level(self, seed: int | str, split: str = "train"):
         return self.game.generate_level(seed, self.config, split)
