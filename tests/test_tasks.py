@@ -46,19 +46,40 @@ def test_textarena_rendering_exact():
         "\nAvailable Moves: up, down, left, right")
     assert sokoban.render_compact(level) == FIXED
     on = sokoban.parse_board("S√_\n_X_\n___")  # player on target, box on target
-    assert "S √" in sokoban.render_textarena(on)
+    assert "P √" in sokoban.render_textarena(on)  # textarena draws the player as P anywhere
+    assert "S" not in sokoban.render_textarena(on).split("Available")[0]
+    assert sokoban.render_compact(on).startswith("S√")  # compact keeps S (invertible)
 
 
 def test_executor_rules():
     level = sokoban.parse_board("_X_O\n_P_#\n____\n____")
     assert play(level, "U").invalid == 1  # box pushed into the outer wall: blocked
-    assert not play(level, "UU").won and play(level, "UU").moves_made == 2  # 2nd invalid loses
+    assert not play(level, "UU").won and play(level, "UU").moves_made == 2  # 2 in a row lose
     assert play(level, "UUUUU", max_invalid=10).invalid == 5
     assert play(level, level.solution).won
     walls = sokoban.parse_board("P#__\n_X__\n___O\n____")
     assert play(walls, "R").invalid == 1  # into an inner wall
     stacked = sokoban.parse_board("_____\nPXX__\n_____\n___OO")
     assert play(stacked, "R").invalid == 1  # two boxes in a row cannot be pushed
+
+
+def test_invalid_count_resets_after_a_valid_move():
+    """textarena: the error allowance (1) is per streak; a valid move in between forgives."""
+    level = sokoban.parse_board("_X_O\n_P_#\n____\n____")  # solution LURR
+    # U: box into the outer wall (invalid); R: valid; R: into the inner wall (invalid);
+    # L: back to the start; then the optimal plan. Two invalid moves, never two in a row.
+    out = play(level, "URRL" + level.solution)
+    assert out.won and out.invalid == 2
+    lost = play(level, "URRR" + level.solution)  # the 2nd and 3rd invalid are in a row
+    assert not lost.won and lost.moves_made == 4 and lost.invalid == 3
+    assert not play(level, "URRL" + level.solution, max_invalid=0).won
+
+
+def test_frozenlake_invalid_streaks():
+    level = frozenlake.parse_board("P__H\nHH__\n____\nH__G")  # solution RRDDDR
+    out = frozenlake.play(level, "URURDDDR")  # U off-grid, R, U off-grid, ... : never 2 in a row
+    assert out.won and out.invalid == 2
+    assert not frozenlake.play(level, "UURRDDDR").won  # two in a row lose
 
 
 def test_malformed_boards_raise():

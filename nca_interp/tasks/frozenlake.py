@@ -76,15 +76,20 @@ def generate_level(seed: int | str, cfg: FrozenLakeConfig = FrozenLakeConfig()) 
 
 
 def play(level: FrozenLakeLevel, moves: str, max_invalid: int = 1) -> Outcome:
-    p, invalid = level.start, 0
+    """textarena's rules: a move off the grid is invalid and changes nothing; more than
+    `max_invalid` invalid moves *in a row* lose (the count resets after a valid move); a hole
+    loses, the goal wins. `Outcome.invalid` counts every invalid move, for reporting."""
+    p, invalid, in_a_row = level.start, 0, 0
     for i, m in enumerate(moves):
         dr, dc = MOVES[m]
         q = (p[0] + dr, p[1] + dc)
         if not (0 <= q[0] < level.size and 0 <= q[1] < level.size):
             invalid += 1
-            if invalid > max_invalid:
+            in_a_row += 1
+            if in_a_row > max_invalid:
                 return Outcome(False, i + 1, invalid)
             continue
+        in_a_row = 0
         p = q
         if p in level.holes:
             return Outcome(False, i + 1, invalid)

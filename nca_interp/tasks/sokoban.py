@@ -35,7 +35,7 @@ class SokobanConfig:
     min_solution: int = 2  # difficulty filter on the optimal solution length
     max_solution: int = 12
     reverse_steps: int = 40
-    max_invalid: int = 1  # textarena: the first invalid move is a warning, the next loses
+    max_invalid: int = 1  # textarena: an invalid move is a warning; the next one in a row loses
 
 
 @dataclass(frozen=True)
@@ -159,23 +159,28 @@ class Outcome:
 
 def play(level: SokobanLevel, moves: str, max_invalid: int = 1) -> Outcome:
     """Execute `moves` with textarena's rules: an invalid move changes nothing; more than
-    `max_invalid` of them ends the game as a loss; solved when every box is on a target."""
-    boxes, player, invalid = level.boxes, level.player, 0
+    `max_invalid` of them *in a row* end the game as a loss (textarena's error count resets
+    after every valid move); solved when every box is on a target. `Outcome.invalid` counts
+    every invalid move of the game, for reporting."""
+    boxes, player, invalid, in_a_row = level.boxes, level.player, 0, 0
     targets = set(level.targets)
     for i, m in enumerate(moves):
         nxt = step(level, boxes, player, m)
         if nxt is None:
             invalid += 1
-            if invalid > max_invalid:
+            in_a_row += 1
+            if in_a_row > max_invalid:
                 return Outcome(False, i + 1, invalid)
             continue
+        in_a_row = 0
         boxes, player = nxt
         if set(boxes) == targets:
             return Outcome(True, i + 1, invalid)
     return Outcome(False, len(moves), invalid)
 
 
-def _grid(level: SokobanLevel) -> list[list[str]]:
+def _grid(level: SokobanLevel, player_on_target: str = SYMBOLS["player_on_target"]
+          ) -> list[list[str]]:
     s = SYMBOLS
     grid = [[s["wall"] if (r, c) in level.walls else s["floor"] for c in range(level.width)]
             for r in range(level.height)]
@@ -184,13 +189,15 @@ def _grid(level: SokobanLevel) -> list[list[str]]:
     for r, c in level.boxes:
         grid[r][c] = s["box_on_target"] if (r, c) in level.targets else s["box"]
     r, c = level.player
-    grid[r][c] = s["player_on_target"] if level.player in level.targets else s["player"]
+    grid[r][c] = player_on_target if level.player in level.targets else s["player"]
     return grid
 
 
 def render_textarena(level: SokobanLevel) -> str:
-    """Identical to textarena 0.7.4 Sokoban-v0's board observation."""
-    rows = "".join(" ".join(row) + "\n" for row in _grid(level))
+    """Identical to textarena 0.7.4 Sokoban-v0's board observation. textarena writes the
+    player as 5 (`P`) wherever it stands, a target included, so `S` never shows there; the
+    compact rendering keeps `S` (the board must stay invertible without the level)."""
+    rows = "".join(" ".join(row) + "\n" for row in _grid(level, SYMBOLS["player"]))
     return f"Current Board:\n\n{rows}\nAvailable Moves: up, down, left, right"
 
 
