@@ -128,7 +128,7 @@ def check_frozenlake(n: int, rng: random.Random) -> tuple[int, int, list[str]]:
             plan = "".join(m + (rng.choice("UL") if rng.random() < 0.3 else "")
                            for m in level.solution)
         done, i = False, -1
-        for i, m in enumerate(plan):
+        for i, m in enumerate(plan):  # noqa: B007 - i is read after the loop
             done, _ = env.step(CHAT[m])
             moves_seen += 1
             if done:
