@@ -20,6 +20,9 @@ only from L_NCA. Means are over valid response tokens of the whole batch; with m
 data-parallel ranks, each piece divides its sum by the *global* token count (`denom`), so the
 pieces add up to the same mean.
 
+Temperature: the batch is sampled from softmax(z / T); so that it stays on-policy, every view's
+logits are divided by the same T before the KL (as TRL's GKD does); T = 1 is the plain loss.
+
 Top-k support (OPCD's option): restrict the sum to the student's top-k tokens at each position,
 optionally renormalising both distributions on that support; k = |V| equals the full KL.
 """
@@ -55,14 +58,19 @@ def token_kl(p_logits_B_N_V: torch.Tensor, q_logits_B_N_V: torch.Tensor,
 
 def loss_terms(student, teacher, batch: Batch, terms: tuple[str, ...] = ("opd", "nca"),
                top_k: int | None = None, renormalize: bool = True,
-               denom: torch.Tensor | float | None = None) -> dict[str, torch.Tensor]:
-    """The named loss terms on one batch (combine them afterwards: L = opd + beta * nca).
+               denom: torch.Tensor | float | None = None, temperature: float = 1.0
+               ) -> dict[str, torch.Tensor]:
+    """The named loss terms on one batch (combine them afterwards: L = opd + beta * nca), at
+    the sampling `temperature` (every view's logits divided by it).
     Only the views a requested term needs are computed. The teacher may live on another device
     (its inputs go there, its logits come back); its full-vocabulary logits are dropped as soon
     as the terms that need them are computed."""
     unknown = set(terms) - set(TERMS)
     if unknown:
         raise ValueError(f"unknown loss terms {sorted(unknown)}; choose from {TERMS}")
+    if not temperature > 0 or temperature != temperature or temperature == float("inf"):
+        raise ValueError(f"temperature must be a positive finite number, not {temperature}; "
+                         "greedy (0) rollouts are not on-policy samples")
     b, out = batch, {}
     g = g_c = f_c = None
     if "opd" in terms or "nca" in terms:
@@ -74,6 +82,8 @@ def loss_terms(student, teacher, batch: Batch, terms: tuple[str, ...] = ("opd", 
         with torch.no_grad():
             f_c = response_logits(teacher, b.cx_ids.to(dev), b.cx_mask.to(dev), b.resp.to(dev),
                                   b.resp_mask.to(dev)).to(b.resp.device)
+    if temperature != 1.0:
+        g, g_c, f_c = (None if v is None else v / temperature for v in (g, g_c, f_c))
     kl = dict(mask_B_N=b.resp_mask, top_k=top_k, renormalize=renormalize, denom=denom)
     if "opd" in terms:
         out["opd"] = token_kl(g, f_c, **kl)

@@ -93,3 +93,90 @@ def test_combine_beta_zero_is_opd(batch):
     assert torch.allclose(combine(terms, 0.5), terms["opd"] + 0.5 * terms["nca"])
     with pytest.raises(ValueError, match="unknown loss terms"):
         loss_terms(student, student, b, ("kl",))
+
+
+class TwoViews(torch.nn.Module):
+    """A stand-in model whose response logits are free parameters, one table per view: `no_c`
+    for prompts without the context (they start with token 0), `with_c` for [c, x] (token 1
+    first). Peaked (scale 6) so that KL directions differ by a wide margin."""
+
+    def __init__(self, n_resp: int, vocab: int, seed: int):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.no_c = torch.nn.Parameter(6 * torch.randn(n_resp, vocab, generator=g))
+        self.with_c = torch.nn.Parameter(6 * torch.randn(n_resp, vocab, generator=g))
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None):
+        B, T = input_ids.shape
+        n = self.no_c.shape[0]
+        table = torch.where((input_ids[:, :1] == 1)[:, :, None], self.with_c, self.no_c)
+        logits = torch.zeros(B, T, self.no_c.shape[1]).index_put(
+            (torch.arange(B)[:, None], torch.arange(T - n - 1, T - 1)[None]), table)
+        return type("Out", (), {"logits": logits})()
+
+
+@pytest.fixture
+def two_views():
+    from nca_interp.rollout import Batch
+
+    n, vocab, B = 3, 7, 2
+    x = torch.zeros(B, 4, dtype=torch.long)
+    cx = torch.cat([torch.ones(B, 2, dtype=torch.long), x], 1)
+    resp = torch.full((B, n), 2)
+    batch = Batch(x, torch.ones_like(x), cx, torch.ones_like(cx), resp, torch.ones_like(resp))
+    return TwoViews(n, vocab, 0), TwoViews(n, vocab, 1), batch
+
+
+def kl_ref(p_logits, q_logits):
+    """mean over positions of KL(p || q) by torch.distributions (an independent reference)."""
+    return torch.distributions.kl_divergence(torch.distributions.Categorical(logits=p_logits),
+                                             torch.distributions.Categorical(logits=q_logits)
+                                             ).mean()
+
+
+def test_loss_terms_directions_match_torch_distributions(two_views):
+    student, teacher, batch = two_views
+    terms = loss_terms(student, teacher, batch, ("opd", "nca", "ctx"))
+    g, g_c, f_c = student.no_c.detach(), student.with_c.detach(), teacher.with_c.detach()
+    expected = {"opd": kl_ref(g, f_c), "nca": kl_ref(g, g_c), "ctx": kl_ref(g_c, f_c)}
+    reverse = {"opd": kl_ref(f_c, g), "nca": kl_ref(g_c, g), "ctx": kl_ref(f_c, g_c)}
+    for name, value in terms.items():
+        assert torch.allclose(value, expected[name], rtol=1e-5), name
+        assert (reverse[name] - expected[name]).abs() > 0.5, name  # directions distinguishable
+
+
+def test_nca_gradient_never_reaches_the_no_context_view(two_views):
+    student, teacher, batch = two_views
+    loss_terms(student, teacher, batch, ("nca",))["nca"].backward()
+    assert student.no_c.grad is None or student.no_c.grad.abs().max() == 0
+    assert student.with_c.grad.abs().max() > 1e-3
+    student.zero_grad(set_to_none=True)
+    loss_terms(student, teacher, batch, ("opd",))["opd"].backward()
+    assert student.with_c.grad is None or student.with_c.grad.abs().max() == 0
+    assert student.no_c.grad.abs().max() > 1e-3
+
+
+def test_temperature_tempers_every_view(two_views):
+    student, teacher, batch = two_views
+    T = 2.5
+    terms = loss_terms(student, teacher, batch, ("opd", "nca"), temperature=T)
+    g, g_c, f_c = (t.detach() / T for t in (student.no_c, student.with_c, teacher.with_c))
+    assert torch.allclose(terms["opd"], kl_ref(g, f_c), rtol=1e-5)
+    assert torch.allclose(terms["nca"], kl_ref(g, g_c), rtol=1e-5)
+    assert not torch.allclose(terms["opd"], loss_terms(student, teacher, batch)["opd"])
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="temperature"):
+            loss_terms(student, teacher, batch, temperature=bad)
+
+
+def test_sampler_draws_from_the_tempered_policy():
+    """The exponential race samples softmax(z / T): frequencies over 20k draws."""
+    from nca_interp.rollout import sampling_noise
+
+    z = torch.tensor([[2.0, 0.0, -1.0, 1.0]])
+    T = 2.0
+    gen = torch.Generator().manual_seed(0)
+    draws = torch.stack([(z / T - sampling_noise(gen, 1, 4, slice(0, 1), "cpu").log()).argmax(-1)
+                         for _ in range(20000)]).flatten()
+    freq = torch.bincount(draws, minlength=4).float() / len(draws)
+    assert torch.allclose(freq, torch.softmax(z / T, -1)[0], atol=0.015)

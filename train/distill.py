@@ -74,7 +74,8 @@ class DistillConfig:
     schedule: str = field(default="constant", metadata={"help": "constant|cosine"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
     clip: float = field(default=1.0, metadata={"help": "gradient-norm clip"})
-    temperature: float = field(default=1.0, metadata={"help": "rollout temperature"})
+    temperature: float = field(default=1.0, metadata={
+        "help": "rollout temperature (> 0); the loss uses the same tempered views"})
     top_k: int | None = field(default=None, metadata={
         "help": "KL support: student top-k tokens (OPCD); none = full vocabulary"})
     renormalize: bool = field(default=True, metadata={"help": "renormalise on the top-k support"})
@@ -124,7 +125,7 @@ def accumulate(student, teacher, batch: Batch, terms_needed: tuple[str, ...], be
         with sync:
             with amp:
                 terms = loss_terms(student, teacher, piece, terms_needed, cfg.top_k,
-                                   cfg.renormalize, denom)
+                                   cfg.renormalize, denom, cfg.temperature)
             (combine(terms, beta) * dist.world).backward()
         for name, value in terms.items():
             totals[name] = totals.get(name, 0.0) + value.item()
