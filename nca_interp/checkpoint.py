@@ -172,6 +172,15 @@ def load_checkpoint(path: str | Path, device: str = "cpu", dtype: torch.dtype | 
     return model, tokenizer
 
 
+def check_same_tokenizer(tok_a, tok_b, a: str, b: str) -> None:
+    """Token-level KL and patching compare distributions token id by token id: both models
+    must map every string to the same id (a permuted vocabulary scrambles every number)."""
+    if tok_a.get_vocab() != tok_b.get_vocab() or tok_a.eos_token_id != tok_b.eos_token_id:
+        raise CheckpointError(f"{b} and {a} use different tokenizers; token-level comparisons "
+                              "need one vocabulary - pick checkpoints trained with the same "
+                              "tokenizer")
+
+
 def read_run_config(path: str | Path) -> dict:
     f = Path(path) / RUN_CONFIG
     return json.loads(f.read_text()) if f.exists() else {}

@@ -41,17 +41,8 @@ from nca_interp.rollout import (
     sample,
     stop_ids,
 )
-from nca_interp.tasks import Task, task_from_record
-
-
-def task_for_checkpoints(paths: list[str], name: str | None = None,
-                         fmt: str | None = None, options: list[str] | None = None) -> Task:
-    """The task recorded in the first of `paths` whose run_config.json names one (a foreign
-    checkpoint has none: then `name`, default sokoban, with that task's defaults), with
-    KEY=VALUE `options` applied (e.g. `opcd`'s data files)."""
-    records = [read_run_config(p).get("task") for p in paths]
-    record = next((r for r in records if isinstance(r, dict)), None)
-    return task_from_record(record, name, fmt, options)
+from nca_interp.runs import task_for_checkpoints  # noqa: F401 - re-exported
+from nca_interp.tasks import Task
 
 
 def max_response_tokens(task: Task) -> int:

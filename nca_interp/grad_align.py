@@ -1,4 +1,4 @@
-"""Angles between the gradients of the distillation loss terms.
+"""Angles between the gradients of the distillation loss terms, each beside its noise floor.
 
     python -m nca_interp.grad_align runs/sokoban_opd/checkpoints/step_* --teacher runs/base
 
@@ -7,9 +7,25 @@ of each term of nca_interp.losses separately:
   opd  KL(g(.|x) || f(.|x,c))      what OPD trains (the no-context view)
   ctx  KL(g(.|x,c) || f(.|x,c))    where distillation would pull the context view
   nca  KL(sg[g(.|x)] || g(.|x,c))  the anchor NCA adds
-Reported globally and per layer x module: cosine and angle for every pair, norm ratios, and the
-part of the NCA gradient orthogonal to the OPD gradient (|g_nca - proj_opd g_nca| / |g_nca|).
-A term whose gradient is zero (e.g. ctx when student == teacher) has no angle (null).
+
+A gradient angle from one finite batch is noisy: two independent batches give the *same* term
+gradients 70-90 degrees apart at 64 prompts. So the batch is split into two independent halves
+and every term's gradient is taken on each half (g1, g2). Reported, globally and per layer x
+module:
+  self_angle_deg  angle(g_t1, g_t2): the term's own noise floor; a between-term angle is only
+                  evidence where it stands clear of both terms' floors
+  snr             estimated signal / noise of the full-batch gradient: |mu|^2 ~ g1.g2 (unbiased,
+                  the halves are independent), noise^2 ~ |g1 - g2|^2 / 4. A term with snr <= 1
+                  is within its own sampling noise and gets no angle (null)
+  angle_deg       between terms on the full batch (biased towards 90 degrees by noise)
+  angle_xfit_deg  cross-fitted: cos = (a1.b2 + a2.b1) / 2 / sqrt(a1.a2 * b1.b2), each term on
+                  one half against the other term on the other, an unbiased estimate of the
+                  angle between the two expected gradients (clipped to [-1, 1])
+  norm            full-batch gradient norm per term, and their ratios
+Memory is bounded (issue 14): micro-batches for sampling and backward, each (term, half)
+gradient spilled to a temporary safetensors file and the inner products streamed tensor by
+tensor in float64 (nca_interp.reduce), so at most the model, its gradient and a chunk of each
+spilled vector are in memory.
 """
 
 from __future__ import annotations
@@ -17,24 +33,137 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import tempfile
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
+from safetensors.torch import save_file
 
-from nca_interp.assets import resolve
-from nca_interp.checkpoint import load_checkpoint, read_run_config
+from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint
 from nca_interp.cli import parse_config, to_dict
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
-from nca_interp.layer_sim import resolve_task_and_context
 from nca_interp.losses import TERMS, loss_terms
-from nca_interp.models import context_limit
-from nca_interp.names import module_of
-from nca_interp.rollout import onpolicy_batch
+from nca_interp.models import context_limit, resolve_device
+from nca_interp.reduce import Gram, TensorFolder, cosine, row_chunks
+from nca_interp.rollout import Batch, onpolicy_batch
+from nca_interp.runs import resolve_task_and_context, step_of, teacher_of
+
+HALVES = (1, 2)
 
 
-def term_gradients(student, teacher, batch, terms=TERMS) -> dict[str, dict[str, torch.Tensor]]:
-    """{term: {hf_param_name: grad}} for each loss term on the same batch."""
+def label(term: str, half: int) -> str:
+    return f"{term}:{half}"
+
+
+def sample_halves(student, tok, task, levels: list, context: str, temperature: float,
+                  seed: int, micro_batch: int, limit: int) -> list[list[Batch]]:
+    """Two independent halves of on-policy prompts, each a list of micro-batches. Each
+    micro-batch samples with its own generator (seeded by seed, half and index), so the draw
+    depends on --micro-batch as it does on --seed."""
+    device = next(student.parameters()).device
+    half = len(levels) // 2
+    out = []
+    for h in range(2):
+        mine = levels[h * half: (h + 1) * half]
+        pieces = []
+        for i in range(0, len(mine), micro_batch):
+            gen = torch.Generator(device).manual_seed(seed * 1_000_003 + h * 10_007 + i)
+            pieces.append(onpolicy_batch(student, tok, task, mine[i: i + micro_batch], context,
+                                         max_response_tokens(task), temperature, gen,
+                                         limit)[0])
+        out.append(pieces)
+    return out
+
+
+def spill_term_gradients(student, teacher, halves: list[list[Batch]], terms, folder: Path,
+                         temperature: float = 1.0) -> dict[str, float]:
+    """For each (term, half): accumulate the gradient of the half's token-mean term over its
+    micro-batches and write it to `folder/{term}_{half}.safetensors` (float32). Returns each
+    half's token count (the weights of the full-batch mean)."""
+    tokens = {}
+    params = dict(student.named_parameters())
+    for h, pieces in zip(HALVES, halves):
+        denom = float(sum(int(b.resp_mask.sum()) for b in pieces))
+        tokens[h] = denom
+        for term in terms:
+            student.zero_grad(set_to_none=True)
+            for piece in pieces:
+                loss_terms(student, teacher, piece, (term,), denom=denom,
+                           temperature=temperature)[term].backward()
+            save_file({n: (p.grad if p.grad is not None else torch.zeros_like(p))
+                       .detach().float().cpu().contiguous() for n, p in params.items()},
+                      folder / f"{term}_{h}.safetensors")
+    student.zero_grad(set_to_none=True)
+    return tokens
+
+
+def stream_gram(folder: Path, labels: list[str]) -> Gram:
+    """Inner products of the spilled gradients, tensor by tensor, row chunk by row chunk."""
+    gram = Gram(labels)
+    with ExitStack() as stack:
+        readers = [stack.enter_context(TensorFolder(folder / f"{lab.replace(':', '_')}"
+                                                    ".safetensors")) for lab in labels]
+        for name in readers[0].names():
+            gram.add(name, ([r.rows(name, a, b) for r in readers]
+                            for a, b in row_chunks(readers[0].shape(name))))
+    return gram
+
+
+def alignment_of(gram: Gram, key: str, terms: list[str], tokens: dict[int, float]) -> dict:
+    """Angles, floors, cross-fitted angles and norms of one parameter group."""
+    G = gram.mats[key]
+    w = {h: tokens[h] / sum(tokens.values()) for h in HALVES}
+    full = gram.combine(key, {t: {label(t, h): w[h] for h in HALVES} for t in terms})
+    idx = {t: i for i, t in enumerate(terms)}
+    i = {(t, h): gram.index(label(t, h)) for t in terms for h in HALVES}
+    out: dict = {"norm": {t: float(np.sqrt(max(full[idx[t], idx[t]], 0.0))) for t in terms},
+                 "self_angle_deg": {}, "snr": {}, "angle_deg": {}, "cos": {},
+                 "angle_xfit_deg": {}, "cos_xfit": {}}
+    signal = {}
+    for t in terms:
+        a, b = i[(t, 1)], i[(t, 2)]
+        out["self_angle_deg"][t] = angle_deg(cosine(G, a, b))
+        s2 = G[a, b]  # unbiased for |E g|^2
+        noise2 = (G[a, a] + G[b, b] - 2 * G[a, b]) / 4
+        snr = math.sqrt(s2 / noise2) if s2 > 0 and noise2 > 0 else (0.0 if noise2 > 0 else None)
+        out["snr"][t] = snr
+        signal[t] = s2 if (snr is None and s2 > 0) or (snr is not None and snr > 1) else None
+    for a, b in itertools.combinations(terms, 2):
+        pair = f"{a}~{b}"
+        ok = signal[a] is not None and signal[b] is not None
+        c = cosine(full, idx[a], idx[b]) if ok else None
+        out["cos"][pair], out["angle_deg"][pair] = c, angle_deg(c)
+        if ok:
+            cross = (G[i[(a, 1)], i[(b, 2)]] + G[i[(a, 2)], i[(b, 1)]]) / 2
+            cx = float(cross / math.sqrt(signal[a] * signal[b]))
+        else:
+            cx = None
+        out["cos_xfit"][pair] = cx
+        out["angle_xfit_deg"][pair] = angle_deg(None if cx is None else max(-1.0, min(1.0, cx)))
+    return out
+
+
+def alignment(gram: Gram, terms: list[str], tokens: dict[int, float]) -> dict:
+    glob = alignment_of(gram, "global", terms, tokens)
+    n = glob["norm"]
+    glob["norm_ratio"] = {f"{a}/{b}": (n[a] / n[b] if n[b] else None)
+                          for a, b in itertools.permutations(terms, 2)}
+    cells = [k for k in gram.mats if k != "global" and ":" not in k]
+    return {"global": glob, "modules": {k: alignment_of(gram, k, terms, tokens) for k in cells},
+            "tokens": {str(h): v for h, v in tokens.items()}}
+
+
+def angle_deg(cos: float | None) -> float | None:
+    return None if cos is None else math.degrees(math.acos(max(-1.0, min(1.0, cos))))
+
+
+def term_gradients_in_memory(student, teacher, batch: Batch, terms=TERMS
+                             ) -> dict[str, dict[str, torch.Tensor]]:
+    """{term: {param: grad}} on one batch, held in memory: the reference the streamed
+    reduction is tested against (tiny models only)."""
     grads = {}
     for term in terms:
         student.zero_grad(set_to_none=True)
@@ -45,51 +174,12 @@ def term_gradients(student, teacher, batch, terms=TERMS) -> dict[str, dict[str, 
     return grads
 
 
-def _cos(a: torch.Tensor, b: torch.Tensor, floor: float = 0.0) -> float | None:
-    """Cosine, or None when either vector is zero (norm <= floor: round-off, not a direction)."""
-    na, nb = a.norm(), b.norm()
-    if na <= floor or nb <= floor:
-        return None
-    return float((a @ b) / (na * nb))
-
-
-def angle_deg(cos: float | None) -> float | None:
-    return None if cos is None else math.degrees(math.acos(max(-1.0, min(1.0, cos))))
-
-
-def alignment(grads: dict[str, dict[str, torch.Tensor]]) -> dict:
-    """Global and per-(layer, module) cosines/angles between every pair of term gradients."""
-    terms = list(grads)
-    names = list(grads[terms[0]])
-    flat = {t: torch.cat([grads[t][n].flatten().double() for n in names]) for t in terms}
-    pairs = list(itertools.combinations(terms, 2))
-    # A term that is zero in exact arithmetic (ctx when student == teacher) leaves round-off of
-    # up to ~1e-6 relative size (float32); its "direction" is noise, so it gets no angle.
-    floor = 1e-4 * max(float(v.norm()) for v in flat.values())
-    out = {"global": {"cos": {}, "angle_deg": {}, "norm": {t: float(flat[t].norm())
-                                                            for t in terms}}}
-    for a, b in pairs:
-        c = _cos(flat[a], flat[b], floor)
-        out["global"]["cos"][f"{a}~{b}"] = c
-        out["global"]["angle_deg"][f"{a}~{b}"] = angle_deg(c)
-    g = out["global"]["norm"]
-    out["global"]["norm_ratio"] = {f"{a}/{b}": (g[a] / g[b] if g[b] else None)
-                                   for a, b in itertools.permutations(terms, 2)}
-    if "nca" in flat and "opd" in flat and flat["opd"].norm() > 0 and flat["nca"].norm() > 0:
-        o, n = flat["opd"], flat["nca"]
-        perp = n - (n @ o) / (o @ o) * o
-        out["global"]["nca_orth_to_opd"] = float(perp.norm() / n.norm())
-    groups: dict[str, list[str]] = {}
-    for name in names:
-        layer, module = module_of(name)
-        groups.setdefault(f"{'all' if layer is None else layer}.{module}", []).append(name)
-    out["modules"] = {}
-    for key, members in groups.items():
-        vec = {t: torch.cat([grads[t][n].flatten().double() for n in members]) for t in terms}
-        out["modules"][key] = {"cos": {f"{a}~{b}": _cos(vec[a], vec[b], floor)
-                                       for a, b in pairs},
-                               "norm": {t: float(vec[t].norm()) for t in terms}}
-    return out
+def checkpoint_alignment(student, teacher, halves: list[list[Batch]], terms=TERMS,
+                         temperature: float = 1.0) -> dict:
+    with tempfile.TemporaryDirectory(prefix="grad_align_") as tmp:
+        tokens = spill_term_gradients(student, teacher, halves, terms, Path(tmp), temperature)
+        gram = stream_gram(Path(tmp), [label(t, h) for t in terms for h in HALVES])
+    return alignment(gram, list(terms), tokens)
 
 
 @dataclass
@@ -101,47 +191,58 @@ class GradAlignConfig:
     task: str | None = field(default=None, metadata={"help": "default: from the run config"})
     task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
     context: str | None = field(default=None, metadata={"help": "default: the run's context"})
-    batch: int = field(default=64, metadata={"help": "on-policy prompts"})
-    temperature: float = field(default=1.0, metadata={"help": "rollout temperature"})
+    batch: int = field(default=2048, metadata={
+        "help": "on-policy prompts, split into two independent halves (noise floor)"})
+    micro_batch: int = field(default=128, metadata={"help": "prompts per forward/backward"})
+    temperature: float = field(default=1.0, metadata={"help": "rollout (and loss) temperature"})
     seed: int = field(default=0, metadata={"help": "levels and sampling seed"})
+    device: str = field(default="cpu", metadata={"help": "cpu|cuda|auto"})
+    dtype: str | None = field(default=None, metadata={
+        "help": "float32|bfloat16|float16 for both models; default: as stored"})
     out: str = field(default="figures/demo/grad_align", metadata={"help": "output stem"})
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
 
 
-def teacher_of(path: str, override: str | None) -> str:
-    run = read_run_config(path)
-    t = override or resolve(run.get("teacher")) or resolve(run.get("student"))
-    if not t:
-        raise ValueError(f"{path} does not name its teacher in run_config.json; pass --teacher")
-    return t
-
-
-def step_of(path: str) -> int | None:
-    name = Path(path).name
-    return int(name.split("_")[1]) if name.startswith("step_") else None
+def fmt_angle(v: float | None) -> str:
+    return f"{v:>7.1f}" if v is not None else f"{'-':>7}"
 
 
 def format_table(results: dict[str, dict]) -> str:
-    pairs = list(next(iter(results.values()))["global"]["angle_deg"])
+    """Between-term angles (full batch and cross-fitted) beside each term's noise floor."""
+    first = next(iter(results.values()))["global"]
+    pairs, terms = list(first["angle_deg"]), list(first["self_angle_deg"])
     w = max(12, *(len(n) for n in results))
-    lines = [f"{'angle (deg)':<{w}} " + " ".join(f"{p:>9}" for p in pairs) +
-             f" {'|opd|':>9} {'|ctx|':>9} {'|nca|':>9} {'nca⊥opd':>9}"]
+    head = [f"{p:>7}" for p in pairs] + [f"x:{p:>7}" for p in pairs] + \
+        [f"{'floor ' + t:>10}" for t in terms] + [f"{'snr ' + t:>8}" for t in terms] + \
+        [f"{'|' + t + '|':>9}" for t in terms]
+    lines = [f"{'angle (deg)':<{w}} " + " ".join(head)]
     for name, r in results.items():
         g = r["global"]
-        cells = [f"{g['angle_deg'][p]:>9.2f}" if g["angle_deg"][p] is not None else f"{'-':>9}"
-                 for p in pairs]
-        norms = [f"{g['norm'].get(t, 0):>9.4f}" for t in ("opd", "ctx", "nca")]
-        orth = g.get("nca_orth_to_opd")
-        lines.append(f"{name:<{w}} " + " ".join(cells + norms) +
-                     (f" {orth:>9.3f}" if orth is not None else f" {'-':>9}"))
+        cells = [fmt_angle(g["angle_deg"][p]) for p in pairs] + \
+            [f"  {fmt_angle(g['angle_xfit_deg'][p])}" for p in pairs] + \
+            [f"{fmt_angle(g['self_angle_deg'][t]):>10}" for t in terms] + \
+            [f"{g['snr'][t]:>8.2f}" if g["snr"][t] is not None else f"{'-':>8}"
+             for t in terms] + [f"{g['norm'][t]:>9.4f}" for t in terms]
+        lines.append(f"{name:<{w}} " + " ".join(cells))
+    lines.append("(x: cross-fitted angle; floor: angle between the term's gradients on the two "
+                 "half batches; '-': a term within its own sampling noise, snr <= 1)")
     return "\n".join(lines)
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def main(argv: list[str] | None = None) -> dict:
     from nca_interp.plots import grad_align_figure, grad_align_over_steps, write_figure
 
     cfg = parse_config(GradAlignConfig, argv, __doc__, positional="ckpt")
+    if cfg.batch < 4 or cfg.batch % 2:
+        raise ValueError(f"--batch must be an even number >= 4 (two halves), not {cfg.batch}")
+    if cfg.micro_batch < 1:
+        raise ValueError(f"--micro-batch must be >= 1, not {cfg.micro_batch}")
+    if cfg.dtype is not None and cfg.dtype not in DTYPES:
+        raise ValueError(f"--dtype must be one of {sorted(DTYPES)}, not {cfg.dtype!r}")
     torch.set_num_threads(cfg.threads)
     if not cfg.ckpt:
         from nca_interp.assets import embedded
@@ -149,25 +250,30 @@ def main(argv: list[str] | None = None) -> dict:
         cfg.ckpt = [str(embedded("sokoban_opd"))]
     task, context = resolve_task_and_context(cfg.ckpt, cfg.task, cfg.context,
                                              cfg.task_options)
+    device = str(resolve_device(cfg.device))
+    dtype = DTYPES.get(cfg.dtype) if cfg.dtype else None
     levels = task.levels("grad", cfg.batch, cfg.seed)
     results = {}
     for path in cfg.ckpt:
-        student, tok = load_checkpoint(path)
-        teacher, _ = load_checkpoint(teacher_of(path, cfg.teacher))
+        student, tok = load_checkpoint(path, device=device, dtype=dtype)
+        teacher, tok_t = load_checkpoint(teacher_of(path, cfg.teacher), device=device,
+                                         dtype=dtype)
+        check_same_tokenizer(tok, tok_t, path, teacher_of(path, cfg.teacher))
         teacher.requires_grad_(False)
-        gen = torch.Generator().manual_seed(cfg.seed)
         view = task.for_tokenizer(tok)
-        batch, _, _ = onpolicy_batch(student, tok, view, levels, context,
-                                     max_response_tokens(view), cfg.temperature, gen,
-                                     min(context_limit(student), context_limit(teacher)))
+        halves = sample_halves(student, tok, view, levels, context, cfg.temperature, cfg.seed,
+                               cfg.micro_batch, min(context_limit(student),
+                                                    context_limit(teacher)))
         student.train()
         name = Path(path).name if Path(path).name not in results else path
-        results[name] = alignment(term_gradients(student, teacher, batch))
+        results[name] = checkpoint_alignment(student, teacher, halves, TERMS, cfg.temperature)
+        del student, teacher
     steps = [step_of(p) for p in cfg.ckpt]
     report = {"config": to_dict(cfg), "task": task.name, "context": context,
               "steps": steps if all(s is not None for s in steps) else None,
               "results": results}
-    print(f"task={task.name} context={context} batch={cfg.batch}")
+    print(f"task={task.name} context={context} batch={cfg.batch} (two halves of "
+          f"{cfg.batch // 2})")
     print(format_table(results))
     out = Path(cfg.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -61,28 +61,38 @@ def heatmap(values: list[list[float]], rows: list[str], cols: list[str], title: 
 
 
 def grad_align_figure(report: dict) -> go.Figure:
-    """Angles between loss-term gradients: bars per pair for each checkpoint (or step)."""
+    """Cross-fitted angles between loss-term gradients (bars per pair) beside each term's noise
+    floor (its two half batches' angle), for each checkpoint."""
     fig = go.Figure()
     for name, r in report["results"].items():
-        pairs = list(r["global"]["angle_deg"])
-        fig.add_trace(go.Bar(name=name, x=pairs, y=[r["global"]["angle_deg"][p] for p in pairs]))
+        g = r["global"]
+        keys = [f"x {p}" for p in g["angle_xfit_deg"]] + [f"floor {t}"
+                                                          for t in g["self_angle_deg"]]
+        vals = list(g["angle_xfit_deg"].values()) + list(g["self_angle_deg"].values())
+        fig.add_trace(go.Bar(name=name, x=keys, y=vals))
     fig.add_hline(y=90, line_dash="dot", annotation_text="orthogonal")
-    fig.update_layout(title="angle between loss-term gradients (degrees)", barmode="group",
-                      yaxis=dict(range=[0, 180]), height=450, width=900)
+    fig.update_layout(title="cross-fitted angles between loss-term gradients and each term's "
+                            "noise floor (degrees; missing bar: term within its noise)",
+                      barmode="group", yaxis=dict(range=[0, 180]), height=450, width=900)
     return fig
 
 
 def grad_align_over_steps(report: dict) -> go.Figure:
+    """Cross-fitted angles over training (solid) with each term's noise floor (dotted)."""
     steps = report.get("steps") or list(range(len(report["results"])))
     fig = go.Figure()
     names = list(report["results"])
-    pairs = list(report["results"][names[0]]["global"]["angle_deg"])
-    for p in pairs:
-        fig.add_trace(go.Scatter(x=steps, y=[report["results"][n]["global"]["angle_deg"][p]
+    first = report["results"][names[0]]["global"]
+    for p in first["angle_xfit_deg"]:
+        fig.add_trace(go.Scatter(x=steps, y=[report["results"][n]["global"]["angle_xfit_deg"][p]
                                              for n in names], name=p, mode="lines+markers"))
+    for t in first["self_angle_deg"]:
+        fig.add_trace(go.Scatter(x=steps, y=[report["results"][n]["global"]["self_angle_deg"][t]
+                                             for n in names], name=f"floor {t}",
+                                 mode="lines", line={"dash": "dot"}))
     fig.add_hline(y=90, line_dash="dot")
-    fig.update_layout(title="gradient angles over training", xaxis_title="step",
-                      yaxis_title="degrees", height=450, width=900)
+    fig.update_layout(title="cross-fitted gradient angles over training, with noise floors",
+                      xaxis_title="step", yaxis_title="degrees", height=450, width=900)
     return fig
 
 

@@ -60,24 +60,6 @@ def test_cka_invariant_to_orthogonal_transform():
     assert abs(layer_sim.linear_cka(X, 3 * X @ Q) - 1) < 1e-9
 
 
-def test_gradient_angles():
-    g = {"w": torch.randn(4, 3), "b": torch.randn(3)}
-    grads = {"opd": g, "same": {k: v.clone() for k, v in g.items()},
-             "neg": {k: -v for k, v in g.items()}}
-    r = grad_align.alignment(grads)["global"]["angle_deg"]
-    assert r["opd~same"] == pytest.approx(0, abs=1e-4)
-    assert r["opd~neg"] == pytest.approx(180, abs=1e-4)
-    assert grad_align.alignment({"opd": g, "ctx": {k: 0 * v for k, v in g.items()}}
-                                )["global"]["angle_deg"]["opd~ctx"] is None
-
-
-def test_nca_orthogonal_component():
-    o = {"w": torch.tensor([1.0, 0.0])}
-    n = {"w": torch.tensor([1.0, 1.0])}
-    r = grad_align.alignment({"opd": o, "nca": n})["global"]
-    assert r["nca_orth_to_opd"] == pytest.approx(math.sqrt(0.5))
-
-
 def test_zero_delta_and_squares_sum(folders):
     same = param_delta.deltas(folders["qwen3"], [folders["qwen3"]])["per_checkpoint"]
     assert next(iter(same.values()))["global_rel"] == 0

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import torch
 from tqdm import tqdm
 
-from nca_interp.checkpoint import load_checkpoint, read_run_config
+from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint, read_run_config
 from nca_interp.cli import parse_config, to_dict
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens, task_for_checkpoints
 from nca_interp.losses import combine, loss_terms
@@ -93,12 +93,6 @@ class DistillConfig:
         "help": "prompts per forward/backward on each rank (0: the whole slice at once)"})
     grad_checkpointing: bool = field(default=False, metadata={
         "help": "recompute activations in backward (less memory, ~1/3 more compute)"})
-
-
-def check_same_tokenizer(tok_a, tok_b, a: str, b: str) -> None:
-    if tok_a.get_vocab() != tok_b.get_vocab() or tok_a.eos_token_id != tok_b.eos_token_id:
-        raise ValueError(f"teacher {b} and student {a} use different tokenizers; token-level KL "
-                         "needs one vocabulary - pick a teacher trained with the same tokenizer")
 
 
 def task_for(cfg: DistillConfig, student_dir: str):

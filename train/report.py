@@ -93,19 +93,28 @@ def layer_sim(figs: Path, name: str = "layer_sim") -> str:
 
 
 def grad_align(figs: Path) -> str:
-    rows = ["| run | step | opd~ctx | opd~nca | nca~ctx | \\|ctx\\|/\\|opd\\| | nca ⊥ opd |",
-            "|---|---|---|---|---|---|---|"]
+    def ang(v):
+        return "-" if v is None else f"{v:.0f}°"
+
+    rows = ["| run | step | prompts | opd~ctx | opd~nca | nca~ctx | floor opd | floor ctx | "
+            "floor nca | \\|ctx\\|/\\|opd\\| |", "|---" * 10 + "|"]
     for method in ("opd", "nca"):
         rep = json.loads((figs / f"grad_align_{method}.json").read_text())
         steps = rep.get("steps") or [None] * len(rep["results"])
         for step, r in zip(steps, rep["results"].values()):
             g = r["global"]
-            ang = {k: ("-" if v is None else f"{v:.1f}°") for k, v in g["angle_deg"].items()}
+            if "angle_xfit_deg" not in g:
+                raise ValueError(f"{figs}/grad_align_{method}.json predates noise floors; "
+                                 "re-run the grad_align stage")
+            x, f = g["angle_xfit_deg"], g["self_angle_deg"]
             ratio = g["norm_ratio"].get("ctx/opd")
-            orth = g.get("nca_orth_to_opd")
-            rows.append(f"| {method} | {step} | {ang['opd~ctx']} | {ang['opd~nca']} | "
-                        f"{ang['nca~ctx']} | {'-' if ratio is None else f'{ratio:.3f}'} | "
-                        f"{'-' if orth is None else f'{orth:.3f}'} |")
+            rows.append(f"| {method} | {step} | {rep['config']['batch']} | {ang(x['opd~ctx'])} | "
+                        f"{ang(x['opd~nca'])} | {ang(x['nca~ctx'])} | {ang(f['opd'])} | "
+                        f"{ang(f['ctx'])} | {ang(f['nca'])} | "
+                        f"{'-' if ratio is None else f'{ratio:.2f}'} |")
+    rows.append("\nAngles are cross-fitted (each term on one half batch against the other term "
+                "on the other half); floor: the angle between a term's own gradients on the two "
+                "halves. '-': a term within its sampling noise (snr <= 1) gets no angle.")
     return "\n".join(rows)
 
 

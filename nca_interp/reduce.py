@@ -1,0 +1,139 @@
+"""One streaming reducer for every analysis that compares whole weight or gradient vectors.
+
+param_delta (W0 and the deltas of several checkpoints) and grad_align (the gradients of the loss
+terms on two half batches) both need the same thing: the inner products of K vectors the size of
+a model, per parameter group. `Gram` accumulates those K x K matrices in float64, fed one tensor
+(or one row chunk of a tensor) at a time, so no analysis ever holds more than a chunk of each
+vector. `TensorFolder` reads tensors of a safetensors folder (one file or `save_pretrained`
+shards with `model.safetensors.index.json`) in their stored dtype, row chunk by row chunk.
+
+Groups, keyed by the one naming scheme (`names.module_of`): `global`, `{layer}.{module}` (e.g.
+`3.k_proj`, `all.embed`), `module:{module}` and `layer:{layer}`.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors import safe_open
+
+from nca_interp.names import module_of
+
+CHUNK_ELEMENTS = 1 << 24  # per vector and chunk: 16M elements = 128 MB in float64
+
+
+def group_keys(param_name: str) -> list[str]:
+    layer, module = module_of(param_name)
+    where = "all" if layer is None else str(layer)
+    return ["global", f"{where}.{module}", f"module:{module}", f"layer:{where}"]
+
+
+class Gram:
+    """K x K float64 inner products of K named vectors, per group."""
+
+    def __init__(self, labels: list[str]):
+        self.labels = list(labels)
+        self.mats: dict[str, np.ndarray] = {}
+        self.sizes: dict[str, int] = {}  # elements per group (for per-element normalisations)
+
+    def add(self, param_name: str, chunks) -> None:
+        """`chunks`: an iterable of lists of K same-shape tensors (row chunks of one
+        parameter in each vector)."""
+        k = len(self.labels)
+        G, n = np.zeros((k, k)), 0
+        for vecs in chunks:
+            V = torch.stack([v.reshape(-1).to(torch.float64) for v in vecs])
+            G += (V @ V.T).numpy()
+            n += V.shape[1]
+        for key in group_keys(param_name):
+            self.mats[key] = self.mats.get(key, np.zeros((k, k))) + G
+            self.sizes[key] = self.sizes.get(key, 0) + n
+
+    def index(self, label: str) -> int:
+        return self.labels.index(label)
+
+    def dot(self, key: str, a: str, b: str) -> float:
+        return float(self.mats[key][self.index(a), self.index(b)])
+
+    def combine(self, key: str, weights: dict[str, dict[str, float]]) -> np.ndarray:
+        """Gram matrix of linear combinations: `weights[name] = {label: coefficient}`."""
+        W = np.array([[w.get(lab, 0.0) for lab in self.labels] for w in weights.values()])
+        return W @ self.mats[key] @ W.T
+
+
+def cosine(G: np.ndarray, i: int, j: int) -> float | None:
+    den = G[i, i] * G[j, j]
+    return float(G[i, j] / np.sqrt(den)) if den > 0 else None
+
+
+class TensorFolder:
+    """The safetensors weights of one checkpoint folder, read lazily in their stored dtype.
+    Handles a single file or shards (`model.safetensors.index.json`); training-state files are
+    not weights. Use as a context manager (file handles stay open inside it)."""
+
+    def __init__(self, path: str | Path):
+        """`path`: a checkpoint folder, or one safetensors file."""
+        self.path = Path(path)
+        index = self.path / "model.safetensors.index.json"
+        if self.path.is_file():
+            with safe_open(str(self.path), framework="pt") as h:
+                self.files = {n: self.path for n in h.keys()}
+        elif index.exists():
+            weight_map = json.loads(index.read_text())["weight_map"]
+            self.files = {n: self.path / f for n, f in weight_map.items()}
+        else:
+            self.files = {}
+            for f in sorted(self.path.glob("*.safetensors")):
+                if f.name == "trainer_state.safetensors":
+                    continue
+                with safe_open(str(f), framework="pt") as h:
+                    for n in h.keys():
+                        self.files[n] = f
+        self._stack: ExitStack | None = None
+        self._handles: dict[Path, object] = {}
+
+    def __enter__(self) -> TensorFolder:
+        self._stack = ExitStack()
+        for f in sorted(set(self.files.values())):
+            self._handles[f] = self._stack.enter_context(safe_open(str(f), framework="pt"))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handles.clear()
+        if self._stack is not None:
+            self._stack.close()
+
+    def names(self) -> list[str]:
+        return list(self.files)
+
+    def _slice(self, name: str):
+        return self._handles[self.files[name]].get_slice(name)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._slice(name).get_shape())
+
+    def dtype(self, name: str) -> str:
+        return self._slice(name).get_dtype()
+
+    def rows(self, name: str, start: int, stop: int) -> torch.Tensor:
+        s = self._slice(name)
+        return s[start:stop] if len(s.get_shape()) else s[:]
+
+    def get(self, name: str) -> torch.Tensor:
+        return self._handles[self.files[name]].get_tensor(name)
+
+
+def row_chunks(shape: tuple[int, ...], max_elements: int = CHUNK_ELEMENTS):
+    """(start, stop) row ranges of a tensor of `shape`, each at most `max_elements` (but at
+    least one row)."""
+    if not shape:
+        yield 0, 1
+        return
+    per_row = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+    step = max(1, max_elements // max(per_row, 1))
+    for start in range(0, shape[0], step):
+        yield start, min(start + step, shape[0])
