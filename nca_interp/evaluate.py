@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nca_interp.checkpoint import load_checkpoint, read_run_config
+from nca_interp.checkpoint import load_checkpoint
 from nca_interp.cli import parse_config, to_dict
 from nca_interp.models import autocast, context_limit, resolve_device
 from nca_interp.rollout import (

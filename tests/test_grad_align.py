@@ -8,7 +8,6 @@ import torch
 
 from nca_interp import grad_align
 from nca_interp.reduce import Gram
-from nca_interp.rollout import onpolicy_batch
 from nca_interp.tasks import make_task
 from tests.conftest import tiny
 
