@@ -1,114 +1,226 @@
 """Where training moved the weights: parameter deltas against a common initial checkpoint.
 
     python -m nca_interp.param_delta --init runs/base runs/opd runs/nca
+    python -m nca_interp.param_delta --init runs/base runs/opd_s0 runs/nca_s0 runs/opd_s1 \
+        --control runs/opd_s0,runs/opd_s1          # seed-to-seed baseline for cos(dOPD, dNCA)
 
 Per checkpoint and per layer x module (HF names: `model.layers.{i}.self_attn.k_proj`, ...):
   rel        ||W - W0||_F / ||W0||_F
+  adam_norm  ||W - W0||_F / (sum_t lr_t x sqrt(n)): under Adam every element moves about lr per
+             step whatever its gradient, so this is the fraction of that budget the module used
+             (1: every element moved lr every step in one direction). `rel` instead mostly
+             measures lr x steps / ||W0||: modules with small initial norms look larger.
   share      the module's fraction of the checkpoint's total squared delta
 and totals per module type and per layer (root of summed squares, relative to ||W0||).
 With two or more checkpoints (first = OPD, second = NCA by convention, or --pair A,B):
   cos        cosine between the two deltas per module
-  specific   ||dB - dA|| / ||W0|| per module (the NCA-specific delta) and its share.
+  specific   ||dB - dA|| / ||W0|| per module (the NCA-specific delta) and its share
+  control    with --control C,D (e.g. OPD seed 0 and seed 1): cos(dC, dD) per module, the
+             seed-to-seed baseline that every cos(dA, dB) must be read against.
+`--rows task` restricts embed and lm_head to the rows of tokens the task uses (unused vocabulary
+rows inflate ||W0|| and, with weight decay, the delta).
+
+Streaming: tensors are read one at a time (embedding and lm_head in row chunks) through
+`safetensors.safe_open` in their stored dtype (bf16/fp16/fp32; single files or
+`save_pretrained` shards), and only float64 inner products are kept (nca_interp.reduce), so
+memory stays at a few tensors whatever the model size and the number of checkpoints. A tied
+lm_head (`tie_word_embeddings`) is the embedding and is counted once.
 Checkpoints must match the initial one in architecture, parameter names and shapes.
 """
 
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
-from safetensors.torch import load_file
 
-from nca_interp.assets import resolve
-from nca_interp.checkpoint import read_run_config, verify_folder
+from nca_interp.checkpoint import CheckpointError, read_run_config, verify_folder
 from nca_interp.cli import parse_config, to_dict
 from nca_interp.names import MODULES, module_of
+from nca_interp.reduce import Gram, TensorFolder, row_chunks
+from nca_interp.runs import initial_of, lr_at
+
+ARCH_KEYS = ("model_type", "num_hidden_layers", "hidden_size", "vocab_size",
+             "num_attention_heads", "num_key_value_heads", "intermediate_size")
 
 
-def load_weights(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
-    path = verify_folder(path)
-    tensors: dict[str, torch.Tensor] = {}
-    for f in sorted(path.glob("*.safetensors")):
-        if f.name != "trainer_state.safetensors":
-            tensors.update(load_file(f))
-    config = json.loads((path / "config.json").read_text())
-    return {k: v.double() for k, v in tensors.items()}, config
+def read_config(path: Path) -> dict:
+    return json.loads((path / "config.json").read_text())
 
 
-def check_compatible(w0: dict, c0: dict, w1: dict, c1: dict, name0: str, name1: str) -> None:
-    for key in ("model_type", "num_hidden_layers", "hidden_size", "vocab_size"):
+def weight_names(folder: TensorFolder, config: dict) -> list[str]:
+    """Parameter tensors of a folder; a tied lm_head is the embedding (counted once)."""
+    names = folder.names()
+    if config.get("tie_word_embeddings") and "model.embed_tokens.weight" in names:
+        names = [n for n in names if n != "lm_head.weight"]
+    return names
+
+
+def check_compatible(f0: TensorFolder, c0: dict, f1: TensorFolder, c1: dict, name0: str,
+                     name1: str) -> None:
+    """Same architecture, parameter names and shapes; raised before any tensor is read."""
+    for key in ARCH_KEYS:
         if c0.get(key) != c1.get(key):
-            raise ValueError(f"{name1} and {name0} differ in {key} ({c1.get(key)} vs "
-                             f"{c0.get(key)}); deltas need checkpoints of one architecture")
-    missing, extra = sorted(set(w0) - set(w1)), sorted(set(w1) - set(w0))
+            raise CheckpointError(f"{name1} and {name0} differ in {key} ({c1.get(key)} vs "
+                                  f"{c0.get(key)}); deltas need checkpoints of one "
+                                  "architecture")
+    n0, n1 = weight_names(f0, c0), weight_names(f1, c1)
+    missing, extra = sorted(set(n0) - set(n1)), sorted(set(n1) - set(n0))
     if missing or extra:
-        raise ValueError(f"{name1} and {name0} have different parameters: missing "
-                         f"{missing[:3]}, extra {extra[:3]}")
-    for k in w0:
-        if w0[k].shape != w1[k].shape:
-            raise ValueError(f"{name1}: parameter {k} has shape {tuple(w1[k].shape)}, "
-                             f"{name0} has {tuple(w0[k].shape)}")
+        raise CheckpointError(f"{name1} and {name0} have different parameters: missing "
+                              f"{missing[:3]}, extra {extra[:3]}")
+    for k in n0:
+        if f0.shape(k) != f1.shape(k):
+            raise CheckpointError(f"{name1}: parameter {k} has shape {f1.shape(k)}, {name0} "
+                                  f"has {f0.shape(k)}")
 
 
-def module_table(sq_delta: dict[str, float], sq_w0: dict[str, float]) -> dict:
-    """Aggregate per-parameter squared norms into layer x module, per-module and per-layer."""
-    cells: dict[tuple, list[float]] = {}
-    for name in sq_delta:
-        key = module_of(name)
-        c = cells.setdefault(key, [0.0, 0.0])
-        c[0] += sq_delta[name]
-        c[1] += sq_w0[name]
-    total = sum(sq_delta.values())
-    rel = {f"{'all' if k[0] is None else k[0]}.{k[1]}": (d / w) ** 0.5 if w else 0.0
-           for k, (d, w) in cells.items()}
-    share = {f"{'all' if k[0] is None else k[0]}.{k[1]}": d / total if total else 0.0
-             for k, (d, w) in cells.items()}
-    by_module: dict[str, list[float]] = {}
-    by_layer: dict[str, list[float]] = {}
-    for (layer, module), (d, w) in cells.items():
-        for table, key in ((by_module, module), (by_layer, "all" if layer is None else str(layer))):
-            t = table.setdefault(key, [0.0, 0.0])
-            t[0] += d
-            t[1] += w
-    agg = lambda t: {k: (d / w) ** 0.5 if w else 0.0 for k, (d, w) in t.items()}  # noqa: E731
-    return {"rel": rel, "share": share, "per_module": agg(by_module), "per_layer": agg(by_layer),
-            "global_rel": (total / sum(sq_w0.values())) ** 0.5, "global_sq": total}
+def lr_budget(path: str | Path) -> float | None:
+    """sum_t lr_t over the optimizer steps that produced `path` (from its run config and, for a
+    step folder, its trainer state); None for a checkpoint that does not record them."""
+    run = read_run_config(path)
+    if "lr" not in run:
+        return None
+    state = Path(path) / "trainer_state.json"
+    steps = json.loads(state.read_text())["step"] if state.exists() else run.get("steps")
+    if not steps:
+        return None
+    return float(sum(lr_at(t, run["lr"], run.get("warmup", 0), run["steps"],
+                           run.get("schedule", "constant")) for t in range(steps)))
 
 
-def deltas(init: str, ckpts: list[str]) -> dict:
-    w0, c0 = load_weights(init)
-    sq_w0 = {k: float(v.pow(2).sum()) for k, v in w0.items()}
-    out, flat = {}, {}
-    for p in ckpts:
-        w, c = load_weights(p)
-        check_compatible(w0, c0, w, c, str(init), str(p))
-        d = {k: w[k] - w0[k] for k in w0}
-        flat[p] = d
-        out[p] = module_table({k: float(v.pow(2).sum()) for k, v in d.items()}, sq_w0)
-    return {"per_checkpoint": out, "n_layers": c0.get("num_hidden_layers"), "_deltas": flat,
-            "_sq_w0": sq_w0}
+def stream_deltas(init: Path, ckpts: list[Path], rows: dict[str, torch.Tensor] | None = None
+                  ) -> Gram:
+    """Gram matrix of [W0, d_1, ..., d_k] (d_i = W_i - W0) per group, streamed. `rows`: for
+    the named tensors, only these row indices count."""
+    c0 = read_config(init)
+    with ExitStack() as stack:
+        f0 = stack.enter_context(TensorFolder(init))
+        fs = [stack.enter_context(TensorFolder(p)) for p in ckpts]
+        for p, f in zip(ckpts, fs):
+            check_compatible(f0, c0, f, read_config(p), str(init), str(p))
+        gram = Gram(["w0", *map(str, ckpts)])
+        for name in weight_names(f0, c0):
+            keep = rows.get(name) if rows else None
+
+            def chunks(name=name, keep=keep):
+                for a, b in row_chunks(f0.shape(name)):
+                    w0 = f0.rows(name, a, b).to(torch.float64)
+                    ds = [f.rows(name, a, b).to(torch.float64) - w0 for f in fs]
+                    if keep is not None:
+                        sel = keep[(keep >= a) & (keep < b)] - a
+                        w0, ds = w0[sel], [d[sel] for d in ds]
+                    yield [w0, *ds]
+
+            gram.add(name, chunks())
+    return gram
 
 
-def compare(da: dict[str, torch.Tensor], db: dict[str, torch.Tensor],
-            sq_w0: dict[str, float]) -> dict:
-    """Per-module cosine between two deltas, and where db - da (the specific delta) lies."""
-    groups: dict[str, list[str]] = {}
-    for name in da:
-        layer, module = module_of(name)
-        groups.setdefault(f"{'all' if layer is None else layer}.{module}", []).append(name)
-    cos = {}
-    for key, names in groups.items():
-        a = torch.cat([da[n].flatten() for n in names])
-        b = torch.cat([db[n].flatten() for n in names])
-        den = a.norm() * b.norm()
-        cos[key] = float(a @ b / den) if den > 0 else None
-    specific = module_table({k: float((db[k] - da[k]).pow(2).sum()) for k in da}, sq_w0)
-    a = torch.cat([v.flatten() for v in da.values()])
-    b = torch.cat([v.flatten() for v in db.values()])
-    return {"cos": cos, "global_cos": float(a @ b / (a.norm() * b.norm())) if a.norm() * b.norm()
-            else None, "specific": specific}
+def _cells(gram: Gram) -> list[str]:
+    return [k for k in gram.mats if k != "global" and ":" not in k]
+
+
+def module_table(gram: Gram, i: int, budget: float | None) -> dict:
+    """Delta i (Gram index) per cell, per module type, per layer and in total."""
+    def sq(key):
+        return gram.mats[key][i, i]
+
+    def w0(key):
+        return gram.mats[key][0, 0]
+
+    def rel(key):
+        return float(np.sqrt(sq(key) / w0(key))) if w0(key) > 0 else 0.0
+
+    def adam(key):
+        return float(np.sqrt(sq(key) / gram.sizes[key]) / budget) if budget else None
+
+    total = sq("global")
+    cells = _cells(gram)
+    modules = [k for k in gram.mats if k.startswith("module:")]
+    layers = [k for k in gram.mats if k.startswith("layer:")]
+    strip = lambda k: k.split(":", 1)[1]  # noqa: E731
+    return {"rel": {k: rel(k) for k in cells},
+            "adam_norm": {k: adam(k) for k in cells},
+            "share": {k: float(sq(k) / total) if total else 0.0 for k in cells},
+            "per_module": {strip(k): rel(k) for k in modules},
+            "per_module_adam": {strip(k): adam(k) for k in modules},
+            "per_layer": {strip(k): rel(k) for k in layers},
+            "per_layer_adam": {strip(k): adam(k) for k in layers},
+            "global_rel": rel("global"), "global_adam": adam("global"),
+            "global_sq": float(total), "lr_budget": budget}
+
+
+def _cos(gram: Gram, key: str, a: int, b: int) -> float | None:
+    G = gram.mats[key]
+    den = G[a, a] * G[b, b]
+    return float(G[a, b] / np.sqrt(den)) if den > 0 else None
+
+
+def pair_cos(gram: Gram, a: int, b: int) -> tuple[dict, float | None]:
+    """cos(d_a, d_b) per layer x module cell, and over all parameters."""
+    return {k: _cos(gram, k, a, b) for k in _cells(gram)}, _cos(gram, "global", a, b)
+
+
+def module_cos(gram: Gram, a: int, b: int) -> dict:
+    """cos(d_a, d_b) per module type (all layers together)."""
+    return {k.split(":", 1)[1]: _cos(gram, k, a, b) for k in gram.mats
+            if k.startswith("module:")}
+
+
+def specific(gram: Gram, a: int, b: int) -> dict:
+    """||dB - dA|| relative to ||W0|| per cell, and its shares (from the Gram matrix)."""
+    def sq(key):
+        G = gram.mats[key]
+        return max(G[a, a] + G[b, b] - 2 * G[a, b], 0.0)
+
+    total = sq("global")
+    cells = _cells(gram)
+    return {"rel": {k: float(np.sqrt(sq(k) / gram.mats[k][0, 0])) if gram.mats[k][0, 0] > 0
+                    else 0.0 for k in cells},
+            "share": {k: float(sq(k) / total) if total else 0.0 for k in cells},
+            "global_rel": float(np.sqrt(total / gram.mats["global"][0, 0]))}
+
+
+def task_rows(init: Path, task_name: str | None, options: list[str] | None,
+              n: int = 200) -> torch.Tensor:
+    """Token ids the task uses: its prompts with and without every context kind, its target
+    responses, and the special tokens, over `n` held-out levels."""
+    from transformers import AutoTokenizer
+
+    from nca_interp.runs import task_for_checkpoints
+
+    tok = AutoTokenizer.from_pretrained(init, local_files_only=True)
+    task = task_for_checkpoints([str(init)], task_name, options=options).for_tokenizer(tok)
+    kinds = ["system"] if task.default_context == "system" else ["state", "plan", "rules"]
+    ids = set(i for i in (tok.eos_token_id, tok.pad_token_id, tok.bos_token_id) if i is not None)
+    for lv in task.levels("test", n):
+        texts = [task.prompt(lv), task.target(lv)] + [task.prompt(lv, task.context(lv, k))
+                                                       for k in kinds]
+        for t in texts:
+            ids.update(tok(t, add_special_tokens=False)["input_ids"])
+    return torch.tensor(sorted(ids))
+
+
+def deltas(init: str | Path, ckpts: list[str], rows: str = "all", task: str | None = None,
+           task_options: list[str] | None = None) -> tuple[dict, Gram]:
+    """Per-checkpoint tables and the Gram matrix behind them (index 0: W0, i: checkpoint i)."""
+    init = verify_folder(init)
+    paths = [verify_folder(p) for p in ckpts]
+    if rows not in ("all", "task"):
+        raise ValueError(f"--rows must be all or task, not {rows!r}")
+    keep = None
+    if rows == "task":
+        ids = task_rows(init, task, task_options)
+        keep = {"model.embed_tokens.weight": ids, "lm_head.weight": ids}
+    gram = stream_deltas(init, paths, keep)
+    per = {p: module_table(gram, i + 1, lr_budget(p)) for i, p in enumerate(ckpts)}
+    return {"per_checkpoint": per, "n_layers": read_config(init).get("num_hidden_layers"),
+            "rows": rows, "n_task_rows": None if keep is None else
+            len(keep["lm_head.weight"])}, gram
 
 
 def layer_module_grid(cells: dict[str, float | None], n_layers: int
@@ -127,6 +239,14 @@ class ParamDeltaConfig:
     pair: list[str] = field(default_factory=list, metadata={
         "help": "two of the checkpoints to compare (A,B: specific delta = dB - dA); "
                 "default: the first two"})
+    control: list[str] = field(default_factory=list, metadata={
+        "help": "two checkpoints of one method and different seeds (C,D): cos(dC, dD) is "
+                "printed beside every cos(dA, dB)"})
+    rows: str = field(default="all", metadata={
+        "help": "all | task (embed / lm_head: only the rows of tokens the task uses)"})
+    task: str | None = field(default=None, metadata={"help": "for --rows task; default: "
+                                                            "from the run config"})
+    task_options: list[str] | None = field(default=None, metadata={"help": "for --rows task"})
     out: str = field(default="figures/demo/param_delta", metadata={"help": "output stem"})
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
 
@@ -136,10 +256,30 @@ def format_table(per_ckpt: dict[str, dict], key: str) -> str:
     rows = sorted({k for r in per_ckpt.values() for k in r[key]},
                   key=lambda k: (not k.isdigit(), int(k) if k.isdigit() else 0, k))
     w = max(14, *(len(Path(n).name) for n in names))
-    lines = [f"{key:<14} " + " ".join(f"{Path(n).name:>{w}}" for n in names)]
+    kw = max(16, *(len(k) + 1 for k in rows))
+    lines = [f"{key:<{kw}} " + " ".join(f"{Path(n).name:>{w}}" for n in names)]
     for k in rows:
-        lines.append(f"{k:<14} " + " ".join(f"{per_ckpt[n][key].get(k, 0):>{w}.5f}"
-                                            for n in names))
+        vals = [per_ckpt[n][key].get(k) for n in names]
+        lines.append(f"{k:<{kw}} " + " ".join(f"{v:>{w}.5f}" if v is not None else f"{'-':>{w}}"
+                                              for v in vals))
+    return "\n".join(lines)
+
+
+def format_cos(cmp: dict, ctrl: dict | None) -> str:
+    """cos(dA, dB) per module type beside the seed-to-seed control (per cell: the JSON)."""
+    a, b = Path(cmp["a"]).name, Path(cmp["b"]).name
+    cols = [f"cos(d{a}, d{b})"] + ([f"control cos(d{Path(ctrl['a']).name}, "
+                                    f"d{Path(ctrl['b']).name})"] if ctrl else [])
+    w = max(len(c) for c in cols) + 1
+    keys = ["global", *sorted(cmp["per_module_cos"])]
+    kw = max(len(k) for k in keys) + 1
+    lines = [f"{'module':<{kw}}" + "".join(f"{c:>{w}}" for c in cols)]
+    for k in keys:
+        vals = [cmp["global_cos"] if k == "global" else cmp["per_module_cos"][k]]
+        if ctrl:
+            vals.append(ctrl["global_cos"] if k == "global" else ctrl["per_module_cos"].get(k))
+        lines.append(f"{k:<{kw}}" + "".join(f"{'-' if v is None else f'{v:.4f}':>{w}}"
+                                           for v in vals))
     return "\n".join(lines)
 
 
@@ -151,16 +291,18 @@ def main(argv: list[str] | None = None) -> dict:
         from nca_interp.assets import embedded
 
         cfg.ckpt = [str(embedded("sokoban_opd")), str(embedded("sokoban_nca"))]
-    init = cfg.init or resolve(read_run_config(cfg.ckpt[0]).get("student"))
+    for name, pair in (("--pair", cfg.pair), ("--control", cfg.control)):
+        if pair and (len(pair) != 2 or not set(pair) <= set(cfg.ckpt)):
+            raise ValueError(f"{name} takes two of the checkpoints given (A,B), not {pair}")
+    init = cfg.init or initial_of(cfg.ckpt[0])
     if not init:
         raise ValueError(f"{cfg.ckpt[0]} does not name its initial checkpoint; pass --init")
-    result = deltas(init, cfg.ckpt)
-    d, sq_w0 = result.pop("_deltas"), result.pop("_sq_w0")
+    result, gram = deltas(init, cfg.ckpt, cfg.rows, cfg.task, cfg.task_options)
     n_layers = result["n_layers"]
     per = result["per_checkpoint"]
-    print(f"initial checkpoint: {init}")
-    print(format_table(per, "per_module") + "\n")
-    print(format_table(per, "per_layer") + "\n")
+    print(f"initial checkpoint: {init}  (rows: {cfg.rows})")
+    for key in ("per_module", "per_module_adam", "per_layer", "per_layer_adam"):
+        print(format_table(per, key) + "\n")
     out = Path(cfg.out)
     written = []
     for p, r in per.items():
@@ -168,12 +310,21 @@ def main(argv: list[str] | None = None) -> dict:
         written += write_figure(heatmap(grid, rows, cols, f"||dW||/||W0||: {Path(p).name}"),
                                 f"{out}_{Path(p).name}", png=cfg.png)
     report = {"config": to_dict(cfg), "init": init, **result}
+    index = {p: i + 1 for i, p in enumerate(cfg.ckpt)}
+    if cfg.control:
+        c, d = cfg.control
+        cos, gcos = pair_cos(gram, index[c], index[d])
+        report["control"] = {"a": c, "b": d, "cos": cos, "global_cos": gcos,
+                             "per_module_cos": module_cos(gram, index[c], index[d])}
     pair = cfg.pair or cfg.ckpt[:2]
     if len(pair) == 2:
         a, b = pair
-        cmp = compare(d[a], d[b], sq_w0)
-        report["comparison"] = {"a": a, "b": b, **cmp}
-        grid, rows, cols = layer_module_grid(cmp["cos"], n_layers)
+        cos, gcos = pair_cos(gram, index[a], index[b])
+        cmp = {"a": a, "b": b, "cos": cos, "global_cos": gcos,
+               "per_module_cos": module_cos(gram, index[a], index[b]),
+               "specific": specific(gram, index[a], index[b])}
+        report["comparison"] = cmp
+        grid, rows, cols = layer_module_grid(cos, n_layers)
         written += write_figure(heatmap(grid, rows, cols, f"cos(d {Path(a).name}, d "
                                         f"{Path(b).name}) per module", signed=True),
                                 f"{out}_cos", png=cfg.png)
@@ -181,10 +332,16 @@ def main(argv: list[str] | None = None) -> dict:
         written += write_figure(heatmap(grid, rows, cols, f"specific delta ||d{Path(b).name} - "
                                         f"d{Path(a).name}|| / ||W0||"),
                                 f"{out}_specific", png=cfg.png)
+        if "control" in report:
+            grid, rows, cols = layer_module_grid(report["control"]["cos"], n_layers)
+            written += write_figure(heatmap(grid, rows, cols, "seed-to-seed control: cos(d "
+                                            f"{Path(report['control']['a']).name}, d "
+                                            f"{Path(report['control']['b']).name})",
+                                            signed=True), f"{out}_control_cos", png=cfg.png)
+        print(format_cos(cmp, report.get("control")))
+        if "control" not in report:
+            print("(no --control: cos(dA, dB) has no seed-to-seed baseline beside it)")
         top = sorted(cmp["specific"]["share"].items(), key=lambda kv: -kv[1])[:5]
-        gc = cmp["global_cos"]
-        print(f"cos(d{Path(a).name}, d{Path(b).name}) global: "
-              f"{'undefined (a delta is zero)' if gc is None else f'{gc:.4f}'}")
         print("specific delta concentrates in: " +
               ", ".join(f"{k} ({v:.1%})" for k, v in top))
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ analyses (which never import each other for it)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from nca_interp.assets import resolve
@@ -58,3 +59,12 @@ def with_initial_checkpoints(paths: list[str]) -> list[str]:
 def step_of(path: str) -> int | None:
     name = Path(path).name
     return int(name.split("_")[1]) if name.startswith("step_") else None
+
+
+def lr_at(step: int, lr: float, warmup: int, total: int, schedule: str) -> float:
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if schedule == "cosine":
+        frac = (step - warmup) / max(1, total - warmup)
+        return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+    return lr

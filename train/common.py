@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 from nca_interp import checkpoint as ckpt
 from nca_interp.evaluate import play_levels
 from nca_interp.models import resolve_device
+from nca_interp.runs import lr_at  # noqa: F401 - the schedule lives with the run readers
 
 
 def setup_torch(threads: int) -> None:
@@ -78,15 +79,6 @@ def eval_wins(model, tok, task, levels: list, kinds: list[str]) -> dict[str, flo
                     .mean()) for k in ["none", *kinds]}
     model.train(was_training)
     return out
-
-
-def lr_at(step: int, lr: float, warmup: int, total: int, schedule: str) -> float:
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    if schedule == "cosine":
-        frac = (step - warmup) / max(1, total - warmup)
-        return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
-    return lr
 
 
 def optimizer_state(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:

@@ -1,0 +1,158 @@
+"""param_delta: the streamed reduction against an in-memory float64 reference, shards, tied
+embeddings, the seed-to-seed control and the Adam-normalised delta."""
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from nca_interp import param_delta
+from nca_interp.checkpoint import CheckpointError
+from nca_interp.models import ModelConfig, build_model
+from nca_interp.names import module_of
+
+
+def save(model, tok, folder, shard: str | None = None, dtype=None):
+    if dtype is not None:
+        model = model.to(dtype)
+    kw = {"max_shard_size": shard} if shard else {}
+    model.save_pretrained(folder, **kw)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def perturbed(model, seed: int, scale: float = 1e-2):
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=gen))
+    return model
+
+
+@pytest.fixture(scope="module")
+def three(tok, tmp_path_factory):
+    root = tmp_path_factory.mktemp("pd")
+    cfg = ModelConfig("qwen3", 2, 32, 4, 2, 64, 256)
+    w0 = save(build_model(cfg, tok, 0), tok, root / "w0")
+    a = save(perturbed(build_model(cfg, tok, 0), 1), tok, root / "a")
+    b = save(perturbed(build_model(cfg, tok, 0), 2), tok, root / "b")
+    return w0, a, b
+
+
+def reference(w0_dir, dirs):
+    """In memory, float64: every tensor loaded whole, deltas per cell and their cosines."""
+    w0 = {k: v.double() for k, v in load_file(w0_dir / "model.safetensors").items()}
+    ds = [{k: v.double() - w0[k] for k, v in load_file(d / "model.safetensors").items()}
+          for d in dirs]
+    cells: dict[str, list[str]] = {}
+    for n in w0:
+        layer, module = module_of(n)
+        cells.setdefault(f"{'all' if layer is None else layer}.{module}", []).append(n)
+    flat = lambda t, names: torch.cat([t[n].flatten() for n in names])  # noqa: E731
+    rel = {k: float(flat(ds[0], ns).norm() / flat(w0, ns).norm()) for k, ns in cells.items()}
+    cos = {k: float(flat(ds[0], ns) @ flat(ds[1], ns) /
+                    (flat(ds[0], ns).norm() * flat(ds[1], ns).norm())) for k, ns in cells.items()}
+    return rel, cos
+
+
+def test_streamed_equals_in_memory(three):
+    w0, a, b = three
+    result, gram = param_delta.deltas(w0, [str(a), str(b)])
+    rel, cos = reference(w0, [a, b])
+    got = result["per_checkpoint"][str(a)]["rel"]
+    assert got.keys() == rel.keys()
+    for k in rel:
+        assert got[k] == pytest.approx(rel[k], rel=1e-10)
+    got_cos, _ = param_delta.pair_cos(gram, 1, 2)
+    for k in cos:
+        assert got_cos[k] == pytest.approx(cos[k], rel=1e-10)
+
+
+def test_chunked_rows_equal_whole_tensors(three, monkeypatch):
+    w0, a, b = three
+    whole, _ = param_delta.deltas(w0, [str(a)])
+    monkeypatch.setattr("nca_interp.reduce.CHUNK_ELEMENTS", 50)  # a few rows per chunk
+    monkeypatch.setattr(param_delta, "row_chunks",
+                        lambda shape: __import__("nca_interp.reduce").reduce.row_chunks(shape, 50))
+    chunked, _ = param_delta.deltas(w0, [str(a)])
+    for k, v in whole["per_checkpoint"][str(a)]["rel"].items():
+        assert chunked["per_checkpoint"][str(a)]["rel"][k] == pytest.approx(v, rel=1e-10)
+
+
+def test_sharded_and_single_file_give_identical_tables(tok, tmp_path):
+    cfg = ModelConfig("qwen3", 2, 32, 4, 2, 64, 256)
+    single = save(build_model(cfg, tok, 0), tok, tmp_path / "w0")
+    shard = save(build_model(cfg, tok, 0), tok, tmp_path / "w0_sharded", shard="20KB")
+    assert (shard / "model.safetensors.index.json").exists()
+    a = save(perturbed(build_model(cfg, tok, 0), 1), tok, tmp_path / "a", shard="20KB")
+    r1, _ = param_delta.deltas(single, [str(a)])
+    r2, _ = param_delta.deltas(shard, [str(a)])
+    assert r1["per_checkpoint"][str(a)] == r2["per_checkpoint"][str(a)]
+
+
+def test_bf16_weights_read_as_stored(tok, tmp_path):
+    cfg = ModelConfig("qwen3", 2, 32, 4, 2, 64, 256)
+    w0 = save(build_model(cfg, tok, 0), tok, tmp_path / "w0", dtype=torch.bfloat16)
+    a = save(perturbed(build_model(cfg, tok, 0), 1, 0.05), tok, tmp_path / "a",
+             dtype=torch.bfloat16)
+    r, _ = param_delta.deltas(w0, [str(a)])
+    assert 0 < r["per_checkpoint"][str(a)]["global_rel"] < 1
+
+
+def test_tied_embedding_counted_once(tok, tmp_path):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    hf = Qwen3Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                     head_dim=8, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    m = Qwen3ForCausalLM(hf)
+    w0 = save(m, tok, tmp_path / "w0")
+    a = save(perturbed(m, 1), tok, tmp_path / "a")
+    from safetensors.torch import save_file
+
+    for folder in (w0, a):  # some writers store the tied matrix under both names
+        f = folder / "model.safetensors"
+        t = load_file(f)
+        save_file({**t, "lm_head.weight": t["model.embed_tokens.weight"].clone()}, f,
+                  metadata={"format": "pt"})
+    result, gram = param_delta.deltas(w0, [str(a)])
+    n_params = sum(p.numel() for p in m.parameters())  # shared matrix once
+    assert gram.sizes["global"] == n_params
+    assert "all.lm_head" not in result["per_checkpoint"][str(a)]["rel"]
+
+
+def test_zero_delta_and_squares_sum(three):
+    w0, a, _ = three
+    same, _ = param_delta.deltas(w0, [str(w0)])
+    assert same["per_checkpoint"][str(w0)]["global_rel"] == 0
+    r, _ = param_delta.deltas(w0, [str(a)])
+    t = r["per_checkpoint"][str(a)]
+    assert sum(t["share"].values()) == pytest.approx(1.0)
+    assert {"q_proj", "k_proj", "embed", "lm_head"} <= t["per_module"].keys()
+
+
+def test_architecture_mismatch_refused(tok, three, tmp_path):
+    w0, _, _ = three
+    llama = save(build_model(ModelConfig("llama", 2, 32, 4, 2, 64, 256), tok, 0), tok,
+                 tmp_path / "llama")
+    with pytest.raises(CheckpointError, match="model_type"):
+        param_delta.deltas(w0, [str(llama)])
+
+
+def test_control_and_adam_normalisation(tok, three, tmp_path):
+    from nca_interp.checkpoint import save_checkpoint
+
+    w0, _, _ = three
+    cfg = ModelConfig("qwen3", 2, 32, 4, 2, 64, 256)
+    run = {"lr": 1e-3, "steps": 10, "warmup": 0}  # as if trained 10 steps at lr 1e-3
+    a, b = (save_checkpoint(tmp_path / n, perturbed(build_model(cfg, tok, 0), s), tok, run)
+            for n, s in (("a", 1), ("b", 2)))
+    rep = param_delta.main([str(a), str(b), "--init", str(w0), "--control", f"{a},{b}",
+                            "--out", str(tmp_path / "pd")])
+    assert rep["control"]["global_cos"] == pytest.approx(rep["comparison"]["global_cos"])
+    t = rep["per_checkpoint"][str(a)]
+    # ||dW|| / (10 x 1e-3 x sqrt(n)): perturbation 1e-2 per element -> 1e-2 / 1e-2 = 1
+    assert t["global_adam"] == pytest.approx(1.0, rel=0.02)
+    with pytest.raises(ValueError, match="--control"):
+        param_delta.main([str(a), str(b), "--init", str(w0), "--control", str(a),
+                          "--out", str(tmp_path / "pd")])
