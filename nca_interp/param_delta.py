@@ -40,7 +40,7 @@ import torch
 
 from nca_interp.checkpoint import CheckpointError, read_run_config, verify_folder
 from nca_interp.cli import parse_config, to_dict
-from nca_interp.names import MODULES, module_of
+from nca_interp.names import MODULES
 from nca_interp.reduce import Gram, TensorFolder, row_chunks
 from nca_interp.runs import initial_of, lr_at
 

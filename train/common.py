@@ -5,7 +5,6 @@ torch.distributed process group."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from dataclasses import dataclass
