@@ -3,18 +3,27 @@
     python -m nca_interp.layer_sim                       # embedded Sokoban base / OPD / NCA
     python -m nca_interp.layer_sim runs/base runs/opd runs/nca --context plan --out figures/x
 
-For each checkpoint: greedy response y to x (no context); y is then teacher-forced under both
-prompts, x and [c, x], and the residual stream at y's positions is compared layer by layer
-(`hook_embed`, then `blocks.{i}.hook_resid_post`). `--at generating` compares instead the
-positions that *produce* y (the last prompt token, then y_1..y_{N-1}): for one-token answers
-(`sysprompt`) the default positions come after the decision, the generating ones include it.
+Every model, the baselines included, is teacher-forced on the *same* responses y (default
+`--responses reference`: the task's own answers, the solver's plan or the correct option; `base`:
+the first checkpoint's greedy responses; `own`: each model its own greedy responses, which makes
+models incomparable) under both prompts, x and [c, x], and the residual streams are compared
+layer by layer (`hook_embed`, then `blocks.{i}.hook_resid_post`) at one set of positions:
+  --at response    y's tokens
+  --at generating  the positions that produce y (the last prompt token, then y_1..y_{N-1}):
+                   what the distillation losses train. NCA minimises the divergence of the two
+                   views' outputs here, so similarity at these positions is expected of it, not
+                   a finding
+  --at prompt      x's tokens, which both views share (left padding aligns them) and which no
+                   loss touches directly: similarity here is the control
 Reported per layer:
   cos          mean over examples of the mean token cosine (and its std over examples)
   cos_centred  the same after subtracting the layer's mean hidden state (pooled over views),
                so the large shared direction that makes raw cosines ~1 does not count
   cka          linear CKA between the two views' token matrices
-  ctx_attn     fraction of attention (mean over heads and response queries) on context tokens
-               in the [c, x] view
+  ctx_attn     attention mass on the context tokens in the [c, x] view, mean over heads
+  ctx_attn_ratio  per layer x head: that mass divided by the context's share of the keys each
+               query sees (1 = uniform attention; a random-init model sits near 1), the
+               number that says which heads *read* the context
 A random-init model of the same config and the base/teacher are added as baselines.
 """
 
@@ -28,13 +37,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nca_interp.assets import resolve
-from nca_interp.checkpoint import load_checkpoint, read_run_config, save_checkpoint
+from nca_interp.checkpoint import load_checkpoint, save_checkpoint, verify_folder
 from nca_interp.cli import parse_config, to_dict
-from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens, task_for_checkpoints
+from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.hooks import boot_bridge, capture
 from nca_interp.models import context_limit, resolve_device
-from nca_interp.rollout import encode, pad_id, sample, stop_ids
+from nca_interp.rollout import encode, pad_id, sample, stop_ids, target_batch
+from nca_interp.runs import resolve_task_and_context, with_initial_checkpoints
 from nca_interp.tasks import Task
 
 
@@ -66,12 +75,25 @@ def similarity_by_layer(h0_L_B_N_D: torch.Tensor, h1_L_B_N_D: torch.Tensor,
 
 
 def context_attention(pattern_L_B_H_Q_K: torch.Tensor, key_is_ctx_B_K: torch.Tensor,
-                      query_mask_B_Q: torch.Tensor) -> list[float]:
-    """Per layer: attention mass on context keys, mean over heads and valid queries."""
-    mass = (pattern_L_B_H_Q_K * key_is_ctx_B_K[None, :, None, None, :]).sum(-1)  # L B H Q
-    mass = mass.mean(2)  # L B Q
-    q = query_mask_B_Q.to(mass.dtype)
-    return [float((layer * q).sum() / q.sum()) for layer in mass]
+                      key_mask_B_K: torch.Tensor, query_pos_B_Q: torch.Tensor,
+                      query_mask_B_Q: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Attention to the context tokens at the queries `query_pos` of the [c, x] view.
+
+    `mass_L_H`: summed over valid queries, the attention mass on context keys per head; `ratio_L_H`:
+    summed over valid queries, that mass divided by the context's share of the keys the query can
+    see (1 = attends to the context as much as uniform attention would); `n`: valid queries."""
+    K = key_is_ctx_B_K.shape[1]
+    causal_B_Q_K = torch.arange(K)[None, None, :] <= query_pos_B_Q[:, :, None]
+    visible = causal_B_Q_K & key_mask_B_K.bool()[:, None, :]
+    share_B_Q = (visible & key_is_ctx_B_K.bool()[:, None, :]).sum(-1) / visible.sum(-1).clamp(min=1)
+    idx = query_pos_B_Q[None, :, None, :, None].expand(*pattern_L_B_H_Q_K.shape[:3], -1, K)
+    pat = pattern_L_B_H_Q_K.gather(3, idx)  # L B H Q K at the selected queries
+    mass = (pat * key_is_ctx_B_K[None, :, None, None, :]).sum(-1)  # L B H Q
+    q = query_mask_B_Q.to(mass.dtype)[None, :, None, :]
+    ratio = torch.where(share_B_Q[None, :, None, :] > 0,
+                        mass / share_B_Q[None, :, None, :].clamp(min=1e-12), 0.0)
+    return {"mass_L_H": (mass * q).sum((1, 3)), "ratio_L_H": (ratio * q).sum((1, 3)),
+            "n": float(query_mask_B_Q.sum())}
 
 
 def context_token_mask(tokenizer, text: str, context: str) -> list[bool]:
@@ -85,64 +107,128 @@ def context_token_mask(tokenizer, text: str, context: str) -> list[bool]:
     return [a < end and b > start for a, b in enc["offset_mapping"]]
 
 
-def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
-                     batch: int = 100, device: str = "cpu", at: str = "response") -> dict:
-    """Similarity of the with/without-context residual streams of one checkpoint folder
-    (sampling and hooked passes on `device`; the statistics are computed on the CPU), at the
-    response tokens (`at="response"`) or at the positions that generate them (`generating`)."""
-    if at not in ("response", "generating"):
-        raise ValueError(f"at must be response or generating, not {at!r}")
+def shared_suffix_mask(x_ids: torch.Tensor, x_mask: torch.Tensor, cx_ids: torch.Tensor
+                       ) -> torch.Tensor:
+    """B P mask of the prompt x's tokens that the [c, x] prompt repeats at the same offset from
+    the end (left padding aligns them): x itself when x is a token-level suffix of [c, x]; with
+    a chat template only the common tail."""
+    P = x_ids.shape[1]
+    same = (x_ids == cx_ids[:, -P:]) & x_mask.bool()
+    # keep a position only if every later position also matches (a contiguous common suffix)
+    return same.flip(1).long().cumprod(1).flip(1)
+
+
+def reference_responses(tok, task: Task, levels: list) -> tuple[torch.Tensor, torch.Tensor]:
+    """The task's own answers (the solver's plan, the correct option), eos included."""
+    return target_batch(tok, [task.target(lv) for lv in levels])
+
+
+def greedy_responses(path: str | Path, task: Task, levels: list, batch: int, device: str
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A checkpoint's greedy no-context responses (right-padded, eos included)."""
     model, tok = load_checkpoint(path, device=device)
-    bridge = boot_bridge(path, device)
     task = task.for_tokenizer(tok)
     max_new = max_response_tokens(task)
-    h0s, h1s, masks, attn = [], [], [], []
+    rows, masks = [], []
     for i in range(0, len(levels), batch):
         chunk = levels[i: i + batch]
         x_ids, x_mask = encode(tok, [task.prompt(lv) for lv in chunk], context_limit(model),
                                max_new)
-        cx_ids, cx_mask = encode(tok, [task.prompt(lv, task.context(lv, context))
-                                       for lv in chunk], context_limit(model), max_new)
-        resp, rmask = (t.cpu() for t in sample(
-            model, x_ids.to(device), x_mask.to(device), max_new, stop_ids(tok, model),
-            pad_id(tok), temperature=0.0))
-        N = resp.shape[1]
-        # positions compared: y's own (-N:) or those that produce y (-N-1:-1), same mask
-        sel = slice(-N, None) if at == "response" else slice(-N - 1, -1)
+        r, m = sample(model, x_ids.to(device), x_mask.to(device), max_new,
+                      stop_ids(tok, model), pad_id(tok), temperature=0.0)
+        rows += list(r.cpu())
+        masks += list(m.cpu())
+    N = max(len(r) for r in rows)
+    resp = torch.stack([torch.nn.functional.pad(r, (0, N - len(r)), value=pad_id(tok))
+                        for r in rows])
+    mask = torch.stack([torch.nn.functional.pad(m, (0, N - len(m))) for m in masks])
+    del model
+    return resp, mask
+
+
+POSITIONS = ("response", "generating", "prompt")
+
+
+def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
+                     batch: int = 100, device: str = "cpu", at: str = "response",
+                     responses: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
+    """Similarity of the with/without-context residual streams of one checkpoint folder, both
+    views teacher-forced on the same `responses` (default: the checkpoint's own greedy ones).
+
+    Positions compared (`at`): `response` (y's tokens), `generating` (the last prompt token and
+    y_1..y_{N-1}: the positions whose outputs are y, which the distillation losses train) or
+    `prompt` (the tokens of x, which both views share and no loss touches directly). Hooked
+    passes on `device`; statistics on the CPU."""
+    if at not in POSITIONS:
+        raise ValueError(f"at must be one of {POSITIONS}, not {at!r}")
+    bridge = boot_bridge(path, device)
+    tok = bridge.tokenizer
+    task = task.for_tokenizer(tok)
+    if responses is None:
+        responses = greedy_responses(path, task, levels, batch, device)
+    limit = int(bridge.cfg.n_ctx or 0) or None
+    h0s, h1s, masks = [], [], []
+    attn = {"mass_L_H": 0.0, "ratio_L_H": 0.0, "n": 0.0}
+    for i in range(0, len(levels), batch):
+        chunk = levels[i: i + batch]
+        resp_all, rmask_all = responses[0][i: i + batch], responses[1][i: i + batch]
+        N = int(rmask_all.sum(1).max())
+        resp, rmask = resp_all[:, :N], rmask_all[:, :N]
+        x_ids, x_mask = encode(tok, [task.prompt(lv) for lv in chunk], limit, N)
+        contexts = [task.context(lv, context) for lv in chunk]
+        cx_text = [task.prompt(lv, c) for lv, c in zip(chunk, contexts)]
+        cx_ids, cx_mask = encode(tok, cx_text, limit, N)
+        P, Pc = x_ids.shape[1], cx_ids.shape[1]
+        if at == "response":
+            sel0, sel1, m = slice(P, P + N), slice(Pc, Pc + N), rmask
+        elif at == "generating":
+            sel0, sel1, m = slice(P - 1, P - 1 + N), slice(Pc - 1, Pc - 1 + N), rmask
+        else:
+            sel0, sel1 = slice(0, P), slice(Pc - P, Pc)
+            m = shared_suffix_mask(x_ids, x_mask, cx_ids)
         a = capture(bridge, torch.cat([x_ids, resp], 1), torch.cat([x_mask, rmask], 1))
         b = capture(bridge, torch.cat([cx_ids, resp], 1), torch.cat([cx_mask, rmask], 1),
                     patterns=True)
-        h0s.append(a["resid"][:, :, sel])
-        h1s.append(b["resid"][:, :, sel])
-        masks.append(rmask)
-        Pc = cx_ids.shape[1]
+        h0s.append(a["resid"][:, :, sel0])
+        h1s.append(b["resid"][:, :, sel1])
+        masks.append(m)
         key_ctx = torch.zeros(len(chunk), Pc + N)
-        for j, lv in enumerate(chunk):
-            is_ctx = context_token_mask(tok, task.prompt(lv, task.context(lv, context)),
-                                        task.context(lv, context))
+        for j, (text, c) in enumerate(zip(cx_text, contexts)):
+            is_ctx = context_token_mask(tok, text, c)
             key_ctx[j, Pc - len(is_ctx): Pc] = torch.tensor(is_ctx, dtype=key_ctx.dtype)
-        attn.append((context_attention(b["pattern"][:, :, :, sel], key_ctx, rmask),
-                     len(chunk)))
-    N = max(h.shape[2] for h in h0s)
-    pad = lambda t: torch.nn.functional.pad(t, (0, 0, 0, N - t.shape[2]))  # noqa: E731
-    mask = torch.cat([torch.nn.functional.pad(m, (0, N - m.shape[1])) for m in masks])
+        qpos = torch.arange(sel1.start, sel1.stop)[None].expand(len(chunk), -1)
+        part = context_attention(b["pattern"], key_ctx, torch.cat([cx_mask, rmask], 1), qpos, m)
+        for k in attn:
+            attn[k] = attn[k] + part[k]
+    W = max(h.shape[2] for h in h0s)
+    pad = lambda t: torch.nn.functional.pad(t, (0, 0, 0, W - t.shape[2]))  # noqa: E731
+    mask = torch.cat([torch.nn.functional.pad(mm, (0, W - mm.shape[1])) for mm in masks])
     out = similarity_by_layer(torch.cat([pad(h) for h in h0s], 1),
                               torch.cat([pad(h) for h in h1s], 1), mask)
-    weights = np.array([n for _, n in attn], float)
-    out["ctx_attn"] = list(np.average(np.array([a for a, _ in attn]), axis=0, weights=weights))
+    n = max(attn["n"], 1.0)
+    ratio = (attn["ratio_L_H"] / n)
+    out["ctx_attn"] = (attn["mass_L_H"] / n).mean(1).tolist()
+    out["ctx_attn_ratio"] = ratio.tolist()  # layer x head, 1 = uniform over visible keys
+    out["ctx_attn_ratio_layer"] = ratio.mean(1).tolist()
     out["n_examples"] = len(levels)
-    out["mean_response_tokens"] = float(mask.sum(1).float().mean())
+    out["n_positions"] = int(mask.sum())
+    out["mean_response_tokens"] = float(responses[1].float().sum(1).mean())
     return out
 
 
 def random_init_copy(path: str | Path, folder: Path) -> Path:
-    """A random-init model with `path`'s config and tokenizer, saved to `folder`."""
+    """A random-init model with `path`'s config and tokenizer, saved to `folder`, built in the
+    config's stored dtype (no float32 copy of a big model it does not need)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     cfg = AutoConfig.from_pretrained(path, local_files_only=True)
-    torch.manual_seed(0)
-    return save_checkpoint(folder, AutoModelForCausalLM.from_config(cfg), tok)
+    dtype = getattr(cfg, "dtype", None) or getattr(cfg, "torch_dtype", None) or torch.float32
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+    return save_checkpoint(folder, model, tok)
 
 
 @dataclass
@@ -163,34 +249,18 @@ class LayerSimConfig:
     device: str = field(default="cpu", metadata={"help": "cpu|cuda|auto for the model passes"})
     batch: int = field(default=100, metadata={"help": "levels per hooked pass"})
     at: str = field(default="response", metadata={
-        "help": "response (y's positions) | generating (the positions that produce y)"})
+        "help": "response (y's positions) | generating (the positions that produce y) | prompt "
+                "(x's tokens, which no loss touches)"})
+    responses: str = field(default="reference", metadata={
+        "help": "what every model (baselines included) is teacher-forced on: reference (the "
+                "task's answer: solver plan / correct option) | base (the first checkpoint's "
+                "greedy response) | own (each model its own greedy response)"})
 
 
 def default_checkpoints() -> list[str]:
     from nca_interp.assets import embedded
 
     return [str(embedded(n)) for n in ("sokoban_base", "sokoban_opd", "sokoban_nca")]
-
-
-def with_initial_checkpoints(paths: list[str]) -> list[str]:
-    """Add the checkpoint each distilled run started from (the base), once, in front."""
-    seen = {str(Path(p).resolve()) for p in paths}
-    bases = []
-    for p in paths:
-        init = resolve(read_run_config(p).get("student"))
-        if init and Path(init).exists() and str(Path(init).resolve()) not in seen:
-            seen.add(str(Path(init).resolve()))
-            bases.append(init)
-    return bases + list(paths)
-
-
-def resolve_task_and_context(paths: list[str], task: str | None, context: str | None,
-                             options: list[str] | None = None):
-    runs = [read_run_config(p) for p in paths]
-    found = task_for_checkpoints(paths, task, options=options)
-    ctx = context or next((r["context"] for r in runs if r.get("context")), None) \
-        or found.default_context
-    return found, ctx
 
 
 def format_table(results: dict[str, dict], metric: str, layers: list[str]) -> str:
@@ -201,39 +271,79 @@ def format_table(results: dict[str, dict], metric: str, layers: list[str]) -> st
     return "\n".join(lines)
 
 
+def format_heads(results: dict[str, dict], top: int = 6) -> str:
+    """The heads that read the context most, relative to uniform attention (1.0)."""
+    lines = ["context reading per head (attention mass on c / c's share of the visible keys; "
+             "1 = uniform):"]
+    for name, r in results.items():
+        R = np.array(r["ctx_attn_ratio"])
+        order = np.argsort(-R, axis=None)[:top]
+        cells = [f"L{i // R.shape[1]}H{i % R.shape[1]} {R.flat[i]:.2f}" for i in order]
+        lines.append(f"  {name:<14} max {R.max():.2f}  median {np.median(R):.2f}  top: " +
+                     ", ".join(cells))
+    return "\n".join(lines)
+
+
+def run(ckpts: list[str] | None = None, *, task: str | None = None,
+        task_options: list[str] | None = None, context: str | None = None,
+        n_levels: int = 200, seed: int = 0, baselines: bool = True, at: str = "response",
+        responses: str = "reference", batch: int = 100, device: str = "cpu") -> dict:
+    """The layer-similarity report as a Python value (what `main` prints and writes)."""
+    if responses not in ("reference", "base", "own"):
+        raise ValueError(f"responses must be reference, base or own, not {responses!r}")
+    if at not in POSITIONS:
+        raise ValueError(f"at must be one of {POSITIONS}, not {at!r}")
+    paths = with_initial_checkpoints(ckpts or default_checkpoints())
+    found, ctx = resolve_task_and_context(paths, task, context, task_options)
+    levels = found.levels("test", n_levels, seed)
+    device = str(resolve_device(device))
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(verify_folder(paths[0]), local_files_only=True)
+    shared = None
+    if responses == "reference":
+        shared = reference_responses(tok, found.for_tokenizer(tok), levels)
+    elif responses == "base":
+        shared = greedy_responses(paths[0], found, levels, batch, device)
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        if baselines:
+            rnd = random_init_copy(paths[0], Path(tmp) / "random_init")
+            results["random_init"] = layer_similarity(rnd, found, ctx, levels, batch, device,
+                                                      at, shared)
+        for p in paths:
+            name = Path(p).name if Path(p).name not in results else str(p)
+            results[name] = layer_similarity(p, found, ctx, levels, batch, device, at, shared)
+    n_layers = len(next(iter(results.values()))["cos"]) - 1
+    return {"task": found.name, "context": ctx, "at": at, "responses": responses,
+            "responses_from": {"reference": f"the task's answers ({found.name} target)",
+                               "base": f"greedy responses of {paths[0]}",
+                               "own": "each model's own greedy responses"}[responses],
+            "layers": ["embed"] + [str(i) for i in range(n_layers)],
+            "checkpoints": paths, "results": results}
+
+
 def main(argv: list[str] | None = None) -> dict:
-    from nca_interp.plots import layer_sim_figure, write_figure
+    from nca_interp.plots import head_heatmaps, layer_sim_figure, write_figure
 
     cfg = parse_config(LayerSimConfig, argv, __doc__, positional="ckpt")
     torch.set_num_threads(cfg.threads)
-    paths = with_initial_checkpoints(cfg.ckpt or default_checkpoints())
-    task, context = resolve_task_and_context(paths, cfg.task, cfg.context,
-                                             cfg.task_options)
-    levels = task.levels("test", cfg.n_levels, cfg.seed)
-    device = str(resolve_device(cfg.device))
-    results: dict[str, dict] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        if cfg.baselines:
-            rnd = random_init_copy(paths[0], Path(tmp) / "random_init")
-            results["random_init"] = layer_similarity(rnd, task, context, levels, cfg.batch,
-                                                      device, cfg.at)
-        for p in paths:
-            name = Path(p).name if Path(p).name not in results else str(p)
-            results[name] = layer_similarity(p, task, context, levels, cfg.batch, device,
-                                             cfg.at)
-    n_layers = len(next(iter(results.values()))["cos"]) - 1
-    layers = ["embed"] + [str(i) for i in range(n_layers)]
-    print(f"task={task.name} context={context} levels={len(levels)} positions={cfg.at}")
+    report = run(cfg.ckpt, task=cfg.task, task_options=cfg.task_options, context=cfg.context,
+                 n_levels=cfg.n_levels, seed=cfg.seed, baselines=cfg.baselines, at=cfg.at,
+                 responses=cfg.responses, batch=cfg.batch, device=cfg.device)
+    report = {"config": to_dict(cfg), **report}
+    results, layers = report["results"], report["layers"]
+    print(f"task={report['task']} context={report['context']} levels={cfg.n_levels} "
+          f"positions={cfg.at} responses={report['responses_from']}")
     for metric in ("cos", "cos_centred", "cka"):
         print(format_table(results, metric, layers) + "\n")
-    print(format_table(results, "ctx_attn", layers[1:]))
-    report = {"config": to_dict(cfg), "task": task.name, "context": context, "at": cfg.at,
-              "layers": layers,
-              "checkpoints": paths, "results": results}
+    print(format_table(results, "ctx_attn_ratio_layer", layers[1:]))
+    print(format_heads(results))
     out = Path(cfg.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(report, indent=1))
     written = write_figure(layer_sim_figure(report), out, png=cfg.png)
+    written += write_figure(head_heatmaps(report), f"{out}_heads", png=cfg.png)
     print("wrote", out.with_suffix(".json"), *written)
     return report
 

@@ -30,7 +30,7 @@ def layer_sim_figure(report: dict) -> go.Figure:
     """Line per checkpoint over layers: raw cosine (± std), centred cosine, CKA, ctx attention."""
     layers = report["layers"]
     titles = ["cosine (with vs without c)", "mean-centred cosine", "linear CKA",
-              "attention mass on context"]
+              "context reading: attention on c / c's share of keys (1 = uniform)"]
     fig = make_subplots(rows=2, cols=2, subplot_titles=titles)
     for i, (name, r) in enumerate(report["results"].items()):
         kw = {"name": name, "legendgroup": name, "line": _line(name, i),
@@ -39,12 +39,32 @@ def layer_sim_figure(report: dict) -> go.Figure:
                       1, 1)
         fig.add_trace(go.Scatter(x=layers, y=r["cos_centred"], showlegend=False, **kw), 1, 2)
         fig.add_trace(go.Scatter(x=layers, y=r["cka"], showlegend=False, **kw), 2, 1)
-        fig.add_trace(go.Scatter(x=layers[1:], y=r["ctx_attn"], showlegend=False, **kw), 2, 2)
+        fig.add_trace(go.Scatter(x=layers[1:], y=r.get("ctx_attn_ratio_layer", r["ctx_attn"]),
+                                 showlegend=False, **kw), 2, 2)
     fig.update_xaxes(title_text="layer")
-    where = ("positions generating the response" if report.get("at") == "generating"
-             else "response positions")
+    where = {"generating": "positions generating the response (trained)",
+             "prompt": "prompt x positions (untouched by the loss)"}.get(
+        report.get("at"), "response positions")
     fig.update_layout(title=f"{report['task']}: hidden states with vs without context "
-                            f"'{report['context']}' ({where})", height=700, width=1000)
+                            f"'{report['context']}' ({where}; responses: "
+                            f"{report.get('responses', 'own')})", height=700, width=1000)
+    return fig
+
+
+def head_heatmaps(report: dict) -> go.Figure:
+    """Per checkpoint, layer x head context reading (1 = uniform; random-init is the null)."""
+    names = list(report["results"])
+    fig = make_subplots(rows=1, cols=len(names), subplot_titles=names)
+    zmax = max(max(map(max, r["ctx_attn_ratio"])) for r in report["results"].values())
+    for i, name in enumerate(names):
+        R = report["results"][name]["ctx_attn_ratio"]
+        fig.add_trace(go.Heatmap(z=R, x=[f"H{h}" for h in range(len(R[0]))],
+                                 y=[f"L{i}" for i in range(len(R))], zmin=0, zmax=zmax,
+                                 colorscale="Viridis", showscale=i == len(names) - 1,
+                                 hovertemplate="%{y}%{x}: %{z:.2f}<extra></extra>"), 1, i + 1)
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(title="context reading per head: attention on c / c's share of the keys "
+                            "(1 = uniform)", height=350, width=250 * len(names) + 100)
     return fig
 
 

@@ -87,5 +87,57 @@ def test_layer_sim_at_generating_positions(folders):
     assert own["mean_response_tokens"] == gen["mean_response_tokens"]
     assert own["cos"][0] == pytest.approx(1) and gen["cos"][0] == pytest.approx(1)  # same tokens
     assert own["cos"][1:] != pytest.approx(gen["cos"][1:])
-    with pytest.raises(ValueError, match="response or generating"):
-        layer_sim.layer_similarity(folders["qwen3"], task, "state", levels, at="prompt")
+    with pytest.raises(ValueError, match="at must be one of"):
+        layer_sim.layer_similarity(folders["qwen3"], task, "state", levels, at="bogus")
+
+
+def test_prompt_positions_align_the_shared_tokens(folders):
+    """At x's positions both views hold the same tokens: the embeddings are identical (cos 1
+    exactly) for every position compared, and every x token is compared."""
+    from nca_interp.tasks import make_task
+
+    task = make_task("sokoban")
+    levels = task.levels("test", 4)
+    r = layer_sim.layer_similarity(folders["qwen3"], task, "state", levels, at="prompt")
+    assert r["cos"][0] == pytest.approx(1, abs=1e-12) and r["cka"][0] == pytest.approx(1)
+    n_x = sum(len(task.prompt(lv)) for lv in levels)  # char tokenizer: one token per char
+    assert r["n_positions"] == n_x
+
+
+def test_shared_suffix_mask():
+    x = torch.tensor([[0, 5, 6, 7], [8, 9, 6, 7]])
+    xm = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    cx = torch.tensor([[1, 2, 5, 6, 7], [1, 2, 3, 6, 7]])  # row 1: only "6 7" is shared
+    m = layer_sim.shared_suffix_mask(x, xm, cx)
+    assert m.tolist() == [[0, 1, 1, 1], [0, 0, 1, 1]]
+
+
+def test_uniform_attention_reads_the_context_at_ratio_one():
+    """A pattern uniform over each query's visible keys gives ratio 1 in every head, whatever
+    the context's length; all mass on the context gives 1 / share."""
+    B, H, T = 2, 3, 9
+    key_mask = torch.ones(B, T)
+    key_mask[1, :2] = 0  # left padding
+    causal = torch.tril(torch.ones(T, T)) * key_mask[:, None, :]
+    uniform = (causal / causal.sum(-1, keepdim=True))[None, :, None].expand(1, B, H, T, T)
+    is_ctx = torch.zeros(B, T)
+    is_ctx[0, :4] = 1
+    is_ctx[1, 2:5] = 1
+    qpos = torch.tensor([[6, 7, 8], [6, 7, 8]])
+    qmask = torch.ones(B, 3)
+    r = layer_sim.context_attention(uniform, is_ctx, key_mask, qpos, qmask)
+    assert torch.allclose(r["ratio_L_H"] / r["n"], torch.ones(1, H), atol=1e-6)
+    on_ctx = is_ctx[:, None, :].expand(B, T, T) / is_ctx.sum(-1)[:, None, None]
+    r = layer_sim.context_attention(on_ctx[None, :, None].expand(1, B, H, T, T), is_ctx,
+                                    key_mask, qpos, qmask)
+    share = torch.tensor([[4 / 7, 4 / 8, 4 / 9], [3 / 5, 3 / 6, 3 / 7]])
+    assert torch.allclose(r["ratio_L_H"] / r["n"], (1 / share).mean().expand(1, H), atol=1e-5)
+
+
+def test_every_model_sees_the_same_responses(folders, tmp_path):
+    rep = layer_sim.main([str(folders["qwen3"]), str(folders["qwen3_b"]), "--task", "sokoban",
+                          "--context", "state", "--n-levels", "5", "--threads", "1",
+                          "--out", str(tmp_path / "ls")])
+    counts = {r["n_positions"] for r in rep["results"].values()}
+    assert len(counts) == 1 and len(rep["results"]) == 3  # random_init included
+    assert "sokoban target" in rep["responses_from"]
