@@ -153,21 +153,63 @@ def verify_folder(path: str | Path) -> Path:
     return path
 
 
-def load_checkpoint(path: str | Path, device: str = "cpu", dtype: torch.dtype | None = None):
-    """(model, tokenizer) from a local checkpoint folder, offline, without unpickling."""
+SUPPORTED = ("qwen3", "qwen2", "llama")  # share the module names every analysis keys on
+
+
+def check_architecture(path: Path) -> dict:
+    """The folder's config, if its architecture is one nca_interp analyses correctly."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path / 'config.json'} is not readable JSON ({e}); restore it "
+                              "from the checkpoint's source") from e
+    arch = config.get("model_type")
+    if arch not in SUPPORTED:
+        raise CheckpointError(f"{path}: model_type {arch!r} is not supported; nca_interp "
+                              f"analyses {', '.join(SUPPORTED)} checkpoints (their layer and "
+                              "module names key every table)")
+    return config
+
+
+def load_checkpoint(path: str | Path, device: str = "cpu", dtype: torch.dtype | None = None,
+                    verify: bool = True):
+    """(model, tokenizer) from a local checkpoint folder, offline, without unpickling, and
+    strictly: a supported architecture, every tensor present with its shape and none extra,
+    finite weights, a tokenizer that fits the embedding. `dtype`: None keeps float32 (what
+    every number here was measured in); "stored" keeps the folder's dtype."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one "Loading weights" bar per load clutters every table
-    path = verify_folder(path)
+    path = verify_folder(path) if verify else Path(path).resolve()
+    config = check_architecture(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except Exception as e:  # noqa: BLE001 - transformers raises many types here
         raise CheckpointError(f"{path}: tokenizer could not be loaded ({e}); a checkpoint "
                               "folder must hold its tokenizer files") from e
-    model = AutoModelForCausalLM.from_pretrained(
+    if len(tokenizer) > config.get("vocab_size", len(tokenizer)):
+        raise CheckpointError(f"{path}: the tokenizer has {len(tokenizer)} tokens but the model "
+                              f"only {config['vocab_size']} embedding rows; the tokenizer files "
+                              "belong to another model")
+    if dtype == "stored":
+        dtype = "auto"
+    hf_logging.set_verbosity_error()  # missing/unexpected weights are reported below instead
+    model, info = AutoModelForCausalLM.from_pretrained(
         path, local_files_only=True, use_safetensors=True, trust_remote_code=False,
-        dtype=dtype or torch.float32, attn_implementation="sdpa")
+        dtype=dtype or torch.float32, attn_implementation="sdpa", output_loading_info=True)
+    problems = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys",
+                                                       "mismatched_keys") and v}
+    if problems:
+        what = "; ".join(f"{k.replace('_', ' ')}: {sorted(map(str, v))[:3]}"
+                         for k, v in problems.items())
+        raise CheckpointError(f"{path}: the weights do not match config.json ({what}); a "
+                              "missing tensor would be silently re-initialised at random - "
+                              "restore the complete model.safetensors")
+    for name, p in model.named_parameters():
+        if not torch.isfinite(p).all():
+            raise CheckpointError(f"{path}: parameter {name} holds NaN or Inf; this checkpoint "
+                                  "is broken - use an earlier one")
     model.to(device).eval()
     return model, tokenizer
 

@@ -9,8 +9,138 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
+import os
+import sys
 import types
 import typing
+from pathlib import Path
+
+from nca_interp.errors import RunError, UsageError  # noqa: F401 - re-exported
+
+# Ranges of the numeric flags every entry point shares, by field name (a field's own
+# `metadata["check"]` overrides). ">0": positive; ">=0"; ">=1"; "choice:a|b|c".
+CHECKS = {
+    "steps": ">=1", "batch": ">=1", "lr": ">0", "warmup": ">=0", "weight_decay": ">=0",
+    "clip": ">0", "beta": ">=0", "temperature": ">0", "top_k": ">=1", "save_every": ">=1",
+    "eval_every": ">=1", "eval_levels": ">=1", "n_levels": ">=1", "threads": ">=1",
+    "micro_batch": ">=0", "teacher_steps": ">=1", "distill_steps": ">=1", "jobs": ">=1",
+    "n_layers": ">=1", "d_model": ">=1", "n_heads": ">=1", "d_mlp": ">=1", "pack": ">=1",
+    "p_no_context": "prob", "p_detour": "prob", "num_boxes": ">=1", "size": ">=2",
+    "num_holes": ">=0", "n_entities": ">=2", "n_attributes": ">=1", "word_len": ">=1",
+    "seed": ">=0", "n_boot": ">=1", "top_heads": ">=1", "n_cases": ">=1",
+    "method": "choice:opd|nca", "schedule": "choice:constant|cosine",
+    "precision": "choice:auto|fp32|bf16", "fmt": "choice:compact|textarena",
+    "at": "choice:response|generating|prompt", "responses": "choice:reference|base|own",
+    "rows": "choice:all|task", "arch": "choice:qwen3|qwen2|llama",
+    "follow_ups": "choice:open|full", "layout": "choice:rows|facts|table",
+    "dtype": "choice:float32|bfloat16|float16",
+}
+
+
+def _check_value(flag: str, rule: str, value) -> None:
+    if value is None:
+        return
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            _check_value(flag, rule, v)
+        return
+    if rule.startswith("choice:"):
+        allowed = rule.split(":", 1)[1].split("|")
+        if value not in allowed:
+            raise UsageError(f"{flag} must be one of {', '.join(allowed)}, not {value!r}")
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    ok = {">0": value > 0, ">=0": value >= 0, ">=1": value >= 1, ">=2": value >= 2,
+          "prob": 0 <= value <= 1}[rule]
+    if not ok:
+        what = {">0": "> 0", ">=0": ">= 0", ">=1": ">= 1", ">=2": ">= 2",
+                "prob": "between 0 and 1"}[rule]
+        raise UsageError(f"{flag} must be {what}, not {value}")
+
+
+def validate(cfg) -> None:
+    """Every numeric flag finite and in range, every named choice known; raises UsageError
+    naming the flag. Runs before any work or file is written."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        flag = "--" + f.name.replace("_", "-")
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, float) and not math.isfinite(v):
+                raise UsageError(f"{flag} must be a finite number, not {v}")
+        rule = f.metadata.get("check", CHECKS.get(f.name))
+        if rule:
+            _check_value(flag, rule, value)
+
+
+def check_writable(path: str | Path, what: str = "--out") -> Path:
+    """Create `path`'s folder if needed and prove a file can be written there, before any
+    compute whose result would otherwise be lost."""
+    target = Path(path)
+    folder = target if what == "run" else target.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".nca_interp_write_test_{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"{what} {path}: cannot write there ({e.strerror}); choose a writable "
+                         "location") from e
+    return target
+
+
+def finite_json(obj):
+    """`obj` with every NaN / Infinity float replaced by None (JSON has no such numbers)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_json(v) for v in obj]
+    return obj
+
+
+def write_json(path: str | Path, obj, indent: int = 1) -> Path:
+    """Strict JSON (no NaN or Infinity, which other readers reject), written atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(finite_json(obj), indent=indent, allow_nan=False, default=str))
+    os.replace(tmp, path)
+    return path
+
+
+def entry(main, argv: list[str] | None = None) -> int:
+    """Run a command's `main` as `python -m` does: a user error (bad flag, unusable checkpoint,
+    unwritable output, a failed run) prints `error: ...` in a line or two and exits non-zero
+    with no traceback; NCA_INTERP_DEBUG=1 (or --debug) shows it. Bugs keep their traceback."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = os.environ.get("NCA_INTERP_DEBUG") == "1" or "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
+    try:
+        main(argv)
+    except (ValueError, OSError, FloatingPointError, RuntimeError, KeyError) as e:
+        if debug or not _user_error(e):
+            raise
+        msg = str(e).strip().strip('"') or type(e).__name__
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; a run restarted with the same command resumes from its last "
+              "checkpoint", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _user_error(e: BaseException) -> bool:
+    """Errors raised on purpose with a message for the user (ours; bad values; the OS's disk
+    and permission errors), as opposed to a bug deep inside a library (a RuntimeError from
+    torch, a KeyError: those keep their traceback)."""
+    mod = type(e).__module__
+    if mod.startswith(("nca_interp", "train")):
+        return True
+    return isinstance(e, (ValueError, OSError, FloatingPointError))
 
 
 def _parser_for(tp):
@@ -47,11 +177,13 @@ def parse_config(cls, argv: list[str] | None, description: str | None = None,
     if positional:
         parser.add_argument("_positional", nargs="*", metavar=positional.upper(),
                             help=f"same as --{positional}")
-    ns = vars(parser.parse_args(argv))
+    ns = vars(parser.parse_args(argv))  # argparse prints its own usage error (exit 2)
     extra = ns.pop("_positional", None)
     if extra:
         ns[positional] = extra
-    return cls(**ns)
+    cfg = cls(**ns)
+    validate(cfg)
+    return cfg
 
 
 def to_dict(cfg) -> dict:

@@ -24,6 +24,7 @@ without c, where harm is measured), B (context still needed) if it lies above 0,
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +32,7 @@ import numpy as np
 import torch
 
 from nca_interp.checkpoint import load_checkpoint
-from nca_interp.cli import parse_config, to_dict
+from nca_interp.cli import entry, parse_config, to_dict
 from nca_interp.models import autocast, context_limit, resolve_device
 from nca_interp.rollout import (
     decode_responses,
@@ -210,7 +211,7 @@ class EvalConfig:
     fmt: str | None = field(default=None, metadata={"help": "compact|textarena"})
     n_levels: int = field(default=1000, metadata={"help": "held-out levels (fixed by --seed)"})
     seed: int = field(default=0, metadata={"help": "held-out set and sampling seed"})
-    temperature: float = field(default=0.0, metadata={"help": "0 = greedy"})
+    temperature: float = field(default=0.0, metadata={"help": "0 = greedy", "check": ">=0"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
     device: str = field(default="auto", metadata={"help": "auto|cpu|cuda"})
     precision: str = field(default="auto", metadata={
@@ -249,4 +250,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(entry(main))

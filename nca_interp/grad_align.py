@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import sys
 import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ import torch
 from safetensors.torch import save_file
 
 from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint
-from nca_interp.cli import parse_config, to_dict
+from nca_interp.cli import entry, parse_config, to_dict
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.losses import TERMS, loss_terms
 from nca_interp.models import context_limit, resolve_device
@@ -286,4 +287,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(entry(main))

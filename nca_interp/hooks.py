@@ -11,15 +11,22 @@ from pathlib import Path
 
 import torch
 
-from nca_interp.checkpoint import verify_folder
+from nca_interp.checkpoint import load_checkpoint
 from nca_interp.names import EMBED_HOOK, pattern_hook, resid_hook
 
 
-def boot_bridge(path: str | Path, device: str = "cpu"):
+def boot_bridge(path: str | Path, device: str = "cpu", dtype=None):
+    """A TransformerBridge over the checkpoint at `path`, loaded once and strictly by
+    `load_checkpoint` (verified, every tensor present and finite) and wrapped in place: the
+    bridge never re-reads the folder, so nothing is hashed or loaded twice."""
     from transformer_lens import TransformerBridge
 
-    path = verify_folder(path)  # clear errors before TransformerLens sees the path
-    return TransformerBridge.boot_transformers(str(path.resolve()), device=device)
+    model, tok = load_checkpoint(path, device=device, dtype=dtype)
+    tok.init_kwargs.setdefault("name_or_path", str(Path(path).resolve()))
+    bridge = TransformerBridge.boot_transformers(str(Path(path).resolve()), hf_model=model,
+                                                 tokenizer=tok, device=device)
+    bridge.eval()
+    return bridge
 
 
 def n_layers(bridge) -> int:

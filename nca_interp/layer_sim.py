@@ -30,6 +30,7 @@ A random-init model of the same config and the base/teacher are added as baselin
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,7 @@ import numpy as np
 import torch
 
 from nca_interp.checkpoint import load_checkpoint, save_checkpoint, verify_folder
-from nca_interp.cli import parse_config, to_dict
+from nca_interp.cli import entry, parse_config, to_dict
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.hooks import boot_bridge, capture
 from nca_interp.models import context_limit, resolve_device
@@ -349,4 +350,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(entry(main))

@@ -31,6 +31,7 @@ Checkpoints must match the initial one in architecture, parameter names and shap
 from __future__ import annotations
 
 import json
+import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,7 @@ import numpy as np
 import torch
 
 from nca_interp.checkpoint import CheckpointError, read_run_config, verify_folder
-from nca_interp.cli import parse_config, to_dict
+from nca_interp.cli import entry, parse_config, to_dict
 from nca_interp.names import MODULES
 from nca_interp.reduce import Gram, TensorFolder, row_chunks
 from nca_interp.runs import initial_of, lr_at
@@ -316,6 +317,11 @@ def main(argv: list[str] | None = None) -> dict:
         cos, gcos = pair_cos(gram, index[c], index[d])
         report["control"] = {"a": c, "b": d, "cos": cos, "global_cos": gcos,
                              "per_module_cos": module_cos(gram, index[c], index[d])}
+    report["all_pairs"] = {
+        f"{Path(a).name}~{Path(b).name}": {"global_cos": pair_cos(gram, index[a], index[b])[1],
+                                           "per_module_cos": module_cos(gram, index[a],
+                                                                        index[b])}
+        for i, a in enumerate(cfg.ckpt) for b in cfg.ckpt[i + 1:]}
     pair = cfg.pair or cfg.ckpt[:2]
     if len(pair) == 2:
         a, b = pair
@@ -351,4 +357,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(entry(main))

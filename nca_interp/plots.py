@@ -14,6 +14,8 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
+from nca_interp.errors import RunError
+
 PALETTE = {"random_init": "#9e9e9e", "base": "#1f77b4", "opd": "#d62728", "nca": "#2ca02c"}
 
 
@@ -149,7 +151,7 @@ def write_figure(fig: go.Figure, stem: str | Path, png: bool = False) -> list[st
         try:
             fig.write_image(stem.with_suffix(".png"), scale=1.5)
         except Exception as e:  # noqa: BLE001 - kaleido/chromium missing shows up in many ways
-            raise RuntimeError(f"PNG export failed ({e}). Install kaleido (`pip install "
+            raise RunError(f"PNG export failed ({e}). Install kaleido (`pip install "
                                "kaleido`) and Debian chromium (`apt-get install -y chromium`), "
                                "or drop --png; the HTML was written.") from e
         written.append(str(stem.with_suffix(".png")))

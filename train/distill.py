@@ -29,6 +29,7 @@ and evaluations; a restarted torchrun job resumes like a single process.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ import torch
 from tqdm import tqdm
 
 from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint, read_run_config
-from nca_interp.cli import parse_config, to_dict
+from nca_interp.cli import entry, parse_config, to_dict
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens, task_for_checkpoints
 from nca_interp.losses import combine, loss_terms
 from nca_interp.models import autocast, context_limit
@@ -212,4 +213,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(entry(main))

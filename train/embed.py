@@ -15,6 +15,7 @@ from pathlib import Path
 
 from nca_interp import checkpoint as ck
 from nca_interp.assets import ROOT
+from nca_interp.cli import entry
 
 
 def embed(src: str, name: str, renames: dict[str, str]) -> Path:
@@ -50,4 +51,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(entry(main))

@@ -1,7 +1,7 @@
-"""Markdown tables for the README, printed from a pipeline's JSON outputs (numbers are never
-typed by hand).
+"""Markdown tables of a pipeline's results, printed from its JSON outputs (numbers are never
+typed by hand), and written to figures/<task>/README.md with --write.
 
-    python -m train.report --task sokoban
+    python -m train.report --task sokoban --write
 """
 
 from __future__ import annotations
@@ -72,23 +72,42 @@ def per_seed(figs: Path) -> str:
     return "\n".join(rows)
 
 
+def _group(name: str) -> str:
+    return name.rsplit("_s", 1)[0] if name[-1].isdigit() and "_s" in name else name
+
+
 def layer_sim(figs: Path, name: str = "layer_sim") -> str:
     rep = json.loads((figs / f"{name}.json").read_text())
     layers = rep["layers"][1:]
-    out = []
-    for metric in ("cos", "cos_centred", "cka"):
+    out = [f"Positions: {rep.get('at', 'response')}; every model teacher-forced on "
+           f"{rep.get('responses_from', 'its own greedy responses')}. Mean [min, max] over "
+           "seeds; `random_init` (same config, untrained) is the null."]
+    metrics = ["cos", "cos_centred", "cka"]
+    if "ctx_attn_ratio_layer" in next(iter(rep["results"].values())):
+        metrics.append("ctx_attn_ratio_layer")
+    for metric in metrics:
+        shift = 1 if metric != "ctx_attn_ratio_layer" else 0  # no embedding entry there
         rows = [f"| {metric} | " + " | ".join(f"L{lab}" for lab in layers) + " |",
                 "|---" * (len(layers) + 1) + "|"]
         groups: dict[str, list[list[float]]] = {}
-        for name, r in rep["results"].items():
-            key = name.rsplit("_s", 1)[0] if name[-1].isdigit() and "_s" in name else name
-            groups.setdefault(key, []).append(r[metric][1:])
+        for run, r in rep["results"].items():
+            groups.setdefault(_group(run), []).append(r[metric][shift:])
         for key, vals in groups.items():
             v = np.array(vals)
-            cells = [f"{m:.4f}" + (f" [{lo:.4f}, {hi:.4f}]" if len(vals) > 1 else "")
+            cells = [f"{m:.3f}" + (f" [{lo:.3f}, {hi:.3f}]" if len(vals) > 1 else "")
                      for m, lo, hi in zip(v.mean(0), v.min(0), v.max(0))]
             rows.append(f"| {key} | " + " | ".join(cells) + " |")
         out.append("\n".join(rows))
+    if "ctx_attn_ratio" in next(iter(rep["results"].values())):
+        rows = ["| model | max head | median head | top heads (ratio; 1 = uniform) |",
+                "|---|---|---|---|"]
+        for run, r in rep["results"].items():
+            R = np.array(r["ctx_attn_ratio"])
+            order = np.argsort(-R, axis=None)[:4]
+            top = ", ".join(f"L{i // R.shape[1]}H{i % R.shape[1]} {R.flat[i]:.2f}" for i in order)
+            rows.append(f"| {run} | {R.max():.2f} | {np.median(R):.2f} | {top} |")
+        out.append("Context reading per head (attention on c / c's share of the visible keys):"
+                   "\n\n" + "\n".join(rows))
     return "\n\n".join(out)
 
 
@@ -122,30 +141,88 @@ def param_delta(figs: Path) -> str:
     rep = json.loads((figs / "param_delta.json").read_text())
     out = []
     per = rep["per_checkpoint"]
+    names = [Path(p).name for p in per]
     modules = sorted(next(iter(per.values()))["per_module"])
-    rows = ["| module | " + " | ".join(Path(p).name for p in per) + " |",
-            "|---" * (len(per) + 1) + "|"]
-    for m in modules:
-        rows.append(f"| {m} | " + " | ".join(f"{r['per_module'][m]:.5f}" for r in per.values())
-                    + " |")
-    out.append("Relative delta per module type (||dW|| / ||W0||):\n\n" + "\n".join(rows))
+    for key, title in (("per_module", "Relative delta per module type (||dW|| / ||W0||)"),
+                       ("per_module_adam", "Adam-normalised delta per module type "
+                        "(||dW|| / (sum lr x sqrt(n)); 1 = every element moved lr every step "
+                        "one way)")):
+        if key not in next(iter(per.values())):
+            continue
+        rows = ["| module | " + " | ".join(names) + " |", "|---" * (len(per) + 1) + "|"]
+        for m in modules:
+            rows.append(f"| {m} | " + " | ".join("-" if r[key].get(m) is None else
+                                                 f"{r[key][m]:.4f}" for r in per.values()) + " |")
+        out.append(f"{title}:\n\n" + "\n".join(rows))
     layers = sorted(next(iter(per.values()))["per_layer"], key=lambda k: (k == "all", k))
-    rows = ["| layer | " + " | ".join(Path(p).name for p in per) + " |",
-            "|---" * (len(per) + 1) + "|"]
+    rows = ["| layer | " + " | ".join(f"{n} rel | {n} adam" for n in names) + " |",
+            "|---" * (2 * len(per) + 1) + "|"]
     for layer in layers:
-        rows.append(f"| {layer} | " + " | ".join(f"{r['per_layer'][layer]:.5f}"
-                                                 for r in per.values()) + " |")
-    out.append("Relative delta per layer:\n\n" + "\n".join(rows))
-    for p, r in per.items():
-        top = sorted(r["share"].items(), key=lambda kv: -kv[1])[:5]
-        out.append(f"Largest shares of the squared delta, {Path(p).name}: " +
-                   ", ".join(f"{k} {v:.1%}" for k, v in top))
-    cmp = rep["comparison"]
+        cells = []
+        for r in per.values():
+            adam = r.get("per_layer_adam", {}).get(layer)
+            cells += [f"{r['per_layer'][layer]:.4f}", "-" if adam is None else f"{adam:.4f}"]
+        rows.append(f"| {layer} | " + " | ".join(cells) + " |")
+    out.append("Delta per layer:\n\n" + "\n".join(rows))
+    cmp, ctrl = rep["comparison"], rep.get("control")
+    a, b = Path(cmp["a"]).name, Path(cmp["b"]).name
+    head = f"| module | cos(d{a}, d{b}) |"
+    if ctrl:
+        head += f" control cos(d{Path(ctrl['a']).name}, d{Path(ctrl['b']).name}) |"
+    rows = [head, "|---|---|" + ("---|" if ctrl else "")]
+    for m in ["global", *sorted(cmp.get("per_module_cos", {}))]:
+        v = cmp["global_cos"] if m == "global" else cmp["per_module_cos"][m]
+        line = f"| {m} | {'-' if v is None else f'{v:.3f}'} |"
+        if ctrl:
+            c = ctrl["global_cos"] if m == "global" else ctrl["per_module_cos"].get(m)
+            line += f" {'-' if c is None else f'{c:.3f}'} |"
+        rows.append(line)
+    out.append("Do NCA's updates differ from OPD's? Against the seed-to-seed control:\n\n" +
+               "\n".join(rows))
+    if "all_pairs" in rep:
+        out.append("Global cosine of every pair of deltas: " + ", ".join(
+            f"{k} {v['global_cos']:.3f}" for k, v in rep["all_pairs"].items()))
     top = sorted(cmp["specific"]["share"].items(), key=lambda kv: -kv[1])[:5]
-    out.append(f"cos(dOPD, dNCA) over all parameters: {cmp['global_cos']:.3f}; "
-               "NCA-specific delta (dNCA - dOPD) largest shares: " +
+    out.append(f"NCA-specific delta (d{b} - d{a}) largest shares: " +
                ", ".join(f"{k} {v:.1%}" for k, v in top))
     return "\n\n".join(out)
+
+
+def render(figs: Path) -> str:
+    """The whole generated report of one pipeline folder, as markdown."""
+    manifest = json.loads((figs / "manifest.json").read_text())
+    task = figs.name
+    lines = [f"<!-- python -m train.report --task {task} -->",
+             f"# {task}: generated tables\n",
+             "Every number below is read from the JSON files in this folder by "
+             f"`python -m train.report --task {task}`; `manifest.json` names the command, commit "
+             "and seconds of each file.\n"]
+    if "pipeline_seconds" in manifest:
+        lines.append(f"Pipeline wall time: {manifest['pipeline_seconds'] / 60:.1f} min "
+                     f"(seeds {manifest['config']['seeds']}; {manifest.get('note', 'all stages')})"
+                     ".\n")
+    first = next(iter(sorted(figs.glob("teacher_*.json"))), None)
+    n = next(iter(json.loads(first.read_text())["reports"].values()))["n"] if first else "?"
+    unit = "questions" if metric(figs) == "accuracy" else "levels"
+    lines.append(f"## Teacher, {n} held-out {unit}, greedy\n\n{teacher(figs)}\n")
+    if not (figs / "context_return_summary.json").exists():
+        return "\n".join(lines)
+    sections = [("Context return (mean [min, max] over seeds; harm = P(lost with c | won "
+                 "without c))", context_return),
+                ("Per run, 95% cluster-bootstrap intervals", per_seed)]
+    for name, what in (("layer_sim", "response positions"),
+                       ("layer_sim_generating", "positions generating the response (trained "
+                        "by both losses)"),
+                       ("layer_sim_prompt", "prompt x positions (no loss touches them: the "
+                        "control)")):
+        if (figs / f"{name}.json").exists():
+            sections.append((f"Layer similarity with vs without context: {what}",
+                             lambda f, n=name: layer_sim(f, n)))
+    sections += [("Gradient alignment (seed 0, over training)", grad_align),
+                 ("Parameter deltas", param_delta)]
+    for title, fn in sections:
+        lines.append(f"## {title}\n\n{fn(figs)}\n")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -153,28 +230,17 @@ def main(argv: list[str] | None = None) -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="sokoban")
     ap.add_argument("--figures", default="figures")
+    ap.add_argument("--write", action="store_true",
+                    help="also write figures/<task>/README.md (what the README links)")
     args = ap.parse_args(argv)
     figs = Path(args.figures) / args.task
-    manifest = json.loads((figs / "manifest.json").read_text())
-    print(f"<!-- python -m train.report --task {args.task} -->")
-    if "pipeline_seconds" in manifest:
-        print(f"Pipeline wall time: {manifest['pipeline_seconds'] / 60:.1f} min "
-              f"(seeds {manifest['config']['seeds']}; {manifest.get('note', 'all stages')}).\n")
-    first = next(iter(sorted(figs.glob("teacher_*.json"))), None)
-    n = next(iter(json.loads(first.read_text())["reports"].values()))["n"] if first else "?"
-    unit = "questions" if metric(figs) == "accuracy" else "levels"
-    print(f"#### Teacher, {n} held-out {unit}, greedy\n\n{teacher(figs)}\n")
-    if not (figs / "context_return_summary.json").exists():
-        return
-    for title, fn in (("Context return (mean [min, max] over seeds)", context_return),
-                      ("Per run, 95% paired-bootstrap intervals", per_seed),
-                      ("Layer similarity with vs without context", layer_sim),
-                      ("Gradient alignment (seed 0, over training)", grad_align),
-                      ("Parameter deltas (seed 0)", param_delta)):
-        print(f"#### {title}\n\n{fn(figs)}\n")
-        if fn is layer_sim and (figs / "layer_sim_generating.json").exists():
-            print("#### Layer similarity at the positions generating the response "
-                  f"(`--at generating`)\n\n{layer_sim(figs, 'layer_sim_generating')}\n")
+    if not (figs / "manifest.json").exists():
+        raise SystemExit(f"error: {figs} holds no pipeline output (no manifest.json); run "
+                         f"`python -m train.reproduce --task {args.task}` first")
+    text = render(figs)
+    print(text)
+    if args.write:
+        (figs / "README.md").write_text(text + "\n")
 
 
 if __name__ == "__main__":

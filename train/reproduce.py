@@ -13,6 +13,7 @@ commit, seeds and wall time that produced it.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,8 @@ import numpy as np
 
 from nca_interp import evaluate, grad_align, layer_sim, param_delta
 from nca_interp.checkpoint import git_commit, latest_step_checkpoint, verify_folder
-from nca_interp.cli import parse_config, to_dict
+from nca_interp.cli import entry, parse_config, to_dict
+from nca_interp.errors import RunError
 from train import sft
 
 TASK_ARGS = {
@@ -114,7 +116,6 @@ def stage(name: str, manifest: Manifest, outputs: list[Path], module: str, fn,
 def run_parallel(pending: list, jobs: int, manifest: Manifest) -> None:
     """Distillation runs as subprocesses, `jobs` at a time; each logs to OUT.log."""
     import subprocess
-    import sys
 
     running: list = []
     while pending or running:
@@ -132,7 +133,7 @@ def run_parallel(pending: list, jobs: int, manifest: Manifest) -> None:
             if proc.poll() is not None:
                 running.remove(item)
                 if proc.returncode != 0:
-                    raise RuntimeError(f"{name} failed (exit {proc.returncode}); see its .log")
+                    raise RunError(f"{name} failed (exit {proc.returncode}); see its .log")
                 manifest.ran += 1
                 manifest.record([str(final)], ["python", "-m", "train.distill", *args],
                                 time.time() - t0)
@@ -144,6 +145,10 @@ def method_of(run_name: str) -> str:
     return "base" if parts[-1] == "base" else parts[-2]
 
 
+# layer_sim position sets: y's tokens, the positions producing y (what the losses train), and
+# x's tokens (untouched by the losses: the control)
+LAYER_SIM_STAGES = {"response": "layer_sim", "generating": "layer_sim_generating",
+                    "prompt": "layer_sim_prompt"}
 SUMMARY_KEYS = ["win_no_c", "win_c", "harm", "help", "harm_joint", "help_joint", "both",
                 "rel_len_both", "rel_len"]
 
@@ -175,10 +180,13 @@ def render_figures(figs: Path, png: bool) -> list[str]:
     success = evaluate.metric_of(rep["reports"])
     written += plots.write_figure(plots.context_return_figure(summary, figs.name, ctx, success),
                                   figs / "context_return", png)
-    for name in ("layer_sim", "layer_sim_generating"):
+    for name in LAYER_SIM_STAGES.values():
         if (figs / f"{name}.json").exists():
-            written += plots.write_figure(plots.layer_sim_figure(
-                json.loads((figs / f"{name}.json").read_text())), figs / name, png)
+            ls = json.loads((figs / f"{name}.json").read_text())
+            written += plots.write_figure(plots.layer_sim_figure(ls), figs / name, png)
+            if "ctx_attn_ratio" in next(iter(ls["results"].values())):
+                written += plots.write_figure(plots.head_heatmaps(ls), figs / f"{name}_heads",
+                                              png)
     for method in ("opd", "nca"):
         ga = json.loads((figs / f"grad_align_{method}.json").read_text())
         written += plots.write_figure(plots.grad_align_figure(ga), figs / f"grad_align_{method}",
@@ -200,6 +208,11 @@ def render_figures(figs: Path, png: bool) -> list[str]:
     written += plots.write_figure(plots.heatmap(
         grid, rows, cols, "NCA-specific delta ||dNCA - dOPD|| / ||W0||"),
         figs / "param_delta_specific", png)
+    if "control" in pd:
+        grid, rows, cols = param_delta.layer_module_grid(pd["control"]["cos"], n)
+        written += plots.write_figure(plots.heatmap(
+            grid, rows, cols, "seed-to-seed control: cos(dOPD s0, dOPD s1) per module",
+            signed=True), figs / "param_delta_control_cos", png)
     return written
 
 
@@ -239,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
                     "--threads", str(max(1, cfg.threads // cfg.jobs))]
             final = out / "checkpoints" / f"step_{cfg.distill_steps:06d}"
             if final.exists() and mtime(final) < mtime(teacher_final):
-                raise RuntimeError(f"{out} was distilled from an older teacher than "
+                raise RunError(f"{out} was distilled from an older teacher than "
                                    f"{teacher_final}; delete {out} to rebuild it")
             if final.exists():
                 print(f"[skip] {method} seed {seed}: outputs exist")
@@ -263,28 +276,30 @@ def main(argv: list[str] | None = None) -> None:
     manifest.record([str(figs / "context_return.md"), str(figs / "context_return_summary.json")],
                     ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
 
-    png: list[str] = []  # PNGs are rendered from the JSON at the end (render_figures)
-    stage("layer_sim", manifest, [figs / "layer_sim.json"], "nca_interp.layer_sim",
-          layer_sim.main, [*ckpts, "--context", cfg.context, "--out", str(figs / "layer_sim"),
-                           *png, *common], inputs=finals)
-    stage("layer_sim at generating positions", manifest, [figs / "layer_sim_generating.json"],
-          "nca_interp.layer_sim", layer_sim.main,
-          [*ckpts, "--context", cfg.context, "--at", "generating",
-           "--out", str(figs / "layer_sim_generating"), *png, *common], inputs=finals)
+    for at, name in LAYER_SIM_STAGES.items():  # PNGs: rendered from the JSON at the end
+        stage(f"layer_sim at {at} positions", manifest, [figs / f"{name}.json"],
+              "nca_interp.layer_sim", layer_sim.main,
+              [*ckpts, "--context", cfg.context, "--at", at, "--out", str(figs / name),
+               *common], inputs=finals)
     for method in ("opd", "nca"):
         run = students[f"{method}_s{cfg.seeds[0]}"]
         steps = sorted(str(p) for p in (run / "checkpoints").glob("step_*"))
         stage(f"grad_align {method}", manifest, [figs / f"grad_align_{method}.json"],
               "nca_interp.grad_align", grad_align.main,
               [*steps, "--teacher", str(base), "--context", cfg.context,
-               "--out", str(figs / f"grad_align_{method}"), *png, *common], inputs=finals)
+               "--out", str(figs / f"grad_align_{method}"), *common], inputs=finals)
     s0 = cfg.seeds[0]
+    delta_runs = [str(students[f"{m}_s{s}"]) for s in cfg.seeds[:2] for m in ("opd", "nca")]
+    control = ["--control", f"{delta_runs[0]},{delta_runs[2]}"] if len(cfg.seeds) > 1 else []
     stage("param_delta", manifest, [figs / "param_delta.json"], "nca_interp.param_delta",
-          param_delta.main, [str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"]),
-                             "--init", str(base), "--out", str(figs / "param_delta"), *png],
-          inputs=finals)
+          param_delta.main, [*delta_runs, "--init", str(base), "--pair",
+                             f"{students[f'opd_s{s0}']},{students[f'nca_s{s0}']}", *control,
+                             "--out", str(figs / "param_delta")], inputs=finals)
     written = render_figures(figs, cfg.png)
     manifest.record(written, ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
+    from train import report
+
+    (figs / "README.md").write_text(report.render(figs) + "\n")
     total = time.time() - t_start
     if manifest.ran:  # summed over invocations (a resumed pipeline adds up); render-only: 0
         manifest.data["pipeline_seconds"] = round(
@@ -294,4 +309,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(entry(main))

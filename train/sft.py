@@ -17,6 +17,7 @@ their last checkpoint when restarted with the same command (data order is a func
 from __future__ import annotations
 
 import random
+import sys
 import time
 from dataclasses import dataclass, field, replace
 
@@ -24,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from nca_interp.cli import parse_config, to_dict
+from nca_interp.cli import entry, parse_config, to_dict
 from nca_interp.models import (
     ModelConfig,
     autocast,
@@ -201,4 +202,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(entry(main))

@@ -116,7 +116,7 @@ class Task:
             if lv.key not in exclude:
                 out.append(lv)
             if i > 100 * n + 1000:
-                raise RuntimeError(f"{self.name}: almost every level is held out; use a larger "
+                raise ValueError(f"{self.name}: almost every level is held out; use a larger "
                                    "board so training and test levels can differ")
         return out
 

@@ -72,7 +72,7 @@ def generate_level(seed: int | str, cfg: FrozenLakeConfig = FrozenLakeConfig()) 
         plan = solve(level)
         if plan is not None and cfg.min_solution <= len(plan) <= cfg.max_solution:
             return FrozenLakeLevel(n, holes, start, goal, plan)
-    raise RuntimeError(f"no solvable grid passed the filter for seed {seed!r}")
+    raise ValueError(f"no solvable grid passed the filter for seed {seed!r}")
 
 
 def play(level: FrozenLakeLevel, moves: str, max_invalid: int = 1) -> Outcome:

@@ -105,7 +105,7 @@ def generate_level(seed: int | str, cfg: SokobanConfig = SokobanConfig()) -> Sok
         plan = solve(level)
         if plan is not None and cfg.min_solution <= len(plan) <= cfg.max_solution:
             return SokobanLevel(h, w, walls, level.targets, level.boxes, player, plan)
-    raise RuntimeError(f"no level passed the filter for seed {seed!r}; widen min/max_solution")
+    raise ValueError(f"no level passed the filter for seed {seed!r}; widen min/max_solution")
 
 
 def step(level: SokobanLevel, boxes: tuple[Pos, ...], player: Pos,
@@ -146,7 +146,7 @@ def solve(level: SokobanLevel, max_states: int = 200_000) -> str | None:
                 parent[key] = (state, m)
                 queue.append(key)
         if len(parent) > max_states:
-            raise RuntimeError("solver state budget exceeded; room too large for exact BFS")
+            raise ValueError("solver state budget exceeded; room too large for exact BFS")
     return None
 
 

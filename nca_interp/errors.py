@@ -1,0 +1,10 @@
+"""Errors meant for the user: `python -m` entry points print their message in one line (no
+traceback; NCA_INTERP_DEBUG=1 shows it) and exit non-zero. See `nca_interp.cli.entry`."""
+
+
+class UsageError(ValueError):
+    """A command-line value that cannot work; the message names the flag and what to pass."""
+
+
+class RunError(RuntimeError):
+    """A run that cannot go on (a failed stage, a missing tool); the message says what to do."""
