@@ -53,7 +53,8 @@ def _write_manifest(folder: Path, skip: tuple[str, ...] = ()) -> None:
     """Size and sha256 of every file (but `skip` and temporaries), written last, atomically."""
     files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)}
              for p in sorted(folder.iterdir())
-             if p.is_file() and p.name not in (MANIFEST, *skip) and not p.name.endswith(".tmp")}
+             if p.is_file() and p.name not in (MANIFEST, *skip) and not p.name.endswith(".tmp")
+             and not p.name.startswith(".")}  # .lock and other run-directory state
     tmp = folder / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps({"files": files}, indent=1))
     os.replace(tmp, folder / MANIFEST)
@@ -195,9 +196,14 @@ def load_checkpoint(path: str | Path, device: str = "cpu", dtype: torch.dtype | 
     if dtype == "stored":
         dtype = "auto"
     hf_logging.set_verbosity_error()  # missing/unexpected weights are reported below instead
-    model, info = AutoModelForCausalLM.from_pretrained(
-        path, local_files_only=True, use_safetensors=True, trust_remote_code=False,
-        dtype=dtype or torch.float32, attn_implementation="sdpa", output_loading_info=True)
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(
+            path, local_files_only=True, use_safetensors=True, trust_remote_code=False,
+            dtype=dtype or torch.float32, attn_implementation="sdpa", output_loading_info=True)
+    except RuntimeError as e:  # transformers' report of tensors whose shapes do not match
+        raise CheckpointError(f"{path}: the weights do not match config.json (tensor shapes "
+                              "differ); restore the model.safetensors that belongs to this "
+                              "config") from e
     problems = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys",
                                                        "mismatched_keys") and v}
     if problems:

@@ -75,12 +75,16 @@ def validate(cfg) -> None:
 
 
 def check_writable(path: str | Path, what: str = "--out") -> Path:
-    """Create `path`'s folder if needed and prove a file can be written there, before any
-    compute whose result would otherwise be lost."""
-    target = Path(path)
+    """Prove that `path` (a run directory for what="run", else a file) can be written, by
+    writing a probe file in its nearest existing folder, before any compute whose result would
+    otherwise be lost. Nothing is left behind."""
+    target = Path(path).resolve()
     folder = target if what == "run" else target.parent
+    while not folder.exists() and folder != folder.parent:  # create nothing yet
+        folder = folder.parent
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        if not folder.is_dir():
+            raise NotADirectoryError(20, "Not a directory", str(folder))
         probe = folder / f".nca_interp_write_test_{os.getpid()}"
         probe.write_text("")
         probe.unlink()

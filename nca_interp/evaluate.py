@@ -23,7 +23,6 @@ without c, where harm is measured), B (context still needed) if it lies above 0,
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nca_interp.checkpoint import load_checkpoint
-from nca_interp.cli import entry, parse_config, to_dict
+from nca_interp.checkpoint import load_checkpoint, verify_folder
+from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
 from nca_interp.models import autocast, context_limit, resolve_device
 from nca_interp.rollout import (
     decode_responses,
@@ -42,7 +41,7 @@ from nca_interp.rollout import (
     sample,
     stop_ids,
 )
-from nca_interp.runs import task_for_checkpoints  # noqa: F401 - re-exported
+from nca_interp.runs import check_context, task_for_checkpoints  # noqa: F401 - re-exported
 from nca_interp.tasks import Task
 
 
@@ -229,9 +228,14 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = parse_config(EvalConfig, argv, __doc__, positional="ckpt")
     torch.set_num_threads(cfg.threads)
     paths = cfg.ckpt or default_checkpoints()
+    if cfg.out:
+        check_writable(cfg.out)
     task = task_for_checkpoints(paths, cfg.task, cfg.fmt, cfg.task_options)
     device = resolve_device(cfg.device)
     cfg.context = cfg.context or task.default_context
+    check_context(task, cfg.context)
+    for p in paths:
+        verify_folder(p)
     reports = {}
     for p in paths:
         model, tok = load_checkpoint(p, device=str(device))
@@ -243,9 +247,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"temperature={cfg.temperature}")
     print(format_table(reports))
     if cfg.out:
-        Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(cfg.out).write_text(json.dumps({"config": to_dict(cfg), "reports": reports},
-                                            indent=1))
+        write_json(cfg.out, {"config": to_dict(cfg), "reports": reports})
     return reports
 
 

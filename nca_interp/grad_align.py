@@ -31,7 +31,6 @@ spilled vector are in memory.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import sys
 import tempfile
@@ -44,13 +43,18 @@ import torch
 from safetensors.torch import save_file
 
 from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint
-from nca_interp.cli import entry, parse_config, to_dict
+from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.losses import TERMS, loss_terms
 from nca_interp.models import context_limit, resolve_device
 from nca_interp.reduce import Gram, TensorFolder, cosine, row_chunks
 from nca_interp.rollout import Batch, onpolicy_batch
-from nca_interp.runs import resolve_task_and_context, step_of, teacher_of
+from nca_interp.runs import (
+    check_same_tokenizers,
+    resolve_task_and_context,
+    step_of,
+    teacher_of,
+)
 
 HALVES = (1, 2)
 
@@ -244,6 +248,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise ValueError(f"--micro-batch must be >= 1, not {cfg.micro_batch}")
     if cfg.dtype is not None and cfg.dtype not in DTYPES:
         raise ValueError(f"--dtype must be one of {sorted(DTYPES)}, not {cfg.dtype!r}")
+    check_writable(cfg.out)
     torch.set_num_threads(cfg.threads)
     if not cfg.ckpt:
         from nca_interp.assets import embedded
@@ -253,6 +258,8 @@ def main(argv: list[str] | None = None) -> dict:
                                              cfg.task_options)
     device = str(resolve_device(cfg.device))
     dtype = DTYPES.get(cfg.dtype) if cfg.dtype else None
+    for path in cfg.ckpt:  # every pair checked before any gradient is computed
+        check_same_tokenizers([path, teacher_of(path, cfg.teacher)])
     levels = task.levels("grad", cfg.batch, cfg.seed)
     results = {}
     for path in cfg.ckpt:
@@ -277,8 +284,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"{cfg.batch // 2})")
     print(format_table(results))
     out = Path(cfg.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    write_json(out.with_suffix(".json"), report)
     written = write_figure(grad_align_figure(report), out, png=cfg.png)
     if len(results) > 1:
         written += write_figure(grad_align_over_steps(report), f"{out}_steps", png=cfg.png)

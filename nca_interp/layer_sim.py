@@ -29,7 +29,6 @@ A random-init model of the same config and the base/teacher are added as baselin
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -39,12 +38,16 @@ import numpy as np
 import torch
 
 from nca_interp.checkpoint import load_checkpoint, save_checkpoint, verify_folder
-from nca_interp.cli import entry, parse_config, to_dict
+from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.hooks import boot_bridge, capture
 from nca_interp.models import context_limit, resolve_device
 from nca_interp.rollout import encode, pad_id, sample, stop_ids, target_batch
-from nca_interp.runs import resolve_task_and_context, with_initial_checkpoints
+from nca_interp.runs import (
+    check_same_tokenizers,
+    resolve_task_and_context,
+    with_initial_checkpoints,
+)
 from nca_interp.tasks import Task
 
 
@@ -296,6 +299,7 @@ def run(ckpts: list[str] | None = None, *, task: str | None = None,
         raise ValueError(f"at must be one of {POSITIONS}, not {at!r}")
     paths = with_initial_checkpoints(ckpts or default_checkpoints())
     found, ctx = resolve_task_and_context(paths, task, context, task_options)
+    check_same_tokenizers(paths)
     levels = found.levels("test", n_levels, seed)
     device = str(resolve_device(device))
     from transformers import AutoTokenizer
@@ -328,6 +332,7 @@ def main(argv: list[str] | None = None) -> dict:
     from nca_interp.plots import head_heatmaps, layer_sim_figure, write_figure
 
     cfg = parse_config(LayerSimConfig, argv, __doc__, positional="ckpt")
+    check_writable(cfg.out)
     torch.set_num_threads(cfg.threads)
     report = run(cfg.ckpt, task=cfg.task, task_options=cfg.task_options, context=cfg.context,
                  n_levels=cfg.n_levels, seed=cfg.seed, baselines=cfg.baselines, at=cfg.at,
@@ -341,8 +346,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(format_table(results, "ctx_attn_ratio_layer", layers[1:]))
     print(format_heads(results))
     out = Path(cfg.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    write_json(out.with_suffix(".json"), report)
     written = write_figure(layer_sim_figure(report), out, png=cfg.png)
     written += write_figure(head_heatmaps(report), f"{out}_heads", png=cfg.png)
     print("wrote", out.with_suffix(".json"), *written)

@@ -40,10 +40,10 @@ import numpy as np
 import torch
 
 from nca_interp.checkpoint import CheckpointError, read_run_config, verify_folder
-from nca_interp.cli import entry, parse_config, to_dict
+from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
 from nca_interp.names import MODULES
 from nca_interp.reduce import Gram, TensorFolder, row_chunks
-from nca_interp.runs import initial_of, lr_at
+from nca_interp.runs import check_same_tokenizers, initial_of, lr_at
 
 ARCH_KEYS = ("model_type", "num_hidden_layers", "hidden_size", "vocab_size",
              "num_attention_heads", "num_key_value_heads", "intermediate_size")
@@ -298,6 +298,8 @@ def main(argv: list[str] | None = None) -> dict:
     init = cfg.init or initial_of(cfg.ckpt[0])
     if not init:
         raise ValueError(f"{cfg.ckpt[0]} does not name its initial checkpoint; pass --init")
+    check_writable(cfg.out)
+    check_same_tokenizers([init, *cfg.ckpt])
     result, gram = deltas(init, cfg.ckpt, cfg.rows, cfg.task, cfg.task_options)
     n_layers = result["n_layers"]
     per = result["per_checkpoint"]
@@ -350,8 +352,7 @@ def main(argv: list[str] | None = None) -> dict:
         top = sorted(cmp["specific"]["share"].items(), key=lambda kv: -kv[1])[:5]
         print("specific delta concentrates in: " +
               ", ".join(f"{k} ({v:.1%})" for k, v in top))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    write_json(out.with_suffix(".json"), report)
     print("wrote", out.with_suffix(".json"), *written)
     return report
 

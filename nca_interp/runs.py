@@ -9,7 +9,8 @@ from pathlib import Path
 
 from nca_interp.assets import resolve
 from nca_interp.checkpoint import read_run_config
-from nca_interp.tasks import Task, task_from_record
+from nca_interp.errors import UsageError
+from nca_interp.tasks import CONTEXT_KINDS, Task, task_from_record
 
 
 def task_for_checkpoints(paths: list[str], name: str | None = None,
@@ -22,13 +23,44 @@ def task_for_checkpoints(paths: list[str], name: str | None = None,
     return task_from_record(record, name, fmt, options)
 
 
+def check_context(task: Task, context: str) -> None:
+    """Refuse an unknown context kind, and read the context once (a system-prompt file that
+    is missing fails here, before any model pass)."""
+    kinds = ("system",) if task.default_context == "system" else CONTEXT_KINDS
+    if context not in kinds:
+        raise UsageError(f"--context {context!r} is not a context kind of {task.name}; choose "
+                         f"one of {', '.join(kinds)}")
+    task.context(task.levels("test", 1)[0], context)
+
+
 def resolve_task_and_context(paths: list[str], task: str | None, context: str | None,
                              options: list[str] | None = None) -> tuple[Task, str]:
+    """The task and context kind of a list of checkpoints, checked (see `check_context`)."""
     runs = [read_run_config(p) for p in paths]
     found = task_for_checkpoints(paths, task, options=options)
     ctx = context or next((r["context"] for r in runs if r.get("context")), None) \
         or found.default_context
+    check_context(found, ctx)
     return found, ctx
+
+
+def check_same_tokenizers(paths: list[str | Path]) -> None:
+    """Every checkpoint of a comparison reads the same token ids (responses and positions are
+    shared between them)."""
+    from transformers import AutoTokenizer
+
+    from nca_interp.checkpoint import CheckpointError, check_same_tokenizer, verify_folder
+
+    toks = []
+    for p in paths:
+        folder = verify_folder(p)
+        try:
+            toks.append(AutoTokenizer.from_pretrained(folder, local_files_only=True))
+        except Exception as e:  # noqa: BLE001 - transformers raises many types here
+            raise CheckpointError(f"{folder}: tokenizer could not be loaded ({e}); a checkpoint "
+                                  "folder must hold its tokenizer files") from e
+    for p, t in zip(paths[1:], toks[1:]):
+        check_same_tokenizer(toks[0], t, str(paths[0]), str(p))
 
 
 def teacher_of(path: str, override: str | None) -> str:

@@ -15,8 +15,9 @@ PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 CHARS = sorted(set(string.printable) - set("\t\r\x0b\x0c")) + ["√"]
 
 
-def build_char_tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {tok: i for i, tok in enumerate([PAD, BOS, EOS, UNK] + CHARS)}
+def build_char_tokenizer(chars: list[str] = CHARS) -> PreTrainedTokenizerFast:
+    """The character tokenizer (`chars` in id order after the 4 special tokens)."""
+    vocab = {tok: i for i, tok in enumerate([PAD, BOS, EOS, UNK] + list(chars))}
     # A BPE model without merges and without a pre-tokenizer splits text into single characters
     # (spaces and newlines included); Fuse joins them back on decode.
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK))

@@ -4,8 +4,10 @@ torch.distributed process group."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +16,8 @@ import torch
 from safetensors.torch import load_file
 
 from nca_interp import checkpoint as ckpt
+from nca_interp.cli import check_writable, finite_json
+from nca_interp.errors import RunError, UsageError
 from nca_interp.evaluate import play_levels
 from nca_interp.models import resolve_device
 from nca_interp.runs import lr_at  # noqa: F401 - the schedule lives with the run readers
@@ -97,9 +101,64 @@ def load_optimizer_state(opt: torch.optim.Optimizer, tensors: dict[str, torch.Te
     opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
 
 
+def all_finite(model) -> bool:
+    """Every parameter finite (one reduction per tensor, one host sync)."""
+    return bool(torch.stack([p.detach().isfinite().all() for p in model.parameters()]).all())
+
+
+class RunLock:
+    """One writer per run directory: `OUT/.lock` holds the writer's pid. A lock whose process
+    is gone (killed, crashed) is stale and taken over; a live one is refused."""
+
+    def __init__(self, folder: Path):
+        self.path = folder / ".lock"
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                pid = self._holder()
+                if pid is not None and pid != os.getpid() and _alive(pid):
+                    raise RunError(f"{folder} is being written by another process (pid {pid}); "
+                                   "wait for it to finish or choose another --out") from None
+                self.path.unlink(missing_ok=True)  # stale: its process is gone
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(str(os.getpid()))
+            atexit.register(self.release)
+            return
+        raise RunError(f"could not take the lock {self.path}; remove it if no run is writing")
+
+    def _holder(self) -> int | None:
+        try:
+            return int(self.path.read_text().strip() or "0") or None
+        except (OSError, ValueError):
+            return None
+
+    def release(self) -> None:
+        if self._holder() == os.getpid():
+            self.path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# Flags that do not change a run's result: they may differ when a run is resumed.
+FREE_FLAGS = ("out", "steps", "threads", "eval_every", "eval_levels", "save_every", "device",
+              "teacher_device", "micro_batch", "grad_checkpointing", "git_commit")
+
+
 class Run:
     """A run directory: `run_config.json`, `metrics.jsonl`, `checkpoints/step_*`, and the
-    latest weights published at its root."""
+    latest weights published at its root. Construct it once the run can start (arguments
+    checked, models loaded): it takes the directory's lock, clears temporaries of killed
+    saves, and writes the config."""
 
     def __init__(self, out: str | Path, run_config: dict, writer: bool = True):
         """`writer=False` (data-parallel ranks other than 0) reads the directory, never writes."""
@@ -109,17 +168,35 @@ class Run:
         self._t0 = time.time()
         if not writer:
             return
+        check_writable(self.dir, "run")
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.lock = RunLock(self.dir)
+        self._clear_temporaries()
         saved = self.dir / ckpt.RUN_CONFIG
-        if saved.exists():
+        started = self.resume_point() is not None
+        if saved.exists() and started:
             old = json.loads(saved.read_text())
-            free = ("out", "steps", "threads", "eval_every", "eval_levels", "save_every",
-                    "device", "teacher_device", "micro_batch", "grad_checkpointing")
-            diff = {k for k in run_config if k not in free and old.get(k) != run_config[k]}
+            diff = {k for k in run_config if k not in FREE_FLAGS and old.get(k) != run_config[k]}
             if diff:
-                raise ValueError(f"{self.dir} holds a run with a different config ({sorted(diff)}"
-                                 "); resume with the same arguments or choose another --out")
-        (self.dir / ckpt.RUN_CONFIG).write_text(json.dumps(self.config, indent=1))
+                raise UsageError(f"{self.dir} holds a run with a different config "
+                                 f"({sorted(diff)}); resume with the same arguments or choose "
+                                 "another --out")
+            self.config = {**old, **{k: v for k, v in self.config.items() if k in FREE_FLAGS}}
+            if not (self.dir / ckpt.MANIFEST).exists():  # killed while publishing
+                ckpt.publish(self.resume_point(), self.dir)
+        else:  # nothing saved yet: a failed start leaves nothing that blocks a corrected one
+            (self.dir / ckpt.RUN_CONFIG).write_text(json.dumps(self.config, indent=1))
+
+    def close(self) -> None:
+        """Release the directory's lock (also done at exit if a run dies)."""
+        if self.writer:
+            self.lock.release()
+
+    def _clear_temporaries(self) -> None:
+        """Folders and files of saves that were killed half-way (never loaded: no manifest)."""
+        for p in [*(self.dir / "checkpoints").glob(".step_*"), *self.dir.glob(".*.tmp-*"),
+                  *self.dir.glob("*.tmp")]:
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
     def resume_point(self) -> Path | None:
         return ckpt.latest_step_checkpoint(self.dir)
@@ -143,7 +220,7 @@ class Run:
         if not self.writer:
             return
         with open(self.dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(json.dumps(finite_json(record)) + "\n")
 
     def truncate_log(self, step: int) -> None:
         """Drop records after `step` (written before a kill, then redone after resume)."""
@@ -155,6 +232,9 @@ class Run:
 
     def save(self, step: int, model, tokenizer, opt: torch.optim.Optimizer,
              extra: dict | None = None) -> Path:
+        if not all_finite(model):
+            raise FloatingPointError(f"weights are not finite at step {step}; not saving. The "
+                                     f"last good checkpoint is {self.resume_point()}")
         tensors, meta = optimizer_state(opt)
         meta = {**meta, "step": step, **(extra or {})}
         path = ckpt.save_checkpoint(self.dir / "checkpoints" / f"step_{step:06d}", model,

@@ -38,15 +38,17 @@ import torch
 from tqdm import tqdm
 
 from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint, read_run_config
-from nca_interp.cli import entry, parse_config, to_dict
+from nca_interp.cli import check_writable, entry, parse_config, to_dict
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens, task_for_checkpoints
 from nca_interp.losses import combine, loss_terms
 from nca_interp.models import autocast, context_limit
 from nca_interp.rollout import Batch, onpolicy_batch
+from nca_interp.runs import check_context
 from nca_interp.tasks import task_record
 from train.common import (
     Dist,
     Run,
+    all_finite,
     close_distributed,
     eval_wins,
     init_distributed,
@@ -137,6 +139,8 @@ def main(argv: list[str] | None = None) -> None:
     if cfg.batch % dist.world:
         raise ValueError(f"--batch {cfg.batch} does not split evenly over {dist.world} ranks")
     task = task_for(cfg, cfg.student)
+    check_context(task, cfg.context or task.default_context)
+    check_writable(cfg.out, "run")
     teacher_dir = cfg.teacher or cfg.student
     student, tok = load_checkpoint(cfg.student, device=str(device))
     teacher_device = cfg.teacher_device or str(device)
@@ -191,6 +195,11 @@ def main(argv: list[str] | None = None) -> None:
             g["lr"] = lr_at(step, cfg.lr, cfg.warmup, cfg.steps, cfg.schedule)
         gnorm = torch.nn.utils.clip_grad_norm_(student.parameters(), cfg.clip)
         opt.step()
+        if not all_finite(student):
+            raise FloatingPointError(
+                f"weights became NaN/Inf at step {step + 1} (grad norm {gnorm.item():.3g}); "
+                f"stopping without saving. The last good checkpoint is "
+                f"{run.resume_point() or cfg.student}; lower --lr or --clip")
         record = {"step": step + 1, "loss": terms["opd"] + beta * terms.get("nca", 0.0),
                   **terms, "sample_win": stats[-2].item() / cfg.batch,
                   "response_len": stats[-1].item() / cfg.batch,
@@ -208,6 +217,7 @@ def main(argv: list[str] | None = None) -> None:
                 run.save(step + 1, student, tok, opt)
             dist.barrier()
     close_distributed(dist)
+    run.close()
     if dist.main:
         print(f"done: {run.dir}")
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from nca_interp import evaluate, grad_align, layer_sim, param_delta
 from nca_interp.checkpoint import git_commit, latest_step_checkpoint, verify_folder
-from nca_interp.cli import entry, parse_config, to_dict
+from nca_interp.cli import entry, parse_config, to_dict, write_json
 from nca_interp.errors import RunError
 from train import sft
 
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     reports = json.loads(ev_json.read_text())["reports"]
     (figs / "context_return.md").write_text(evaluate.format_markdown(reports) + "\n")
     summary = summarise(reports, cfg.seeds)
-    (figs / "context_return_summary.json").write_text(json.dumps(summary, indent=1))
+    write_json(figs / "context_return_summary.json", summary)
     manifest.record([str(figs / "context_return.md"), str(figs / "context_return_summary.json")],
                     ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
 

@@ -36,7 +36,7 @@ from nca_interp.models import (
 from nca_interp.rollout import encode, response_logits, segment_batch
 from nca_interp.tasks import QATask, Task, make_task, task_record
 from nca_interp.tokenizer import EOS, build_char_tokenizer
-from train.common import Run, eval_wins, lr_at, setup_torch
+from train.common import Run, all_finite, eval_wins, lr_at, setup_torch
 
 
 @dataclass
@@ -158,12 +158,12 @@ def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(SFTConfig, argv, __doc__)
     setup_torch(cfg.threads)
     recorded, task = task_of(cfg)
-    run = Run(cfg.out, {**to_dict(cfg), "kind": "sft", "task": task_record(recorded)})
     tok = build_char_tokenizer()
     device = resolve_device(cfg.device)
     amp = autocast(device, cfg.precision)
     model = build_model(ModelConfig(cfg.arch, cfg.n_layers, cfg.d_model, cfg.n_heads,
                                     cfg.n_heads, cfg.d_mlp), tok, cfg.seed).to(device)
+    run = Run(cfg.out, {**to_dict(cfg), "kind": "sft", "task": task_record(recorded)})
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start = run.resume(model, opt)
     held_out = task.held_out_keys(1000, seed=0)
@@ -186,6 +186,10 @@ def main(argv: list[str] | None = None) -> None:
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
         opt.step()
+        if not all_finite(model):
+            raise FloatingPointError(f"weights became NaN/Inf at step {step + 1} (loss "
+                                     f"{loss.item():.3g}); stopping without saving. The last "
+                                     f"good checkpoint is {run.resume_point()}; lower --lr")
         dt = time.time() - t0
         tokens = int(mask.sum() + rmask.sum())
         record = {"step": step + 1, "loss": loss.item(), "grad_norm": gnorm.item(),
@@ -198,6 +202,7 @@ def main(argv: list[str] | None = None) -> None:
         bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
         if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
             run.save(step + 1, model, tok, opt)
+    run.close()
     print(f"done: {run.dir}")
 
 

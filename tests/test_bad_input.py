@@ -1,0 +1,282 @@
+"""Every command refuses bad input with a one-line message, before any work, and leaves the
+inputs and the run directory as they were. Each test names the class of bad input it covers."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from nca_interp import evaluate, grad_align, layer_sim, param_delta
+from nca_interp.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from nca_interp.cli import entry, write_json
+from tests.conftest import tiny
+from train import distill, sft
+
+TASK = {"name": "sokoban", "fmt": "compact", "dim_room": [6, 6], "num_boxes": 1}
+
+
+def digest(folder: Path) -> dict[str, str]:
+    """sha256 of every file under `folder` (what 'unchanged' means)."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def refused(main, argv, capsys) -> str:
+    """Run a command the way `python -m` does; it must exit 2 with one `error:` line."""
+    rc = entry(main, argv)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    lines = [ln for ln in err.replace("\r", "\n").splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err  # (progress bars may precede it)
+    return lines[0]
+
+
+@pytest.fixture
+def base(tok, tmp_path):
+    return save_checkpoint(tmp_path / "base", tiny(tok), tok, {"task": TASK})
+
+
+def foreign(tok, folder: Path, model=None) -> Path:
+    """A plain save_pretrained folder (no manifest), as a user brings it."""
+    (model or tiny(tok)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+# --- checkpoints -------------------------------------------------------------------------
+
+def test_missing_tensor_is_refused_not_reinitialised(tok, tmp_path, capsys):
+    folder = foreign(tok, tmp_path / "f")
+    f = folder / "model.safetensors"
+    t = load_file(f)
+    del t["model.layers.1.mlp.up_proj.weight"]
+    save_file(t, f, metadata={"format": "pt"})
+    before = digest(folder)
+    err = refused(evaluate.main, [str(folder), "--n-levels", "4", "--threads", "1"], capsys)
+    assert "up_proj" in err and "re-initialised" in err
+    err = refused(layer_sim.main, [str(folder), "--task", "sokoban", "--n-levels", "2",
+                                   "--out", str(tmp_path / "ls")], capsys)
+    assert "up_proj" in err and not (tmp_path / "ls.json").exists()
+    assert digest(folder) == before
+
+
+def test_unexpected_and_misshapen_tensors(tok, tmp_path):
+    folder = foreign(tok, tmp_path / "f")
+    f = folder / "model.safetensors"
+    t = load_file(f)
+    save_file({**t, "model.extra.weight": torch.zeros(3)}, f, metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match="unexpected keys"):
+        load_checkpoint(folder)
+    t["model.layers.0.self_attn.q_proj.weight"] = torch.zeros(5, 5)
+    save_file(t, f, metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match="do not match config.json"):
+        load_checkpoint(folder)
+
+
+def test_non_finite_weights_refused(tok, tmp_path, capsys):
+    model = tiny(tok)
+    with torch.no_grad():
+        model.model.layers[0].self_attn.k_proj.weight[0, 0] = float("nan")
+    folder = foreign(tok, tmp_path / "nan", model)
+    err = refused(evaluate.main, [str(folder), "--n-levels", "4", "--out",
+                                  str(tmp_path / "r.json")], capsys)
+    assert "k_proj" in err and "NaN" in err and not (tmp_path / "r.json").exists()
+
+
+def test_unsupported_architecture_refused(tok, tmp_path, capsys):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=4))
+    folder = foreign(tok, tmp_path / "gpt2", gpt2)
+    for main, argv in ((evaluate.main, [str(folder), "--n-levels", "2"]),
+                       (layer_sim.main, [str(folder), "--n-levels", "2", "--out",
+                                         str(tmp_path / "x")]),
+                       (grad_align.main, [str(folder), "--teacher", str(folder), "--batch",
+                                          "4", "--out", str(tmp_path / "g")]),
+                       (distill.main, ["--student", str(folder), "--task", "sokoban",
+                                       "--out", str(tmp_path / "d")])):
+        err = refused(main, argv, capsys)
+        assert "gpt2" in err and "not supported" in err
+    assert not (tmp_path / "d").exists()
+
+
+def test_tokenizer_that_does_not_fit_the_embedding(tok, tmp_path):
+    folder = foreign(tok, tmp_path / "f")
+    bigger = tok.__class__.from_pretrained(folder)
+    bigger.add_tokens([f"<x{i}>" for i in range(5)])
+    bigger.save_pretrained(folder)
+    with pytest.raises(CheckpointError, match="embedding rows"):
+        load_checkpoint(folder)
+
+
+def test_permuted_vocabulary_teacher_refused_by_every_analysis(tok, base, tmp_path, capsys):
+    from nca_interp.tokenizer import CHARS, build_char_tokenizer
+
+    other = build_char_tokenizer(CHARS[::-1])
+    teacher = save_checkpoint(tmp_path / "t", tiny(other), other, {"task": TASK})
+    err = refused(grad_align.main, [str(base), "--teacher", str(teacher), "--batch", "4",
+                                    "--out", str(tmp_path / "g")], capsys)
+    assert "different tokenizers" in err and not (tmp_path / "g.json").exists()
+    err = refused(layer_sim.main, [str(base), str(teacher), "--n-levels", "2",
+                                   "--out", str(tmp_path / "l")], capsys)
+    assert "different tokenizers" in err
+    err = refused(param_delta.main, [str(teacher), "--init", str(base),
+                                     "--out", str(tmp_path / "p")], capsys)
+    assert "different tokenizers" in err
+
+
+def test_corrupt_and_missing_checkpoints(base, tmp_path, capsys):
+    err = refused(evaluate.main, [str(tmp_path / "nothing")], capsys)
+    assert "no checkpoint at" in err
+    f = base / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:100])
+    err = refused(layer_sim.main, [str(base), "--out", str(tmp_path / "x")], capsys)
+    assert "truncated or corrupt" in err
+
+
+# --- flags ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--steps", "0"], "--steps must be >= 1"), (["--beta", "-5"], "--beta must be >= 0"),
+    (["--clip", "-1"], "--clip must be > 0"), (["--temperature", "-1"], "--temperature"),
+    (["--lr", "inf"], "--lr must be a finite number"), (["--lr", "nan"], "--lr"),
+    (["--batch", "0"], "--batch must be >= 1"), (["--save-every", "0"], "--save-every"),
+    (["--micro-batch", "-1"], "--micro-batch"), (["--method", "kl"], "--method must be one of"),
+    (["--context", "bogus"], "not a context kind"),
+])
+def test_distill_flags_refused_before_anything_is_written(base, tmp_path, capsys, flags,
+                                                          needle):
+    before = digest(base)
+    err = refused(distill.main, ["--student", str(base), "--out", str(tmp_path / "run"),
+                                 *flags], capsys)
+    assert needle in err
+    assert not (tmp_path / "run").exists() and digest(base) == before
+
+
+@pytest.mark.parametrize("main,flags,needle", [
+    (evaluate.main, ["--n-levels", "0"], "--n-levels must be >= 1"),
+    (evaluate.main, ["--context", "bogus"], "not a context kind"),
+    (layer_sim.main, ["--at", "middle"], "--at must be one of"),
+    (layer_sim.main, ["--responses", "mine"], "--responses must be one of"),
+    (grad_align.main, ["--batch", "3"], "even number"),
+    (param_delta.main, ["--rows", "some"], "--rows must be one of"),
+    (sft.main, ["--lr", "inf"], "--lr must be a finite number"),
+    (sft.main, ["--p-detour", "2"], "between 0 and 1"),
+])
+def test_analysis_flags_refused(tmp_path, capsys, main, flags, needle):
+    argv = [*flags, "--out", str(tmp_path / "o")]
+    assert needle in refused(main, argv, capsys)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "o.json").exists()
+
+
+def test_unknown_task_option_names_the_key(base, capsys):
+    err = refused(evaluate.main, [str(base), "--task", "sysprompt", "--task-options",
+                                  "kbb=3"], capsys)
+    assert "'kbb=3'" in err and "KEY one of" in err
+
+
+def test_missing_system_prompt_file_fails_before_any_pass(tok, tmp_path, capsys, monkeypatch):
+    fix = Path(__file__).parent / "fixtures" / "opcd"
+    folder = save_checkpoint(tmp_path / "m", tiny(tok), tok)
+    calls = []
+    monkeypatch.setattr(evaluate, "play_levels", lambda *a, **k: calls.append(1))
+    opts = (f"train={fix / 'medmcqa_train.jsonl'},test={fix / 'medmcqa_test.jsonl'},"
+            f"system_prompt={tmp_path / 'missing.txt'}")
+    err = refused(evaluate.main, [str(folder), "--task", "opcd", "--task-options", opts], capsys)
+    assert "missing.txt" in err and not calls
+
+
+def test_unwritable_out_found_before_compute(base, tmp_path, capsys, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    calls = []
+    monkeypatch.setattr(layer_sim, "layer_similarity", lambda *a, **k: calls.append(1))
+    err = refused(layer_sim.main, [str(base), "--out", str(blocker / "sub" / "ls")], capsys)
+    assert "cannot write there" in err and not calls
+    err = refused(distill.main, ["--student", str(base), "--out", str(blocker / "run")], capsys)
+    assert "cannot write there" in err
+
+
+# --- runs ---------------------------------------------------------------------------------
+
+def args(base, out, *extra):
+    return ["--student", str(base), "--out", str(out), "--batch", "4", "--steps", "2",
+            "--save-every", "1", "--eval-every", "100", "--eval-levels", "4", "--threads", "1",
+            *extra]
+
+
+def test_exploding_lr_never_publishes_a_broken_state(base, tmp_path, capsys):
+    err = refused(distill.main, args(base, tmp_path / "run", "--lr", "1e38"), capsys)
+    assert "NaN" in err or "nan" in err or "inf" in err
+    for folder in [tmp_path / "run", *(tmp_path / "run" / "checkpoints").glob("step_*")]:
+        if (folder / "nca_checkpoint.json").exists():
+            load_checkpoint(folder)  # whatever was published is finite and loads
+
+
+def test_rerun_with_only_free_flags_changed_keeps_the_run(base, tmp_path):
+    distill.main(args(base, tmp_path / "run"))
+    before = digest(tmp_path / "run")
+    distill.main(args(base, tmp_path / "run", "--threads", "2", "--eval-every", "50"))
+    load_checkpoint(tmp_path / "run")  # the run root is not 'corrupt'
+    assert digest(tmp_path / "run")["run_config.json"] == before["run_config.json"]
+
+
+def test_failed_start_does_not_block_the_corrected_run(base, tmp_path, monkeypatch):
+    def fail(*a, **k):
+        raise ValueError("boom")
+
+    monkeypatch.setattr(distill, "onpolicy_batch", fail)  # fails after the run dir exists
+    with pytest.raises(ValueError, match="boom"):
+        distill.main(args(base, tmp_path / "run", "--lr", "1e-3"))
+    monkeypatch.undo()
+    distill.main(args(base, tmp_path / "run", "--lr", "2e-3"))  # other args: allowed
+    assert json.loads((tmp_path / "run" / "run_config.json").read_text())["lr"] == 2e-3
+
+
+def test_one_writer_per_run_directory(base, tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (run / ".lock").write_text(str(sleeper.pid))
+        err = refused(distill.main, args(base, run), capsys)
+        assert f"pid {sleeper.pid}" in err and not (run / "metrics.jsonl").exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    # the holder is gone: a stale lock is taken over, and leftovers of killed saves cleared
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / ".step_000001.tmp-99999").mkdir()
+    distill.main(args(base, run))
+    assert not (run / ".lock").exists()
+    assert not list((run / "checkpoints").glob(".step_*"))
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [1, 2]
+
+
+# --- output -------------------------------------------------------------------------------
+
+def test_json_never_holds_nan(tmp_path):
+    write_json(tmp_path / "x.json", {"a": float("nan"), "b": [1.0, float("inf")], "c": 2})
+    text = (tmp_path / "x.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text) == {"a": None, "b": [1.0, None], "c": 2}
+
+
+def test_python_m_prints_one_line_and_no_traceback(tmp_path):
+    env = {**os.environ, "NCA_INTERP_DEBUG": "0"}
+    out = subprocess.run([sys.executable, "-m", "nca_interp.param_delta", str(tmp_path / "no"),
+                          "--init", str(tmp_path / "no")], capture_output=True, text=True,
+                         env=env)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().startswith("error: no checkpoint at")
+    debug = subprocess.run([sys.executable, "-m", "nca_interp.param_delta",
+                            str(tmp_path / "no"), "--init", str(tmp_path / "no"), "--debug"],
+                           capture_output=True, text=True)
+    assert "Traceback" in debug.stderr
