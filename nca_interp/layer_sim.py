@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from einops import reduce
 
 from nca_interp.checkpoint import load_checkpoint, save_checkpoint, verify_folder
 from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
@@ -96,7 +97,8 @@ def context_attention(pattern_L_B_H_Q_K: torch.Tensor, key_is_ctx_B_K: torch.Ten
     q = query_mask_B_Q.to(mass.dtype)[None, :, None, :]
     ratio = torch.where(share_B_Q[None, :, None, :] > 0,
                         mass / share_B_Q[None, :, None, :].clamp(min=1e-12), 0.0)
-    return {"mass_L_H": (mass * q).sum((1, 3)), "ratio_L_H": (ratio * q).sum((1, 3)),
+    return {"mass_L_H": reduce(mass * q, "l b h q -> l h", "sum"),
+            "ratio_L_H": reduce(ratio * q, "l b h q -> l h", "sum"),
             "n": float(query_mask_B_Q.sum())}
 
 

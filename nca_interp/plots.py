@@ -118,6 +118,53 @@ def grad_align_over_steps(report: dict) -> go.Figure:
     return fig
 
 
+def patching_figures(report: dict) -> dict[str, go.Figure]:
+    """Causal patching: layer x position (residual stream, no-context -> context), layer x head
+    (hook_z patching and removal of attention to c), and the logit lens of both views."""
+    if "forward" not in report:
+        return {}
+    name = Path(report["checkpoint"]).name
+    L, H = report["n_layers"], report["n_heads"]
+    off = report["forward"]["resid_offsets"]["mean"]  # L K
+    K = len(off[0])
+    figs = {"positions": go.Figure(go.Heatmap(
+        z=off, x=[f"-{k}" for k in range(1, K + 1)], y=[f"L{i}" for i in range(L)],
+        colorscale="RdBu", zmid=0, hovertemplate="%{y} offset %{x}: %{z:.2f}<extra></extra>"))}
+    figs["positions"].update_layout(
+        title=f"{name}: patching the residual stream from the no-context run, per layer and "
+              "aligned position (offset from the deciding position; 1 = harm undone)",
+        xaxis_title="position (offset)", yaxis=dict(autorange="reversed"), height=380,
+        width=max(600, 28 * K + 200))
+    heads = make_subplots(rows=1, cols=3, subplot_titles=[
+        "head output no-c -> c", "head output c -> no-c", "remove head's attention to c"])
+    for col, z in enumerate((report["forward"]["heads"]["mean"],
+                             report["reverse"]["heads"]["mean"], report["ablation"]["mean"])):
+        heads.add_trace(go.Heatmap(z=z, x=[f"H{h}" for h in range(H)],
+                                   y=[f"L{i}" for i in range(L)], colorscale="RdBu", zmid=0,
+                                   zmin=-1, zmax=1, showscale=col == 2), 1, col + 1)
+    heads.update_yaxes(autorange="reversed")
+    heads.update_layout(title=f"{name}: per head (normalised effect; 1 = the other view's "
+                              "logit difference)", height=380, width=1000)
+    figs["heads"] = heads
+    lens = make_subplots(rows=1, cols=2, subplot_titles=["KL(no c || c) of the decoded layer",
+                                                         "rank of the right answer"])
+    layers = ["embed"] + [str(i) for i in range(L)]
+    lens.add_trace(go.Scatter(x=layers, y=report["lens"]["kl"]["mean"], name="harm cases",
+                              line={"color": PALETTE["opd"]}), 1, 1)
+    if "control" in report:
+        lens.add_trace(go.Scatter(x=layers, y=report["control"]["lens"]["kl"]["mean"],
+                                  name="controls (both right)", line={"color": "#7f7f7f"}), 1, 1)
+    lens.add_trace(go.Scatter(x=layers, y=report["lens"]["rank_no_c"]["mean"],
+                              name="harm: no-context view", line={"dash": "dot"}), 1, 2)
+    lens.add_trace(go.Scatter(x=layers, y=report["lens"]["rank_c"]["mean"],
+                              name="harm: context view"), 1, 2)
+    lens.update_xaxes(title_text="layer")
+    lens.update_layout(title=f"{name}: logit lens at the deciding position", height=400,
+                       width=1000)
+    figs["lens"] = lens
+    return figs
+
+
 def context_return_figure(summary: dict, task: str, context: str,
                           success: str = "win") -> go.Figure:
     """Bars per metric and method: mean over seeds, error bars spanning min..max. `success`:
