@@ -188,6 +188,54 @@ def param_delta(figs: Path) -> str:
     return "\n\n".join(out)
 
 
+def patching(figs: Path) -> str:
+    rep = json.loads((figs / "patching.json").read_text())
+    out = []
+    for name, r in rep["results"].items():
+        c = r["counts"]
+        head = (f"**{name}**: {c['levels']} held-out items, right without c {c['right_no_c']}, "
+                f"harm cases {c['harm']}, both right {c['both']}.")
+        if "harm" not in r:
+            out.append(head + " No harm case: nothing to localise.")
+            continue
+        L = r["n_layers"]
+
+        def cell(s, i):
+            return f"{s['mean'][i]:.2f} [{s['lo'][i]:.2f}, {s['hi'][i]:.2f}]"
+
+        rows = ["| layer | resid, all aligned | resid, x only | resid, response prefix | "
+                "resid, deciding position | MLP out | reverse: resid all |",
+                "|---|---|---|---|---|---|---|"]
+        f, rv = r["forward"], r["reverse"]
+        for i in range(L):
+            rows.append(f"| {i} | " + " | ".join(cell(f["resid_groups"][g], i)
+                                                  for g in ("all", "x", "response", "decide"))
+                        + f" | {cell(f['mlp'], i)} | {cell(rv['resid_groups']['all'], i)} |")
+        H = r["n_heads"]
+        ab = np.array(r["ablation"]["mean"])
+        top = np.argsort(-np.nan_to_num(ab, nan=-9), axis=None)[:4]
+        heads = ", ".join(f"L{i // H}H{i % H} {ab.flat[i]:.2f}" for i in top)
+        abl = ["| heads ablated | recovered harm | same number of random heads | broken "
+               "controls |", "|---|---|---|---|"]
+        for row in r["top_heads"]:
+            bc = row["broken_control"]
+            abl.append(f"| {row['k']}: {', '.join(row['heads'][:4])}"
+                       f"{' ...' if len(row['heads']) > 4 else ''} | "
+                       f"{row['recovered_harm']:.2f} | {row['recovered_harm_random']:.2f} | "
+                       f"{'-' if bc is None else f'{bc:.2f}'} |")
+        kl = " ".join(f"{v:.2f}" for v in r["lens"]["kl"]["mean"])
+        ckl = " ".join(f"{v:.2f}" for v in r["control"]["lens"]["kl"]["mean"]) \
+            if "control" in r else "-"
+        out.append(f"{head} Patched: {r['harm']['n']} harm cases (0 = the context run "
+                   "unchanged, 1 = the no-context run's logit difference at the deciding "
+                   "position; mean [95% bootstrap over cases]).\n\n" + "\n".join(rows) +
+                   f"\n\nRemoving one head's attention to c (1 = harm undone): {heads}.\n\n"
+                   + "\n".join(abl) +
+                   f"\n\nLogit lens, KL(no c || c) at the deciding position per layer (embed "
+                   f"first): harm cases {kl}; controls {ckl}.")
+    return "\n\n".join(out)
+
+
 def render(figs: Path) -> str:
     """The whole generated report of one pipeline folder, as markdown."""
     manifest = json.loads((figs / "manifest.json").read_text())
@@ -220,6 +268,9 @@ def render(figs: Path) -> str:
                              lambda f, n=name: layer_sim(f, n)))
     sections += [("Gradient alignment (seed 0, over training)", grad_align),
                  ("Parameter deltas", param_delta)]
+    if (figs / "patching.json").exists():
+        sections.append(("Causal patching of the harm cases (seed 0 students and the teacher)",
+                         patching))
     for title, fn in sections:
         lines.append(f"## {title}\n\n{fn(figs)}\n")
     return "\n".join(lines)

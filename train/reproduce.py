@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nca_interp import evaluate, grad_align, layer_sim, param_delta
+from nca_interp import evaluate, grad_align, layer_sim, param_delta, patching
 from nca_interp.checkpoint import git_commit, latest_step_checkpoint, verify_folder
 from nca_interp.cli import entry, parse_config, to_dict, write_json
 from nca_interp.errors import RunError
@@ -208,6 +208,11 @@ def render_figures(figs: Path, png: bool) -> list[str]:
     written += plots.write_figure(plots.heatmap(
         grid, rows, cols, "NCA-specific delta ||dNCA - dOPD|| / ||W0||"),
         figs / "param_delta_specific", png)
+    if (figs / "patching.json").exists():
+        pt = json.loads((figs / "patching.json").read_text())
+        for name, r in pt["results"].items():
+            for suffix, fig in plots.patching_figures(r).items():
+                written += plots.write_figure(fig, figs / f"patching_{name}_{suffix}", png)
     if "control" in pd:
         grid, rows, cols = param_delta.layer_module_grid(pd["control"]["cos"], n)
         written += plots.write_figure(plots.heatmap(
@@ -295,6 +300,10 @@ def main(argv: list[str] | None = None) -> None:
           param_delta.main, [*delta_runs, "--init", str(base), "--pair",
                              f"{students[f'opd_s{s0}']},{students[f'nca_s{s0}']}", *control,
                              "--out", str(figs / "param_delta")], inputs=finals)
+    stage("patching", manifest, [figs / "patching.json"], "nca_interp.patching",
+          patching.main, [str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"]), str(base),
+                          "--context", cfg.context, "--n-levels", str(cfg.n_levels),
+                          "--out", str(figs / "patching"), *common], inputs=finals)
     written = render_figures(figs, cfg.png)
     manifest.record(written, ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
     from train import report
