@@ -9,3 +9,10 @@ def test_gpu_check_script_runs_on_cpu_at_tiny_shape(tmp_path):
     assert set(out["runs"]) == {"opd", "nca"} and out["shape"]["vocab"] == 512
     assert all(r["prompts_per_s"] > 0 for r in out["runs"].values())
     assert len(out["layer_sim"]["cos_last_layer"]) >= 3
+
+
+def test_patching_cost_runs():
+    from bench import patching_cost
+
+    out = patching_cost.main(["--n-levels", "40", "--cases", "4"])
+    assert out["forwards"] == out["layers"] * out["heads"] + 1 and out["sweep_s"] > 0
