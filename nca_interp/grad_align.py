@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> dict:
     task, context = resolve_task_and_context(cfg.ckpt, cfg.task, cfg.context,
                                              cfg.task_options)
     device = str(resolve_device(cfg.device))
-    dtype = DTYPES.get(cfg.dtype) if cfg.dtype else None
+    dtype = DTYPES[cfg.dtype] if cfg.dtype else "stored"
     for path in cfg.ckpt:  # every pair checked before any gradient is computed
         check_same_tokenizers([path, teacher_of(path, cfg.teacher)])
     levels = task.levels("grad", cfg.batch, cfg.seed)

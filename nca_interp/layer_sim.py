@@ -167,7 +167,7 @@ def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
     passes on `device`; statistics on the CPU."""
     if at not in POSITIONS:
         raise ValueError(f"at must be one of {POSITIONS}, not {at!r}")
-    bridge = boot_bridge(path, device)
+    bridge = boot_bridge(path, device, "stored")
     tok = bridge.tokenizer
     task = task.for_tokenizer(tok)
     if responses is None:

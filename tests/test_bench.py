@@ -16,3 +16,15 @@ def test_patching_cost_runs():
 
     out = patching_cost.main(["--n-levels", "40", "--cases", "4"])
     assert out["forwards"] == out["layers"] * out["heads"] + 1 and out["sweep_s"] > 0
+
+
+def test_analysis_scale_runs_at_tiny_shape(tmp_path):
+    """bench/analysis_scale.py end to end on bf16, sharded-as-saved folders of a tiny shape
+    (the 0.6B / 1.7B runs are the benchmark's, not the tests')."""
+    from bench import analysis_scale
+
+    rep = analysis_scale.main(["--shape", "tiny", "--levels", "4", "--threads", "1",
+                               "--out", str(tmp_path / "as")])
+    assert set(rep["rows"]) >= {"param_delta init + 2", "layer_sim 3 + random-init",
+                                "grad_align batch 4"}
+    assert all(r["peak_rss_gb"] > 0 for r in rep["rows"].values())
