@@ -74,20 +74,30 @@ def check_sokoban(n: int, rng: random.Random) -> tuple[int, int, list[str]]:
         if rng.random() < 0.3:  # some solving trajectories, with invalid moves mixed in
             plan = "".join(m + (rng.choice("UDLR") if rng.random() < 0.3 else "")
                            for m in level.solution)
-        done, i = False, -1
-        for i, m in enumerate(plan):
-            done, _ = env.step(CHAT[m])
-            moves_seen += 1
-            if not done and board_of(env) != sokoban.render_textarena(ours_after(level,
-                                                                                 plan[:i + 1])):
-                bad.append(f"sokoban {t} {plan!r} move {i}: board differs")
-            if done:
-                break
-        theirs = (done and env.state.rewards.get(0) == 1, i + 1 if done else None)
-        ours = ours_end(sokoban.play, level, plan)
-        if theirs != ours:
-            bad.append(f"sokoban {t} {plan!r}: textarena (won, ended) {theirs}, ours {ours}")
+        def board_matches(i, plan=plan, level=level, env=env):
+            return board_of(env) == sokoban.render_textarena(ours_after(level, plan[:i + 1]))
+
+        moves, mismatch = compare_game(env, plan, ours_end(sokoban.play, level, plan),
+                                       board_matches)
+        moves_seen += moves
+        bad += [f"sokoban {t} {plan!r}: {m}" for m in mismatch]
     return n, moves_seen, bad
+
+
+def compare_game(env, plan: str, ours: tuple, board_matches=None) -> tuple[int, list[str]]:
+    """Play `plan` in textarena's env; compare the end (won, move it ended at) with ours and,
+    after every move that does not end the game, the board. Returns (moves played, problems)."""
+    done, i, problems = False, -1, []
+    for i, m in enumerate(plan):  # noqa: B007 - i is read after the loop
+        done, _ = env.step(CHAT[m])
+        if not done and board_matches is not None and not board_matches(i):
+            problems.append(f"move {i}: board differs")
+        if done:
+            break
+    theirs = (done and env.state.rewards.get(0) == 1, i + 1 if done else None)
+    if theirs != ours:
+        problems.append(f"textarena (won, ended) {theirs}, ours {ours}")
+    return i + 1, problems
 
 
 def ours_end(play, level, plan: str):
@@ -127,16 +137,9 @@ def check_frozenlake(n: int, rng: random.Random) -> tuple[int, int, list[str]]:
         if rng.random() < 0.3:
             plan = "".join(m + (rng.choice("UL") if rng.random() < 0.3 else "")
                            for m in level.solution)
-        done, i = False, -1
-        for i, m in enumerate(plan):  # noqa: B007 - i is read after the loop
-            done, _ = env.step(CHAT[m])
-            moves_seen += 1
-            if done:
-                break
-        theirs = (done and env.state.rewards.get(0) == 1, i + 1 if done else None)
-        ours = ours_end(frozenlake.play, level, plan)
-        if theirs != ours:
-            bad.append(f"frozenlake {t} {plan!r}: textarena (won, ended) {theirs}, ours {ours}")
+        moves, mismatch = compare_game(env, plan, ours_end(frozenlake.play, level, plan))
+        moves_seen += moves
+        bad += [f"frozenlake {t} {plan!r}: {m}" for m in mismatch]
     return n, moves_seen, bad
 
 
