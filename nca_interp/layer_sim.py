@@ -37,6 +37,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from einops import reduce
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from nca_interp.checkpoint import load_checkpoint, save_checkpoint, verify_folder
 from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
@@ -77,6 +79,69 @@ def similarity_by_layer(h0_L_B_N_D: torch.Tensor, h1_L_B_N_D: torch.Tensor,
         out["cos_centred"].append(float(((cc * m).sum(1) / per_ex).mean()))
         out["cka"].append(linear_cka(h0[m], h1[m]))
     return out
+
+
+class StreamedSimilarity:
+    """`similarity_by_layer` over batches without holding every hidden state: each batch's
+    compared tokens are spilled to a safetensors file in `folder`, and the statistics are then
+    reduced layer by layer (float64; one layer of one batch in memory at a time). The linear
+    CKA uses the feature-space form ||C_yx||^2 / (||C_xx|| ||C_yy||) of accumulated, centred
+    D x D moments, which equals the token-space one."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.files, self.n_ex = Path(folder), [], 0
+
+    def add(self, h0_L_B_N_D: torch.Tensor, h1_L_B_N_D: torch.Tensor, mask_B_N: torch.Tensor
+            ) -> None:
+        m = mask_B_N.bool()
+        B, N = m.shape
+        ex = (torch.arange(B)[:, None].expand(B, N)[m] + self.n_ex).contiguous()
+        f = self.folder / f"batch_{len(self.files):05d}.safetensors"
+        save_file({"h0": h0_L_B_N_D[:, m].float().contiguous(),
+                   "h1": h1_L_B_N_D[:, m].float().contiguous(), "ex": ex}, f)
+        self.files.append(f)
+        self.n_ex += B
+
+    def _layers(self, layer: int):
+        for f in self.files:
+            with safe_open(str(f), framework="pt") as h:
+                yield (h.get_slice("h0")[layer].double(), h.get_slice("h1")[layer].double(),
+                       h.get_tensor("ex"))
+
+    def result(self) -> dict[str, list[float]]:
+        with safe_open(str(self.files[0]), framework="pt") as h:
+            L, _, D = h.get_slice("h0").get_shape()
+        out: dict[str, list[float]] = {"cos": [], "cos_std": [], "cos_centred": [], "cka": []}
+        cos = torch.nn.functional.cosine_similarity
+        for layer in range(L):
+            n, s0, s1 = 0, torch.zeros(D, dtype=torch.float64), torch.zeros(D, dtype=torch.float64)
+            Sxx, Syy, Syx = (torch.zeros(D, D, dtype=torch.float64) for _ in range(3))
+            per_ex = torch.zeros(self.n_ex, dtype=torch.float64)
+            count = torch.zeros(self.n_ex, dtype=torch.float64)
+            for h0, h1, ex in self._layers(layer):
+                n += len(h0)
+                s0 += h0.sum(0)
+                s1 += h1.sum(0)
+                Sxx += h0.T @ h0
+                Syy += h1.T @ h1
+                Syx += h1.T @ h0
+                per_ex.index_add_(0, ex, cos(h0, h1, dim=-1))
+                count.index_add_(0, ex, torch.ones(len(ex), dtype=torch.float64))
+            m0, m1 = s0 / n, s1 / n
+            Cxx = Sxx - n * torch.outer(m0, m0)
+            Cyy = Syy - n * torch.outer(m1, m1)
+            Cyx = Syx - n * torch.outer(m1, m0)
+            den = Cxx.norm() * Cyy.norm()
+            mu = (s0 + s1) / (2 * n)
+            centred = torch.zeros(self.n_ex, dtype=torch.float64)
+            for h0, h1, ex in self._layers(layer):
+                centred.index_add_(0, ex, cos(h0 - mu, h1 - mu, dim=-1))
+            ex_cos = per_ex / count.clamp(min=1)
+            out["cos"].append(float(ex_cos.mean()))
+            out["cos_std"].append(float(ex_cos.std()) if self.n_ex > 1 else 0.0)
+            out["cos_centred"].append(float((centred / count.clamp(min=1)).mean()))
+            out["cka"].append(float(Cyx.norm() ** 2 / den) if den > 0 else float("nan"))
+        return out
 
 
 def context_attention(pattern_L_B_H_Q_K: torch.Tensor, key_is_ctx_B_K: torch.Tensor,
@@ -173,7 +238,9 @@ def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
     if responses is None:
         responses = greedy_responses(path, task, levels, batch, device)
     limit = int(bridge.cfg.n_ctx or 0) or None
-    h0s, h1s, masks = [], [], []
+    spill = tempfile.TemporaryDirectory(prefix="layer_sim_")
+    stats = StreamedSimilarity(Path(spill.name))
+    n_positions = 0
     attn = {"mass_L_H": 0.0, "ratio_L_H": 0.0, "n": 0.0}
     for i in range(0, len(levels), batch):
         chunk = levels[i: i + batch]
@@ -195,9 +262,8 @@ def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
         a = capture(bridge, torch.cat([x_ids, resp], 1), torch.cat([x_mask, rmask], 1))
         b = capture(bridge, torch.cat([cx_ids, resp], 1), torch.cat([cx_mask, rmask], 1),
                     patterns=True)
-        h0s.append(a["resid"][:, :, sel0])
-        h1s.append(b["resid"][:, :, sel1])
-        masks.append(m)
+        stats.add(a["resid"][:, :, sel0], b["resid"][:, :, sel1], m)
+        n_positions += int(m.sum())
         key_ctx = torch.zeros(len(chunk), Pc + N)
         for j, (text, c) in enumerate(zip(cx_text, contexts)):
             is_ctx = context_token_mask(tok, text, c)
@@ -206,18 +272,15 @@ def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
         part = context_attention(b["pattern"], key_ctx, torch.cat([cx_mask, rmask], 1), qpos, m)
         for k in attn:
             attn[k] = attn[k] + part[k]
-    W = max(h.shape[2] for h in h0s)
-    pad = lambda t: torch.nn.functional.pad(t, (0, 0, 0, W - t.shape[2]))  # noqa: E731
-    mask = torch.cat([torch.nn.functional.pad(mm, (0, W - mm.shape[1])) for mm in masks])
-    out = similarity_by_layer(torch.cat([pad(h) for h in h0s], 1),
-                              torch.cat([pad(h) for h in h1s], 1), mask)
+    out = stats.result()
+    spill.cleanup()
     n = max(attn["n"], 1.0)
     ratio = (attn["ratio_L_H"] / n)
     out["ctx_attn"] = (attn["mass_L_H"] / n).mean(1).tolist()
     out["ctx_attn_ratio"] = ratio.tolist()  # layer x head, 1 = uniform over visible keys
     out["ctx_attn_ratio_layer"] = ratio.mean(1).tolist()
     out["n_examples"] = len(levels)
-    out["n_positions"] = int(mask.sum())
+    out["n_positions"] = n_positions
     out["mean_response_tokens"] = float(responses[1].float().sum(1).mean())
     return out
 

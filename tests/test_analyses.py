@@ -141,3 +141,30 @@ def test_every_model_sees_the_same_responses(folders, tmp_path):
     counts = {r["n_positions"] for r in rep["results"].values()}
     assert len(counts) == 1 and len(rep["results"]) == 3  # random_init included
     assert "sokoban target" in rep["responses_from"]
+
+
+def test_streamed_similarity_equals_in_memory(tmp_path):
+    """Three batches of different widths and masks, spilled and reduced layer by layer, give
+    what `similarity_by_layer` gives on the whole padded tensor (float64, 1e-10)."""
+    gen = torch.Generator().manual_seed(0)
+    L, D, widths = 3, 8, (5, 2, 7)
+    stream = layer_sim.StreamedSimilarity(tmp_path)
+    h0s, h1s, masks = [], [], []
+    for w in widths:
+        h0 = torch.randn(L, 4, w, D, generator=gen) + 2.0  # a shared offset, as real states
+        h1 = h0 + 0.5 * torch.randn(L, 4, w, D, generator=gen)
+        m = (torch.rand(4, w, generator=gen) > 0.3).long()
+        m[0, 0] = 1
+        stream.add(h0, h1, m)
+        h0s.append(h0)
+        h1s.append(h1)
+        masks.append(m)
+    W = max(widths)
+    pad = lambda t: torch.nn.functional.pad(t, (0, 0, 0, W - t.shape[2]))  # noqa: E731
+    ref = layer_sim.similarity_by_layer(torch.cat([pad(h) for h in h0s], 1),
+                                        torch.cat([pad(h) for h in h1s], 1),
+                                        torch.cat([torch.nn.functional.pad(m, (0, W - m.shape[1]))
+                                                   for m in masks]))
+    got = stream.result()
+    for key in ("cos", "cos_std", "cos_centred", "cka"):
+        assert got[key] == pytest.approx(ref[key], rel=1e-10), key
