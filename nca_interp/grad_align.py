@@ -165,20 +165,6 @@ def angle_deg(cos: float | None) -> float | None:
     return None if cos is None else math.degrees(math.acos(max(-1.0, min(1.0, cos))))
 
 
-def term_gradients_in_memory(student, teacher, batch: Batch, terms=TERMS
-                             ) -> dict[str, dict[str, torch.Tensor]]:
-    """{term: {param: grad}} on one batch, held in memory: the reference the streamed
-    reduction is tested against (tiny models only)."""
-    grads = {}
-    for term in terms:
-        student.zero_grad(set_to_none=True)
-        loss_terms(student, teacher, batch, (term,))[term].backward()
-        grads[term] = {n: (p.grad.detach().clone() if p.grad is not None
-                           else torch.zeros_like(p)) for n, p in student.named_parameters()}
-    student.zero_grad(set_to_none=True)
-    return grads
-
-
 def checkpoint_alignment(student, teacher, halves: list[list[Batch]], terms=TERMS,
                          temperature: float = 1.0) -> dict:
     with tempfile.TemporaryDirectory(prefix="grad_align_") as tmp:

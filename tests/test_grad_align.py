@@ -14,6 +14,21 @@ from tests.conftest import tiny
 NAME = "model.layers.0.self_attn.q_proj.weight"
 
 
+def gradients_in_memory(student, teacher, batch, terms=("opd", "nca", "ctx")):
+    """{term: {param: grad}} on one batch, held in memory: the plain reference the streamed
+    reduction is checked against."""
+    from nca_interp.losses import loss_terms
+
+    grads = {}
+    for term in terms:
+        student.zero_grad(set_to_none=True)
+        loss_terms(student, teacher, batch, (term,))[term].backward()
+        grads[term] = {n: (p.grad.detach().clone() if p.grad is not None
+                           else torch.zeros_like(p)) for n, p in student.named_parameters()}
+    student.zero_grad(set_to_none=True)
+    return grads
+
+
 def gram_of(vectors: dict[str, torch.Tensor]) -> Gram:
     g = Gram(list(vectors))
     g.add(NAME, [list(vectors.values())])
@@ -93,7 +108,7 @@ def test_streamed_reduction_equals_in_memory(setup, tok):
     flat = {}
     for h, pieces in zip((1, 2), halves):
         (piece,) = pieces  # micro-batch = half: the half's mean is one batch mean
-        grads = grad_align.term_gradients_in_memory(student, teacher, piece)
+        grads = gradients_in_memory(student, teacher, piece)
         for t, g in grads.items():
             flat[f"{t}:{h}"] = torch.cat([v.flatten().double() for v in g.values()])
     ref = np.array([[float(flat[a] @ flat[b]) for b in labels] for a in labels])
