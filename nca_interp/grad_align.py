@@ -40,14 +40,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 
 from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint
 from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.losses import TERMS, loss_terms
 from nca_interp.models import context_limit, resolve_device
-from nca_interp.reduce import Gram, TensorFolder, cosine, row_chunks
+from nca_interp.reduce import Gram, TensorFolder, cosine, row_chunks, save_sharded
 from nca_interp.rollout import Batch, onpolicy_batch
 from nca_interp.runs import (
     check_same_tokenizers,
@@ -86,7 +85,8 @@ def sample_halves(student, tok, task, levels: list, context: str, temperature: f
 def spill_term_gradients(student, teacher, halves: list[list[Batch]], terms, folder: Path,
                          temperature: float = 1.0) -> dict[str, float]:
     """For each (term, half): accumulate the gradient of the half's token-mean term over its
-    micro-batches and write it to `folder/{term}_{half}.safetensors` (float32). Returns each
+    micro-batches and write it to `folder/{term}_{half}/` (float32 shards, one in memory at a
+    time). Returns each
     half's token count (the weights of the full-batch mean)."""
     tokens = {}
     params = dict(student.named_parameters())
@@ -98,9 +98,8 @@ def spill_term_gradients(student, teacher, halves: list[list[Batch]], terms, fol
             for piece in pieces:
                 loss_terms(student, teacher, piece, (term,), denom=denom,
                            temperature=temperature)[term].backward()
-            save_file({n: (p.grad if p.grad is not None else torch.zeros_like(p))
-                       .detach().float().cpu().contiguous() for n, p in params.items()},
-                      folder / f"{term}_{h}.safetensors")
+            save_sharded(((n, p.grad if p.grad is not None else torch.zeros_like(p))
+                          for n, p in params.items()), folder / f"{term}_{h}")
     student.zero_grad(set_to_none=True)
     return tokens
 
@@ -109,8 +108,8 @@ def stream_gram(folder: Path, labels: list[str]) -> Gram:
     """Inner products of the spilled gradients, tensor by tensor, row chunk by row chunk."""
     gram = Gram(labels)
     with ExitStack() as stack:
-        readers = [stack.enter_context(TensorFolder(folder / f"{lab.replace(':', '_')}"
-                                                    ".safetensors")) for lab in labels]
+        readers = [stack.enter_context(TensorFolder(folder / lab.replace(":", "_")))
+                   for lab in labels]
         for name in readers[0].names():
             gram.add(name, ([r.rows(name, a, b) for r in readers]
                             for a, b in row_chunks(readers[0].shape(name))))

@@ -14,7 +14,6 @@ Groups, keyed by the one naming scheme (`names.module_of`): `global`, `{layer}.{
 from __future__ import annotations
 
 import json
-from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +22,7 @@ from safetensors import safe_open
 
 from nca_interp.names import module_of
 
-CHUNK_ELEMENTS = 1 << 24  # per vector and chunk: 16M elements = 128 MB in float64
+CHUNK_ELEMENTS = 1 << 22  # per vector and chunk: 4M elements = 32 MB in float64
 
 
 def group_keys(param_name: str) -> list[str]:
@@ -72,59 +71,78 @@ def cosine(G: np.ndarray, i: int, j: int) -> float | None:
 
 class TensorFolder:
     """The safetensors weights of one checkpoint folder, read lazily in their stored dtype.
-    Handles a single file or shards (`model.safetensors.index.json`); training-state files are
-    not weights. Use as a context manager (file handles stay open inside it)."""
+    Handles a single file, `save_pretrained` shards (`model.safetensors.index.json`) and any
+    folder of `*.safetensors` files; training-state files are not weights. Every read opens
+    and closes its file, so no memory map outlives the tensor chunk it served (mapped pages
+    count as resident memory)."""
 
     def __init__(self, path: str | Path):
         """`path`: a checkpoint folder, or one safetensors file."""
         self.path = Path(path)
         index = self.path / "model.safetensors.index.json"
-        if self.path.is_file():
-            with safe_open(str(self.path), framework="pt") as h:
-                self.files = {n: self.path for n in h.keys()}
-        elif index.exists():
+        files = [self.path] if self.path.is_file() else sorted(
+            f for f in self.path.glob("*.safetensors") if f.name != "trainer_state.safetensors")
+        if self.path.is_dir() and index.exists():
             weight_map = json.loads(index.read_text())["weight_map"]
             self.files = {n: self.path / f for n, f in weight_map.items()}
         else:
             self.files = {}
-            for f in sorted(self.path.glob("*.safetensors")):
-                if f.name == "trainer_state.safetensors":
-                    continue
+            for f in files:
                 with safe_open(str(f), framework="pt") as h:
                     for n in h.keys():
                         self.files[n] = f
-        self._stack: ExitStack | None = None
-        self._handles: dict[Path, object] = {}
+        self._shapes: dict[str, tuple[int, ...]] = {}
 
     def __enter__(self) -> TensorFolder:
-        self._stack = ExitStack()
-        for f in sorted(set(self.files.values())):
-            self._handles[f] = self._stack.enter_context(safe_open(str(f), framework="pt"))
         return self
 
     def __exit__(self, *exc) -> None:
-        self._handles.clear()
-        if self._stack is not None:
-            self._stack.close()
+        return None
 
     def names(self) -> list[str]:
         return list(self.files)
 
-    def _slice(self, name: str):
-        return self._handles[self.files[name]].get_slice(name)
-
     def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self._slice(name).get_shape())
-
-    def dtype(self, name: str) -> str:
-        return self._slice(name).get_dtype()
+        if name not in self._shapes:
+            with safe_open(str(self.files[name]), framework="pt") as h:
+                self._shapes[name] = tuple(h.get_slice(name).get_shape())
+        return self._shapes[name]
 
     def rows(self, name: str, start: int, stop: int) -> torch.Tensor:
-        s = self._slice(name)
-        return s[start:stop] if len(s.get_shape()) else s[:]
+        with safe_open(str(self.files[name]), framework="pt") as h:
+            s = h.get_slice(name)
+            return (s[start:stop] if len(s.get_shape()) else s[:]).clone()
 
     def get(self, name: str) -> torch.Tensor:
-        return self._handles[self.files[name]].get_tensor(name)
+        with safe_open(str(self.files[name]), framework="pt") as h:
+            return h.get_tensor(name)
+
+
+def save_sharded(tensors, folder: Path, max_bytes: int = 1 << 28) -> Path:
+    """Write (name, tensor) pairs from an iterator as safetensors shards of at most
+    `max_bytes` with an index, holding one shard in memory at a time; `TensorFolder` reads it."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    weight_map, shard, size, k = {}, {}, 0, 0
+
+    def flush():
+        nonlocal shard, size, k
+        if shard:
+            name = f"shard-{k:05d}.safetensors"
+            save_file(shard, folder / name)
+            weight_map.update({n: name for n in shard})
+            shard, size, k = {}, 0, k + 1
+
+    for name, t in tensors:
+        t = t.detach().float().cpu().contiguous()
+        if size and size + t.numel() * 4 > max_bytes:
+            flush()
+        shard[name] = t
+        size += t.numel() * 4
+    flush()
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    return folder
 
 
 def row_chunks(shape: tuple[int, ...], max_elements: int = CHUNK_ELEMENTS):
