@@ -243,7 +243,8 @@ def main(argv: list[str] | None = None) -> dict:
         with autocast(device, cfg.precision):
             reports[name] = evaluate_checkpoint(model, tok, task, cfg.context, cfg.n_levels,
                                                 cfg.seed, cfg.temperature)
-    print(f"task={task.name} context={cfg.context} levels={cfg.n_levels} seed={cfg.seed} "
+    n = next(iter(reports.values()))["n"]
+    print(f"task={task.name} context={cfg.context} levels={n} seed={cfg.seed} "
           f"temperature={cfg.temperature}")
     print(format_table(reports))
     if cfg.out:

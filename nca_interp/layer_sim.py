@@ -404,7 +404,8 @@ def main(argv: list[str] | None = None) -> dict:
                  responses=cfg.responses, batch=cfg.batch, device=cfg.device)
     report = {"config": to_dict(cfg), **report}
     results, layers = report["results"], report["layers"]
-    print(f"task={report['task']} context={report['context']} levels={cfg.n_levels} "
+    n = next(iter(results.values()))["n_examples"]
+    print(f"task={report['task']} context={report['context']} levels={n} "
           f"positions={cfg.at} responses={report['responses_from']}")
     for metric in ("cos", "cos_centred", "cka"):
         print(format_table(results, metric, layers) + "\n")
