@@ -157,11 +157,11 @@ def main(argv=None) -> dict:
     lines.append(f"param_delta / reading once: {rows['param_delta init + 2']['wall_s'] / ref:.2f}x")
     text = "\n".join(lines)
     print(text)
-    out = Path(args.out or f"bench/results/analysis_scale_{args.shape}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=1))
-    out.with_suffix(".txt").write_text(f"# python -m bench.analysis_scale --shape {args.shape}\n"
-                                       + text + "\n")
+    out = str(args.out or f"bench/results/analysis_scale_{args.shape}")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out + ".json").write_text(json.dumps(report, indent=1))
+    Path(out + ".txt").write_text(f"# python -m bench.analysis_scale --shape {args.shape}\n"
+                                  + text + "\n")
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)
     return report

@@ -85,8 +85,8 @@ def sample_halves(student, tok, task, levels: list, context: str, temperature: f
 def spill_term_gradients(student, teacher, halves: list[list[Batch]], terms, folder: Path,
                          temperature: float = 1.0) -> dict[str, float]:
     """For each (term, half): accumulate the gradient of the half's token-mean term over its
-    micro-batches and write it to `folder/{term}_{half}/` (float32 shards, one in memory at a
-    time). Returns each
+    micro-batches and write it to `folder/{term}_{half}/` (shards in the gradient's dtype, one
+    in memory at a time). Returns each
     half's token count (the weights of the full-batch mean)."""
     tokens = {}
     params = dict(student.named_parameters())

@@ -120,7 +120,9 @@ class TensorFolder:
 
 def save_sharded(tensors, folder: Path, max_bytes: int = 1 << 28) -> Path:
     """Write (name, tensor) pairs from an iterator as safetensors shards of at most
-    `max_bytes` with an index, holding one shard in memory at a time; `TensorFolder` reads it."""
+    `max_bytes` with an index, holding one shard in memory at a time; `TensorFolder` reads it.
+    Tensors keep their dtype (a bf16 model's gradients are bf16: no precision is lost, half
+    the disk of float32)."""
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -135,11 +137,12 @@ def save_sharded(tensors, folder: Path, max_bytes: int = 1 << 28) -> Path:
             shard, size, k = {}, 0, k + 1
 
     for name, t in tensors:
-        t = t.detach().float().cpu().contiguous()
-        if size and size + t.numel() * 4 > max_bytes:
+        t = t.detach().cpu().contiguous()
+        nbytes = t.numel() * t.element_size()
+        if size and size + nbytes > max_bytes:
             flush()
         shard[name] = t
-        size += t.numel() * 4
+        size += nbytes
     flush()
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     return folder
