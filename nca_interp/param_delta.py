@@ -109,13 +109,19 @@ def stream_deltas(init: Path, ckpts: list[Path], rows: dict[str, torch.Tensor] |
             keep = rows.get(name) if rows else None
 
             def chunks(name=name, keep=keep):
+                """K x n float64 rows [W0, W1 - W0, ...], each converted and subtracted in
+                place (one pass per vector: this loop is param_delta's whole cost)."""
                 for a, b in row_chunks(f0.shape(name)):
-                    w0 = f0.rows(name, a, b).to(torch.float64)
-                    ds = [f.rows(name, a, b).to(torch.float64) - w0 for f in fs]
-                    if keep is not None:
-                        sel = keep[(keep >= a) & (keep < b)] - a
-                        w0, ds = w0[sel], [d[sel] for d in ds]
-                    yield [w0, *ds]
+                    sel = None if keep is None else keep[(keep >= a) & (keep < b)] - a
+                    rows = [f.rows(name, a, b) for f in (f0, *fs)]
+                    if sel is not None:
+                        rows = [r[sel] for r in rows]
+                    V = torch.empty((len(rows), rows[0].numel()), dtype=torch.float64)
+                    for i, r in enumerate(rows):
+                        V[i].copy_(r.reshape(-1))
+                        if i:
+                            V[i].sub_(V[0])
+                    yield V
 
             gram.add(name, chunks())
     return gram

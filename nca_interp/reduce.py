@@ -41,11 +41,12 @@ class Gram:
 
     def add(self, param_name: str, chunks) -> None:
         """`chunks`: an iterable of lists of K same-shape tensors (row chunks of one
-        parameter in each vector)."""
+        parameter in each vector), or of ready K x n float64 matrices."""
         k = len(self.labels)
         G, n = np.zeros((k, k)), 0
         for vecs in chunks:
-            V = torch.stack([v.reshape(-1).to(torch.float64) for v in vecs])
+            V = vecs if torch.is_tensor(vecs) else torch.stack(
+                [v.reshape(-1).to(torch.float64) for v in vecs])
             G += (V @ V.T).numpy()
             n += V.shape[1]
         for key in group_keys(param_name):
@@ -111,7 +112,7 @@ class TensorFolder:
     def rows(self, name: str, start: int, stop: int) -> torch.Tensor:
         with safe_open(str(self.files[name]), framework="pt") as h:
             s = h.get_slice(name)
-            return (s[start:stop] if len(s.get_shape()) else s[:]).clone()
+            return s[start:stop] if len(s.get_shape()) else s[:]
 
     def get(self, name: str) -> torch.Tensor:
         with safe_open(str(self.files[name]), framework="pt") as h:
