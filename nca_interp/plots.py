@@ -173,13 +173,16 @@ def context_return_figure(summary: dict, task: str, context: str,
     names = [m.replace("win", "acc", 1) if success == "accuracy" else m for m in metrics]
     fig = go.Figure()
     for method, r in summary.items():
-        mean = [r[m]["mean"] for m in metrics]  # harm: P(lost with c | won without c)
+        # harm is P(lost with c | won without c): undefined (None, no bar) with no win without c
+        cell = {m: r[m] or {"mean": None, "min": None, "max": None} for m in metrics}
+        mean = [cell[m]["mean"] for m in metrics]
+        gap = lambda a, b: None if a is None or b is None else a - b  # noqa: E731
         fig.add_trace(go.Bar(
             name=f"{method} ({'/'.join(r['regimes'])})", x=names, y=mean,
             marker_color=PALETTE.get(method),
             error_y={"type": "data", "symmetric": False,
-                     "array": [r[m]["max"] - r[m]["mean"] for m in metrics],
-                     "arrayminus": [r[m]["mean"] - r[m]["min"] for m in metrics]}))
+                     "array": [gap(cell[m]["max"], cell[m]["mean"]) for m in metrics],
+                     "arrayminus": [gap(cell[m]["mean"], cell[m]["min"]) for m in metrics]}))
     fig.update_layout(title=f"{task}: context return (context '{context}'; bars: mean over "
                             "seeds, whiskers: min-max; legend: regime per seed)",
                       barmode="group", yaxis=dict(range=[0, 1]), height=450, width=900)

@@ -21,6 +21,7 @@ def test_method_of_and_summary():
 def test_pipeline_end_to_end_and_skips(tmp_path):
     argv = ["--task", "frozenlake", "--seeds", "0", "--teacher-steps", "10",
             "--distill-steps", "4", "--save-every", "2", "--batch", "8", "--n-levels", "20",
+            "--grad-batch", "8",
             "--runs", str(tmp_path / "runs"), "--figures", str(tmp_path / "figs")]
     reproduce.main(argv)
     figs = tmp_path / "figs" / "frozenlake"

@@ -59,6 +59,9 @@ class ReproduceConfig:
     beta: float = field(default=1.0, metadata={"help": "NCA weight"})
     save_every: int = field(default=25, metadata={"help": "distillation checkpoint interval"})
     n_levels: int = field(default=1000, metadata={"help": "held-out levels for evaluation"})
+    grad_batch: int = field(default=2048, metadata={
+        "help": "grad_align prompts per checkpoint (two halves: the noise floor)",
+        "check": ">=1"})
     quick: bool = field(default=False, metadata={"help": "one seed, 40 distill steps, 300 levels"})
     runs: str = field(default="runs", metadata={"help": "where run directories go"})
     figures: str = field(default="figures", metadata={"help": "where figures go"})
@@ -225,6 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(ReproduceConfig, argv, __doc__)
     if cfg.quick:
         cfg.seeds, cfg.distill_steps, cfg.n_levels = cfg.seeds[:1], 40, 300
+        cfg.grad_batch = min(cfg.grad_batch, 256)
     cfg.context = cfg.context or DISTILL_CONTEXT.get(cfg.task, "plan")
     cfg.teacher_steps = cfg.teacher_steps or TEACHER_STEPS.get(cfg.task, 1000)
     t_start = time.time()
@@ -291,7 +295,8 @@ def main(argv: list[str] | None = None) -> None:
         steps = sorted(str(p) for p in (run / "checkpoints").glob("step_*"))
         stage(f"grad_align {method}", manifest, [figs / f"grad_align_{method}.json"],
               "nca_interp.grad_align", grad_align.main,
-              [*steps, "--teacher", str(base), "--context", cfg.context,
+              [*steps, "--teacher", str(base), "--context", cfg.context, "--batch",
+               str(cfg.grad_batch), "--micro-batch", str(min(128, cfg.grad_batch // 2)),
                "--out", str(figs / f"grad_align_{method}"), *common], inputs=finals)
     s0 = cfg.seeds[0]
     delta_runs = [str(students[f"{m}_s{s}"]) for s in cfg.seeds[:2] for m in ("opd", "nca")]
