@@ -114,6 +114,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--levels", type=int, default=16)
     ap.add_argument("--out", default=None, help="default: bench/results/analysis_scale_<shape>")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--analyses", default="param_delta,layer_sim,grad_align",
+                    help="which rows to measure (comma-separated); references always run")
     args = ap.parse_args(argv)
     import tempfile
 
@@ -126,21 +128,28 @@ def main(argv=None) -> dict:
     build_s = time.time() - t0
     py = [sys.executable, "-m"]
     th = ["--threads", str(args.threads)]
-    rows = {
-        "read 3 folders once (reference)": measured(read_folders_cmd([init, a, b])),
-        "param_delta init + 2": measured([*py, "nca_interp.param_delta", str(a), str(b),
-                                          "--init", str(init), "--out", str(work / "pd")]),
-        "HF forward, same tokens (reference)": measured(forward_cmd(a, args.levels)),
-        "layer_sim 3 + random-init": measured([*py, "nca_interp.layer_sim", str(init), str(a),
-                                               str(b), "--task", "sokoban", "--context",
-                                               "plan", "--n-levels", str(args.levels),
-                                               "--batch", "4", "--out", str(work / "ls"),
-                                               *th]),
-        "grad_align batch 4": measured([*py, "nca_interp.grad_align", str(a), "--teacher",
-                                        str(init), "--task", "sokoban", "--context", "plan",
-                                        "--batch", "4", "--micro-batch", "2", "--dtype",
-                                        "bfloat16", "--out", str(work / "ga"), *th]),
-    }
+    wanted = set(args.analyses.split(","))
+    unknown = wanted - {"param_delta", "layer_sim", "grad_align"}
+    if unknown:
+        raise SystemExit(f"error: --analyses knows param_delta, layer_sim, grad_align, not "
+                         f"{sorted(unknown)}")
+    rows = {"read 3 folders once (reference)": measured(read_folders_cmd([init, a, b]))}
+    if "param_delta" in wanted:
+        rows["param_delta init + 2"] = measured([*py, "nca_interp.param_delta", str(a), str(b),
+                                                 "--init", str(init), "--out",
+                                                 str(work / "pd")])
+    if wanted & {"layer_sim", "grad_align"}:
+        rows["HF forward, same tokens (reference)"] = measured(forward_cmd(a, args.levels))
+    if "layer_sim" in wanted:
+        rows["layer_sim 3 + random-init"] = measured(
+            [*py, "nca_interp.layer_sim", str(init), str(a), str(b), "--task", "sokoban",
+             "--context", "plan", "--n-levels", str(args.levels), "--batch", "4",
+             "--out", str(work / "ls"), *th])
+    if "grad_align" in wanted:
+        rows["grad_align batch 4"] = measured(
+            [*py, "nca_interp.grad_align", str(a), "--teacher", str(init), "--task", "sokoban",
+             "--context", "plan", "--batch", "4", "--micro-batch", "2", "--dtype", "bfloat16",
+             "--out", str(work / "ga"), *th])
     from nca_interp.reduce import TensorFolder
 
     with TensorFolder(init) as f:
@@ -154,14 +163,18 @@ def main(argv=None) -> dict:
     for name, r in rows.items():
         lines.append(f"{name:<40}{r['wall_s']:>10.1f}{r['peak_rss_gb']:>14.2f}")
     ref = rows["read 3 folders once (reference)"]["wall_s"]
-    lines.append(f"param_delta / reading once: {rows['param_delta init + 2']['wall_s'] / ref:.2f}x")
+    if "param_delta init + 2" in rows:
+        lines.append(f"param_delta / reading once: "
+                     f"{rows['param_delta init + 2']['wall_s'] / ref:.2f}x")
     text = "\n".join(lines)
     print(text)
-    out = str(args.out or f"bench/results/analysis_scale_{args.shape}")
+    suffix = "" if wanted == {"param_delta", "layer_sim", "grad_align"} else \
+        "_" + "_".join(sorted(wanted))
+    out = str(args.out or f"bench/results/analysis_scale_{args.shape}{suffix}")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out + ".json").write_text(json.dumps(report, indent=1))
-    Path(out + ".txt").write_text(f"# python -m bench.analysis_scale --shape {args.shape}\n"
-                                  + text + "\n")
+    Path(out + ".txt").write_text(f"# python -m bench.analysis_scale --shape {args.shape} "
+                                  f"--analyses {args.analyses}\n" + text + "\n")
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)
     return report

@@ -275,7 +275,7 @@ def sweep(bridge, cases: Cases, direction: str, stats: dict) -> dict:
     W0 = cases.src_ids.shape[1]
 
     def effect(name, where, head=None):
-        src = other[name][:, -W0:] if fwd else other[name][:, -W0:]
+        src = other[name][:, -W0:]  # the aligned columns: all of x's run, [c, x]'s last W0
         stats["forwards"] += 1
         ld = logit_diff(last_logits(bridge, run_ids, run_mask,
                                     [(name, patch_hook(src, where, head))]), cases)
