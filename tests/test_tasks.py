@@ -145,3 +145,43 @@ def test_held_out_disjoint_from_training():
     held = task.held_out_keys(200)
     train = task.sample_levels("train-0-0", 300, held)
     assert not held & {lv.key for lv in train}
+
+
+def test_remapped_keys_round_trip_and_score():
+    """The remapped-keys variant: the target is typed through the level's keys, scoring decodes
+    it back; a response typed in plain directions loses wherever the keys differ from them."""
+    task = make_task("sokoban", remap="random")
+    levels = task.levels("test", 40)
+    assert len({lv.keys for lv in levels}) > 4  # many permutations drawn
+    plain = make_task("sokoban")
+    for lv, lv0 in zip(levels, plain.levels("test", 40)):
+        assert lv == lv0  # the board does not depend on the keys
+        typed = task.target(lv)
+        assert task.decode(lv, typed) == lv.solution
+        assert task.score(lv, typed).won
+        assert task.context(lv, "remap") == f"K:{lv.keys}"
+        assert task.context(lv, "plan") == "M:" + typed[:3]
+        if any(task.encode(lv, m) != m for m in lv.solution):
+            assert task.target(lv) != lv.solution
+    fixed = make_task("sokoban", remap="LRUD")
+    lv = fixed.levels("test", 1)[0]
+    assert lv.keys == "LRUD" and fixed.encode(lv, "UDLR") == "LRUD"
+    assert plain.target(plain.levels("test", 1)[0]) == plain.levels("test", 1)[0].solution
+    with pytest.raises(ValueError, match="permutation"):
+        make_task("sokoban", remap="UUDL")
+
+
+def test_remap_teacher_trains_on_random_keys_and_records_the_fixed_ones():
+    from train import sft
+
+    cfg = sft.parse_config(sft.SFTConfig, ["--remap", "LRUD", "--contexts", "remap",
+                                           "--p-detour", "0", "--p-no-context", "0"])
+    recorded, trained = sft.task_of(cfg)
+    assert recorded.config.remap == "LRUD" and trained.config.remap == "random"
+    prompts, responses = sft.batch_for_step(trained, cfg, 0, set())
+    levels = trained.sample_levels(f"train-{cfg.seed}-0", cfg.batch, set())
+    for p, r, lv in zip(prompts, responses, levels):
+        assert p.startswith(f"K:{lv.keys}\n")
+        assert r[-1][0] == trained.encode(lv, lv.solution)
+    with pytest.raises(ValueError, match="fixed permutation"):
+        sft.task_of(sft.parse_config(sft.SFTConfig, ["--remap", "random"]))

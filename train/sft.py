@@ -46,6 +46,10 @@ class SFTConfig:
     dim_room: tuple[int, ...] = field(default=(6, 6),
                                       metadata={"help": "sokoban room, walls included"})
     num_boxes: int = field(default=1, metadata={"help": "sokoban boxes"})
+    remap: str | None = field(default=None, metadata={
+        "help": "sokoban rule variant (remapped keys): none, or the permutation of UDLR that "
+                "distillation will internalize (recorded only, as --kb: the teacher trains on a "
+                "random permutation per level, stated by the `remap` context)"})
     size: int = field(default=4, metadata={"help": "frozenlake grid size"})
     num_holes: int = field(default=4, metadata={"help": "frozenlake holes"})
     kb: int = field(default=0, metadata={
@@ -99,7 +103,13 @@ def task_of(cfg: SFTConfig) -> tuple[Task, Task]:
     """The task the run records (what distillation and evaluation will use) and the one it
     trains on (the same, except that sysprompt trains on fresh random knowledge bases)."""
     if cfg.task == "sokoban":
-        task = make_task("sokoban", dim_room=tuple(cfg.dim_room), num_boxes=cfg.num_boxes)
+        if cfg.remap == "random":
+            raise ValueError("--remap random: name the fixed permutation distillation will use "
+                             "(e.g. --remap LRUD); the teacher trains on random ones")
+        task = make_task("sokoban", dim_room=tuple(cfg.dim_room), num_boxes=cfg.num_boxes,
+                         remap=cfg.remap)
+        if cfg.remap is not None:  # read the keys from the context, as sysprompt reads its KB
+            return task, replace(task, config=replace(task.config, remap="random"))
     elif cfg.task == "frozenlake":
         task = make_task(cfg.task, size=cfg.size, num_holes=cfg.num_holes)
     elif cfg.task == "sysprompt":
@@ -150,7 +160,8 @@ def batch_for_step(task, cfg: SFTConfig, step: int, held_out: set[str]):
                 if moved is not None and moves != lv.solution[: len(moves)]:
                     detour, rest = moves, moved
                     break
-        responses.append([(detour, False), (rest.solution, True)])
+        responses.append([(task.encode(lv, detour), False),
+                          (task.encode(lv, rest.solution), True)])
     return prompts, responses
 
 

@@ -23,7 +23,7 @@ from types import ModuleType
 from nca_interp.tasks import frozenlake, opcd, sokoban, sysprompt
 from nca_interp.tasks.sokoban import Outcome
 
-CONTEXT_KINDS = ("state", "plan", "rules")  # games; QA tasks have one kind, "system"
+CONTEXT_KINDS = ("state", "plan", "rules", "remap")  # games; QA tasks: one kind, "system"
 TASKS = ("sokoban", "frozenlake", "sysprompt", "opcd")
 _CONFIGS = {"sokoban": sokoban.SokobanConfig, "frozenlake": frozenlake.FrozenLakeConfig,
             "sysprompt": sysprompt.SyspromptConfig, "opcd": opcd.OPCDConfig}
@@ -124,11 +124,30 @@ class Task:
         return (self.game.render_compact if self.fmt == "compact" else
                 self.game.render_textarena)(level)
 
+    def keys(self, level) -> str:
+        """The letters typed for up, down, left, right on this level (Sokoban's remapped-keys
+        variant; every other game and an unremapped level: U, D, L, R)."""
+        return getattr(level, "keys", "UDLR")
+
+    def encode(self, level, moves: str) -> str:
+        """Directions (U/D/L/R) as the letters the level's keys make the player type."""
+        keys = dict(zip("UDLR", self.keys(level)))
+        return "".join(keys[m] for m in moves)
+
+    def decode(self, level, typed: str) -> str:
+        """Typed letters back to directions (inverse of `encode`)."""
+        back = dict(zip(self.keys(level), "UDLR"))
+        return "".join(back[m] for m in typed)
+
     def context(self, level, kind: str) -> str:
         if kind == "state":
             return self.game.state_context(level)
+        if kind == "remap":
+            if self.fmt != "compact":
+                raise ValueError("the remap context exists for compact prompts only")
+            return f"K:{self.keys(level)}"
         if kind == "plan":
-            moves = level.solution[: self.plan_k]
+            moves = self.encode(level, level.solution[: self.plan_k])
             if self.fmt == "compact":
                 return f"M:{moves}"
             return "The first optimal moves are: " + " ".join(_MOVE_TO_CHAT[m] for m in moves)
@@ -163,7 +182,7 @@ class Task:
     def target(self, level) -> str:
         """The solver-optimal response text (end-of-response is the tokenizer's eos)."""
         if self.fmt == "compact":
-            return level.solution
+            return self.encode(level, level.solution)
         return " ".join(_MOVE_TO_CHAT[m] for m in level.solution)
 
     def parse(self, response: str) -> str | None:
@@ -178,6 +197,8 @@ class Task:
         moves = self.parse(response)
         if moves is None:
             return Scored(False, False, "", 0)
+        if self.fmt == "compact":
+            moves = self.decode(level, moves)
         out: Outcome = self.game.play(level, moves, self.config.max_invalid)
         return Scored(out.won, True, moves, out.invalid)
 

@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 MOVES = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
+IDENTITY = "UDLR"  # key order of a remap: the letters typed for up, down, left, right
 # textarena 0.7.4 Sokoban-v0 symbols: 0 wall, 1 floor, 2 target, 3 box on target, 4 box,
 # 5 player, 6 player on target.
 SYMBOLS = {"wall": "#", "floor": "_", "target": "O", "box_on_target": "√", "box": "X",
@@ -36,6 +37,17 @@ class SokobanConfig:
     max_solution: int = 12
     reverse_steps: int = 40
     max_invalid: int = 1  # textarena: an invalid move is a warning; the next one in a row loses
+    # Rule variant "remapped keys": None (U/D/L/R move up/down/left/right), "random" (each level
+    # draws its own permutation: a teacher learns to read it from the `remap` context) or a
+    # fixed permutation of "UDLR" (the letters typed for up, down, left, right: the knowledge
+    # distillation internalizes, as the system prompt's knowledge base).
+    remap: str | None = None
+
+    def __post_init__(self):
+        if self.remap is not None and self.remap != "random" and \
+                sorted(self.remap) != sorted(IDENTITY):
+            raise ValueError(f"remap {self.remap!r}: use none, random, or a permutation of "
+                             f"{IDENTITY} (the letters typed for up, down, left, right)")
 
 
 @dataclass(frozen=True)
@@ -47,6 +59,7 @@ class SokobanLevel:
     boxes: tuple[Pos, ...]
     player: Pos
     solution: str = field(default="", compare=False)
+    keys: str = field(default=IDENTITY, compare=False)  # remap: letters typed for U, D, L, R
 
     @property
     def key(self) -> str:
@@ -104,8 +117,21 @@ def generate_level(seed: int | str, cfg: SokobanConfig = SokobanConfig()) -> Sok
         level = SokobanLevel(h, w, walls, tuple(sorted(targets)), tuple(sorted(boxes)), player)
         plan = solve(level)
         if plan is not None and cfg.min_solution <= len(plan) <= cfg.max_solution:
-            return SokobanLevel(h, w, walls, level.targets, level.boxes, player, plan)
+            return SokobanLevel(h, w, walls, level.targets, level.boxes, player, plan,
+                                keys_for(seed, cfg))
     raise ValueError(f"no level passed the filter for seed {seed!r}; widen min/max_solution")
+
+
+def keys_for(seed: int | str, cfg: SokobanConfig) -> str:
+    """The level's key permutation: identity, the config's fixed one, or one drawn from the
+    level seed (its own stream: the board does not depend on it)."""
+    if cfg.remap is None:
+        return IDENTITY
+    if cfg.remap != "random":
+        return cfg.remap
+    keys = list(IDENTITY)
+    random.Random(f"remap-{seed}").shuffle(keys)
+    return "".join(keys)
 
 
 def step(level: SokobanLevel, boxes: tuple[Pos, ...], player: Pos,
@@ -266,4 +292,4 @@ def advance(level: SokobanLevel, moves: str) -> SokobanLevel | None:
     moved = SokobanLevel(level.height, level.width, level.walls, level.targets, boxes, player)
     plan = solve(moved)
     return None if plan is None else SokobanLevel(level.height, level.width, level.walls,
-                                                  level.targets, boxes, player, plan)
+                                                  level.targets, boxes, player, plan, level.keys)
