@@ -189,6 +189,38 @@ def context_return_figure(summary: dict, task: str, context: str,
     return fig
 
 
+def trajectory_figure(report: dict) -> go.Figure:
+    """Per run, over distillation steps: win rates without / with c, harm, and the three KLs
+    (step 0, the initial checkpoint, is the null)."""
+    titles = ["win rate without c (solid) / with c (dot)", "harm = P(lost with c | won without)",
+              "KL(g(.|x) || f(.|x,c)): the gap OPD closes",
+              "KL(g(.|x,c) || f(.|x,c)): context-view drift"]
+    fig = make_subplots(rows=2, cols=2, subplot_titles=titles)
+    for i, (name, r) in enumerate(report["results"].items()):
+        steps = [row["step"] for row in r["steps"]]
+        line = _line(name, i)
+        col = lambda k, rows=r["steps"]: [row[k] for row in rows]  # noqa: E731
+        kw = {"legendgroup": name, "mode": "lines+markers"}
+        fig.add_trace(go.Scatter(x=steps, y=col("win_no_c"), name=name, line=line, **kw), 1, 1)
+        fig.add_trace(go.Scatter(x=steps, y=col("win_c"), name=f"{name} with c",
+                                 line={**line, "dash": "dot"}, showlegend=False, **kw), 1, 1)
+        fig.add_trace(go.Scatter(x=steps, y=col("harm"), line=line, showlegend=False, **kw),
+                      1, 2)
+        for j, k in enumerate(("kl_opd", "kl_ctx")):
+            ci = [row["ci95"][k] for row in r["steps"]]
+            fig.add_trace(go.Scatter(
+                x=steps, y=col(k), line=line, showlegend=False,
+                error_y={"type": "data", "symmetric": False,
+                         "array": [c[1] - v for c, v in zip(ci, col(k))],
+                         "arrayminus": [v - c[0] for c, v in zip(ci, col(k))]}, **kw), 2, 1 + j)
+    fig.update_xaxes(title_text="distillation step")
+    first = next(iter(report["results"].values()))
+    fig.update_layout(title=f"{first['task']}: context return over training (context "
+                            f"'{first['context']}'; step 0 = initial checkpoint)",
+                      height=700, width=1000)
+    return fig
+
+
 def write_figure(fig: go.Figure, stem: str | Path, png: bool = False) -> list[str]:
     """Write `stem.html` (and `stem.png` when asked); return the paths written."""
     stem = Path(stem)

@@ -1,0 +1,186 @@
+r"""Context return over training: for every checkpoint of distillation runs, the paired win rates
+with and without c (harm, help, regime, with intervals) and three KLs on the student's own
+samples, so that a regime change can be seen forming.
+
+    python -m nca_interp.trajectory runs/sokoban_long_opd_s0 runs/sokoban_long_opd_s1 \
+        --context plan --out figures/sokoban_long/trajectory
+
+Per checkpoint (step 0 is the run's initial checkpoint, the null every later row is read
+against), on held-out levels:
+
+  win_no_c, win_c, harm, help, delta_c, regime   as `nca_interp.evaluate` (greedy, paired)
+  kl_opd   mean_t KL(g(.|x) || f(.|x,c))     the no-context gap OPD closes (internalization)
+  kl_ctx   mean_t KL(g(.|x,c) || f(.|x,c))   context-view drift away from the teacher
+  kl_nca   mean_t KL(g(.|x) || g(.|x,c))     how far the two student views are apart
+
+The KLs are token means over responses y ~ g(.|x) sampled at temperature 1 with a fixed
+generator (the same prompts at every step), full vocabulary, in nats, each with a 95% bootstrap
+interval over prompts. For self-distillation (teacher = initial checkpoint) kl_ctx is exactly 0
+at step 0; the teacher is the run's own (`--teacher` overrides).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from nca_interp.checkpoint import load_checkpoint, verify_folder
+from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
+from nca_interp.evaluate import evaluate_checkpoint
+from nca_interp.models import context_limit
+from nca_interp.rollout import onpolicy_batch, response_logits
+from nca_interp.runs import check_context, initial_of, step_of, task_for_checkpoints, teacher_of
+
+KL_TERMS = ("kl_opd", "kl_ctx", "kl_nca")
+REPORT_KEYS = ("win_no_c", "win_c", "harm", "help", "delta_c", "rel_len_both", "regime",
+               "n_right_no_c")
+
+
+def _kl_rows(p_logits: torch.Tensor, q_logits: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
+    """Per prompt: the sum over its valid response tokens of KL(p || q), full vocabulary."""
+    logp, logq = F.log_softmax(p_logits.float(), -1), F.log_softmax(q_logits.float(), -1)
+    kl = (logp.exp() * (logp - logq)).sum(-1) * mask
+    return kl.sum(1).double().numpy()
+
+
+@torch.no_grad()
+def drift_kls(student, teacher, tok, task, levels: list, context: str, seed: int = 0,
+              batch: int = 128, n_boot: int = 2000) -> dict:
+    """kl_opd, kl_ctx, kl_nca on y ~ g(.|x) (temperature 1), token means with 95% bootstrap
+    intervals over prompts (a ratio of resampled sums: long responses weigh more, as in the
+    loss)."""
+    gen = torch.Generator("cpu").manual_seed(seed)
+    limit = min(context_limit(student), context_limit(teacher))
+    sums = {k: [] for k in KL_TERMS}
+    tokens = []
+    for i in range(0, len(levels), batch):
+        b, _, _ = onpolicy_batch(student, tok, task, levels[i: i + batch], context,
+                                 task.max_response_tokens(), 1.0, gen, limit)
+        m = b.resp_mask.float()
+        g = response_logits(student, b.x_ids, b.x_mask, b.resp, b.resp_mask)
+        g_c = response_logits(student, b.cx_ids, b.cx_mask, b.resp, b.resp_mask)
+        f_c = response_logits(teacher, b.cx_ids, b.cx_mask, b.resp, b.resp_mask)
+        sums["kl_opd"].append(_kl_rows(g, f_c, m))
+        sums["kl_ctx"].append(_kl_rows(g_c, f_c, m))
+        sums["kl_nca"].append(_kl_rows(g, g_c, m))
+        tokens.append(m.sum(1).double().numpy())
+    n_tok = np.concatenate(tokens)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(n_tok), (n_boot, len(n_tok)))
+    out = {"n_prompts": len(n_tok), "n_tokens": int(n_tok.sum()), "ci95": {}}
+    for k, parts in sums.items():
+        s = np.concatenate(parts)
+        out[k] = float(s.sum() / n_tok.sum())
+        boots = s[idx].sum(1) / n_tok[idx].sum(1)
+        out["ci95"][k] = [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]
+    return out
+
+
+def checkpoints_of(run: str) -> list[tuple[int, str]]:
+    """(step, folder) of a distillation run: its initial checkpoint as step 0, then every
+    saved step."""
+    init = initial_of(run)
+    if not init:
+        raise ValueError(f"{run} does not record the checkpoint it started from "
+                         "(run_config.json `student`); is it a distillation run?")
+    steps = sorted((step_of(str(p)), str(p)) for p in (Path(run) / "checkpoints").glob("step_*")
+                   if (p / "nca_checkpoint.json").exists())
+    if not steps:
+        raise ValueError(f"{run} has no saved checkpoints under checkpoints/step_*")
+    return [(0, init)] + steps
+
+
+@dataclass
+class TrajectoryConfig:
+    runs: list[str] = field(default_factory=list, metadata={
+        "help": "distillation run directories (each: run_config.json and checkpoints/step_*)"})
+    teacher: str | None = field(default=None, metadata={
+        "help": "teacher for the KLs (default: each run's own)"})
+    context: str | None = field(default=None, metadata={
+        "help": "context kind (default: the one each run distilled)"})
+    n_levels: int = field(default=500, metadata={"help": "held-out levels for win rates",
+                                                 "check": ">=1"})
+    drift_levels: int = field(default=256, metadata={"help": "held-out prompts for the KLs",
+                                                     "check": ">=1"})
+    every: int = field(default=1, metadata={"help": "use every k-th saved checkpoint (the last "
+                                                    "always)", "check": ">=1"})
+    seed: int = field(default=0, metadata={"help": "held-out set and sampling seed"})
+    threads: int = field(default=2, metadata={"help": "torch threads"})
+    out: str | None = field(default=None, metadata={"help": "OUT.json and OUT.html"})
+    png: bool = field(default=False, metadata={"help": "also write OUT.png (needs kaleido)"})
+
+
+def format_table(results: dict) -> str:
+    head = (f"{'run':<24} {'step':>5} {'win_no_c':>8} {'win_c':>6} {'harm':>6} {'help':>6} "
+            f"{'regime':>6} {'kl_opd':>7} {'kl_ctx':>7} {'kl_nca':>7}")
+    lines = [head]
+    for name, r in results.items():
+        for row in r["steps"]:
+            harm = "-" if row["harm"] is None else f"{row['harm']:.3f}"
+            hlp = "-" if row["help"] is None else f"{row['help']:.3f}"
+            lines.append(f"{name:<24} {row['step']:>5} {row['win_no_c']:>8.3f} "
+                         f"{row['win_c']:>6.3f} {harm:>6} {hlp:>6} {row['regime']:>6} "
+                         + " ".join(f"{row[k]:>7.4f}" for k in KL_TERMS))
+    lines.append("(step 0 = the initial checkpoint: the null; KLs in nats per response token "
+                 "on the student's own samples)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    cfg = parse_config(TrajectoryConfig, argv, __doc__, positional="runs")
+    if not cfg.runs:
+        raise ValueError("name at least one distillation run directory")
+    torch.set_num_threads(cfg.threads)
+    if cfg.out:
+        check_writable(cfg.out)
+    plan = {}
+    for run in cfg.runs:
+        verify_folder(run)
+        ckpts = checkpoints_of(run)
+        keep = ckpts[::cfg.every]
+        if keep[-1] != ckpts[-1]:
+            keep.append(ckpts[-1])
+        teacher = teacher_of(run, cfg.teacher)
+        verify_folder(teacher)
+        task = task_for_checkpoints([run])
+        ctx = cfg.context or json.loads((Path(run) / "run_config.json").read_text()).get(
+            "context") or task.default_context
+        check_context(task, ctx)
+        plan[run] = (keep, teacher, task, ctx)
+    results = {}
+    for run, (keep, teacher_dir, task, ctx) in plan.items():
+        teacher, tok_t = load_checkpoint(teacher_dir)
+        drift_set = task.levels("test", cfg.drift_levels, cfg.seed)
+        rows = []
+        for step, path in keep:
+            model, tok = load_checkpoint(path)
+            rep = evaluate_checkpoint(model, tok, task, ctx, cfg.n_levels, cfg.seed)
+            kls = drift_kls(model, teacher, tok, task.for_tokenizer(tok), drift_set, ctx,
+                            cfg.seed)
+            row = {"step": step, "checkpoint": path, **{k: rep[k] for k in REPORT_KEYS},
+                   **{k: kls[k] for k in KL_TERMS},
+                   "ci95": {**{k: rep["ci95"][k] for k in REPORT_KEYS if k in rep["ci95"]},
+                            **kls["ci95"]}}
+            rows.append(row)
+            print(f"{Path(run).name} step {step}: win {row['win_no_c']:.3f}/{row['win_c']:.3f} "
+                  f"harm {row['harm']} kl_ctx {row['kl_ctx']:.4f}", flush=True)
+        results[Path(run).name] = {"run": run, "teacher": teacher_dir, "context": ctx,
+                                   "task": task.name, "steps": rows}
+    print(format_table(results))
+    report = {"config": to_dict(cfg), "results": results}
+    if cfg.out:
+        from nca_interp import plots
+
+        write_json(f"{cfg.out}.json", report)
+        plots.write_figure(plots.trajectory_figure(report), cfg.out, cfg.png)
+    return report
+
+
+if __name__ == "__main__":
+    sys.exit(entry(main))

@@ -1,0 +1,64 @@
+import json
+
+import pytest
+import torch
+
+from nca_interp import trajectory
+from nca_interp.checkpoint import save_checkpoint
+from tests.conftest import tiny
+from train import distill
+
+TASK = {"name": "sokoban", "fmt": "compact", "dim_room": [6, 6], "num_boxes": 1}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    from nca_interp.tokenizer import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    d = tmp_path_factory.mktemp("traj")
+    base = save_checkpoint(d / "base", tiny(tok), tok, {"task": TASK})
+    distill.main(["--student", str(base), "--out", str(d / "opd"), "--batch", "8", "--steps",
+                  "4", "--save-every", "2", "--eval-every", "100", "--eval-levels", "8",
+                  "--threads", "1", "--lr", "3e-3", "--context", "plan"])
+    return d
+
+
+def test_kl_rows_match_torch_distributions():
+    """Direction and sum: KL(p || q) per row over masked tokens, against torch.distributions."""
+    torch.manual_seed(0)
+    p, q = torch.randn(3, 5, 11) * 3, torch.randn(3, 5, 11) * 3
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]]).float()
+    ref = torch.distributions.kl_divergence(torch.distributions.Categorical(logits=p),
+                                            torch.distributions.Categorical(logits=q))
+    expect = (ref * mask).sum(1).double().numpy()
+    assert trajectory._kl_rows(p, q, mask) == pytest.approx(expect, rel=1e-5)
+    swapped = torch.distributions.kl_divergence(torch.distributions.Categorical(logits=q),
+                                                torch.distributions.Categorical(logits=p))
+    assert trajectory._kl_rows(p, q, mask) != pytest.approx(
+        (swapped * mask).sum(1).double().numpy(), rel=1e-3)
+
+
+def test_step_zero_is_the_null_and_training_moves_it(run, tmp_path):
+    out = tmp_path / "t"
+    rep = trajectory.main([str(run / "opd"), "--n-levels", "16", "--drift-levels", "16",
+                           "--threads", "1", "--out", str(out)])
+    rows = rep["results"]["opd"]["steps"]
+    assert [r["step"] for r in rows] == [0, 2, 4]
+    first, last = rows[0], rows[-1]
+    # step 0 is the teacher itself: its context view cannot have drifted, and the student's
+    # no-context gap to the teacher is the gap between the teacher's own two views
+    assert first["kl_ctx"] == 0.0 and first["kl_opd"] == pytest.approx(first["kl_nca"])
+    assert last["kl_ctx"] > 0
+    for r in rows:
+        for k in trajectory.KL_TERMS:
+            lo, hi = r["ci95"][k]
+            assert lo <= r[k] + 1e-12 and r[k] <= hi + 1e-12
+    saved = json.loads((tmp_path / "t.json").read_text())
+    assert saved["results"]["opd"]["context"] == "plan"
+    assert (tmp_path / "t.html").exists()
+
+
+def test_refuses_a_folder_that_is_not_a_distillation_run(run, tmp_path):
+    with pytest.raises(ValueError, match="distillation run"):
+        trajectory.main([str(run / "base"), "--threads", "1"])
