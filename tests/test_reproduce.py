@@ -57,3 +57,34 @@ def test_stage_reruns_only_when_stale(tmp_path):
     assert len(calls) == 2
     assert json.loads((tmp_path / "manifest.json").read_text())["files"][str(out)]["command"] \
         == "python -m m a"
+
+
+def test_sweep_row_shares_the_teacher_and_times_every_stage(tmp_path):
+    """A sweep row (--name, one method, --analyses false) stops after the context return and
+    its trajectory; its teacher is the task's, trained here outside the pipeline first, and the
+    manifest still records the teacher's training time (from the run directory)."""
+    from train import sft
+
+    runs, figs = tmp_path / "runs", tmp_path / "figs"
+    sft.main(["--out", str(runs / "sokoban_base"), *reproduce.TASK_ARGS["sokoban"],
+              "--steps", "4", "--threads", "1", "--eval-every", "100", "--eval-levels", "8",
+              "--save-every", "4", "--n-layers", "1", "--d-model", "32"])
+    argv = ["--task", "sokoban", "--name", "sk_long", "--methods", "opd", "--analyses",
+            "false", "--seeds", "0,1", "--teacher-steps", "4", "--distill-steps", "4",
+            "--save-every", "2", "--batch", "8", "--n-levels", "16", "--jobs", "2",
+            "--threads", "2", "--runs", str(runs), "--figures", str(figs)]
+    reproduce.main(argv)
+    out = figs / "sk_long"
+    summary = json.loads((out / "context_return_summary.json").read_text())
+    assert set(summary) == {"base", "opd"} and summary["opd"]["win_no_c"]["n"] == 2
+    traj = json.loads((out / "trajectory.json").read_text())
+    assert set(traj["results"]) == {"sk_long_opd_s0", "sk_long_opd_s1"}  # one method: all seeds
+    assert not (out / "layer_sim.json").exists() and not (runs / "sk_long_nca_s0").exists()
+    files = json.loads((out / "manifest.json").read_text())["files"]
+    teacher = files[str(runs / "sokoban_base" / "checkpoints" / "step_000004")]
+    assert teacher["seconds"] > 0 and "wall clock" in teacher["seconds_from"]
+    for seed in (0, 1):
+        run = files[str(runs / f"sk_long_opd_s{seed}" / "checkpoints" / "step_000004")]
+        assert run["seconds"] > 0 and "--method opd" in run["command"]
+    with pytest.raises(ValueError, match="--analyses false"):
+        reproduce.main([*argv[:7], "true", *argv[8:]])

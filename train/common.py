@@ -219,6 +219,7 @@ class Run:
     def log(self, record: dict) -> None:
         if not self.writer:
             return
+        record = {**record, "time": round(time.time(), 3)}  # wall clock: stage durations
         with open(self.dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(finite_json(record)) + "\n")
 

@@ -20,15 +20,20 @@ from pathlib import Path
 
 import numpy as np
 
-from nca_interp import evaluate, grad_align, layer_sim, param_delta, patching
+from nca_interp import evaluate, grad_align, layer_sim, param_delta, patching, trajectory
 from nca_interp.checkpoint import git_commit, latest_step_checkpoint, verify_folder
-from nca_interp.cli import entry, parse_config, to_dict, write_json
+from nca_interp.cli import parse_config, to_dict, write_json
 from nca_interp.errors import RunError
 from train import sft
 
 TASK_ARGS = {
     "sokoban": ["--task", "sokoban"],
     "sokoban8": ["--task", "sokoban", "--dim-room", "8,8"],
+    # the sweep's 8x8 room with the derivable `state` context only (no verbatim answer to copy)
+    "sokoban8s": ["--task", "sokoban", "--dim-room", "8,8", "--contexts", "state"],
+    # remapped keys: the teacher reads a random key permutation per level from `K:<keys>`;
+    # distillation internalizes the fixed LRUD (up->L, down->R, left->U, right->D)
+    "sokoban_remap": ["--task", "sokoban", "--remap", "LRUD", "--contexts", "remap"],
     "frozenlake": ["--task", "frozenlake"],
     "frozenlake6": ["--task", "frozenlake", "--size", "6", "--num-holes", "12"],
     # 256 questions per step, 8 about each knowledge base, each answer trained; the follow-ups
@@ -38,8 +43,9 @@ TASK_ARGS = {
 }
 TEACHER_STEPS = {"sysprompt": 1000}
 # Context kinds the teacher is evaluated with, and the one distilled by default.
-TEACHER_CONTEXTS = {"sysprompt": ("system",)}
-DISTILL_CONTEXT = {"sysprompt": "system"}
+TEACHER_CONTEXTS = {"sysprompt": ("system",), "sokoban8s": ("state",),
+                    "sokoban_remap": ("remap",)}
+DISTILL_CONTEXT = {"sysprompt": "system", "sokoban8s": "state", "sokoban_remap": "remap"}
 
 
 @dataclass
@@ -47,8 +53,17 @@ class ReproduceConfig:
     task: str = field(default="sokoban", metadata={
         "help": "sokoban (6x6 with walls) | sokoban8 (8x8) | frozenlake (4x4, 4 holes) | "
                 "frozenlake6 (6x6, 12 holes) | sysprompt (fixed knowledge base 0)"})
+    name: str | None = field(default=None, metadata={
+        "help": "setting name: students go to RUNS/NAME_<method>_s<seed>, figures to "
+                "FIGURES/NAME (default: the task); the teacher is always RUNS/TASK_base, so "
+                "settings of one task share it (e.g. --name sokoban_long --distill-steps 1000)"})
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={
         "help": "distillation seeds (the teacher is shared)"})
+    methods: list[str] = field(default_factory=lambda: ["opd", "nca"], metadata={
+        "help": "distillation methods to train (opd, nca)", "check": "choice:opd|nca"})
+    analyses: bool = field(default=True, metadata={
+        "help": "false: stop after the context-return evaluation and the trajectory (a sweep "
+                "row); true: every analysis and figure"})
     context: str | None = field(default=None, metadata={
         "help": "context kind to distil (default: plan for games, system for sysprompt)"})
     teacher_steps: int | None = field(default=None, metadata={
@@ -62,6 +77,8 @@ class ReproduceConfig:
     grad_batch: int = field(default=2048, metadata={
         "help": "grad_align prompts per checkpoint (two halves: the noise floor)",
         "check": ">=1"})
+    trajectory_every: int = field(default=2, metadata={
+        "help": "trajectory stage: every k-th saved checkpoint", "check": ">=1"})
     quick: bool = field(default=False, metadata={"help": "one seed, 40 distill steps, 300 levels"})
     runs: str = field(default="runs", metadata={"help": "where run directories go"})
     figures: str = field(default="figures", metadata={"help": "where figures go"})
@@ -232,7 +249,13 @@ def main(argv: list[str] | None = None) -> None:
     cfg.context = cfg.context or DISTILL_CONTEXT.get(cfg.task, "plan")
     cfg.teacher_steps = cfg.teacher_steps or TEACHER_STEPS.get(cfg.task, 1000)
     t_start = time.time()
-    runs, figs = Path(cfg.runs), Path(cfg.figures) / cfg.task
+    if cfg.task not in TASK_ARGS:
+        raise ValueError(f"--task {cfg.task!r}: choose one of {', '.join(TASK_ARGS)}")
+    if cfg.analyses and set(cfg.methods) != {"opd", "nca"}:
+        raise ValueError("the analyses compare OPD with NCA: pass --methods opd,nca, or "
+                         "--analyses false for a sweep row")
+    name = cfg.name or cfg.task
+    runs, figs = Path(cfg.runs), Path(cfg.figures) / name
     figs.mkdir(parents=True, exist_ok=True)
     manifest = Manifest(figs / "manifest.json", cfg)
     common = ["--threads", str(cfg.threads)]
@@ -241,6 +264,7 @@ def main(argv: list[str] | None = None) -> None:
                  *common]
     teacher_final = base / "checkpoints" / f"step_{cfg.teacher_steps:06d}"
     stage("teacher", manifest, [teacher_final], "train.sft", sft.main, base_args)
+    record_training_time(manifest, base, teacher_final, base_args, "train.sft")
     for kind in TEACHER_CONTEXTS.get(cfg.task, ("state", "plan")):
         out = figs / f"teacher_{kind}.json"
         stage(f"teacher evaluation ({kind})", manifest, [out], "nca_interp.evaluate",
@@ -249,16 +273,17 @@ def main(argv: list[str] | None = None) -> None:
     if cfg.teacher_only:
         print(f"teacher {base} evaluated; --teacher-only: stopping")
         return
-    students, pending = {}, []
+    students, student_args, pending = {}, {}, []
     for seed in cfg.seeds:
-        for method in ("opd", "nca"):
-            out = runs / f"{cfg.task}_{method}_s{seed}"
+        for method in cfg.methods:
+            out = runs / f"{name}_{method}_s{seed}"
             students[f"{method}_s{seed}"] = out
             args = ["--method", method, "--student", str(base), "--out", str(out),
                     "--context", cfg.context, "--steps", str(cfg.distill_steps),
                     "--batch", str(cfg.batch), "--lr", str(cfg.lr), "--beta", str(cfg.beta),
                     "--save-every", str(cfg.save_every), "--seed", str(seed),
                     "--threads", str(max(1, cfg.threads // cfg.jobs))]
+            student_args[f"{method}_s{seed}"] = args
             final = out / "checkpoints" / f"step_{cfg.distill_steps:06d}"
             if final.exists() and mtime(final) < mtime(teacher_final):
                 raise RunError(f"{out} was distilled from an older teacher than "
@@ -268,6 +293,9 @@ def main(argv: list[str] | None = None) -> None:
             else:
                 pending.append((f"{method} seed {seed}", final, out, args))
     run_parallel(pending, cfg.jobs, manifest)
+    for key, run in students.items():
+        final = run / "checkpoints" / f"step_{cfg.distill_steps:06d}"
+        record_training_time(manifest, run, final, student_args[key], "train.distill")
     ckpts = [str(base)] + [str(p) for p in students.values()]
     for c in ckpts:
         verify_folder(c)
@@ -285,10 +313,25 @@ def main(argv: list[str] | None = None) -> None:
     manifest.record([str(figs / "context_return.md"), str(figs / "context_return_summary.json")],
                     ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
 
-    for at, name in LAYER_SIM_STAGES.items():  # PNGs: rendered from the JSON at the end
-        stage(f"layer_sim at {at} positions", manifest, [figs / f"{name}.json"],
+    # context return over training: every run of the first seed (every seed with one method)
+    traj_runs = [str(p) for k, p in students.items()
+                 if len(cfg.methods) == 1 or k.endswith(f"_s{cfg.seeds[0]}")]
+    stage("trajectory", manifest, [figs / "trajectory.json"], "nca_interp.trajectory",
+          trajectory.main, [*traj_runs, "--context", cfg.context, "--n-levels",
+                            str(min(cfg.n_levels, 500)), "--drift-levels",
+                            str(min(cfg.n_levels, 256)), "--every", str(cfg.trajectory_every),
+                            "--out", str(figs / "trajectory"), *(["--png", "true"] if cfg.png
+                                                                  else []), *common],
+          inputs=finals)
+    if not cfg.analyses:
+        finish(manifest, t_start, cfg)
+        print(f"reproduce {name}: sweep row done (--analyses false); figures in {figs}")
+        return
+
+    for at, stem in LAYER_SIM_STAGES.items():  # PNGs: rendered from the JSON at the end
+        stage(f"layer_sim at {at} positions", manifest, [figs / f"{stem}.json"],
               "nca_interp.layer_sim", layer_sim.main,
-              [*ckpts, "--context", cfg.context, "--at", at, "--out", str(figs / name),
+              [*ckpts, "--context", cfg.context, "--at", at, "--out", str(figs / stem),
                *common], inputs=finals)
     for method in ("opd", "nca"):
         run = students[f"{method}_s{cfg.seeds[0]}"]
@@ -314,13 +357,48 @@ def main(argv: list[str] | None = None) -> None:
     from train import report
 
     (figs / "README.md").write_text(report.render(figs) + "\n")
+    total = finish(manifest, t_start, cfg)
+    print(f"reproduce {name}: done in {total / 60:.1f} min; figures in {figs}")
+
+
+def finish(manifest: Manifest, t_start: float, cfg: ReproduceConfig) -> float:
     total = time.time() - t_start
     if manifest.ran:  # summed over invocations (a resumed pipeline adds up); render-only: 0
         manifest.data["pipeline_seconds"] = round(
             manifest.data.get("pipeline_seconds", 0) + total, 1)
     manifest.path.write_text(json.dumps(manifest.data, indent=1))
-    print(f"reproduce {cfg.task}: done in {total / 60:.1f} min; figures in {figs}")
+    return total
 
 
-if __name__ == "__main__":
-    sys.exit(entry(main))
+def record_training_time(manifest: Manifest, run: Path, final: Path, args: list[str],
+                         module: str) -> None:
+    """A training stage that ran outside this pipeline (an earlier invocation, or a job queue
+    running runs side by side) still gets its time in the manifest, read from the run's own
+    metrics.jsonl: wall clock between its first and last record (records carry `time`), or
+    for runs logged before that, the sum of per-step times (distillation: excludes evals and
+    saves), or else the checkpoint file times extrapolated over the steps before the first
+    checkpoint. `seconds_from` says which."""
+    if str(final) in manifest.data["files"] or not final.exists():
+        return
+    records = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines() if ln] \
+        if (run / "metrics.jsonl").exists() else []
+    if records and "time" in records[0] and "time" in records[-1]:
+        first_step = records[0].get("step_s", 0.0)
+        seconds, how = records[-1]["time"] - records[0]["time"] + first_step, \
+            "wall clock of metrics.jsonl records"
+    elif records and all("step_s" in r for r in records):
+        seconds, how = sum(r["step_s"] for r in records), \
+            "sum of step_s in metrics.jsonl (evaluations and saves excluded)"
+    else:
+        ckpts = sorted((run / "checkpoints").glob("step_*"))
+        s0, s1 = int(ckpts[0].name[5:]), int(final.name[5:])
+        if len(ckpts) < 2 or s1 <= s0:
+            return
+        seconds = (mtime(final) - mtime(ckpts[0])) * s1 / (s1 - s0)
+        how = "checkpoint file times, extrapolated to the steps before the first checkpoint"
+    manifest.data["files"][str(final)] = {
+        "command": " ".join(["python", "-m", module, *args]), "commit": git_commit(),
+        "seeds": manifest.cfg.seeds, "seconds": round(seconds, 1),
+        "seconds_from": f"{how} (trained outside this invocation)",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime(final)))}
+    manifest.path.write_text(json.dumps(manifest.data, indent=1))
