@@ -109,21 +109,14 @@ def stream_deltas(init: Path, ckpts: list[Path], rows: dict[str, torch.Tensor] |
             keep = rows.get(name) if rows else None
 
             def chunks(name=name, keep=keep):
-                """K x n float64 rows [W0, W1 - W0, ...], each converted and subtracted in
-                place (one pass per vector: this loop is param_delta's whole cost)."""
+                """Row chunks of [W0, W1, ...] in their stored dtype; the Gram forms the deltas
+                W_i - W0 and their products block by block in float64."""
                 for a, b in row_chunks(f0.shape(name)):
                     sel = None if keep is None else keep[(keep >= a) & (keep < b)] - a
                     rows = [f.rows(name, a, b) for f in (f0, *fs)]
-                    if sel is not None:
-                        rows = [r[sel] for r in rows]
-                    V = torch.empty((len(rows), rows[0].numel()), dtype=torch.float64)
-                    for i, r in enumerate(rows):
-                        V[i].copy_(r.reshape(-1))
-                        if i:
-                            V[i].sub_(V[0])
-                    yield V
+                    yield rows if sel is None else [r[sel] for r in rows]
 
-            gram.add(name, chunks())
+            gram.add(name, chunks(), delta=True)
     return gram
 
 
