@@ -1,0 +1,31 @@
+import json
+
+from train import sweep
+
+
+def report(w0, w1, regime):
+    return {"win_no_c": w0, "win_c": w1, "harm": 0.5 * (w0 - w1 if w0 > w1 else 0),
+            "regime": regime}
+
+
+def test_table_summarises_rows_from_their_json_and_lists_the_rest(tmp_path):
+    figs = tmp_path / "sokoban_long"
+    figs.mkdir()
+    reports = {"sokoban_base": report(0.9, 0.99, "B"),
+               "sokoban_long_opd_s0": report(0.9, 0.6, "A"),
+               "sokoban_long_opd_s1": report(0.8, 0.7, "A"),
+               "sokoban_long_nca_s0": report(0.9, 0.9, "C")}
+    (figs / "context_return.json").write_text(json.dumps(
+        {"config": {"context": "plan"}, "reports": reports}))
+    (figs / "teacher_plan.json").write_text(json.dumps(
+        {"reports": {"sokoban_base": reports["sokoban_base"]}}))
+    (figs / "trajectory.json").write_text(json.dumps({"results": {
+        "sokoban_long_opd_s0": {"steps": [{"kl_ctx": 0.0}, {"kl_ctx": 1.5}]}}}))
+    text = sweep.table(tmp_path)
+    opd = next(ln for ln in text.splitlines() if "| sokoban_long |" in ln and "| opd |" in ln)
+    assert "| 2 | 0.850 [0.800, 0.900] | 0.650 [0.600, 0.700] |" in opd
+    assert "| AA |" in opd and "0.00 -> 1.50" in opd and "0.900 / 0.990" in opd
+    nca = next(ln for ln in text.splitlines() if "| sokoban_long |" in ln and "| nca |" in ln)
+    assert "| 1 | 0.900 | 0.900 |" in nca and "| C |" in nca
+    assert "- sokoban8s:" in text and "python -m train.reproduce --task sokoban8s" in text
+    assert "base" not in opd.split("|")[4]  # the teacher never counts as a seed

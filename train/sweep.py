@@ -1,0 +1,140 @@
+"""The Sokoban sweep: settings where OPD might degrade when the context returns, one pipeline
+row each, summarised from the rows' own JSON (numbers are never typed by hand).
+
+    python -m train.sweep              # print the table
+    python -m train.sweep --write      # also write figures/sokoban_sweep/README.md
+
+Each row is a `train.reproduce` command (its figures/<name>/ holds the context-return table
+with 95% intervals per seed, the trajectory over training and a manifest with every stage's
+time). A row not yet run is listed as such, with the command that runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+# name, what changes, command (every row shares the pipeline's defaults otherwise)
+ROWS = [
+    ("sokoban", "6x6 room, `plan` context (first 3 optimal moves), 200 OPD steps at lr 3e-4: "
+                "the earlier default",
+     "python -m train.reproduce --task sokoban --seeds 0,1,2"),
+    ("sokoban8s", "8x8 room, teacher trained with the derivable `state` context only",
+     "python -m train.reproduce --task sokoban8s --seeds 0,1,2 --analyses false"),
+    ("sokoban_long", "6x6 `plan`, OPD 2.5x longer at 3.3x the lr (500 steps, lr 1e-3)",
+     "python -m train.reproduce --task sokoban --name sokoban_long --distill-steps 500 "
+     "--lr 0.001 --save-every 50 --seeds 0,1,2,3,4"),
+    ("sokoban_remap", "6x6, remapped keys: the teacher reads a random key permutation from "
+                      "`K:<keys>`; distillation internalizes the fixed LRUD",
+     "python -m train.reproduce --task sokoban_remap --seeds 0,1,2 --analyses false"),
+    ("sokoban_xl", "cross-model: an 8-layer d 256 teacher, the 4-layer student",
+     None),
+]
+
+
+def seed_cells(reports: dict, method: str, key: str) -> list[float]:
+    return [r[key] for name, r in reports.items()
+            if name.rsplit("_", 2)[-2:-1] == [method] and r.get(key) is not None]
+
+
+def fmt(vals: list[float]) -> str:
+    if not vals:
+        return "-"
+    if len(vals) == 1:
+        return f"{vals[0]:.3f}"
+    return f"{np.mean(vals):.3f} [{min(vals):.3f}, {max(vals):.3f}]"
+
+
+def teacher_cell(figs: Path, ctx: str) -> str:
+    f = figs / f"teacher_{ctx}.json"
+    if not f.exists():
+        return "-"
+    r = next(iter(json.loads(f.read_text())["reports"].values()))
+    return f"{r['win_no_c']:.3f} / {r['win_c']:.3f}"
+
+
+def drift_cell(figs: Path, method: str) -> str:
+    """Context-view drift KL at the last trajectory step of the first seed, beside step 0."""
+    f = figs / "trajectory.json"
+    if not f.exists():
+        return "-"
+    runs = [r for n, r in json.loads(f.read_text())["results"].items()
+            if n.rsplit("_", 2)[-2] == method]
+    if not runs:
+        return "-"
+    rows = runs[0]["steps"]
+    return f"{rows[0]['kl_ctx']:.2f} -> {rows[-1]['kl_ctx']:.2f}"
+
+
+def minutes(figs: Path) -> str:
+    f = figs / "manifest.json"
+    if not f.exists():
+        return "-"
+    files = json.loads(f.read_text())["files"]
+    train = sum(v["seconds"] for k, v in files.items() if "checkpoints/step_" in k)
+    other = sum(v["seconds"] for k, v in files.items() if "checkpoints/step_" not in k)
+    return f"{train / 60:.0f} + {other / 60:.0f}"
+
+
+def table(figures: Path = Path("figures")) -> str:
+    head = ("| row | setting | teacher win no c / with c | method | seeds | win no c | win c | "
+            "harm | regimes | drift KL (step 0 -> last) | minutes (train + eval) |")
+    lines = [head, "|" + "---|" * 11]
+    pending = []
+    for name, what, cmd in ROWS:
+        figs = figures / name
+        ev = figs / "context_return.json"
+        if cmd is None or not ev.exists():
+            pending.append((name, what, cmd))
+            continue
+        data = json.loads(ev.read_text())
+        reports, ctx = data["reports"], data["config"]["context"]
+        for method in ("opd", "nca"):
+            if not seed_cells(reports, method, "win_no_c"):
+                continue
+            regimes = "".join(r["regime"] for n, r in reports.items()
+                              if n.rsplit("_", 2)[-2] == method)
+            lines.append(
+                f"| {name} | {what} | {teacher_cell(figs, ctx)} | {method} | "
+                f"{len(regimes)} | {fmt(seed_cells(reports, method, 'win_no_c'))} | "
+                f"{fmt(seed_cells(reports, method, 'win_c'))} | "
+                f"{fmt(seed_cells(reports, method, 'harm'))} | {regimes} | "
+                f"{drift_cell(figs, method)} | {minutes(figs)} |")
+    out = "\n".join(lines)
+    out += ("\n\nCells: mean [min, max] over seeds of the held-out (1000 levels) greedy win "
+            "rates; harm = P(lost with c | won without c); regime per seed from the 95% interval "
+            "of win_c - win_no_c (A: context hurts, B: still needed, C: irrelevant). The null "
+            "for every student is its teacher (step 0) on the same levels; drift KL = "
+            "KL(g(.|x,c) || f(.|x,c)) per token on the student's own samples, first seed, 0 at "
+            "step 0 by construction. Minutes: training stages (from the run directories) + "
+            "evaluations and analyses, summed over the row's manifest.")
+    if pending:
+        out += "\n\nNot run yet:\n" + "\n".join(
+            f"- {name}: {what}; " + (f"`{cmd}`" if cmd else "no command yet (needs a larger "
+                                                            "teacher preset)")
+            for name, what, cmd in pending)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--figures", default="figures")
+    ap.add_argument("--write", action="store_true",
+                    help="write FIGURES/sokoban_sweep/README.md")
+    args = ap.parse_args(argv)
+    text = table(Path(args.figures))
+    print(text)
+    if args.write:
+        out = Path(args.figures) / "sokoban_sweep" / "README.md"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        cmds = "\n".join(f"    {cmd}" for _, _, cmd in ROWS if cmd)
+        out.write_text(f"# Sokoban sweep\n\nGenerated by `python -m train.sweep --write` from "
+                       f"each row's figures/<row>/ JSON.\n\nRows:\n\n{cmds}\n\n{text}\n")
+
+
+if __name__ == "__main__":
+    main()
