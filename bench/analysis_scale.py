@@ -112,6 +112,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--shape", default="tiny", choices=sorted(SHAPES))
     ap.add_argument("--work", default=None, help="folder for the checkpoints (default: tmp)")
     ap.add_argument("--levels", type=int, default=16)
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep the folders already in --work (same shape) instead of rebuilding")
     ap.add_argument("--out", default=None, help="default: bench/results/analysis_scale_<shape>")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--analyses", default="param_delta,layer_sim,grad_align",
@@ -122,9 +124,16 @@ def main(argv=None) -> dict:
     work = Path(args.work or tempfile.mkdtemp(prefix="analysis_scale_"))
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    init = build(args.shape, work / "init", 0)
-    a = build(args.shape, work / "a", 1, base=init)
-    b = build(args.shape, work / "b", 2, base=init)
+    init, a, b = work / "init", work / "a", work / "b"
+    reuse = args.reuse and all((f / "config.json").exists() and json.loads(
+        (f / "config.json").read_text())["hidden_size"] == SHAPES[args.shape]["hidden_size"]
+        for f in (init, a, b))
+    if not reuse:
+        for f in (init, a, b):
+            shutil.rmtree(f, ignore_errors=True)
+        build(args.shape, init, 0)
+        build(args.shape, a, 1, base=init)
+        build(args.shape, b, 2, base=init)
     build_s = time.time() - t0
     py = [sys.executable, "-m"]
     th = ["--threads", str(args.threads)]
@@ -157,9 +166,10 @@ def main(argv=None) -> dict:
     report = {"shape": args.shape, "parameters": n_params, "dtype": "bfloat16",
               "levels": args.levels, "threads": args.threads, "build_s": round(build_s, 1),
               "rows": rows}
+    built = "reused" if reuse else f"built in {build_s:.0f} s"
     lines = [f"shape {args.shape}: {n_params / 1e9:.3f}B parameters, bf16, "
-             f"{len(list(init.glob('*.safetensors')))} shards per folder; folders built in "
-             f"{build_s:.0f} s", f"{'':<40}{'wall s':>10}{'peak RSS GB':>14}"]
+             f"{len(list(init.glob('*.safetensors')))} shards per folder; folders {built}",
+             f"{'':<40}{'wall s':>10}{'peak RSS GB':>14}"]
     for name, r in rows.items():
         lines.append(f"{name:<40}{r['wall_s']:>10.1f}{r['peak_rss_gb']:>14.2f}")
     ref = rows["read 3 folders once (reference)"]["wall_s"]

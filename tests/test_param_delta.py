@@ -156,3 +156,34 @@ def test_control_and_adam_normalisation(tok, three, tmp_path):
     with pytest.raises(ValueError, match="--control"):
         param_delta.main([str(a), str(b), "--init", str(w0), "--control", str(a),
                           "--out", str(tmp_path / "pd")])
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_gram_blocks_and_threads_are_exact(threads):
+    """Several cache blocks per chunk, split between threads, and chunks of uneven length:
+    the K x K products equal a float64 numpy reference (deltas formed from bf16 weights)."""
+    import numpy as np
+
+    from nca_interp.reduce import BLOCK_ELEMENTS, Gram
+
+    gen = torch.Generator().manual_seed(0)
+    n = 5 * BLOCK_ELEMENTS + 123
+    w0 = torch.randn(n, generator=gen).bfloat16()
+    ws = [(w0.float() + 1e-3 * torch.randn(n, generator=gen)).bfloat16() for _ in range(2)]
+    cuts = [0, 7, 2 * BLOCK_ELEMENTS + 1, n]
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for delta in (False, True):
+            g = Gram(["w0", "a", "b"])
+            g.add("model.layers.0.self_attn.q_proj.weight",
+                  ([v[a:b] for v in (w0, *ws)] for a, b in zip(cuts, cuts[1:])), delta=delta)
+            V = np.stack([v.double().numpy() for v in (w0, *ws)])
+            if delta:
+                V[1:] -= V[0]
+            ref = V @ V.T
+            np.testing.assert_allclose(g.mats["global"], ref, rtol=1e-12)
+            assert g.sizes["global"] == n
+    finally:
+        torch.set_num_threads(before)
+    assert torch.get_num_threads() == before

@@ -88,3 +88,31 @@ def test_sweep_row_shares_the_teacher_and_times_every_stage(tmp_path):
         assert run["seconds"] > 0 and "--method opd" in run["command"]
     with pytest.raises(ValueError, match="--analyses false"):
         reproduce.main([*argv[:7], "true", *argv[8:]])
+
+
+def test_cross_model_row_distils_the_small_student_from_the_large_teacher(tmp_path):
+    """--student-from: students start from the other task's base and learn from this task's
+    teacher (both trained here outside the pipeline, tiny, so the pipeline skips them)."""
+    from nca_interp.runs import read_run_config
+    from train import sft
+
+    runs, figs = tmp_path / "runs", tmp_path / "figs"
+    common = ["--runs", str(runs), "--figures", str(figs), "--teacher-steps", "2"]
+    tiny = ["--steps", "2", "--threads", "1", "--eval-every", "100", "--eval-levels", "4",
+            "--save-every", "2", "--batch", "8", "--d-model", "32"]
+    sft.main(["--out", str(runs / "sokoban_xl_base"), *reproduce.TASK_ARGS["sokoban_xl"],
+              *tiny, "--n-layers", "2"])
+    with pytest.raises(Exception, match="--teacher-only first"):
+        reproduce.main(["--task", "sokoban_xl", "--student-from", "sokoban", *common])
+    sft.main(["--out", str(runs / "sokoban_base"), *reproduce.TASK_ARGS["sokoban"], *tiny,
+              "--n-layers", "1"])
+    reproduce.main(["--task", "sokoban_xl", "--student-from", "sokoban", "--methods", "opd",
+                    "--analyses", "false", "--seeds", "0", "--distill-steps", "2",
+                    "--save-every", "2", "--batch", "4", "--n-levels", "4", "--jobs", "1",
+                    "--threads", "1", *common])
+    run = read_run_config(runs / "sokoban_xl_opd_s0")
+    assert run["student"] == str(runs / "sokoban_base")
+    assert run["teacher"] == str(runs / "sokoban_xl_base")
+    assert read_run_config(runs / "sokoban_xl_base")["n_layers"] == 2  # the larger model
+    assert "8" == reproduce.TASK_ARGS["sokoban_xl"][
+        reproduce.TASK_ARGS["sokoban_xl"].index("--n-layers") + 1]

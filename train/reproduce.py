@@ -34,6 +34,10 @@ TASK_ARGS = {
     # remapped keys: the teacher reads a random key permutation per level from `K:<keys>`;
     # distillation internalizes the fixed LRUD (up->L, down->R, left->U, right->D)
     "sokoban_remap": ["--task", "sokoban", "--remap", "LRUD", "--contexts", "remap"],
+    # cross-model: a larger teacher (8 layers, d 256, 8 heads, MLP 768) for the 4-layer student
+    # of `sokoban` (use with --student-from sokoban)
+    "sokoban_xl": ["--task", "sokoban", "--n-layers", "8", "--d-model", "256", "--n-heads", "8",
+                   "--d-mlp", "768"],
     "frozenlake": ["--task", "frozenlake"],
     "frozenlake6": ["--task", "frozenlake", "--size", "6", "--num-holes", "12"],
     # 256 questions per step, 8 about each knowledge base, each answer trained; the follow-ups
@@ -59,6 +63,9 @@ class ReproduceConfig:
                 "settings of one task share it (e.g. --name sokoban_long --distill-steps 1000)"})
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={
         "help": "distillation seeds (the teacher is shared)"})
+    student_from: str | None = field(default=None, metadata={
+        "help": "cross-model distillation: students start from RUNS/<this task>_base (train it "
+                "first with its own pipeline) and learn from this task's teacher"})
     methods: list[str] = field(default_factory=lambda: ["opd", "nca"], metadata={
         "help": "distillation methods to train (opd, nca)", "check": "choice:opd|nca"})
     analyses: bool = field(default=True, metadata={
@@ -273,12 +280,20 @@ def main(argv: list[str] | None = None) -> None:
     if cfg.teacher_only:
         print(f"teacher {base} evaluated; --teacher-only: stopping")
         return
+    student_init = base
+    if cfg.student_from:
+        student_init = runs / f"{cfg.student_from}_base"
+        if latest_step_checkpoint(student_init) is None:
+            raise RunError(f"--student-from {cfg.student_from}: {student_init} is not trained; "
+                           f"run python -m train.reproduce --task {cfg.student_from} "
+                           "--teacher-only first")
+    cross = ["--teacher", str(base)] if cfg.student_from else []
     students, student_args, pending = {}, {}, []
     for seed in cfg.seeds:
         for method in cfg.methods:
             out = runs / f"{name}_{method}_s{seed}"
             students[f"{method}_s{seed}"] = out
-            args = ["--method", method, "--student", str(base), "--out", str(out),
+            args = ["--method", method, "--student", str(student_init), *cross, "--out", str(out),
                     "--context", cfg.context, "--steps", str(cfg.distill_steps),
                     "--batch", str(cfg.batch), "--lr", str(cfg.lr), "--beta", str(cfg.beta),
                     "--save-every", str(cfg.save_every), "--seed", str(seed),
