@@ -57,6 +57,11 @@ def test_stage_reruns_only_when_stale(tmp_path):
     assert len(calls) == 2
     assert json.loads((tmp_path / "manifest.json").read_text())["files"][str(out)]["command"] \
         == "python -m m a"
+    os.utime(ckpt / "nca_checkpoint.json", (0, 0))
+    reproduce.stage("s", manifest, [out], "m", fn, ["a", "--threads", "1"], inputs=[ckpt])
+    assert len(calls) == 2  # a thread count changes nothing
+    reproduce.stage("s", manifest, [out], "m", fn, ["a", "--seeds", "0,1"], inputs=[ckpt])
+    assert len(calls) == 3  # another command (other seeds): rerun
 
 
 def test_sweep_row_shares_the_teacher_and_times_every_stage(tmp_path):

@@ -13,6 +13,7 @@ commit, seeds and wall time that produced it.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -128,16 +129,26 @@ def stage(name: str, manifest: Manifest, outputs: list[Path], module: str, fn,
           argv: list[str], inputs: list[Path] = ()) -> None:
     """Run `fn(argv)` unless every output exists and is newer than every input (a retrained
     checkpoint makes what was computed from it stale); record what produced the outputs."""
+    command = " ".join(["python", "-m", module, *argv])
     if outputs and all(p.exists() for p in outputs):
-        if not inputs or min(mtime(p) for p in outputs) >= max(mtime(p) for p in inputs):
+        before = manifest.data["files"].get(str(outputs[0]), {}).get("command")
+        if before is not None and without_threads(before) != without_threads(command):
+            print(f"[changed] {name}: its command changed (e.g. other seeds)")
+        elif not inputs or min(mtime(p) for p in outputs) >= max(mtime(p) for p in inputs):
             print(f"[skip] {name}: outputs exist and are up to date")
             return
-        print(f"[stale] {name}: an input checkpoint is newer than its outputs")
+        else:
+            print(f"[stale] {name}: an input checkpoint is newer than its outputs")
     print(f"[run] {name}: python -m {module} {' '.join(argv)}")
     t0 = time.time()
     fn(argv)
     manifest.ran += 1
     manifest.record([str(p) for p in outputs], ["python", "-m", module, *argv], time.time() - t0)
+
+
+def without_threads(command: str) -> str:
+    """A stage command minus its thread count (which does not change what it computes)."""
+    return re.sub(r" --threads \d+", "", command)
 
 
 def run_parallel(pending: list, jobs: int, manifest: Manifest) -> None:
@@ -314,8 +325,11 @@ def main(argv: list[str] | None = None) -> None:
     ckpts = [str(base)] + [str(p) for p in students.values()]
     for c in ckpts:
         verify_folder(c)
-    finals = [teacher_final] + [p / "checkpoints" / f"step_{cfg.distill_steps:06d}"
-                                for p in students.values()]
+    def final_of(*runs) -> list[Path]:  # each stage reruns only when its own inputs change
+        return [teacher_final] + [Path(r) / "checkpoints" / f"step_{cfg.distill_steps:06d}"
+                                  for r in runs]
+
+    finals = final_of(*students.values())
 
     ev_json = figs / "context_return.json"
     stage("context-return evaluation", manifest, [ev_json], "nca_interp.evaluate",
@@ -337,7 +351,7 @@ def main(argv: list[str] | None = None) -> None:
                             str(min(cfg.n_levels, 256)), "--every", str(cfg.trajectory_every),
                             "--out", str(figs / "trajectory"), *(["--png", "true"] if cfg.png
                                                                   else []), *common],
-          inputs=finals)
+          inputs=final_of(*traj_runs))
     if not cfg.analyses:
         finish(manifest, t_start, cfg)
         print(f"reproduce {name}: sweep row done (--analyses false); figures in {figs}")
@@ -355,18 +369,19 @@ def main(argv: list[str] | None = None) -> None:
               "nca_interp.grad_align", grad_align.main,
               [*steps, "--teacher", str(base), "--context", cfg.context, "--batch",
                str(cfg.grad_batch), "--micro-batch", str(min(128, cfg.grad_batch // 2)),
-               "--out", str(figs / f"grad_align_{method}"), *common], inputs=finals)
+               "--out", str(figs / f"grad_align_{method}"), *common], inputs=final_of(run))
     s0 = cfg.seeds[0]
     delta_runs = [str(students[f"{m}_s{s}"]) for s in cfg.seeds[:2] for m in ("opd", "nca")]
     control = ["--control", f"{delta_runs[0]},{delta_runs[2]}"] if len(cfg.seeds) > 1 else []
     stage("param_delta", manifest, [figs / "param_delta.json"], "nca_interp.param_delta",
           param_delta.main, [*delta_runs, "--init", str(base), "--pair",
                              f"{students[f'opd_s{s0}']},{students[f'nca_s{s0}']}", *control,
-                             "--out", str(figs / "param_delta")], inputs=finals)
+                             "--out", str(figs / "param_delta")], inputs=final_of(*delta_runs))
     stage("patching", manifest, [figs / "patching.json"], "nca_interp.patching",
           patching.main, [str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"]), str(base),
                           "--context", cfg.context, "--n-levels", str(cfg.n_levels),
-                          "--out", str(figs / "patching"), *common], inputs=finals)
+                          "--out", str(figs / "patching"), *common],
+          inputs=final_of(students[f"opd_s{s0}"], students[f"nca_s{s0}"]))
     written = render_figures(figs, cfg.png)
     manifest.record(written, ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
     from train import report
