@@ -20,12 +20,14 @@ def resolve(ref: str | None) -> str | None:
     return ref
 
 
-def pipeline_or_embedded(root: str | Path = ".", task: str = "sokoban",
-                         seed: int = 0) -> dict[str, str]:
-    """{base, opd, nca} checkpoint folders: the pipeline's `runs/<task>_*` under `root` when all
-    three are complete, the embedded Sokoban ones otherwise (what the notebooks open)."""
-    runs = {m: Path(root) / "runs" / f"{task}_{suffix}"
-            for m, suffix in (("base", "base"), ("opd", f"opd_s{seed}"), ("nca", f"nca_s{seed}"))}
+def pipeline_or_embedded(root: str | Path = ".", task: str = "sokoban", seed: int = 0,
+                         name: str = "sokoban_long") -> dict[str, str]:
+    """{base, opd, nca} checkpoint folders: the pipeline's `runs/<task>_base` and
+    `runs/<name>_{opd,nca}_s<seed>` under `root` when all three are complete (`name`: the
+    pipeline's setting, by default the Sokoban case where OPD degrades, `sokoban_long`), the
+    embedded Sokoban ones (the same setting, seed 0) otherwise: what the notebooks open."""
+    runs = {"base": Path(root) / "runs" / f"{task}_base",
+            **{m: Path(root) / "runs" / f"{name}_{m}_s{seed}" for m in ("opd", "nca")}}
     if all((p / "nca_checkpoint.json").exists() for p in runs.values()):
         return {m: str(p) for m, p in runs.items()}
     return {m: str(embedded(f"sokoban_{m}")) for m in ("base", "opd", "nca")}
