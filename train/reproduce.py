@@ -23,7 +23,7 @@ import numpy as np
 
 from nca_interp import evaluate, grad_align, layer_sim, param_delta, patching, trajectory
 from nca_interp.checkpoint import git_commit, latest_step_checkpoint, verify_folder
-from nca_interp.cli import parse_config, to_dict, write_json
+from nca_interp.cli import entry, parse_config, to_dict, write_json
 from nca_interp.errors import RunError
 from train import sft
 
@@ -432,3 +432,7 @@ def record_training_time(manifest: Manifest, run: Path, final: Path, args: list[
         "seconds_from": f"{how} (trained outside this invocation)",
         "date": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime(final)))}
     manifest.path.write_text(json.dumps(manifest.data, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(entry(main))
