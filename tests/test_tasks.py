@@ -167,6 +167,9 @@ def test_remapped_keys_round_trip_and_score():
     lv = fixed.levels("test", 1)[0]
     assert lv.keys == "LRUD" and fixed.encode(lv, "UDLR") == "LRUD"
     assert plain.target(plain.levels("test", 1)[0]) == plain.levels("test", 1)[0].solution
+    chat = make_task("sokoban", "textarena", remap="LRUD")
+    lv = chat.levels("test", 1)[0]
+    assert chat.score(lv, chat.target(lv)).won and "[left] moves up" in chat.context(lv, "remap")
     with pytest.raises(ValueError, match="permutation"):
         make_task("sokoban", remap="UUDL")
 

@@ -143,9 +143,11 @@ class Task:
         if kind == "state":
             return self.game.state_context(level)
         if kind == "remap":
-            if self.fmt != "compact":
-                raise ValueError("the remap context exists for compact prompts only")
-            return f"K:{self.keys(level)}"
+            if self.fmt == "compact":
+                return f"K:{self.keys(level)}"
+            return "The moves are remapped: " + ", ".join(
+                f"{_MOVE_TO_CHAT[k]} moves {d}" for d, k in
+                zip(("up", "down", "left", "right"), self.keys(level)))
         if kind == "plan":
             moves = self.encode(level, level.solution[: self.plan_k])
             if self.fmt == "compact":
@@ -183,7 +185,7 @@ class Task:
         """The solver-optimal response text (end-of-response is the tokenizer's eos)."""
         if self.fmt == "compact":
             return self.encode(level, level.solution)
-        return " ".join(_MOVE_TO_CHAT[m] for m in level.solution)
+        return " ".join(_MOVE_TO_CHAT[m] for m in self.encode(level, level.solution))
 
     def parse(self, response: str) -> str | None:
         """Move string from a response, None when it cannot be parsed."""
@@ -197,8 +199,7 @@ class Task:
         moves = self.parse(response)
         if moves is None:
             return Scored(False, False, "", 0)
-        if self.fmt == "compact":
-            moves = self.decode(level, moves)
+        moves = self.decode(level, moves)
         out: Outcome = self.game.play(level, moves, self.config.max_invalid)
         return Scored(out.won, True, moves, out.invalid)
 
