@@ -29,3 +29,10 @@ def test_table_summarises_rows_from_their_json_and_lists_the_rest(tmp_path):
     assert "| 1 | 0.900 | 0.900 |" in nca and "| C |" in nca
     assert "- sokoban8s:" in text and "python -m train.reproduce --task sokoban8s" in text
     assert "base" not in opd.split("|")[4]  # the teacher never counts as a seed
+
+
+def test_readme_block_is_replaced_between_markers_only():
+    doc = f"intro\n{sweep.START}\nold table\n{sweep.END}\nafter\n"
+    out = sweep.replace_block(doc, "| new |")
+    assert out == f"intro\n{sweep.START}\n| new |\n{sweep.END}\nafter\n"
+    assert sweep.replace_block("no markers", "x") == "no markers"

@@ -236,6 +236,25 @@ def patching(figs: Path) -> str:
     return "\n\n".join(out)
 
 
+def trajectory_table(figs: Path) -> str:
+    from nca_interp.trajectory import format_table
+
+    return "```\n" + format_table(json.loads((figs / "trajectory.json").read_text())["results"]) \
+        + "\n```"
+
+
+def stage_times(figs: Path) -> str:
+    """Every file the manifest records, with the seconds of the stage that wrote it (training
+    stages from their run directories when they ran outside the pipeline)."""
+    files = json.loads((figs / "manifest.json").read_text())["files"]
+    rows = ["| output | minutes | how measured |", "|---|---|---|"]
+    for path, v in files.items():
+        if v["seconds"] or "checkpoints/step_" in path:
+            how = v.get("seconds_from", "wall clock of the stage in the pipeline")
+            rows.append(f"| `{path}` | {v['seconds'] / 60:.1f} | {how} |")
+    return "\n".join(rows)
+
+
 def render(figs: Path) -> str:
     """The whole generated report of one pipeline folder, as markdown."""
     manifest = json.loads((figs / "manifest.json").read_text())
@@ -266,11 +285,17 @@ def render(figs: Path) -> str:
         if (figs / f"{name}.json").exists():
             sections.append((f"Layer similarity with vs without context: {what}",
                              lambda f, n=name: layer_sim(f, n)))
-    sections += [("Gradient alignment (seed 0, over training)", grad_align),
-                 ("Parameter deltas", param_delta)]
+    if (figs / "trajectory.json").exists():
+        sections.append(("Context return over training (trajectory; step 0 = the initial "
+                         "checkpoint, the null)", trajectory_table))
+    if (figs / "grad_align_opd.json").exists():
+        sections.append(("Gradient alignment (seed 0, over training)", grad_align))
+    if (figs / "param_delta.json").exists():
+        sections.append(("Parameter deltas", param_delta))
     if (figs / "patching.json").exists():
         sections.append(("Causal patching of the harm cases (seed 0 students and the teacher)",
                          patching))
+    sections.append(("Stage times (manifest.json)", stage_times))
     for title, fn in sections:
         lines.append(f"## {title}\n\n{fn(figs)}\n")
     return "\n".join(lines)

@@ -353,6 +353,9 @@ def main(argv: list[str] | None = None) -> None:
                                                                   else []), *common],
           inputs=final_of(*traj_runs))
     if not cfg.analyses:
+        from train import report
+
+        (figs / "README.md").write_text(report.render(figs) + "\n")
         finish(manifest, t_start, cfg)
         print(f"reproduce {name}: sweep row done (--analyses false); figures in {figs}")
         return
