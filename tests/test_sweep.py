@@ -28,6 +28,12 @@ def test_table_summarises_rows_from_their_json_and_lists_the_rest(tmp_path):
     nca = next(ln for ln in text.splitlines() if "| sokoban_long |" in ln and "| nca |" in ln)
     assert "| 1 | 0.900 | 0.900 |" in nca and "| C |" in nca
     assert "- sokoban8s:" in text and "python -m train.reproduce --task sokoban8s" in text
+    remap = tmp_path / "sokoban_remap"
+    remap.mkdir()
+    (remap / "teacher_remap.json").write_text(json.dumps(
+        {"reports": {"b": report(0.3, 0.8, "B")}}))
+    row = next(ln for ln in sweep.table(tmp_path).splitlines() if "| sokoban_remap |" in ln)
+    assert "0.300 / 0.800" in row and "students not trained" in row
     assert "base" not in opd.split("|")[4]  # the teacher never counts as a seed
 
 
