@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from nca_interp.checkpoint import load_checkpoint, verify_folder
+from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint, verify_folder
 from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
 from nca_interp.evaluate import evaluate_checkpoint
 from nca_interp.models import context_limit
@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> dict:
         rows = []
         for step, path in keep:
             model, tok = load_checkpoint(path)
+            check_same_tokenizer(tok, tok_t, path, teacher_dir)
             rep = evaluate_checkpoint(model, tok, task, ctx, cfg.n_levels, cfg.seed)
             kls = drift_kls(model, teacher, tok, task.for_tokenizer(tok), drift_set, ctx,
                             cfg.seed)
