@@ -38,7 +38,7 @@ def group_keys(param_name: str) -> list[str]:
 def single_thread():
     """Run cache-sized blocks on one thread: intra-op threads only add synchronisation at this
     size, and on a busy machine (other jobs on the cores) each parallel region can stall for a
-    scheduler slice; measured 33x slower with 2 threads beside two training jobs."""
+    scheduler slice (an order of magnitude slower beside two training jobs, in an ad-hoc run)."""
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
