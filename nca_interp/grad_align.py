@@ -46,7 +46,14 @@ from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_j
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.losses import TERMS, loss_terms
 from nca_interp.models import context_limit, resolve_device
-from nca_interp.reduce import Gram, TensorFolder, cosine, row_chunks, save_sharded
+from nca_interp.reduce import (
+    Gram,
+    TensorFolder,
+    cosine,
+    row_chunks,
+    save_sharded,
+    stream_by_name,
+)
 from nca_interp.rollout import Batch, onpolicy_batch
 from nca_interp.runs import (
     check_same_tokenizers,
@@ -110,9 +117,9 @@ def stream_gram(folder: Path, labels: list[str]) -> Gram:
     with ExitStack() as stack:
         readers = [stack.enter_context(TensorFolder(folder / lab.replace(":", "_")))
                    for lab in labels]
-        for name in readers[0].names():
-            gram.add(name, ([r.rows(name, a, b) for r in readers]
-                            for a, b in row_chunks(readers[0].shape(name))))
+        stream_by_name(gram, ((name, [r.rows(name, a, b) for r in readers])
+                              for name in readers[0].names()
+                              for a, b in row_chunks(readers[0].shape(name))))
     return gram
 
 

@@ -42,7 +42,7 @@ import torch
 from nca_interp.checkpoint import CheckpointError, read_run_config, verify_folder
 from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
 from nca_interp.names import MODULES
-from nca_interp.reduce import Gram, TensorFolder, row_chunks
+from nca_interp.reduce import Gram, TensorFolder, row_chunks, stream_by_name
 from nca_interp.runs import check_same_tokenizers, initial_of, lr_at
 
 ARCH_KEYS = ("model_type", "num_hidden_layers", "hidden_size", "vocab_size",
@@ -105,18 +105,20 @@ def stream_deltas(init: Path, ckpts: list[Path], rows: dict[str, torch.Tensor] |
         for p, f in zip(ckpts, fs):
             check_compatible(f0, c0, f, read_config(p), str(init), str(p))
         gram = Gram(["w0", *map(str, ckpts)])
-        for name in weight_names(f0, c0):
-            keep = rows.get(name) if rows else None
 
-            def chunks(name=name, keep=keep):
-                """Row chunks of [W0, W1, ...] in their stored dtype; the Gram forms the deltas
-                W_i - W0 and their products block by block in float64."""
+        def chunks():
+            """(name, row chunks of [W0, W1, ...]) in their stored dtype; the Gram forms the
+            deltas W_i - W0 and their products block by block in float64."""
+            for name in weight_names(f0, c0):
+                keep = rows.get(name) if rows else None
                 for a, b in row_chunks(f0.shape(name)):
-                    sel = None if keep is None else keep[(keep >= a) & (keep < b)] - a
-                    rows = [f.rows(name, a, b) for f in (f0, *fs)]
-                    yield rows if sel is None else [r[sel] for r in rows]
+                    vecs = [f.rows(name, a, b) for f in (f0, *fs)]
+                    if keep is not None:
+                        sel = keep[(keep >= a) & (keep < b)] - a
+                        vecs = [r[sel] for r in vecs]
+                    yield name, vecs
 
-            gram.add(name, chunks(), delta=True)
+        stream_by_name(gram, chunks(), delta=True)
     return gram
 
 

@@ -13,7 +13,10 @@ Groups, keyed by the one naming scheme (`names.module_of`): `global`, `{layer}.{
 
 from __future__ import annotations
 
+import itertools
 import json
+import queue
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -59,6 +62,51 @@ def _reduce_blocks(flat: list[torch.Tensor], starts: list[int], m: int, delta: b
             if delta and i:
                 V[i].sub_(V[0])
         G.addmm_(V, V.T)
+
+
+def prefetch(items, depth: int = 2):
+    """Yield `items` while a reader thread produces the next `depth` of them, so reading
+    (safetensors copies out of the page cache or the disk) overlaps the reduction of the
+    previous chunk. Exceptions from the reader are raised at the consumer."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+    stop = threading.Event()
+
+    def read():
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        q.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put((done, None))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            q.put((done, e))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        while True:
+            item, err = q.get()
+            if item is done:
+                if err is not None:
+                    raise err
+                return
+            yield item
+    finally:
+        stop.set()
+        reader.join()
+
+
+def stream_by_name(gram: Gram, items, delta: bool = False) -> None:
+    """Feed (param_name, [K tensors]) row chunks, consecutive per parameter, to `gram`, the
+    next chunks read ahead in a background thread."""
+    for name, group in itertools.groupby(prefetch(items), key=lambda t: t[0]):
+        gram.add(name, (vecs for _, vecs in group), delta=delta)
 
 
 class Gram:
@@ -116,12 +164,50 @@ def cosine(G: np.ndarray, i: int, j: int) -> float | None:
     return float(G[i, j] / np.sqrt(den)) if den > 0 else None
 
 
+# safetensors dtype codes read directly (anything else goes through safetensors itself)
+ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
+             "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32,
+             "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
+
+
+def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...], int, int]]:
+    """name -> (dtype code, shape, first byte, last byte) of a safetensors file, the byte
+    offsets absolute and checked against the file's size."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        if size < 8 or not 0 < n <= size - 8:
+            raise ValueError(f"{path} is not a safetensors file (header of {n} bytes in a "
+                             f"{size}-byte file); re-save or re-download it")
+        try:
+            header = json.loads(f.read(n))
+        except ValueError as e:
+            raise ValueError(f"{path}: unreadable safetensors header ({e}); re-save or "
+                             "re-download it") from e
+    header.pop("__metadata__", None)
+    out = {}
+    for name, h in header.items():
+        a, b = (8 + n + o for o in h["data_offsets"])
+        if not 8 + n <= a <= b <= size:
+            raise ValueError(f"{path}: {name} lies outside the file (truncated?); re-save or "
+                             "re-download it")
+        dtype, shape = h["dtype"], tuple(h["shape"])
+        if dtype in ST_DTYPES and \
+                int(np.prod(shape)) * ST_DTYPES[dtype].itemsize != b - a:
+            raise ValueError(f"{path}: {name} holds {b - a} bytes, not what its shape {shape} "
+                             f"and dtype {dtype} need; re-save or re-download it")
+        out[name] = (dtype, shape, a, b)
+    return out
+
+
 class TensorFolder:
     """The safetensors weights of one checkpoint folder, read lazily in their stored dtype.
     Handles a single file, `save_pretrained` shards (`model.safetensors.index.json`) and any
-    folder of `*.safetensors` files; training-state files are not weights. Every read opens
-    and closes its file, so no memory map outlives the tensor chunk it served (mapped pages
-    count as resident memory)."""
+    folder of `*.safetensors` files; training-state files are not weights.
+
+    Row ranges are read with plain file reads straight into the destination tensor (one copy
+    out of the page cache or the disk, the GIL released, so a read-ahead thread overlaps the
+    reduction; no memory map, whose pages would count as resident memory)."""
 
     def __init__(self, path: str | Path):
         """`path`: a checkpoint folder, or one safetensors file."""
@@ -131,14 +217,17 @@ class TensorFolder:
             f for f in self.path.glob("*.safetensors") if f.name != "trainer_state.safetensors")
         if self.path.is_dir() and index.exists():
             weight_map = json.loads(index.read_text())["weight_map"]
-            self.files = {n: self.path / f for n, f in weight_map.items()}
-        else:
-            self.files = {}
-            for f in files:
-                with safe_open(str(f), framework="pt") as h:
-                    for n in h.keys():
-                        self.files[n] = f
-        self._shapes: dict[str, tuple[int, ...]] = {}
+            files = sorted({self.path / f for f in weight_map.values()})
+        self.entries: dict[str, tuple[Path, str, tuple[int, ...], int, int]] = {}
+        for f in files:
+            for n, (dtype, shape, a, b) in read_header(f).items():
+                self.entries[n] = (f, dtype, shape, a, b)
+        if self.path.is_dir() and index.exists():
+            missing = set(weight_map) - set(self.entries)
+            if missing:
+                raise ValueError(f"{index} names {len(missing)} tensors its shards do not hold "
+                                 f"(e.g. {sorted(missing)[0]}); re-save the checkpoint")
+            self.entries = {n: self.entries[n] for n in weight_map}
 
     def __enter__(self) -> TensorFolder:
         return self
@@ -147,22 +236,38 @@ class TensorFolder:
         return None
 
     def names(self) -> list[str]:
-        return list(self.files)
+        return list(self.entries)
 
     def shape(self, name: str) -> tuple[int, ...]:
-        if name not in self._shapes:
-            with safe_open(str(self.files[name]), framework="pt") as h:
-                self._shapes[name] = tuple(h.get_slice(name).get_shape())
-        return self._shapes[name]
+        return self.entries[name][2]
 
     def rows(self, name: str, start: int, stop: int) -> torch.Tensor:
-        with safe_open(str(self.files[name]), framework="pt") as h:
-            s = h.get_slice(name)
-            return s[start:stop] if len(s.get_shape()) else s[:]
+        f, dtype, shape, a, b = self.entries[name]
+        if dtype not in ST_DTYPES:  # e.g. float8: let safetensors decode it
+            with safe_open(str(f), framework="pt") as h:
+                s = h.get_slice(name)
+                return s[start:stop] if len(shape) else s[:]
+        if not shape:
+            start, stop = 0, 1
+        out = torch.empty((stop - start, *shape[1:]) if shape else (), dtype=ST_DTYPES[dtype])
+        row_bytes = (b - a) // max(1, shape[0] if shape else 1)
+        need = out.numel() * out.element_size()
+        if need:
+            view = memoryview(out.reshape(-1).view(torch.uint8).numpy()).cast("B")
+            with open(f, "rb", buffering=0) as h:
+                h.seek(a + start * row_bytes)
+                got = 0
+                while got < need:
+                    k = h.readinto(view[got:])
+                    if not k:
+                        raise ValueError(f"{f}: {name} ends early (truncated?); re-save or "
+                                         "re-download it")
+                    got += k
+        return out
 
     def get(self, name: str) -> torch.Tensor:
-        with safe_open(str(self.files[name]), framework="pt") as h:
-            return h.get_tensor(name)
+        shape = self.shape(name)
+        return self.rows(name, 0, shape[0] if shape else 1)
 
 
 def save_sharded(tensors, folder: Path, max_bytes: int = 1 << 28) -> Path:

@@ -44,16 +44,30 @@ def resolve_task_and_context(paths: list[str], task: str | None, context: str | 
     return found, ctx
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model",
+                   "vocab.txt")
+
+
+def tokenizer_files(folder: Path) -> tuple[tuple[str, bytes], ...]:
+    """The bytes of a folder's tokenizer files, by name (the files present)."""
+    return tuple((n, (folder / n).read_bytes()) for n in TOKENIZER_FILES
+                 if (folder / n).is_file())
+
+
 def check_same_tokenizers(paths: list[str | Path]) -> None:
     """Every checkpoint of a comparison reads the same token ids (responses and positions are
     shared between them)."""
-    from transformers import AutoTokenizer
-
     from nca_interp.checkpoint import CheckpointError, check_same_tokenizer, verify_folder
 
+    folders = [verify_folder(p) for p in paths]
+    files = {tokenizer_files(f) for f in folders}
+    if len(files) == 1 and next(iter(files)):
+        return  # byte-identical tokenizer files read the same ids (no transformers import)
+    from transformers import AutoTokenizer
+
     toks = []
-    for p in paths:
-        folder = verify_folder(p)
+    for folder in folders:
         try:
             toks.append(AutoTokenizer.from_pretrained(folder, local_files_only=True))
         except Exception as e:  # noqa: BLE001 - transformers raises many types here

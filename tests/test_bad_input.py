@@ -294,3 +294,28 @@ def test_every_entry_point_runs_as_python_m(module):
     out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
                          text=True)
     assert out.returncode == 0 and "usage:" in out.stdout, module
+
+
+def test_same_tokenizer_check_fast_path_and_full_comparison(tok, base, tmp_path):
+    """Byte-identical tokenizer files pass without loading; files that differ only in a
+    setting that does not change ids pass the full comparison; a changed vocabulary does not
+    pass either way."""
+    import copy
+    import shutil
+
+    from nca_interp.runs import check_same_tokenizers
+    from nca_interp.tokenizer import CHARS, build_char_tokenizer
+
+    model, _ = load_checkpoint(base)
+    shutil.copytree(base, tmp_path / "same")
+    check_same_tokenizers([base, tmp_path / "same"])
+    longer = copy.deepcopy(tok)
+    longer.model_max_length = 12345
+    cosmetic = save_checkpoint(tmp_path / "cosmetic", model, longer, {"task": TASK})
+    assert (cosmetic / "tokenizer_config.json").read_bytes() != \
+        (base / "tokenizer_config.json").read_bytes()
+    check_same_tokenizers([base, cosmetic])
+    other = build_char_tokenizer(CHARS[::-1])
+    permuted = save_checkpoint(tmp_path / "permuted", model, other, {"task": TASK})
+    with pytest.raises(CheckpointError, match="different tokenizers"):
+        check_same_tokenizers([base, permuted])

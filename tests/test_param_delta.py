@@ -187,3 +187,87 @@ def test_gram_blocks_and_threads_are_exact(threads):
     finally:
         torch.set_num_threads(before)
     assert torch.get_num_threads() == before
+
+
+def test_prefetch_keeps_order_raises_and_stops():
+    """The read-ahead thread yields every item in order, hands the reader's exception to the
+    consumer, and stops reading when the consumer stops early."""
+    import threading
+
+    from nca_interp.reduce import prefetch
+
+    assert list(prefetch(iter(range(50)), depth=3)) == list(range(50))
+
+    def broken():
+        yield 1
+        raise OSError("shard truncated")
+
+    with pytest.raises(OSError, match="truncated"):
+        list(prefetch(broken()))
+
+    read = []
+
+    def counted():
+        for i in range(1000):
+            read.append(i)
+            yield i
+
+    for i in prefetch(counted(), depth=2):
+        if i == 3:
+            break
+    assert len(read) <= 3 + 2 + 2  # consumed, queued, one in the reader's hand
+    assert not any(t.name.startswith("Thread") and t.is_alive() and t.daemon
+                   for t in threading.enumerate() if t is not threading.current_thread())
+
+
+def test_stream_by_name_equals_per_parameter_adds():
+    """Chunks of several parameters streamed through the read-ahead give the same groups and
+    sizes as one add per parameter."""
+    import numpy as np
+
+    from nca_interp.reduce import Gram, stream_by_name
+
+    gen = torch.Generator().manual_seed(1)
+    params = {f"model.layers.{i}.self_attn.{m}.weight": [torch.randn(40, 8, generator=gen)
+                                                        for _ in range(3)]
+              for i in range(2) for m in ("q_proj", "k_proj")}
+    direct = Gram(["w0", "a", "b"])
+    for name, vecs in params.items():
+        direct.add(name, ([v[a:a + 16] for v in vecs] for a in range(0, 40, 16)), delta=True)
+    streamed = Gram(["w0", "a", "b"])
+    stream_by_name(streamed, ((name, [v[a:a + 16] for v in vecs])
+                              for name, vecs in params.items() for a in range(0, 40, 16)),
+                   delta=True)
+    assert direct.mats.keys() == streamed.mats.keys() and direct.sizes == streamed.sizes
+    for k in direct.mats:
+        np.testing.assert_allclose(streamed.mats[k], direct.mats[k], rtol=1e-12)
+
+
+def test_tensor_folder_reads_what_safetensors_reads(tmp_path):
+    """Row ranges read with plain file reads equal safetensors' own loading, for every dtype
+    the reader decodes itself, scalars and empty row ranges; a truncated file is refused."""
+    from safetensors.torch import load_file, save_file
+
+    from nca_interp.reduce import TensorFolder
+
+    gen = torch.Generator().manual_seed(0)
+    tensors = {f"t.{d}": (torch.randn(7, 3, generator=gen) * 100).to(d)
+               for d in (torch.float64, torch.float32, torch.float16, torch.bfloat16,
+                         torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)}
+    tensors["mask"] = torch.rand(5, generator=gen) > 0.5
+    tensors["scalar"] = torch.tensor(3.25)
+    save_file(tensors, tmp_path / "model.safetensors")
+    ref = load_file(tmp_path / "model.safetensors")
+    f = TensorFolder(tmp_path)
+    assert sorted(f.names()) == sorted(tensors)
+    for name, t in ref.items():
+        assert f.shape(name) == tuple(t.shape)
+        assert torch.equal(f.get(name), t) and f.get(name).dtype == t.dtype
+        if t.dim():
+            for a, b in ((0, 1), (2, 5), (3, 3), (4, t.shape[0])):
+                got = f.rows(name, a, b)
+                assert got.dtype == t.dtype and torch.equal(got, t[a:b])
+    data = (tmp_path / "model.safetensors").read_bytes()
+    (tmp_path / "model.safetensors").write_bytes(data[:-10])
+    with pytest.raises(ValueError, match="truncated|outside the file"):
+        TensorFolder(tmp_path)
