@@ -85,3 +85,23 @@ def test_packed_questions_train_every_answer(follow_ups):
     with pytest.raises(ValueError, match="follow-ups"):
         sft.batch_for_step(task, sft.parse_config(sft.SFTConfig, [
             "--task", "sysprompt", "--pack", "2", "--follow-ups", "some"]), 0, set())
+
+
+def test_init_starts_from_the_checkpoint(tmp_path):
+    """--init: the run starts from the checkpoint's weights (one step at a tiny lr stays next
+    to them, far from a fresh init of the same seed); a missing checkpoint is refused before
+    the run directory exists."""
+    from nca_interp.checkpoint import CheckpointError
+
+    sft.main(["--out", str(tmp_path / "a"), *ARGS[:-8], "--steps", "2", "--eval-levels", "4",
+              "--seed", "1"])
+    common = [*ARGS[:-8], "--steps", "1", "--eval-levels", "4", "--lr", "1e-9"]
+    sft.main(["--out", str(tmp_path / "b"), *common, "--init", str(tmp_path / "a"),
+              "--remap", "LRUD", "--contexts", "remap"])
+    sft.main(["--out", str(tmp_path / "c"), *common])
+    a, b, c = (load_file(tmp_path / x / "model.safetensors") for x in "abc")
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    assert not all(torch.allclose(a[k], c[k], atol=1e-3) for k in a)
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        sft.main(["--out", str(tmp_path / "d"), *common, "--init", str(tmp_path / "nothing")])
+    assert not (tmp_path / "d").exists()

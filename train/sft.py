@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint
 from nca_interp.cli import entry, parse_config, to_dict
 from nca_interp.models import (
     ModelConfig,
@@ -89,6 +90,10 @@ class SFTConfig:
     n_heads: int = field(default=4, metadata={"help": "attention heads"})
     d_mlp: int = field(default=384, metadata={"help": "MLP width"})
     arch: str = field(default="qwen3", metadata={"help": "qwen3|qwen2|llama"})
+    init: str | None = field(default=None, metadata={
+        "help": "start from this checkpoint's weights (and architecture: --n-layers etc. are "
+                "then not used) instead of a random init, e.g. a rule variant's teacher from "
+                "the plain game's teacher; same tokenizer required"})
     seed: int = field(default=0, metadata={"help": "init and data seed"})
     eval_every: int = field(default=250, metadata={"help": "held-out eval interval (steps)"})
     eval_levels: int = field(default=200, metadata={"help": "held-out levels per eval"})
@@ -172,8 +177,13 @@ def main(argv: list[str] | None = None) -> None:
     tok = build_char_tokenizer()
     device = resolve_device(cfg.device)
     amp = autocast(device, cfg.precision)
-    model = build_model(ModelConfig(cfg.arch, cfg.n_layers, cfg.d_model, cfg.n_heads,
-                                    cfg.n_heads, cfg.d_mlp), tok, cfg.seed).to(device)
+    if cfg.init:
+        model, init_tok = load_checkpoint(cfg.init)
+        check_same_tokenizer(tok, init_tok, "train.sft's tokenizer", cfg.init)
+        model = model.to(device)
+    else:
+        model = build_model(ModelConfig(cfg.arch, cfg.n_layers, cfg.d_model, cfg.n_heads,
+                                        cfg.n_heads, cfg.d_mlp), tok, cfg.seed).to(device)
     run = Run(cfg.out, {**to_dict(cfg), "kind": "sft", "task": task_record(recorded)})
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start = run.resume(model, opt)
