@@ -121,3 +121,24 @@ def test_cross_model_row_distils_the_small_student_from_the_large_teacher(tmp_pa
     assert read_run_config(runs / "sokoban_xl_base")["n_layers"] == 2  # the larger model
     assert "8" == reproduce.TASK_ARGS["sokoban_xl"][
         reproduce.TASK_ARGS["sokoban_xl"].index("--n-layers") + 1]
+
+
+def test_remap_teacher_starts_from_the_plain_teacher(tmp_path):
+    """sokoban_remap's teacher is fine-tuned from sokoban's (train.sft --init): refused with
+    the command to run when that teacher is missing, started from its weights otherwise."""
+    from nca_interp.errors import RunError
+    from nca_interp.runs import read_run_config
+    from train import sft
+
+    runs, figs = tmp_path / "runs", tmp_path / "figs"
+    argv = ["--task", "sokoban_remap", "--teacher-only", "true", "--teacher-steps", "1",
+            "--n-levels", "4", "--threads", "1", "--runs", str(runs), "--figures", str(figs)]
+    with pytest.raises(RunError, match="--task sokoban first"):
+        reproduce.main(argv)
+    assert not (runs / "sokoban_remap_base").exists()
+    sft.main(["--out", str(runs / "sokoban_base"), "--steps", "1", "--threads", "1",
+              "--eval-levels", "4", "--batch", "8", "--d-model", "32", "--n-layers", "1"])
+    reproduce.main(argv)
+    run = read_run_config(runs / "sokoban_remap_base")
+    assert run["init"] == str(runs / "sokoban_base") and run["remap"] == "LRUD"
+    assert (run["d_model"], run["n_layers"]) == (32, 1)  # the init's architecture, recorded

@@ -159,7 +159,8 @@ def test_remapped_keys_round_trip_and_score():
         typed = task.target(lv)
         assert task.decode(lv, typed) == lv.solution
         assert task.score(lv, typed).won
-        assert task.context(lv, "remap") == f"K:{lv.keys}"
+        assert task.context(lv, "remap") == "K:" + " ".join(
+            f"{d}={k}" for d, k in zip("UDLR", lv.keys))
         assert task.context(lv, "plan") == "M:" + typed[:3]
         if any(task.encode(lv, m) != m for m in lv.solution):
             assert task.target(lv) != lv.solution
@@ -184,7 +185,7 @@ def test_remap_teacher_trains_on_random_keys_and_records_the_fixed_ones():
     prompts, responses = sft.batch_for_step(trained, cfg, 0, set())
     levels = trained.sample_levels(f"train-{cfg.seed}-0", cfg.batch, set())
     for p, r, lv in zip(prompts, responses, levels):
-        assert p.startswith(f"K:{lv.keys}\n")
+        assert p.startswith("K:" + " ".join(f"{d}={k}" for d, k in zip("UDLR", lv.keys)) + "\n")
         assert r[-1][0] == trained.encode(lv, lv.solution)
     with pytest.raises(ValueError, match="fixed permutation"):
         sft.task_of(sft.parse_config(sft.SFTConfig, ["--remap", "random"]))

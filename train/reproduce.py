@@ -32,9 +32,10 @@ TASK_ARGS = {
     "sokoban8": ["--task", "sokoban", "--dim-room", "8,8"],
     # the sweep's 8x8 room with the derivable `state` context only (no verbatim answer to copy)
     "sokoban8s": ["--task", "sokoban", "--dim-room", "8,8", "--contexts", "state"],
-    # remapped keys: the teacher reads a random key permutation per level from `K:<keys>`;
+    # remapped keys: the teacher reads a random key permutation per level from `K:U=L D=R ..`;
     # distillation internalizes the fixed LRUD (up->L, down->R, left->U, right->D)
-    "sokoban_remap": ["--task", "sokoban", "--remap", "LRUD", "--contexts", "remap"],
+    "sokoban_remap": ["--task", "sokoban", "--remap", "LRUD", "--contexts", "remap",
+                      "--lr", "0.001"],
     # cross-model: a larger teacher (8 layers, d 256, 8 heads, MLP 768) for the 4-layer student
     # of `sokoban` (use with --student-from sokoban)
     "sokoban_xl": ["--task", "sokoban", "--n-layers", "8", "--d-model", "256", "--n-heads", "8",
@@ -46,6 +47,10 @@ TASK_ARGS = {
     "sysprompt": ["--task", "sysprompt", "--kb", "0", "--batch", "256", "--pack", "8",
                   "--follow-ups", "open"],
 }
+# teachers fine-tuned from another task's teacher (train.sft --init): the remapped-keys teacher
+# starts from the plain game's, which already plans, and learns to read the keys (from scratch
+# its loss sat at ln 4, a guess among the keys, for 500 steps)
+TEACHER_INIT = {"sokoban_remap": "sokoban"}
 # the cross-model teacher costs ~8x the small one per step (4-8 s at 1 thread here): 400 steps
 TEACHER_STEPS = {"sysprompt": 1000, "sokoban_xl": 400}
 # Context kinds the teacher is evaluated with, and the one distilled by default.
@@ -281,6 +286,13 @@ def main(argv: list[str] | None = None) -> None:
     base = runs / f"{cfg.task}_base"
     base_args = ["--out", str(base), *TASK_ARGS[cfg.task], "--steps", str(cfg.teacher_steps),
                  *common]
+    if cfg.task in TEACHER_INIT:
+        init = runs / f"{TEACHER_INIT[cfg.task]}_base"
+        if latest_step_checkpoint(init) is None:
+            raise RunError(f"--task {cfg.task}: its teacher starts from {init}, which is not "
+                           f"trained; run python -m train.reproduce --task "
+                           f"{TEACHER_INIT[cfg.task]} first")
+        base_args += ["--init", str(init)]
     teacher_final = base / "checkpoints" / f"step_{cfg.teacher_steps:06d}"
     stage("teacher", manifest, [teacher_final], "train.sft", sft.main, base_args)
     record_training_time(manifest, base, teacher_final, base_args, "train.sft")

@@ -91,8 +91,8 @@ class SFTConfig:
     d_mlp: int = field(default=384, metadata={"help": "MLP width"})
     arch: str = field(default="qwen3", metadata={"help": "qwen3|qwen2|llama"})
     init: str | None = field(default=None, metadata={
-        "help": "start from this checkpoint's weights (and architecture: --n-layers etc. are "
-                "then not used) instead of a random init, e.g. a rule variant's teacher from "
+        "help": "start from this checkpoint's weights and architecture (recorded in place of "
+                "--n-layers etc.) instead of a random init, e.g. a rule variant's teacher from "
                 "the plain game's teacher; same tokenizer required"})
     seed: int = field(default=0, metadata={"help": "init and data seed"})
     eval_every: int = field(default=250, metadata={"help": "held-out eval interval (steps)"})
@@ -181,6 +181,10 @@ def main(argv: list[str] | None = None) -> None:
         model, init_tok = load_checkpoint(cfg.init)
         check_same_tokenizer(tok, init_tok, "train.sft's tokenizer", cfg.init)
         model = model.to(device)
+        c = model.config  # the run records the architecture it trains, not the unused flags
+        cfg = replace(cfg, arch=c.model_type, n_layers=c.num_hidden_layers,
+                      d_model=c.hidden_size, n_heads=c.num_attention_heads,
+                      d_mlp=c.intermediate_size)
     else:
         model = build_model(ModelConfig(cfg.arch, cfg.n_layers, cfg.d_model, cfg.n_heads,
                                         cfg.n_heads, cfg.d_mlp), tok, cfg.seed).to(device)

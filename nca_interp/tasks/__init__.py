@@ -143,8 +143,8 @@ class Task:
         if kind == "state":
             return self.game.state_context(level)
         if kind == "remap":
-            if self.fmt == "compact":
-                return f"K:{self.keys(level)}"
+            if self.fmt == "compact":  # content-addressed: the key follows its direction
+                return "K:" + " ".join(f"{d}={k}" for d, k in zip("UDLR", self.keys(level)))
             return "The moves are remapped: " + ", ".join(
                 f"{_MOVE_TO_CHAT[k]} moves {d}" for d, k in
                 zip(("up", "down", "left", "right"), self.keys(level)))
