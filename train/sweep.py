@@ -28,8 +28,9 @@ ROWS = [
     ("sokoban_long", "6x6 `plan`, OPD 2.5x longer at 3.3x the lr (500 steps, lr 1e-3)",
      "python -m train.reproduce --task sokoban --name sokoban_long --distill-steps 500 "
      "--lr 0.001 --save-every 50 --seeds 0,1,2,3,4"),
-    ("sokoban_remap", "6x6, remapped keys: the teacher reads a random key permutation from "
-                      "`K:<keys>`; distillation internalizes the fixed LRUD",
+    ("sokoban_remap", "6x6, remapped keys: the teacher (fine-tuned from sokoban's) reads a "
+                      "random key permutation from `K:U=L D=R ..`; distillation internalizes "
+                      "the fixed LRUD",
      "python -m train.reproduce --task sokoban_remap --seeds 0,1,2 --analyses false"),
     ("sokoban_xl", "cross-model: an 8-layer d 256 teacher distilled into the 4-layer `sokoban` "
                    "base",
