@@ -37,11 +37,9 @@ from nca_interp.rollout import Batch, model_device, response_logits
 TERMS = ("opd", "nca", "ctx")
 
 
-def token_kl(p_logits_B_N_V: torch.Tensor, q_logits_B_N_V: torch.Tensor,
-             mask_B_N: torch.Tensor, top_k: int | None = None,
-             renormalize: bool = True, denom: torch.Tensor | float | None = None
-             ) -> torch.Tensor:
-    """mean over valid positions of KL(p || q), in nats (or the sum divided by `denom`). With
+def position_kl(p_logits_B_N_V: torch.Tensor, q_logits_B_N_V: torch.Tensor,
+                 top_k: int | None = None, renormalize: bool = True) -> torch.Tensor:
+    """KL(p || q) at every position, in nats, over the full vocabulary (float32). With
     `top_k`, the support is p's top-k tokens (renormalised on that support if `renormalize`)."""
     logp = F.log_softmax(p_logits_B_N_V.float(), dim=-1)
     logq = F.log_softmax(q_logits_B_N_V.float(), dim=-1)
@@ -51,7 +49,16 @@ def token_kl(p_logits_B_N_V: torch.Tensor, q_logits_B_N_V: torch.Tensor,
         if renormalize:
             logp = logp - logp.logsumexp(-1, keepdim=True)
             logq = logq - logq.logsumexp(-1, keepdim=True)
-    kl_B_N = (logp.exp() * (logp - logq)).sum(-1)
+    return (logp.exp() * (logp - logq)).sum(-1)
+
+
+def token_kl(p_logits_B_N_V: torch.Tensor, q_logits_B_N_V: torch.Tensor,
+             mask_B_N: torch.Tensor, top_k: int | None = None,
+             renormalize: bool = True, denom: torch.Tensor | float | None = None
+             ) -> torch.Tensor:
+    """mean over valid positions of KL(p || q), in nats (or the sum divided by `denom`); see
+    `position_kl` for `top_k`."""
+    kl_B_N = position_kl(p_logits_B_N_V, q_logits_B_N_V, top_k, renormalize)
     mask = mask_B_N.to(kl_B_N.dtype)
     return (kl_B_N * mask).sum() / (mask.sum().clamp(min=1) if denom is None else denom)
 

@@ -28,11 +28,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint, verify_folder
 from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
 from nca_interp.evaluate import evaluate_checkpoint
+from nca_interp.losses import position_kl
 from nca_interp.models import context_limit
 from nca_interp.rollout import onpolicy_batch, response_logits
 from nca_interp.runs import check_context, initial_of, step_of, task_for_checkpoints, teacher_of
@@ -44,9 +44,7 @@ REPORT_KEYS = ("win_no_c", "win_c", "harm", "help", "delta_c", "rel_len_both", "
 
 def _kl_rows(p_logits: torch.Tensor, q_logits: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
     """Per prompt: the sum over its valid response tokens of KL(p || q), full vocabulary."""
-    logp, logq = F.log_softmax(p_logits.float(), -1), F.log_softmax(q_logits.float(), -1)
-    kl = (logp.exp() * (logp - logq)).sum(-1) * mask
-    return kl.sum(1).double().numpy()
+    return (position_kl(p_logits, q_logits) * mask).sum(1).double().numpy()
 
 
 @torch.no_grad()
