@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -39,6 +40,34 @@ def git_commit() -> str:
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+# Inside `hash_once()` (every command's entry point): folder -> the (name, size, mtime_ns,
+# inode) of its manifest and listed files when they last hashed clean. A command opens a
+# checkpoint several times (up-front checks, tokenizer, model) and at 1.7B each sha256 pass
+# reads gigabytes; a changed stat hashes the folder again. Outside it every open hashes.
+_HASHED: dict[Path, tuple] | None = None
+
+
+@contextmanager
+def hash_once():
+    global _HASHED
+    before, _HASHED = _HASHED, {} if _HASHED is None else _HASHED
+    try:
+        yield
+    finally:
+        _HASHED = before
+
+
+def _file_stats(folder: Path, names: list[str]) -> tuple:
+    out = []
+    for n in names:
+        try:
+            st = (folder / n).stat()
+            out.append((n, st.st_size, st.st_mtime_ns, st.st_ino))
+        except OSError:
+            out.append((n, None))
+    return tuple(out)
 
 
 def _sha256(path: Path) -> str:
@@ -135,11 +164,17 @@ def verify_folder(path: str | Path) -> Path:
     manifest = path / MANIFEST
     if manifest.exists():
         files = json.loads(manifest.read_text())["files"]
-        for name, meta in files.items():
-            f = path / name
-            if not f.exists() or f.stat().st_size != meta["bytes"] or _sha256(f) != meta["sha256"]:
-                raise CheckpointError(f"{f} is missing, truncated or corrupt (does not match "
-                                      f"{MANIFEST}); restore it or use an earlier checkpoint")
+        seen = _file_stats(path, [MANIFEST, *files])
+        if _HASHED is None or _HASHED.get(path) != seen:
+            for name, meta in files.items():
+                f = path / name
+                if not f.exists() or f.stat().st_size != meta["bytes"] or \
+                        _sha256(f) != meta["sha256"]:
+                    raise CheckpointError(f"{f} is missing, truncated or corrupt (does not "
+                                          f"match {MANIFEST}); restore it or use an earlier "
+                                          "checkpoint")
+            if _HASHED is not None:
+                _HASHED[path] = seen
     elif (path / RUN_CONFIG).exists():
         raise CheckpointError(f"{path} is an interrupted save (no {MANIFEST}); resume the run "
                               f"or load a step folder under {path / 'checkpoints'}")

@@ -122,8 +122,11 @@ def entry(main, argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = os.environ.get("NCA_INTERP_DEBUG") == "1" or "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
+    from nca_interp.checkpoint import hash_once
+
     try:
-        main(argv)
+        with hash_once():  # a checkpoint opened several times by one command is hashed once
+            main(argv)
     except (ValueError, OSError, FloatingPointError, RuntimeError, KeyError) as e:
         if debug or not _user_error(e):
             raise

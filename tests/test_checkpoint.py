@@ -94,3 +94,31 @@ def test_offline_env():
     import nca_interp  # noqa: F401
 
     assert os.environ["HF_HUB_OFFLINE"] == "1"
+
+
+def test_a_command_hashes_each_checkpoint_once(tok, tiny_model, tmp_path, monkeypatch):
+    """Inside hash_once (every command's entry) repeated opens of an unchanged folder hash it
+    once; a file changed meanwhile is hashed again and caught; outside, every open hashes."""
+    path = ck.save_checkpoint(tmp_path / "c", tiny_model, tok, {"seed": 0})
+    n_files = len(json.loads((path / ck.MANIFEST).read_text())["files"])
+    calls = []
+    real = ck._sha256
+    monkeypatch.setattr(ck, "_sha256", lambda f: calls.append(f) or real(f))
+    for _ in range(3):
+        ck.verify_folder(path)
+    assert len(calls) == 3 * n_files
+    calls.clear()
+    with ck.hash_once():
+        ck.verify_folder(path)
+        ck.load_checkpoint(path)
+        ck.verify_folder(path)
+        assert len(calls) == n_files
+        weights = path / "model.safetensors"  # one weight byte flipped: still valid
+        data = bytearray(weights.read_bytes())  # safetensors, same size, a later mtime
+        data[-3] ^= 0xFF
+        mtime = weights.stat().st_mtime_ns
+        weights.write_bytes(bytes(data))
+        os.utime(weights, ns=(mtime + 10**7, mtime + 10**7))
+        with pytest.raises(ck.CheckpointError, match="does not match"):
+            ck.verify_folder(path)
+    assert ck._HASHED is None
