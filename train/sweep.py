@@ -116,9 +116,11 @@ def table(figures: Path = Path("figures")) -> str:
     out += ("\n\nCells: mean [min, max] over seeds of the held-out (1000 levels) greedy win "
             "rates; harm = P(lost with c | won without c); regime per seed from the 95% interval "
             "of win_c - win_no_c (A: context hurts, B: still needed, C: irrelevant). The null "
-            "for every student is its teacher (step 0) on the same levels; drift KL = "
-            "KL(g(.|x,c) || f(.|x,c)) per token on the student's own samples, first seed, 0 at "
-            "step 0 by construction. Minutes: training stages (from the run directories) + "
+            "for every student is its initial checkpoint (step 0; the teacher itself except "
+            "in the cross-model row) on the same levels; drift KL = KL(g(.|x,c) || f(.|x,c)) per "
+            "token on the student's own samples, first seed: 0 at step 0 when the student starts "
+            "as its teacher, the two models' gap in the cross-model row. Minutes: training "
+            "stages (from the run directories) + "
             "evaluations and analyses, summed over the row's manifest.")
     if pending:
         out += "\n\nStudents not trained yet:\n" + "\n".join(
