@@ -72,20 +72,24 @@ def prefetch(items, depth: int = 2):
     done = object()
     stop = threading.Event()
 
+    def put(entry) -> bool:
+        """Queue `entry` unless the consumer has stopped (then never block on a full queue)."""
+        while not stop.is_set():
+            try:
+                q.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def read():
         try:
             for item in items:
-                while not stop.is_set():
-                    try:
-                        q.put((item, None), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not put((item, None)):
                     return
-            q.put((done, None))
+            put((done, None))
         except BaseException as e:  # noqa: BLE001 - handed to the consumer
-            q.put((done, e))
+            put((done, e))
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -187,11 +191,15 @@ def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...], int, int]]:
     header.pop("__metadata__", None)
     out = {}
     for name, h in header.items():
-        a, b = (8 + n + o for o in h["data_offsets"])
+        try:
+            a, b = (8 + n + int(o) for o in h["data_offsets"])
+            dtype, shape = h["dtype"], tuple(int(d) for d in h["shape"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{path}: malformed safetensors header entry for {name!r} ({e!r}); "
+                             "re-save or re-download it") from e
         if not 8 + n <= a <= b <= size:
             raise ValueError(f"{path}: {name} lies outside the file (truncated?); re-save or "
                              "re-download it")
-        dtype, shape = h["dtype"], tuple(h["shape"])
         if dtype in ST_DTYPES and \
                 int(np.prod(shape)) * ST_DTYPES[dtype].itemsize != b - a:
             raise ValueError(f"{path}: {name} holds {b - a} bytes, not what its shape {shape} "

@@ -271,3 +271,34 @@ def test_tensor_folder_reads_what_safetensors_reads(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(data[:-10])
     with pytest.raises(ValueError, match="truncated|outside the file"):
         TensorFolder(tmp_path)
+
+
+def test_prefetch_never_hangs_when_the_consumer_stops_at_the_end():
+    """The reader has read everything and waits to queue its end marker on a full queue when
+    the consumer stops: closing the generator must still return (it used to block forever)."""
+    import threading
+    import time
+
+    from nca_interp.reduce import prefetch
+
+    def consume():
+        for _ in prefetch(iter(range(2)), depth=1):
+            time.sleep(0.3)  # the reader finishes and fills the queue meanwhile
+            break
+
+    t = threading.Thread(target=consume, daemon=True)
+    t.start()
+    t.join(timeout=10)
+    assert not t.is_alive()
+
+
+def test_malformed_safetensors_header_is_a_clear_error(tmp_path):
+    import json as js
+
+    from nca_interp.reduce import TensorFolder
+
+    header = js.dumps({"w": {"dtype": "F32", "shape": [2]}}).encode()  # no data_offsets
+    (tmp_path / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header
+                                                 + bytes(8))
+    with pytest.raises(ValueError, match="malformed safetensors header entry for 'w'"):
+        TensorFolder(tmp_path)
