@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -137,6 +138,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--analyses", default="param_delta,layer_sim,grad_align",
                     help="which rows to measure (comma-separated); references always run")
     args = ap.parse_args(argv)
+    if "param_delta" in args.analyses.split(",") and not hasattr(os, "posix_fadvise"):
+        raise SystemExit("error: param_delta's cold-read rows evict pages with posix_fadvise "
+                         "(Linux); run them on Linux or pass --analyses layer_sim,grad_align")
     import tempfile
 
     work = Path(args.work or tempfile.mkdtemp(prefix="analysis_scale_"))
