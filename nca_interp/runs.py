@@ -10,7 +10,7 @@ from pathlib import Path
 from nca_interp.assets import resolve
 from nca_interp.checkpoint import read_run_config
 from nca_interp.errors import UsageError
-from nca_interp.tasks import CONTEXT_KINDS, Task, task_from_record
+from nca_interp.tasks import Task, task_from_record
 
 
 def task_for_checkpoints(paths: list[str], name: str | None = None,
@@ -26,7 +26,7 @@ def task_for_checkpoints(paths: list[str], name: str | None = None,
 def check_context(task: Task, context: str) -> None:
     """Refuse an unknown context kind, and read the context once (a system-prompt file that
     is missing fails here, before any model pass)."""
-    kinds = ("system",) if task.default_context == "system" else CONTEXT_KINDS
+    kinds = task.context_kinds
     if context not in kinds:
         raise UsageError(f"--context {context!r} is not a context kind of {task.name}; choose "
                          f"one of {', '.join(kinds)}")

@@ -20,15 +20,16 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
 from types import ModuleType
 
-from nca_interp.tasks import frozenlake, opcd, sokoban, sysprompt
+from nca_interp.tasks import facts, frozenlake, opcd, sokoban, sysprompt
 from nca_interp.tasks.sokoban import Outcome
 
 CONTEXT_KINDS = ("state", "plan", "rules", "remap")  # games; QA tasks: one kind, "system"
-TASKS = ("sokoban", "frozenlake", "sysprompt", "opcd")
+TASKS = ("sokoban", "frozenlake", "sysprompt", "opcd", "facts")
 _CONFIGS = {"sokoban": sokoban.SokobanConfig, "frozenlake": frozenlake.FrozenLakeConfig,
-            "sysprompt": sysprompt.SyspromptConfig, "opcd": opcd.OPCDConfig}
+            "sysprompt": sysprompt.SyspromptConfig, "opcd": opcd.OPCDConfig,
+            "facts": facts.FactsConfig}
 _MODULES = {"sokoban": sokoban, "frozenlake": frozenlake, "sysprompt": sysprompt,
-            "opcd": opcd}
+            "opcd": opcd, "facts": facts}
 FORMATS = ("compact", "textarena")
 _CHAT_MOVE = re.compile(r"\[\s*(up|down|left|right|w|a|s|d)\s*\]", re.IGNORECASE)
 _CHAT_TO_MOVE = {"up": "U", "w": "U", "down": "D", "s": "D", "left": "L", "a": "L",
@@ -87,6 +88,7 @@ class Task:
 
     success = "win"  # what `Scored.won` means in reports
     default_context = "state"  # the context kind commands use when none is named
+    context_kinds = CONTEXT_KINDS
     unit_name = "level"  # what the bootstrap resamples: the independent unit of `unit()`
 
     def unit(self, level) -> str:
@@ -210,6 +212,7 @@ class QATask(Task):
 
     success = "accuracy"
     default_context = "system"
+    context_kinds = ("system",)
 
     @property
     def unit_name(self) -> str:
@@ -290,6 +293,75 @@ class QATask(Task):
         return Scored(choice == level.answer, True, choice, 0)
 
 
+@dataclass(frozen=True)
+class FactsTask(Task):
+    """Invented facts or a behavioural rule in a chat model's system message, free-form
+    answers (`nca_interp.tasks.facts`). The config's `kind` is the one context kind and what
+    success means: `facts` (the right value) or `rule` (the answer follows the rule)."""
+
+    success = "accuracy"
+    unit_name = "fact"
+
+    @property
+    def default_context(self) -> str:
+        return self.config.kind
+
+    @property
+    def context_kinds(self) -> tuple[str, ...]:
+        return (self.config.kind,)
+
+    def unit(self, level) -> str:
+        return f"{level.entity}.{level.attribute}"
+
+    def level(self, seed: int | str, split: str = "train"):
+        return facts.generate_level(seed, self.config, split)
+
+    def levels(self, split: str, n: int, seed: int = 0) -> list:
+        """Held-out: every (country, attribute, held-out phrasing), the first `n`; training:
+        random draws of the training phrasings (disjoint from the held-out ones by wording)."""
+        if split == "test":
+            return facts.all_test_questions(self.config, seed)[:n]
+        return [self.level(f"{split}-{seed}-{i}") for i in range(n)]
+
+    def sample_levels(self, stream: str, n: int, exclude: set[str]) -> list:
+        return [self.level(f"{stream}-{i}") for i in range(n)]
+
+    def render(self, level) -> str:
+        return facts.render(level)
+
+    def context(self, level, kind: str) -> str:
+        if kind != self.config.kind:
+            raise ValueError(f"this facts task distils the {self.config.kind!r} context, not "
+                             f"{kind!r}; pass --task-options kind={kind} for the other one")
+        if kind == "facts":
+            return level.kb.render(self.config.n_attributes)
+        return facts.RULES[self.config.rule]
+
+    def for_tokenizer(self, tokenizer, context_as: str = "system",
+                      template_kwargs: tuple = (("enable_thinking", False),)) -> Task:
+        return super().for_tokenizer(tokenizer, context_as, template_kwargs)
+
+    def prompt(self, level, context: str | None = None) -> str:
+        if self.chat is not None:
+            return self.chat(self.render(level), context)
+        x = self.render(level) + "\n>"
+        return x if context is None else f"{context}\n{x}"
+
+    def max_response_tokens(self) -> int:
+        return self.config.max_new
+
+    def target(self, level) -> str:
+        if self.config.kind == "rule":
+            return facts.styled(level.value, self.config.rule)
+        return f"{level.value}." if self.chat is None else f"The answer is {level.value}."
+
+    def score(self, level, response: str) -> Scored:
+        """Right value (`facts`) or rule followed (`rule`); never an error."""
+        ok = facts.follows_rule(response, self.config.rule) if self.config.kind == "rule" \
+            else facts.answered(response, level)
+        return Scored(ok, True, response.strip()[:80], 0)
+
+
 def make_task(name: str, fmt: str = "compact", plan_k: int = 3, **config) -> Task:
     """`make_task("sokoban", dim_room=(8, 8))`, `make_task("frozenlake", size=3, num_holes=2)`,
     `make_task("sysprompt", kb=0)`, `make_task("opcd", "textarena", train=..., test=...,
@@ -298,7 +370,7 @@ def make_task(name: str, fmt: str = "compact", plan_k: int = 3, **config) -> Tas
         raise ValueError(f"unknown format {fmt!r}; choose one of {FORMATS}")
     if name not in _CONFIGS:
         raise ValueError(f"unknown task {name!r}; choose one of {TASKS}")
-    cls = QATask if name in ("sysprompt", "opcd") else Task
+    cls = {"sysprompt": QATask, "opcd": QATask, "facts": FactsTask}.get(name, Task)
     return cls(name, _MODULES[name], _CONFIGS[name](**config), fmt, plan_k)
 
 
@@ -325,16 +397,21 @@ def parse_task_options(name: str, options: list[str] | None) -> dict:
             raise ValueError(f"task option {opt!r}: expected KEY=VALUE with KEY one of "
                              f"{sorted(defaults)} for {name}")
         default = defaults[key]
-        if value.lower() == "none":
-            out[key] = None
-        elif isinstance(default, bool):
-            out[key] = value.lower() in ("1", "true", "yes")
-        elif isinstance(default, int) or key == "kb":
-            out[key] = int(value)
-        elif isinstance(default, tuple):
-            out[key] = tuple(int(v) for v in value.split("x"))
-        else:
-            out[key] = value
+        try:
+            if value.lower() == "none":
+                out[key] = None
+            elif isinstance(default, bool):
+                out[key] = value.lower() in ("1", "true", "yes")
+            elif isinstance(default, int) or key == "kb":
+                out[key] = int(value)
+            elif isinstance(default, tuple):
+                out[key] = tuple(int(v) for v in value.split("x"))
+            else:
+                out[key] = value
+        except ValueError:
+            want = "an integer" if not isinstance(default, tuple) else "integers like 6x6"
+            raise ValueError(f"task option {key}={value!r}: {key} takes {want} for {name} "
+                             f"(default {default})") from None
     return out
 
 
