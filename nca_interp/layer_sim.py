@@ -19,6 +19,17 @@ Reported per layer:
   cos          mean over examples of the mean token cosine (and its std over examples)
   cos_centred  the same after subtracting the layer's mean hidden state (pooled over views),
                so the large shared direction that makes raw cosines ~1 does not count
+  cos_centred_view  each view centred on its own mean: whether the token-to-token variation
+               is shared, with a constant between-view offset removed as well
+  offset_share the between-view offset's share of the pooled-centred variance,
+               (||m0 - m1||^2 / 4) / (that + mean within-view variance). Near 1, the pooled
+               centred cosine goes to -1 whatever the tokens do: each view's vectors sit on
+               its own side of the pooled mean. A random-init model shows exactly this
+               (near-uniform attention gives every position of a view about the same average
+               of its prefix's values, so a long prompt that differs between the views becomes
+               a per-view offset that grows layer by layer, while its tiny random embeddings
+               carry little token-to-token variation); a pretrained model's views differ
+               mostly token by token (offset_share near 0). Both are in every report
   cka          linear CKA between the two views' token matrices
   ctx_attn     attention mass on the context tokens in the [c, x] view, mean over heads
   ctx_attn_ratio  per layer x head: that mass divided by the context's share of the keys each
@@ -68,17 +79,33 @@ def similarity_by_layer(h0_L_B_N_D: torch.Tensor, h1_L_B_N_D: torch.Tensor,
     """Per-layer cosine (mean, std over examples), centred cosine and CKA of two views."""
     m = mask_B_N.bool()
     per_ex = m.sum(1).clamp(min=1).double()
-    out: dict[str, list[float]] = {"cos": [], "cos_std": [], "cos_centred": [], "cka": []}
+    out: dict[str, list[float]] = {k: [] for k in STATS}
+    cos = torch.nn.functional.cosine_similarity
     for h0, h1 in zip(h0_L_B_N_D.double(), h1_L_B_N_D.double()):
-        cos = torch.nn.functional.cosine_similarity(h0, h1, dim=-1)
-        ex = (cos * m).sum(1) / per_ex
-        mu = torch.cat([h0[m], h1[m]]).mean(0)
-        cc = torch.nn.functional.cosine_similarity(h0 - mu, h1 - mu, dim=-1)
+        ex = (cos(h0, h1, dim=-1) * m).sum(1) / per_ex
+        m0, m1 = h0[m].mean(0), h1[m].mean(0)
+        mu = (m0 + m1) / 2
+        cc = cos(h0 - mu, h1 - mu, dim=-1)
+        cv = cos(h0 - m0, h1 - m1, dim=-1)
+        within = ((h0[m] - m0).pow(2).sum(1).mean() + (h1[m] - m1).pow(2).sum(1).mean()) / 2
         out["cos"].append(float(ex.mean()))
         out["cos_std"].append(float(ex.std()) if len(ex) > 1 else 0.0)
         out["cos_centred"].append(float(((cc * m).sum(1) / per_ex).mean()))
+        out["cos_centred_view"].append(float(((cv * m).sum(1) / per_ex).mean()))
+        out["offset_share"].append(offset_share(m0, m1, within))
         out["cka"].append(linear_cka(h0[m], h1[m]))
     return out
+
+
+STATS = ("cos", "cos_std", "cos_centred", "cos_centred_view", "offset_share", "cka")
+
+
+def offset_share(m0_D: torch.Tensor, m1_D: torch.Tensor, within: torch.Tensor | float) -> float:
+    """(||m0 - m1||^2 / 4) / (that + within): how much of the pooled-centred variance is the
+    constant offset between the two views (see the module docstring)."""
+    off = float((m0_D - m1_D).pow(2).sum() / 4)
+    total = off + float(within)
+    return off / total if total > 0 else 0.0
 
 
 class StreamedSimilarity:
@@ -111,7 +138,7 @@ class StreamedSimilarity:
     def result(self) -> dict[str, list[float]]:
         with safe_open(str(self.files[0]), framework="pt") as h:
             L, _, D = h.get_slice("h0").get_shape()
-        out: dict[str, list[float]] = {"cos": [], "cos_std": [], "cos_centred": [], "cka": []}
+        out: dict[str, list[float]] = {k: [] for k in STATS}
         cos = torch.nn.functional.cosine_similarity
         for layer in range(L):
             n, s0, s1 = 0, torch.zeros(D, dtype=torch.float64), torch.zeros(D, dtype=torch.float64)
@@ -134,12 +161,17 @@ class StreamedSimilarity:
             den = Cxx.norm() * Cyy.norm()
             mu = (s0 + s1) / (2 * n)
             centred = torch.zeros(self.n_ex, dtype=torch.float64)
+            centred_view = torch.zeros(self.n_ex, dtype=torch.float64)
             for h0, h1, ex in self._layers(layer):
                 centred.index_add_(0, ex, cos(h0 - mu, h1 - mu, dim=-1))
+                centred_view.index_add_(0, ex, cos(h0 - m0, h1 - m1, dim=-1))
             ex_cos = per_ex / count.clamp(min=1)
+            within = (Cxx.trace() + Cyy.trace()) / (2 * n)
             out["cos"].append(float(ex_cos.mean()))
             out["cos_std"].append(float(ex_cos.std()) if self.n_ex > 1 else 0.0)
             out["cos_centred"].append(float((centred / count.clamp(min=1)).mean()))
+            out["cos_centred_view"].append(float((centred_view / count.clamp(min=1)).mean()))
+            out["offset_share"].append(offset_share(m0, m1, within))
             out["cka"].append(float(Cyx.norm() ** 2 / den) if den > 0 else float("nan"))
         return out
 
@@ -311,7 +343,7 @@ class LayerSimConfig:
     n_levels: int = field(default=200, metadata={"help": "held-out levels"})
     seed: int = field(default=0, metadata={"help": "held-out set seed"})
     baselines: bool = field(default=True, metadata={"help": "add the random-init baseline"})
-    out: str = field(default="figures/demo/layer_sim",
+    out: str = field(default="runs/demo/layer_sim",
                      metadata={"help": "output stem (.json/.html)"})
     png: bool = field(default=False, metadata={"help": "also write a PNG (needs kaleido)"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
@@ -407,7 +439,7 @@ def main(argv: list[str] | None = None) -> dict:
     n = next(iter(results.values()))["n_examples"]
     print(f"task={report['task']} context={report['context']} levels={n} "
           f"positions={cfg.at} responses={report['responses_from']}")
-    for metric in ("cos", "cos_centred", "cka"):
+    for metric in ("cos", "cos_centred", "cos_centred_view", "offset_share", "cka"):
         print(format_table(results, metric, layers) + "\n")
     print(format_table(results, "ctx_attn_ratio_layer", layers[1:]))
     print(format_heads(results))

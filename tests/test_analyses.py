@@ -47,8 +47,24 @@ def test_identical_views_have_cosine_one():
     h = torch.randn(3, 4, 5, 16)
     mask = torch.ones(4, 5)
     r = layer_sim.similarity_by_layer(h, h.clone(), mask)
-    for key in ("cos", "cos_centred", "cka"):
+    for key in ("cos", "cos_centred", "cos_centred_view", "cka"):
         assert all(abs(v - 1) < 1e-9 for v in r[key])
+
+
+def test_a_view_offset_drives_the_pooled_centred_cosine_to_minus_one():
+    """Two views with the same token variation plus a large constant offset between them
+    (what a random-init model's views look like): pooled centring gives -1, per-view centring
+    gives 1, and offset_share says why."""
+    gen = torch.Generator().manual_seed(0)
+    h = torch.randn(2, 3, 6, 16, dtype=torch.float64, generator=gen)
+    shift = torch.zeros(16, dtype=torch.float64)
+    shift[0] = 200.0
+    r = layer_sim.similarity_by_layer(h, h + shift, torch.ones(3, 6))
+    assert all(v < -0.99 for v in r["cos_centred"])
+    assert all(abs(v - 1) < 1e-9 for v in r["cos_centred_view"])
+    assert all(v > 0.99 for v in r["offset_share"])
+    r0 = layer_sim.similarity_by_layer(h, h.clone(), torch.ones(3, 6))
+    assert all(v == 0 for v in r0["offset_share"])
 
 
 def test_cka_invariant_to_orthogonal_transform():
@@ -166,5 +182,5 @@ def test_streamed_similarity_equals_in_memory(tmp_path):
                                         torch.cat([torch.nn.functional.pad(m, (0, W - m.shape[1]))
                                                    for m in masks]))
     got = stream.result()
-    for key in ("cos", "cos_std", "cos_centred", "cka"):
+    for key in layer_sim.STATS:
         assert got[key] == pytest.approx(ref[key], rel=1e-10), key
