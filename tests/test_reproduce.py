@@ -71,7 +71,7 @@ def test_sweep_row_shares_the_teacher_and_times_every_stage(tmp_path):
     from train import sft
 
     runs, figs = tmp_path / "runs", tmp_path / "figs"
-    sft.main(["--out", str(runs / "sokoban_base"), *reproduce.TASK_ARGS["sokoban"],
+    sft.main(["--out", str(runs / "sokoban_base"), *reproduce.PRESETS["sokoban"].sft_args,
               "--steps", "4", "--threads", "1", "--eval-every", "100", "--eval-levels", "8",
               "--save-every", "4", "--n-layers", "1", "--d-model", "32"])
     argv = ["--task", "sokoban", "--name", "sk_long", "--methods", "opd", "--analyses",
@@ -105,11 +105,11 @@ def test_cross_model_row_distils_the_small_student_from_the_large_teacher(tmp_pa
     common = ["--runs", str(runs), "--figures", str(figs), "--teacher-steps", "2"]
     tiny = ["--steps", "2", "--threads", "1", "--eval-every", "100", "--eval-levels", "4",
             "--save-every", "2", "--batch", "8", "--d-model", "32"]
-    sft.main(["--out", str(runs / "sokoban_xl_base"), *reproduce.TASK_ARGS["sokoban_xl"],
+    sft.main(["--out", str(runs / "sokoban_xl_base"), *reproduce.PRESETS["sokoban_xl"].sft_args,
               *tiny, "--n-layers", "2"])
     with pytest.raises(Exception, match="--teacher-only first"):
         reproduce.main(["--task", "sokoban_xl", "--student-from", "sokoban", *common])
-    sft.main(["--out", str(runs / "sokoban_base"), *reproduce.TASK_ARGS["sokoban"], *tiny,
+    sft.main(["--out", str(runs / "sokoban_base"), *reproduce.PRESETS["sokoban"].sft_args, *tiny,
               "--n-layers", "1"])
     reproduce.main(["--task", "sokoban_xl", "--student-from", "sokoban", "--methods", "opd",
                     "--analyses", "false", "--seeds", "0", "--distill-steps", "2",
@@ -119,8 +119,8 @@ def test_cross_model_row_distils_the_small_student_from_the_large_teacher(tmp_pa
     assert run["student"] == str(runs / "sokoban_base")
     assert run["teacher"] == str(runs / "sokoban_xl_base")
     assert read_run_config(runs / "sokoban_xl_base")["n_layers"] == 2  # the larger model
-    assert "8" == reproduce.TASK_ARGS["sokoban_xl"][
-        reproduce.TASK_ARGS["sokoban_xl"].index("--n-layers") + 1]
+    assert "8" == reproduce.PRESETS["sokoban_xl"].sft_args[
+        reproduce.PRESETS["sokoban_xl"].sft_args.index("--n-layers") + 1]
 
 
 def test_remap_teacher_starts_from_the_plain_teacher(tmp_path):

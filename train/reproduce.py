@@ -24,46 +24,88 @@ import numpy as np
 from nca_interp import evaluate, grad_align, layer_sim, param_delta, patching, trajectory
 from nca_interp.checkpoint import git_commit, latest_step_checkpoint, verify_folder
 from nca_interp.cli import entry, parse_config, to_dict, write_json
-from nca_interp.errors import RunError
+from nca_interp.errors import RunError, UsageError
 from train import sft
 
-TASK_ARGS = {
-    "sokoban": ["--task", "sokoban"],
-    "sokoban8": ["--task", "sokoban", "--dim-room", "8,8"],
-    # the sweep's 8x8 room with the derivable `state` context only (no verbatim answer to copy)
-    "sokoban8s": ["--task", "sokoban", "--dim-room", "8,8", "--contexts", "state"],
-    # remapped keys: the teacher reads a random key permutation per level from `K:U=L D=R ..`;
-    # distillation internalizes the fixed LRUD (up->L, down->R, left->U, right->D)
-    "sokoban_remap": ["--task", "sokoban", "--remap", "LRUD", "--contexts", "remap",
-                      "--lr", "0.001"],
-    # cross-model: a larger teacher (8 layers, d 256, 8 heads, MLP 768) for the 4-layer student
-    # of `sokoban` (use with --student-from sokoban)
-    "sokoban_xl": ["--task", "sokoban", "--n-layers", "8", "--d-model", "256", "--n-heads", "8",
-                   "--d-mlp", "768"],
-    "frozenlake": ["--task", "frozenlake"],
-    "frozenlake6": ["--task", "frozenlake", "--size", "6", "--num-holes", "12"],
-    # 256 questions per step, 8 about each knowledge base, each answer trained; the follow-ups
-    # without options (at step 400 the teacher read KBs at 0.49 this way, 0.19 with options)
-    "sysprompt": ["--task", "sysprompt", "--kb", "0", "--batch", "256", "--pack", "8",
-                  "--follow-ups", "open"],
+
+@dataclass(frozen=True)
+class Preset:
+    """One setting of the pipeline: how its teacher is made and what distillation defaults
+    it uses. `train.reproduce`, `train.sweep` and the docs read these; a command-line flag
+    overrides a default."""
+
+    sft_args: tuple[str, ...] = ()  # train.sft flags of the teacher (task, room, model size)
+    task: str = "sokoban"  # the task evaluated (what --task means to the analyses)
+    fetched: str | None = None  # a registry model (nca_interp.fetch) is the teacher: no SFT
+    teacher_init: str | None = None  # the teacher is fine-tuned from this preset's teacher
+    teacher_steps: int = 1000
+    teacher_contexts: tuple[str, ...] = ("state", "plan")  # the teacher is evaluated with
+    context: str = "plan"  # the context distilled
+    task_options: tuple[str, ...] = ()  # KEY=VALUE task config (fetched teachers)
+    distill_steps: int = 200
+    batch: int = 128
+    lr: float = 3e-4
+    warmup: int = 10
+    save_every: int = 25
+    n_levels: int = 1000
+    grad_batch: int = 2048
+    grad_micro_batch: int = 128
+    patching: str | None = None  # None: run it; otherwise why it is not run for this preset
+    note: str = ""
+
+
+PRESETS = {
+    "sokoban": Preset(("--task", "sokoban")),
+    "sokoban8": Preset(("--task", "sokoban", "--dim-room", "8,8")),
+    "sokoban8s": Preset(("--task", "sokoban", "--dim-room", "8,8", "--contexts", "state"),
+                        teacher_contexts=("state",), context="state",
+                        note="8x8 room, the derivable `state` context only (no verbatim "
+                             "answer to copy)"),
+    "sokoban_remap": Preset(("--task", "sokoban", "--remap", "LRUD", "--contexts", "remap",
+                             "--lr", "0.001"), teacher_init="sokoban",
+                            teacher_contexts=("remap",), context="remap",
+                            note="remapped keys: the teacher reads a random key permutation "
+                                 "per level from `K:U=L D=R ..`; distillation internalizes "
+                                 "the fixed LRUD. Its teacher starts from the plain game's, "
+                                 "which already plans (from scratch its loss sat at ln 4, a "
+                                 "guess among the keys, for 500 steps)"),
+    "sokoban_xl": Preset(("--task", "sokoban", "--n-layers", "8", "--d-model", "256",
+                          "--n-heads", "8", "--d-mlp", "768"), teacher_steps=400,
+                         note="cross-model: a larger teacher for the 4-layer student of "
+                              "`sokoban` (--student-from sokoban); ~8x the cost per step"),
+    "frozenlake": Preset(("--task", "frozenlake"), task="frozenlake"),
+    "frozenlake6": Preset(("--task", "frozenlake", "--size", "6", "--num-holes", "12"),
+                          task="frozenlake"),
+    "sysprompt": Preset(("--task", "sysprompt", "--kb", "0", "--batch", "256", "--pack", "8",
+                         "--follow-ups", "open"), task="sysprompt", teacher_contexts=("system",),
+                        context="system",
+                        note="256 questions per step, 8 about each knowledge base, each answer "
+                             "trained; follow-ups without options"),
+    "facts": Preset(task="facts", fetched="smollm2-135m-instruct", teacher_contexts=("facts",),
+                    context="facts", distill_steps=32, batch=8, lr=1e-4, warmup=4,
+                    save_every=8, n_levels=48, grad_batch=16, grad_micro_batch=4,
+                    patching="not run: its sweeps are ~2,800 batched forwards of a 30-layer "
+                             "model over ~250-token prompts per direction and case batch, "
+                             "hours on 2 CPU cores (see the README's real-model section)",
+                    note="SmolLM2-135M-Instruct (registry weights, full fine-tuning) "
+                         "self-distilled on 4 invented countries x 3 attributes in its system "
+                         "message; sized to fit a few hours on 2 CPU cores"),
 }
-# teachers fine-tuned from another task's teacher (train.sft --init): the remapped-keys teacher
-# starts from the plain game's, which already plans, and learns to read the keys (from scratch
-# its loss sat at ln 4, a guess among the keys, for 500 steps)
-TEACHER_INIT = {"sokoban_remap": "sokoban"}
-# the cross-model teacher costs ~8x the small one per step (4-8 s at 1 thread here): 400 steps
-TEACHER_STEPS = {"sysprompt": 1000, "sokoban_xl": 400}
-# Context kinds the teacher is evaluated with, and the one distilled by default.
-TEACHER_CONTEXTS = {"sysprompt": ("system",), "sokoban8s": ("state",),
-                    "sokoban_remap": ("remap",)}
-DISTILL_CONTEXT = {"sysprompt": "system", "sokoban8s": "state", "sokoban_remap": "remap"}
+
+
+def teacher_folder(preset: Preset, runs: Path, task: str) -> Path:
+    """Where the teacher lives: the fetched model's cache folder, or RUNS/<task>_base."""
+    if preset.fetched:
+        from nca_interp.fetch import fetch
+
+        return fetch(preset.fetched)
+    return runs / f"{task}_base"
 
 
 @dataclass
 class ReproduceConfig:
     task: str = field(default="sokoban", metadata={
-        "help": "sokoban (6x6 with walls) | sokoban8 (8x8) | frozenlake (4x4, 4 holes) | "
-                "frozenlake6 (6x6, 12 holes) | sysprompt (fixed knowledge base 0)"})
+        "help": "a preset: " + ", ".join(PRESETS) + " (train/reproduce.py PRESETS)"})
     name: str | None = field(default=None, metadata={
         "help": "setting name: students go to RUNS/NAME_<method>_s<seed>, figures to "
                 "FIGURES/NAME (default: the task); the teacher is always RUNS/TASK_base, so "
@@ -81,14 +123,19 @@ class ReproduceConfig:
     context: str | None = field(default=None, metadata={
         "help": "context kind to distil (default: plan for games, system for sysprompt)"})
     teacher_steps: int | None = field(default=None, metadata={
-        "help": "teacher SFT steps (default: 1000; 400 for sokoban_xl)"})
-    distill_steps: int = field(default=200, metadata={"help": "OPD/NCA steps"})
-    batch: int = field(default=128, metadata={"help": "OPD/NCA prompts per step"})
-    lr: float = field(default=3e-4, metadata={"help": "OPD/NCA learning rate"})
+        "help": "teacher SFT steps (default: the preset's)"})
+    distill_steps: int | None = field(default=None, metadata={
+        "help": "OPD/NCA steps (default: the preset's; 200 for the games)"})
+    batch: int | None = field(default=None, metadata={
+        "help": "OPD/NCA prompts per step (default: the preset's; 128 for the games)"})
+    lr: float | None = field(default=None, metadata={
+        "help": "OPD/NCA learning rate (default: the preset's; 3e-4 for the games)"})
     beta: float = field(default=1.0, metadata={"help": "NCA weight"})
-    save_every: int = field(default=25, metadata={"help": "distillation checkpoint interval"})
-    n_levels: int = field(default=1000, metadata={"help": "held-out levels for evaluation"})
-    grad_batch: int = field(default=2048, metadata={
+    save_every: int | None = field(default=None, metadata={
+        "help": "distillation checkpoint interval (default: the preset's)"})
+    n_levels: int | None = field(default=None, metadata={
+        "help": "held-out levels for evaluation (default: the preset's)"})
+    grad_batch: int | None = field(default=None, metadata={
         "help": "grad_align prompts per checkpoint (two halves: the noise floor)",
         "check": ">=1"})
     trajectory_every: int = field(default=2, metadata={
@@ -184,9 +231,10 @@ def run_parallel(pending: list, jobs: int, manifest: Manifest) -> None:
 
 
 def method_of(run_name: str) -> str:
-    """`sokoban_base` -> base, `sokoban_opd_s1` -> opd."""
-    parts = run_name.split("_")
-    return "base" if parts[-1] == "base" else parts[-2]
+    """`sokoban_opd_s1` -> opd; anything else (`sokoban_base`, a fetched teacher such as
+    `smollm2-135m-instruct`) -> base."""
+    m = re.search(r"_(opd|nca)_s\d+$", run_name)
+    return m.group(1) if m else "base"
 
 
 # layer_sim position sets: y's tokens, the positions producing y (what the losses train), and
@@ -214,67 +262,87 @@ def summarise(reports: dict[str, dict], seeds: list[int]) -> dict[str, dict]:
 
 
 def render_figures(figs: Path, png: bool) -> list[str]:
-    """Every figure of the pipeline, drawn from its JSON (so figures never drift from data)."""
+    """Every figure of a pipeline folder, drawn from its JSON (so figures never drift from
+    data); a figure whose JSON is absent (a sweep row, a stage not run) is skipped."""
     from nca_interp import plots
 
     written = []
-    rep = json.loads((figs / "context_return.json").read_text())
-    summary = json.loads((figs / "context_return_summary.json").read_text())
-    ctx = rep["config"]["context"]
-    success = evaluate.metric_of(rep["reports"])
-    written += plots.write_figure(plots.context_return_figure(summary, figs.name, ctx, success),
-                                  figs / "context_return", png)
+
+    def load(name: str) -> dict | None:
+        f = figs / name
+        return json.loads(f.read_text()) if f.exists() else None
+
+    rep, summary = load("context_return.json"), load("context_return_summary.json")
+    if rep and summary:
+        ctx = rep["config"]["context"]
+        success = evaluate.metric_of(rep["reports"])
+        written += plots.write_figure(plots.context_return_figure(summary, figs.name, ctx,
+                                                                  success),
+                                      figs / "context_return", png)
+    for stem in ("trajectory", "trajectory_1000steps"):
+        if (tr := load(f"{stem}.json")) is not None:
+            written += plots.write_figure(plots.trajectory_figure(tr), figs / stem, png)
     for name in LAYER_SIM_STAGES.values():
-        if (figs / f"{name}.json").exists():
-            ls = json.loads((figs / f"{name}.json").read_text())
+        if (ls := load(f"{name}.json")) is not None:
             written += plots.write_figure(plots.layer_sim_figure(ls), figs / name, png)
             if "ctx_attn_ratio" in next(iter(ls["results"].values())):
                 written += plots.write_figure(plots.head_heatmaps(ls), figs / f"{name}_heads",
                                               png)
     for method in ("opd", "nca"):
-        ga = json.loads((figs / f"grad_align_{method}.json").read_text())
+        if (ga := load(f"grad_align_{method}.json")) is None:
+            continue
         written += plots.write_figure(plots.grad_align_figure(ga), figs / f"grad_align_{method}",
                                       png)
         written += plots.write_figure(plots.grad_align_over_steps(ga),
                                       figs / f"grad_align_{method}_steps", png)
-    pd = json.loads((figs / "param_delta.json").read_text())
-    n = pd["n_layers"]
-    for path, r in pd["per_checkpoint"].items():
-        grid, rows, cols = param_delta.layer_module_grid(r["rel"], n)
+    if (pd := load("param_delta.json")) is not None:
+        n = pd["n_layers"]
+        for path, r in pd["per_checkpoint"].items():
+            grid, rows, cols = param_delta.layer_module_grid(r["rel"], n)
+            written += plots.write_figure(plots.heatmap(grid, rows, cols,
+                                                        f"||dW|| / ||W0||: {Path(path).name}"),
+                                          figs / f"param_delta_{Path(path).name}", png)
+        cmp = pd["comparison"]
+        grid, rows, cols = param_delta.layer_module_grid(cmp["cos"], n)
         written += plots.write_figure(plots.heatmap(grid, rows, cols,
-                                                    f"||dW|| / ||W0||: {Path(path).name}"),
-                                      figs / f"param_delta_{Path(path).name}", png)
-    cmp = pd["comparison"]
-    grid, rows, cols = param_delta.layer_module_grid(cmp["cos"], n)
-    written += plots.write_figure(plots.heatmap(grid, rows, cols, "cos(dOPD, dNCA) per module",
-                                                signed=True), figs / "param_delta_cos", png)
-    grid, rows, cols = param_delta.layer_module_grid(cmp["specific"]["rel"], n)
-    written += plots.write_figure(plots.heatmap(
-        grid, rows, cols, "NCA-specific delta ||dNCA - dOPD|| / ||W0||"),
-        figs / "param_delta_specific", png)
-    if (figs / "patching.json").exists():
-        pt = json.loads((figs / "patching.json").read_text())
+                                                    "cos(dOPD, dNCA) per module", signed=True),
+                                      figs / "param_delta_cos", png)
+        grid, rows, cols = param_delta.layer_module_grid(cmp["specific"]["rel"], n)
+        written += plots.write_figure(plots.heatmap(
+            grid, rows, cols, "NCA-specific delta ||dNCA - dOPD|| / ||W0||"),
+            figs / "param_delta_specific", png)
+        if "control" in pd:
+            grid, rows, cols = param_delta.layer_module_grid(pd["control"]["cos"], n)
+            written += plots.write_figure(plots.heatmap(
+                grid, rows, cols, "seed-to-seed control: cos(dOPD s0, dOPD s1) per module",
+                signed=True), figs / "param_delta_control_cos", png)
+    if (pt := load("patching.json")) is not None:
         for name, r in pt["results"].items():
             for suffix, fig in plots.patching_figures(r).items():
                 written += plots.write_figure(fig, figs / f"patching_{name}_{suffix}", png)
-    if "control" in pd:
-        grid, rows, cols = param_delta.layer_module_grid(pd["control"]["cos"], n)
-        written += plots.write_figure(plots.heatmap(
-            grid, rows, cols, "seed-to-seed control: cos(dOPD s0, dOPD s1) per module",
-            signed=True), figs / "param_delta_control_cos", png)
     return written
+
+
+def apply_preset(cfg: ReproduceConfig) -> Preset:
+    """Fill the flags left unset from the task's preset (and --quick's shortcuts)."""
+    if cfg.task not in PRESETS:
+        raise UsageError(f"--task {cfg.task!r}: choose one of {', '.join(PRESETS)}")
+    p = PRESETS[cfg.task]
+    for key in ("distill_steps", "batch", "lr", "save_every", "n_levels", "grad_batch",
+                "teacher_steps"):
+        if getattr(cfg, key) is None:
+            setattr(cfg, key, getattr(p, key))
+    cfg.context = cfg.context or p.context
+    if cfg.quick:
+        cfg.seeds, cfg.distill_steps = cfg.seeds[:1], min(cfg.distill_steps, 40)
+        cfg.n_levels, cfg.grad_batch = min(cfg.n_levels, 300), min(cfg.grad_batch, 256)
+    return p
 
 
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(ReproduceConfig, argv, __doc__)
-    if cfg.quick:
-        cfg.seeds, cfg.distill_steps, cfg.n_levels = cfg.seeds[:1], 40, 300
-        cfg.grad_batch = min(cfg.grad_batch, 256)
-    cfg.context = cfg.context or DISTILL_CONTEXT.get(cfg.task, "plan")
-    cfg.teacher_steps = cfg.teacher_steps or TEACHER_STEPS.get(cfg.task, 1000)
+    preset = apply_preset(cfg)
     t_start = time.time()
-    if cfg.task not in TASK_ARGS:
-        raise ValueError(f"--task {cfg.task!r}: choose one of {', '.join(TASK_ARGS)}")
     if cfg.analyses and set(cfg.methods) != {"opd", "nca"}:
         raise ValueError("the analyses compare OPD with NCA: pass --methods opd,nca, or "
                          "--analyses false for a sweep row")
@@ -283,24 +351,32 @@ def main(argv: list[str] | None = None) -> None:
     figs.mkdir(parents=True, exist_ok=True)
     manifest = Manifest(figs / "manifest.json", cfg)
     common = ["--threads", str(cfg.threads)]
-    base = runs / f"{cfg.task}_base"
-    base_args = ["--out", str(base), *TASK_ARGS[cfg.task], "--steps", str(cfg.teacher_steps),
-                 *common]
-    if cfg.task in TEACHER_INIT:
-        init = runs / f"{TEACHER_INIT[cfg.task]}_base"
-        if latest_step_checkpoint(init) is None:
-            raise RunError(f"--task {cfg.task}: its teacher starts from {init}, which is not "
-                           f"trained; run python -m train.reproduce --task "
-                           f"{TEACHER_INIT[cfg.task]} first")
-        base_args += ["--init", str(init)]
-    teacher_final = base / "checkpoints" / f"step_{cfg.teacher_steps:06d}"
-    stage("teacher", manifest, [teacher_final], "train.sft", sft.main, base_args)
-    record_training_time(manifest, base, teacher_final, base_args, "train.sft")
-    for kind in TEACHER_CONTEXTS.get(cfg.task, ("state", "plan")):
+    # a fetched teacher has no run config naming its task: every command is told
+    task_flags = ["--task", preset.task, *(["--task-options", ",".join(preset.task_options)]
+                                           if preset.task_options else [])] \
+        if preset.fetched else []
+    base = teacher_folder(preset, runs, cfg.task)
+    if preset.fetched:
+        teacher_final = base  # the registry weights, as fetched
+    else:
+        base_args = ["--out", str(base), *preset.sft_args, "--steps", str(cfg.teacher_steps),
+                     *common]
+        if preset.teacher_init:
+            init = runs / f"{preset.teacher_init}_base"
+            if latest_step_checkpoint(init) is None:
+                raise RunError(f"--task {cfg.task}: its teacher starts from {init}, which is "
+                               f"not trained; run python -m train.reproduce --task "
+                               f"{preset.teacher_init} first")
+            base_args += ["--init", str(init)]
+        teacher_final = base / "checkpoints" / f"step_{cfg.teacher_steps:06d}"
+        stage("teacher", manifest, [teacher_final], "train.sft", sft.main, base_args)
+        record_training_time(manifest, base, teacher_final, base_args, "train.sft")
+    for kind in preset.teacher_contexts:
         out = figs / f"teacher_{kind}.json"
         stage(f"teacher evaluation ({kind})", manifest, [out], "nca_interp.evaluate",
-              evaluate.main, [str(base), "--context", kind, "--n-levels", str(cfg.n_levels),
-                              "--out", str(out), *common], inputs=[teacher_final])
+              evaluate.main, [str(base), *task_flags, "--context", kind, "--n-levels",
+                              str(cfg.n_levels), "--out", str(out), *common],
+              inputs=[teacher_final])
     if cfg.teacher_only:
         print(f"teacher {base} evaluated; --teacher-only: stopping")
         return
@@ -317,9 +393,11 @@ def main(argv: list[str] | None = None) -> None:
         for method in cfg.methods:
             out = runs / f"{name}_{method}_s{seed}"
             students[f"{method}_s{seed}"] = out
-            args = ["--method", method, "--student", str(student_init), *cross, "--out", str(out),
-                    "--context", cfg.context, "--steps", str(cfg.distill_steps),
-                    "--batch", str(cfg.batch), "--lr", str(cfg.lr), "--beta", str(cfg.beta),
+            args = ["--method", method, "--student", str(student_init), *cross, *task_flags,
+                    "--out", str(out), "--context", cfg.context, "--steps",
+                    str(cfg.distill_steps), "--batch", str(cfg.batch), "--lr", str(cfg.lr),
+                    *(["--warmup", str(preset.warmup)] if preset.warmup != 10 else []),
+                    "--beta", str(cfg.beta),
                     "--save-every", str(cfg.save_every), "--seed", str(seed),
                     "--threads", str(max(1, cfg.threads // cfg.jobs))]
             student_args[f"{method}_s{seed}"] = args
@@ -384,7 +462,8 @@ def main(argv: list[str] | None = None) -> None:
         stage(f"grad_align {method}", manifest, [figs / f"grad_align_{method}.json"],
               "nca_interp.grad_align", grad_align.main,
               [*steps, "--teacher", str(base), "--context", cfg.context, "--batch",
-               str(cfg.grad_batch), "--micro-batch", str(min(128, cfg.grad_batch // 2)),
+               str(cfg.grad_batch), "--micro-batch",
+               str(min(preset.grad_micro_batch, max(1, cfg.grad_batch // 2))),
                "--out", str(figs / f"grad_align_{method}"), *common], inputs=final_of(run))
     s0 = cfg.seeds[0]
     delta_runs = [str(students[f"{m}_s{s}"]) for s in cfg.seeds[:2] for m in ("opd", "nca")]
@@ -393,11 +472,15 @@ def main(argv: list[str] | None = None) -> None:
           param_delta.main, [*delta_runs, "--init", str(base), "--pair",
                              f"{students[f'opd_s{s0}']},{students[f'nca_s{s0}']}", *control,
                              "--out", str(figs / "param_delta")], inputs=final_of(*delta_runs))
-    stage("patching", manifest, [figs / "patching.json"], "nca_interp.patching",
-          patching.main, [str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"]), str(base),
-                          "--context", cfg.context, "--n-levels", str(cfg.n_levels),
-                          "--out", str(figs / "patching"), *common],
-          inputs=final_of(students[f"opd_s{s0}"], students[f"nca_s{s0}"]))
+    if preset.patching:
+        manifest.data["patching"] = preset.patching
+        print(f"[skip] patching: {preset.patching}")
+    else:
+        stage("patching", manifest, [figs / "patching.json"], "nca_interp.patching",
+              patching.main, [str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"]),
+                              str(base), "--context", cfg.context, "--n-levels",
+                              str(cfg.n_levels), "--out", str(figs / "patching"), *common],
+              inputs=final_of(students[f"opd_s{s0}"], students[f"nca_s{s0}"]))
     written = render_figures(figs, cfg.png)
     manifest.record(written, ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
     from train import report
