@@ -161,9 +161,18 @@ def verify_folder(path: str | Path) -> Path:
             raise CheckpointError(f"{path} holds only pickled weights (*.bin/*.pt); nca_interp "
                                   "never unpickles. Convert them to safetensors first.")
         raise CheckpointError(f"{path} has config.json but no *.safetensors weights")
+    if not any((path / n).is_file() for n in ("tokenizer.json", "tokenizer.model",
+                                              "vocab.json", "vocab.txt")):
+        raise CheckpointError(f"{path} holds no tokenizer files (tokenizer.json, "
+                              "tokenizer.model or vocab.json); copy the tokenizer the model was "
+                              "trained with into the folder")
     manifest = path / MANIFEST
     if manifest.exists():
-        files = json.loads(manifest.read_text())["files"]
+        try:
+            files = json.loads(manifest.read_text())["files"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{manifest} is corrupt ({e}); restore it, or delete it to "
+                                  "load the folder without its integrity check") from e
         seen = _file_stats(path, [MANIFEST, *files])
         if _HASHED is None or _HASHED.get(path) != seen:
             for name, meta in files.items():

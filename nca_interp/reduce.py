@@ -147,6 +147,10 @@ class Gram:
                     j.result()
                 n += m
         G = sum(parts).numpy()
+        bad = [lab for lab, v in zip(self.labels, np.diag(G)) if not np.isfinite(v)]
+        if bad:  # a NaN or Inf anywhere in a vector makes its squared norm non-finite
+            raise ValueError(f"{bad[0]}: {param_name} holds NaN or Inf values; that "
+                             "checkpoint (or gradient) is broken - use an earlier checkpoint")
         for key in group_keys(param_name):
             self.mats[key] = self.mats.get(key, np.zeros((k, k))) + G
             self.sizes[key] = self.sizes.get(key, 0) + n

@@ -319,3 +319,45 @@ def test_same_tokenizer_check_fast_path_and_full_comparison(tok, base, tmp_path)
     permuted = save_checkpoint(tmp_path / "permuted", model, other, {"task": TASK})
     with pytest.raises(CheckpointError, match="different tokenizers"):
         check_same_tokenizers([base, permuted])
+
+
+# --- the four refusals that used to slip through ------------------------------------------
+
+def test_nan_weights_are_refused_by_param_delta(tok, base, tmp_path, capsys):
+    """param_delta streams tensors without load_checkpoint; a NaN used to give exit 0."""
+    broken = foreign(tok, tmp_path / "nan")
+    f = broken / "model.safetensors"
+    t = load_file(f)
+    t["model.layers.0.self_attn.k_proj.weight"][1, 2] = float("nan")
+    save_file(t, f, metadata={"format": "pt"})
+    msg = refused(param_delta.main, [str(broken), "--init", str(base),
+                                     "--out", str(tmp_path / "pd")], capsys)
+    assert "model.layers.0.self_attn.k_proj.weight holds NaN or Inf" in msg
+    assert not (tmp_path / "pd.json").exists()
+
+
+def test_a_folder_without_tokenizer_files_is_refused_by_name(tok, tmp_path, capsys):
+    """Without tokenizer files transformers used to load *some* tokenizer and layer_sim ran
+    to the end on garbage; now every command refuses the folder."""
+    folder = foreign(tok, tmp_path / "notok")
+    for p in folder.glob("tokenizer*"):
+        p.unlink()
+    (folder / "special_tokens_map.json").unlink(missing_ok=True)
+    for main, extra in ((evaluate.main, ["--task", "sokoban", "--n-levels", "2"]),
+                        (layer_sim.main, ["--task", "sokoban", "--n-levels", "2", "--out",
+                                          str(tmp_path / "ls")])):
+        msg = refused(main, [str(folder), *extra], capsys)
+        assert "holds no tokenizer files" in msg
+    assert not (tmp_path / "ls.json").exists()
+
+
+def test_a_corrupt_manifest_is_named(tok, base, capsys):
+    (base / "nca_checkpoint.json").write_text('{"files": {"config.json": {"byt')
+    msg = refused(evaluate.main, [str(base), "--n-levels", "2"], capsys)
+    assert str(base / "nca_checkpoint.json") in msg and "is corrupt" in msg
+
+
+def test_a_non_numeric_task_option_names_the_key(base, capsys):
+    msg = refused(evaluate.main, [str(base), "--task", "frozenlake", "--task-options",
+                                  "size=abc", "--n-levels", "2"], capsys)
+    assert "size='abc'" in msg and "size takes an integer" in msg
