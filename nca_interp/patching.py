@@ -372,7 +372,7 @@ class PatchingConfig:
                                                  "check": ">=1"})
     top_heads: int = field(default=4, metadata={"help": "most harmful heads ablated together"})
     seed: int = field(default=0, metadata={"help": "held-out set and random-head seed"})
-    out: str = field(default="figures/demo/patching", metadata={"help": "output stem"})
+    out: str = field(default="runs/demo/patching", metadata={"help": "output stem"})
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
 

@@ -221,11 +221,26 @@ def trajectory_figure(report: dict) -> go.Figure:
     return fig
 
 
+def notebook_renderer() -> None:
+    """Notebooks: figures carry plotly.js inline (the first one) so they render offline and
+    survive an HTML export (`jupyter nbconvert --to html`); JupyterLab uses the mimetype."""
+    import plotly.io as pio
+
+    pio.renderers.default = "plotly_mimetype+notebook"
+
+
 def write_figure(fig: go.Figure, stem: str | Path, png: bool = False) -> list[str]:
-    """Write `stem.html` (and `stem.png` when asked); return the paths written."""
+    """Write `stem.html` (and `stem.png` when asked); return the paths written.
+
+    The HTML renders offline: plotly.js is written once per folder (`plotly.min.js`, beside
+    the pages that load it; git stores the identical copies once) instead of a CDN link, and
+    the page takes the browser's width (the layout's fixed width is kept for the PNG only)."""
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    fig.write_html(stem.with_suffix(".html"), include_plotlyjs="cdn")
+    page = go.Figure(fig)
+    page.update_layout(width=None, autosize=True)
+    page.write_html(stem.with_suffix(".html"), include_plotlyjs="directory",
+                    config={"responsive": True}, default_width="100%")
     written = [str(stem.with_suffix(".html"))]
     if png:
         if "BROWSER_PATH" not in os.environ and Path("/usr/bin/chromium").exists():

@@ -308,6 +308,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--figures", default="figures")
     ap.add_argument("--write", action="store_true",
                     help="also write figures/<task>/README.md (what the README links)")
+    ap.add_argument("--html", action="store_true",
+                    help="also redraw every HTML figure of the folder from its JSON")
     args = ap.parse_args(argv)
     figs = Path(args.figures) / args.task
     if not (figs / "manifest.json").exists():
@@ -317,6 +319,10 @@ def main(argv: list[str] | None = None) -> None:
     print(text)
     if args.write:
         (figs / "README.md").write_text(text + "\n")
+    if args.html:
+        from train.reproduce import render_figures
+
+        print("\n".join(render_figures(figs, png=False)))
 
 
 if __name__ == "__main__":
