@@ -1,7 +1,7 @@
 """Parity of our Sokoban / FrozenLake executors and renderings with textarena 0.7.4, *running*.
 
 textarena is not a dependency of the project; run this with a scratch venv that has it
-(MACHINE_FACTS.md: `pip install --no-deps textarena==0.7.4 nltk rich requests websockets
+(`pip install --no-deps textarena==0.7.4` plus `nltk rich requests websockets
 numpy`), with the repository on PYTHONPATH:
 
     python3 -m venv /tmp/ta && /tmp/ta/bin/pip install --no-deps textarena==0.7.4 \

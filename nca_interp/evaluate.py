@@ -224,33 +224,53 @@ def default_checkpoints() -> list[str]:
     return [str(embedded("sokoban_base"))]
 
 
-def main(argv: list[str] | None = None) -> dict:
-    cfg = parse_config(EvalConfig, argv, __doc__, positional="ckpt")
-    torch.set_num_threads(cfg.threads)
-    paths = cfg.ckpt or default_checkpoints()
-    if cfg.out:
-        check_writable(cfg.out)
-    task = task_for_checkpoints(paths, cfg.task, cfg.fmt, cfg.task_options)
-    device = resolve_device(cfg.device)
-    cfg.context = cfg.context or task.default_context
-    check_context(task, cfg.context)
+def run(ckpts: list[str] | None = None, *, task: str | None = None, fmt: str | None = None,
+        task_options: list[str] | None = None, context: str | None = None,
+        n_levels: int = 1000, seed: int = 0, temperature: float = 0.0, device: str = "cpu",
+        precision: str = "auto") -> dict:
+    """Paired context-return reports, {checkpoint name: report} (see the module docstring for
+    the fields), of each checkpoint on the same held-out items; plus `_meta` (task, context)."""
+    paths = ckpts or default_checkpoints()
+    found = task_for_checkpoints(paths, task, fmt, task_options)
+    dev = resolve_device(device)
+    context = context or found.default_context
+    check_context(found, context)
     for p in paths:
         verify_folder(p)
     reports = {}
     for p in paths:
-        model, tok = load_checkpoint(p, device=str(device))
+        model, tok = load_checkpoint(p, device=str(dev))
         name = Path(p).name if Path(p).name not in reports else p
-        with autocast(device, cfg.precision):
-            reports[name] = evaluate_checkpoint(model, tok, task, cfg.context, cfg.n_levels,
-                                                cfg.seed, cfg.temperature)
+        with autocast(dev, precision):
+            reports[name] = evaluate_checkpoint(model, tok, found, context, n_levels, seed,
+                                                temperature)
+    return {"task": found.name, "context": context, "reports": reports}
+
+
+def figures(report: dict) -> dict:
+    """{"context_return": Figure}: per checkpoint, the paired rates with 95% intervals."""
+    from nca_interp.plots import evaluate_figure
+
+    return {"context_return": evaluate_figure(report)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    cfg = parse_config(EvalConfig, argv, __doc__, positional="ckpt")
+    torch.set_num_threads(cfg.threads)
+    if cfg.out:
+        check_writable(cfg.out)
+    report = run(cfg.ckpt, task=cfg.task, fmt=cfg.fmt, task_options=cfg.task_options,
+                 context=cfg.context, n_levels=cfg.n_levels, seed=cfg.seed,
+                 temperature=cfg.temperature, device=cfg.device, precision=cfg.precision)
+    cfg.context = report["context"]
+    reports = report["reports"]
     n = next(iter(reports.values()))["n"]
-    print(f"task={task.name} context={cfg.context} levels={n} seed={cfg.seed} "
+    print(f"task={report['task']} context={cfg.context} levels={n} seed={cfg.seed} "
           f"temperature={cfg.temperature}")
     print(format_table(reports))
     if cfg.out:
         write_json(cfg.out, {"config": to_dict(cfg), "reports": reports})
     return reports
-
 
 if __name__ == "__main__":
     sys.exit(entry(main))

@@ -22,7 +22,7 @@ module:
                   one half against the other term on the other, an unbiased estimate of the
                   angle between the two expected gradients (clipped to [-1, 1])
   norm            full-batch gradient norm per term, and their ratios
-Memory is bounded (issue 14): micro-batches for sampling and backward, each (term, half)
+Memory is bounded: micro-batches for sampling and backward, each (term, half)
 gradient spilled to a temporary safetensors file and the inner products streamed tensor by
 tensor in float64 (nca_interp.reduce), so at most the model, its gradient and a chunk of each
 spilled vector are in memory.
@@ -230,59 +230,86 @@ def format_table(results: dict[str, dict]) -> str:
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def run(ckpts: list[str] | None = None, *, teacher: str | None = None,
+        task: str | None = None, task_options: list[str] | None = None,
+        context: str | None = None, batch: int = 2048, micro_batch: int = 128,
+        temperature: float = 1.0, seed: int = 0, device: str = "cpu",
+        dtype: str | None = None) -> dict:
+    """Gradient angles between the loss terms at each checkpoint (see the module docstring):
+    `results[name]["global"]` holds `angle_xfit_deg`, `self_angle_deg` (the noise floors),
+    `snr` and norms; `per_module` the same per layer x module; `steps` the training steps."""
+    if batch < 4 or batch % 2:
+        raise ValueError(f"batch must be an even number >= 4 (two halves), not {batch}")
+    if micro_batch < 1:
+        raise ValueError(f"micro_batch must be >= 1, not {micro_batch}")
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, not {dtype!r}")
+    if not ckpts:
+        from nca_interp.assets import embedded
+
+        ckpts = [str(embedded("sokoban_opd"))]
+    found, context = resolve_task_and_context(ckpts, task, context, task_options)
+    dev = str(resolve_device(device))
+    dt = DTYPES[dtype] if dtype else "stored"
+    for path in ckpts:  # every pair checked before any gradient is computed
+        check_same_tokenizers([path, teacher_of(path, teacher)])
+    levels = found.levels("grad", batch, seed)
+    results = {}
+    for path in ckpts:
+        student, tok = load_checkpoint(path, device=dev, dtype=dt)
+        teacher_model, tok_t = load_checkpoint(teacher_of(path, teacher), device=dev, dtype=dt)
+        check_same_tokenizer(tok, tok_t, path, teacher_of(path, teacher))
+        teacher_model.requires_grad_(False)
+        view = found.for_tokenizer(tok)
+        halves = sample_halves(student, tok, view, levels, context, temperature, seed,
+                               micro_batch, min(context_limit(student),
+                                                context_limit(teacher_model)))
+        student.train()
+        name = Path(path).name if Path(path).name not in results else path
+        results[name] = checkpoint_alignment(student, teacher_model, halves, TERMS, temperature)
+        del student, teacher_model
+    steps = [step_of(p) for p in ckpts]
+    return {"task": found.name, "context": context, "batch": batch,
+            "steps": steps if all(s is not None for s in steps) else None,
+            "results": results}
+
+
+def figures(report: dict) -> dict:
+    """{"grad_align": angles and floors per checkpoint, "grad_align_steps": over training
+    (with more than one checkpoint)}."""
+    from nca_interp.plots import grad_align_figure, grad_align_over_steps
+
+    out = {"grad_align": grad_align_figure(report)}
+    if len(report["results"]) > 1:
+        out["grad_align_steps"] = grad_align_over_steps(report)
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
-    from nca_interp.plots import grad_align_figure, grad_align_over_steps, write_figure
+    from nca_interp.plots import write_figure
 
     cfg = parse_config(GradAlignConfig, argv, __doc__, positional="ckpt")
-    if cfg.batch < 4 or cfg.batch % 2:
-        raise ValueError(f"--batch must be an even number >= 4 (two halves), not {cfg.batch}")
-    if cfg.micro_batch < 1:
-        raise ValueError(f"--micro-batch must be >= 1, not {cfg.micro_batch}")
-    if cfg.dtype is not None and cfg.dtype not in DTYPES:
-        raise ValueError(f"--dtype must be one of {sorted(DTYPES)}, not {cfg.dtype!r}")
     check_writable(cfg.out)
     torch.set_num_threads(cfg.threads)
     if not cfg.ckpt:
         from nca_interp.assets import embedded
 
         cfg.ckpt = [str(embedded("sokoban_opd"))]
-    task, context = resolve_task_and_context(cfg.ckpt, cfg.task, cfg.context,
-                                             cfg.task_options)
-    device = str(resolve_device(cfg.device))
-    dtype = DTYPES[cfg.dtype] if cfg.dtype else "stored"
-    for path in cfg.ckpt:  # every pair checked before any gradient is computed
-        check_same_tokenizers([path, teacher_of(path, cfg.teacher)])
-    levels = task.levels("grad", cfg.batch, cfg.seed)
-    results = {}
-    for path in cfg.ckpt:
-        student, tok = load_checkpoint(path, device=device, dtype=dtype)
-        teacher, tok_t = load_checkpoint(teacher_of(path, cfg.teacher), device=device,
-                                         dtype=dtype)
-        check_same_tokenizer(tok, tok_t, path, teacher_of(path, cfg.teacher))
-        teacher.requires_grad_(False)
-        view = task.for_tokenizer(tok)
-        halves = sample_halves(student, tok, view, levels, context, cfg.temperature, cfg.seed,
-                               cfg.micro_batch, min(context_limit(student),
-                                                    context_limit(teacher)))
-        student.train()
-        name = Path(path).name if Path(path).name not in results else path
-        results[name] = checkpoint_alignment(student, teacher, halves, TERMS, cfg.temperature)
-        del student, teacher
-    steps = [step_of(p) for p in cfg.ckpt]
-    report = {"config": to_dict(cfg), "task": task.name, "context": context,
-              "steps": steps if all(s is not None for s in steps) else None,
-              "results": results}
-    print(f"task={task.name} context={context} batch={cfg.batch} (two halves of "
-          f"{cfg.batch // 2})")
-    print(format_table(results))
+    result = run(cfg.ckpt, teacher=cfg.teacher, task=cfg.task, task_options=cfg.task_options,
+                 context=cfg.context, batch=cfg.batch, micro_batch=cfg.micro_batch,
+                 temperature=cfg.temperature, seed=cfg.seed, device=cfg.device, dtype=cfg.dtype)
+    report = {"config": to_dict(cfg), **result}
+    print(f"task={report['task']} context={report['context']} batch={cfg.batch} (two halves "
+          f"of {cfg.batch // 2})")
+    print(format_table(report["results"]))
     out = Path(cfg.out)
     write_json(out.with_suffix(".json"), report)
-    written = write_figure(grad_align_figure(report), out, png=cfg.png)
-    if len(results) > 1:
-        written += write_figure(grad_align_over_steps(report), f"{out}_steps", png=cfg.png)
+    written = []
+    for name, fig in figures(report).items():
+        stem = out if name == "grad_align" else f"{out}_steps"
+        written += write_figure(fig, stem, png=cfg.png)
     print("wrote", out.with_suffix(".json"), *written)
     return report
-
 
 if __name__ == "__main__":
     sys.exit(entry(main))

@@ -1,6 +1,6 @@
 """Hidden states through TransformerLens 4 (`TransformerBridge`), booted offline from a folder.
 
-Pitfalls handled here (see shared TRANSFORMERLENS4.md): absolute paths only; the tokenizer is
+Pitfalls of TransformerLens 4 handled here: absolute paths only; the tokenizer is
 loaded from the folder at boot; masks are always passed (left padding without one is wrong);
 hooks are removed in `finally`, so none outlives a call.
 """

@@ -425,8 +425,15 @@ def run(ckpts: list[str] | None = None, *, task: str | None = None,
             "checkpoints": paths, "results": results}
 
 
+def figures(report: dict) -> dict:
+    """{"layer_sim": similarity per layer, "heads": context reading per head}."""
+    from nca_interp.plots import head_heatmaps, layer_sim_figure
+
+    return {"layer_sim": layer_sim_figure(report), "heads": head_heatmaps(report)}
+
+
 def main(argv: list[str] | None = None) -> dict:
-    from nca_interp.plots import head_heatmaps, layer_sim_figure, write_figure
+    from nca_interp.plots import write_figure
 
     cfg = parse_config(LayerSimConfig, argv, __doc__, positional="ckpt")
     check_writable(cfg.out)
@@ -445,8 +452,9 @@ def main(argv: list[str] | None = None) -> dict:
     print(format_heads(results))
     out = Path(cfg.out)
     write_json(out.with_suffix(".json"), report)
-    written = write_figure(layer_sim_figure(report), out, png=cfg.png)
-    written += write_figure(head_heatmaps(report), f"{out}_heads", png=cfg.png)
+    figs = figures(report)
+    written = write_figure(figs["layer_sim"], out, png=cfg.png)
+    written += write_figure(figs["heads"], f"{out}_heads", png=cfg.png)
     print("wrote", out.with_suffix(".json"), *written)
     return report
 

@@ -285,38 +285,29 @@ def format_cos(cmp: dict, ctrl: dict | None) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    from nca_interp.plots import heatmap, write_figure
-
-    cfg = parse_config(ParamDeltaConfig, argv, __doc__, positional="ckpt")
-    if not cfg.ckpt:
+def run(ckpts: list[str] | None = None, *, init: str | None = None,
+        pair: list[str] | None = None, control: list[str] | None = None, rows: str = "all",
+        task: str | None = None, task_options: list[str] | None = None) -> dict:
+    """Parameter deltas of `ckpts` from `init`: `per_checkpoint[path]` (||dW||/||W0||, the
+    Adam-normalised size, per module / layer), `comparison` (cos(dA, dB) per module and the
+    specific delta of `pair`), `control` (the same cosine for a seed-to-seed `control` pair)
+    and `all_pairs` (global and per-module cosines of every pair)."""
+    if not ckpts:
         from nca_interp.assets import embedded
 
-        cfg.ckpt = [str(embedded("sokoban_opd")), str(embedded("sokoban_nca"))]
-    for name, pair in (("--pair", cfg.pair), ("--control", cfg.control)):
-        if pair and (len(pair) != 2 or not set(pair) <= set(cfg.ckpt)):
-            raise ValueError(f"{name} takes two of the checkpoints given (A,B), not {pair}")
-    init = cfg.init or initial_of(cfg.ckpt[0])
+        ckpts = [str(embedded("sokoban_opd")), str(embedded("sokoban_nca"))]
+    for name, two in (("pair", pair), ("control", control)):
+        if two and (len(two) != 2 or not set(two) <= set(ckpts)):
+            raise ValueError(f"--{name} takes two of the checkpoints given (A,B), not {two}")
+    init = init or initial_of(ckpts[0])
     if not init:
-        raise ValueError(f"{cfg.ckpt[0]} does not name its initial checkpoint; pass --init")
-    check_writable(cfg.out)
-    check_same_tokenizers([init, *cfg.ckpt])
-    result, gram = deltas(init, cfg.ckpt, cfg.rows, cfg.task, cfg.task_options)
-    n_layers = result["n_layers"]
-    per = result["per_checkpoint"]
-    print(f"initial checkpoint: {init}  (rows: {cfg.rows})")
-    for key in ("per_module", "per_module_adam", "per_layer", "per_layer_adam"):
-        print(format_table(per, key) + "\n")
-    out = Path(cfg.out)
-    written = []
-    for p, r in per.items():
-        grid, rows, cols = layer_module_grid(r["rel"], n_layers)
-        written += write_figure(heatmap(grid, rows, cols, f"||dW||/||W0||: {Path(p).name}"),
-                                f"{out}_{Path(p).name}", png=cfg.png)
-    report = {"config": to_dict(cfg), "init": init, **result}
-    index = {p: i + 1 for i, p in enumerate(cfg.ckpt)}
-    if cfg.control:
-        c, d = cfg.control
+        raise ValueError(f"{ckpts[0]} does not name its initial checkpoint; pass --init")
+    check_same_tokenizers([init, *ckpts])
+    result, gram = deltas(init, ckpts, rows, task, task_options)
+    report = {"init": init, "rows": rows, **result}
+    index = {p: i + 1 for i, p in enumerate(ckpts)}
+    if control:
+        c, d = control
         cos, gcos = pair_cos(gram, index[c], index[d])
         report["control"] = {"a": c, "b": d, "cos": cos, "global_cos": gcos,
                              "per_module_cos": module_cos(gram, index[c], index[d])}
@@ -324,39 +315,78 @@ def main(argv: list[str] | None = None) -> dict:
         f"{Path(a).name}~{Path(b).name}": {"global_cos": pair_cos(gram, index[a], index[b])[1],
                                            "per_module_cos": module_cos(gram, index[a],
                                                                         index[b])}
-        for i, a in enumerate(cfg.ckpt) for b in cfg.ckpt[i + 1:]}
-    pair = cfg.pair or cfg.ckpt[:2]
+        for i, a in enumerate(ckpts) for b in ckpts[i + 1:]}
+    pair = pair or ckpts[:2]
     if len(pair) == 2:
         a, b = pair
         cos, gcos = pair_cos(gram, index[a], index[b])
-        cmp = {"a": a, "b": b, "cos": cos, "global_cos": gcos,
-               "per_module_cos": module_cos(gram, index[a], index[b]),
-               "specific": specific(gram, index[a], index[b])}
-        report["comparison"] = cmp
-        grid, rows, cols = layer_module_grid(cos, n_layers)
-        written += write_figure(heatmap(grid, rows, cols, f"cos(d {Path(a).name}, d "
-                                        f"{Path(b).name}) per module", signed=True),
-                                f"{out}_cos", png=cfg.png)
-        grid, rows, cols = layer_module_grid(cmp["specific"]["rel"], n_layers)
-        written += write_figure(heatmap(grid, rows, cols, f"specific delta ||d{Path(b).name} - "
-                                        f"d{Path(a).name}|| / ||W0||"),
-                                f"{out}_specific", png=cfg.png)
-        if "control" in report:
-            grid, rows, cols = layer_module_grid(report["control"]["cos"], n_layers)
-            written += write_figure(heatmap(grid, rows, cols, "seed-to-seed control: cos(d "
-                                            f"{Path(report['control']['a']).name}, d "
-                                            f"{Path(report['control']['b']).name})",
-                                            signed=True), f"{out}_control_cos", png=cfg.png)
+        report["comparison"] = {"a": a, "b": b, "cos": cos, "global_cos": gcos,
+                                "per_module_cos": module_cos(gram, index[a], index[b]),
+                                "specific": specific(gram, index[a], index[b])}
+    return report
+
+
+def figures(report: dict) -> dict:
+    """Layer x module heatmaps: per checkpoint ||dW||/||W0|| (`delta_<name>`) and the
+    Adam-normalised size (`adam_<name>`); cos(dA, dB) (`cos`), the specific delta
+    (`specific`) and the seed-to-seed control's cosine (`control_cos`)."""
+    from nca_interp.plots import heatmap
+
+    n = report["n_layers"]
+    out = {}
+    for p, r in report["per_checkpoint"].items():
+        grid, rows, cols = layer_module_grid(r["rel"], n)
+        out[f"delta_{Path(p).name}"] = heatmap(grid, rows, cols,
+                                               f"||dW||/||W0||: {Path(p).name}")
+        if r.get("lr_budget"):
+            grid, rows, cols = layer_module_grid(r["adam_norm"], n)
+            out[f"adam_{Path(p).name}"] = heatmap(
+                grid, rows, cols, f"Adam-normalised ||dW|| / (sum lr * sqrt(n)): "
+                                  f"{Path(p).name}")
+    if "comparison" in report:
+        cmp = report["comparison"]
+        a, b = Path(cmp["a"]).name, Path(cmp["b"]).name
+        grid, rows, cols = layer_module_grid(cmp["cos"], n)
+        out["cos"] = heatmap(grid, rows, cols, f"cos(d {a}, d {b}) per module", signed=True)
+        grid, rows, cols = layer_module_grid(cmp["specific"]["rel"], n)
+        out["specific"] = heatmap(grid, rows, cols, f"specific delta ||d{b} - d{a}|| / ||W0||")
+    if "control" in report:
+        c = report["control"]
+        grid, rows, cols = layer_module_grid(c["cos"], n)
+        out["control_cos"] = heatmap(grid, rows, cols, "seed-to-seed control: cos(d "
+                                     f"{Path(c['a']).name}, d {Path(c['b']).name})",
+                                     signed=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from nca_interp.plots import write_figure
+
+    cfg = parse_config(ParamDeltaConfig, argv, __doc__, positional="ckpt")
+    check_writable(cfg.out)
+    result = run(cfg.ckpt, init=cfg.init, pair=cfg.pair, control=cfg.control, rows=cfg.rows,
+                 task=cfg.task, task_options=cfg.task_options)
+    report = {"config": to_dict(cfg), **result}
+    per = report["per_checkpoint"]
+    print(f"initial checkpoint: {report['init']}  (rows: {cfg.rows})")
+    for key in ("per_module", "per_module_adam", "per_layer", "per_layer_adam"):
+        print(format_table(per, key) + "\n")
+    if "comparison" in report:
+        cmp = report["comparison"]
         print(format_cos(cmp, report.get("control")))
         if "control" not in report:
             print("(no --control: cos(dA, dB) has no seed-to-seed baseline beside it)")
         top = sorted(cmp["specific"]["share"].items(), key=lambda kv: -kv[1])[:5]
         print("specific delta concentrates in: " +
               ", ".join(f"{k} ({v:.1%})" for k, v in top))
+    out = Path(cfg.out)
+    written = []
+    for name, fig in figures(report).items():
+        stem = f"{out}_{name[len('delta_'):]}" if name.startswith("delta_") else f"{out}_{name}"
+        written += write_figure(fig, stem, png=cfg.png)
     write_json(out.with_suffix(".json"), report)
     print("wrote", out.with_suffix(".json"), *written)
     return report
-
 
 if __name__ == "__main__":
     sys.exit(entry(main))

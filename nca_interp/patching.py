@@ -497,8 +497,16 @@ def format_report(r: dict) -> str:
     return "\n".join(lines)
 
 
+def figures(report: dict) -> dict:
+    """{"positions", "heads", "lens"} of one checkpoint's `run` report (none without harm
+    cases)."""
+    from nca_interp.plots import patching_figures
+
+    return patching_figures(report)
+
+
 def main(argv: list[str] | None = None) -> dict:
-    from nca_interp.plots import patching_figures, write_figure
+    from nca_interp.plots import write_figure
 
     cfg = parse_config(PatchingConfig, argv, __doc__, positional="ckpt")
     check_writable(cfg.out)
@@ -513,7 +521,7 @@ def main(argv: list[str] | None = None) -> dict:
         name = Path(r["checkpoint"]).name
         results[name] = r
         print(format_report(r) + "\n")
-        for suffix, fig in patching_figures(r).items():
+        for suffix, fig in figures(r).items():
             written += write_figure(fig, f"{cfg.out}_{name}_{suffix}", png=cfg.png)
     report = {"config": to_dict(cfg), "results": results}
     write_json(Path(cfg.out).with_suffix(".json"), report)

@@ -19,19 +19,33 @@ from nca_interp.errors import RunError
 PALETTE = {"random_init": "#9e9e9e", "base": "#1f77b4", "opd": "#d62728", "nca": "#2ca02c"}
 
 
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+
+
 def _line(name: str, i: int) -> dict:
-    """One colour per method (base/opd/nca/random), a dash style per seed (`..._s1`)."""
+    """One colour per method (base/opd/nca/random), a dash style per seed (`..._s1`; six
+    styles, so up to six seeds of one method stay distinguishable)."""
     color = next((c for key, c in PALETTE.items() if key in name.lower()),
                  qualitative.Plotly[i % len(qualitative.Plotly)])
     seed = name.rsplit("_s", 1)[-1] if "_s" in name else ""
-    dash = ["solid", "dash", "dot", "dashdot"][int(seed) % 4] if seed.isdigit() else "solid"
+    dash = DASHES[int(seed) % len(DASHES)] if seed.isdigit() else "solid"
     return {"color": color, "dash": dash}
+
+
+def _ci_bars(values: list, cis: list) -> dict:
+    """Asymmetric error bars from 95% intervals (None where undefined)."""
+    up = [None if v is None or c is None or c[1] is None else c[1] - v
+          for v, c in zip(values, cis)]
+    down = [None if v is None or c is None or c[0] is None else v - c[0]
+            for v, c in zip(values, cis)]
+    return {"type": "data", "symmetric": False, "array": up, "arrayminus": down}
 
 
 def layer_sim_figure(report: dict) -> go.Figure:
     """Line per checkpoint over layers: raw cosine (± std), centred cosine, CKA, ctx attention."""
     layers = report["layers"]
-    titles = ["cosine (with vs without c)", "mean-centred cosine", "linear CKA",
+    titles = ["cosine with vs without c (whiskers: std over items)",
+              "mean-centred cosine (pooled mean)", "linear CKA",
               "context reading: attention on c / c's share of keys (1 = uniform)"]
     fig = make_subplots(rows=2, cols=2, subplot_titles=titles)
     for i, (name, r) in enumerate(report["results"].items()):
@@ -43,7 +57,15 @@ def layer_sim_figure(report: dict) -> go.Figure:
         fig.add_trace(go.Scatter(x=layers, y=r["cka"], showlegend=False, **kw), 2, 1)
         fig.add_trace(go.Scatter(x=layers[1:], y=r.get("ctx_attn_ratio_layer", r["ctx_attn"]),
                                  showlegend=False, **kw), 2, 2)
+    fig.add_hline(y=0.997, line_dash="dot", line_color="#555", row=1, col=1,
+                  annotation_text="0.997 (the paper's NCA claim)",
+                  annotation_position="bottom left")
+    fig.add_hline(y=1.0, line_dash="dot", line_color="#555", row=2, col=2,
+                  annotation_text="uniform attention", annotation_position="top left")
     fig.update_xaxes(title_text="layer")
+    for row, col, what in ((1, 1, "cosine"), (1, 2, "centred cosine"), (2, 1, "CKA"),
+                           (2, 2, "ratio")):
+        fig.update_yaxes(title_text=what, row=row, col=col)
     where = {"generating": "positions generating the response (trained)",
              "prompt": "prompt x positions (untouched by the loss)"}.get(
         report.get("at"), "response positions")
@@ -56,17 +78,23 @@ def layer_sim_figure(report: dict) -> go.Figure:
 def head_heatmaps(report: dict) -> go.Figure:
     """Per checkpoint, layer x head context reading (1 = uniform; random-init is the null)."""
     names = list(report["results"])
-    fig = make_subplots(rows=1, cols=len(names), subplot_titles=names)
+    cols = min(4, len(names))
+    rows = -(-len(names) // cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=names, vertical_spacing=0.08)
     zmax = max(max(map(max, r["ctx_attn_ratio"])) for r in report["results"].values())
     for i, name in enumerate(names):
         R = report["results"][name]["ctx_attn_ratio"]
         fig.add_trace(go.Heatmap(z=R, x=[f"H{h}" for h in range(len(R[0]))],
                                  y=[f"L{i}" for i in range(len(R))], zmin=0, zmax=zmax,
-                                 colorscale="Viridis", showscale=i == len(names) - 1,
-                                 hovertemplate="%{y}%{x}: %{z:.2f}<extra></extra>"), 1, i + 1)
+                                 colorscale="Viridis", showscale=i == 0,
+                                 colorbar={"title": {"text": "attention on c /<br>c's share "
+                                                             "(1 = uniform)"}},
+                                 hovertemplate="%{y}%{x}: %{z:.2f}<extra></extra>"),
+                      i // cols + 1, i % cols + 1)
     fig.update_yaxes(autorange="reversed")
-    fig.update_layout(title="context reading per head: attention on c / c's share of the keys "
-                            "(1 = uniform)", height=350, width=250 * len(names) + 100)
+    fig.update_layout(title=f"{report['task']}: context reading per head (context "
+                            f"'{report['context']}'; random_init is the null)",
+                      height=120 + 300 * rows, width=260 * cols + 160)
     return fig
 
 
@@ -112,9 +140,13 @@ def grad_align_over_steps(report: dict) -> go.Figure:
         fig.add_trace(go.Scatter(x=steps, y=[report["results"][n]["global"]["self_angle_deg"][t]
                                              for n in names], name=f"floor {t}",
                                  mode="lines", line={"dash": "dot"}))
-    fig.add_hline(y=90, line_dash="dot")
-    fig.update_layout(title="cross-fitted gradient angles over training, with noise floors",
-                      xaxis_title="step", yaxis_title="degrees", height=450, width=900)
+    fig.add_hline(y=90, line_dash="dot", annotation_text="orthogonal (90 deg)")
+    run = Path(str(report["config"]["ckpt"][0])).parent.parent.name if report.get("config") \
+        else ""
+    fig.update_layout(title=f"{report.get('task', '')} {run}: cross-fitted gradient angles over "
+                            "training (solid) and each term's noise floor (dotted)",
+                      xaxis_title="distillation step", yaxis_title="degrees",
+                      yaxis=dict(range=[0, 180]), height=450, width=900)
     return fig
 
 
@@ -130,11 +162,13 @@ def patching_figures(report: dict) -> dict[str, go.Figure]:
     figs = {"positions": go.Figure(go.Heatmap(
         z=off, x=[f"-{k}" for k in range(1, K + 1)], y=[f"L{i}" for i in range(L)],
         colorscale="RdBu", zmid=0, hovertemplate="%{y} offset %{x}: %{z:.2f}<extra></extra>"))}
+    n = report["harm"]["n"]
     figs["positions"].update_layout(
-        title=f"{name}: patching the residual stream from the no-context run, per layer and "
-              "aligned position (offset from the deciding position; 1 = harm undone)",
-        xaxis_title="position (offset)", yaxis=dict(autorange="reversed"), height=380,
-        width=max(600, 28 * K + 200))
+        title=f"{name}: residual stream patched from the no-context run ({n} harm cases; "
+              "1 = harm undone, 0 = unchanged)<br>per layer and aligned position: offset -1 is "
+              "the deciding position, larger offsets reach back through the response into x",
+        xaxis_title="aligned position (offset from the deciding position)", yaxis_title="layer",
+        yaxis=dict(autorange="reversed"), height=420, width=max(600, 28 * K + 200))
     heads = make_subplots(rows=1, cols=3, subplot_titles=[
         "head output no-c -> c", "head output c -> no-c", "remove head's attention to c"])
     for col, z in enumerate((report["forward"]["heads"]["mean"],
@@ -189,6 +223,24 @@ def context_return_figure(summary: dict, task: str, context: str,
     return fig
 
 
+def evaluate_figure(report: dict) -> go.Figure:
+    """Per checkpoint: right without c, with c, harm, help, both-right, with 95% intervals."""
+    metrics = ["win_no_c", "win_c", "harm", "help", "both"]
+    fig = go.Figure()
+    for i, (name, r) in enumerate(report["reports"].items()):
+        vals = [r.get(m) for m in metrics]
+        fig.add_trace(go.Bar(name=f"{name} ({r['regime']})", x=metrics, y=vals,
+                             marker_color=_line(name, i)["color"],
+                             error_y=_ci_bars(vals, [r["ci95"].get(m) for m in metrics])))
+    unit = next(iter(report["reports"].values()))
+    fig.update_layout(title=f"{report['task']}: context return (context '{report['context']}'; "
+                            f"{unit['n']} items, {unit['n_units']} {unit['unit']}s; whiskers: "
+                            "95% cluster-bootstrap intervals; legend: regime)",
+                      barmode="group", yaxis=dict(range=[0, 1], title="rate"), height=450,
+                      width=900)
+    return fig
+
+
 def trajectory_figure(report: dict) -> go.Figure:
     """Per run, over distillation steps: win rates without / with c, harm, and the three KLs
     (step 0, the initial checkpoint, is the null)."""
@@ -201,11 +253,14 @@ def trajectory_figure(report: dict) -> go.Figure:
         line = _line(name, i)
         col = lambda k, rows=r["steps"]: [row[k] for row in rows]  # noqa: E731
         kw = {"legendgroup": name, "mode": "lines+markers"}
-        fig.add_trace(go.Scatter(x=steps, y=col("win_no_c"), name=name, line=line, **kw), 1, 1)
+        ci = lambda k, rows=r["steps"]: [row["ci95"].get(k) for row in rows]  # noqa: E731
+        fig.add_trace(go.Scatter(x=steps, y=col("win_no_c"), name=name, line=line,
+                                 error_y=_ci_bars(col("win_no_c"), ci("win_no_c")), **kw), 1, 1)
         fig.add_trace(go.Scatter(x=steps, y=col("win_c"), name=f"{name} with c",
-                                 line={**line, "dash": "dot"}, showlegend=False, **kw), 1, 1)
-        fig.add_trace(go.Scatter(x=steps, y=col("harm"), line=line, showlegend=False, **kw),
-                      1, 2)
+                                 line={**line, "dash": "dot"}, showlegend=False,
+                                 error_y=_ci_bars(col("win_c"), ci("win_c")), **kw), 1, 1)
+        fig.add_trace(go.Scatter(x=steps, y=col("harm"), line=line, showlegend=False,
+                                 error_y=_ci_bars(col("harm"), ci("harm")), **kw), 1, 2)
         for j, k in enumerate(("kl_opd", "kl_ctx")):
             ci = [row["ci95"][k] for row in r["steps"]]
             fig.add_trace(go.Scatter(
@@ -214,10 +269,14 @@ def trajectory_figure(report: dict) -> go.Figure:
                          "array": [c[1] - v for c, v in zip(ci, col(k))],
                          "arrayminus": [v - c[0] for c, v in zip(ci, col(k))]}, **kw), 2, 1 + j)
     fig.update_xaxes(title_text="distillation step")
+    for row, col, what in ((1, 1, "rate"), (1, 2, "harm"), (2, 1, "KL (nats/token)"),
+                           (2, 2, "KL (nats/token)")):
+        fig.update_yaxes(title_text=what, row=row, col=col)
     first = next(iter(report["results"].values()))
-    fig.update_layout(title=f"{first['task']}: context return over training (context "
-                            f"'{first['context']}'; step 0 = initial checkpoint)",
-                      height=700, width=1000)
+    runs = ", ".join(report["results"])
+    fig.update_layout(title=f"{first['task']}: context return over training of {runs} (context "
+                            f"'{first['context']}'; step 0 = the initial checkpoint, the null; "
+                            "whiskers: 95% intervals)", height=700, width=1000)
     return fig
 
 

@@ -130,6 +130,60 @@ def format_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def run(runs: list[str], *, teacher: str | None = None, context: str | None = None,
+        n_levels: int = 500, drift_levels: int = 256, every: int = 1, seed: int = 0) -> dict:
+    """Context return at the saved checkpoints of each distillation run: `results[run]` holds
+    `steps`, one row per checkpoint (step 0 = the initial checkpoint) with the paired rates,
+    the three KLs and their 95% intervals (`ci95`)."""
+    if not runs:
+        raise ValueError("name at least one distillation run directory")
+    if every < 1:
+        raise ValueError(f"every must be >= 1, not {every}")
+    plan = {}
+    for run_dir in runs:
+        verify_folder(run_dir)
+        ckpts = checkpoints_of(run_dir)
+        keep = ckpts[::every]
+        if keep[-1] != ckpts[-1]:
+            keep.append(ckpts[-1])
+        teacher_dir = teacher_of(run_dir, teacher)
+        verify_folder(teacher_dir)
+        task = task_for_checkpoints([run_dir])
+        ctx = context or json.loads((Path(run_dir) / "run_config.json").read_text()).get(
+            "context") or task.default_context
+        check_context(task, ctx)
+        plan[run_dir] = (keep, teacher_dir, task, ctx)
+    results = {}
+    for run_dir, (keep, teacher_dir, task, ctx) in plan.items():
+        teacher_model, tok_t = load_checkpoint(teacher_dir)
+        drift_set = task.levels("test", drift_levels, seed)
+        rows = []
+        for step, path in keep:
+            model, tok = load_checkpoint(path)
+            check_same_tokenizer(tok, tok_t, path, teacher_dir)
+            rep = evaluate_checkpoint(model, tok, task, ctx, n_levels, seed)
+            kls = drift_kls(model, teacher_model, tok, task.for_tokenizer(tok), drift_set, ctx,
+                            seed)
+            row = {"step": step, "checkpoint": path, **{k: rep[k] for k in REPORT_KEYS},
+                   **{k: kls[k] for k in KL_TERMS},
+                   "ci95": {**{k: rep["ci95"][k] for k in REPORT_KEYS if k in rep["ci95"]},
+                            **kls["ci95"]}}
+            rows.append(row)
+            print(f"{Path(run_dir).name} step {step}: win {row['win_no_c']:.3f}/"
+                  f"{row['win_c']:.3f} harm {row['harm']} kl_ctx {row['kl_ctx']:.4f}",
+                  flush=True)
+        results[Path(run_dir).name] = {"run": run_dir, "teacher": teacher_dir, "context": ctx,
+                                       "task": task.name, "steps": rows}
+    return {"results": results}
+
+
+def figures(report: dict) -> dict:
+    """{"trajectory": Figure} of a `run` report."""
+    from nca_interp import plots
+
+    return {"trajectory": plots.trajectory_figure(report)}
+
+
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_config(TrajectoryConfig, argv, __doc__, positional="runs")
     if not cfg.runs:
@@ -137,49 +191,16 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(cfg.threads)
     if cfg.out:
         check_writable(cfg.out)
-    plan = {}
-    for run in cfg.runs:
-        verify_folder(run)
-        ckpts = checkpoints_of(run)
-        keep = ckpts[::cfg.every]
-        if keep[-1] != ckpts[-1]:
-            keep.append(ckpts[-1])
-        teacher = teacher_of(run, cfg.teacher)
-        verify_folder(teacher)
-        task = task_for_checkpoints([run])
-        ctx = cfg.context or json.loads((Path(run) / "run_config.json").read_text()).get(
-            "context") or task.default_context
-        check_context(task, ctx)
-        plan[run] = (keep, teacher, task, ctx)
-    results = {}
-    for run, (keep, teacher_dir, task, ctx) in plan.items():
-        teacher, tok_t = load_checkpoint(teacher_dir)
-        drift_set = task.levels("test", cfg.drift_levels, cfg.seed)
-        rows = []
-        for step, path in keep:
-            model, tok = load_checkpoint(path)
-            check_same_tokenizer(tok, tok_t, path, teacher_dir)
-            rep = evaluate_checkpoint(model, tok, task, ctx, cfg.n_levels, cfg.seed)
-            kls = drift_kls(model, teacher, tok, task.for_tokenizer(tok), drift_set, ctx,
-                            cfg.seed)
-            row = {"step": step, "checkpoint": path, **{k: rep[k] for k in REPORT_KEYS},
-                   **{k: kls[k] for k in KL_TERMS},
-                   "ci95": {**{k: rep["ci95"][k] for k in REPORT_KEYS if k in rep["ci95"]},
-                            **kls["ci95"]}}
-            rows.append(row)
-            print(f"{Path(run).name} step {step}: win {row['win_no_c']:.3f}/{row['win_c']:.3f} "
-                  f"harm {row['harm']} kl_ctx {row['kl_ctx']:.4f}", flush=True)
-        results[Path(run).name] = {"run": run, "teacher": teacher_dir, "context": ctx,
-                                   "task": task.name, "steps": rows}
-    print(format_table(results))
-    report = {"config": to_dict(cfg), "results": results}
+    result = run(cfg.runs, teacher=cfg.teacher, context=cfg.context, n_levels=cfg.n_levels,
+                 drift_levels=cfg.drift_levels, every=cfg.every, seed=cfg.seed)
+    print(format_table(result["results"]))
+    report = {"config": to_dict(cfg), **result}
     if cfg.out:
         from nca_interp import plots
 
         write_json(f"{cfg.out}.json", report)
-        plots.write_figure(plots.trajectory_figure(report), cfg.out, cfg.png)
+        plots.write_figure(figures(report)["trajectory"], cfg.out, cfg.png)
     return report
-
 
 if __name__ == "__main__":
     sys.exit(entry(main))

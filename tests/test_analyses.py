@@ -184,3 +184,23 @@ def test_streamed_similarity_equals_in_memory(tmp_path):
     got = stream.result()
     for key in layer_sim.STATS:
         assert got[key] == pytest.approx(ref[key], rel=1e-10), key
+
+
+def test_every_analysis_has_run_and_figures():
+    """The Python API: run(...) returns the report, figures(report) its plotly figures; the
+    CLI is a wrapper (embedded Sokoban checkpoints, tiny sizes)."""
+    import plotly.graph_objects as go
+
+    from nca_interp import evaluate, grad_align, param_delta, patching, trajectory
+
+    for mod in (evaluate, grad_align, param_delta, trajectory, layer_sim, patching):
+        assert callable(mod.run) and callable(mod.figures), mod.__name__
+    ev = evaluate.run(n_levels=6)
+    assert set(ev) == {"task", "context", "reports"}
+    pd = param_delta.run()
+    assert pd["comparison"]["global_cos"] is not None
+    ga = grad_align.run(batch=4, micro_batch=2)
+    for report, mod in ((ev, evaluate), (pd, param_delta), (ga, grad_align)):
+        figs = mod.figures(report)
+        assert figs and all(isinstance(f, go.Figure) for f in figs.values())
+    assert any(k.startswith("adam_") for k in param_delta.figures(pd))

@@ -25,7 +25,7 @@ from nca_interp.runs import lr_at  # noqa: F401 - the schedule lives with the ru
 
 def setup_torch(threads: int) -> None:
     torch.set_num_threads(threads)
-    # Denormals made early steps of tiny models ~10x slower on this CPU (MACHINE_FACTS.md).
+    # Denormal floats made the early steps of tiny random-init models an order of magnitude slower.
     torch.set_flush_denormal(True)
 
 

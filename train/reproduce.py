@@ -291,31 +291,13 @@ def render_figures(figs: Path, png: bool) -> list[str]:
     for method in ("opd", "nca"):
         if (ga := load(f"grad_align_{method}.json")) is None:
             continue
-        written += plots.write_figure(plots.grad_align_figure(ga), figs / f"grad_align_{method}",
-                                      png)
-        written += plots.write_figure(plots.grad_align_over_steps(ga),
-                                      figs / f"grad_align_{method}_steps", png)
+        for name, fig in grad_align.figures(ga).items():
+            stem = f"grad_align_{method}" + ("_steps" if name.endswith("_steps") else "")
+            written += plots.write_figure(fig, figs / stem, png)
     if (pd := load("param_delta.json")) is not None:
-        n = pd["n_layers"]
-        for path, r in pd["per_checkpoint"].items():
-            grid, rows, cols = param_delta.layer_module_grid(r["rel"], n)
-            written += plots.write_figure(plots.heatmap(grid, rows, cols,
-                                                        f"||dW|| / ||W0||: {Path(path).name}"),
-                                          figs / f"param_delta_{Path(path).name}", png)
-        cmp = pd["comparison"]
-        grid, rows, cols = param_delta.layer_module_grid(cmp["cos"], n)
-        written += plots.write_figure(plots.heatmap(grid, rows, cols,
-                                                    "cos(dOPD, dNCA) per module", signed=True),
-                                      figs / "param_delta_cos", png)
-        grid, rows, cols = param_delta.layer_module_grid(cmp["specific"]["rel"], n)
-        written += plots.write_figure(plots.heatmap(
-            grid, rows, cols, "NCA-specific delta ||dNCA - dOPD|| / ||W0||"),
-            figs / "param_delta_specific", png)
-        if "control" in pd:
-            grid, rows, cols = param_delta.layer_module_grid(pd["control"]["cos"], n)
-            written += plots.write_figure(plots.heatmap(
-                grid, rows, cols, "seed-to-seed control: cos(dOPD s0, dOPD s1) per module",
-                signed=True), figs / "param_delta_control_cos", png)
+        for name, fig in param_delta.figures(pd).items():
+            stem = "param_delta_" + (name[len("delta_"):] if name.startswith("delta_") else name)
+            written += plots.write_figure(fig, figs / stem, png)
     if (pt := load("patching.json")) is not None:
         for name, r in pt["results"].items():
             for suffix, fig in plots.patching_figures(r).items():
