@@ -1,0 +1,64 @@
+"""The claim rules of train.claims on small hand-made pipeline outputs: each verdict flips
+when the data crosses its rule."""
+
+import json
+
+from train import claims
+
+
+def report(win_no_c, win_c, harm, regime, ci_no_c=(0.0, 1.0), ci_harm=(0.0, 1.0),
+           ci_c=(0.0, 1.0)):
+    return {"win_no_c": win_no_c, "win_c": win_c, "harm": harm, "regime": regime,
+            "rel_len_both": None, "ci95": {"win_no_c": list(ci_no_c), "harm": list(ci_harm),
+                                           "win_c": list(ci_c), "rel_len_both": [None, None]}}
+
+
+def write(tmp_path, reports):
+    (tmp_path / "context_return.json").write_text(json.dumps({"reports": reports}))
+    return tmp_path
+
+
+def test_degradation_needs_regime_a_in_every_seed(tmp_path):
+    base = report(0.9, 0.95, 0.01, "B")
+    a = report(0.9, 0.7, 0.2, "A", ci_harm=(0.1, 0.3))
+    c = report(0.9, 0.9, 0.02, "C", ci_harm=(0.0, 0.05))
+    figs = write(tmp_path, {"t_base": base, "t_opd_s0": a, "t_opd_s1": a})
+    assert claims.degrades(figs)[3] == "reproduced"
+    figs = write(tmp_path, {"t_base": base, "t_opd_s0": a, "t_opd_s1": c})
+    assert claims.degrades(figs)[3] == "partly"
+    figs = write(tmp_path, {"t_base": base, "t_opd_s0": c, "t_opd_s1": c})
+    assert claims.degrades(figs)[3] == "not reproduced"
+    none = report(0.0, 0.4, None, "B")
+    figs = write(tmp_path, {"t_base": base, "t_opd_s0": none})
+    assert claims.degrades(figs)[3] == "not measurable"
+
+
+def test_internalizing_is_judged_against_the_step_zero_null(tmp_path):
+    base = report(0.3, 0.9, 0.0, "B")
+    up = report(0.6, 0.9, 0.0, "B", ci_no_c=(0.45, 0.75))
+    flat = report(0.35, 0.9, 0.0, "B", ci_no_c=(0.2, 0.5))
+    assert claims.internalizes(write(tmp_path, {"b": base, "t_opd_s0": up}))[3] == "reproduced"
+    assert claims.internalizes(write(tmp_path, {"b": base, "t_opd_s0": flat}))[3] == \
+        "not reproduced"
+
+
+def test_nca_blind_to_c_fails_the_keeps_context_claim(tmp_path):
+    base = report(0.0, 0.44, None, "B")
+    blind = report(0.0, 0.02, None, "C", ci_c=(0.0, 0.06))
+    keeps = report(0.0, 0.42, None, "B", ci_c=(0.3, 0.55))
+    assert claims.nca_keeps_context(write(tmp_path, {"b": base, "t_nca_s0": blind}))[3] == \
+        "not reproduced"
+    assert claims.nca_keeps_context(write(tmp_path, {"b": base, "t_nca_s0": keeps}))[3] == \
+        "reproduced"
+
+
+def test_updates_differ_needs_cross_method_below_every_seed_pair(tmp_path):
+    def pd(cross, within):
+        pairs = {"x_opd_s0~x_nca_s0": cross[0], "x_opd_s1~x_nca_s1": cross[1],
+                 "x_opd_s0~x_opd_s1": within[0], "x_nca_s0~x_nca_s1": within[1]}
+        (tmp_path / "param_delta.json").write_text(json.dumps(
+            {"all_pairs": {k: {"global_cos": v} for k, v in pairs.items()}}))
+        return claims.updates_differ(tmp_path)[3]
+    assert pd((0.5, 0.55), (0.9, 0.92)) == "reproduced"
+    assert pd((0.5, 0.95), (0.9, 0.92)) == "partly"
+    assert pd((0.95, 0.96), (0.9, 0.92)) == "not reproduced"

@@ -1,0 +1,294 @@
+"""The paper's claims as code: each is a function from a pipeline folder's JSON to (measured,
+null or control, verdict), with its rule written once, here.
+
+    python -m train.claims facts                 # one setting's claims table
+    python -m train.claims --write               # regenerate the blocks in README.md / docs
+
+Verdicts: "reproduced" (the effect stands clear of its null in every seed, by the rule below),
+"partly" (in the mean or in some seeds, not all), "not reproduced", or "not measurable" (the
+quantity is undefined here, e.g. harm with no item right without c). Numbers are per-seed
+point estimates with each run's 95% cluster-bootstrap interval from context_return.json where
+a rule uses one; ranges over seeds are written "lo-hi" (a spread, not an interval).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+Claim = tuple[str, str, str, str]  # (claim, measured, null / control, verdict)
+
+
+def _runs(rep: dict, method: str) -> list[dict]:
+    return [r for n, r in rep["reports"].items() if re.search(rf"_{method}_s\d+$", n)]
+
+
+def _base(rep: dict) -> dict:
+    return next(r for n, r in rep["reports"].items() if not re.search(r"_(opd|nca)_s\d+$", n))
+
+
+def _spread(vals: list[float], pct: bool = False) -> str:
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return "-"
+    f = (lambda v: f"{100 * v:+.1f}%") if pct else (lambda v: f"{v:.3f}")
+    return f(vals[0]) if len(vals) == 1 else f"{f(float(np.mean(vals)))} ({f(min(vals))} to " \
+        f"{f(max(vals))}, n={len(vals)})"
+
+
+def _verdict(flags: list[bool]) -> str:
+    if flags and all(flags):
+        return "reproduced"
+    return "partly" if any(flags) else "not reproduced"
+
+
+def internalizes(figs: Path) -> Claim:
+    """OPD raises accuracy without c above the step-0 null: every seed's interval lies above
+    the initial checkpoint's point estimate."""
+    rep = json.loads((figs / "context_return.json").read_text())
+    base, opd = _base(rep), _runs(rep, "opd")
+    flags = [r["ci95"]["win_no_c"][0] > base["win_no_c"] for r in opd]
+    return ("OPD internalizes c (right without c rises)", _spread([r["win_no_c"] for r in opd]),
+            f"step 0: {base['win_no_c']:.3f}", _verdict(flags))
+
+
+def degrades(figs: Path) -> Claim:
+    """Context-induced degradation after OPD: regime A (the interval of acc_c - acc_no_c below
+    0) in every seed; partly: in some seeds, or harm's interval above the step-0 harm."""
+    rep = json.loads((figs / "context_return.json").read_text())
+    base, opd = _base(rep), _runs(rep, "opd")
+    if all(r["harm"] is None for r in opd):
+        return ("OPD students break when c returns (harm, regime A)", "no item right without c",
+                "-", "not measurable")
+    null = base["harm"] if base["harm"] is not None else 0.0
+    flags = [r["regime"] == "A" for r in opd]
+    partly = [r["harm"] is not None and (r["ci95"]["harm"][0] or 0) > null for r in opd]
+    verdict = _verdict(flags) if any(flags) else ("partly" if any(partly) else "not reproduced")
+    regimes = " ".join(r["regime"] for r in opd)
+    return ("OPD students break when c returns (harm, regime A)",
+            f"harm {_spread([r['harm'] for r in opd])}; regimes {regimes}",
+            f"step-0 harm {null:.3f}", verdict)
+
+
+def nca_prevents(figs: Path) -> Claim:
+    """NCA removes the harm: in every seed pair NCA's harm is below OPD's and NCA is never in
+    regime A. Only judged where OPD degrades in some seed."""
+    rep = json.loads((figs / "context_return.json").read_text())
+    opd, nca = _runs(rep, "opd"), _runs(rep, "nca")
+    measured = f"harm {_spread([r['harm'] for r in nca])}; regimes " + \
+        " ".join(r["regime"] for r in nca)
+    control = f"OPD harm {_spread([r['harm'] for r in opd])}"
+    if not any(r["regime"] == "A" for r in opd):
+        return ("NCA prevents the harm", measured, control, "not measurable (OPD does not "
+                                                            "degrade here)")
+    flags = [(n["harm"] or 0) < (o["harm"] or 0) and n["regime"] != "A"
+             for o, n in zip(opd, nca)]
+    return ("NCA prevents the harm", measured, control, _verdict(flags))
+
+
+def nca_keeps_context(figs: Path) -> Claim:
+    """NCA keeps what c gives (robust, not blind to c): with c, every NCA seed's accuracy
+    interval reaches the step-0 model's accuracy with c. Failing it means NCA's anchor made the
+    context view ignore c."""
+    rep = json.loads((figs / "context_return.json").read_text())
+    base, nca = _base(rep), _runs(rep, "nca")
+    flags = [r["ci95"]["win_c"][1] >= base["win_c"] for r in nca]
+    return ("NCA keeps what c gives (accuracy with c)", _spread([r["win_c"] for r in nca]),
+            f"step 0 with c: {base['win_c']:.3f}; OPD "
+            f"{_spread([r['win_c'] for r in _runs(rep, 'opd')])}", _verdict(flags))
+
+
+def longer(figs: Path) -> Claim:
+    """Answers grow when c returns after OPD: every seed's interval of rel_len_both lies above
+    0 and its point above the step-0 model's."""
+    rep = json.loads((figs / "context_return.json").read_text())
+    base, opd = _base(rep), _runs(rep, "opd")
+    vals = [r["rel_len_both"] for r in opd]
+    if all(v is None for v in vals):
+        return ("OPD answers get longer with c (rel_len_both)", "no item right both ways", "-",
+                "not measurable")
+    b = base["rel_len_both"]
+    flags = [r["rel_len_both"] is not None and (r["ci95"]["rel_len_both"][0] or 0) > 0 and
+             (b is None or r["rel_len_both"] > b) for r in opd]
+    return ("OPD answers get longer with c (rel_len_both)", _spread(vals, pct=True),
+            "step 0: " + ("-" if b is None else f"{100 * b:+.1f}%"), _verdict(flags))
+
+
+def _layer_cos(figs: Path, method: str) -> tuple[list[list[float]], list[float], list[float]]:
+    ls = json.loads((figs / "layer_sim.json").read_text())["results"]
+    runs = [r["cos"][1:] for n, r in ls.items() if re.search(rf"_{method}_s\d+$", n)]
+    base = next(r["cos"][1:] for n, r in ls.items()
+                if n != "random_init" and not re.search(r"_(opd|nca)_s\d+$", n))
+    return runs, base, ls["random_init"]["cos"][1:]
+
+
+def nca_identical(figs: Path) -> Claim:
+    """With NCA the two views' hidden states stay near-identical: cosine >= 0.997 at every
+    layer (response positions) in every seed; partly: above OPD's at every layer."""
+    nca, base, rnd = _layer_cos(figs, "nca")
+    opd, _, _ = _layer_cos(figs, "opd")
+    mins = [min(r) for r in nca]
+    flags = [m >= 0.997 for m in mins]
+    verdict = _verdict(flags) if any(flags) else (
+        "partly (above OPD at every layer, below 0.997)" if all(
+            all(a > b for a, b in zip(n, o)) for n, o in zip(nca, opd)) else "not reproduced")
+    return ("NCA keeps the views near-identical (cos >= 0.997 every layer)",
+            f"lowest layer cos {_spread(mins)}",
+            f"OPD lowest {_spread([min(r) for r in opd])}; step 0 {min(base):.3f}; random init "
+            f"{min(rnd):.3f}", verdict)
+
+
+def opd_gap(figs: Path) -> Claim:
+    """OPD leaves a gap in the middle and late layers: its mean cos over the later half of the
+    layers is below the step-0 model's in every seed (a gap the teacher already has is not
+    OPD's)."""
+    opd, base, rnd = _layer_cos(figs, "opd")
+    half = len(base) // 2
+    late = [float(np.mean(r[half:])) for r in opd]
+    b = float(np.mean(base[half:]))
+    return ("OPD leaves a gap in middle / late layers", f"later-half cos {_spread(late)}",
+            f"step 0 {b:.3f}; random init {float(np.mean(rnd[half:])):.3f}",
+            _verdict([v < b for v in late]))
+
+
+def orthogonal(figs: Path) -> Claim:
+    """OPD's gradient and the context view's are near-orthogonal: at every checkpoint of the
+    OPD run, the cross-fitted angle opd~ctx lies in 75-105 degrees, and both terms' noise
+    floors (the angle between their two half batches) are below 75 degrees, so the angle is
+    not what two noise-dominated gradients give."""
+    ga = json.loads((figs / "grad_align_opd.json").read_text())["results"]
+    rows = [r["global"] for r in ga.values()]
+    ang = [r["angle_xfit_deg"].get("opd~ctx") for r in rows]
+    floors = [max(r["self_angle_deg"].get("opd") or 180, r["self_angle_deg"].get("ctx") or 180)
+              for r in rows]
+    flags = [a is not None and 75 <= a <= 105 and f < 75 for a, f in zip(ang, floors)]
+    clear = [f < 75 for f in floors]
+    verdict = _verdict(flags) if any(clear) else "not measurable (floors >= 75 deg)"
+    fmt = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
+    return ("OPD's gradient is near-orthogonal to the context view's",
+            "opd~ctx " + " ".join(fmt(a) for a in ang) + " deg over training",
+            "noise floors " + " ".join(fmt(f) for f in floors) + " deg", verdict)
+
+
+def _adam(figs: Path) -> dict:
+    return json.loads((figs / "param_delta.json").read_text())
+
+
+def shallow_qk(figs: Path) -> Claim:
+    """Updates concentrate in shallow layers, mostly k_proj / q_proj (Adam-normalised size,
+    which removes the learning-rate budget): for every checkpoint, the first third of the layers
+    moves more than the last third, and k_proj and q_proj rank first among the projection
+    and MLP matrices."""
+    pd = _adam(figs)
+    mats = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    flags, cells = [], []
+    n = pd["n_layers"]
+    third = max(1, n // 3)
+    for path, r in pd["per_checkpoint"].items():
+        lay = r["per_layer_adam"]
+        if lay.get("0") is None:
+            return ("Updates concentrate in shallow layers, mostly k/q", "-", "-",
+                    "not measurable (no learning-rate record)")
+        shallow = np.mean([lay[str(i)] for i in range(third)])
+        deep = np.mean([lay[str(i)] for i in range(n - third, n)])
+        mod = r["per_module_adam"]
+        top2 = sorted(mats, key=lambda m: -(mod.get(m) or 0))[:2]
+        flags.append(shallow > deep and set(top2) == {"q_proj", "k_proj"})
+        cells.append(f"{Path(path).name}: shallow/deep {shallow / deep:.2f}, top {'+'.join(top2)}")
+    return ("Updates concentrate in shallow layers, mostly k/q", "; ".join(cells),
+            "ratio 1 = uniform over depth; 7 matrix types", _verdict(flags))
+
+
+def updates_differ(figs: Path) -> Claim:
+    """NCA's updates differ from OPD's: over every pair of runs in param_delta.json, each
+    cross-method cosine cos(dOPD, dNCA) is below each within-method (seed-to-seed) cosine,
+    a complete separation (with two seeds per method, the most extreme of the label
+    permutations); partly: the cross-method mean is below the within-method mean."""
+    pairs = _adam(figs).get("all_pairs", {})
+    cross, within = [], []
+    for key, v in pairs.items():
+        a, b = key.split("~")
+        ma = re.search(r"_(opd|nca)_s\d+$", a)
+        mb = re.search(r"_(opd|nca)_s\d+$", b)
+        if not (ma and mb) or v["global_cos"] is None:
+            continue
+        (within if ma.group(1) == mb.group(1) else cross).append(v["global_cos"])
+    if not cross or not within:
+        return ("NCA's updates differ from OPD's", "-", "-", "not measurable (needs two seeds "
+                                                              "of each method)")
+    if max(cross) < min(within):
+        verdict = "reproduced"
+    else:
+        verdict = "partly" if np.mean(cross) < np.mean(within) else "not reproduced"
+    return ("NCA's updates differ from OPD's", f"cos(dOPD, dNCA) {_spread(cross)}",
+            f"seed-to-seed (same method) {_spread(within)}", verdict)
+
+
+CLAIMS: tuple[Callable[[Path], Claim], ...] = (internalizes, degrades, nca_prevents,
+                                               nca_keeps_context, longer, nca_identical,
+                                               opd_gap, orthogonal, shallow_qk, updates_differ)
+
+
+def claims(figs: Path) -> list[Claim]:
+    """Every claim whose JSON exists in `figs`."""
+    out = []
+    for fn in CLAIMS:
+        try:
+            out.append(fn(figs))
+        except FileNotFoundError:
+            continue
+    return out
+
+
+def table(figs: Path) -> str:
+    rows = ["| claim | measured | null / control | verdict |", "|---|---|---|---|"]
+    rows += [f"| {c} | {m} | {n} | **{v}** |" for c, m, n, v in claims(figs)]
+    return "\n".join(rows)
+
+
+def begin(name: str) -> str:
+    return f"<!-- claims:{name}:begin (python -m train.claims --write) -->"
+
+
+def end(name: str) -> str:
+    return f"<!-- claims:{name}:end -->"
+
+
+def block(name: str, root: Path = Path("figures")) -> str:
+    return f"{begin(name)}\n{table(root / name)}\n{end(name)}"
+
+
+def refresh(text: str, root: Path = Path("figures")) -> str:
+    """`text` with every claims block regenerated."""
+    for name in re.findall(r"<!-- claims:([\w-]+):begin", text):
+        a, b = text.index(begin(name)), text.index(end(name)) + len(end(name))
+        text = text[:a] + block(name, root) + text[b:]
+    return text
+
+
+DOCS = ("README.md", "docs/index.md", "docs/real_model.md")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("settings", nargs="*", default=[])
+    ap.add_argument("--figures", default="figures")
+    ap.add_argument("--write", action="store_true",
+                    help="regenerate every claims block of " + ", ".join(DOCS))
+    args = ap.parse_args(argv)
+    for name in args.settings:
+        print(f"{name}\n{table(Path(args.figures) / name)}\n")
+    if args.write:
+        for doc in map(Path, DOCS):
+            if doc.exists():
+                doc.write_text(refresh(doc.read_text(), Path(args.figures)))
+
+
+if __name__ == "__main__":
+    main()

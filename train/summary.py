@@ -1,0 +1,93 @@
+"""The summary across settings, generated from each pipeline folder's JSON (never typed).
+
+    python -m train.summary              # print the table
+    python -m train.summary --write      # also replace the generated block in README.md
+
+Per setting (a `figures/<name>/` written by `train.reproduce`): the teacher with and without
+the context (the step-0 null every student is read against: in self-distillation it *is* the
+students' initial checkpoint), then OPD and NCA over their seeds: accuracy without / with c,
+harm = P(wrong with c | right without c), and the regime of every seed. Cells are the mean
+over seeds with the seeds' range in parentheses (a spread, not an interval; each run's own 95%
+cluster-bootstrap intervals are in figures/<name>/README.md). A test checks that README.md's
+block equals this output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+SETTINGS = ("facts", "facts_lr3e-5", "sokoban_long", "sokoban_remap", "sokoban", "sokoban8s",
+            "sokoban_xl", "sysprompt", "frozenlake")
+DOCS = ("README.md", "docs/results/index.md")
+BEGIN, END = "<!-- summary:begin (python -m train.summary --write) -->", "<!-- summary:end -->"
+
+
+def _cell(stat: dict | None, digits: int = 3) -> str:
+    if not stat:
+        return "-"
+    if stat["n"] == 1 or stat["min"] == stat["max"]:
+        return f"{stat['mean']:.{digits}f}"
+    return f"{stat['mean']:.{digits}f} ({stat['min']:.{digits}f}-{stat['max']:.{digits}f})"
+
+
+def _regimes(rs: list[str]) -> str:
+    return " ".join(f"{r}x{rs.count(r)}" for r in sorted(set(rs))) if rs else "-"
+
+
+def row(figs: Path) -> str | None:
+    f = figs / "context_return_summary.json"
+    if not f.exists():
+        return None
+    s = json.loads(f.read_text())
+    base = s.get("base", {})
+    teacher = f"{_cell(base.get('win_no_c'))} / {_cell(base.get('win_c'))}; harm " \
+              f"{_cell(base.get('harm'))}"
+    cells = [f"`{figs.name}`", teacher]
+    for method in ("opd", "nca"):
+        m = s.get(method)
+        if not m:
+            cells += ["-", "-", "-"]
+            continue
+        n = len(m["regimes"])
+        cells += [f"{_cell(m['win_no_c'])} / {_cell(m['win_c'])}", _cell(m["harm"]),
+                  f"{_regimes(m['regimes'])} (n={n})"]
+    return "| " + " | ".join(cells) + " |"
+
+
+def table(root: Path = Path("figures")) -> str:
+    head = ("| setting | teacher = step-0 null: right without c / with c; harm | OPD: right "
+            "without c / with c | OPD harm | OPD regimes | NCA: right without c / with c | "
+            "NCA harm | NCA regimes |\n|---|---|---|---|---|---|---|---|")
+    rows = [r for r in (row(root / name) for name in SETTINGS) if r]
+    note = ("\nIn self-distillation (every setting but `sokoban_xl`) the teacher is also each "
+            "student's step-0 checkpoint; `sokoban_xl`'s students start from `sokoban`'s teacher "
+            "(its row there is their null).")
+    return "\n".join([head, *rows]) + "\n" + note
+
+
+def block(root: Path = Path("figures")) -> str:
+    return f"{BEGIN}\n{table(root)}\n{END}"
+
+
+def replace_block(text: str, new: str) -> str:
+    a, b = text.index(BEGIN), text.index(END) + len(END)
+    return text[:a] + new + text[b:]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--figures", default="figures")
+    ap.add_argument("--write", action="store_true", help="replace README.md's block")
+    args = ap.parse_args(argv)
+    new = block(Path(args.figures))
+    print(new)
+    if args.write:
+        for doc in map(Path, DOCS):
+            doc.write_text(replace_block(doc.read_text(), new))
+
+
+if __name__ == "__main__":
+    main()
