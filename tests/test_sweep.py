@@ -23,7 +23,7 @@ def test_table_summarises_rows_from_their_json_and_lists_the_rest(tmp_path):
         "sokoban_long_opd_s0": {"steps": [{"kl_ctx": 0.0}, {"kl_ctx": 1.5}]}}}))
     text = sweep.table(tmp_path)
     opd = next(ln for ln in text.splitlines() if "| sokoban_long |" in ln and "| opd |" in ln)
-    assert "| 2 | 0.850 [0.800, 0.900] | 0.650 [0.600, 0.700] |" in opd
+    assert "| 2 | 0.850 (0.800 to 0.900) | 0.650 (0.600 to 0.700) |" in opd
     assert "| AA |" in opd and "0.00 -> 1.50" in opd and "0.900 / 0.990" in opd
     nca = next(ln for ln in text.splitlines() if "| sokoban_long |" in ln and "| nca |" in ln)
     assert "| 1 | 0.900 | 0.900 |" in nca and "| C |" in nca

@@ -16,7 +16,9 @@ from nca_interp.evaluate import label, metric_of
 
 
 def fmt_range(r: dict) -> str:
-    return f"{r['mean']:.3f} [{r['min']:.3f}, {r['max']:.3f}]"
+    if r["min"] == r["max"]:
+        return f"{r['mean']:.3f}"
+    return f"{r['mean']:.3f} ({r['min']:.3f} to {r['max']:.3f})"  # a seed range, not a CI
 
 
 def metric(figs: Path) -> str:
@@ -80,7 +82,7 @@ def layer_sim(figs: Path, name: str = "layer_sim") -> str:
     rep = json.loads((figs / f"{name}.json").read_text())
     layers = rep["layers"][1:]
     out = [f"Positions: {rep.get('at', 'response')}; every model teacher-forced on "
-           f"{rep.get('responses_from', 'its own greedy responses')}. Mean [min, max] over "
+           f"{rep.get('responses_from', 'its own greedy responses')}. Mean (min to max) over "
            "seeds; `random_init` (same config, untrained) is the null."]
     metrics = ["cos", "cos_centred", "cka"]
     if "ctx_attn_ratio_layer" in next(iter(rep["results"].values())):
@@ -94,7 +96,7 @@ def layer_sim(figs: Path, name: str = "layer_sim") -> str:
             groups.setdefault(_group(run), []).append(r[metric][shift:])
         for key, vals in groups.items():
             v = np.array(vals)
-            cells = [f"{m:.3f}" + (f" [{lo:.3f}, {hi:.3f}]" if len(vals) > 1 else "")
+            cells = [f"{m:.3f}" + (f" ({lo:.3f} to {hi:.3f})" if len(vals) > 1 else "")
                      for m, lo, hi in zip(v.mean(0), v.min(0), v.max(0))]
             rows.append(f"| {key} | " + " | ".join(cells) + " |")
         out.append("\n".join(rows))
@@ -274,7 +276,7 @@ def render(figs: Path) -> str:
     lines.append(f"## Teacher, {n} held-out {unit}, greedy\n\n{teacher(figs)}\n")
     if not (figs / "context_return_summary.json").exists():
         return "\n".join(lines)
-    sections = [("Context return (mean [min, max] over seeds; harm = P(lost with c | won "
+    sections = [("Context return (mean (min to max) over seeds, a spread not an interval; harm = P(lost with c | won "
                  "without c))", context_return),
                 ("Per run, 95% cluster-bootstrap intervals", per_seed)]
     for name, what in (("layer_sim", "response positions"),

@@ -29,7 +29,7 @@ def _cell(stat: dict | None, digits: int = 3) -> str:
         return "-"
     if stat["n"] == 1 or stat["min"] == stat["max"]:
         return f"{stat['mean']:.{digits}f}"
-    return f"{stat['mean']:.{digits}f} ({stat['min']:.{digits}f}-{stat['max']:.{digits}f})"
+    return f"{stat['mean']:.{digits}f} ({stat['min']:.{digits}f} to {stat['max']:.{digits}f})"
 
 
 def _regimes(rs: list[str]) -> str:

@@ -49,7 +49,7 @@ def fmt(vals: list[float]) -> str:
         return "-"
     if len(vals) == 1:
         return f"{vals[0]:.3f}"
-    return f"{np.mean(vals):.3f} [{min(vals):.3f}, {max(vals):.3f}]"
+    return f"{np.mean(vals):.3f} ({min(vals):.3f} to {max(vals):.3f})"  # a seed range, not a CI
 
 
 def teacher_cell(figs: Path, ctx: str) -> str:
@@ -113,7 +113,7 @@ def table(figures: Path = Path("figures")) -> str:
                 f"{fmt(seed_cells(reports, method, 'harm'))} | {regimes} | "
                 f"{drift_cell(figs, method)} | {minutes(figs)} |")
     out = "\n".join(lines)
-    out += ("\n\nCells: mean [min, max] over seeds of the held-out (1000 levels) greedy win "
+    out += ("\n\nCells: mean (min to max) over seeds (a spread, not an interval) of the held-out (1000 levels) greedy win "
             "rates; harm = P(lost with c | won without c); regime per seed from the 95% interval "
             "of win_c - win_no_c (A: context hurts, B: still needed, C: irrelevant). The null "
             "for every student is its initial checkpoint (step 0; the teacher itself except "
