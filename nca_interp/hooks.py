@@ -7,6 +7,7 @@ hooks are removed in `finally`, so none outlives a call.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -29,6 +30,17 @@ def boot_bridge(path: str | Path, device: str = "cpu", dtype=None):
     return bridge
 
 
+@contextmanager
+def attached(bridge):
+    """The one place hooks are cleaned up: whatever a block attaches to `bridge` (hooks passed
+    to `run_with_hooks` / `run_with_cache`, or added by hand) is removed when it exits, also
+    on an exception, so no hook outlives the block."""
+    try:
+        yield bridge
+    finally:
+        bridge.reset_hooks()
+
+
 def n_layers(bridge) -> int:
     return int(bridge.cfg.n_layers)
 
@@ -48,12 +60,10 @@ def capture(bridge, ids_B_T: torch.Tensor, mask_B_T: torch.Tensor,
     names = [EMBED_HOOK] + [resid_hook(i) for i in range(L)]
     if patterns:
         names += [pattern_hook(i) for i in range(L)]
-    try:
+    with attached(bridge):
         dev = next(bridge.parameters()).device
         _, cache = bridge.run_with_cache(ids_B_T.to(dev), attention_mask=mask_B_T.to(dev),
                                          names_filter=names)
-    finally:
-        bridge.reset_hooks()
     out = {"resid": torch.stack([cache[n].float().cpu() for n in names[: L + 1]])}
     if patterns:
         out["pattern"] = torch.stack([cache[pattern_hook(i)].float().cpu() for i in range(L)])

@@ -49,7 +49,7 @@ from einops import rearrange, reduce
 from nca_interp.checkpoint import verify_folder
 from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
-from nca_interp.hooks import attached_hooks, boot_bridge
+from nca_interp.hooks import attached, attached_hooks, boot_bridge
 from nca_interp.layer_sim import context_token_mask, shared_suffix_mask
 from nca_interp.rollout import encode, pad_id
 from nca_interp.runs import resolve_task_and_context
@@ -85,7 +85,7 @@ def greedy(bridge, ids: torch.Tensor, mask: torch.Tensor, max_new: int, stop: li
     out = [[] for _ in range(len(ids))]
     done = torch.zeros(len(ids), dtype=torch.bool)
     stops = torch.tensor(stop)
-    try:
+    with attached(bridge):
         for _ in range(max_new):
             logits = bridge.run_with_hooks(ids, attention_mask=mask, fwd_hooks=hooks or [])
             tok = logits[:, -1].argmax(-1)
@@ -97,8 +97,6 @@ def greedy(bridge, ids: torch.Tensor, mask: torch.Tensor, max_new: int, stop: li
                 break
             ids = torch.cat([ids, torch.where(done, torch.full_like(tok, pad), tok)[:, None]], 1)
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
-    finally:
-        bridge.reset_hooks()
     return out
 
 
@@ -189,10 +187,8 @@ def build_cases(tok, task: Task, context: str, rows: list, limit: int | None) ->
 
 @torch.no_grad()
 def last_logits(bridge, ids, mask, hooks=()) -> torch.Tensor:
-    try:
+    with attached(bridge):
         return bridge.run_with_hooks(ids, attention_mask=mask, fwd_hooks=list(hooks))[:, -1]
-    finally:
-        bridge.reset_hooks()
 
 
 def logit_diff(logits_B_V: torch.Tensor, cases: Cases) -> torch.Tensor:
@@ -251,10 +247,8 @@ def bootstrap(per_case_N_C: np.ndarray, n_boot: int = 2000, seed: int = 0) -> di
 
 @torch.no_grad()
 def cache_of(bridge, ids, mask, names: list[str]) -> dict[str, torch.Tensor]:
-    try:
+    with attached(bridge):
         _, cache = bridge.run_with_cache(ids, attention_mask=mask, names_filter=names)
-    finally:
-        bridge.reset_hooks()
     return {n: cache[n].detach().clone() for n in names}
 
 

@@ -5,7 +5,7 @@ import torch
 
 from nca_interp import grad_align, layer_sim, param_delta
 from nca_interp.checkpoint import save_checkpoint
-from nca_interp.hooks import attached_hooks, boot_bridge, capture
+from nca_interp.hooks import attached, attached_hooks, boot_bridge, capture
 from nca_interp.rollout import encode
 from tests.conftest import tiny
 
@@ -40,6 +40,12 @@ def test_capture_matches_hf_hidden_states_and_removes_hooks(tok, folders):
     assert got["pattern"].shape[:2] == (L, 2)
     with pytest.raises(IndexError):
         capture(bridge, ids + 10**6, mask)  # a failing call must not leave hooks behind
+    assert attached_hooks(bridge) == 0
+    with pytest.raises(RuntimeError):
+        with attached(bridge):
+            bridge.hook_dict["blocks.0.hook_resid_post"].add_hook(lambda act, hook: act)
+            assert attached_hooks(bridge) == 1
+            raise RuntimeError("a failure inside the block")
     assert attached_hooks(bridge) == 0
 
 
