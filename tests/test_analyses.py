@@ -44,7 +44,7 @@ def test_capture_matches_hf_hidden_states_and_removes_hooks(tok, folders):
     with pytest.raises(RuntimeError):
         with attached(bridge):
             bridge.hook_dict["blocks.0.hook_resid_post"].add_hook(lambda act, hook: act)
-            assert attached_hooks(bridge) == 1
+            assert attached_hooks(bridge) > 0
             raise RuntimeError("a failure inside the block")
     assert attached_hooks(bridge) == 0
 
