@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from nca_interp.bootstrap import cluster_indices, n_units, percentile_ci
 from nca_interp.checkpoint import load_checkpoint, verify_folder
 from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
 from nca_interp.models import autocast, context_limit, resolve_device
@@ -115,21 +116,15 @@ def paired_report(no_c: dict[str, np.ndarray], with_c: dict[str, np.ndarray],
     units = [str(i) for i in range(n)] if units is None else list(units)
     if len(units) != n:
         raise ValueError(f"{len(units)} unit labels for {n} items")
-    labels, inverse = np.unique(np.array(units), return_inverse=True)
-    members = [np.flatnonzero(inverse == u) for u in range(len(labels))]
     point = context_return_stats(w0, w1, l0, l1)
-    rng = np.random.default_rng(seed)
-    boots = []
-    for _ in range(n_boot):
-        idx = np.concatenate([members[u] for u in rng.integers(0, len(labels), len(labels))])
-        boots.append(context_return_stats(w0[idx], w1[idx], l0[idx], l1[idx]))
+    boots = [context_return_stats(w0[idx], w1[idx], l0[idx], l1[idx])
+             for idx in cluster_indices(units, n_boot, seed)]
     ci = {}
     for k in point:
         vals = np.array([bt[k] for bt in boots], float)
         vals = vals[np.isfinite(vals)]
-        ci[k] = [float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))] \
-            if len(vals) else [None, None]
-    return {"n": n, "unit": unit_name, "n_units": len(labels),
+        ci[k] = [float(v) for v in percentile_ci(vals)] if len(vals) else [None, None]
+    return {"n": n, "unit": unit_name, "n_units": n_units(units),
             "n_right_no_c": int(w0.sum()),
             **{k: (float(v) if np.isfinite(v) else None) for k, v in point.items()},
             "ci95": ci, "regime": regime_of(ci["delta_c"], int(w0.sum())),

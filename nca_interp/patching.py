@@ -46,6 +46,7 @@ import numpy as np
 import torch
 from einops import rearrange, reduce
 
+from nca_interp.bootstrap import iid_indices, percentile_ci
 from nca_interp.checkpoint import verify_folder
 from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
@@ -237,12 +238,9 @@ def normalised(patched: torch.Tensor, start: torch.Tensor, end: torch.Tensor) ->
 def bootstrap(per_case_N_C: np.ndarray, n_boot: int = 2000, seed: int = 0) -> dict:
     """Mean over cases per cell and its 95% bootstrap interval (cases resampled)."""
     x = np.asarray(per_case_N_C, float)
-    n = len(x)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, (n_boot, n))
-    boots = np.nanmean(x[idx], axis=1)
-    return {"mean": np.nanmean(x, 0).tolist(), "lo": np.nanpercentile(boots, 2.5, 0).tolist(),
-            "hi": np.nanpercentile(boots, 97.5, 0).tolist()}
+    boots = np.nanmean(x[iid_indices(len(x), n_boot, seed)], axis=1)
+    lo, hi = percentile_ci(boots, axis=0, nan=True)
+    return {"mean": np.nanmean(x, 0).tolist(), "lo": lo.tolist(), "hi": hi.tolist()}
 
 
 @torch.no_grad()

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from nca_interp.bootstrap import iid_indices, percentile_ci
 from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint, verify_folder
 from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
 from nca_interp.evaluate import evaluate_checkpoint
@@ -69,14 +70,13 @@ def drift_kls(student, teacher, tok, task, levels: list, context: str, seed: int
         sums["kl_nca"].append(_kl_rows(g, g_c, m))
         tokens.append(m.sum(1).double().numpy())
     n_tok = np.concatenate(tokens)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(n_tok), (n_boot, len(n_tok)))
+    idx = iid_indices(len(n_tok), n_boot, seed)
     out = {"n_prompts": len(n_tok), "n_tokens": int(n_tok.sum()), "ci95": {}}
     for k, parts in sums.items():
         s = np.concatenate(parts)
         out[k] = float(s.sum() / n_tok.sum())
         boots = s[idx].sum(1) / n_tok[idx].sum(1)
-        out["ci95"][k] = [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]
+        out["ci95"][k] = [float(v) for v in percentile_ci(boots)]
     return out
 
 
