@@ -1,0 +1,93 @@
+"""What the committed docs and figures promise: HTML figures that load nothing from the
+network, and markdown tables whose rows have their header's cell count (a row with an extra
+cell renders under the wrong column)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HTML = sorted((ROOT / "figures").rglob("*.html"))
+MARKDOWN = [ROOT / "README.md", *sorted((ROOT / "figures").rglob("*.md")),
+            *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def test_every_html_figure_loads_plotly_from_its_own_folder():
+    assert HTML
+    for page in HTML:
+        text = page.read_text()
+        srcs = re.findall(r'<script[^>]*src="([^"]+)"', text)
+        assert srcs == ["plotly.min.js"], f"{page}: scripts {srcs}"
+        assert (page.parent / "plotly.min.js").exists(), page
+        assert "cdn.plot.ly" not in text, page
+
+
+def _cells(line: str) -> int:
+    body = line.strip()
+    body = body[1:] if body.startswith("|") else body
+    body = body[:-1] if body.endswith("|") else body
+    return len(re.split(r"(?<!\\)\|", body))
+
+
+def table_problems(text: str) -> list[str]:
+    """Rows whose cell count differs from their table's header, as 'line N: ...'."""
+    out, lines, i = [], text.splitlines(), 0
+    while i < len(lines) - 1:
+        head, sep = lines[i], lines[i + 1]
+        if head.lstrip().startswith("|") and re.fullmatch(r"\s*\|?[\s:|-]+\|?\s*", sep) \
+                and "-" in sep:
+            n = _cells(head)
+            j = i + 2
+            while j < len(lines) and lines[j].lstrip().startswith("|"):
+                if _cells(lines[j]) != n:
+                    out.append(f"line {j + 1}: {_cells(lines[j])} cells under a {n}-column "
+                               "header")
+                j += 1
+            i = j
+        else:
+            if head.lstrip().startswith("|") and (i == 0 or not lines[i - 1].strip()
+                                                  .startswith("|")):
+                out.append(f"line {i + 1}: a table row without a header")
+            i += 1
+    return out
+
+
+def test_the_table_check_catches_extra_cells_and_orphans():
+    assert table_problems("| a | b |\n|---|---|\n| 1 | 2 |\n") == []
+    assert table_problems("| a | b |\n|---|---|\n| 1 | 2 | 3 |\n") == \
+        ["line 3: 3 cells under a 2-column header"]
+    assert table_problems("text\n\n| lonely | row |\n\nmore") == \
+        ["line 3: a table row without a header"]
+    assert table_problems("| a \\| b | c |\n|---|---|\n| 1 | 2 |\n") == []
+
+
+@pytest.mark.parametrize("doc", MARKDOWN, ids=lambda p: str(p.relative_to(ROOT)))
+def test_markdown_tables_are_well_formed(doc):
+    assert table_problems(doc.read_text()) == []
+
+
+def test_generated_blocks_equal_their_generators():
+    """README and docs blocks are exactly what `train.claims` / `train.summary` write now."""
+    from train import claims, summary
+
+    for doc in claims.DOCS:
+        text = (ROOT / doc).read_text()
+        assert claims.refresh(text, ROOT / "figures") == text, \
+            f"{doc}: a claims block is stale; run python -m train.claims --write"
+    for doc in summary.DOCS:
+        text = (ROOT / doc).read_text()
+        assert summary.replace_block(text, summary.block(ROOT / "figures")) == text, \
+            f"{doc}: the summary block is stale; run python -m train.summary --write"
+
+
+def test_docs_site_builds_offline_and_strict(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q",
+                           "--site-dir", str(tmp_path / "site")], cwd=ROOT,
+                          capture_output=True, text=True,
+                          env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "site" / "real_model" / "index.html").exists()
