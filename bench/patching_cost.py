@@ -20,7 +20,9 @@ import torch
 from bench.common import timeit
 from nca_interp import patching
 from nca_interp.assets import embedded
+from nca_interp.checkpoint import load_checkpoint
 from nca_interp.hooks import boot_bridge
+from nca_interp.models import context_limit
 from nca_interp.runs import resolve_task_and_context
 
 
@@ -34,12 +36,13 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     task, ctx = resolve_task_and_context([args.ckpt], None, None)
-    bridge = boot_bridge(args.ckpt)
-    task = task.for_tokenizer(bridge.tokenizer)
-    harm, control, counts = patching.find_cases(bridge, task, ctx,
-                                                task.levels("test", args.n_levels),
-                                                args.cases)
-    cases = harm if harm is not None else control  # timing only needs a batch
+    model, tok = load_checkpoint(args.ckpt)
+    task = task.for_tokenizer(tok)
+    harm, control, counts = patching.find_cases(model, tok, task, ctx,
+                                                task.levels("test", args.n_levels))
+    rows = harm or control  # timing only needs a batch
+    cases = patching.build_cases(tok, task, ctx, rows[:args.cases], context_limit(model))
+    bridge = boot_bridge(args.ckpt, loaded=(model, tok))
     L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
     W0 = cases.src_ids.shape[1]
     names = [f"blocks.{i}.attn.hook_z" for i in range(L)]
@@ -53,7 +56,7 @@ def main(argv=None) -> dict:
                                  [(names[i], patching.patch_hook(src[names[i]][:, -W0:],
                                                                  cases.groups["all"], h))])
     sweep = time.perf_counter() - t0
-    out = {"cases": len(cases), "kind": "harm" if harm is not None else "control",
+    out = {"cases": len(cases), "kind": "harm" if harm else "control",
            "layers": L, "heads": H, "plain_forward_s": plain, "cache_source_s": cache,
            "sweep_s": sweep, "forwards": L * H + 1,
            "per_patched_forward_vs_plain": sweep / (L * H) / plain}

@@ -28,7 +28,7 @@ CHECKS = {
     "n_layers": ">=1", "d_model": ">=1", "n_heads": ">=1", "d_mlp": ">=1", "pack": ">=1",
     "p_no_context": "prob", "p_detour": "prob", "num_boxes": ">=1", "size": ">=2",
     "num_holes": ">=0", "n_entities": ">=2", "n_attributes": ">=1", "word_len": ">=1",
-    "seed": ">=0", "n_boot": ">=1", "top_heads": ">=1", "n_cases": ">=1",
+    "seed": ">=0", "n_boot": ">=1", "n_cases": ">=1",
     "method": "choice:opd|nca", "schedule": "choice:constant|cosine",
     "precision": "choice:auto|fp32|bf16", "fmt": "choice:compact|textarena",
     "at": "choice:response|generating|prompt", "responses": "choice:reference|base|own",

@@ -16,13 +16,16 @@ from nca_interp.checkpoint import load_checkpoint
 from nca_interp.names import EMBED_HOOK, pattern_hook, resid_hook
 
 
-def boot_bridge(path: str | Path, device: str = "cpu", dtype=None):
+def boot_bridge(path: str | Path, device: str = "cpu", dtype=None, loaded=None):
     """A TransformerBridge over the checkpoint at `path`, loaded once and strictly by
     `load_checkpoint` (verified, every tensor present and finite) and wrapped in place: the
-    bridge never re-reads the folder, so nothing is hashed or loaded twice."""
+    bridge never re-reads the folder, so nothing is hashed or loaded twice. `loaded`: the
+    (model, tokenizer) `load_checkpoint(path)` already returned (wrapped in place: use the
+    plain model before, the bridge after)."""
     from transformer_lens import TransformerBridge
 
-    model, tok = load_checkpoint(path, device=device, dtype=dtype)
+    model, tok = loaded if loaded is not None else load_checkpoint(path, device=device,
+                                                                   dtype=dtype)
     tok.init_kwargs.setdefault("name_or_path", str(Path(path).resolve()))
     bridge = TransformerBridge.boot_transformers(str(Path(path).resolve()), hf_model=model,
                                                  tokenizer=tok, device=device)

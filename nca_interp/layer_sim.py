@@ -55,6 +55,7 @@ from nca_interp.checkpoint import load_checkpoint, save_checkpoint, verify_folde
 from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.hooks import boot_bridge, capture
+from nca_interp.masks import context_token_mask, shared_suffix_mask
 from nca_interp.models import context_limit, resolve_device
 from nca_interp.rollout import encode, pad_id, sample, stop_ids, target_batch
 from nca_interp.runs import (
@@ -197,28 +198,6 @@ def context_attention(pattern_L_B_H_Q_K: torch.Tensor, key_is_ctx_B_K: torch.Ten
     return {"mass_L_H": reduce(mass * q, "l b h q -> l h", "sum"),
             "ratio_L_H": reduce(ratio * q, "l b h q -> l h", "sum"),
             "n": float(query_mask_B_Q.sum())}
-
-
-def context_token_mask(tokenizer, text: str, context: str) -> list[bool]:
-    """Which tokens of `text` (tokenized as `encode` does) overlap the context string; found
-    by character offsets, so it works wherever a chat template puts the context."""
-    start = text.find(context)
-    if start < 0:
-        raise ValueError("context string not found in the prompt")
-    end = start + len(context)
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    return [a < end and b > start for a, b in enc["offset_mapping"]]
-
-
-def shared_suffix_mask(x_ids: torch.Tensor, x_mask: torch.Tensor, cx_ids: torch.Tensor
-                       ) -> torch.Tensor:
-    """B P mask of the prompt x's tokens that the [c, x] prompt repeats at the same offset from
-    the end (left padding aligns them): x itself when x is a token-level suffix of [c, x]; with
-    a chat template only the common tail."""
-    P = x_ids.shape[1]
-    same = (x_ids == cx_ids[:, -P:]) & x_mask.bool()
-    # keep a position only if every later position also matches (a contiguous common suffix)
-    return same.flip(1).long().cumprod(1).flip(1)
 
 
 def reference_responses(tok, task: Task, levels: list) -> tuple[torch.Tensor, torch.Tensor]:

@@ -151,50 +151,100 @@ def grad_align_over_steps(report: dict) -> go.Figure:
 
 
 def patching_figures(report: dict) -> dict[str, go.Figure]:
-    """Causal patching: layer x position (residual stream, no-context -> context), layer x head
-    (hook_z patching and removal of attention to c), and the logit lens of both views."""
-    if "forward" not in report:
+    """Causal patching of one checkpoint's cases (harm or help): layer x position or layer x
+    position group (residual stream), layer x head (output patching in the full scope; removal
+    of attention to c always), the held-out head table against its random-head null, and the
+    logit lens of both views."""
+    kind = report.get("kind", "harm")
+    if kind not in report:
         return {}
     name = Path(report["checkpoint"]).name
-    L, H = report["n_layers"], report["n_heads"]
-    off = report["forward"]["resid_offsets"]["mean"]  # L K
-    K = len(off[0])
-    figs = {"positions": go.Figure(go.Heatmap(
-        z=off, x=[f"-{k}" for k in range(1, K + 1)], y=[f"L{i}" for i in range(L)],
-        colorscale="RdBu", zmid=0, hovertemplate="%{y} offset %{x}: %{z:.2f}<extra></extra>"))}
-    n = report["harm"]["n"]
+    L, H, n = report["n_layers"], report["n_heads"], report[kind]["n"]
+    who = f"{report['task']} {name} ({n} {kind} cases)"
+    undo = {"harm": "1 = harm undone", "help": "1 = help removed"}[kind]
+    layers = [f"L{i}" for i in range(L)]
+    figs = {}
+    if "resid_offsets" in report["forward"]:
+        off = report["forward"]["resid_offsets"]["mean"]  # L K
+        K = len(off[0])
+        x, z = [f"-{k}" for k in range(1, K + 1)], off
+        xtitle = "aligned position: offset from the deciding position (-1), back through " \
+                 "the response prefix into x"
+    else:
+        rg = report["forward"]["resid_groups"]
+        x = ["all aligned", "x", "response prefix", "deciding position"]
+        z = [[rg[g]["mean"][i] for g in ("all", "x", "response", "decide")] for i in range(L)]
+        xtitle = "aligned positions patched"
+    figs["positions"] = go.Figure(go.Heatmap(
+        z=z, x=x, y=layers, colorscale="RdBu", zmid=0, zmin=-1, zmax=1,
+        colorbar={"title": "normalised<br>effect"},
+        hovertemplate="%{y} %{x}: %{z:.2f}<extra></extra>"))
     figs["positions"].update_layout(
-        title=f"{name}: residual stream patched from the no-context run ({n} harm cases; "
-              "1 = harm undone, 0 = unchanged)<br>per layer and aligned position: offset -1 is "
-              "the deciding position, larger offsets reach back through the response into x",
-        xaxis_title="aligned position (offset from the deciding position)", yaxis_title="layer",
-        yaxis=dict(autorange="reversed"), height=420, width=max(600, 28 * K + 200))
-    heads = make_subplots(rows=1, cols=3, subplot_titles=[
-        "head output no-c -> c", "head output c -> no-c", "remove head's attention to c"])
-    for col, z in enumerate((report["forward"]["heads"]["mean"],
-                             report["reverse"]["heads"]["mean"], report["ablation"]["mean"])):
-        heads.add_trace(go.Heatmap(z=z, x=[f"H{h}" for h in range(H)],
-                                   y=[f"L{i}" for i in range(L)], colorscale="RdBu", zmid=0,
-                                   zmin=-1, zmax=1, showscale=col == 2), 1, col + 1)
-    heads.update_yaxes(autorange="reversed")
-    heads.update_layout(title=f"{name}: per head (normalised effect; 1 = the other view's "
-                              "logit difference)", height=380, width=1000)
+        title=f"{who}: residual stream, no-context run patched into the context run<br>"
+              f"<sup>0 = unchanged, {undo}; mean over cases</sup>",
+        xaxis_title=xtitle, yaxis_title="layer", yaxis=dict(autorange="reversed"),
+        height=max(380, 16 * L + 160), autosize=True)
+    panels = [("ablation", report["ablation"]["mean"], "remove the head's attention to c")]
+    if "heads" in report["forward"]:
+        panels = [("forward", report["forward"]["heads"]["mean"], "head output no-c -> c"),
+                  ("reverse", report["reverse"]["heads"]["mean"], "head output c -> no-c")] + panels
+    heads = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[2] for p in panels])
+    for col, (_, zz, _) in enumerate(panels):
+        heads.add_trace(go.Heatmap(z=zz, x=[f"H{h}" for h in range(H)], y=layers,
+                                   colorscale="RdBu", zmid=0, zmin=-1, zmax=1,
+                                   showscale=col == len(panels) - 1,
+                                   colorbar={"title": "normalised<br>effect"}), 1, col + 1)
+    heads.update_xaxes(title_text="head")
+    heads.update_yaxes(autorange="reversed", title_text="layer", col=1)
+    heads.update_layout(title=f"{who}: per head<br><sup>0 = unchanged, 1 = the other view's "
+                              f"logit difference at the deciding position</sup>",
+                        height=max(380, 16 * L + 160), autosize=True)
     figs["heads"] = heads
+    rows = report.get("heads", {}).get("rows")
+    if rows:
+        sel = make_subplots(rows=1, cols=2, subplot_titles=[
+            "teacher-forced effect (held-out half)", "answers flipped (held-out half)"])
+        ks = [str(r["k"]) for r in rows]
+        for col, (key, null) in enumerate((("effect", "effect_null"),
+                                           ("flipped", "flipped_null")), 1):
+            mean = [r[key]["mean"] for r in rows]
+            sel.add_trace(go.Bar(x=ks, y=mean, name="heads chosen on the other half",
+                                 marker_color=PALETTE["opd"], showlegend=col == 1,
+                                 error_y=_ci_bars(mean, [(r[key]["lo"], r[key]["hi"])
+                                                         for r in rows])), 1, col)
+            nm = [r.get(null, {}).get("mean") for r in rows]
+            sel.add_trace(go.Scatter(
+                x=ks, y=nm, mode="markers", name="random heads (95% of draws)",
+                marker={"color": "#555", "symbol": "diamond", "size": 9}, showlegend=col == 1,
+                error_y=_ci_bars(nm, [(r.get(null, {}).get("lo"), r.get(null, {}).get("hi"))
+                                      for r in rows])), 1, col)
+        sel.update_xaxes(title_text="heads whose context reading is removed (k)", type="category")
+        sel.update_yaxes(title_text="normalised effect", col=1)
+        sel.update_yaxes(title_text=f"fraction of {kind} cases flipped", col=2)
+        hd = report["heads"]
+        sel.update_layout(title=f"{who}: heads chosen on one half, judged on the other<br>"
+                                f"<sup>bars: 95% bootstrap over cases; null: "
+                                f"{hd['n_random']} / {hd['n_random_generate']} draws of k random "
+                                "heads the selection did not pick</sup>",
+                          height=420, autosize=True)
+        figs["head_selection"] = sel
     lens = make_subplots(rows=1, cols=2, subplot_titles=["KL(no c || c) of the decoded layer",
                                                          "rank of the right answer"])
-    layers = ["embed"] + [str(i) for i in range(L)]
-    lens.add_trace(go.Scatter(x=layers, y=report["lens"]["kl"]["mean"], name="harm cases",
+    xl = ["embed"] + [str(i) for i in range(L)]
+    lens.add_trace(go.Scatter(x=xl, y=report["lens"]["kl"]["mean"], name=f"{kind} cases",
                               line={"color": PALETTE["opd"]}), 1, 1)
     if "control" in report:
-        lens.add_trace(go.Scatter(x=layers, y=report["control"]["lens"]["kl"]["mean"],
+        lens.add_trace(go.Scatter(x=xl, y=report["control"]["lens"]["kl"]["mean"],
                                   name="controls (both right)", line={"color": "#7f7f7f"}), 1, 1)
-    lens.add_trace(go.Scatter(x=layers, y=report["lens"]["rank_no_c"]["mean"],
-                              name="harm: no-context view", line={"dash": "dot"}), 1, 2)
-    lens.add_trace(go.Scatter(x=layers, y=report["lens"]["rank_c"]["mean"],
-                              name="harm: context view"), 1, 2)
+    lens.add_trace(go.Scatter(x=xl, y=report["lens"]["rank_no_c"]["mean"],
+                              name="no-context view", line={"dash": "dot"}), 1, 2)
+    lens.add_trace(go.Scatter(x=xl, y=report["lens"]["rank_c"]["mean"], name="context view"),
+                   1, 2)
     lens.update_xaxes(title_text="layer")
-    lens.update_layout(title=f"{name}: logit lens at the deciding position", height=400,
-                       width=1000)
+    lens.update_yaxes(title_text="KL (nats)", col=1)
+    lens.update_yaxes(title_text="rank (0 = top)", col=2)
+    lens.update_layout(title=f"{who}: logit lens at the deciding position", height=400,
+                       autosize=True)
     figs["lens"] = lens
     return figs
 

@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from nca_interp import grad_align, layer_sim, param_delta
+from nca_interp import grad_align, layer_sim, masks, param_delta
 from nca_interp.checkpoint import save_checkpoint
 from nca_interp.hooks import attached, attached_hooks, boot_bridge, capture
 from nca_interp.rollout import encode
@@ -130,7 +130,7 @@ def test_shared_suffix_mask():
     x = torch.tensor([[0, 5, 6, 7], [8, 9, 6, 7]])
     xm = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
     cx = torch.tensor([[1, 2, 5, 6, 7], [1, 2, 3, 6, 7]])  # row 1: only "6 7" is shared
-    m = layer_sim.shared_suffix_mask(x, xm, cx)
+    m = masks.shared_suffix_mask(x, xm, cx)
     assert m.tolist() == [[0, 1, 1, 1], [0, 0, 1, 1]]
 
 

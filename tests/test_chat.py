@@ -6,7 +6,8 @@ import torch
 
 from nca_interp.checkpoint import load_checkpoint
 from nca_interp.evaluate import evaluate_checkpoint
-from nca_interp.layer_sim import context_token_mask, layer_similarity
+from nca_interp.layer_sim import layer_similarity
+from nca_interp.masks import context_token_mask
 from nca_interp.models import ModelConfig, build_model
 from nca_interp.rollout import stop_ids
 from nca_interp.tasks import make_task

@@ -5,7 +5,7 @@ context) sharing their user turn as a token suffix."""
 import pytest
 import torch
 
-from nca_interp.layer_sim import context_token_mask, shared_suffix_mask
+from nca_interp.masks import context_token_mask, shared_suffix_mask
 from nca_interp.rollout import encode
 from nca_interp.tasks import facts, make_task, parse_task_options, task_from_record, task_record
 

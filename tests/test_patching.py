@@ -1,5 +1,6 @@
 """patching: properties any correct activation patching must have."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -112,9 +113,82 @@ def test_removing_attention_to_the_context_removes_its_influence(setup):
 def test_run_end_to_end_and_hooks_removed(setup, tmp_path):
     bridge, _, _, folder = setup
     rep = patching.main([str(folder), "--n-levels", "30", "--max-cases", "4", "--threads", "1",
+                         "--n-random", "3", "--n-random-generate", "2",
                          "--out", str(tmp_path / "p")])
     (rep,) = rep["results"].values()
     assert rep["counts"]["levels"] == 30
     assert (tmp_path / "p.json").exists()
     if "harm" in rep:  # a random model rarely wins; when it does the tables are complete
         assert len(rep["forward"]["resid_groups"]["all"]["mean"]) == bridge.cfg.n_layers
+
+
+def test_find_cases_takes_the_right_view_of_each_kind(monkeypatch, tok):
+    """Harm cases are teacher-forced on the no-context response, help cases on the context
+    response; the deciding tokens are the right view's and the wrong view's."""
+    from nca_interp.patching import cases as cases_mod
+
+    task = make_task("sokoban")
+    levels = task.levels("test", 3)
+    right = [ids for ids in (task.target(lv) for lv in levels)]
+    enc = lambda s: tok(s, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]  # noqa
+    wrong = enc("UUUUUUUU")
+    # level 0: right without c only (harm); level 1: right with c only (help); 2: both right
+    y0 = [enc(right[0]), wrong, enc(right[2])]
+    y1 = [wrong, enc(right[1]), enc(right[2])]
+    monkeypatch.setattr(cases_mod, "greedy_tokens",
+                        lambda m, t, task, lv, ctx: y1 if ctx is not None else y0)
+    for kind, lv, (r, w) in (("harm", 0, (y0[0], y1[0])), ("help", 1, (y1[1], y0[1]))):
+        rows, controls, counts = cases_mod.find_cases(None, tok, task, "state", levels, kind)
+        assert counts == {"levels": 3, "right_no_c": 2, "right_c": 2, "harm": 1, "help": 1,
+                          "both": 1}
+        ((level, right_resp, wrong_resp, t),) = rows
+        assert level is levels[lv] and right_resp == r and wrong_resp == w
+        assert r[:t] == w[:t] and r[t] != w[t]
+        assert [c[0] for c in controls] == [levels[2]]
+    with pytest.raises(ValueError, match="kind"):
+        cases_mod.find_cases(None, tok, task, "state", levels, "harmful")
+
+
+def test_heads_are_chosen_on_one_half_and_judged_on_the_other(monkeypatch, setup):
+    """With a head that is best on half A and worst on half B, the held-out table names it as
+    A's choice, gives it percentile 0 on B, and the random-head null never draws a chosen head."""
+    from nca_interp.patching import heads as heads_mod
+
+    bridge, task, cases, _ = setup
+    four = cases.subset([0, 1, 2, 0])
+    A, B = heads_mod.halves(4, 0)
+    L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
+    abl = np.random.default_rng(0).uniform(0.1, 0.5, (4, L, H))
+    abl[A, 0, 0], abl[B, 0, 0] = 0.9, 0.0  # A's best head, B's worst
+    abl[B, L - 1, H - 1], abl[A, L - 1, H - 1] = 0.95, 0.0  # B's best head, A's worst
+    seen = []
+
+    def fake_effect(bridge, c, heads, lds=None):
+        seen.append(list(heads))
+        return np.full(len(c), 0.5)
+
+    monkeypatch.setattr(heads_mod, "ablation_effect", fake_effect)
+    monkeypatch.setattr(heads_mod, "answered_right",
+                        lambda b, t, c, heads, stops: np.zeros(len(c), bool))
+    out = heads_mod.held_out_heads(bridge, task, four, None, abl, "harm", [1], [0],
+                                   n_random=20, n_random_generate=5)
+    row = out["rows"][0]
+    assert row["chosen_on_a"] == ["L0H0"] and row["chosen_on_b"] == [f"L{L - 1}H{H - 1}"]
+    assert row["percentile"] == 0.0  # each choice is the worst head on the other half
+    assert seen[0] == [(0, 0)] and seen[1] == [(L - 1, H - 1)]  # A's choice scored on B first
+    nulls = seen[2:22]
+    assert len(nulls) == 20 and all((0, 0) not in d and (L - 1, H - 1) not in d for d in nulls)
+    # every draw equals the observed 0.5: p = (1 + 20) / (1 + 20)
+    assert row["effect_null"]["n"] == 20 and row["effect_null"]["p"] == 1.0
+    assert row["flipped_null"]["n"] == 5
+    assert out["rows"][-1]["k"] == L * H and "effect_null" not in out["rows"][-1]
+    assert "note" in heads_mod.held_out_heads(bridge, task, cases, None, abl[:3], "harm", [1],
+                                              [0])
+
+
+def test_null_summary_p_value():
+    from nca_interp.patching.heads import null_summary
+
+    s = null_summary([0.1, 0.2, 0.3, 0.9], 0.5)
+    assert s["n"] == 4 and s["p"] == pytest.approx(2 / 5)
+    assert null_summary([float("nan")], 0.5) == {"n": 0}

@@ -191,14 +191,17 @@ def param_delta(figs: Path) -> str:
 
 
 def patching(figs: Path) -> str:
+    from nca_interp.patching import DIRECTIONS, FLIPPED, kind_of
+
     rep = json.loads((figs / "patching.json").read_text())
     out = []
     for name, r in rep["results"].items():
-        c = r["counts"]
+        c, kind = r["counts"], kind_of(r)
         head = (f"**{name}**: {c['levels']} held-out items, right without c {c['right_no_c']}, "
-                f"harm cases {c['harm']}, both right {c['both']}.")
-        if "harm" not in r:
-            out.append(head + " No harm case: nothing to localise.")
+                f"harm cases {c['harm']}, help cases {c.get('help', '-')}, both right "
+                f"{c['both']}.")
+        if kind not in r:
+            out.append(head + f" No {kind} case: nothing to localise.")
             continue
         L = r["n_layers"]
 
@@ -217,25 +220,58 @@ def patching(figs: Path) -> str:
         ab = np.array(r["ablation"]["mean"])
         top = np.argsort(-np.nan_to_num(ab, nan=-9), axis=None)[:4]
         heads = ", ".join(f"L{i // H}H{i % H} {ab.flat[i]:.2f}" for i in top)
-        abl = ["| heads ablated | recovered harm | same number of random heads | broken "
-               "controls |", "|---|---|---|---|"]
+        out.append(f"{head} Patched: {r[kind]['n']} {kind} cases (forward = "
+                   f"{DIRECTIONS[kind]['forward']}; 0 = the run unchanged, 1 = the other run's "
+                   "logit difference at the deciding position; mean [95% bootstrap over "
+                   "cases]).\n\n" + "\n".join(rows) +
+                   f"\n\nRemoving one head's attention to c, all cases (in-sample ranking): "
+                   f"{heads}.\n\n" + heads_table(r, kind, FLIPPED[kind]) +
+                   "\n\nLogit lens, KL(no c || c) at the deciding position per layer (embed "
+                   f"first): {kind} cases " + " ".join(f"{v:.2f}" for v in r["lens"]["kl"]["mean"])
+                   + "; controls " + (" ".join(f"{v:.2f}" for v in
+                                                r["control"]["lens"]["kl"]["mean"])
+                                       if "control" in r else "-") + ".")
+    return "\n\n".join(out)
+
+
+def heads_table(r: dict, kind: str, flipped: str) -> str:
+    """Held-out head selection against its random-head null (in-sample rows of older runs are
+    labelled as such)."""
+    if "top_heads" in r:
+        rows = ["In-sample (heads chosen and scored on the same cases; written before held-out "
+                "selection):", "",
+                "| heads ablated | recovered harm | same number of random heads (one draw) | "
+                "broken controls |", "|---|---|---|---|"]
         for row in r["top_heads"]:
             bc = row["broken_control"]
-            abl.append(f"| {row['k']}: {', '.join(row['heads'][:4])}"
-                       f"{' ...' if len(row['heads']) > 4 else ''} | "
-                       f"{row['recovered_harm']:.2f} | {row['recovered_harm_random']:.2f} | "
-                       f"{'-' if bc is None else f'{bc:.2f}'} |")
-        kl = " ".join(f"{v:.2f}" for v in r["lens"]["kl"]["mean"])
-        ckl = " ".join(f"{v:.2f}" for v in r["control"]["lens"]["kl"]["mean"]) \
-            if "control" in r else "-"
-        out.append(f"{head} Patched: {r['harm']['n']} harm cases (0 = the context run "
-                   "unchanged, 1 = the no-context run's logit difference at the deciding "
-                   "position; mean [95% bootstrap over cases]).\n\n" + "\n".join(rows) +
-                   f"\n\nRemoving one head's attention to c (1 = harm undone): {heads}.\n\n"
-                   + "\n".join(abl) +
-                   f"\n\nLogit lens, KL(no c || c) at the deciding position per layer (embed "
-                   f"first): harm cases {kl}; controls {ckl}.")
-    return "\n\n".join(out)
+            rows.append(f"| {row['k']}: {', '.join(row['heads'][:4])}"
+                        f"{' ...' if len(row['heads']) > 4 else ''} | "
+                        f"{row['recovered_harm']:.2f} | {row['recovered_harm_random']:.2f} | "
+                        f"{'-' if bc is None else f'{bc:.2f}'} |")
+        return "\n".join(rows)
+    hd = r["heads"]
+    if "rows" not in hd:
+        return hd.get("note", "")
+
+    def ci(s):
+        return "-" if not s else f"{s['mean']:.2f} [{s['lo']:.2f}, {s['hi']:.2f}]"
+
+    def null(s):
+        return "-" if not s or not s.get("n") else \
+            f"{s['mean']:.2f} ({s['lo']:.2f} to {s['hi']:.2f}; p {s['p']:.3f}, {s['n']} draws)"
+
+    rows = [f"Heads chosen on one half of the cases, judged on the other ({flipped}); "
+            "percentile: the chosen heads' single-head effect on the held-out half among all "
+            "heads; nulls: k random heads neither half chose (mean, central 95% of draws, "
+            "one-sided p).", "",
+            "| k | chosen on half A | percentile | LD effect | random heads | flipped | "
+            "random heads | broken controls |", "|---|---|---|---|---|---|---|---|"]
+    for row in hd["rows"]:
+        chosen = ", ".join(row["chosen_on_a"][:4]) + (" ..." if row["k"] > 4 else "")
+        rows.append(f"| {row['k']} | {chosen} | {row['percentile']:.0f} | {ci(row['effect'])} | "
+                    f"{null(row.get('effect_null'))} | {ci(row['flipped'])} | "
+                    f"{null(row.get('flipped_null'))} | {ci(row.get('broken_control'))} |")
+    return "\n".join(rows)
 
 
 def trajectory_table(figs: Path) -> str:
@@ -276,7 +312,8 @@ def render(figs: Path) -> str:
     lines.append(f"## Teacher, {n} held-out {unit}, greedy\n\n{teacher(figs)}\n")
     if not (figs / "context_return_summary.json").exists():
         return "\n".join(lines)
-    sections = [("Context return (mean (min to max) over seeds, a spread not an interval; harm = P(lost with c | won "
+    sections = [("Context return (mean (min to max) over seeds, a spread not an interval; harm = "
+                  "P(lost with c | won "
                  "without c))", context_return),
                 ("Per run, 95% cluster-bootstrap intervals", per_seed)]
     for name, what in (("layer_sim", "response positions"),

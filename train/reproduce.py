@@ -51,6 +51,7 @@ class Preset:
     grad_batch: int = 2048
     grad_micro_batch: int = 128
     patching: str | None = None  # None: run it; otherwise why it is not run for this preset
+    patching_args: tuple[str, ...] = ()  # nca_interp.patching flags for this preset
     note: str = ""
 
 
@@ -84,9 +85,14 @@ PRESETS = {
     "facts": Preset(task="facts", fetched="smollm2-135m-instruct", teacher_contexts=("facts",),
                     context="facts", distill_steps=32, batch=8, lr=1e-4, warmup=4,
                     save_every=8, n_levels=48, grad_batch=16, grad_micro_batch=4,
-                    patching="not run: its sweeps are ~2,800 batched forwards of a 30-layer "
-                             "model over ~250-token prompts per direction and case batch, "
-                             "hours on 2 CPU cores (see the README's real-model section)",
+                    # nothing is right without c, so no harm case exists: patch the help cases
+                    # (wrong without c, right with it). A 30-layer model on ~250-token prompts:
+                    # position groups only, 12 cases, 100 teacher-forced random-head draws and
+                    # no answer-outcome draws (a greedy generation through the bridge, without
+                    # a KV cache, per draw): ~40 min per checkpoint on 2 cores
+                    patching_args=("--kind", "help", "--scope", "groups", "--max-cases", "12",
+                                   "--ks", "1,8", "--n-random", "100",
+                                   "--n-random-generate", "0"),
                     note="SmolLM2-135M-Instruct (registry weights, full fine-tuning) "
                          "self-distilled on 4 invented countries x 3 attributes in its system "
                          "message; sized to fit a few hours on 2 CPU cores"),
@@ -461,7 +467,8 @@ def main(argv: list[str] | None = None) -> None:
         stage("patching", manifest, [figs / "patching.json"], "nca_interp.patching",
               patching.main, [str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"]),
                               str(base), "--context", cfg.context, "--n-levels",
-                              str(cfg.n_levels), "--out", str(figs / "patching"), *common],
+                              str(cfg.n_levels), "--out", str(figs / "patching"),
+                              *preset.patching_args, *common],
               inputs=final_of(students[f"opd_s{s0}"], students[f"nca_s{s0}"]))
     written = render_figures(figs, cfg.png)
     manifest.record(written, ["python", "-m", "train.reproduce", *(argv or [])], 0.0)

@@ -113,7 +113,8 @@ def table(figures: Path = Path("figures")) -> str:
                 f"{fmt(seed_cells(reports, method, 'harm'))} | {regimes} | "
                 f"{drift_cell(figs, method)} | {minutes(figs)} |")
     out = "\n".join(lines)
-    out += ("\n\nCells: mean (min to max) over seeds (a spread, not an interval) of the held-out (1000 levels) greedy win "
+    out += ("\n\nCells: mean (min to max) over seeds (a spread, not an interval) of the held-out "
+            "(1000 levels) greedy win "
             "rates; harm = P(lost with c | won without c); regime per seed from the 95% interval "
             "of win_c - win_no_c (A: context hurts, B: still needed, C: irrelevant). The null "
             "for every student is its initial checkpoint (step 0; the teacher itself except "

@@ -1,0 +1,29 @@
+"""Where the two views of a prompt line up: which tokens are the context, and which tokens of
+x the [c, x] prompt repeats at the same offset from the end (left padding puts them in the same
+columns). layer_sim and patching both read positions through these two functions."""
+
+from __future__ import annotations
+
+import torch
+
+
+def context_token_mask(tokenizer, text: str, context: str) -> list[bool]:
+    """Which tokens of `text` (tokenized as `encode` does) overlap the context string; found
+    by character offsets, so it works wherever a chat template puts the context."""
+    start = text.find(context)
+    if start < 0:
+        raise ValueError("context string not found in the prompt")
+    end = start + len(context)
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return [a < end and b > start for a, b in enc["offset_mapping"]]
+
+
+def shared_suffix_mask(x_ids: torch.Tensor, x_mask: torch.Tensor, cx_ids: torch.Tensor
+                       ) -> torch.Tensor:
+    """B P mask of the prompt x's tokens that the [c, x] prompt repeats at the same offset from
+    the end (left padding aligns them): x itself when x is a token-level suffix of [c, x]; with
+    a chat template only the common tail."""
+    P = x_ids.shape[1]
+    same = (x_ids == cx_ids[:, -P:]) & x_mask.bool()
+    # keep a position only if every later position also matches (a contiguous common suffix)
+    return same.flip(1).long().cumprod(1).flip(1)

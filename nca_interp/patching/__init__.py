@@ -1,0 +1,286 @@
+"""Causal localisation of the context's effect: activation patching, head ablation of context
+reading (heads chosen on one half of the cases, judged on the other), and the logit lens of
+both views.
+
+    python -m nca_interp.patching                                # embedded Sokoban OPD
+    python -m nca_interp.patching runs/sysprompt_opd_s0 --out figures/sysprompt/patching_opd
+    python -m nca_interp.patching runs/facts_opd_s0 --kind help --scope groups
+
+The package is split by concern: `cases` finds and aligns the cases (harm: right without c,
+wrong with it; help: wrong without c, right with it; controls: right both ways), `interventions`
+holds the hooks and sweeps, `heads` the held-out head selection and its random-head nulls; this
+module runs them and writes the report. Numbers are normalised per case: 0 = the running view
+unchanged, 1 = the other view's logit difference at the deciding position. forward = the
+no-context run's activations written into the context run, reverse = the other way. Intervals:
+95% bootstrap over cases. TransformerLens 4's `transformer_lens.patching` helpers run clean and
+corrupted prompts of one length without attention masks; our two views differ by the context
+prefix and are batched with left padding, which needs masks, so the sweeps are our own loops
+over hooks (`bridge.run_with_hooks` with `attention_mask`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from nca_interp.checkpoint import load_checkpoint, verify_folder
+from nca_interp.cli import check_writable, parse_config, to_dict, write_json
+from nca_interp.evaluate import TASK_OPTIONS_HELP
+from nca_interp.hooks import attached_hooks, boot_bridge
+from nca_interp.models import context_limit
+from nca_interp.patching.cases import KINDS, Cases, build_cases, find_cases, score  # noqa: F401
+from nca_interp.patching.heads import held_out_heads, interval
+from nca_interp.patching.interventions import (  # noqa: F401 - the package's surface
+    GROUPS,
+    SCOPES,
+    ablate_context_hook,
+    ablation,
+    cache_of,
+    greedy,
+    last_logits,
+    logit_diff,
+    logit_lens,
+    normalised,
+    patch_hook,
+    sweep,
+)
+from nca_interp.rollout import stop_ids
+from nca_interp.runs import resolve_task_and_context
+
+
+@dataclass
+class PatchingConfig:
+    ckpt: list[str] = field(default_factory=list, metadata={
+        "help": "checkpoint folders, each patched on its own cases; default: the embedded "
+                "Sokoban OPD"})
+    task: str | None = field(default=None, metadata={"help": "default: from the run config"})
+    task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
+    context: str | None = field(default=None, metadata={"help": "default: the run's context"})
+    kind: str = field(default="harm", metadata={
+        "help": "cases patched: harm (right without c, wrong with it) or help (wrong without "
+                "c, right with it: the context's effect on correct answers)",
+        "check": "choice:" + "|".join(KINDS)})
+    scope: str = field(default="full", metadata={
+        "help": "full: every sweep; groups: residual stream by position group and MLPs only "
+                "(no layer x position map, no per-head output patching: for large models)",
+        "check": "choice:" + "|".join(SCOPES)})
+    n_levels: int = field(default=1000, metadata={"help": "held-out levels searched for cases"})
+    max_cases: int = field(default=64, metadata={"help": "cases (and controls) patched",
+                                                 "check": ">=1"})
+    ks: list[int] = field(default_factory=lambda: [1, 2, 4], metadata={
+        "help": "numbers of heads whose context reading is removed together (all heads are "
+                "always added)", "check": ">=1"})
+    n_random: int = field(default=100, metadata={
+        "help": "random-head draws per k for the teacher-forced null", "check": ">=0"})
+    n_random_generate: int = field(default=100, metadata={
+        "help": "random-head draws per k for the answer-outcome null (a greedy generation "
+                "each)", "check": ">=0"})
+    seed: int = field(default=0, metadata={"help": "held-out set, case halves and random heads"})
+    out: str = field(default="runs/demo/patching", metadata={"help": "output stem"})
+    png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
+    threads: int = field(default=2, metadata={"help": "torch threads"})
+
+
+def summarise(arr: np.ndarray) -> dict:
+    return {"per_case": np.asarray(arr).tolist(), **interval(arr)}
+
+
+def run(ckpt: str | None = None, *, task: str | None = None, task_options=None,
+        context: str | None = None, kind: str = "harm", scope: str = "full",
+        n_levels: int = 1000, max_cases: int = 64, ks: tuple[int, ...] = (1, 2, 4),
+        n_random: int = 100, n_random_generate: int = 100, seed: int = 0) -> dict:
+    """The patching report of one checkpoint as a Python value (what `main` prints).
+
+    Fields: checkpoint, task, context, kind, scope, counts (levels, right_no_c, right_c, harm,
+    help, both), n_layers, n_heads; with cases: `<kind>` (n, t_star, ld_no_c, ld_c), forward
+    and reverse (resid_groups, mlp; in the full scope also resid_offsets, heads), ablation
+    (per head), heads (the held-out table of `patching.heads`), lens, control, cost."""
+    from nca_interp.assets import embedded
+
+    if kind not in KINDS or scope not in SCOPES:
+        raise ValueError(f"kind must be one of {KINDS} and scope one of {SCOPES}")
+    path = str(verify_folder(ckpt or embedded("sokoban_opd")))
+    found, ctx = resolve_task_and_context([path], task, context, task_options)
+    t0 = time.time()
+    model, tok = load_checkpoint(path)
+    found = found.for_tokenizer(tok)
+    limit, stops = context_limit(model), stop_ids(tok, model)
+    levels = found.levels("test", n_levels, seed)
+    rows, control_rows, counts = find_cases(model, tok, found, ctx, levels, kind)
+    bridge = boot_bridge(path, loaded=(model, tok))
+    report = {"checkpoint": path, "task": found.name, "context": ctx, "kind": kind,
+              "scope": scope, "counts": counts, "n_layers": bridge.cfg.n_layers,
+              "n_heads": bridge.cfg.n_heads}
+    control = build_cases(tok, found, ctx, control_rows[:max_cases], limit) \
+        if control_rows else None
+    if control is not None:
+        report["control"] = {"n": len(control), "lens": {
+            k: summarise(v) for k, v in logit_lens(bridge, control).items()}}
+    if not rows:
+        what = {"harm": "right without c, wrong with c", "help": "wrong without c, right with c"}
+        report["note"] = f"no {kind} case ({what[kind]}) among these levels"
+        return report
+    cases = build_cases(tok, found, ctx, rows[:max_cases], limit)
+    stats = {"forwards": 0}
+    t1 = time.time()
+    fwd = sweep(bridge, cases, "forward", stats, scope)
+    rev = sweep(bridge, cases, "reverse", stats, scope)
+    sweep_s = time.time() - t1
+    abl = ablation(bridge, cases)
+    report[kind] = {"n": len(cases), "t_star": cases.t_star,
+                    "ld_no_c": fwd["ld_src"], "ld_c": fwd["ld_dst"]}
+    for tag, res in (("forward", fwd), ("reverse", rev)):
+        report[tag] = {k: ({g: summarise(v) for g, v in res[k].items()} if k == "resid_groups"
+                           else summarise(res[k]))
+                       for k in ("resid_groups", "mlp", "resid_offsets", "heads") if k in res}
+    report["ablation"] = summarise(abl)
+    report["heads"] = held_out_heads(bridge, found, cases, control, abl, kind, list(ks), stops,
+                                     n_random, n_random_generate, seed, stats)
+    report["lens"] = {k: summarise(v) for k, v in logit_lens(bridge, cases).items()}
+    report["cost"] = {"cases": len(cases), "patched_forwards": stats["forwards"],
+                      "generations": stats.get("generations", 0), "sweep_s": sweep_s,
+                      "total_s": time.time() - t0}
+    assert attached_hooks(bridge) == 0
+    return report
+
+
+def fmt(v) -> str:
+    return "  -  " if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:5.2f}"
+
+
+def ci(s: dict | None) -> str:
+    """`mean [lo, hi]` of an interval dict."""
+    if not s or s.get("mean") is None:
+        return "-"
+    return f"{fmt(s['mean']).strip()} [{fmt(s['lo']).strip()}, {fmt(s['hi']).strip()}]"
+
+
+def null_text(s: dict | None) -> str:
+    if not s or not s.get("n"):
+        return "-"
+    return f"{s['mean']:.2f} (95% of draws {s['lo']:.2f} to {s['hi']:.2f}; p {s['p']:.3f})"
+
+
+DIRECTIONS = {"harm": {"forward": "no-context -> context (restores the right answer)",
+                       "reverse": "context -> no-context (injects the harm)"},
+              "help": {"forward": "no-context -> context (removes the help)",
+                       "reverse": "context -> no-context (injects the help)"}}
+FLIPPED = {"harm": "harm cases answered right", "help": "help cases answered wrong"}
+
+
+def kind_of(r: dict) -> str:
+    """The case kind of a report (reports written before `kind` existed are harm reports)."""
+    return r.get("kind", "harm")
+
+
+def format_report(r: dict) -> str:
+    c, kind = r["counts"], kind_of(r)
+    lines = [f"{Path(r['checkpoint']).name}: task={r['task']} context={r['context']}  levels "
+             f"{c['levels']}, right without c {c['right_no_c']}, harm cases {c['harm']}, "
+             f"help cases {c.get('help', '-')}, both right {c['both']}"]
+    if kind not in r:
+        return "\n".join(lines + [r.get("note", "")])
+    L, H = r["n_layers"], r["n_heads"]
+    lines.append(f"patched {r[kind]['n']} {kind} cases (0 = run unchanged, 1 = the other "
+                 "view's value; mean [95% bootstrap over cases])")
+    for tag in ("forward", "reverse"):
+        lines.append(f"  residual stream, {DIRECTIONS[kind][tag]}:")
+        lines.append("    layer " + " ".join(f"{g:>18}" for g in GROUPS))
+        rg = r[tag]["resid_groups"]
+        for layer in range(L):
+            cells = [f"{fmt(rg[g]['mean'][layer])} [{fmt(rg[g]['lo'][layer])},"
+                     f"{fmt(rg[g]['hi'][layer])}]" for g in GROUPS]
+            lines.append(f"    {layer:>5} " + " ".join(f"{x:>18}" for x in cells))
+        mlp = r[tag]["mlp"]
+        lines.append("    mlp out: " + "  ".join(f"L{i} {fmt(mlp['mean'][i])}"
+                                                 for i in range(L)))
+        if "heads" in r[tag]:
+            hd = np.array(r[tag]["heads"]["mean"])
+            top = np.argsort(-np.nan_to_num(hd, nan=-9), axis=None)[:4]
+            lines.append("    heads (hook_z): " + ", ".join(
+                f"L{i // H}H{i % H} {hd.flat[i]:.2f}" for i in top))
+    ab = np.array(r["ablation"]["mean"])
+    top = np.argsort(-np.nan_to_num(ab, nan=-9), axis=None)[:6]
+    lines.append("  removing one head's attention to c, all cases (1 = the no-context value): "
+                 + ", ".join(f"L{i // H}H{i % H} {ab.flat[i]:.2f}" for i in top))
+    lines += format_heads(r).splitlines()
+    kl = r["lens"]["kl"]["mean"]
+    lines.append("  logit lens at the deciding position, KL(no c || c) per layer (embed first): "
+                 + " ".join(f"{v:.2f}" for v in kl))
+    if "control" in r:
+        ckl = r["control"]["lens"]["kl"]["mean"]
+        lines.append("    controls (both right):                                 " +
+                     " ".join(f"{v:.2f}" for v in ckl))
+    rk = r["lens"]["rank_c"]["mean"]
+    lines.append("  rank of the right answer in the context view per layer: " +
+                 " ".join(f"{v:.1f}" for v in rk))
+    cost = r["cost"]
+    lines.append(f"  cost: {cost['patched_forwards']} batched patched forwards and "
+                 f"{cost.get('generations', 0)} generations over {cost['cases']} cases; "
+                 f"{cost['sweep_s']:.1f} s sweeps, {cost['total_s']:.1f} s in all")
+    return "\n".join(lines)
+
+
+def format_heads(r: dict) -> str:
+    """The held-out head table as text (or the old in-sample table of earlier reports)."""
+    kind = kind_of(r)
+    if "top_heads" in r:  # written before held-out selection existed
+        rows = ["  ablating the top heads' context reading while answering (in-sample):"]
+        for row in r["top_heads"]:
+            rows.append(f"    k {row['k']}: {','.join(row['heads'])[:28]} recovered "
+                        f"{row['recovered_harm']:.2f}, random {row['recovered_harm_random']:.2f},"
+                        f" broken controls {fmt(row['broken_control'])}")
+        return "\n".join(rows)
+    hd = r["heads"]
+    if "rows" not in hd:
+        return "  heads: " + hd.get("note", "")
+    out = [f"  heads chosen on one half of the cases, judged on the other ({FLIPPED[kind]}; "
+           f"nulls: {hd['n_random']} / {hd['n_random_generate']} random-head draws):",
+           f"    {'k':>3} {'chosen on A':<22} {'pct':>4} {'LD effect':>18} {'null':>44} "
+           f"{'flipped':>18} {'null':>44} {'broken controls':>18}"]
+    for row in hd["rows"]:
+        out.append(f"    {row['k']:>3} {','.join(row['chosen_on_a'])[:22]:<22} "
+                   f"{row['percentile']:>4.0f} {ci(row['effect']):>18} "
+                   f"{null_text(row.get('effect_null')):>44} {ci(row['flipped']):>18} "
+                   f"{null_text(row.get('flipped_null')):>44} "
+                   f"{ci(row.get('broken_control')):>18}")
+    return "\n".join(out)
+
+
+def figures(report: dict) -> dict:
+    """{"positions", "heads", "lens"} of one checkpoint's `run` report (none without harm
+    cases)."""
+    from nca_interp.plots import patching_figures
+
+    return patching_figures(report)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from nca_interp.plots import write_figure
+
+    cfg = parse_config(PatchingConfig, argv, __doc__, positional="ckpt")
+    check_writable(cfg.out)
+    torch.set_num_threads(cfg.threads)
+    for p in cfg.ckpt:
+        verify_folder(p)
+    results, written = {}, []
+    for p in cfg.ckpt or [None]:
+        r = run(p, task=cfg.task, task_options=cfg.task_options, context=cfg.context,
+                kind=cfg.kind, scope=cfg.scope, n_levels=cfg.n_levels, max_cases=cfg.max_cases,
+                ks=cfg.ks, n_random=cfg.n_random, n_random_generate=cfg.n_random_generate,
+                seed=cfg.seed)
+        name = Path(r["checkpoint"]).name
+        results[name] = r
+        print(format_report(r) + "\n")
+        for suffix, fig in figures(r).items():
+            written += write_figure(fig, f"{cfg.out}_{name}_{suffix}", png=cfg.png)
+    report = {"config": to_dict(cfg), "results": results}
+    write_json(Path(cfg.out).with_suffix(".json"), report)
+    print("wrote", Path(cfg.out).with_suffix(".json"), *written)
+    return report
+
+

@@ -1,0 +1,130 @@
+"""Which heads' reading of the context causes the effect, chosen and judged on different cases.
+
+The cases are split in two halves at random. Heads are ranked by the effect of removing their
+attention to c on one half; the top k are then removed together on the *other* half (and the
+reverse), so every case is scored with heads chosen without it. Beside each held-out effect:
+  percentile  where the chosen heads' single-head effect on the held-out half ranks among all
+              heads (100 = the largest)
+  null        the same intervention with k random heads drawn from the heads that neither half
+              chose, over many draws: its mean, its central 95% and the one-sided p-value
+              (1 + draws >= observed) / (1 + draws)
+Two metrics: the teacher-forced normalised LD at the deciding position (one forward per draw)
+and the outcome of greedy answering with the heads removed (flipped: a harm case answered right,
+a help case answered wrong); controls (right both ways) give the broken-control rate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from nca_interp.bootstrap import iid_indices, percentile_ci
+from nca_interp.patching.cases import Cases, score
+from nca_interp.patching.interventions import ablation_effect, ablation_hooks, greedy
+from nca_interp.rollout import pad_id
+
+
+def interval(per_case: np.ndarray, n_boot: int = 2000, seed: int = 0) -> dict:
+    """Mean over cases per cell and its 95% bootstrap interval (cases resampled)."""
+    x = np.asarray(per_case, float)
+    boots = np.nanmean(x[iid_indices(len(x), n_boot, seed)], axis=1)
+    lo, hi = percentile_ci(boots, axis=0, nan=True)
+    return {"mean": np.nanmean(x, 0).tolist(), "lo": lo.tolist(), "hi": hi.tolist()}
+
+
+def null_summary(draws: list[float], observed: float) -> dict:
+    d = np.asarray(draws, float)
+    d = d[np.isfinite(d)]
+    if not len(d):
+        return {"n": 0}
+    return {"n": int(len(d)), "mean": float(d.mean()), "lo": float(np.percentile(d, 2.5)),
+            "hi": float(np.percentile(d, 97.5)),
+            "p": float((1 + (d >= observed).sum()) / (1 + len(d)))}
+
+
+def halves(n: int, seed: int) -> tuple[list[int], list[int]]:
+    perm = np.random.default_rng(seed).permutation(n).tolist()
+    return sorted(perm[: n // 2]), sorted(perm[n // 2:])
+
+
+def ranked(abl_N_L_H: np.ndarray, idx: list[int]) -> list[tuple[int, int]]:
+    """Heads by their mean single-head effect over the cases `idx`, largest first."""
+    m = np.nan_to_num(np.nanmean(abl_N_L_H[idx], 0), nan=-np.inf)
+    H = m.shape[1]
+    return [(int(i // H), int(i % H)) for i in np.argsort(-m, axis=None, kind="stable")]
+
+
+def percentile(abl_N_L_H: np.ndarray, idx: list[int], heads: list[tuple[int, int]]) -> float:
+    """Mean percentile (0-100) of `heads`' single-head effect over `idx` among all heads."""
+    m = np.nan_to_num(np.nanmean(abl_N_L_H[idx], 0), nan=-np.inf).ravel()
+    H = abl_N_L_H.shape[2]
+    return float(np.mean([100.0 * (m < m[li * H + h]).sum() / (len(m) - 1)
+                          for li, h in heads]))
+
+
+def answered_right(bridge, task, cases: Cases, heads: list[tuple[int, int]], stops: list[int]
+                   ) -> np.ndarray:
+    """Per case: is the greedy answer from [c, x] right with the context reading of `heads`
+    removed?"""
+    tok = bridge.tokenizer
+    ids, mask = cases.dst_prompt
+    W = ids.shape[1]
+    # context columns of the bare prompt: the cases' columns shifted by their prefix length
+    ctx = torch.stack([torch.roll(r, int(t))[-W:] if t else r[-W:]
+                       for r, t in zip(cases.ctx_B_W1, cases.t_star)])
+    outs = greedy(bridge, ids, mask, task.max_response_tokens(), stops, pad_id(tok),
+                  ablation_hooks(ctx, heads))
+    return np.array([score(task, tok, lv, o) for lv, o in zip(cases.levels, outs)])
+
+
+def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H: np.ndarray,
+                   kind: str, ks: list[int], stops: list[int], n_random: int = 100,
+                   n_random_generate: int = 100, seed: int = 0, stats: dict | None = None
+                   ) -> dict:
+    """The held-out head table (see the module docstring) for each k in `ks` and all heads."""
+    N = len(cases)
+    if N < 4:
+        return {"note": f"{N} cases: too few to choose heads on one half and judge on the other"}
+    L, H = abl_N_L_H.shape[1:]
+    every = [(li, h) for li in range(L) for h in range(H)]
+    A, B = halves(N, seed)
+    order = {"A": ranked(abl_N_L_H, A), "B": ranked(abl_N_L_H, B)}
+    sub = {"A": cases.subset(A), "B": cases.subset(B)}
+    rng = np.random.default_rng(seed + 1)
+    stats = stats if stats is not None else {}
+
+    def flipped(c: Cases, heads) -> np.ndarray:
+        right = answered_right(bridge, task, c, heads, stops)
+        stats["generations"] = stats.get("generations", 0) + 1
+        return right if kind == "harm" else ~right
+
+    rows = []
+    for k in sorted({min(k, L * H) for k in ks} | {L * H}):
+        chosen = {"A": order["A"][:k], "B": order["B"][:k]}  # chosen on A, judged on B, ...
+        tf, flip = np.full(N, np.nan), np.zeros(N, bool)
+        tf[B] = ablation_effect(bridge, sub["B"], chosen["A"])
+        tf[A] = ablation_effect(bridge, sub["A"], chosen["B"])
+        flip[B], flip[A] = flipped(sub["B"], chosen["A"]), flipped(sub["A"], chosen["B"])
+        row = {"k": k, "chosen_on_a": [f"L{li}H{h}" for li, h in chosen["A"][:8]],
+               "chosen_on_b": [f"L{li}H{h}" for li, h in chosen["B"][:8]],
+               "percentile": float(np.mean([percentile(abl_N_L_H, B, chosen["A"]),
+                                            percentile(abl_N_L_H, A, chosen["B"])])),
+               "effect": interval(tf), "flipped": interval(flip.astype(float)),
+               "per_case_flipped": flip.astype(int).tolist()}
+        if k < L * H:
+            pool = [x for x in every if x not in set(chosen["A"]) | set(chosen["B"])]
+            draws = [[pool[j] for j in rng.choice(len(pool), min(k, len(pool)), replace=False)]
+                     for _ in range(max(n_random, n_random_generate))]
+            row["effect_null"] = null_summary(
+                [np.nanmean(ablation_effect(bridge, cases, d)) for d in draws[:n_random]],
+                row["effect"]["mean"])
+            row["flipped_null"] = null_summary(
+                [flipped(cases, d).mean() for d in draws[:n_random_generate]],
+                row["flipped"]["mean"])
+        if controls is not None:
+            top = ranked(abl_N_L_H, list(range(N)))[:k]
+            row["broken_control"] = interval(
+                (~answered_right(bridge, task, controls, top, stops)).astype(float))
+        rows.append(row)
+    return {"halves": [A, B], "n_random": n_random, "n_random_generate": n_random_generate,
+            "rows": rows}

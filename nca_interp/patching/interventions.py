@@ -1,0 +1,208 @@
+"""The interventions, each a batched forward of the bridge over all cases with hooks.
+
+  resid     the residual stream after each layer (`blocks.{li}.hook_resid_post`), patched at the
+            aligned positions of a group (all, x, response prefix, the deciding position) and,
+            in the full scope, at every single aligned position (the layer x position heatmap)
+  head      (full scope) each head's output (`blocks.{li}.attn.hook_z`) at all aligned positions
+  mlp       each MLP's output (`blocks.{li}.hook_mlp_out`) at all aligned positions
+  ablate    attention *to* the context tokens removed for some heads (the pattern's context
+            columns zeroed and each row renormalised)
+  lens      per layer, final norm + unembedding of the residual at the deciding position in both
+            views
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from einops import rearrange, reduce
+
+from nca_interp.hooks import attached
+from nca_interp.names import pattern_hook, resid_hook
+from nca_interp.patching.cases import Cases
+
+GROUPS = ("all", "x", "response", "decide")
+SCOPES = ("full", "groups")
+
+
+@torch.no_grad()
+def last_logits(bridge, ids, mask, hooks=()) -> torch.Tensor:
+    with attached(bridge):
+        return bridge.run_with_hooks(ids, attention_mask=mask, fwd_hooks=list(hooks))[:, -1]
+
+
+@torch.no_grad()
+def greedy(bridge, ids: torch.Tensor, mask: torch.Tensor, max_new: int, stop: list[int],
+           pad: int, hooks: list | None = None) -> list[list[int]]:
+    """Greedy responses through the bridge (with `hooks` active at every step), eos included."""
+    out = [[] for _ in range(len(ids))]
+    done = torch.zeros(len(ids), dtype=torch.bool)
+    stops = torch.tensor(stop)
+    with attached(bridge):
+        for _ in range(max_new):
+            logits = bridge.run_with_hooks(ids, attention_mask=mask, fwd_hooks=hooks or [])
+            tok = logits[:, -1].argmax(-1)
+            for i in range(len(ids)):
+                if not done[i]:
+                    out[i].append(int(tok[i]))
+            done |= torch.isin(tok, stops)
+            if bool(done.all()):
+                break
+            ids = torch.cat([ids, torch.where(done, torch.full_like(tok, pad), tok)[:, None]], 1)
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+    return out
+
+
+def logit_diff(logits_B_V: torch.Tensor, cases: Cases) -> torch.Tensor:
+    return logits_B_V.gather(1, cases.good[:, None])[:, 0] - \
+        logits_B_V.gather(1, cases.bad[:, None])[:, 0]
+
+
+def patch_hook(source: torch.Tensor, where_B_W: torch.Tensor, head: int | None = None):
+    """A hook that writes `source` (activations of the other view, width W) into the last W
+    columns of the running view where `where_B_W` is set (optionally one head of hook_z)."""
+    W = source.shape[1]
+
+    def hook(act, hook):
+        tail = act[:, -W:] if head is None else act[:, -W:, head]
+        src = source if head is None else source[:, :, head]
+        m = where_B_W.reshape(*where_B_W.shape, *([1] * (src.dim() - 2)))
+        tail.copy_(torch.where(m, src, tail))
+        return act
+
+    return hook
+
+
+def ablate_context_hook(ctx_B_K: torch.Tensor, heads: list[int]):
+    """Remove attention to the context columns for `heads`, renormalising each query's row
+    (rows that only see context keep their pattern)."""
+    def hook(pattern, hook):
+        K = pattern.shape[-1]
+        ctx = torch.nn.functional.pad(ctx_B_K, (0, K - ctx_B_K.shape[1]))[:, None, None, :]
+        for h in heads:
+            p = pattern[:, h: h + 1]
+            kept = p * ~ctx
+            total = kept.sum(-1, keepdim=True)
+            pattern[:, h: h + 1] = torch.where(total > 0, kept / total.clamp(min=1e-12), p)
+        return pattern
+
+    return hook
+
+
+def ablation_hooks(ctx_B_K: torch.Tensor, heads: list[tuple[int, int]]) -> list:
+    """One pattern hook per layer that removes the context reading of `heads` (layer, head)."""
+    by_layer: dict[int, list[int]] = {}
+    for li, h in heads:
+        by_layer.setdefault(li, []).append(h)
+    return [(pattern_hook(li), ablate_context_hook(ctx_B_K, hs)) for li, hs in by_layer.items()]
+
+
+def normalised(patched: torch.Tensor, start: torch.Tensor, end: torch.Tensor) -> np.ndarray:
+    """(patched - start) / (end - start) per case; NaN where the two runs barely differ."""
+    den = end - start
+    out = (patched - start) / den
+    return torch.where(den.abs() > 1e-2, out, torch.nan).numpy()
+
+
+@torch.no_grad()
+def cache_of(bridge, ids, mask, names: list[str]) -> dict[str, torch.Tensor]:
+    with attached(bridge):
+        _, cache = bridge.run_with_cache(ids, attention_mask=mask, names_filter=names)
+    return {n: cache[n].detach().clone() for n in names}
+
+
+def view_lds(bridge, cases: Cases) -> tuple[torch.Tensor, torch.Tensor]:
+    """LD of the no-context (source) and the context (destination) view, unpatched."""
+    return (logit_diff(last_logits(bridge, cases.src_ids, cases.src_mask), cases),
+            logit_diff(last_logits(bridge, cases.dst_ids, cases.dst_mask), cases))
+
+
+def sweep(bridge, cases: Cases, direction: str, stats: dict, scope: str = "full") -> dict:
+    """Patch resid (per layer x group, and x offset in the full scope), heads (full scope) and
+    MLPs in one direction: forward = no-context activations into the context run."""
+    L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
+    full = scope == "full"
+    names = [resid_hook(li) for li in range(L)] + [f"blocks.{li}.hook_mlp_out"
+                                                   for li in range(L)]
+    if full:
+        names += [f"blocks.{li}.attn.hook_z" for li in range(L)]
+    fwd = direction == "forward"
+    run_ids, run_mask = (cases.dst_ids, cases.dst_mask) if fwd else (cases.src_ids,
+                                                                     cases.src_mask)
+    other = cache_of(bridge, *((cases.src_ids, cases.src_mask) if fwd else
+                               (cases.dst_ids, cases.dst_mask)), names)
+    ld_src, ld_dst = view_lds(bridge, cases)
+    start, end = (ld_dst, ld_src) if fwd else (ld_src, ld_dst)
+    W0 = cases.src_ids.shape[1]
+
+    def effect(name, where, head=None):
+        src = other[name][:, -W0:]  # the aligned columns: all of x's run, [c, x]'s last W0
+        stats["forwards"] += 1
+        ld = logit_diff(last_logits(bridge, run_ids, run_mask,
+                                    [(name, patch_hook(src, where, head))]), cases)
+        return normalised(ld, start, end)
+
+    out = {"ld_src": ld_src.tolist(), "ld_dst": ld_dst.tolist()}
+    out["resid_groups"] = {g: np.stack([effect(resid_hook(li), cases.groups[g])
+                                        for li in range(L)], 1) for g in GROUPS}
+    out["mlp"] = np.stack([effect(f"blocks.{li}.hook_mlp_out", cases.groups["all"])
+                           for li in range(L)], 1)
+    if not full:
+        return out
+    K = min(W0, 32)  # the last K aligned columns (offsets from the deciding position)
+    offs = []
+    for li in range(L):
+        row = []
+        for k in range(1, K + 1):
+            where = torch.zeros_like(cases.groups["all"])
+            where[:, W0 - k] = cases.groups["all"][:, W0 - k]
+            row.append(effect(resid_hook(li), where))
+        offs.append(np.stack(row, 1))
+    out["resid_offsets"] = rearrange(np.stack(offs), "l n k -> n l k")
+    heads = [effect(f"blocks.{li}.attn.hook_z", cases.groups["all"], h)
+             for li in range(L) for h in range(H)]
+    out["heads"] = rearrange(np.stack(heads), "(layer h) n -> n layer h", layer=L)
+    return out
+
+
+def ablation_effect(bridge, cases: Cases, heads: list[tuple[int, int]],
+                    lds: tuple[torch.Tensor, torch.Tensor] | None = None) -> np.ndarray:
+    """Per case: the normalised effect of removing the context reading of `heads` together
+    (0 = the context run unchanged, 1 = the no-context run's LD)."""
+    ld_src, ld_dst = lds if lds is not None else view_lds(bridge, cases)
+    ld = logit_diff(last_logits(bridge, cases.dst_ids, cases.dst_mask,
+                                ablation_hooks(cases.ctx_B_W1, heads)), cases)
+    return normalised(ld, ld_dst, ld_src)
+
+
+def ablation(bridge, cases: Cases) -> np.ndarray:
+    """N L H: normalised effect of removing each head's attention to the context."""
+    L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
+    lds = view_lds(bridge, cases)
+    out = np.zeros((len(cases), L, H))
+    for li in range(L):
+        for h in range(H):
+            out[:, li, h] = ablation_effect(bridge, cases, [(li, h)], lds)
+    return out
+
+
+def logit_lens(bridge, cases: Cases) -> dict:
+    """Per layer (embedding first), decoded distributions of both views at the deciding
+    position: KL(no-context || context) and the rank of the right answer token."""
+    L = bridge.cfg.n_layers
+    names = ["hook_embed"] + [resid_hook(li) for li in range(L)]
+    views = []
+    for ids, mask in ((cases.src_ids, cases.src_mask), (cases.dst_ids, cases.dst_mask)):
+        c = cache_of(bridge, ids, mask, names)
+        resid_L_B_D = torch.stack([c[n][:, -1] for n in names])
+        with torch.no_grad():
+            views.append(torch.log_softmax(bridge.unembed(bridge.ln_final(resid_L_B_D)), -1))
+    p, q = views  # L B V log-probabilities
+    kl = reduce(p.exp() * (p - q), "l b v -> b l", "sum")
+    good = cases.good[None, :, None]
+
+    def rank(lp):
+        above = lp > lp.gather(-1, good.expand(lp.shape[0], -1, 1))
+        return reduce(above.long(), "l b v -> b l", "sum")
+
+    return {"kl": kl.numpy(), "rank_no_c": rank(p).numpy(), "rank_c": rank(q).numpy()}
