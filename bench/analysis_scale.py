@@ -187,7 +187,7 @@ def main(argv=None) -> dict:
             [*py, "nca_interp.grad_align", str(a), "--teacher", str(init), "--task", "sokoban",
              "--context", "plan", "--batch", "4", "--micro-batch", "2", "--dtype", "bfloat16",
              "--out", str(work / "ga"), *th])
-    from nca_interp.reduce import TensorFolder
+    from nca_interp.tensorfiles import TensorFolder
 
     with TensorFolder(init) as f:
         n_params = sum(int(torch.Size(f.shape(k)).numel()) for k in f.names())

@@ -46,14 +46,7 @@ from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_j
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.losses import TERMS, loss_terms
 from nca_interp.models import context_limit, resolve_device
-from nca_interp.reduce import (
-    Gram,
-    TensorFolder,
-    cosine,
-    row_chunks,
-    save_sharded,
-    stream_by_name,
-)
+from nca_interp.reduce import Gram, cosine, stream_by_name
 from nca_interp.rollout import Batch, onpolicy_batch
 from nca_interp.runs import (
     check_same_tokenizers,
@@ -61,6 +54,7 @@ from nca_interp.runs import (
     step_of,
     teacher_of,
 )
+from nca_interp.tensorfiles import TensorFolder, row_chunks, save_sharded
 
 HALVES = (1, 2)
 

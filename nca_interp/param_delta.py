@@ -42,8 +42,9 @@ import torch
 from nca_interp.checkpoint import CheckpointError, read_run_config, verify_folder
 from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
 from nca_interp.names import MODULES
-from nca_interp.reduce import Gram, TensorFolder, row_chunks, stream_by_name
+from nca_interp.reduce import Gram, stream_by_name
 from nca_interp.runs import check_same_tokenizers, initial_of, lr_at
+from nca_interp.tensorfiles import TensorFolder, row_chunks
 
 ARCH_KEYS = ("model_type", "num_hidden_layers", "hidden_size", "vocab_size",
              "num_attention_heads", "num_key_value_heads", "intermediate_size")

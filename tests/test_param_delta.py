@@ -70,9 +70,10 @@ def test_streamed_equals_in_memory(three):
 def test_chunked_rows_equal_whole_tensors(three, monkeypatch):
     w0, a, b = three
     whole, _ = param_delta.deltas(w0, [str(a)])
-    monkeypatch.setattr("nca_interp.reduce.CHUNK_ELEMENTS", 50)  # a few rows per chunk
-    monkeypatch.setattr(param_delta, "row_chunks",
-                        lambda shape: __import__("nca_interp.reduce").reduce.row_chunks(shape, 50))
+    monkeypatch.setattr("nca_interp.tensorfiles.CHUNK_ELEMENTS", 50)  # a few rows per chunk
+    from nca_interp.tensorfiles import row_chunks
+
+    monkeypatch.setattr(param_delta, "row_chunks", lambda shape: row_chunks(shape, 50))
     chunked, _ = param_delta.deltas(w0, [str(a)])
     for k, v in whole["per_checkpoint"][str(a)]["rel"].items():
         assert chunked["per_checkpoint"][str(a)]["rel"][k] == pytest.approx(v, rel=1e-10)
@@ -194,7 +195,7 @@ def test_prefetch_keeps_order_raises_and_stops():
     consumer, and stops reading when the consumer stops early."""
     import threading
 
-    from nca_interp.reduce import prefetch
+    from nca_interp.tensorfiles import prefetch
 
     assert list(prefetch(iter(range(50)), depth=3)) == list(range(50))
 
@@ -248,7 +249,7 @@ def test_tensor_folder_reads_what_safetensors_reads(tmp_path):
     the reader decodes itself, scalars and empty row ranges; a truncated file is refused."""
     from safetensors.torch import load_file, save_file
 
-    from nca_interp.reduce import TensorFolder
+    from nca_interp.tensorfiles import TensorFolder
 
     gen = torch.Generator().manual_seed(0)
     tensors = {f"t.{d}": (torch.randn(7, 3, generator=gen) * 100).to(d)
@@ -279,7 +280,7 @@ def test_prefetch_never_hangs_when_the_consumer_stops_at_the_end():
     import threading
     import time
 
-    from nca_interp.reduce import prefetch
+    from nca_interp.tensorfiles import prefetch
 
     def consume():
         for _ in prefetch(iter(range(2)), depth=1):
@@ -295,7 +296,7 @@ def test_prefetch_never_hangs_when_the_consumer_stops_at_the_end():
 def test_malformed_safetensors_header_is_a_clear_error(tmp_path):
     import json as js
 
-    from nca_interp.reduce import TensorFolder
+    from nca_interp.tensorfiles import TensorFolder
 
     header = js.dumps({"w": {"dtype": "F32", "shape": [2]}}).encode()  # no data_offsets
     (tmp_path / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header

@@ -142,3 +142,27 @@ def test_remap_teacher_starts_from_the_plain_teacher(tmp_path):
     run = read_run_config(runs / "sokoban_remap_base")
     assert run["init"] == str(runs / "sokoban_base") and run["remap"] == "LRUD"
     assert (run["d_model"], run["n_layers"]) == (32, 1)  # the init's architecture, recorded
+
+
+def test_every_published_setting_is_what_its_manifest_ran():
+    """`SETTINGS` (read by the summary and the sweep) names the command that produced each
+    committed figures/<setting>/: the manifest's pipeline command, less the flags that do not
+    change results (threads, jobs, PNG export)."""
+    import json
+    import re
+    from pathlib import Path
+
+    from train.reproduce import PRESETS, SETTINGS
+
+    seen = 0
+    for name, setting in SETTINGS.items():
+        assert setting.preset in PRESETS, name
+        manifest = Path("figures") / name / "manifest.json"
+        if not manifest.exists():
+            continue
+        files = json.loads(manifest.read_text())["files"].values()
+        ran = {re.sub(r" --(png|threads|jobs) \S+", "", f["command"]) for f in files
+               if f["command"].startswith("python -m train.reproduce")}
+        assert ran == {setting.command(name)}, name
+        seen += 1
+    assert seen >= 8

@@ -99,6 +99,52 @@ PRESETS = {
 }
 
 
+@dataclass(frozen=True)
+class Setting:
+    """One published pipeline run: a preset, the flags it ran with and its seeds. `figures/
+    <name>/` holds its outputs; the summary across settings and the Sokoban sweep list these
+    (a setting not yet run is shown with the command that runs it)."""
+
+    preset: str
+    flags: tuple[str, ...] = ()
+    seeds: tuple[int, ...] = (0, 1, 2)
+    analyses: bool = True
+    sweep: str | None = None  # its row's description in the Sokoban sweep (None: not a row)
+
+    def command(self, name: str) -> str:
+        parts = ["python -m train.reproduce --task", self.preset]
+        if name != self.preset:
+            parts += ["--name", name]
+        parts += [*self.flags, "--seeds", ",".join(map(str, self.seeds))]
+        if not self.analyses:
+            parts += ["--analyses", "false"]
+        return " ".join(parts)
+
+
+SETTINGS = {
+    "facts": Setting("facts"),
+    "facts_lr3e-5": Setting("facts", ("--lr", "3e-5"), seeds=(0,), analyses=False),
+    "sokoban_long": Setting("sokoban", ("--distill-steps", "500", "--lr", "0.001",
+                                        "--save-every", "50"), seeds=(0, 1, 2, 3, 4),
+                            sweep="6x6 `plan`, OPD 2.5x longer at 3.3x the lr (500 steps, lr "
+                                  "1e-3)"),
+    "sokoban_remap": Setting("sokoban_remap",
+                             sweep="6x6, remapped keys: the teacher (fine-tuned from sokoban's) "
+                                   "reads a random key permutation from `K:U=L D=R ..`; "
+                                   "distillation internalizes the fixed LRUD"),
+    "sokoban": Setting("sokoban", sweep="6x6 room, `plan` context (first 3 optimal moves), 200 "
+                                        "OPD steps at lr 3e-4: the earlier default"),
+    "sokoban8s": Setting("sokoban8s", analyses=False,
+                         sweep="8x8 room, teacher trained with the derivable `state` context "
+                               "only"),
+    "sokoban_xl": Setting("sokoban_xl", ("--student-from", "sokoban"), analyses=False,
+                          sweep="cross-model: an 8-layer d 256 teacher distilled into the "
+                                "4-layer `sokoban` base"),
+    "sysprompt": Setting("sysprompt"),
+    "frozenlake": Setting("frozenlake"),
+}
+
+
 def teacher_folder(preset: Preset, runs: Path, task: str) -> Path:
     """Where the teacher lives: the fetched model's cache folder, or RUNS/<task>_base."""
     if preset.fetched:

@@ -18,8 +18,6 @@ import argparse
 import json
 from pathlib import Path
 
-SETTINGS = ("facts", "facts_lr3e-5", "sokoban_long", "sokoban_remap", "sokoban", "sokoban8s",
-            "sokoban_xl", "sysprompt", "frozenlake")
 DOCS = ("README.md", "docs/results/index.md")
 BEGIN, END = "<!-- summary:begin (python -m train.summary --write) -->", "<!-- summary:end -->"
 
@@ -60,6 +58,8 @@ def table(root: Path = Path("figures")) -> str:
     head = ("| setting | teacher = step-0 null: right without c / with c; harm | OPD: right "
             "without c / with c | OPD harm | OPD regimes | NCA: right without c / with c | "
             "NCA harm | NCA regimes |\n|---|---|---|---|---|---|---|---|")
+    from train.reproduce import SETTINGS
+
     rows = [r for r in (row(root / name) for name in SETTINGS) if r]
     note = ("\nIn self-distillation (every setting but `sokoban_xl`) the teacher is also each "
             "student's step-0 checkpoint; `sokoban_xl`'s students start from `sokoban`'s teacher "
