@@ -34,7 +34,9 @@ CHECKS = {
     "at": "choice:response|generating|prompt", "responses": "choice:reference|base|own",
     "rows": "choice:all|task", "arch": "choice:qwen3|qwen2|llama",
     "follow_ups": "choice:open|full", "layout": "choice:rows|facts|table",
-    "dtype": "choice:float32|bfloat16|float16",
+    "dtype": "choice:float32|bfloat16|float16", "every": ">=1",
+    "kind": "choice:harm|help", "scope": "choice:full|groups",
+    "n_random": ">=0", "n_random_generate": ">=0", "ks": ">=1",
 }
 
 
@@ -53,23 +55,33 @@ def _check_value(flag: str, rule: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return
     ok = {">0": value > 0, ">=0": value >= 0, ">=1": value >= 1, ">=2": value >= 2,
-          "prob": 0 <= value <= 1}[rule]
+          "prob": 0 <= value <= 1, "even>=4": value >= 4 and value % 2 == 0}[rule]
     if not ok:
         what = {">0": "> 0", ">=0": ">= 0", ">=1": ">= 1", ">=2": ">= 2",
-                "prob": "between 0 and 1"}[rule]
+                "prob": "between 0 and 1", "even>=4": "an even number >= 4"}[rule]
         raise UsageError(f"{flag} must be {what}, not {value}")
 
 
 def validate(cfg) -> None:
     """Every numeric flag finite and in range, every named choice known; raises UsageError
     naming the flag. Runs before any work or file is written."""
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        flag = "--" + f.name.replace("_", "-")
+    check_arguments(type(cfg), **{f.name: getattr(cfg, f.name)
+                                  for f in dataclasses.fields(cfg)})
+
+
+def check_arguments(config_cls, **values) -> None:
+    """The one set of rules for a command's values, applied to the command line (`validate`)
+    and to the Python API alike: each analysis's `run(...)` checks its keyword arguments against
+    its config dataclass (a field's `metadata["check"]`, else `CHECKS` by name), so a value the
+    CLI refuses is refused by `run` with the same message."""
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    for name, value in values.items():
+        f = fields[name]
+        flag = "--" + name.replace("_", "-")
         for v in value if isinstance(value, (list, tuple)) else [value]:
             if isinstance(v, float) and not math.isfinite(v):
                 raise UsageError(f"{flag} must be a finite number, not {v}")
-        rule = f.metadata.get("check", CHECKS.get(f.name))
+        rule = f.metadata.get("check", CHECKS.get(name))
         if rule:
             _check_value(flag, rule, value)
 

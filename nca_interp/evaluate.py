@@ -32,7 +32,7 @@ import torch
 
 from nca_interp.bootstrap import cluster_indices, n_units, percentile_ci
 from nca_interp.checkpoint import load_checkpoint, verify_folder
-from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
+from nca_interp.cli import check_arguments, check_writable, entry, parse_config, to_dict, write_json
 from nca_interp.models import autocast, context_limit, resolve_device
 from nca_interp.rollout import (
     decode_responses,
@@ -225,6 +225,8 @@ def run(ckpts: list[str] | None = None, *, task: str | None = None, fmt: str | N
         precision: str = "auto") -> dict:
     """Paired context-return reports, {checkpoint name: report} (see the module docstring for
     the fields), of each checkpoint on the same held-out items; plus `_meta` (task, context)."""
+    check_arguments(EvalConfig, fmt=fmt, n_levels=n_levels, seed=seed, temperature=temperature,
+                    precision=precision)
     paths = ckpts or default_checkpoints()
     found = task_for_checkpoints(paths, task, fmt, task_options)
     dev = resolve_device(device)

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint
-from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
+from nca_interp.cli import check_arguments, check_writable, entry, parse_config, to_dict, write_json
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.losses import TERMS, loss_terms
 from nca_interp.models import context_limit, resolve_device
@@ -183,8 +183,10 @@ class GradAlignConfig:
     task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
     context: str | None = field(default=None, metadata={"help": "default: the run's context"})
     batch: int = field(default=2048, metadata={
-        "help": "on-policy prompts, split into two independent halves (noise floor)"})
-    micro_batch: int = field(default=128, metadata={"help": "prompts per forward/backward"})
+        "help": "on-policy prompts, split into two independent halves (noise floor)",
+        "check": "even>=4"})
+    micro_batch: int = field(default=128, metadata={"help": "prompts per forward/backward",
+                                                    "check": ">=1"})
     temperature: float = field(default=1.0, metadata={"help": "rollout (and loss) temperature"})
     seed: int = field(default=0, metadata={"help": "levels and sampling seed"})
     device: str = field(default="cpu", metadata={"help": "cpu|cuda|auto"})
@@ -232,12 +234,8 @@ def run(ckpts: list[str] | None = None, *, teacher: str | None = None,
     """Gradient angles between the loss terms at each checkpoint (see the module docstring):
     `results[name]["global"]` holds `angle_xfit_deg`, `self_angle_deg` (the noise floors),
     `snr` and norms; `per_module` the same per layer x module; `steps` the training steps."""
-    if batch < 4 or batch % 2:
-        raise ValueError(f"batch must be an even number >= 4 (two halves), not {batch}")
-    if micro_batch < 1:
-        raise ValueError(f"micro_batch must be >= 1, not {micro_batch}")
-    if dtype is not None and dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, not {dtype!r}")
+    check_arguments(GradAlignConfig, batch=batch, micro_batch=micro_batch, dtype=dtype,
+                    temperature=temperature, seed=seed)
     if not ckpts:
         from nca_interp.assets import embedded
 

@@ -52,7 +52,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from nca_interp.checkpoint import load_checkpoint, save_checkpoint, verify_folder
-from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
+from nca_interp.cli import check_arguments, check_writable, entry, parse_config, to_dict, write_json
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.hooks import boot_bridge, capture
 from nca_interp.masks import context_token_mask, shared_suffix_mask
@@ -369,10 +369,8 @@ def run(ckpts: list[str] | None = None, *, task: str | None = None,
         n_levels: int = 200, seed: int = 0, baselines: bool = True, at: str = "response",
         responses: str = "reference", batch: int = 100, device: str = "cpu") -> dict:
     """The layer-similarity report as a Python value (what `main` prints and writes)."""
-    if responses not in ("reference", "base", "own"):
-        raise ValueError(f"responses must be reference, base or own, not {responses!r}")
-    if at not in POSITIONS:
-        raise ValueError(f"at must be one of {POSITIONS}, not {at!r}")
+    check_arguments(LayerSimConfig, n_levels=n_levels, seed=seed, at=at, responses=responses,
+                    batch=batch)
     paths = with_initial_checkpoints(ckpts or default_checkpoints())
     found, ctx = resolve_task_and_context(paths, task, context, task_options)
     check_same_tokenizers(paths)

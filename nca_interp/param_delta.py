@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from nca_interp.checkpoint import CheckpointError, read_run_config, verify_folder
-from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
+from nca_interp.cli import check_arguments, check_writable, entry, parse_config, to_dict, write_json
 from nca_interp.names import MODULES
 from nca_interp.reduce import Gram, stream_by_name
 from nca_interp.runs import check_same_tokenizers, initial_of, lr_at
@@ -213,8 +213,7 @@ def deltas(init: str | Path, ckpts: list[str], rows: str = "all", task: str | No
     """Per-checkpoint tables and the Gram matrix behind them (index 0: W0, i: checkpoint i)."""
     init = verify_folder(init)
     paths = [verify_folder(p) for p in ckpts]
-    if rows not in ("all", "task"):
-        raise ValueError(f"--rows must be all or task, not {rows!r}")
+    check_arguments(ParamDeltaConfig, rows=rows)
     keep = None
     if rows == "task":
         ids = task_rows(init, task, task_options)

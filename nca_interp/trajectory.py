@@ -31,7 +31,7 @@ import torch
 
 from nca_interp.bootstrap import iid_indices, percentile_ci
 from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint, verify_folder
-from nca_interp.cli import check_writable, entry, parse_config, to_dict, write_json
+from nca_interp.cli import check_arguments, check_writable, entry, parse_config, to_dict, write_json
 from nca_interp.evaluate import evaluate_checkpoint
 from nca_interp.losses import position_kl
 from nca_interp.models import context_limit
@@ -137,8 +137,8 @@ def run(runs: list[str], *, teacher: str | None = None, context: str | None = No
     the three KLs and their 95% intervals (`ci95`)."""
     if not runs:
         raise ValueError("name at least one distillation run directory")
-    if every < 1:
-        raise ValueError(f"every must be >= 1, not {every}")
+    check_arguments(TrajectoryConfig, n_levels=n_levels, drift_levels=drift_levels,
+                    every=every, seed=seed)
     plan = {}
     for run_dir in runs:
         verify_folder(run_dir)

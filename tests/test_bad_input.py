@@ -361,3 +361,29 @@ def test_a_non_numeric_task_option_names_the_key(base, capsys):
     msg = refused(evaluate.main, [str(base), "--task", "frozenlake", "--task-options",
                                   "size=abc", "--n-levels", "2"], capsys)
     assert "size='abc'" in msg and "size takes an integer" in msg
+
+
+@pytest.mark.parametrize("module,flags,kwargs,message", [
+    ("grad_align", ["--batch", "6", "--micro-batch", "0"], {"micro_batch": 0},
+     "--micro-batch must be >= 1"),
+    ("grad_align", ["--batch", "5"], {"batch": 5}, "--batch must be an even number >= 4"),
+    ("layer_sim", ["--at", "middle"], {"at": "middle"}, "--at must be one of"),
+    ("trajectory", ["x", "--every", "0"], {"runs": ["x"], "every": 0}, "--every must be >= 1"),
+    ("evaluate", ["--temperature", "-1"], {"temperature": -1.0}, "--temperature must be >= 0"),
+    ("patching", ["--kind", "hurt"], {"kind": "hurt"}, "--kind must be one of harm, help"),
+    ("patching", ["--ks", "0"], {"ks": [0]}, "--ks must be >= 1"),
+    ("param_delta", ["--rows", "some"], {"rows": "some"}, "--rows must be one of"),
+])
+def test_the_api_refuses_what_the_command_line_refuses(module, flags, kwargs, message):
+    """One set of rules: `run(...)` refuses a value with the same message as `main`, before any
+    work (checked where it once disagreed: grad_align's micro_batch 0 passed the CLI's shared
+    >= 0 rule and then failed inside run with a different message)."""
+    import importlib
+
+    from nca_interp.errors import UsageError
+
+    mod = importlib.import_module(f"nca_interp.{module}")
+    with pytest.raises(UsageError, match=message):
+        mod.main(flags)
+    with pytest.raises(UsageError, match=message):
+        mod.run(**kwargs)

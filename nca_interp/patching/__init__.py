@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from nca_interp.checkpoint import load_checkpoint, verify_folder
-from nca_interp.cli import check_writable, parse_config, to_dict, write_json
+from nca_interp.cli import check_arguments, check_writable, parse_config, to_dict, write_json
 from nca_interp.evaluate import TASK_OPTIONS_HELP
 from nca_interp.hooks import attached_hooks, boot_bridge
 from nca_interp.models import context_limit
@@ -101,8 +101,9 @@ def run(ckpt: str | None = None, *, task: str | None = None, task_options=None,
     (per head), heads (the held-out table of `patching.heads`), lens, control, cost."""
     from nca_interp.assets import embedded
 
-    if kind not in KINDS or scope not in SCOPES:
-        raise ValueError(f"kind must be one of {KINDS} and scope one of {SCOPES}")
+    check_arguments(PatchingConfig, kind=kind, scope=scope, n_levels=n_levels,
+                    max_cases=max_cases, ks=list(ks), n_random=n_random,
+                    n_random_generate=n_random_generate, seed=seed)
     path = str(verify_folder(ckpt or embedded("sokoban_opd")))
     found, ctx = resolve_task_and_context([path], task, context, task_options)
     t0 = time.time()
