@@ -28,3 +28,13 @@ def test_analysis_scale_runs_at_tiny_shape(tmp_path):
     assert set(rep["rows"]) >= {"param_delta init + 2", "layer_sim 3 + random-init",
                                 "grad_align batch 4"}
     assert all(r["peak_rss_gb"] > 0 for r in rep["rows"].values())
+
+
+def test_scale_model_file_is_its_generator_output():
+    """docs/scale.md's memory extrapolation is bench/results/scale_model.txt, which must equal
+    what bench.scale_model computes from the committed analysis_scale JSON."""
+    from pathlib import Path
+
+    from bench import scale_model
+
+    assert Path("bench/results/scale_model.txt").read_text() == scale_model.render()
