@@ -51,17 +51,21 @@ def max_response_tokens(task: Task) -> int:
 
 
 @torch.no_grad()
-def play_levels(model, tokenizer, task: Task, levels: list, context: str | None,
+def play_levels(model, tokenizer, task: Task, levels: list, context: str | list[str] | None,
                 temperature: float = 0.0, seed: int = 0, batch: int = 250) -> dict[str, np.ndarray]:
-    """Roll out one response per level; returns arrays `won`, `length`, `parsed`."""
+    """Roll out one response per level; returns arrays `won`, `length`, `parsed`. `context`:
+    None (the student view), a context kind, or one context text per level (controls)."""
     dev = model_device(model)
     gen = torch.Generator(dev).manual_seed(seed)
     won, length, parsed = [], [], []
     max_new = max_response_tokens(task)
     for i in range(0, len(levels), batch):
         chunk = levels[i: i + batch]
-        texts = [task.prompt(lv, None if context is None else task.context(lv, context))
-                 for lv in chunk]
+        if isinstance(context, list):
+            texts = [task.prompt(lv, c) for lv, c in zip(chunk, context[i: i + batch])]
+        else:
+            texts = [task.prompt(lv, None if context is None else task.context(lv, context))
+                     for lv in chunk]
         ids, mask = encode(tokenizer, texts, context_limit(model), reserve=max_new)
         resp, rmask = sample(model, ids.to(dev), mask.to(dev), max_new,
                              stop_ids(tokenizer, model), pad_id(tokenizer), temperature, gen)
@@ -133,13 +137,33 @@ def paired_report(no_c: dict[str, np.ndarray], with_c: dict[str, np.ndarray],
 
 
 def evaluate_checkpoint(model, tokenizer, task: Task, context: str, n_levels: int = 1000,
-                        seed: int = 0, temperature: float = 0.0) -> dict:
+                        seed: int = 0, temperature: float = 0.0, control: bool = False) -> dict:
     task = task.for_tokenizer(tokenizer)  # chat checkpoints: their own template
     levels = task.levels("test", n_levels, seed)
+    units = [task.unit(lv) for lv in levels]
     no_c = play_levels(model, tokenizer, task, levels, None, temperature, seed)
     with_c = play_levels(model, tokenizer, task, levels, context, temperature, seed)
-    return {**paired_report(no_c, with_c, [task.unit(lv) for lv in levels], task.unit_name),
-            "metric": task.success}
+    report = {**paired_report(no_c, with_c, units, task.unit_name), "metric": task.success}
+    if control:
+        wrong = [task.control_context(levels, i, context) for i in range(len(levels))]
+        ctrl = play_levels(model, tokenizer, task, levels, wrong, temperature, seed)
+        report["control"] = control_report(no_c, with_c, ctrl, units, task.unit_name)
+    return report
+
+
+def control_report(no_c: dict, with_c: dict, ctrl: dict, units: list[str],
+                   unit_name: str) -> dict:
+    """The same items with a control context c' (same kind and form, wrong for the item; see
+    `Task.control_context`): `vs_no_c` is the paired report of x against [c', x] (its `harm`:
+    what merely having a context of this form costs), `reads_c` the paired report of [c', x]
+    against [c, x] (its `delta_c` = win_c - win_c' with its interval: how much the checkpoint
+    uses what c says; 0 = blind to c's content)."""
+    vs = paired_report(no_c, ctrl, units, unit_name)
+    reads = paired_report(ctrl, with_c, units, unit_name)
+    return {"win": vs["win_c"], "harm": vs["harm"], "ci95": {"win": vs["ci95"]["win_c"],
+                                                             "harm": vs["ci95"]["harm"]},
+            "reads_c": reads["delta_c"], "reads_c_ci95": reads["ci95"]["delta_c"],
+            "len": vs["len_c"]}
 
 
 TASK_OPTIONS_HELP = ("task config overrides KEY=VALUE,... e.g. opcd's "
@@ -173,6 +197,24 @@ def format_table(reports: dict[str, dict], columns: list[str] = COLUMNS) -> str:
         lines.append(f"(intervals resample {r['n_units']} {r['unit']}s over {r['n']} items; "
                      "harm = P(lost with c | won without c); regime from the interval of "
                      "win_c - win_no_c)")
+    return "\n".join(lines)
+
+
+def format_control(reports: dict[str, dict]) -> str:
+    """The control-context rows: accuracy with c and with c', the harm of c', reads_c."""
+    metric = metric_of(reports)
+    ci = lambda v, c: "-" if v is None else (  # noqa: E731
+        f"{v:.3f}" if not c or c[0] is None else f"{v:.3f} [{c[0]:.3f}, {c[1]:.3f}]")
+    lines = ["| checkpoint | " + label("win_c", metric) + " | " + label("win", metric) +
+             " with control c' | harm of c' | reads_c = " + label("win_c", metric) +
+             " - with c' |", "|---|---|---|---|---|"]
+    for name, r in reports.items():
+        if "control" not in r:
+            continue
+        k = r["control"]
+        lines.append(f"| {name} | {ci(r['win_c'], r['ci95']['win_c'])} | "
+                     f"{ci(k['win'], k['ci95']['win'])} | {ci(k['harm'], k['ci95']['harm'])} | "
+                     f"{ci(k['reads_c'], k['reads_c_ci95'])} |")
     return "\n".join(lines)
 
 
@@ -210,6 +252,11 @@ class EvalConfig:
     device: str = field(default="auto", metadata={"help": "auto|cpu|cuda"})
     precision: str = field(default="auto", metadata={
         "help": "auto|fp32|bf16 autocast (auto: bf16 on GPU, fp32 on CPU)"})
+    control: bool = field(default=False, metadata={
+        "help": "also play every item with a control context of the same form that is wrong "
+                "for it (another level's plan or state, a knowledge base with its values "
+                "rotated across entities): accuracy with it, its harm, and reads_c = win_c - "
+                "win_c' (0: blind to what c says)"})
     out: str | None = field(default=None, metadata={"help": "write the JSON report here"})
 
 
@@ -222,7 +269,7 @@ def default_checkpoints() -> list[str]:
 def run(ckpts: list[str] | None = None, *, task: str | None = None, fmt: str | None = None,
         task_options: list[str] | None = None, context: str | None = None,
         n_levels: int = 1000, seed: int = 0, temperature: float = 0.0, device: str = "cpu",
-        precision: str = "auto") -> dict:
+        precision: str = "auto", control: bool = False) -> dict:
     """Paired context-return reports, {checkpoint name: report} (see the module docstring for
     the fields), of each checkpoint on the same held-out items; plus `_meta` (task, context)."""
     check_arguments(EvalConfig, fmt=fmt, n_levels=n_levels, seed=seed, temperature=temperature,
@@ -240,7 +287,7 @@ def run(ckpts: list[str] | None = None, *, task: str | None = None, fmt: str | N
         name = Path(p).name if Path(p).name not in reports else p
         with autocast(dev, precision):
             reports[name] = evaluate_checkpoint(model, tok, found, context, n_levels, seed,
-                                                temperature)
+                                                temperature, control)
     return {"task": found.name, "context": context, "reports": reports}
 
 
@@ -258,13 +305,16 @@ def main(argv: list[str] | None = None) -> dict:
         check_writable(cfg.out)
     report = run(cfg.ckpt, task=cfg.task, fmt=cfg.fmt, task_options=cfg.task_options,
                  context=cfg.context, n_levels=cfg.n_levels, seed=cfg.seed,
-                 temperature=cfg.temperature, device=cfg.device, precision=cfg.precision)
+                 temperature=cfg.temperature, device=cfg.device, precision=cfg.precision,
+                 control=cfg.control)
     cfg.context = report["context"]
     reports = report["reports"]
     n = next(iter(reports.values()))["n"]
     print(f"task={report['task']} context={cfg.context} levels={n} seed={cfg.seed} "
           f"temperature={cfg.temperature}")
     print(format_table(reports))
+    if cfg.control:
+        print(format_control(reports))
     if cfg.out:
         write_json(cfg.out, {"config": to_dict(cfg), "reports": reports})
     return reports

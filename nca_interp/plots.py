@@ -111,19 +111,41 @@ def heatmap(values: list[list[float]], rows: list[str], cols: list[str], title: 
 
 
 def grad_align_figure(report: dict) -> go.Figure:
-    """Cross-fitted angles between loss-term gradients (bars per pair) beside each term's noise
-    floor (its two half batches' angle), for each checkpoint."""
-    fig = go.Figure()
-    for name, r in report["results"].items():
-        g = r["global"]
-        keys = [f"x {p}" for p in g["angle_xfit_deg"]] + [f"floor {t}"
-                                                          for t in g["self_angle_deg"]]
-        vals = list(g["angle_xfit_deg"].values()) + list(g["self_angle_deg"].values())
-        fig.add_trace(go.Bar(name=name, x=keys, y=vals))
-    fig.add_hline(y=90, line_dash="dot", annotation_text="orthogonal")
-    fig.update_layout(title="cross-fitted angles between loss-term gradients and each term's "
-                            "noise floor (degrees; missing bar: term within its noise)",
-                      barmode="group", yaxis=dict(range=[0, 180]), height=450, width=900)
+    """One panel per pair of loss terms: their cross-fitted angle at each checkpoint (solid)
+    beside the noise floors of the two terms it joins (dotted: the angle between each term's
+    two half-batch gradients; an angle is only read where it stands clear of both)."""
+    names = list(report["results"])
+    steps = report.get("steps") or list(range(len(names)))
+    first = report["results"][names[0]]["global"]
+    pairs = list(first["angle_xfit_deg"])
+    fig = make_subplots(rows=1, cols=len(pairs), shared_yaxes=True,
+                        subplot_titles=[p.replace("~", " vs ") for p in pairs])
+    colours = {"opd": PALETTE["opd"], "nca": PALETTE["nca"], "ctx": PALETTE["base"]}
+    for col, pair in enumerate(pairs, 1):
+        val = lambda n, k, key: report["results"][n]["global"][key].get(k)  # noqa: E731
+        fig.add_trace(go.Scatter(x=steps, y=[val(n, pair, "angle_xfit_deg") for n in names],
+                                 name="cross-fitted angle", legendgroup="angle",
+                                 showlegend=col == 1, mode="lines+markers",
+                                 line={"color": "#222"}), 1, col)
+        for term in pair.split("~"):
+            fig.add_trace(go.Scatter(x=steps, y=[val(n, term, "self_angle_deg") for n in names],
+                                     name=f"noise floor of {term}", legendgroup=term,
+                                     showlegend=term not in {t for p in pairs[:col - 1]
+                                                             for t in p.split("~")},
+                                     mode="lines", line={"dash": "dot",
+                                                         "color": colours.get(term, "#888")}),
+                          1, col)
+        fig.add_hline(y=90, line_dash="dash", line_color="#aaa", row=1, col=col,
+                      annotation_text="90 deg: orthogonal", annotation_position="top left")
+    fig.update_xaxes(title_text="distillation step")
+    fig.update_yaxes(title_text="degrees", range=[0, 180], col=1)
+    run = Path(str(report["config"]["ckpt"][0])).parent.parent.name \
+        if report.get("config") else ""
+    fig.update_layout(title=f"{report.get('task', '')} {run}: angles between loss-term "
+                            "gradients<br><sup>dotted: each term's noise floor (its two half "
+                            "batches' angle); a missing point: the term is within its own noise "
+                            "there</sup>",
+                      height=430, autosize=True)
     return fig
 
 
@@ -146,7 +168,7 @@ def grad_align_over_steps(report: dict) -> go.Figure:
     fig.update_layout(title=f"{report.get('task', '')} {run}: cross-fitted gradient angles over "
                             "training (solid) and each term's noise floor (dotted)",
                       xaxis_title="distillation step", yaxis_title="degrees",
-                      yaxis=dict(range=[0, 180]), height=450, width=900)
+                      yaxis=dict(range=[0, 180]), height=450, autosize=True)
     return fig
 
 

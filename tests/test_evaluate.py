@@ -59,3 +59,44 @@ def test_cluster_bootstrap_resamples_units_not_items():
     assert width(clustered) == pytest.approx(np.percentile(ref, 97.5) - np.percentile(ref, 2.5),
                                              abs=0.13)
     assert "8 facts" in format_table({"x": clustered})
+
+
+@pytest.mark.parametrize("name,kind", [("sokoban", "plan"), ("sokoban", "state"),
+                                       ("frozenlake", "state"), ("sysprompt", "system"),
+                                       ("facts", "facts")])
+def test_control_contexts_have_the_form_of_c_and_are_wrong_for_the_item(name, kind):
+    from nca_interp.tasks import make_task
+
+    task = make_task(name)
+    levels = task.levels("test", 12)
+    for i, lv in enumerate(levels):
+        real, ctrl = task.context(lv, kind), task.control_context(levels, i, kind)
+        assert ctrl != real
+        assert abs(len(ctrl) - len(real)) <= max(4, len(real) // 4)  # the same form
+        if name == "facts":  # every fact of the rotated KB is wrong, every sentence kept
+            for e, vals in zip(lv.kb.names, lv.kb.values):
+                assert f"The capital of {e} is {vals['capital']}." not in ctrl
+                assert f"The capital of {e} is" in ctrl
+        if name == "sysprompt":  # no entity keeps its own row of values
+            assert not set(real.splitlines()) & set(ctrl.splitlines())
+
+
+def test_control_view_is_played_and_paired(monkeypatch):
+    """With the control context replaced by the real one, the control view must reproduce the
+    context view exactly (reads_c = 0, same accuracy): the third view is played on the same
+    items, in the same order, and paired with them."""
+    from nca_interp import evaluate
+    from nca_interp.assets import embedded
+    from nca_interp.tasks import Task
+
+    monkeypatch.setattr(Task, "control_context",
+                        lambda self, levels, i, kind: self.context(levels[i], kind))
+    rep = evaluate.run([str(embedded("sokoban_opd"))], context="plan", n_levels=60,
+                       control=True)["reports"]["sokoban_opd"]
+    assert rep["control"]["win"] == rep["win_c"] and rep["control"]["reads_c"] == 0
+    monkeypatch.undo()
+    rep = evaluate.run([str(embedded("sokoban_opd"))], context="plan", n_levels=60,
+                       control=True)["reports"]["sokoban_opd"]
+    k = rep["control"]
+    assert k["reads_c"] == pytest.approx(rep["win_c"] - k["win"])
+    assert k["reads_c_ci95"][0] <= k["reads_c"] <= k["reads_c_ci95"][1]

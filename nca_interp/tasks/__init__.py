@@ -15,6 +15,7 @@ models), and success is accuracy rather than a win.
 
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
@@ -71,6 +72,20 @@ class ChatFormat:
         return self.tokenizer.apply_chat_template(messages, tokenize=False,
                                                   add_generation_prompt=True,
                                                   **dict(self.template_kwargs))
+
+
+def rotated(values) -> list:
+    """`values` shifted by one place (entity e gets entity e+1's): a derangement whenever the
+    values differ, so every fact of a rotated knowledge base is wrong."""
+    values = list(values)
+    return values[1:] + values[:1]
+
+
+def shuffled_words(text: str, seed: int) -> str:
+    """`text`'s words in a seeded random order: the same tokens, no longer an instruction."""
+    words = text.split()
+    random.Random(seed).shuffle(words)
+    return " ".join(words)
 
 
 @dataclass(frozen=True)
@@ -161,6 +176,17 @@ class Task:
             return resources.files("nca_interp.tasks").joinpath(f"rules/{self.name}.txt") \
                 .read_text().strip()
         raise ValueError(f"unknown context kind {kind!r}; choose one of {CONTEXT_KINDS}")
+
+    def control_context(self, levels: list, i: int, kind: str) -> str:
+        """A context of the same kind and form for item `i` that does not fit it (the control
+        that separates reading c from merely having a context): for games, the context of the
+        next evaluated level whose text differs (another level's plan or state)."""
+        own = self.context(levels[i], kind)
+        for k in range(1, len(levels)):
+            other = self.context(levels[(i + k) % len(levels)], kind)
+            if other != own:
+                return other
+        return shuffled_words(own, i)
 
     def prompt(self, level, context: str | None = None) -> str:
         """Student view x, or teacher view [c, x] when `context` is given."""
@@ -258,6 +284,17 @@ class QATask(Task):
             return opcd.read_system_prompt(self.config.system_prompt)
         return sysprompt.system_prompt(level)
 
+    def control_context(self, levels: list, i: int, kind: str) -> str:
+        """sysprompt: the same knowledge base with each attribute's values rotated across the
+        entities (every fact wrong, same layout and length); opcd: the system prompt's words
+        shuffled."""
+        self.context(levels[i], kind)  # the kind check
+        if self.name == "opcd":
+            return shuffled_words(opcd.read_system_prompt(self.config.system_prompt), i)
+        kb = levels[i].kb
+        return replace(kb, values=tuple(zip(*[rotated(col) for col in zip(*kb.values)]))
+                       ).render()
+
     def for_tokenizer(self, tokenizer, context_as: str = "system",
                       template_kwargs: tuple = (("enable_thinking", False),)) -> Task:
         return super().for_tokenizer(tokenizer, context_as, template_kwargs)
@@ -336,6 +373,20 @@ class FactsTask(Task):
         if kind == "facts":
             return level.kb.render(self.config.n_attributes)
         return facts.RULES[self.config.rule]
+
+    def control_context(self, levels: list, i: int, kind: str) -> str:
+        """`facts`: the same sentences with each attribute's values rotated across the
+        countries (every fact wrong, same form and length); `rule`: the rule's words shuffled
+        (no instruction)."""
+        self.context(levels[i], kind)  # the kind check
+        if kind == "rule":
+            return shuffled_words(facts.RULES[self.config.rule], i)
+        kb = levels[i].kb
+        wrong = [dict(v) for v in kb.values]
+        for attr in kb.values[0]:
+            for v, new in zip(wrong, rotated([v[attr] for v in kb.values])):
+                v[attr] = new
+        return replace(kb, values=tuple(wrong)).render(self.config.n_attributes)
 
     def for_tokenizer(self, tokenizer, context_as: str = "system",
                       template_kwargs: tuple = (("enable_thinking", False),)) -> Task:
