@@ -30,7 +30,16 @@ Reported per layer:
                a per-view offset that grows layer by layer, while its tiny random embeddings
                carry little token-to-token variation); a pretrained model's views differ
                mostly token by token (offset_share near 0). Both are in every report
+  cos_other    the anisotropy floor of `cos`: the same statistic between the no-context view
+               of one item and the context view of *another* (the next item of its batch, token
+               k against token k). Hidden states share a large common direction, so raw cosines
+               are high between any two inputs; a similarity claim ("cos >= 0.997") is read
+               against this floor, not against 0
   cka          linear CKA between the two views' token matrices
+  cka_debiased the same with the unbiased HSIC estimator (Song et al. 2012; Kornblith et al.'s
+               debiased CKA): linear CKA is biased upwards for few tokens in many dimensions
+               (two independent random matrices score well above 0), the debiased one is ~0
+               there
   ctx_attn     attention mass on the context tokens in the [c, x] view, mean over heads
   ctx_attn_ratio  per layer x head: that mass divided by the context's share of the keys each
                query sees (1 = uniform attention; a random-init model sits near 1), the
@@ -75,10 +84,49 @@ def linear_cka(X_M_D: torch.Tensor, Y_M_D: torch.Tensor) -> float:
     return float(num / den) if den > 0 else float("nan")
 
 
+def debiased_cka(X_M_D: torch.Tensor, Y_M_D: torch.Tensor) -> float:
+    """Debiased linear CKA from explicit M x M Gram matrices and the unbiased HSIC estimator
+    (Song et al. 2012): the reference the streamed feature-space form is tested against."""
+    def hsic(K, L):
+        n = K.shape[0]
+        K, L = K - torch.diag(torch.diag(K)), L - torch.diag(torch.diag(L))
+        one = torch.ones(n, dtype=K.dtype)
+        return float((torch.trace(K @ L) + (one @ K @ one) * (one @ L @ one) / ((n - 1) * (n - 2))
+                      - 2 / (n - 2) * (one @ K @ L @ one)) / (n * (n - 3)))
+
+    X, Y = X_M_D.double(), Y_M_D.double()
+    K, L = X @ X.T, Y @ Y.T
+    den = hsic(K, K) * hsic(L, L)
+    return hsic(K, L) / den ** 0.5 if den > 0 else float("nan")
+
+
+def _hsic_parts(sxx: float, dxx: float, sx: float, axa: float, n: int) -> float:
+    """Unbiased HSIC from feature-space sums: sxx = ||X^T Y||_F^2, dxx = sum_i |x_i|^2 |y_i|^2,
+    sx = (1^T K~ 1)(1^T L~ 1), axa = sum_i (K~ 1)_i (L~ 1)_i (K~: the Gram matrix with its
+    diagonal zeroed)."""
+    return ((sxx - dxx) + sx / ((n - 1) * (n - 2)) - 2 / (n - 2) * axa) / (n * (n - 3))
+
+
+def other_item_cos(rows0: list[torch.Tensor], rows1: list[torch.Tensor]) -> list[float]:
+    """Per item i: the mean cosine of its no-context token k with token k of the *next* item's
+    context view (cyclically; the first min(length) tokens): the anisotropy floor."""
+    cos = torch.nn.functional.cosine_similarity
+    out = []
+    for i, a in enumerate(rows0):
+        b = rows1[(i + 1) % len(rows1)]
+        k = min(len(a), len(b))
+        out.append(float(cos(a[:k], b[:k], dim=-1).mean()) if k else float("nan"))
+    return out
+
+
 def similarity_by_layer(h0_L_B_N_D: torch.Tensor, h1_L_B_N_D: torch.Tensor,
-                        mask_B_N: torch.Tensor) -> dict[str, list[float]]:
-    """Per-layer cosine (mean, std over examples), centred cosine and CKA of two views."""
+                        mask_B_N: torch.Tensor, batch: int | None = None
+                        ) -> dict[str, list[float]]:
+    """Per-layer cosine (mean, std over examples), centred cosine and CKA of two views;
+    `cos_other` pairs each item with the next one of its `batch` (default: all items)."""
     m = mask_B_N.bool()
+    B = m.shape[0]
+    batch = batch or B
     per_ex = m.sum(1).clamp(min=1).double()
     out: dict[str, list[float]] = {k: [] for k in STATS}
     cos = torch.nn.functional.cosine_similarity
@@ -95,10 +143,17 @@ def similarity_by_layer(h0_L_B_N_D: torch.Tensor, h1_L_B_N_D: torch.Tensor,
         out["cos_centred_view"].append(float(((cv * m).sum(1) / per_ex).mean()))
         out["offset_share"].append(offset_share(m0, m1, within))
         out["cka"].append(linear_cka(h0[m], h1[m]))
+        out["cka_debiased"].append(debiased_cka(h0[m], h1[m]))
+        other = []
+        for s in range(0, B, batch):
+            rows = range(s, min(s + batch, B))
+            other += other_item_cos([h0[b][m[b]] for b in rows], [h1[b][m[b]] for b in rows])
+        out["cos_other"].append(float(np.nanmean(other)))
     return out
 
 
-STATS = ("cos", "cos_std", "cos_centred", "cos_centred_view", "offset_share", "cka")
+STATS = ("cos", "cos_std", "cos_other", "cos_centred", "cos_centred_view", "offset_share",
+         "cka", "cka_debiased")
 
 
 def offset_share(m0_D: torch.Tensor, m1_D: torch.Tensor, within: torch.Tensor | float) -> float:
@@ -146,6 +201,9 @@ class StreamedSimilarity:
             Sxx, Syy, Syx = (torch.zeros(D, D, dtype=torch.float64) for _ in range(3))
             per_ex = torch.zeros(self.n_ex, dtype=torch.float64)
             count = torch.zeros(self.n_ex, dtype=torch.float64)
+            diag = torch.zeros(3, dtype=torch.float64)  # sum |x|^2|y|^2, |x|^4, |y|^4
+            sq = torch.zeros(2, dtype=torch.float64)  # sum |x|^2, |y|^2
+            other = []
             for h0, h1, ex in self._layers(layer):
                 n += len(h0)
                 s0 += h0.sum(0)
@@ -155,6 +213,11 @@ class StreamedSimilarity:
                 Syx += h1.T @ h0
                 per_ex.index_add_(0, ex, cos(h0, h1, dim=-1))
                 count.index_add_(0, ex, torch.ones(len(ex), dtype=torch.float64))
+                n0, n1 = h0.pow(2).sum(1), h1.pow(2).sum(1)
+                diag += torch.stack([(n0 * n1).sum(), (n0 * n0).sum(), (n1 * n1).sum()])
+                sq += torch.stack([n0.sum(), n1.sum()])
+                items = torch.unique_consecutive(ex)  # the batch's items, in order
+                other += other_item_cos([h0[ex == e] for e in items], [h1[ex == e] for e in items])
             m0, m1 = s0 / n, s1 / n
             Cxx = Sxx - n * torch.outer(m0, m0)
             Cyy = Syy - n * torch.outer(m1, m1)
@@ -163,9 +226,17 @@ class StreamedSimilarity:
             mu = (s0 + s1) / (2 * n)
             centred = torch.zeros(self.n_ex, dtype=torch.float64)
             centred_view = torch.zeros(self.n_ex, dtype=torch.float64)
+            cross = torch.zeros(3, dtype=torch.float64)  # sum a_i b_i, a_i^2, b_i^2
             for h0, h1, ex in self._layers(layer):
                 centred.index_add_(0, ex, cos(h0 - mu, h1 - mu, dim=-1))
                 centred_view.index_add_(0, ex, cos(h0 - m0, h1 - m1, dim=-1))
+                a = h0 @ s0 - h0.pow(2).sum(1)  # (K~ 1)_i
+                b = h1 @ s1 - h1.pow(2).sum(1)
+                cross += torch.stack([(a * b).sum(), (a * a).sum(), (b * b).sum()])
+            ox, oy = float(s0 @ s0 - sq[0]), float(s1 @ s1 - sq[1])  # 1^T K~ 1, 1^T L~ 1
+            hxy = _hsic_parts(float(Syx.norm() ** 2), float(diag[0]), ox * oy, float(cross[0]), n)
+            hxx = _hsic_parts(float(Sxx.norm() ** 2), float(diag[1]), ox * ox, float(cross[1]), n)
+            hyy = _hsic_parts(float(Syy.norm() ** 2), float(diag[2]), oy * oy, float(cross[2]), n)
             ex_cos = per_ex / count.clamp(min=1)
             within = (Cxx.trace() + Cyy.trace()) / (2 * n)
             out["cos"].append(float(ex_cos.mean()))
@@ -174,6 +245,9 @@ class StreamedSimilarity:
             out["cos_centred_view"].append(float((centred_view / count.clamp(min=1)).mean()))
             out["offset_share"].append(offset_share(m0, m1, within))
             out["cka"].append(float(Cyx.norm() ** 2 / den) if den > 0 else float("nan"))
+            out["cka_debiased"].append(hxy / (hxx * hyy) ** 0.5 if hxx * hyy > 0
+                                       else float("nan"))
+            out["cos_other"].append(float(np.nanmean(other)))
         return out
 
 
@@ -423,7 +497,8 @@ def main(argv: list[str] | None = None) -> dict:
     n = next(iter(results.values()))["n_examples"]
     print(f"task={report['task']} context={report['context']} levels={n} "
           f"positions={cfg.at} responses={report['responses_from']}")
-    for metric in ("cos", "cos_centred", "cos_centred_view", "offset_share", "cka"):
+    for metric in ("cos", "cos_other", "cos_centred", "cos_centred_view", "offset_share", "cka",
+                   "cka_debiased"):
         print(format_table(results, metric, layers) + "\n")
     print(format_table(results, "ctx_attn_ratio_layer", layers[1:]))
     print(format_heads(results))

@@ -44,8 +44,8 @@ def _ci_bars(values: list, cis: list) -> dict:
 def layer_sim_figure(report: dict) -> go.Figure:
     """Line per checkpoint over layers: raw cosine (± std), centred cosine, CKA, ctx attention."""
     layers = report["layers"]
-    titles = ["cosine with vs without c (whiskers: std over items)",
-              "mean-centred cosine (pooled mean)", "linear CKA",
+    titles = ["cosine with vs without c (whiskers: std over items; dotted: different items)",
+              "mean-centred cosine (pooled mean)", "linear CKA (dotted: debiased)",
               "context reading: attention on c / c's share of keys (1 = uniform)"]
     fig = make_subplots(rows=2, cols=2, subplot_titles=titles)
     for i, (name, r) in enumerate(report["results"].items()):
@@ -53,8 +53,18 @@ def layer_sim_figure(report: dict) -> go.Figure:
               "mode": "lines+markers"}
         fig.add_trace(go.Scatter(x=layers, y=r["cos"], error_y={"array": r["cos_std"]}, **kw),
                       1, 1)
+        dotted = {**kw, "line": {**kw["line"], "dash": "dot"}, "mode": "lines",
+                  "showlegend": False}
+        if "cos_other" in r:  # the anisotropy floor: views of different items
+            fig.add_trace(go.Scatter(x=layers, y=r["cos_other"],
+                                     hovertemplate="different items: %{y:.4f}<extra></extra>",
+                                     **dotted), 1, 1)
         fig.add_trace(go.Scatter(x=layers, y=r["cos_centred"], showlegend=False, **kw), 1, 2)
         fig.add_trace(go.Scatter(x=layers, y=r["cka"], showlegend=False, **kw), 2, 1)
+        if "cka_debiased" in r:
+            fig.add_trace(go.Scatter(x=layers, y=r["cka_debiased"],
+                                     hovertemplate="debiased: %{y:.4f}<extra></extra>",
+                                     **dotted), 2, 1)
         fig.add_trace(go.Scatter(x=layers[1:], y=r.get("ctx_attn_ratio_layer", r["ctx_attn"]),
                                  showlegend=False, **kw), 2, 2)
     fig.add_hline(y=0.997, line_dash="dot", line_color="#555", row=1, col=1,

@@ -186,7 +186,7 @@ def test_streamed_similarity_equals_in_memory(tmp_path):
     ref = layer_sim.similarity_by_layer(torch.cat([pad(h) for h in h0s], 1),
                                         torch.cat([pad(h) for h in h1s], 1),
                                         torch.cat([torch.nn.functional.pad(m, (0, W - m.shape[1]))
-                                                   for m in masks]))
+                                                   for m in masks]), batch=4)
     got = stream.result()
     for key in layer_sim.STATS:
         assert got[key] == pytest.approx(ref[key], rel=1e-10), key
@@ -210,3 +210,22 @@ def test_every_analysis_has_run_and_figures():
         figs = mod.figures(report)
         assert figs and all(isinstance(f, go.Figure) for f in figs.values())
     assert any(k.startswith("adam_") for k in param_delta.figures(pd))
+
+
+def test_debiased_cka_and_the_anisotropy_floor():
+    """Independent random token matrices: linear CKA is well above 0 (few tokens, many
+    dimensions), the debiased CKA is near 0, and identical views score 1. A large direction
+    shared by every hidden state makes the raw cosine of *different* items high (the
+    anisotropy floor `cos_other`), which is what a 'cos >= 0.997' claim must stand clear of."""
+    gen = torch.Generator().manual_seed(0)
+    X, Y = torch.randn(40, 64, generator=gen), torch.randn(40, 64, generator=gen)
+    assert layer_sim.linear_cka(X, Y) > 0.4
+    assert abs(layer_sim.debiased_cka(X, Y)) < 0.1
+    assert layer_sim.debiased_cka(X, X) == pytest.approx(1.0)
+    h = torch.randn(2, 6, 5, 32, generator=gen)  # L B N D: 6 unrelated items
+    r = layer_sim.similarity_by_layer(h, h.clone(), torch.ones(6, 5))
+    assert all(abs(v) < 0.2 for v in r["cos_other"]) and all(v == pytest.approx(1.0)
+                                                              for v in r["cos"])
+    common = 10 * torch.randn(32, generator=gen)
+    r = layer_sim.similarity_by_layer(h + common, h + common, torch.ones(6, 5))
+    assert all(v > 0.95 for v in r["cos_other"])

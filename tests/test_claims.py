@@ -62,3 +62,40 @@ def test_updates_differ_needs_cross_method_below_every_seed_pair(tmp_path):
     assert pd((0.5, 0.55), (0.9, 0.92)) == "reproduced"
     assert pd((0.5, 0.95), (0.9, 0.92)) == "partly"
     assert pd((0.95, 0.96), (0.9, 0.92)) == "not reproduced"
+
+
+def test_reading_c_separates_robust_from_blind(tmp_path):
+    def ctl(reads, lo, hi):
+        return {"control": {"reads_c": reads, "reads_c_ci95": [lo, hi]}}
+
+    def write_ctl(reports):
+        (tmp_path / "context_control.json").write_text(json.dumps({"reports": reports}))
+        return tmp_path
+
+    base = ctl(0.6, 0.55, 0.65)
+    blind = write_ctl({"t_base": base, "t_nca_s0": ctl(0.0, -0.01, 0.01),
+                       "t_nca_s1": ctl(0.003, -0.003, 0.01), "t_opd_s0": ctl(0.3, 0.25, 0.35)})
+    c = claims.nca_reads_context(blind)
+    assert c[3] == "not reproduced: NCA is blind to what c says" and "teacher 0.600" in c[2]
+    reads = write_ctl({"t_base": base, "t_nca_s0": ctl(0.2, 0.1, 0.3)})
+    assert claims.nca_reads_context(reads)[3] == "reproduced"
+    assert claims.nca_reads_context(tmp_path / "nowhere")[3] == "not measured"
+
+
+def test_identical_views_are_not_judged_when_different_items_reach_the_threshold(tmp_path):
+    def ls(cos, other=None):
+        r = {"cos": [1.0, *cos]}
+        if other is not None:
+            r["cos_other"] = [1.0, *other]
+        return r
+
+    def write_ls(nca_other):
+        (tmp_path / "layer_sim.json").write_text(json.dumps({"results": {
+            "t_base": ls([0.99, 0.99]), "random_init": ls([0.5, 0.5]),
+            "t_opd_s0": ls([0.99, 0.98]), "t_nca_s0": ls([0.999, 0.998], nca_other)}}))
+        return tmp_path
+
+    assert claims.nca_identical(write_ls([0.6, 0.7]))[3] == "reproduced"
+    assert "different-item floor up to 0.700" in claims.nca_identical(write_ls([0.6, 0.7]))[2]
+    assert claims.nca_identical(write_ls([0.998, 0.999]))[3].startswith("not informative")
+    assert "not measured" in claims.nca_identical(write_ls(None))[2]

@@ -466,6 +466,11 @@ def main(argv: list[str] | None = None) -> None:
     write_json(figs / "context_return_summary.json", summary)
     manifest.record([str(figs / "context_return.md"), str(figs / "context_return_summary.json")],
                     ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
+    # robust or blind: every checkpoint again with a control context of c's form that is wrong
+    ctrl_json = figs / "context_control.json"
+    stage("context control", manifest, [ctrl_json], "nca_interp.evaluate", evaluate.main,
+          [*ckpts, "--context", cfg.context, "--n-levels", str(cfg.n_levels), "--control",
+           "true", "--out", str(ctrl_json), *common], inputs=finals)
 
     # context return over training: every run of the first seed (every seed with one method)
     traj_runs = [str(p) for k, p in students.items()
