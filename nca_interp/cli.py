@@ -55,10 +55,12 @@ def _check_value(flag: str, rule: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return
     ok = {">0": value > 0, ">=0": value >= 0, ">=1": value >= 1, ">=2": value >= 2,
-          "prob": 0 <= value <= 1, "even>=4": value >= 4 and value % 2 == 0}[rule]
+          "prob": 0 <= value <= 1, "even>=4": value >= 4 and value % 2 == 0,
+          "even>=2": value >= 2 and value % 2 == 0}[rule]
     if not ok:
         what = {">0": "> 0", ">=0": ">= 0", ">=1": ">= 1", ">=2": ">= 2",
-                "prob": "between 0 and 1", "even>=4": "an even number >= 4"}[rule]
+                "prob": "between 0 and 1", "even>=4": "an even number >= 4",
+                "even>=2": "an even number >= 2"}[rule]
         raise UsageError(f"{flag} must be {what}, not {value}")
 
 

@@ -43,6 +43,7 @@ import torch
 
 from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint
 from nca_interp.cli import check_arguments, check_writable, entry, parse_config, to_dict, write_json
+from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.losses import TERMS, loss_terms
 from nca_interp.models import context_limit, resolve_device
@@ -59,19 +60,19 @@ from nca_interp.tensorfiles import TensorFolder, row_chunks, save_sharded
 HALVES = (1, 2)
 
 
-def label(term: str, half: int) -> str:
-    return f"{term}:{half}"
+def label(term: str, part: int) -> str:
+    return f"{term}:{part}"
 
 
 def sample_halves(student, tok, task, levels: list, context: str, temperature: float,
-                  seed: int, micro_batch: int, limit: int) -> list[list[Batch]]:
-    """Two independent halves of on-policy prompts, each a list of micro-batches. Each
-    micro-batch samples with its own generator (seeded by seed, half and index), so the draw
-    depends on --micro-batch as it does on --seed."""
+                  seed: int, micro_batch: int, limit: int, parts: int = 2) -> list[list[Batch]]:
+    """`parts` independent parts of the on-policy prompts (2: two halves), each a list of
+    micro-batches. Each micro-batch samples with its own generator (seeded by seed, part and
+    index), so the draw depends on --micro-batch as it does on --seed."""
     device = next(student.parameters()).device
-    half = len(levels) // 2
+    half = len(levels) // parts
     out = []
-    for h in range(2):
+    for h in range(parts):
         mine = levels[h * half: (h + 1) * half]
         pieces = []
         for i in range(0, len(mine), micro_batch):
@@ -85,13 +86,13 @@ def sample_halves(student, tok, task, levels: list, context: str, temperature: f
 
 def spill_term_gradients(student, teacher, halves: list[list[Batch]], terms, folder: Path,
                          temperature: float = 1.0) -> dict[str, float]:
-    """For each (term, half): accumulate the gradient of the half's token-mean term over its
-    micro-batches and write it to `folder/{term}_{half}/` (shards in the gradient's dtype, one
-    in memory at a time). Returns each
-    half's token count (the weights of the full-batch mean)."""
+    """For each (term, part): accumulate the gradient of the part's token-mean term over its
+    micro-batches and write it to `folder/{term}_{part}/` (shards in the gradient's dtype, one
+    in memory at a time). Returns each part's token count (the weights of the full-batch
+    mean)."""
     tokens = {}
     params = dict(student.named_parameters())
-    for h, pieces in zip(HALVES, halves):
+    for h, pieces in enumerate(halves, 1):
         denom = float(sum(int(b.resp_mask.sum()) for b in pieces))
         tokens[h] = denom
         for term in terms:
@@ -117,13 +118,34 @@ def stream_gram(folder: Path, labels: list[str]) -> Gram:
     return gram
 
 
-def alignment_of(gram: Gram, key: str, terms: list[str], tokens: dict[int, float]) -> dict:
-    """Angles, floors, cross-fitted angles and norms of one parameter group."""
-    G = gram.mats[key]
-    w = {h: tokens[h] / sum(tokens.values()) for h in HALVES}
-    full = gram.combine(key, {t: {label(t, h): w[h] for h in HALVES} for t in terms})
+def halves_of(gram: Gram, key: str, terms: list[str], tokens: dict[int, float]
+              ) -> tuple[np.ndarray, list[str]]:
+    """The Gram matrix of each term's two half-batch gradients (parts 1..P/2 and P/2+1..P,
+    token-weighted means), labelled `term:1`, `term:2`: with two parts, the parts themselves."""
+    P = len(tokens)
+    halves = {1: range(1, P // 2 + 1), 2: range(P // 2 + 1, P + 1)}
+    weights = {}
+    for t in terms:
+        for h, ps in halves.items():
+            total = sum(tokens[p] for p in ps)
+            weights[label(t, h)] = {label(t, p): tokens[p] / total for p in ps}
+    return gram.combine(key, weights), list(weights)
+
+
+def alignment_of(gram: Gram, key: str, terms: list[str], tokens: dict[int, float],
+                 detail: bool = False, n_splits: int = 200, seed: int = 0) -> dict:
+    """Angles, floors, cross-fitted angles and norms of one parameter group; with `detail` and
+    four or more parts, also the part statistics of `part_statistics`."""
+    P = len(tokens)
+    H, hl = halves_of(gram, key, terms, tokens)
+    hw = {1: sum(tokens[p] for p in range(1, P // 2 + 1)),
+          2: sum(tokens[p] for p in range(P // 2 + 1, P + 1))}
+    w = {h: hw[h] / sum(hw.values()) for h in HALVES}
+    G = H
+    full = np.array([[sum(w[h] * w[k] * H[hl.index(label(a, h)), hl.index(label(b, k))]
+                          for h in HALVES for k in HALVES) for b in terms] for a in terms])
     idx = {t: i for i, t in enumerate(terms)}
-    i = {(t, h): gram.index(label(t, h)) for t in terms for h in HALVES}
+    i = {(t, h): hl.index(label(t, h)) for t in terms for h in HALVES}
     out: dict = {"norm": {t: float(np.sqrt(max(full[idx[t], idx[t]], 0.0))) for t in terms},
                  "self_angle_deg": {}, "snr": {}, "angle_deg": {}, "cos": {},
                  "angle_xfit_deg": {}, "cos_xfit": {}}
@@ -148,11 +170,108 @@ def alignment_of(gram: Gram, key: str, terms: list[str], tokens: dict[int, float
             cx = None
         out["cos_xfit"][pair] = cx
         out["angle_xfit_deg"][pair] = angle_deg(None if cx is None else max(-1.0, min(1.0, cx)))
+    if detail and P >= 4:
+        out["parts"] = part_statistics(gram, key, terms, P, n_splits, seed)
+    return out
+
+
+def _u(M: np.ndarray, S) -> float:
+    """Mean of the off-diagonal entries of M over the parts S: an unbiased estimate of the
+    inner product of the two expected gradients (parts are independent)."""
+    S = list(S)
+    sub = M[np.ix_(S, S)]
+    return float((sub.sum() - np.trace(sub)) / (len(S) * (len(S) - 1)))
+
+
+def _ccos(Mab, Maa, Mbb, S) -> float | None:
+    """Noise-corrected cosine over the parts S: U_ab / sqrt(U_aa U_bb), None where a term has
+    no signal (U <= 0)."""
+    ua, ub = _u(Maa, S), _u(Mbb, S)
+    return _u(Mab, S) / math.sqrt(ua * ub) if ua > 0 and ub > 0 else None
+
+
+def part_statistics(gram: Gram, key: str, terms: list[str], P: int, n_splits: int = 200,
+                    seed: int = 0) -> dict:
+    """Statistics of P independent parts of the batch (a_p: term a's token-mean gradient on
+    part p), all from the Gram matrix of the part gradients:
+      cos_corrected  U_ab / sqrt(U_aa U_bb), U = the mean of a_p . b_q over p != q: the cosine
+                     of the expected gradients with the noise removed (the cross-fitted cosine
+                     averaged over every split), clipped to [-1, 1] in the angle
+      ci95           delete-one-part jackknife interval (normal, clipped)
+      splits         central 95% of the cross-fitted cosine over `n_splits` random balanced
+                     splits of the parts into two halves
+      noise_scale    tr(Sigma_part) / |E g|^2: the part-to-part variance against the signal
+                     (the simple gradient noise scale, in parts); the floor it predicts for two
+                     halves, acos(1 / (1 + noise_scale / (P/2))), beside the floor measured over
+                     the same splits
+      positive_control  each term against itself on disjoint halves of the parts: an estimator
+                     that removes noise must find ~1 (0 degrees) there, where the raw angle
+                     between the halves is the floor"""
+    idx = {(t, p): gram.index(label(t, p)) for t in terms for p in range(1, P + 1)}
+    G = gram.mats[key]
+
+    def block(a, b):
+        return G[np.ix_([idx[(a, p)] for p in range(1, P + 1)],
+                        [idx[(b, p)] for p in range(1, P + 1)])]
+
+    M = {(a, b): block(a, b) for a in terms for b in terms}
+    rng = np.random.default_rng(seed)
+    splits = []
+    for _ in range(n_splits):
+        perm = rng.permutation(P)
+        splits.append((sorted(perm[: P // 2].tolist()), sorted(perm[P // 2:].tolist())))
+    every = range(P)
+
+    def mean_dot(Mab, S, T):
+        return float(Mab[np.ix_(S, T)].mean())
+
+    out: dict = {"n_parts": P, "n_splits": n_splits, "pairs": {}, "terms": {}}
+    for a, b in itertools.combinations(terms, 2):
+        Mab, Maa, Mbb = M[(a, b)], M[(a, a)], M[(b, b)]
+        c = _ccos(Mab, Maa, Mbb, every)
+        jack = [_ccos(Mab, Maa, Mbb, [p for p in every if p != k]) for k in every]
+        ci = None
+        if c is not None and all(j is not None for j in jack):
+            jm = float(np.mean(jack))
+            se = math.sqrt((P - 1) / P * sum((j - jm) ** 2 for j in jack))
+            ci = [max(-1.0, c - 1.96 * se), min(1.0, c + 1.96 * se)]
+        xs = []
+        for S, T in splits:
+            den = mean_dot(Maa, S, T) * mean_dot(Mbb, S, T)
+            if den > 0:
+                xs.append((mean_dot(Mab, S, T) + mean_dot(Mab, T, S)) / 2 / math.sqrt(den))
+        out["pairs"][f"{a}~{b}"] = {
+            "cos_corrected": c, "ci95": ci,
+            "angle_corrected_deg": angle_deg(None if c is None else max(-1.0, min(1.0, c))),
+            "angle_ci95_deg": None if ci is None else [angle_deg(ci[1]), angle_deg(ci[0])],
+            "splits": [float(np.percentile(xs, 2.5)), float(np.percentile(xs, 97.5))]
+            if xs else None}
+    for t in terms:
+        Maa = M[(t, t)]
+        u = _u(Maa, every)
+        spread = float((np.trace(Maa) - P * Maa.mean()) / (P - 1))  # tr Sigma_part
+        noise = spread / u if u > 0 else None
+        floors, pos = [], []
+        for S, T in splits:
+            ss, tt, st = mean_dot(Maa, S, S), mean_dot(Maa, T, T), mean_dot(Maa, S, T)
+            floors.append(angle_deg(st / math.sqrt(ss * tt)) if ss > 0 and tt > 0 else None)
+            us, ut = (_u(Maa, S), _u(Maa, T)) if len(S) > 1 else (0.0, 0.0)
+            pos.append(st / math.sqrt(us * ut) if us > 0 and ut > 0 else None)
+        floors = [f for f in floors if f is not None]
+        pos = [v for v in pos if v is not None]
+        out["terms"][t] = {
+            "noise_scale": noise,
+            "floor_predicted_deg": None if noise is None else
+            angle_deg(1 / (1 + noise / (P / 2))),
+            "floor_splits_deg": float(np.mean(floors)) if floors else None,
+            "positive_control": {"mean": float(np.mean(pos)),
+                                 "lo": float(np.percentile(pos, 2.5)),
+                                 "hi": float(np.percentile(pos, 97.5))} if pos else None}
     return out
 
 
 def alignment(gram: Gram, terms: list[str], tokens: dict[int, float]) -> dict:
-    glob = alignment_of(gram, "global", terms, tokens)
+    glob = alignment_of(gram, "global", terms, tokens, detail=True)
     n = glob["norm"]
     glob["norm_ratio"] = {f"{a}/{b}": (n[a] / n[b] if n[b] else None)
                           for a, b in itertools.permutations(terms, 2)}
@@ -169,7 +288,8 @@ def checkpoint_alignment(student, teacher, halves: list[list[Batch]], terms=TERM
                          temperature: float = 1.0) -> dict:
     with tempfile.TemporaryDirectory(prefix="grad_align_") as tmp:
         tokens = spill_term_gradients(student, teacher, halves, terms, Path(tmp), temperature)
-        gram = stream_gram(Path(tmp), [label(t, h) for t in terms for h in HALVES])
+        gram = stream_gram(Path(tmp), [label(t, h) for t in terms
+                                       for h in range(1, len(halves) + 1)])
     return alignment(gram, list(terms), tokens)
 
 
@@ -187,6 +307,11 @@ class GradAlignConfig:
         "check": "even>=4"})
     micro_batch: int = field(default=128, metadata={"help": "prompts per forward/backward",
                                                     "check": ">=1"})
+    parts: int = field(default=8, metadata={
+        "help": "independent parts the batch is split into (each a group of micro-batches): "
+                "2 gives the two halves alone; 4 or more adds the noise-corrected cosine with "
+                "its jackknife interval, the noise scale and the positive control",
+        "check": "even>=2"})
     temperature: float = field(default=1.0, metadata={"help": "rollout (and loss) temperature"})
     seed: int = field(default=0, metadata={"help": "levels and sampling seed"})
     device: str = field(default="cpu", metadata={"help": "cpu|cuda|auto"})
@@ -230,12 +355,15 @@ def run(ckpts: list[str] | None = None, *, teacher: str | None = None,
         task: str | None = None, task_options: list[str] | None = None,
         context: str | None = None, batch: int = 2048, micro_batch: int = 128,
         temperature: float = 1.0, seed: int = 0, device: str = "cpu",
-        dtype: str | None = None) -> dict:
+        dtype: str | None = None, parts: int = 8) -> dict:
     """Gradient angles between the loss terms at each checkpoint (see the module docstring):
     `results[name]["global"]` holds `angle_xfit_deg`, `self_angle_deg` (the noise floors),
     `snr` and norms; `per_module` the same per layer x module; `steps` the training steps."""
     check_arguments(GradAlignConfig, batch=batch, micro_batch=micro_batch, dtype=dtype,
-                    temperature=temperature, seed=seed)
+                    temperature=temperature, seed=seed, parts=parts)
+    if batch % parts or batch // parts < 1:
+        raise UsageError(f"--batch {batch} must split into --parts {parts} equal parts; pass a "
+                         "multiple of --parts")
     if not ckpts:
         from nca_interp.assets import embedded
 
@@ -255,7 +383,7 @@ def run(ckpts: list[str] | None = None, *, teacher: str | None = None,
         view = found.for_tokenizer(tok)
         halves = sample_halves(student, tok, view, levels, context, temperature, seed,
                                micro_batch, min(context_limit(student),
-                                                context_limit(teacher_model)))
+                                                context_limit(teacher_model)), parts)
         student.train()
         name = Path(path).name if Path(path).name not in results else path
         results[name] = checkpoint_alignment(student, teacher_model, halves, TERMS, temperature)
@@ -289,7 +417,8 @@ def main(argv: list[str] | None = None) -> dict:
         cfg.ckpt = [str(embedded("sokoban_opd"))]
     result = run(cfg.ckpt, teacher=cfg.teacher, task=cfg.task, task_options=cfg.task_options,
                  context=cfg.context, batch=cfg.batch, micro_batch=cfg.micro_batch,
-                 temperature=cfg.temperature, seed=cfg.seed, device=cfg.device, dtype=cfg.dtype)
+                 temperature=cfg.temperature, seed=cfg.seed, device=cfg.device, dtype=cfg.dtype,
+                 parts=cfg.parts)
     report = {"config": to_dict(cfg), **result}
     print(f"task={report['task']} context={report['context']} batch={cfg.batch} (two halves "
           f"of {cfg.batch // 2})")

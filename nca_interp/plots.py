@@ -134,9 +134,20 @@ def grad_align_figure(report: dict) -> go.Figure:
     for col, pair in enumerate(pairs, 1):
         val = lambda n, k, key: report["results"][n]["global"][key].get(k)  # noqa: E731
         fig.add_trace(go.Scatter(x=steps, y=[val(n, pair, "angle_xfit_deg") for n in names],
-                                 name="cross-fitted angle", legendgroup="angle",
+                                 name="cross-fitted angle (two halves)", legendgroup="angle",
                                  showlegend=col == 1, mode="lines+markers",
                                  line={"color": "#222"}), 1, col)
+        cells = [report["results"][n]["global"].get("parts", {}).get("pairs", {}).get(pair)
+                 for n in names]
+        if any(cells):
+            y = [c["angle_corrected_deg"] if c else None for c in cells]
+            ci = [tuple(c["angle_ci95_deg"]) if c and c.get("angle_ci95_deg") else None
+                  for c in cells]
+            fig.add_trace(go.Scatter(x=steps, y=y, error_y=_ci_bars(y, ci),
+                                     name="noise-corrected angle (95% jackknife)",
+                                     legendgroup="corrected", showlegend=col == 1,
+                                     mode="markers", marker={"color": "#9467bd", "size": 8}),
+                          1, col)
         for term in pair.split("~"):
             fig.add_trace(go.Scatter(x=steps, y=[val(n, term, "self_angle_deg") for n in names],
                                      name=f"noise floor of {term}", legendgroup=term,

@@ -99,3 +99,21 @@ def test_identical_views_are_not_judged_when_different_items_reach_the_threshold
     assert "different-item floor up to 0.700" in claims.nca_identical(write_ls([0.6, 0.7]))[2]
     assert claims.nca_identical(write_ls([0.998, 0.999]))[3].startswith("not informative")
     assert "not measured" in claims.nca_identical(write_ls(None))[2]
+
+
+def test_orthogonality_on_the_corrected_angle_needs_its_interval_inside_the_band(tmp_path):
+    def cell(angle, lo, hi):
+        return {"global": {"angle_xfit_deg": {"opd~ctx": angle}, "self_angle_deg": {},
+                           "parts": {"pairs": {"opd~ctx": {"angle_corrected_deg": angle,
+                                                           "angle_ci95_deg": [lo, hi]}}}}}
+
+    def write_ga(cells):
+        (tmp_path / "grad_align_opd.json").write_text(json.dumps(
+            {"results": {f"step_{i}": c for i, c in enumerate(cells)}}))
+        return tmp_path
+
+    assert claims.orthogonal(write_ga([cell(90, 80, 100), cell(88, 76, 99)]))[3].startswith(
+        "reproduced")
+    assert claims.orthogonal(write_ga([cell(90, 80, 100), cell(40, 30, 50)]))[3].startswith(
+        "partly")
+    assert claims.orthogonal(write_ga([cell(90, 60, 120)]))[3].startswith("not measurable")

@@ -211,6 +211,9 @@ def orthogonal(figs: Path) -> Claim:
     sampling noise (no angle) or a floor reaches 75 degrees are not judged."""
     ga = json.loads((figs / "grad_align_opd.json").read_text())["results"]
     rows = [r["global"] for r in ga.values()]
+    corrected = [r["parts"]["pairs"]["opd~ctx"] for r in rows if r.get("parts")]
+    if corrected:
+        return orthogonal_corrected(corrected)
     ang = [r["angle_xfit_deg"].get("opd~ctx") for r in rows]
     floors = [max(r["self_angle_deg"].get("opd") or 180, r["self_angle_deg"].get("ctx") or 180)
               for r in rows]
@@ -222,6 +225,32 @@ def orthogonal(figs: Path) -> Claim:
     return ("OPD's gradient is near-orthogonal to the context view's",
             "opd~ctx " + " ".join(fmt(a) for a in ang) + " deg over training",
             "noise floors " + " ".join(fmt(f) for f in floors) + " deg", verdict)
+
+
+def orthogonal_corrected(cells: list[dict]) -> Claim:
+    """The same claim on the noise-corrected angle (grad_align --parts >= 4): a checkpoint
+    counts as near-orthogonal when the 95% jackknife interval of the corrected angle lies
+    inside 75-105 degrees, as not when it lies wholly outside; checkpoints whose interval
+    straddles a bound, or where a term has no signal, are not judged."""
+    judged = []
+    for c in cells:
+        ci = c.get("angle_ci95_deg")
+        if c["angle_corrected_deg"] is None or not ci:
+            continue
+        if 75 <= ci[0] and ci[1] <= 105:
+            judged.append(True)
+        elif ci[1] < 75 or ci[0] > 105:
+            judged.append(False)
+    fmt = lambda c: "-" if c["angle_corrected_deg"] is None else \
+        f"{c['angle_corrected_deg']:.0f}"  # noqa: E731
+    verdict = _verdict(judged) + f" ({len(judged)} of {len(cells)} checkpoints judged)" \
+        if judged else "not measurable (intervals straddle 75/105 deg, or a term has no signal)"
+    return ("OPD's gradient is near-orthogonal to the context view's",
+            "noise-corrected opd~ctx " + " ".join(fmt(c) for c in cells) + " deg over training",
+            "95% jackknife intervals " + " ".join(
+                "-" if not c.get("angle_ci95_deg") else
+                f"[{c['angle_ci95_deg'][0]:.0f}, {c['angle_ci95_deg'][1]:.0f}]" for c in cells),
+            verdict)
 
 
 def _adam(figs: Path) -> dict:
