@@ -205,7 +205,7 @@ def test_every_analysis_has_run_and_figures():
     assert set(ev) == {"task", "context", "reports"}
     pd = param_delta.run()
     assert pd["comparison"]["global_cos"] is not None
-    ga = grad_align.run(batch=4, micro_batch=2)
+    ga = grad_align.run(batch=4, micro_batch=2, parts=2)
     for report, mod in ((ev, evaluate), (pd, param_delta), (ga, grad_align)):
         figs = mod.figures(report)
         assert figs and all(isinstance(f, go.Figure) for f in figs.values())

@@ -50,6 +50,7 @@ class Preset:
     n_levels: int = 1000
     grad_batch: int = 2048
     grad_micro_batch: int = 128
+    grad_parts: int = 8  # independent parts of the grad_align batch (noise-corrected angles)
     patching: str | None = None  # None: run it; otherwise why it is not run for this preset
     patching_args: tuple[str, ...] = ()  # nca_interp.patching flags for this preset
     note: str = ""
@@ -84,7 +85,7 @@ PRESETS = {
                              "trained; follow-ups without options"),
     "facts": Preset(task="facts", fetched="smollm2-135m-instruct", teacher_contexts=("facts",),
                     context="facts", distill_steps=32, batch=8, lr=1e-4, warmup=4,
-                    save_every=8, n_levels=48, grad_batch=16, grad_micro_batch=4,
+                    save_every=8, n_levels=48, grad_batch=16, grad_micro_batch=4, grad_parts=4,
                     # nothing is right without c, so no harm case exists: patch the help cases
                     # (wrong without c, right with it). A 30-layer model on ~250-token prompts:
                     # position groups only, 12 cases, 100 teacher-forced random-head draws and
@@ -503,6 +504,7 @@ def main(argv: list[str] | None = None) -> None:
               [*steps, "--teacher", str(base), "--context", cfg.context, "--batch",
                str(cfg.grad_batch), "--micro-batch",
                str(min(preset.grad_micro_batch, max(1, cfg.grad_batch // 2))),
+               "--parts", str(preset.grad_parts),
                "--out", str(figs / f"grad_align_{method}"), *common], inputs=final_of(run))
     s0 = cfg.seeds[0]
     delta_runs = [str(students[f"{m}_s{s}"]) for s in cfg.seeds[:2] for m in ("opd", "nca")]
