@@ -507,7 +507,7 @@ def main(argv: list[str] | None = None) -> None:
                "--parts", str(preset.grad_parts),
                "--out", str(figs / f"grad_align_{method}"), *common], inputs=final_of(run))
     s0 = cfg.seeds[0]
-    delta_runs = [str(students[f"{m}_s{s}"]) for s in cfg.seeds[:2] for m in ("opd", "nca")]
+    delta_runs = [str(students[f"{m}_s{s}"]) for s in cfg.seeds for m in ("opd", "nca")]
     control = ["--control", f"{delta_runs[0]},{delta_runs[2]}"] if len(cfg.seeds) > 1 else []
     stage("param_delta", manifest, [figs / "param_delta.json"], "nca_interp.param_delta",
           param_delta.main, [*delta_runs, "--init", str(base), "--pair",
