@@ -143,7 +143,9 @@ def evaluate_checkpoint(model, tokenizer, task: Task, context: str, n_levels: in
     units = [task.unit(lv) for lv in levels]
     no_c = play_levels(model, tokenizer, task, levels, None, temperature, seed)
     with_c = play_levels(model, tokenizer, task, levels, context, temperature, seed)
-    report = {**paired_report(no_c, with_c, units, task.unit_name), "metric": task.success}
+    report = {**paired_report(no_c, with_c, units, task.unit_name), "metric": task.success,
+              "items": {"unit": units, "won_no_c": no_c["won"].astype(int).tolist(),
+                        "won_c": with_c["won"].astype(int).tolist()}}
     if control:
         wrong = [task.control_context(levels, i, context) for i in range(len(levels))]
         ctrl = play_levels(model, tokenizer, task, levels, wrong, temperature, seed)

@@ -129,3 +129,21 @@ def test_orthogonality_on_the_corrected_angle_needs_its_interval_inside_the_band
     assert claims.orthogonal(write_ga([cell(90, 80, 100), cell(40, 30, 50)]))[3].startswith(
         "partly")
     assert claims.orthogonal(write_ga([cell(90, 60, 120)]))[3].startswith("not measurable")
+
+
+def test_nca_improves_no_c_uses_paired_intervals_per_seed(tmp_path):
+    units = [f"u{i}" for i in range(200)]
+
+    def rep(won):
+        return {"items": {"unit": units, "won_no_c": won, "won_c": won}}
+
+    rng = __import__("numpy").random.default_rng(0)
+    opd = (rng.random(200) < 0.5).astype(int).tolist()
+    better = [1 if o or rng.random() < 0.5 else 0 for o in opd]  # NCA right wherever OPD is
+    (tmp_path / "context_control.json").write_text(json.dumps({"reports": {
+        "t_base": rep(opd), "t_opd_s0": rep(opd), "t_nca_s0": rep(better)}}))
+    c = claims.nca_improves_no_c(tmp_path)
+    assert c[3] == "reproduced" and c[1].startswith("NCA - OPD 0.2")
+    (tmp_path / "context_control.json").write_text(json.dumps({"reports": {
+        "t_opd_s0": rep(opd), "t_nca_s0": rep(opd)}}))
+    assert claims.nca_improves_no_c(tmp_path)[3] == "not reproduced"
