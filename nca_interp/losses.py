@@ -23,11 +23,25 @@ pieces add up to the same mean.
 Temperature: the batch is sampled from softmax(z / T); so that it stays on-policy, every view's
 logits are divided by the same T before the KL (as TRL's GKD does); T = 1 is the plain loss.
 
-Top-k support (OPCD's option): restrict the sum to the student's top-k tokens at each position,
-optionally renormalising both distributions on that support; k = |V| equals the full KL.
+Estimators (`Estimator`; what trainers at scale use instead of the full-vocabulary sum):
+  full     the exact sum over V
+  topk     the sum over k tokens: `support` p (the first argument's top-k: the student's in OPD,
+           OPCD's choice) or q (the second's: the teacher's in OPD, verl's top-k forward KL);
+           `tail` renorm (both distributions renormalised on the support), bucket (the
+           remaining mass as one more category, exact when k = |V| - 1), or none (the raw
+           partial sum); k = |V| equals the full KL
+  sampled  the sampled response token alone (the batch's y, drawn from p for OPD and for the NCA
+           anchor): `form` k1 = log p(y) - log q(y), whose loss adds the score-function term
+           sg[k1] grad log p(y), so its gradient is an unbiased estimate of grad KL(p || q) (for
+           NCA, where p is a stop-gradient anchor, it is the NLL of y under the context view);
+           k3 = r - 1 - log r with r = q(y) / p(y), verl's low-variance form, whose gradient through
+           p is that of the *forward* KL(q || p) (a different objective for OPD; unbiased for
+           NCA's anchor)
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +66,83 @@ def position_kl(p_logits_B_N_V: torch.Tensor, q_logits_B_N_V: torch.Tensor,
     return (logp.exp() * (logp - logq)).sum(-1)
 
 
+KINDS = ("full", "topk", "sampled")
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """How KL(p || q) per position is estimated (see the module docstring)."""
+
+    kind: str = "full"
+    k: int = 256
+    support: str = "p"  # topk: p | q
+    tail: str = "renorm"  # topk: renorm | bucket | none
+    form: str = "k1"  # sampled: k1 | k3
+
+    def __post_init__(self):
+        ok = {"kind": KINDS, "support": ("p", "q"), "tail": ("renorm", "bucket", "none"),
+              "form": ("k1", "k3")}
+        for name, allowed in ok.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"estimator {name} must be one of {', '.join(allowed)}, not "
+                                 f"{getattr(self, name)!r}")
+        if self.k < 1:
+            raise ValueError(f"estimator k must be >= 1, not {self.k}")
+
+    @property
+    def label(self) -> str:
+        if self.kind == "full":
+            return "full"
+        if self.kind == "topk":
+            return f"top-{self.k} of {self.support}, {self.tail}"
+        return f"sampled {self.form}"
+
+    def teacher_floats_per_token(self, vocab: int) -> float:
+        """What the teacher (q in OPD) must hand over per position: |V| logits (full), k
+        log-probabilities at the student's top-k (plus its log-normaliser for a tail bucket),
+        k values and k indices at its own top-k, or one log-probability (sampled)."""
+        if self.kind == "full":
+            return float(vocab)
+        if self.kind == "sampled":
+            return 1.0
+        return (2.0 * self.k if self.support == "q" else float(self.k)) + \
+            (1.0 if self.tail == "bucket" else 0.0)
+
+    def per_position(self, p_logits_B_N_V: torch.Tensor, q_logits_B_N_V: torch.Tensor,
+                     tokens_B_N: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss_B_N, value_B_N): the surrogate to differentiate and the estimate of KL(p || q)
+        at each position, equal in value (the sampled k1 surrogate adds a term that is zero
+        in value and carries the score-function gradient)."""
+        logp = F.log_softmax(p_logits_B_N_V.float(), dim=-1)
+        logq = F.log_softmax(q_logits_B_N_V.float(), dim=-1)
+        if self.kind == "full":
+            kl = (logp.exp() * (logp - logq)).sum(-1)
+            return kl, kl
+        if self.kind == "topk":
+            if self.k >= logp.shape[-1]:
+                kl = (logp.exp() * (logp - logq)).sum(-1)
+                return kl, kl
+            idx = (logp if self.support == "p" else logq).topk(self.k, dim=-1).indices
+            lp, lq = logp.gather(-1, idx), logq.gather(-1, idx)
+            if self.tail == "renorm":
+                lp = lp - lp.logsumexp(-1, keepdim=True)
+                lq = lq - lq.logsumexp(-1, keepdim=True)
+            kl = (lp.exp() * (lp - lq)).sum(-1)
+            if self.tail == "bucket":
+                rest = lambda lx: torch.log1p(-lx.exp().sum(-1).clamp(max=1 - 1e-7))  # noqa: E731
+                rp, rq = rest(lp), rest(lq)
+                kl = kl + rp.exp() * (rp - rq)
+            return kl, kl
+        lp = logp.gather(-1, tokens_B_N[..., None])[..., 0]
+        lq = logq.gather(-1, tokens_B_N[..., None])[..., 0]
+        if self.form == "k1":
+            v = lp - lq
+            return v + v.detach() * (lp - lp.detach()), v
+        log_r = lq - lp
+        k3 = log_r.exp() - 1 - log_r
+        return k3, k3
+
+
 def token_kl(p_logits_B_N_V: torch.Tensor, q_logits_B_N_V: torch.Tensor,
              mask_B_N: torch.Tensor, top_k: int | None = None,
              renormalize: bool = True, denom: torch.Tensor | float | None = None
@@ -63,9 +154,21 @@ def token_kl(p_logits_B_N_V: torch.Tensor, q_logits_B_N_V: torch.Tensor,
     return (kl_B_N * mask).sum() / (mask.sum().clamp(min=1) if denom is None else denom)
 
 
+def estimated_kl(estimator: Estimator, p_logits_B_N_V: torch.Tensor,
+                 q_logits_B_N_V: torch.Tensor, tokens_B_N: torch.Tensor, mask_B_N: torch.Tensor,
+                 denom: torch.Tensor | float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, value): the token mean (or sum / `denom`) of `estimator`'s surrogate and of its
+    estimate of KL(p || q)."""
+    loss_B_N, value_B_N = estimator.per_position(p_logits_B_N_V, q_logits_B_N_V, tokens_B_N)
+    mask = mask_B_N.to(loss_B_N.dtype)
+    d = mask.sum().clamp(min=1) if denom is None else denom
+    return (loss_B_N * mask).sum() / d, (value_B_N.detach() * mask).sum() / d
+
+
 def loss_terms(student, teacher, batch: Batch, terms: tuple[str, ...] = ("opd", "nca"),
                top_k: int | None = None, renormalize: bool = True,
-               denom: torch.Tensor | float | None = None, temperature: float = 1.0
+               denom: torch.Tensor | float | None = None, temperature: float = 1.0,
+               estimator: Estimator | None = None, nca_estimator: Estimator | None = None
                ) -> dict[str, torch.Tensor]:
     """The named loss terms on one batch (combine them afterwards: L = opd + beta * nca), at
     the sampling `temperature` (every view's logits divided by it).
@@ -91,6 +194,14 @@ def loss_terms(student, teacher, batch: Batch, terms: tuple[str, ...] = ("opd", 
                                   b.resp_mask.to(dev)).to(b.resp.device)
     if temperature != 1.0:
         g, g_c, f_c = (None if v is None else v / temperature for v in (g, g_c, f_c))
+    if estimator is not None or nca_estimator is not None:
+        est = estimator or Estimator()
+        pick = {"opd": (est, g, f_c), "ctx": (est, g_c, f_c),
+                "nca": (nca_estimator or est, None if g is None else g.detach(), g_c)}
+        for term in terms:
+            e, p, q = pick[term]
+            out[term] = estimated_kl(e, p, q, b.resp, b.resp_mask, denom)[0]
+        return out
     kl = dict(mask_B_N=b.resp_mask, top_k=top_k, renormalize=renormalize, denom=denom)
     if "opd" in terms:
         out["opd"] = token_kl(g, f_c, **kl)

@@ -108,3 +108,26 @@ def test_micro_batches_and_checkpointing_give_the_same_update(base, tmp_path):
     b = load_file(tmp_path / "micro" / "model.safetensors")
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-6, msg=k)
+
+
+def test_estimators_train_and_resume_old_runs(base, tmp_path):
+    """--kl sampled / topk run and are recorded; --top-k with --kl is refused; a run recorded
+    before the estimator flags existed resumes (its missing flags mean the full KL)."""
+    import json
+
+    from nca_interp.errors import UsageError
+
+    distill.main(args(base, tmp_path / "s", "--method", "nca", "--steps", "2", "--kl",
+                      "sampled", "--kl-form", "k3"))
+    cfg = json.loads((tmp_path / "s" / "run_config.json").read_text())
+    assert cfg["kl"] == "sampled" and cfg["kl_form"] == "k3" and cfg["nca_kl"] == "same"
+    with pytest.raises(UsageError, match="--top-k is the plain path"):
+        distill.main(args(base, tmp_path / "t", "--kl", "topk", "--top-k", "3"))
+    distill.main(args(base, tmp_path / "old", "--steps", "2"))
+    saved = tmp_path / "old" / "run_config.json"
+    old = {k: v for k, v in json.loads(saved.read_text()).items() if not k.startswith(
+        ("kl", "nca_kl"))}
+    saved.write_text(json.dumps(old))
+    distill.main(args(base, tmp_path / "old", "--steps", "3"))  # resumes: same config
+    with pytest.raises(UsageError, match="different config"):
+        distill.main(args(base, tmp_path / "old", "--steps", "4", "--kl", "sampled"))

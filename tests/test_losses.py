@@ -180,3 +180,105 @@ def test_sampler_draws_from_the_tempered_policy():
                          for _ in range(20000)]).flatten()
     freq = torch.bincount(draws, minlength=4).float() / len(draws)
     assert torch.allclose(freq, torch.softmax(z / T, -1)[0], atol=0.015)
+
+
+def _expected_grad(est, p_logits, q_logits, wrt):
+    """E_{y ~ p}[grad of the estimator's surrogate at y], by enumerating the vocabulary (one
+    position): what an estimator's gradient is unbiased *for*."""
+    from nca_interp.losses import Estimator  # noqa: F401
+
+    V = p_logits.shape[-1]
+    probs = torch.softmax(p_logits.detach(), -1)[0, 0]
+    total = torch.zeros(V, dtype=torch.float64)
+    for y in range(V):
+        x = (p_logits if wrt == "p" else q_logits).detach().clone().requires_grad_(True)
+        args = (x, q_logits.detach()) if wrt == "p" else (p_logits.detach(), x)
+        loss, _ = est.per_position(*args, torch.tensor([[y]]))
+        loss.sum().backward()
+        total += probs[y].double() * x.grad[0, 0].double()
+    return total
+
+
+def _kl_grad(p_logits, q_logits, wrt, forward=False):
+    x = (p_logits if wrt == "p" else q_logits).detach().clone().requires_grad_(True)
+    lp = torch.log_softmax(x if wrt == "p" else p_logits.detach(), -1)
+    lq = torch.log_softmax(q_logits.detach() if wrt == "p" else x, -1)
+    kl = (lq.exp() * (lq - lp)).sum() if forward else (lp.exp() * (lp - lq)).sum()
+    kl.backward()
+    return x.grad[0, 0].double()
+
+
+def test_sampled_estimators_are_unbiased_for_the_gradient_they_claim():
+    """Exact expectations over y ~ p (small vocabulary): k1's surrogate gives grad KL(p || q)
+    through p (OPD: the score-function term) and through q (NCA's anchor); k3 gives it through
+    q but, through p, the gradient of the *forward* KL(q || p)."""
+    from nca_interp.losses import Estimator
+
+    gen = torch.Generator().manual_seed(0)
+    p, q = torch.randn(1, 1, 7, generator=gen), torch.randn(1, 1, 7, generator=gen)
+    k1, k3 = Estimator("sampled", form="k1"), Estimator("sampled", form="k3")
+    assert torch.allclose(_expected_grad(k1, p, q, "p"), _kl_grad(p, q, "p"), atol=1e-5)
+    assert torch.allclose(_expected_grad(k1, p, q, "q"), _kl_grad(p, q, "q"), atol=1e-5)
+    assert torch.allclose(_expected_grad(k3, p, q, "q"), _kl_grad(p, q, "q"), atol=1e-5)
+    assert torch.allclose(_expected_grad(k3, p, q, "p"), _kl_grad(p, q, "p", forward=True),
+                          atol=1e-5)
+    assert not torch.allclose(_expected_grad(k3, p, q, "p"), _kl_grad(p, q, "p"), atol=1e-2)
+    # the values: E_y[k1] = E_y[k3] = KL(p || q)
+    probs = torch.softmax(p, -1)[0, 0]
+    full = Estimator().per_position(p, q, torch.tensor([[0]]))[1]
+    for est in (k1, k3):
+        vals = torch.stack([est.per_position(p, q, torch.tensor([[y]]))[1][0, 0]
+                            for y in range(7)])
+        assert float((probs * vals).sum()) == pytest.approx(float(full), abs=1e-5)
+
+
+def test_top_k_estimators_reach_the_full_kl():
+    from nca_interp.losses import Estimator
+
+    gen = torch.Generator().manual_seed(1)
+    p, q = torch.randn(2, 3, 9, generator=gen), torch.randn(2, 3, 9, generator=gen)
+    y = torch.zeros(2, 3, dtype=torch.long)
+    full = Estimator().per_position(p, q, y)[1]
+    for support in ("p", "q"):
+        every = Estimator("topk", k=9, support=support).per_position(p, q, y)[1]
+        assert torch.allclose(every, full, atol=1e-6)
+        # the remaining mass as one category: exact with one token left out
+        bucket = Estimator("topk", k=8, support=support, tail="bucket").per_position(p, q, y)[1]
+        assert torch.allclose(bucket, full, atol=1e-5)
+        partial = Estimator("topk", k=3, support=support, tail="none").per_position(p, q, y)[1]
+        assert not torch.allclose(partial, full, atol=1e-2)
+    with pytest.raises(ValueError, match="support must be one of p, q"):
+        Estimator("topk", support="student")
+    assert Estimator("topk", k=256, support="q").teacher_floats_per_token(49152) == 512
+
+
+def test_estimator_path_full_equals_the_plain_path_and_keeps_the_anchor(batch, tok):
+    """loss_terms with Estimator('full') gives the plain terms, values and gradients; with the
+    sampled estimator the NCA term still sends no gradient to the no-context view."""
+    import copy
+
+    from nca_interp.losses import Estimator
+
+    student, b = batch
+    teacher = tiny(tok, seed=5)
+    grads = []
+    for kw in ({}, {"estimator": Estimator()}):
+        student.zero_grad(set_to_none=True)
+        t = loss_terms(student, teacher, b, ("opd", "nca"), **kw)
+        combine(t, 1.0).backward()
+        grads.append(torch.cat([p.grad.flatten() for p in student.parameters()]))
+        assert t["opd"] > 0
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)
+    student.zero_grad(set_to_none=True)
+    # the anchor: through a stop-gradient the sampled NCA term reaches the context view only
+    from nca_interp.losses import estimated_kl
+    from nca_interp.rollout import response_logits
+
+    no_c, with_c = student, copy.deepcopy(student)
+    g = response_logits(no_c, b.x_ids, b.x_mask, b.resp, b.resp_mask)
+    g_c = response_logits(with_c, b.cx_ids, b.cx_mask, b.resp, b.resp_mask)
+    for form in ("k1", "k3"):
+        estimated_kl(Estimator("sampled", form=form), g.detach(), g_c, b.resp,
+                     b.resp_mask)[0].backward(retain_graph=True)
+    assert all(p.grad is None for p in no_c.parameters())
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in with_c.parameters())

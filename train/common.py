@@ -154,6 +154,11 @@ FREE_FLAGS = ("out", "steps", "threads", "eval_every", "eval_levels", "save_ever
               "teacher_device", "micro_batch", "grad_checkpointing", "git_commit")
 
 
+# Flags added after runs were recorded: a saved config without one ran with this value.
+ADDED_FLAGS = {"kl": "full", "kl_k": 256, "kl_support": "p", "kl_tail": "renorm",
+               "kl_form": "k1", "nca_kl": "same"}
+
+
 class Run:
     """A run directory: `run_config.json`, `metrics.jsonl`, `checkpoints/step_*`, and the
     latest weights published at its root. Construct it once the run can start (arguments
@@ -176,7 +181,8 @@ class Run:
         started = self.resume_point() is not None
         if saved.exists() and started:
             old = json.loads(saved.read_text())
-            diff = {k for k in run_config if k not in FREE_FLAGS and old.get(k) != run_config[k]}
+            diff = {k for k in run_config if k not in FREE_FLAGS
+                    and old.get(k, ADDED_FLAGS.get(k)) != run_config[k]}
             if diff:
                 raise UsageError(f"{self.dir} holds a run with a different config "
                                  f"({sorted(diff)}); resume with the same arguments or choose "

@@ -39,8 +39,9 @@ from tqdm import tqdm
 
 from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint, read_run_config
 from nca_interp.cli import check_writable, entry, parse_config, to_dict
+from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens, task_for_checkpoints
-from nca_interp.losses import combine, loss_terms
+from nca_interp.losses import Estimator, combine, loss_terms
 from nca_interp.models import autocast, context_limit
 from nca_interp.rollout import Batch, onpolicy_batch
 from nca_interp.runs import check_context
@@ -82,6 +83,22 @@ class DistillConfig:
     top_k: int | None = field(default=None, metadata={
         "help": "KL support: student top-k tokens (OPCD); none = full vocabulary"})
     renormalize: bool = field(default=True, metadata={"help": "renormalise on the top-k support"})
+    kl: str = field(default="full", metadata={
+        "help": "KL estimator of the loss terms (nca_interp.losses.Estimator): full | topk | "
+                "sampled", "check": "choice:full|topk|sampled"})
+    kl_k: int = field(default=256, metadata={"help": "--kl topk: tokens in the support",
+                                             "check": ">=1"})
+    kl_support: str = field(default="p", metadata={
+        "help": "--kl topk: whose top-k: p (the student's in OPD) or q (the teacher's)",
+        "check": "choice:p|q"})
+    kl_tail: str = field(default="renorm", metadata={
+        "help": "--kl topk: renorm | bucket (the rest as one category) | none",
+        "check": "choice:renorm|bucket|none"})
+    kl_form: str = field(default="k1", metadata={
+        "help": "--kl sampled: k1 (score-function gradient, unbiased) | k3 (verl's low-variance "
+                "form; its OPD gradient is the forward KL's)", "check": "choice:k1|k3"})
+    nca_kl: str = field(default="same", metadata={
+        "help": "the NCA term's estimator: same (as --kl) or full", "check": "choice:same|full"})
     save_every: int = field(default=25, metadata={"help": "checkpoint interval (steps)"})
     eval_every: int = field(default=50, metadata={"help": "held-out greedy eval interval"})
     eval_levels: int = field(default=200, metadata={"help": "held-out levels per eval"})
@@ -104,6 +121,16 @@ def task_for(cfg: DistillConfig, student_dir: str):
     return task_for_checkpoints([student_dir], cfg.task, options=cfg.task_options)
 
 
+def estimators(cfg: DistillConfig) -> tuple[Estimator | None, Estimator | None]:
+    """(OPD's, NCA's) estimator; (None, None) keeps the plain full / --top-k path."""
+    if cfg.kl == "full" and cfg.nca_kl == "same":
+        return None, None
+    if cfg.top_k is not None:
+        raise UsageError("--top-k is the plain path's top-k; with --kl pass --kl topk --kl-k")
+    est = Estimator(cfg.kl, cfg.kl_k, cfg.kl_support, cfg.kl_tail, cfg.kl_form)
+    return est, (Estimator() if cfg.nca_kl == "full" else est)
+
+
 def accumulate(student, teacher, batch: Batch, terms_needed: tuple[str, ...], beta: float,
                cfg: DistillConfig, denom: torch.Tensor, dist: Dist, amp) -> dict[str, float]:
     """Forward, score and backward this rank's slice in micro-batches; gradients accumulate to
@@ -122,7 +149,7 @@ def accumulate(student, teacher, batch: Batch, terms_needed: tuple[str, ...], be
         with sync:
             with amp:
                 terms = loss_terms(student, teacher, piece, terms_needed, cfg.top_k,
-                                   cfg.renormalize, denom, cfg.temperature)
+                                   cfg.renormalize, denom, cfg.temperature, *estimators(cfg))
             (combine(terms, beta) * dist.world).backward()
         for name, value in terms.items():
             totals[name] = totals.get(name, 0.0) + value.item()
