@@ -38,3 +38,16 @@ def test_scale_model_file_is_its_generator_output():
     from bench import scale_model
 
     assert Path("bench/results/scale_model.txt").read_text() == scale_model.render()
+
+
+def test_kl_estimator_audit_runs_and_full_is_its_own_reference():
+    from bench import kl_estimators
+
+    r = kl_estimators.run(str(__import__("nca_interp.assets", fromlist=["embedded"])
+                              .embedded("sokoban_opd")), batch=8, ks=[4, 500])
+    full = [row for row in r["rows"] if row["estimator"] == "full"]
+    assert len(full) == 2 and all(row["bias"] == 0 and abs(row["cos_full"] - 1) < 1e-9
+                                  for row in full)
+    assert not any("top-500" in row["estimator"] for row in r["rows"])  # k >= |V|: skipped
+    sampled = [row for row in r["rows"] if row["estimator"].startswith("sampled")]
+    assert len(sampled) == 4 and all(row["teacher_floats"] == 1 for row in sampled)
