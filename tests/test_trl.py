@@ -1,0 +1,117 @@
+"""The TRL path (nca_interp.trl_nca): one step's losses and gradients equal nca_interp.losses on
+the same sampled batch; the privileged context is never truncated; the checkpoint it writes
+opens in the analyses."""
+
+import pytest
+import torch
+
+from nca_interp.losses import combine, loss_terms
+from nca_interp.tasks import make_task
+from tests.conftest import tiny
+
+
+def dataset(n=8):
+    from datasets import Dataset
+
+    task = make_task("sokoban")
+    levels = task.levels("train", n)
+    return Dataset.from_dict({"prompt": [task.prompt(lv) for lv in levels],
+                              "teacher_prompt": [task.prompt(lv, task.context(lv, "plan"))
+                                                 for lv in levels]})
+
+
+def trainer_for(tok, tmp_path, **cfg):
+    from nca_interp.trl_nca import NCADistillationConfig, NCADistillationTrainer
+
+    args = NCADistillationConfig(**{
+        "output_dir": str(tmp_path / "out"), "per_device_train_batch_size": 4,
+        "max_completion_length": 8, "use_cpu": True, "report_to": [], "max_steps": 1,
+        "logging_steps": 1, "save_strategy": "no", "seed": 0, **cfg})
+    student, teacher = tiny(tok, seed=0), tiny(tok, seed=1)
+    return NCADistillationTrainer(model=student, teacher_model=teacher, args=args,
+                                  train_dataset=dataset(), processing_class=tok)
+
+
+@pytest.mark.parametrize("beta", [0.0, 1.0])
+def test_one_step_equals_the_package_loss(tok, tmp_path, beta):
+    """On the batch TRL sampled (without c), the trainer's loss and gradient equal
+    losses.loss_terms on the same tokens: the teacher sees [c, x], the student x, and the NCA
+    term reaches only the context view."""
+    trainer = trainer_for(tok, tmp_path, nca_beta=beta)
+    rows = [trainer.train_dataset[i] for i in range(4)]
+    inputs = trainer._generate_and_score_completions(rows)
+    # the views, read back from the tensors: the student's prompt is x, the teacher's [c, x]
+    for i, row in enumerate(rows):
+        for key, col in (("prompt", "prompt"), ("teacher_prompt", "teacher_prompt")):
+            ids = inputs[f"{key}_ids"][i][inputs[f"{key}_mask"][i].bool()]
+            assert tok.decode(ids, skip_special_tokens=True) == row[col]
+    assert trainer.batch_of(inputs).cx_ids is inputs["teacher_prompt_ids"]
+    model = trainer.model
+    model.train()
+    model.zero_grad(set_to_none=True)
+    loss = trainer.compute_loss(model, inputs)
+    loss.backward()
+    got = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    model.zero_grad(set_to_none=True)
+    batch = trainer.batch_of(inputs)
+    terms = loss_terms(model, trainer.teacher_model, batch, ("opd", "nca") if beta else ("opd",))
+    ref = combine(terms, beta)
+    ref.backward()
+    want = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    assert torch.allclose(loss, ref, atol=1e-6)
+    assert torch.allclose(got, want, atol=1e-6)
+    assert terms["opd"] > 0
+
+
+def test_a_context_that_cannot_fit_is_refused(tok, tmp_path):
+    from nca_interp.errors import UsageError
+
+    with pytest.raises(UsageError, match="never truncated"):
+        trainer_for(tok, tmp_path, max_completion_length=100_000)
+
+
+def test_two_processes_equal_one_and_the_checkpoint_opens_in_the_analyses(tmp_path):
+    """torchrun with two gloo CPU processes (accelerate reads its environment) makes the same
+    update as one process with the same global batch: greedy completions so both see the same
+    tokens, SGD without clipping so the update is the gradient itself (Adam's first step and
+    norm clipping would hide a scale error). The written checkpoint opens in evaluate and
+    layer_sim."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    from nca_interp import evaluate, layer_sim
+    from nca_interp.assets import embedded
+
+    root = Path(__file__).resolve().parents[1]
+    base = str(embedded("sokoban_base"))
+    argv = ["--student", base, "--method", "nca", "--steps", "1", "--batch", "4", "--greedy",
+            "true", "--optim", "sgd", "--lr", "0.01", "--clip", "0"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)}
+    runs = {}
+    for name, launcher in (("one", [sys.executable, "-m", "train.trl_distill"]),
+                           ("two", [sys.executable, "-m", "torch.distributed.run",
+                                    "--standalone", "--nproc-per-node", "2", "-m",
+                                    "train.trl_distill"])):
+        out = tmp_path / name
+        proc = subprocess.run([*launcher, *argv, "--out", str(out)], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[name] = out
+    assert json.loads((runs["two"] / "run_config.json").read_text())["processes"] == 2
+    init = load_file(Path(base) / "model.safetensors")
+    a, b = (load_file(runs[n] / "model.safetensors") for n in ("one", "two"))
+    da = torch.cat([(a[k] - init[k]).flatten() for k in a])
+    db = torch.cat([(b[k] - init[k]).flatten() for k in a])
+    assert da.norm() > 1e-4  # it trained
+    assert float(db @ da / (da @ da)) == pytest.approx(1.0, abs=1e-3)  # the same scale
+    for k in a:  # the tolerance of the package's own DDP test (tests/test_ddp.py)
+        torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-5, msg=k)
+    rep = evaluate.run([str(runs["two"])], context="plan", n_levels=20)
+    assert set(rep["reports"]) == {"two"}
+    ls = layer_sim.run([str(runs["two"])], n_levels=4, baselines=False)
+    assert len(ls["results"]["two"]["cos"]) == 5
