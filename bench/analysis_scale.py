@@ -76,15 +76,16 @@ def build(shape: str, folder: Path, seed: int, base: Path | None = None,
     return folder
 
 
-def measured(cmd: list[str]) -> dict:
-    """Wall seconds and peak RSS (GB) of a command, from /usr/bin/time -v."""
+def measured(cmd: list[str], keep_stdout: bool = False) -> dict:
+    """Wall seconds and peak RSS (GB) of a command, from /usr/bin/time -v (and its stdout)."""
     t0 = time.time()
     out = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True)
     wall = time.time() - t0
     if out.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
     rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", out.stderr).group(1))
-    return {"wall_s": round(wall, 2), "peak_rss_gb": round(rss_kb / 1e6, 3)}
+    return {"wall_s": round(wall, 2), "peak_rss_gb": round(rss_kb / 1e6, 3),
+            **({"stdout": out.stdout} if keep_stdout else {})}
 
 
 def evict(folders: list[Path]) -> None:

@@ -51,3 +51,12 @@ def test_kl_estimator_audit_runs_and_full_is_its_own_reference():
     assert not any("top-500" in row["estimator"] for row in r["rows"])  # k >= |V|: skipped
     sampled = [row for row in r["rows"] if row["estimator"].startswith("sampled")]
     assert len(sampled) == 4 and all(row["teacher_floats"] == 1 for row in sampled)
+
+
+def test_trl_step_bench_runs_both_loops():
+    from bench import trl_step
+
+    out = trl_step.main(["--batch", "4", "--steps", "1", "--threads", "1", "--kls", "full"])
+    assert {(r["loop"], r["kl"]) for r in out["rows"]} == {("ours", "full"), ("trl", "full")}
+    assert all(r["step_s"] > 0 and r["peak_rss_gb"] > 0 and r["tokens"] > 0
+               for r in out["rows"])

@@ -1,0 +1,149 @@
+"""One NCA distillation step in our loop and in TRL's trainer (nca_interp.trl_nca), per KL
+estimator, side by side in one run: seconds per step, sampled tokens per second, peak RSS.
+
+    python -m bench.trl_step                                   # embedded Sokoban base, tiny
+    python -m bench.trl_step --ckpt ~/.cache/nca_interp/models/smollm2-135m-instruct \\
+        --task facts --context facts --batch 8 --write          # the real model
+
+Each (loop, estimator) runs in its own process under /usr/bin/time -v (peak RSS is the
+process's), on the same prompts, sampling at temperature 1 with the same budget of new tokens:
+a warm-up step, then `--steps` timed steps (median). Ours: `rollout.sample` (KV cache) +
+`losses.loss_terms` + AdamW; TRL: `DistillationTrainer` with its own generation (HF generate)
+and our loss. The null beside every row: the same loop with the full-vocabulary KL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+KLS = ("full", "topk", "sampled")
+
+
+def one(loop: str, kl: str, ckpt: str, task: str | None, context: str | None, batch: int,
+        steps: int, threads: int) -> dict:
+    """Run `steps` + 1 steps of one configuration in this process; seconds and tokens."""
+    import torch
+
+    from nca_interp.checkpoint import load_checkpoint
+    from nca_interp.losses import Estimator, combine, loss_terms
+    from nca_interp.models import context_limit
+    from nca_interp.rollout import onpolicy_batch
+    from nca_interp.runs import resolve_task_and_context
+
+    torch.set_num_threads(threads)
+    found, ctx = resolve_task_and_context([ckpt], task, context)
+    student, tok = load_checkpoint(ckpt)
+    teacher, _ = load_checkpoint(ckpt)
+    teacher.requires_grad_(False)
+    view = found.for_tokenizer(tok)
+    est = Estimator(kl, k=min(256, student.config.vocab_size - 1))
+    levels = found.levels("train", batch * (steps + 1), 0)
+    times, tokens = [], []
+    if loop == "ours":
+        opt = torch.optim.AdamW(student.parameters(), lr=1e-5)
+        gen = torch.Generator().manual_seed(0)
+        for s in range(steps + 1):
+            t0 = time.perf_counter()
+            student.eval()
+            b, _, _ = onpolicy_batch(student, tok, view, levels[s * batch:(s + 1) * batch], ctx,
+                                     view.max_response_tokens(), 1.0, gen, context_limit(student))
+            student.train()
+            opt.zero_grad(set_to_none=True)
+            combine(loss_terms(student, teacher, b, ("opd", "nca"), estimator=est), 1.0).backward()
+            opt.step()
+            times.append(time.perf_counter() - t0)
+            tokens.append(int(b.resp_mask.sum()))
+    else:
+        from datasets import Dataset
+        from transformers import TrainerCallback
+
+        from nca_interp.trl_nca import NCADistillationConfig, NCADistillationTrainer
+
+        data = Dataset.from_dict({"prompt": [view.prompt(lv) for lv in levels],
+                                  "teacher_prompt": [view.prompt(lv, view.context(lv, ctx))
+                                                     for lv in levels]})
+
+        class Clock(TrainerCallback):
+            def on_step_begin(self, *a, **k):
+                self.t0 = time.perf_counter()
+
+            def on_step_end(self, *a, **k):
+                times.append(time.perf_counter() - self.t0)
+
+        args = NCADistillationConfig(
+            output_dir="/tmp/bench_trl_step", per_device_train_batch_size=batch,
+            max_steps=steps + 1, learning_rate=1e-5,
+            max_completion_length=view.max_response_tokens(),
+            temperature=1.0, nca_beta=1.0, kl=est.kind, kl_k=est.k, use_cpu=True, report_to=[],
+            save_strategy="no", logging_steps=1, shuffle_dataset=False, disable_dropout=True,
+            gradient_checkpointing=False)
+        trainer = NCADistillationTrainer(model=student, teacher_model=teacher, args=args,
+                                         train_dataset=data, processing_class=tok,
+                                         callbacks=[Clock()])
+        trainer.train()
+        # sampled completion tokens (TRL's num_tokens counts prompts too)
+        tokens = [h["completions/mean_length"] * batch for h in trainer.state.log_history
+                  if "completions/mean_length" in h]
+    return {"step_s": statistics.median(times[1:]), "tokens": statistics.median(tokens[1:])}
+
+
+def main(argv=None) -> dict:
+    from bench.analysis_scale import measured
+    from nca_interp.assets import embedded
+
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ckpt", default=str(embedded("sokoban_base")))
+    ap.add_argument("--task", default=None)
+    ap.add_argument("--context", default=None)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--kls", default=",".join(KLS))
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # loop:kl (a child)
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args(argv)
+    if args.one:
+        loop, kl = args.one.split(":")
+        print(json.dumps(one(loop, kl, args.ckpt, args.task, args.context, args.batch,
+                             args.steps, args.threads)))
+        return {}
+    rows = []
+    for kl in args.kls.split(","):
+        for loop in ("ours", "trl"):
+            cmd = [sys.executable, "-m", "bench.trl_step", "--one", f"{loop}:{kl}", "--ckpt",
+                   args.ckpt, "--batch", str(args.batch), "--steps", str(args.steps),
+                   "--threads", str(args.threads)]
+            cmd += ["--task", args.task] if args.task else []
+            cmd += ["--context", args.context] if args.context else []
+            m = measured(cmd, keep_stdout=True)
+            out = json.loads(m.pop("stdout").strip().splitlines()[-1])
+            rows.append({"loop": loop, "kl": kl, **out, **m,
+                         "tokens_per_s": out["tokens"] / out["step_s"]})
+    lines = [f"# python -m bench.trl_step --ckpt {args.ckpt} --batch {args.batch} "
+             f"--steps {args.steps} --threads {args.threads}",
+             f"{'loop':<5} {'estimator':<9} {'s/step':>8} {'tokens/step':>12} {'tokens/s':>9} "
+             f"{'peak RSS GB':>12} {'vs full, same loop':>19}"]
+    for r in rows:
+        full = next(x for x in rows if x["loop"] == r["loop"] and x["kl"] == "full")
+        lines.append(f"{r['loop']:<5} {r['kl']:<9} {r['step_s']:>8.2f} {r['tokens']:>12.0f} "
+                     f"{r['tokens_per_s']:>9.1f} {r['peak_rss_gb']:>12.2f} "
+                     f"{r['step_s'] / full['step_s']:>18.2f}x")
+    lines.append("s/step: median over the timed steps (sampling + loss + update); our loop "
+                 "samples with its KV-cache sampler, TRL with HF generate; one process each")
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    if args.write:
+        stem = Path("bench/results") / f"trl_step_{Path(args.ckpt).name}"
+        stem.with_suffix(".txt").write_text(text)
+        stem.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    return {"rows": rows}
+
+
+if __name__ == "__main__":
+    main()
