@@ -90,7 +90,7 @@ def test_commands_on_custom_checkpoints(folders, tmp_path, arch):
     assert (tmp_path / "ls.html").exists()
     assert json.loads((tmp_path / "ls.json").read_text())["layers"][0] == "embed"
     ga = grad_align.main([path, "--teacher", path, "--task", "frozenlake", "--context", "plan",
-                          "--batch", "4", "--threads", "1", "--out", str(tmp_path / "ga")])
+                          "--batch", "8", "--threads", "1", "--out", str(tmp_path / "ga")])
     g = ga["results"][arch]["global"]  # student == teacher: ctx is zero, so it has no angle
     assert g["norm"]["ctx"] < 1e-4 * g["norm"]["opd"] and g["angle_deg"]["opd~ctx"] is None
     pd = param_delta.main([path, path, "--init", path, "--out", str(tmp_path / "pd")])

@@ -120,7 +120,7 @@ def test_permuted_vocabulary_teacher_refused_by_every_analysis(tok, base, tmp_pa
 
     other = build_char_tokenizer(CHARS[::-1])
     teacher = save_checkpoint(tmp_path / "t", tiny(other), other, {"task": TASK})
-    err = refused(grad_align.main, [str(base), "--teacher", str(teacher), "--batch", "4",
+    err = refused(grad_align.main, [str(base), "--teacher", str(teacher), "--batch", "8",
                                     "--out", str(tmp_path / "g")], capsys)
     assert "different tokenizers" in err and not (tmp_path / "g.json").exists()
     err = refused(layer_sim.main, [str(base), str(teacher), "--n-levels", "2",

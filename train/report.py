@@ -316,6 +316,17 @@ def heads_table(r: dict, kind: str, flipped: str) -> str:
     return "\n".join(rows)
 
 
+def context_control(figs: Path) -> str:
+    from nca_interp.evaluate import format_control
+
+    reports = json.loads((figs / "context_control.json").read_text())["reports"]
+    return (format_control(reports) + "\n\nreads_c near 0 means the checkpoint answers the same "
+            "with the right context and with a wrong one: it does not use what c says (a "
+            "student that is 'not harmed' by c that way is blind to it, not robust). The harm "
+            "of c' is P(wrong with c' | right without c): what a context of this form costs "
+            "when it carries nothing useful.")
+
+
 def trajectory_table(figs: Path) -> str:
     from nca_interp.trajectory import format_table
 
@@ -358,6 +369,10 @@ def render(figs: Path) -> str:
                   "P(lost with c | won "
                  "without c))", context_return),
                 ("Per run, 95% cluster-bootstrap intervals", per_seed)]
+    if (figs / "context_control.json").exists():
+        sections.append(("Robust or blind: the same items with a control context of c's form "
+                         "that is wrong for each item (95% cluster-bootstrap intervals)",
+                         context_control))
     for name, what in (("layer_sim", "response positions"),
                        ("layer_sim_generating", "positions generating the response (trained "
                         "by both losses)"),
@@ -374,8 +389,10 @@ def render(figs: Path) -> str:
     if (figs / "param_delta.json").exists():
         sections.append(("Parameter deltas", param_delta))
     if (figs / "patching.json").exists():
-        sections.append(("Causal patching of the harm cases (seed 0 students and the teacher)",
-                         patching))
+        kinds = {r.get("kind", "harm") for r in json.loads(
+            (figs / "patching.json").read_text())["results"].values()}
+        sections.append((f"Causal patching of the {' / '.join(sorted(kinds))} cases (seed 0 "
+                         "students and the teacher)", patching))
     sections.append(("Stage times (manifest.json)", stage_times))
     for title, fn in sections:
         lines.append(f"## {title}\n\n{fn(figs)}\n")
