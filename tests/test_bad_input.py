@@ -98,7 +98,7 @@ def test_unsupported_architecture_refused(tok, tmp_path, capsys):
                        (layer_sim.main, [str(folder), "--n-levels", "2", "--out",
                                          str(tmp_path / "x")]),
                        (grad_align.main, [str(folder), "--teacher", str(folder), "--batch",
-                                          "4", "--out", str(tmp_path / "g")]),
+                                          "8", "--out", str(tmp_path / "g")]),
                        (distill.main, ["--student", str(folder), "--task", "sokoban",
                                        "--out", str(tmp_path / "d")])):
         err = refused(main, argv, capsys)
