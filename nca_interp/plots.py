@@ -245,8 +245,8 @@ def patching_figures(report: dict) -> dict[str, go.Figure]:
     figs["heads"] = heads
     rows = report.get("heads", {}).get("rows")
     if rows:
-        sel = make_subplots(rows=1, cols=2, subplot_titles=[
-            "teacher-forced effect (held-out half)", "answers flipped (held-out half)"])
+        sel = make_subplots(rows=1, cols=2, horizontal_spacing=0.14, subplot_titles=[
+            "teacher-forced effect", "answers flipped"])
         ks = [str(r["k"]) for r in rows]
         for col, (key, null) in enumerate((("effect", "effect_null"),
                                            ("flipped", "flipped_null")), 1):
@@ -261,15 +261,16 @@ def patching_figures(report: dict) -> dict[str, go.Figure]:
                 marker={"color": "#555", "symbol": "diamond", "size": 9}, showlegend=col == 1,
                 error_y=_ci_bars(nm, [(r.get(null, {}).get("lo"), r.get(null, {}).get("hi"))
                                       for r in rows])), 1, col)
-        sel.update_xaxes(title_text="heads whose context reading is removed (k)", type="category")
+        sel.update_xaxes(title_text="k heads' context reading removed", type="category")
         sel.update_yaxes(title_text="normalised effect", col=1)
         sel.update_yaxes(title_text=f"fraction of {kind} cases flipped", col=2)
         hd = report["heads"]
-        sel.update_layout(title=f"{who}: heads chosen on one half, judged on the other<br>"
-                                f"<sup>bars: 95% bootstrap over cases; null: "
+        sel.update_layout(title=f"{who}:<br>heads chosen on one half, judged on the other"
+                                f"<br><sup>bars: 95% bootstrap over cases; null: "
                                 f"{hd['n_random']} / {hd['n_random_generate']} draws of k random "
                                 "heads the selection did not pick</sup>",
-                          height=420, autosize=True)
+                          height=480, autosize=True, margin={"t": 120},
+                          legend={"orientation": "h", "y": -0.25})
         figs["head_selection"] = sel
     lens = make_subplots(rows=1, cols=2, subplot_titles=["KL(no c || c) of the decoded layer",
                                                          "rank of the right answer"])

@@ -408,6 +408,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="also write figures/<task>/README.md (what the README links)")
     ap.add_argument("--html", action="store_true",
                     help="also redraw every HTML figure of the folder from its JSON")
+    ap.add_argument("--png", action="store_true",
+                    help="with --html: the PNGs too (kaleido + Debian chromium)")
     args = ap.parse_args(argv)
     figs = Path(args.figures) / args.task
     if not (figs / "manifest.json").exists():
@@ -420,7 +422,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.html:
         from train.reproduce import render_figures
 
-        print("\n".join(render_figures(figs, png=False)))
+        print("\n".join(render_figures(figs, png=args.png)))
 
 
 if __name__ == "__main__":
