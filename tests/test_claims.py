@@ -88,8 +88,9 @@ def test_reading_c_separates_robust_from_blind(tmp_path):
     blind = write_ctl({"t_base": base, "t_nca_s0": ctl(0.0, -0.01, 0.01),
                        "t_nca_s1": ctl(0.003, -0.003, 0.01), "t_opd_s0": ctl(0.3, 0.25, 0.35)})
     c = claims.nca_reads_context(blind)
-    assert c[3] == "not reproduced: NCA is blind to what c says" and "teacher 0.600" in c[2]
-    reads = write_ctl({"t_base": base, "t_nca_s0": ctl(0.2, 0.1, 0.3)})
+    assert c[3].startswith("not reproduced: NCA is blind to what c says (in seeds 0, 1; 3 "
+                           "seeds needed") and "teacher 0.600" in c[2]
+    reads = write_ctl({"t_base": base, **{f"t_nca_s{i}": ctl(0.2, 0.1, 0.3) for i in range(3)}})
     assert claims.nca_reads_context(reads)[3] == "reproduced"
     assert claims.nca_reads_context(tmp_path / "nowhere")[3] == "not measured"
 
@@ -143,7 +144,11 @@ def test_nca_improves_no_c_uses_paired_intervals_per_seed(tmp_path):
     (tmp_path / "context_control.json").write_text(json.dumps({"reports": {
         "t_base": rep(opd), "t_opd_s0": rep(opd), "t_nca_s0": rep(better)}}))
     c = claims.nca_improves_no_c(tmp_path)
-    assert c[3] == "reproduced" and c[1].startswith("NCA - OPD 0.2")
+    assert c[3] == "in the 1 seed pair measured (3 needed)" and c[1].startswith("NCA - OPD 0.2")
+    (tmp_path / "context_control.json").write_text(json.dumps({"reports": {
+        **{f"t_opd_s{i}": rep(opd) for i in range(3)},
+        **{f"t_nca_s{i}": rep(better) for i in range(3)}}}))
+    assert claims.nca_improves_no_c(tmp_path)[3] == "reproduced"
     (tmp_path / "context_control.json").write_text(json.dumps({"reports": {
         "t_opd_s0": rep(opd), "t_nca_s0": rep(opd)}}))
     assert claims.nca_improves_no_c(tmp_path)[3] == "not reproduced"
