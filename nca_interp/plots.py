@@ -44,8 +44,8 @@ def _ci_bars(values: list, cis: list) -> dict:
 def layer_sim_figure(report: dict) -> go.Figure:
     """Line per checkpoint over layers: raw cosine (± std), centred cosine, CKA, ctx attention."""
     layers = report["layers"]
-    titles = ["cosine with vs without c (whiskers: std over items; dotted: different items)",
-              "mean-centred cosine (pooled mean)", "linear CKA (dotted: debiased)",
+    titles = ["cosine with vs without c<br>(whiskers: std over items; faint: different items)",
+              "mean-centred cosine (pooled mean)", "linear CKA (faint: debiased)",
               "context reading: attention on c / c's share of keys (1 = uniform)"]
     fig = make_subplots(rows=2, cols=2, subplot_titles=titles)
     for i, (name, r) in enumerate(report["results"].items()):
@@ -53,7 +53,7 @@ def layer_sim_figure(report: dict) -> go.Figure:
               "mode": "lines+markers"}
         fig.add_trace(go.Scatter(x=layers, y=r["cos"], error_y={"array": r["cos_std"]}, **kw),
                       1, 1)
-        dotted = {**kw, "line": {**kw["line"], "dash": "dot"}, "mode": "lines",
+        dotted = {**kw, "line": {**kw["line"], "width": 1.5}, "opacity": 0.4, "mode": "lines",
                   "showlegend": False}
         if "cos_other" in r:  # the anisotropy floor: views of different items
             fig.add_trace(go.Scatter(x=layers, y=r["cos_other"],
