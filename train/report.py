@@ -84,7 +84,9 @@ def layer_sim(figs: Path, name: str = "layer_sim") -> str:
     out = [f"Positions: {rep.get('at', 'response')}; every model teacher-forced on "
            f"{rep.get('responses_from', 'its own greedy responses')}. Mean (min to max) over "
            "seeds; `random_init` (same config, untrained) is the null."]
-    metrics = ["cos", "cos_centred", "cka"]
+    first = next(iter(rep["results"].values()))
+    metrics = [m for m in ("cos", "cos_other", "cos_centred", "cka", "cka_debiased")
+               if m in first]  # cos_other: views of different items (the anisotropy floor)
     if "ctx_attn_ratio_layer" in next(iter(rep["results"].values())):
         metrics.append("ctx_attn_ratio_layer")
     for metric in metrics:
