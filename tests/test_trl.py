@@ -115,3 +115,16 @@ def test_two_processes_equal_one_and_the_checkpoint_opens_in_the_analyses(tmp_pa
     assert set(rep["reports"]) == {"two"}
     ls = layer_sim.run([str(runs["two"])], n_levels=4, baselines=False)
     assert len(ls["results"]["two"]["cos"]) == 5
+
+
+def test_without_trl_the_command_says_what_to_install(monkeypatch, capsys):
+    """No traceback when the optional extra is missing: one line naming the extra, exit 1."""
+    import sys
+
+    from nca_interp.cli import entry
+    from train import trl_distill
+
+    monkeypatch.setitem(sys.modules, "nca_interp.trl_nca", None)  # import fails
+    assert entry(trl_distill.main, ["--student", "nca_interp/assets/sokoban_base"]) != 0
+    err = capsys.readouterr().err
+    assert "nca_interp[trl]" in err and "Traceback" not in err

@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 
 from nca_interp.checkpoint import load_checkpoint, save_checkpoint
-from nca_interp.cli import entry, parse_config, to_dict
+from nca_interp.cli import RunError, entry, parse_config, to_dict
 from nca_interp.evaluate import TASK_OPTIONS_HELP
 from nca_interp.runs import resolve_task_and_context
 from nca_interp.tasks import task_record
@@ -55,9 +55,12 @@ class TRLDistillConfig:
 
 
 def main(argv: list[str] | None = None) -> str:
-    from datasets import Dataset
+    try:
+        from datasets import Dataset
 
-    from nca_interp.trl_nca import NCADistillationConfig, NCADistillationTrainer
+        from nca_interp.trl_nca import NCADistillationConfig, NCADistillationTrainer
+    except ImportError as e:
+        raise RunError(f"{e}; install the extra: pip install 'nca_interp[trl]'") from e
 
     cfg = parse_config(TRLDistillConfig, argv, __doc__)
     task, ctx = resolve_task_and_context([cfg.student], cfg.task, cfg.context, cfg.task_options)
