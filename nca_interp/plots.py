@@ -227,10 +227,10 @@ def patching_figures(report: dict) -> dict[str, go.Figure]:
               f"<sup>0 = unchanged, {undo}; mean over cases</sup>",
         xaxis_title=xtitle, yaxis_title="layer", yaxis=dict(autorange="reversed"),
         height=max(380, 16 * L + 160), autosize=True)
-    panels = [("ablation", report["ablation"]["mean"], "remove the head's attention to c")]
+    panels = [("ablation", report["ablation"]["mean"], "attention to c removed")]
     if "heads" in report["forward"]:
-        panels = [("forward", report["forward"]["heads"]["mean"], "head output no-c -> c"),
-                  ("reverse", report["reverse"]["heads"]["mean"], "head output c -> no-c")] + panels
+        panels = [("forward", report["forward"]["heads"]["mean"], "output no-c -> c"),
+                  ("reverse", report["reverse"]["heads"]["mean"], "output c -> no-c")] + panels
     heads = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[2] for p in panels])
     for col, (_, zz, _) in enumerate(panels):
         heads.add_trace(go.Heatmap(z=zz, x=[f"H{h}" for h in range(H)], y=layers,
@@ -238,7 +238,8 @@ def patching_figures(report: dict) -> dict[str, go.Figure]:
                                    showscale=col == len(panels) - 1,
                                    colorbar={"title": "normalised<br>effect"}), 1, col + 1)
     heads.update_xaxes(title_text="head")
-    heads.update_yaxes(autorange="reversed", title_text="layer", col=1)
+    heads.update_yaxes(autorange="reversed")  # layer 0 on top in every panel
+    heads.update_yaxes(title_text="layer", col=1)
     heads.update_layout(title=f"{who}: per head<br><sup>0 = unchanged, 1 = the other view's "
                               f"logit difference at the deciding position</sup>",
                         height=max(380, 16 * L + 160), autosize=True)

@@ -192,3 +192,17 @@ def test_null_summary_p_value():
     s = null_summary([0.1, 0.2, 0.3, 0.9], 0.5)
     assert s["n"] == 4 and s["p"] == pytest.approx(2 / 5)
     assert null_summary([float("nan")], 0.5) == {"n": 0}
+
+
+def test_per_head_panels_share_one_layer_order():
+    """Every panel of the per-head figure puts layer 0 on top (a panel flipped against its
+    neighbours reads L0 as L3)."""
+    import json
+    from pathlib import Path
+
+    from nca_interp.plots import patching_figures
+
+    rep = json.loads(Path("figures/sokoban_long/patching.json").read_text())["results"]
+    fig = patching_figures(rep["sokoban_long_opd_s0"])["heads"]
+    axes = [k for k in fig.layout if k.startswith("yaxis")]
+    assert len(axes) == 3 and all(fig.layout[k].autorange == "reversed" for k in axes)
