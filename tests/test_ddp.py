@@ -72,3 +72,23 @@ def test_ddp_resume_and_uneven_batch(tok, tmp_path):
         torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-5, msg=k)
     with pytest.raises(AssertionError, match="does not split evenly"):
         torchrun(args(base, tmp_path / "odd", "--batch", "7"), tmp_path)
+
+
+def test_a_stalled_teardown_fails_visibly(tmp_path):
+    """A process group whose destruction never returns (pytorch#75097) must not hang the
+    launcher: the watchdog dumps the stacks and exits 1."""
+    script = tmp_path / "stall.py"
+    script.write_text(
+        "import time, torch\n"
+        "from train import common\n"
+        "common.TEARDOWN_TIMEOUT_S = 1\n"
+        "torch.distributed.is_initialized = lambda: True\n"
+        "torch.distributed.barrier = lambda: None\n"
+        "torch.distributed.destroy_process_group = lambda: time.sleep(60)\n"
+        "common.close_distributed(common.Dist(rank=1, world=2))\n"
+        "print('returned')\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=50)
+    assert proc.returncode == 1 and "returned" not in proc.stdout
+    assert "Timeout" in proc.stderr and "close_distributed" in proc.stderr

@@ -5,9 +5,11 @@ torch.distributed process group."""
 from __future__ import annotations
 
 import atexit
+import faulthandler
 import json
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,10 +70,30 @@ def init_distributed(device_name: str) -> tuple[Dist, torch.device]:
     return Dist(torch.distributed.get_rank(), world, local_rank), device
 
 
+# Seconds destroying a finished process group may take before the worker gives up on it.
+TEARDOWN_TIMEOUT_S = 120
+
+
 def close_distributed(dist: Dist) -> None:
+    """Leave the process group once every rank has finished. Gloo's teardown can stall at
+    random (pytorch/pytorch#75097; CI once saw rank 0 finish and the launcher wait for ever):
+    a watchdog that needs no GIL dumps every thread's stack to stderr and exits 1 if the
+    teardown takes over TEARDOWN_TIMEOUT_S, so a stall is a visible failure, not a hang."""
     if dist.world > 1 and torch.distributed.is_initialized():
         torch.distributed.barrier()
+        faulthandler.dump_traceback_later(TEARDOWN_TIMEOUT_S, exit=True)
         torch.distributed.destroy_process_group()
+        faulthandler.cancel_dump_traceback_later()
+
+
+def exit_worker(dist: Dist) -> None:
+    """End a data-parallel worker once its work is written: flush and leave without the
+    interpreter's finalization, where gloo's threads can still hold tensors and deadlock
+    (pytorch/pytorch#179291). One process (world 1) returns normally."""
+    if dist.world > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def eval_wins(model, tok, task, levels: list, kinds: list[str]) -> dict[str, float]:

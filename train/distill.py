@@ -52,6 +52,7 @@ from train.common import (
     all_finite,
     close_distributed,
     eval_wins,
+    exit_worker,
     init_distributed,
     lr_at,
     setup_torch,
@@ -247,6 +248,7 @@ def main(argv: list[str] | None = None) -> None:
     run.close()
     if dist.main:
         print(f"done: {run.dir}")
+    exit_worker(dist)
 
 
 if __name__ == "__main__":
