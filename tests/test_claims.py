@@ -74,6 +74,17 @@ def test_updates_differ_needs_cross_method_below_every_seed_pair(tmp_path):
     (tmp_path / "param_delta.json").write_text(json.dumps({"all_pairs": pairs}))
     c = claims.updates_differ(tmp_path)
     assert c[3] == "reproduced" and "p = 0.029 (exact, 70 labelings" in c[2]
+    # the same separation between updates of unequal size is a magnitude effect until a
+    # size-matched control says otherwise
+    for nca_size, matched in ((0.21, True), (0.3, False)):
+        per = {r: {"global_adam": 0.2 if "_opd_" in r else nca_size} for r in runs}
+        (tmp_path / "param_delta.json").write_text(json.dumps(
+            {"all_pairs": pairs, "per_checkpoint": per}))
+        c = claims.updates_differ(tmp_path)
+        if matched:
+            assert c[3] == "reproduced" and "sizes matched: NCA / OPD 1.05" in c[2]
+        else:
+            assert c[3].startswith("partly (NCA's update is 1.50x OPD's in size")
 
 
 def test_reading_c_separates_robust_from_blind(tmp_path):

@@ -357,6 +357,14 @@ def updates_differ(figs: Path) -> Claim:
     else:
         verdict = "not reproduced"
     sizes = _update_sizes(figs)
+    ratio = _size_ratio(figs)
+    if ratio is not None and not 1 / SIZE_MATCH <= ratio <= SIZE_MATCH:
+        if verdict != "not reproduced":
+            verdict = (f"partly (NCA's update is {ratio:.2f}x OPD's in size: the direction "
+                       "difference may come from the larger step; needs an OPD run matched to "
+                       "NCA's size)")
+    elif ratio is not None:
+        sizes += f" (sizes matched: NCA / OPD {ratio:.2f})"
     return ("NCA's updates differ from OPD's", f"cos(dOPD, dNCA) {_spread(cross)}",
             f"seed-to-seed (same method) {_spread(within)}; method-label permutation p = "
             f"{p:.3f} (exact, {n_labelings} labelings; smallest possible "
@@ -391,6 +399,21 @@ def label_permutation_p(pairs: dict) -> tuple[float, float, int]:
     top = max(stats)
     return (sum(s >= observed - 1e-12 for s in stats) / len(stats),
             sum(s >= top - 1e-12 for s in stats) / len(stats), len(stats))
+
+
+# Update sizes within this factor count as magnitude-matched: a direction difference between
+# updates of unequal size can be a magnitude effect (a longer Adam path bends further).
+SIZE_MATCH = 1.1
+
+
+def _size_ratio(figs: Path) -> float | None:
+    """Mean Adam-normalised update size of the NCA runs over that of the OPD runs."""
+    per = _adam(figs).get("per_checkpoint", {})
+    size = {m: [v["global_adam"] for k, v in per.items() if re.search(rf"_{m}_s\d+$", k)
+                and v.get("global_adam") is not None] for m in ("opd", "nca")}
+    if not size["opd"] or not size["nca"]:
+        return None
+    return float(np.mean(size["nca"]) / np.mean(size["opd"]))
 
 
 def _update_sizes(figs: Path) -> str:
