@@ -33,11 +33,20 @@ class CheckpointError(ValueError):
     """A path that cannot be used as a checkpoint; the message says what to do."""
 
 
-def git_commit() -> str:
+def git_commit(where: Path | None = None) -> str:
+    """The commit of the source (of the git tree holding `where`; default this package), with
+    "+dirty" when tracked files differ from it: a run launched from an edited tree cannot be
+    reproduced from its commit alone."""
+    here = where or Path(__file__).parent
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).parent, timeout=5)
-        return out.stdout.strip() or "unknown"
+                             cwd=here, timeout=5)
+        commit = out.stdout.strip()
+        if not commit:
+            return "unknown"
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, cwd=here, timeout=10)
+        return commit + ("+dirty" if status.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 

@@ -122,3 +122,24 @@ def test_a_command_hashes_each_checkpoint_once(tok, tiny_model, tmp_path, monkey
         with pytest.raises(ck.CheckpointError, match="does not match"):
             ck.verify_folder(path)
     assert ck._HASHED is None
+
+
+def test_git_commit_says_when_the_tree_was_edited(tmp_path):
+    """A run's recorded commit carries +dirty when tracked files differ from it (untracked
+    files, e.g. run outputs, do not count)."""
+    import subprocess
+
+    def git(*a):
+        subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *a], cwd=tmp_path,
+                       check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", "code.py")
+    git("commit", "-qm", "c")
+    clean = ck.git_commit(tmp_path)
+    assert len(clean) == 40 and not clean.endswith("+dirty")
+    (tmp_path / "out.json").write_text("{}")
+    assert ck.git_commit(tmp_path) == clean
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert ck.git_commit(tmp_path) == clean + "+dirty"
