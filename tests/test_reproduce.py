@@ -77,9 +77,12 @@ def test_sweep_row_shares_the_teacher_and_times_every_stage(tmp_path):
     argv = ["--task", "sokoban", "--name", "sk_long", "--methods", "opd", "--analyses",
             "false", "--seeds", "0,1", "--teacher-steps", "4", "--distill-steps", "4",
             "--save-every", "2", "--batch", "8", "--n-levels", "16", "--jobs", "2",
-            "--threads", "2", "--runs", str(runs), "--figures", str(figs)]
+            "--threads", "2", "--runs", str(runs), "--figures", str(figs), "--kl", "sampled"]
     reproduce.main(argv)
     out = figs / "sk_long"
+    from nca_interp.runs import read_run_config
+
+    assert read_run_config(runs / "sk_long_opd_s1")["kl"] == "sampled"  # the row's estimator
     summary = json.loads((out / "context_return_summary.json").read_text())
     assert set(summary) == {"base", "opd"} and summary["opd"]["win_no_c"]["n"] == 2
     traj = json.loads((out / "trajectory.json").read_text())
@@ -166,3 +169,23 @@ def test_every_published_setting_is_what_its_manifest_ran():
         assert ran == {setting.command(name)}, name
         seen += 1
     assert seen >= 8
+
+
+def test_estimator_flags_reach_distillation_unchanged():
+    """A setting's --kl flags are train.distill's own (same checks) and only non-defaults are
+    passed on, so the commands of settings without them do not change."""
+    from nca_interp.cli import parse_config
+    from train.distill import DistillConfig
+    from train.reproduce import ReproduceConfig, estimator_args
+
+    assert estimator_args(ReproduceConfig()) == []
+    cfg = parse_config(ReproduceConfig, ["--kl", "topk", "--kl-k", "8", "--kl-support", "q",
+                                         "--nca-kl", "full"])
+    args = estimator_args(cfg)
+    assert args == ["--kl", "topk", "--kl-k", "8", "--kl-support", "q", "--nca-kl", "full"]
+    back = parse_config(DistillConfig, ["--student", "x", "--out", "y", *args])
+    assert (back.kl, back.kl_k, back.kl_support, back.nca_kl) == ("topk", 8, "q", "full")
+    from nca_interp.errors import UsageError
+
+    with pytest.raises(UsageError, match="--kl-support must be one of p, q"):
+        parse_config(ReproduceConfig, ["--kl-support", "r"])

@@ -16,7 +16,7 @@ import json
 import re
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +25,7 @@ from nca_interp import evaluate, grad_align, layer_sim, param_delta, patching, t
 from nca_interp.checkpoint import git_commit, latest_step_checkpoint, verify_folder
 from nca_interp.cli import entry, parse_config, to_dict, write_json
 from nca_interp.errors import RunError, UsageError
-from train import sft
+from train import distill, sft
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,12 @@ SETTINGS = {
                                         "--save-every", "50"), seeds=(0, 1, 2, 3, 4),
                             sweep="6x6 `plan`, OPD 2.5x longer at 3.3x the lr (500 steps, lr "
                                   "1e-3)"),
+    "sokoban_long_k1": Setting("sokoban", ("--distill-steps", "500", "--lr", "0.001",
+                                           "--save-every", "50", "--kl", "sampled"),
+                               analyses=False,
+                               sweep="sokoban_long with the sampled-token k1 estimator in both "
+                                     "terms (one sampled token per position and its "
+                                     "score-function term, as tinker and verl's k1 compute it)"),
     "sokoban_remap": Setting("sokoban_remap",
                              sweep="6x6, remapped keys: the teacher (fine-tuned from sokoban's) "
                                    "reads a random key permutation from `K:U=L D=R ..`; "
@@ -157,6 +163,19 @@ def teacher_folder(preset: Preset, runs: Path, task: str) -> Path:
 
         return fetch(preset.fetched)
     return runs / f"{task}_base"
+
+
+# The distillation flags a setting passes through unchanged (their help and checks are
+# train.distill's); only values other than train.distill's defaults reach its command line.
+_DISTILL = {f.name: f.metadata for f in fields(distill.DistillConfig)}
+ESTIMATOR_FLAGS = ("kl", "kl_k", "kl_support", "kl_tail", "kl_form", "nca_kl")
+
+
+def estimator_args(cfg) -> list[str]:
+    """`--kl ...` flags of `cfg` that differ from train.distill's defaults."""
+    default = distill.DistillConfig()
+    return [a for name in ESTIMATOR_FLAGS if getattr(cfg, name) != getattr(default, name)
+            for a in (f"--{name.replace('_', '-')}", str(getattr(cfg, name)))]
 
 
 @dataclass
@@ -188,6 +207,12 @@ class ReproduceConfig:
     lr: float | None = field(default=None, metadata={
         "help": "OPD/NCA learning rate (default: the preset's; 3e-4 for the games)"})
     beta: float = field(default=1.0, metadata={"help": "NCA weight"})
+    kl: str = field(default="full", metadata=_DISTILL["kl"])
+    kl_k: int = field(default=256, metadata=_DISTILL["kl_k"])
+    kl_support: str = field(default="p", metadata=_DISTILL["kl_support"])
+    kl_tail: str = field(default="renorm", metadata=_DISTILL["kl_tail"])
+    kl_form: str = field(default="k1", metadata=_DISTILL["kl_form"])
+    nca_kl: str = field(default="same", metadata=_DISTILL["nca_kl"])
     save_every: int | None = field(default=None, metadata={
         "help": "distillation checkpoint interval (default: the preset's)"})
     n_levels: int | None = field(default=None, metadata={
@@ -436,7 +461,7 @@ def main(argv: list[str] | None = None) -> None:
                     "--out", str(out), "--context", cfg.context, "--steps",
                     str(cfg.distill_steps), "--batch", str(cfg.batch), "--lr", str(cfg.lr),
                     *(["--warmup", str(preset.warmup)] if preset.warmup != 10 else []),
-                    "--beta", str(cfg.beta),
+                    "--beta", str(cfg.beta), *estimator_args(cfg),
                     "--save-every", str(cfg.save_every), "--seed", str(seed),
                     "--threads", str(max(1, cfg.threads // cfg.jobs))]
             student_args[f"{method}_s{seed}"] = args

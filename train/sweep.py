@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-SWEEP = ("sokoban", "sokoban8s", "sokoban_long", "sokoban_remap", "sokoban_xl")
+SWEEP = ("sokoban", "sokoban8s", "sokoban_long", "sokoban_long_k1", "sokoban_remap", "sokoban_xl")
 
 
 def rows() -> list[tuple[str, str, str]]:
