@@ -42,3 +42,32 @@ def test_readme_block_is_replaced_between_markers_only():
     out = sweep.replace_block(doc, "| new |")
     assert out == f"intro\n{sweep.START}\n| new |\n{sweep.END}\nafter\n"
     assert sweep.replace_block("no markers", "x") == "no markers"
+
+
+def test_estimator_table_compares_the_same_seeds_and_names_each_estimator(tmp_path):
+    """The estimator row sits beside its full-KL row on the seeds it ran (the full row's extra
+    seeds are left out), each with the estimator its run configs record."""
+    def rep(w0, w1, regime, rel=0.05):
+        return {**report(w0, w1, regime), "help": 0.2, "rel_len_both": rel}
+
+    for name, kl, wins in (("sokoban_long", None, {0: (0.9, 0.6), 1: (0.8, 0.7), 2: (0.1, 0.1)}),
+                           ("sokoban_long_k1", "sampled", {0: (0.7, 0.7), 1: (0.5, 0.5)})):
+        figs, runs = tmp_path / "figs" / name, tmp_path / "runs"
+        figs.mkdir(parents=True)
+        reports, ckpts = {"sokoban_base": rep(0.9, 0.99, "B", -0.01)}, [str(runs / "base")]
+        for seed, (w0, w1) in wins.items():
+            run = runs / f"{name}_opd_s{seed}"
+            run.mkdir(parents=True)
+            cfg = {"method": "opd", **({"kl": kl} if kl else {})}
+            (run / "run_config.json").write_text(json.dumps(cfg))
+            reports[f"{name}_opd_s{seed}"] = rep(w0, w1, "A" if w1 < w0 else "C")
+            ckpts.append(str(run))
+        (figs / "context_return.json").write_text(json.dumps(
+            {"config": {"context": "plan", "ckpt": ckpts}, "reports": reports}))
+    text = sweep.estimator_table(tmp_path / "figs")
+    full = next(ln for ln in text.splitlines() if ln.startswith("| sokoban_long |"))
+    k1 = next(ln for ln in text.splitlines() if ln.startswith("| sokoban_long_k1 | sampled"))
+    assert "| full | opd | 2 | 0.850 (0.800 to 0.900) | 0.650 (0.600 to 0.700) |" in full
+    assert "| sampled k1 | opd | 2 | 0.600 (0.500 to 0.700) |" in k1 and k1.endswith("| CC |")
+    assert "(teacher: step 0)" in text and "+5.0%" in full
+    assert sweep.estimator_table(tmp_path / "nothing") == ""

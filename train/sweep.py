@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +119,78 @@ def table(figures: Path = Path("figures")) -> str:
     return out
 
 
+# Estimator rows and the full-vocabulary row each compares with (same task, steps, lr, seeds).
+ESTIMATOR_ROWS = {"sokoban_long_k1": "sokoban_long"}
+RUN = re.compile(r"_(opd|nca)_s(\d+)$")
+METRICS = ("win_no_c", "win_c", "harm", "help", "rel_len_both")
+
+
+def estimator_of(figs: Path) -> str:
+    """The estimator a row's students were trained with, from their run configs (via the
+    context-return evaluation's checkpoint list); 'full' for runs recorded before the flag."""
+    from nca_interp.runs import read_run_config
+
+    ckpts = json.loads((figs / "context_return.json").read_text())["config"]["ckpt"]
+    kinds = set()
+    for c in ckpts[1:]:
+        try:
+            cfg = read_run_config(Path(c))
+        except (OSError, ValueError):
+            continue
+        kinds.add(cfg.get("kl", "full") + (f" {cfg.get('kl_form', 'k1')}" if cfg.get("kl") ==
+                                          "sampled" else ""))
+    return ", ".join(sorted(kinds)) or "full (recorded)"
+
+
+def estimator_table(figures: Path = Path("figures")) -> str:
+    """Does the KL estimator change the outcome? Each estimator row beside its full-vocabulary
+    row on the same seeds: per method, the mean (min to max) over seeds of the held-out rates,
+    regimes per seed, and the teacher (every student's step 0) as the null."""
+    head = ("| setting | estimator | method | seeds | win no c | win c | harm | help | "
+            "rel_len_both | regimes |")
+    lines = [head, "|" + "---|" * 10]
+    for row, full in ESTIMATOR_ROWS.items():
+        if not (figures / row / "context_return.json").exists():
+            continue
+        rep = {name: json.loads((figures / name / "context_return.json").read_text())["reports"]
+               for name in (full, row)}
+        seeds = {m.group(2) for n in rep[row] if (m := RUN.search(n))}
+        base = next(r for n, r in rep[row].items() if n.endswith("_base"))
+        lines.append(f"| {row} | (teacher: step 0) | - | - | {base['win_no_c']:.3f} | "
+                     f"{base['win_c']:.3f} | {base['harm']:.3f} | {base['help']:.3f} | "
+                     f"{100 * base['rel_len_both']:+.1f}% | {base['regime']} |")
+        for method in ("opd", "nca"):
+            for name in (full, row):
+                runs = {n: r for n, r in rep[name].items() if (m := RUN.search(n))
+                        and m.group(1) == method and m.group(2) in seeds}
+                if not runs:
+                    continue
+                cells = [fmt([r[m] for r in runs.values() if r.get(m) is not None])
+                         for m in METRICS]
+                cells[4] = fmt_pct([r["rel_len_both"] for r in runs.values()
+                                    if r.get("rel_len_both") is not None])
+                est = estimator_of(figures / name)
+                lines.append(f"| {name} | {est} | {method} | {len(runs)} | "
+                             + " | ".join(cells) + " | "
+                             + "".join(r["regime"] for r in runs.values()) + " |")
+    if len(lines) == 2:
+        return ""
+    return "\n".join(lines) + (
+        "\n\nSame seeds in both rows (seeds the estimator row ran); cells: mean (min to max) "
+        "over seeds, 1000 held-out levels each; harm = P(lost with c | won without c), help = "
+        "P(won with c | lost without c); regimes per seed (A: context hurts, B: still needed, "
+        "C: irrelevant). The teacher is every student's step 0.")
+
+
+def fmt_pct(vals: list[float]) -> str:
+    if not vals:
+        return "-"
+    if len(vals) == 1:
+        return f"{100 * vals[0]:+.1f}%"
+    return (f"{100 * np.mean(vals):+.1f}% ({100 * min(vals):+.1f}% to "
+            f"{100 * max(vals):+.1f}%)")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -129,6 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     text = table(Path(args.figures))
     print(text)
+    print("\n" + estimator_table(Path(args.figures)))
     if args.write:
         out = Path(args.figures) / "sokoban_sweep" / "README.md"
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -137,19 +211,25 @@ def main(argv: list[str] | None = None) -> None:
                        f"each row's figures/<row>/ JSON.\n\nRows:\n\n{cmds}\n\n{text}\n")
         readme = Path(args.readme)
         if readme.exists():
-            readme.write_text(replace_block(readme.read_text(), text))
+            doc = replace_block(readme.read_text(), text)
+            est = estimator_table(Path(args.figures))
+            if est:
+                doc = replace_block(doc, est, EST_START, EST_END)
+            readme.write_text(doc)
 
 
 START, END = "<!-- sweep table: python -m train.sweep --write -->", "<!-- end of sweep table -->"
+EST_START = "<!-- estimator table: python -m train.sweep --write -->"
+EST_END = "<!-- end of estimator table -->"
 
 
-def replace_block(doc: str, text: str) -> str:
-    """`doc` with the text between the sweep markers replaced (markers kept); unchanged when
-    the markers are absent."""
-    if START not in doc or END not in doc:
+def replace_block(doc: str, text: str, start: str = START, end: str = END) -> str:
+    """`doc` with the text between the markers replaced (markers kept); unchanged when the
+    markers are absent."""
+    if start not in doc or end not in doc:
         return doc
-    head, rest = doc.split(START, 1)
-    return f"{head}{START}\n{text}\n{END}{rest.split(END, 1)[1]}"
+    head, rest = doc.split(start, 1)
+    return f"{head}{start}\n{text}\n{end}{rest.split(end, 1)[1]}"
 
 
 if __name__ == "__main__":
