@@ -163,3 +163,23 @@ def test_nca_improves_no_c_uses_paired_intervals_per_seed(tmp_path):
     (tmp_path / "context_control.json").write_text(json.dumps({"reports": {
         "t_opd_s0": rep(opd), "t_nca_s0": rep(opd)}}))
     assert claims.nca_improves_no_c(tmp_path)[3] == "not reproduced"
+
+
+def test_orthogonality_pools_the_opd_seeds(tmp_path):
+    """Further OPD seeds (grad_align_opd_s<seed>.json) are judged with seed 0; one seed says it
+    cannot generalise, and a seed that is not orthogonal makes the verdict partly."""
+    def ga(name, angles):
+        cells = {f"step_{i}": {"global": {"parts": {"pairs": {"opd~ctx": {
+            "angle_corrected_deg": a, "angle_ci95_deg": [a - 5, a + 5]}}}}}
+            for i, a in enumerate(angles)}
+        (tmp_path / f"{name}.json").write_text(json.dumps({"results": cells}))
+
+    ga("grad_align_opd", [90, 88])
+    assert "1 seed; 3 needed" in claims.orthogonal(tmp_path)[3]
+    ga("grad_align_opd_s1", [91, 89])
+    ga("grad_align_opd_s2", [92, 87])
+    c = claims.orthogonal(tmp_path)
+    assert c[3] == "reproduced (6 of 6 checkpoints judged, 3 seeds)"
+    assert c[1] == "noise-corrected opd~ctx s0: 90 88; s1: 91 89; s2: 92 87 deg over training"
+    ga("grad_align_opd_s2", [92, 40])
+    assert claims.orthogonal(tmp_path)[3].startswith("partly (6 of 6 checkpoints judged")

@@ -253,15 +253,19 @@ def opd_gap(figs: Path) -> Claim:
 
 def orthogonal(figs: Path) -> Claim:
     """OPD's gradient and the context view's are near-orthogonal: at every checkpoint of the
-    OPD run, the cross-fitted angle opd~ctx lies in 75-105 degrees, and both terms' noise
-    floors (the angle between their two half batches) are below 75 degrees, so the angle is
-    not what two noise-dominated gradients give. Checkpoints where a term is within its own
-    sampling noise (no angle) or a floor reaches 75 degrees are not judged."""
-    ga = json.loads((figs / "grad_align_opd.json").read_text())["results"]
-    rows = [r["global"] for r in ga.values()]
-    corrected = [r["parts"]["pairs"]["opd~ctx"] for r in rows if r.get("parts")]
-    if corrected:
-        return orthogonal_corrected(corrected)
+    OPD runs (seed 0, and further seeds where grad_align_opd_s<seed>.json exists), the
+    cross-fitted angle opd~ctx lies in 75-105 degrees, and both terms' noise floors (the angle
+    between their two half batches) are below 75 degrees, so the angle is not what two
+    noise-dominated gradients give. Checkpoints where a term is within its own sampling noise
+    (no angle) or a floor reaches 75 degrees are not judged. Fewer than 3 seeds: said so."""
+    from train.report import grad_files
+
+    runs = {label: [r["global"] for r in json.loads(f.read_text())["results"].values()]
+            for label, f in grad_files(figs) if label.startswith("opd")}
+    if all(r.get("parts") for rows in runs.values() for r in rows):
+        return orthogonal_corrected({k: [r["parts"]["pairs"]["opd~ctx"] for r in rows]
+                                     for k, rows in runs.items()})
+    rows = runs["opd"]
     ang = [r["angle_xfit_deg"].get("opd~ctx") for r in rows]
     floors = [max(r["self_angle_deg"].get("opd") or 180, r["self_angle_deg"].get("ctx") or 180)
               for r in rows]
@@ -275,13 +279,14 @@ def orthogonal(figs: Path) -> Claim:
             "noise floors " + " ".join(fmt(f) for f in floors) + " deg", verdict)
 
 
-def orthogonal_corrected(cells: list[dict]) -> Claim:
-    """The same claim on the noise-corrected angle (grad_align --parts >= 4): a checkpoint
-    counts as near-orthogonal when the 95% jackknife interval of the corrected angle lies
-    inside 75-105 degrees, as not when it lies wholly outside; checkpoints whose interval
-    straddles a bound, or where a term has no signal, are not judged."""
+def orthogonal_corrected(runs: dict[str, list[dict]]) -> Claim:
+    """The same claim on the noise-corrected angle (grad_align --parts >= 4), pooled over the
+    OPD seeds in `runs` (label -> cells over training): a checkpoint counts as near-orthogonal
+    when the 95% jackknife interval of the corrected angle lies inside 75-105 degrees, as not
+    when it lies wholly outside; checkpoints whose interval straddles a bound, or where a term
+    has no signal, are not judged."""
     judged = []
-    for c in cells:
+    for c in (c for cells in runs.values() for c in cells):
         ci = c.get("angle_ci95_deg")
         if c["angle_corrected_deg"] is None or not ci:
             continue
@@ -289,15 +294,28 @@ def orthogonal_corrected(cells: list[dict]) -> Claim:
             judged.append(True)
         elif ci[1] < 75 or ci[0] > 105:
             judged.append(False)
-    fmt = lambda c: "-" if c["angle_corrected_deg"] is None else \
-        f"{c['angle_corrected_deg']:.0f}"  # noqa: E731
-    verdict = _verdict(judged) + f" ({len(judged)} of {len(cells)} checkpoints judged)" \
-        if judged else "not measurable (intervals straddle 75/105 deg, or a term has no signal)"
+    n_cells = sum(len(cells) for cells in runs.values())
+    seeds = f"{len(runs)} seed" + ("s" if len(runs) > 1 else "")
+    verdict = _verdict(judged) + f" ({len(judged)} of {n_cells} checkpoints judged, {seeds}" \
+        + ("; 3 needed to generalise)" if len(runs) < 3 else ")") if judged else \
+        "not measurable (intervals straddle 75/105 deg, or a term has no signal)"
+
+    def fmt(c: dict) -> str:
+        return "-" if c["angle_corrected_deg"] is None else f"{c['angle_corrected_deg']:.0f}"
+
+    def ci(c: dict) -> str:
+        lo_hi = c.get("angle_ci95_deg")
+        return "-" if not lo_hi else f"[{lo_hi[0]:.0f}, {lo_hi[1]:.0f}]"
+
+    def label(k: str) -> str:  # "opd" is seed 0, "opd s<n>" a further seed
+        return "" if len(runs) == 1 else ("s0: " if k == "opd" else k[4:] + ": ")
+
     return ("OPD's gradient is near-orthogonal to the context view's",
-            "noise-corrected opd~ctx " + " ".join(fmt(c) for c in cells) + " deg over training",
-            "95% jackknife intervals " + " ".join(
-                "-" if not c.get("angle_ci95_deg") else
-                f"[{c['angle_ci95_deg'][0]:.0f}, {c['angle_ci95_deg'][1]:.0f}]" for c in cells),
+            "noise-corrected opd~ctx " + "; ".join(
+                label(k) + " ".join(fmt(c) for c in cells) for k, cells in runs.items())
+            + " deg over training",
+            "95% jackknife intervals " + "; ".join(
+                label(k) + " ".join(ci(c) for c in cells) for k, cells in runs.items()),
             verdict)
 
 

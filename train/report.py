@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -115,20 +116,29 @@ def layer_sim(figs: Path, name: str = "layer_sim") -> str:
     return "\n\n".join(out)
 
 
+def grad_files(figs: Path) -> list[tuple[str, Path]]:
+    """(label, JSON) of each grad_align run: seed 0 of OPD and NCA, then further OPD seeds
+    (grad_align_opd_s<seed>.json), in seed order."""
+    out = [(m, figs / f"grad_align_{m}.json") for m in ("opd", "nca")]
+    seeds = sorted((int(m.group(1)), f) for f in figs.glob("grad_align_opd_s*.json")
+                   if (m := re.fullmatch(r"grad_align_opd_s(\d+)\.json", f.name)))
+    out += [(f"opd s{s}", f) for s, f in seeds]
+    return [(label, f) for label, f in out if f.exists()]
+
+
 def grad_align(figs: Path) -> str:
     def ang(v):
         return "-" if v is None else f"{v:.0f}°"
 
     rows = ["| run | step | prompts | opd~ctx | opd~nca | nca~ctx | floor opd | floor ctx | "
             "floor nca | \\|ctx\\|/\\|opd\\| |", "|---" * 10 + "|"]
-    for method in ("opd", "nca"):
-        rep = json.loads((figs / f"grad_align_{method}.json").read_text())
+    for method, path in grad_files(figs):
+        rep = json.loads(path.read_text())
         steps = rep.get("steps") or [None] * len(rep["results"])
         for step, r in zip(steps, rep["results"].values()):
             g = r["global"]
             if "angle_xfit_deg" not in g:
-                raise ValueError(f"{figs}/grad_align_{method}.json predates noise floors; "
-                                 "re-run the grad_align stage")
+                raise ValueError(f"{path} predates noise floors; re-run the grad_align stage")
             x, f = g["angle_xfit_deg"], g["self_angle_deg"]
             ratio = g["norm_ratio"].get("ctx/opd")
             rows.append(f"| {method} | {step} | {rep['config']['batch']} | {ang(x['opd~ctx'])} | "
@@ -162,8 +172,8 @@ def part_rows(figs: Path) -> str:
     rows = ["| run | step | parts | opd~ctx | opd~nca | nca~ctx | opd: noise scale; floor; "
             "self-cos | ctx: noise scale; floor; self-cos |", "|---" * 8 + "|"]
     n = 0
-    for method in ("opd", "nca"):
-        rep = json.loads((figs / f"grad_align_{method}.json").read_text())
+    for method, path in grad_files(figs):
+        rep = json.loads(path.read_text())
         steps = rep.get("steps") or [None] * len(rep["results"])
         for step, r in zip(steps, rep["results"].values()):
             st = r["global"].get("parts")
@@ -387,7 +397,8 @@ def render(figs: Path) -> str:
         sections.append(("Context return over training (trajectory; step 0 = the initial "
                          "checkpoint, the null)", trajectory_table))
     if (figs / "grad_align_opd.json").exists():
-        sections.append(("Gradient alignment (seed 0, over training)", grad_align))
+        sections.append(("Gradient alignment (over training: seed 0 of each method, further "
+                         "OPD seeds where run)", grad_align))
     if (figs / "param_delta.json").exists():
         sections.append(("Parameter deltas", param_delta))
     if (figs / "patching.json").exists():

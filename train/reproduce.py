@@ -51,6 +51,7 @@ class Preset:
     grad_batch: int = 2048
     grad_micro_batch: int = 128
     grad_parts: int = 8  # independent parts of the grad_align batch (noise-corrected angles)
+    grad_seeds: int = 1  # OPD runs (first seeds) whose gradients are aligned; seed 0 also NCA
     patching: str | None = None  # None: run it; otherwise why it is not run for this preset
     patching_args: tuple[str, ...] = ()  # nca_interp.patching flags for this preset
     patching_base: bool = True  # also patch the teacher (the step-0 null of the students)
@@ -87,6 +88,7 @@ PRESETS = {
     "facts": Preset(task="facts", fetched="smollm2-135m-instruct", teacher_contexts=("facts",),
                     context="facts", distill_steps=32, batch=8, lr=1e-4, warmup=4,
                     save_every=8, n_levels=48, grad_batch=16, grad_micro_batch=4, grad_parts=4,
+                    grad_seeds=3,
                     # nothing is right without c, so no harm case exists: patch the help cases
                     # (wrong without c, right with it). A 30-layer model on ~250-token prompts:
                     # position groups only, 8 cases, one head chosen per half, 50 teacher-forced
@@ -370,11 +372,11 @@ def render_figures(figs: Path, png: bool) -> list[str]:
             if "ctx_attn_ratio" in next(iter(ls["results"].values())):
                 written += plots.write_figure(plots.head_heatmaps(ls), figs / f"{name}_heads",
                                               png)
-    for method in ("opd", "nca"):
-        if (ga := load(f"grad_align_{method}.json")) is None:
-            continue
-        for name, fig in grad_align.figures(ga).items():
-            stem = f"grad_align_{method}" + ("_steps" if name.endswith("_steps") else "")
+    from train.report import grad_files
+
+    for _, path in grad_files(figs):
+        for name, fig in grad_align.figures(json.loads(path.read_text())).items():
+            stem = path.stem + ("_steps" if name.endswith("_steps") else "")
             written += plots.write_figure(fig, figs / stem, png)
     if (pd := load("param_delta.json")) is not None:
         for name, fig in param_delta.figures(pd).items():
@@ -525,16 +527,21 @@ def main(argv: list[str] | None = None) -> None:
               "nca_interp.layer_sim", layer_sim.main,
               [*ckpts, "--context", cfg.context, "--at", at, "--out", str(figs / stem),
                *common], inputs=finals)
-    for method in ("opd", "nca"):
-        run = students[f"{method}_s{cfg.seeds[0]}"]
+    # seed 0 of both methods; further OPD seeds (the preset's grad_seeds) as
+    # grad_align_opd_s<seed>: the orthogonality verdict over seeds, not one run
+    aligned = [("opd", cfg.seeds[0], ""), ("nca", cfg.seeds[0], ""),
+               *(("opd", s, f"_s{s}") for s in cfg.seeds[1:preset.grad_seeds])]
+    for method, seed, suffix in aligned:
+        run = students[f"{method}_s{seed}"]
         steps = sorted(str(p) for p in (run / "checkpoints").glob("step_*"))
-        stage(f"grad_align {method}", manifest, [figs / f"grad_align_{method}.json"],
+        stem = f"grad_align_{method}{suffix}"
+        stage(f"grad_align {method} seed {seed}", manifest, [figs / f"{stem}.json"],
               "nca_interp.grad_align", grad_align.main,
               [*steps, "--teacher", str(base), "--context", cfg.context, "--batch",
                str(cfg.grad_batch), "--micro-batch",
                str(min(preset.grad_micro_batch, max(1, cfg.grad_batch // 2))),
                "--parts", str(preset.grad_parts),
-               "--out", str(figs / f"grad_align_{method}"), *common], inputs=final_of(run))
+               "--out", str(figs / stem), *common], inputs=final_of(run))
     s0 = cfg.seeds[0]
     delta_runs = [str(students[f"{m}_s{s}"]) for s in cfg.seeds for m in ("opd", "nca")]
     control = ["--control", f"{delta_runs[0]},{delta_runs[2]}"] if len(cfg.seeds) > 1 else []
