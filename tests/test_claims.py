@@ -183,3 +183,32 @@ def test_orthogonality_pools_the_opd_seeds(tmp_path):
     assert c[1] == "noise-corrected opd~ctx s0: 90 88; s1: 91 89; s2: 92 87 deg over training"
     ga("grad_align_opd_s2", [92, 40])
     assert claims.orthogonal(tmp_path)[3].startswith("partly (6 of 6 checkpoints judged")
+
+
+def test_nca_prevents_pools_harm_over_seed_and_unit_clusters(tmp_path):
+    """The paired OPD - NCA harm interval pools seeds; with 8 seeds where OPD loses one of 8
+    facts' items per seed it stands clear of 0, while one harmed fact in one seed (the old
+    sysprompt evidence: 3/3 vs 0/3) does not, and the verdict says so."""
+    units = [f"fact{i}" for i in range(8) for _ in range(6)]
+
+    def items(harmed: set[str]):  # the first item of each harmed fact is lost with c
+        return {"unit": units, "won_no_c": [True] * len(units),
+                "won_c": [not (u in harmed and units.index(u) == i) for i, u in
+                          enumerate(units)]}
+
+    def write(harm_per_seed: list[set[str]]):
+        reps = {"t_base": {"harm": 0.0, "regime": "B"}}
+        for s, harmed in enumerate(harm_per_seed):
+            h = len(harmed) / len(units)
+            reps[f"t_opd_s{s}"] = {"harm": h, "regime": "A", "items": items(harmed)}
+            reps[f"t_nca_s{s}"] = {"harm": 0.0, "regime": "C", "items": items(set())}
+        (tmp_path / "context_return.json").write_text(json.dumps({"reports": reps}))
+        return claims.nca_prevents(tmp_path)
+
+    many = write([{f"fact{i}" for i in range(8)}] * 8)  # 8 items of 48 in every seed
+    assert many[3] == "reproduced" and "pooled over 8 seed pairs: +0.167 [+" in many[2]
+    # one lost item per seed in 3 seeds: every seed's point favours NCA, the pooled interval
+    # still reaches 0
+    few = write([{"fact0"}, {"fact3"}, {"fact5"}])
+    lo = float(few[2].split("[")[1].split(",")[0])
+    assert lo <= 0 and few[3] == "partly (the pooled paired interval reaches 0)"
