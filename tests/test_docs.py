@@ -68,8 +68,9 @@ def test_markdown_tables_are_well_formed(doc):
 
 
 def test_generated_blocks_equal_their_generators():
-    """README and docs blocks are exactly what `train.claims` / `train.summary` write now."""
-    from train import claims, summary
+    """README and docs blocks are exactly what `train.claims` / `train.summary` /
+    `train.sweep` write now."""
+    from train import claims, summary, sweep
 
     for doc in claims.DOCS:
         text = (ROOT / doc).read_text()
@@ -79,6 +80,11 @@ def test_generated_blocks_equal_their_generators():
         text = (ROOT / doc).read_text()
         assert summary.replace_block(text, summary.block(ROOT / "figures")) == text, \
             f"{doc}: the summary block is stale; run python -m train.summary --write"
+    readme = (ROOT / "README.md").read_text()
+    est = sweep.estimator_table(ROOT / "figures")
+    assert sweep.EST_START in readme and est  # the estimator-by-outcome table is published
+    assert sweep.replace_block(readme, est, sweep.EST_START, sweep.EST_END) == readme, \
+        "README: the estimator table is stale; run python -m train.sweep --write"
 
 
 def test_docs_site_builds_offline_and_strict(tmp_path):
