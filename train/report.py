@@ -402,10 +402,10 @@ def render(figs: Path) -> str:
     if (figs / "param_delta.json").exists():
         sections.append(("Parameter deltas", param_delta))
     if (figs / "patching.json").exists():
-        kinds = {r.get("kind", "harm") for r in json.loads(
-            (figs / "patching.json").read_text())["results"].values()}
-        sections.append((f"Causal patching of the {' / '.join(sorted(kinds))} cases (seed 0 "
-                         "students and the teacher)", patching))
+        patched = json.loads((figs / "patching.json").read_text())["results"]
+        kinds = {r.get("kind", "harm") for r in patched.values()}
+        sections.append((f"Causal patching of the {' / '.join(sorted(kinds))} cases "
+                         f"({', '.join(patched)})", patching))
     sections.append(("Stage times (manifest.json)", stage_times))
     for title, fn in sections:
         lines.append(f"## {title}\n\n{fn(figs)}\n")
