@@ -46,7 +46,7 @@ def test_readme_block_is_replaced_between_markers_only():
 
 def test_estimator_table_compares_the_same_seeds_and_names_each_estimator(tmp_path):
     """The estimator row sits beside its full-KL row on the seeds it ran (the full row's extra
-    seeds are left out), each with the estimator its run configs record."""
+    seeds are left out), each with the estimator its manifest's training commands record."""
     def rep(w0, w1, regime, rel=0.05):
         return {**report(w0, w1, regime), "help": 0.2, "rel_len_both": rel}
 
@@ -55,15 +55,17 @@ def test_estimator_table_compares_the_same_seeds_and_names_each_estimator(tmp_pa
         figs, runs = tmp_path / "figs" / name, tmp_path / "runs"
         figs.mkdir(parents=True)
         reports, ckpts = {"sokoban_base": rep(0.9, 0.99, "B", -0.01)}, [str(runs / "base")]
+        files = {}
         for seed, (w0, w1) in wins.items():
-            run = runs / f"{name}_opd_s{seed}"
-            run.mkdir(parents=True)
-            cfg = {"method": "opd", **({"kl": kl} if kl else {})}
-            (run / "run_config.json").write_text(json.dumps(cfg))
+            run = runs / f"{name}_opd_s{seed}"  # never created: a fresh clone has no runs/
+            files[f"{run}/checkpoints/step_000500"] = {"command": (
+                f"python -m train.distill --method opd --out {run} --beta 1.0 "
+                + (f"--kl {kl} " if kl else "") + f"--seed {seed}")}
             reports[f"{name}_opd_s{seed}"] = rep(w0, w1, "A" if w1 < w0 else "C")
             ckpts.append(str(run))
         (figs / "context_return.json").write_text(json.dumps(
             {"config": {"context": "plan", "ckpt": ckpts}, "reports": reports}))
+        (figs / "manifest.json").write_text(json.dumps({"files": files}))
     text = sweep.estimator_table(tmp_path / "figs")
     full = next(ln for ln in text.splitlines() if ln.startswith("| sokoban_long |"))
     k1 = next(ln for ln in text.splitlines() if ln.startswith("| sokoban_long_k1 | sampled"))

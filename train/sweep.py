@@ -126,20 +126,17 @@ METRICS = ("win_no_c", "win_c", "harm", "help", "rel_len_both")
 
 
 def estimator_of(figs: Path) -> str:
-    """The estimator a row's students were trained with, from their run configs (via the
-    context-return evaluation's checkpoint list); 'full' for runs recorded before the flag."""
-    from nca_interp.runs import read_run_config
-
-    ckpts = json.loads((figs / "context_return.json").read_text())["config"]["ckpt"]
+    """The estimator a row's students were trained with, read from the distillation commands
+    its manifest records (committed, so a fresh clone without runs/ reads the same); a command
+    without --kl trained with the full KL."""
+    files = json.loads((figs / "manifest.json").read_text())["files"].values()
     kinds = set()
-    for c in ckpts[1:]:
-        try:
-            cfg = read_run_config(Path(c))
-        except (OSError, ValueError):
-            continue
-        kinds.add(cfg.get("kl", "full") + (f" {cfg.get('kl_form', 'k1')}" if cfg.get("kl") ==
-                                          "sampled" else ""))
-    return ", ".join(sorted(kinds)) or "full (recorded)"
+    for cmd in (f["command"].split() for f in files if "train.distill" in f["command"]):
+        flag = {k: v for k, v in zip(cmd, cmd[1:]) if k.startswith("--")}
+        kl = flag.get("--kl", "full")
+        kinds.add(kl + (f" {flag.get('--kl-form', 'k1')}" if kl == "sampled" else "")
+                  + (f" top-{flag.get('--kl-k', '256')}" if kl == "topk" else ""))
+    return ", ".join(sorted(kinds)) or "not recorded"
 
 
 def estimator_table(figures: Path = Path("figures")) -> str:
