@@ -17,10 +17,23 @@ def task_for_checkpoints(paths: list[str], name: str | None = None,
                          fmt: str | None = None, options: list[str] | None = None) -> Task:
     """The task recorded in the first of `paths` whose run_config.json names one (a foreign
     checkpoint has none: then `name`, default sokoban, with that task's defaults), with
-    KEY=VALUE `options` applied (e.g. `opcd`'s data files)."""
-    records = [read_run_config(p).get("task") for p in paths]
-    record = next((r for r in records if isinstance(r, dict)), None)
-    return task_from_record(record, name, fmt, options)
+    KEY=VALUE `options` applied (e.g. `opcd`'s data files). Checkpoints whose recorded tasks
+    still differ once `options` are applied (students of another knowledge base than the
+    first path's) are refused: their questions would silently be the first one's."""
+    records = [(p, read_run_config(p).get("task")) for p in paths]
+    recorded = [(p, r) for p, r in records if isinstance(r, dict)]
+    task = task_from_record(recorded[0][1] if recorded else None, name, fmt, options)
+    for path, record in recorded[1:]:
+        other = task_from_record(record, name, fmt, options)
+        if other.config != task.config:
+            diff = ", ".join(f"{k}: {getattr(task.config, k)!r} in {recorded[0][0]}, "
+                             f"{getattr(other.config, k)!r} in {path}"
+                             for k in vars(task.config)
+                             if getattr(task.config, k) != getattr(other.config, k))
+            raise UsageError(f"these checkpoints were trained on different task configs "
+                             f"({diff}); compare runs of one config, or pass --task-options "
+                             "KEY=VALUE to evaluate all of them on one")
+    return task
 
 
 def check_context(task: Task, context: str) -> None:

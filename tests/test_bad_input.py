@@ -387,3 +387,21 @@ def test_the_api_refuses_what_the_command_line_refuses(module, flags, kwargs, me
         mod.main(flags)
     with pytest.raises(UsageError, match=message):
         mod.run(**kwargs)
+
+
+def test_checkpoints_of_different_task_configs_refused(tok, tmp_path, capsys, monkeypatch):
+    """Students of knowledge base 1 beside a teacher recorded with kb 0: without --task-options
+    every question would be KB 0's (a silent wrong answer); with it, all are evaluated on KB 1."""
+    from nca_interp.runs import task_for_checkpoints
+    from nca_interp.tasks import make_task, task_record
+
+    runs = [save_checkpoint(tmp_path / f"kb{kb}", tiny(tok), tok,
+                            {"task": task_record(make_task("sysprompt", kb=kb))})
+            for kb in (0, 1)]
+    calls = []
+    monkeypatch.setattr(evaluate, "play_levels", lambda *a, **k: calls.append(1))
+    err = refused(evaluate.main, [*map(str, runs), "--context", "system"], capsys)
+    assert "different task configs" in err and "kb: 0" in err and "--task-options" in err
+    assert not calls
+    assert task_for_checkpoints(list(map(str, runs)), options=["kb=1"]).config.kb == 1
+    assert task_for_checkpoints([str(runs[1])]).config.kb == 1

@@ -98,6 +98,30 @@ def test_sweep_row_shares_the_teacher_and_times_every_stage(tmp_path):
         reproduce.main([*argv[:7], "true", *argv[8:]])
 
 
+def test_task_options_reach_students_and_every_evaluation(tmp_path):
+    """--task-options kb=1: the students internalize knowledge base 1 from the shared teacher
+    (recorded with kb 0), and every evaluation asks KB 1's questions (without the option the
+    first checkpoint's KB 0 would be used for all: evaluate refuses that mix)."""
+    from nca_interp.runs import read_run_config
+    from train import sft
+
+    runs, figs = tmp_path / "runs", tmp_path / "figs"
+    sft.main(["--out", str(runs / "sysprompt_base"), *reproduce.PRESETS["sysprompt"].sft_args,
+              "--batch", "8", "--pack", "2", "--steps", "2", "--threads", "1", "--eval-every",
+              "100", "--eval-levels", "8", "--save-every", "2", "--n-layers", "1",
+              "--d-model", "32"])
+    reproduce.main(["--task", "sysprompt", "--name", "sp_kb1", "--task-options", "kb=1",
+                    "--methods", "opd", "--analyses", "false", "--seeds", "0",
+                    "--teacher-steps", "2", "--distill-steps", "2", "--save-every", "2",
+                    "--batch", "8", "--n-levels", "8", "--jobs", "1", "--threads", "1",
+                    "--runs", str(runs), "--figures", str(figs)])
+    assert read_run_config(runs / "sysprompt_base")["task"]["kb"] == 0
+    assert read_run_config(runs / "sp_kb1_opd_s0")["task"]["kb"] == 1
+    files = json.loads((figs / "sp_kb1" / "manifest.json").read_text())["files"]
+    for name in ("teacher_system.json", "context_return.json", "context_control.json"):
+        assert "--task-options kb=1" in files[str(figs / "sp_kb1" / name)]["command"], name
+
+
 def test_cross_model_row_distils_the_small_student_from_the_large_teacher(tmp_path):
     """--student-from: students start from the other task's base and learn from this task's
     teacher (both trained here outside the pipeline, tiny, so the pipeline skips them)."""

@@ -154,6 +154,9 @@ SETTINGS = {
                           sweep="cross-model: an 8-layer d 256 teacher distilled into the "
                                 "4-layer `sokoban` base"),
     "sysprompt": Setting("sysprompt"),
+    # the harm verdict over 8 seeds: two fixed knowledge bases, 4 seeds each, one teacher
+    **{f"sysprompt_kb{kb}": Setting("sysprompt", ("--task-options", f"kb={kb}"),
+                                    seeds=(0, 1, 2, 3), analyses=False) for kb in (0, 1)},
     "frozenlake": Setting("frozenlake"),
 }
 
@@ -209,6 +212,10 @@ class ReproduceConfig:
     lr: float | None = field(default=None, metadata={
         "help": "OPD/NCA learning rate (default: the preset's; 3e-4 for the games)"})
     beta: float = field(default=1.0, metadata={"help": "NCA weight"})
+    task_options: list[str] | None = field(default=None, metadata={
+        "help": "KEY=VALUE task config for the students and every analysis, after the "
+                "preset's (e.g. kb=1: sysprompt students internalize another knowledge base "
+                "from the same teacher)"})
     kl: str = field(default="full", metadata=_DISTILL["kl"])
     kl_k: int = field(default=256, metadata=_DISTILL["kl_k"])
     kl_support: str = field(default="p", metadata=_DISTILL["kl_support"])
@@ -417,10 +424,12 @@ def main(argv: list[str] | None = None) -> None:
     figs.mkdir(parents=True, exist_ok=True)
     manifest = Manifest(figs / "manifest.json", cfg)
     common = ["--threads", str(cfg.threads)]
-    # a fetched teacher has no run config naming its task: every command is told
-    task_flags = ["--task", preset.task, *(["--task-options", ",".join(preset.task_options)]
-                                           if preset.task_options else [])] \
-        if preset.fetched else []
+    # a fetched teacher has no run config naming its task: its evaluation and the students'
+    # training are told; --task-options reach those and every analysis (after the preset's)
+    options = [*(preset.task_options if preset.fetched else ()), *(cfg.task_options or [])]
+    task_flags = [*(["--task", preset.task] if preset.fetched else []),
+                  *(["--task-options", ",".join(options)] if options else [])]
+    ckpt_flags = ["--task-options", ",".join(cfg.task_options)] if cfg.task_options else []
     base = teacher_folder(preset, runs, cfg.task)
     if preset.fetched:
         teacher_final = base  # the registry weights, as fetched
@@ -490,8 +499,8 @@ def main(argv: list[str] | None = None) -> None:
 
     ev_json = figs / "context_return.json"
     stage("context-return evaluation", manifest, [ev_json], "nca_interp.evaluate",
-          evaluate.main, [*ckpts, "--context", cfg.context, "--n-levels", str(cfg.n_levels),
-                          "--out", str(ev_json), *common], inputs=finals)
+          evaluate.main, [*ckpts, *ckpt_flags, "--context", cfg.context, "--n-levels",
+                          str(cfg.n_levels), "--out", str(ev_json), *common], inputs=finals)
     reports = json.loads(ev_json.read_text())["reports"]
     (figs / "context_return.md").write_text(evaluate.format_markdown(reports) + "\n")
     summary = summarise(reports, cfg.seeds)
@@ -501,8 +510,8 @@ def main(argv: list[str] | None = None) -> None:
     # robust or blind: every checkpoint again with a control context of c's form that is wrong
     ctrl_json = figs / "context_control.json"
     stage("context control", manifest, [ctrl_json], "nca_interp.evaluate", evaluate.main,
-          [*ckpts, "--context", cfg.context, "--n-levels", str(cfg.n_levels), "--control",
-           "true", "--out", str(ctrl_json), *common], inputs=finals)
+          [*ckpts, *ckpt_flags, "--context", cfg.context, "--n-levels", str(cfg.n_levels),
+           "--control", "true", "--out", str(ctrl_json), *common], inputs=finals)
 
     # context return over training: every run of the first seed (every seed with one method)
     traj_runs = [str(p) for k, p in students.items()
@@ -525,8 +534,8 @@ def main(argv: list[str] | None = None) -> None:
     for at, stem in LAYER_SIM_STAGES.items():  # PNGs: rendered from the JSON at the end
         stage(f"layer_sim at {at} positions", manifest, [figs / f"{stem}.json"],
               "nca_interp.layer_sim", layer_sim.main,
-              [*ckpts, "--context", cfg.context, "--at", at, "--out", str(figs / stem),
-               *common], inputs=finals)
+              [*ckpts, *ckpt_flags, "--context", cfg.context, "--at", at, "--out",
+               str(figs / stem), *common], inputs=finals)
     # seed 0 of both methods; further OPD seeds (the preset's grad_seeds) as
     # grad_align_opd_s<seed>: the orthogonality verdict over seeds, not one run
     aligned = [("opd", cfg.seeds[0], ""), ("nca", cfg.seeds[0], ""),
@@ -537,7 +546,7 @@ def main(argv: list[str] | None = None) -> None:
         stem = f"grad_align_{method}{suffix}"
         stage(f"grad_align {method} seed {seed}", manifest, [figs / f"{stem}.json"],
               "nca_interp.grad_align", grad_align.main,
-              [*steps, "--teacher", str(base), "--context", cfg.context, "--batch",
+              [*steps, "--teacher", str(base), *ckpt_flags, "--context", cfg.context, "--batch",
                str(cfg.grad_batch), "--micro-batch",
                str(min(preset.grad_micro_batch, max(1, cfg.grad_batch // 2))),
                "--parts", str(preset.grad_parts),
@@ -556,7 +565,7 @@ def main(argv: list[str] | None = None) -> None:
         stage("patching", manifest, [figs / "patching.json"], "nca_interp.patching",
               patching.main, [str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"]),
                               *([str(base)] if preset.patching_base else []),
-                              "--context", cfg.context, "--n-levels",
+                              *ckpt_flags, "--context", cfg.context, "--n-levels",
                               str(cfg.n_levels), "--out", str(figs / "patching"),
                               *preset.patching_args, *common],
               inputs=final_of(students[f"opd_s{s0}"], students[f"nca_s{s0}"]))
