@@ -8,6 +8,7 @@ when that file exists). Nothing is downloaded at run time; HTML needs none of th
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -30,6 +31,19 @@ def _line(name: str, i: int) -> dict:
     seed = name.rsplit("_s", 1)[-1] if "_s" in name else ""
     dash = DASHES[int(seed) % len(DASHES)] if seed.isdigit() else "solid"
     return {"color": color, "dash": dash}
+
+
+def runs_label(names) -> str:
+    """Which setting and seeds a figure's runs are: `sokoban_long_opd_s0 ... _nca_s4` ->
+    'sokoban_long, seeds 0-4' (titles name them; a folder's figures are otherwise alike)."""
+    found = [re.fullmatch(r"(.+)_(?:opd|nca)_s(\d+)", n) for n in names]
+    settings = sorted({m.group(1) for m in found if m})
+    seeds = sorted({int(m.group(2)) for m in found if m})
+    if not settings:
+        return ", ".join(names)
+    span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) \
+        and len(seeds) > 2 else ", ".join(map(str, seeds))
+    return f"{', '.join(settings)}, seed{'s' if len(seeds) > 1 else ''} {span}"
 
 
 def _ci_bars(values: list, cis: list) -> dict:
@@ -79,7 +93,8 @@ def layer_sim_figure(report: dict) -> go.Figure:
     where = {"generating": "positions generating the response (trained)",
              "prompt": "prompt x positions (untouched by the loss)"}.get(
         report.get("at"), "response positions")
-    fig.update_layout(title=f"{report['task']}: hidden states with vs without context "
+    fig.update_layout(title=f"{report['task']} ({runs_label(report['results'])}): hidden "
+                            "states with vs without context "
                             f"'{report['context']}' ({where}; responses: "
                             f"{report.get('responses', 'own')})", height=700, width=1000)
     return fig
@@ -102,7 +117,8 @@ def head_heatmaps(report: dict) -> go.Figure:
                                  hovertemplate="%{y}%{x}: %{z:.2f}<extra></extra>"),
                       i // cols + 1, i % cols + 1)
     fig.update_yaxes(autorange="reversed")
-    fig.update_layout(title=f"{report['task']}: context reading per head (context "
+    fig.update_layout(title=f"{report['task']} ({runs_label(names)}): context reading per "
+                            "head (context "
                             f"'{report['context']}'; random_init is the null)",
                       height=120 + 300 * rows, width=260 * cols + 160)
     return fig

@@ -22,6 +22,7 @@ from nca_interp.cli import RunError, entry, parse_config, to_dict
 from nca_interp.evaluate import TASK_OPTIONS_HELP
 from nca_interp.runs import resolve_task_and_context
 from nca_interp.tasks import task_record
+from train.common import Dist, close_distributed, exit_worker
 
 
 @dataclass
@@ -93,6 +94,11 @@ def main(argv: list[str] | None = None) -> str:
                "history": trainer.state.log_history}
         save_checkpoint(cfg.out, trainer.accelerator.unwrap_model(trainer.model), tok, run)
     trainer.accelerator.wait_for_everyone()
+    # the same guarded ending as train.distill's workers: a stalled gloo teardown dumps every
+    # stack and exits 1 (never a hang), and a finished worker skips interpreter finalization
+    dist = Dist(rank=int(os.environ.get("RANK", "0")), world=world)
+    close_distributed(dist)
+    exit_worker(dist)
     return cfg.out
 
 
