@@ -144,6 +144,103 @@ def pooled_harm_gap(figs: Path) -> tuple[float, tuple[float, float], int] | None
     return gap(np.arange(len(cols["cluster"]))), (float(lo), float(hi)), n_pairs
 
 
+# Settings judged together: one claim table over every member's seeds (same task and
+# teacher, e.g. two fixed knowledge bases), pooled with the member as part of each cluster.
+POOLED = {"sysprompt_kbs": ("sysprompt_kb0", "sysprompt_kb1")}
+
+
+def _items(root: Path, members: tuple[str, ...]) -> dict[str, np.ndarray | list]:
+    """Per-item results of every seed of every member, stacked: won without / with c for OPD,
+    NCA and the member's teacher (step 0) on the same items, and the cluster of each item
+    (member | seed | unit: a resample keeps a seed's unit together, OPD and NCA paired)."""
+    cols: dict[str, list] = {k: [] for k in ("o0", "o1", "n0", "n1", "b0", "b1", "cluster",
+                                             "seed")}
+    for member in members:
+        reps = json.loads((root / member / "context_return.json").read_text())["reports"]
+        base = _base({"reports": reps})
+        for name, r in reps.items():
+            m = re.search(r"^(.*)_nca_(s\d+)$", name)
+            o = reps.get(f"{m.group(1)}_opd_{m.group(2)}") if m else None
+            if o is None:
+                continue
+            if not (r["items"]["unit"] == o["items"]["unit"] == base["items"]["unit"]):
+                raise ValueError(f"{member}: {name}, its OPD seed and the teacher were not "
+                                 "evaluated on the same items; re-run the evaluation")
+            for key, rep in (("o", o), ("n", r), ("b", base)):
+                cols[key + "0"] += rep["items"]["won_no_c"]
+                cols[key + "1"] += rep["items"]["won_c"]
+            cols["cluster"] += [f"{member}|{m.group(2)}|{u}" for u in r["items"]["unit"]]
+            cols["seed"] += [f"{member}|{m.group(2)}"] * len(r["items"]["unit"])
+    return {k: (np.asarray(v, bool) if k not in ("cluster", "seed") else v)
+            for k, v in cols.items()}
+
+
+def _pooled_harm(w0: np.ndarray, w1: np.ndarray) -> float:
+    """Items lost with c among those won without c, pooled."""
+    return float((w0 & ~w1).sum() / w0.sum()) if w0.any() else float("nan")
+
+
+def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> list[Claim]:
+    """The harm verdicts over every seed of several settings (e.g. two knowledge bases x 4
+    seeds), each with a 95% bootstrap interval over (setting, seed, unit) clusters:
+    - OPD breaks: reproduced when every seed is in regime A; partly when the pooled harm's
+      interval lies above the teachers' pooled harm on the same items (the step-0 null) but
+      not every seed is in A; not reproduced when the interval reaches the null.
+    - NCA prevents the harm: only judged where OPD's harm is established (as above);
+      reproduced when the paired OPD - NCA interval lies above 0 and no NCA seed is in A.
+    - NCA improves accuracy without c: the paired NCA - OPD interval above 0."""
+    from nca_interp.bootstrap import cluster_indices, percentile_ci
+
+    a = _items(root, members)
+    idx = cluster_indices(a["cluster"], 2000, 0)
+    every = np.arange(len(a["cluster"]))
+
+    def stat(fn) -> tuple[float, float, float]:
+        lo, hi = percentile_ci(np.array([fn(i) for i in idx]), nan=True)
+        return fn(every), float(lo), float(hi)
+
+    def harm(key):
+        return lambda i: _pooled_harm(a[key + "0"][i], a[key + "1"][i])
+
+    reps = {m: json.loads((root / m / "context_return.json").read_text())["reports"]
+            for m in members}
+    regimes = {meth: [r["regime"] for rep in reps.values() for r in _runs({"reports": rep},
+                                                                         meth)]
+               for meth in ("opd", "nca")}
+    n_seeds = len(set(a["seed"]))
+    where = (f"{n_seeds} seeds over {len(members)} settings ({', '.join(members)}); 95% "
+             "intervals over (setting, seed, unit) clusters")
+    opd, nca, base = stat(harm("o")), stat(harm("n")), stat(harm("b"))
+    gap = stat(lambda i: harm("o")(i) - harm("n")(i))
+    acc = stat(lambda i: float(a["n0"][i].mean() - a["o0"][i].mean()))
+    fmt = lambda v: f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]"  # noqa: E731
+    established = opd[1] > base[0]
+    if all(r == "A" for r in regimes["opd"]):
+        breaks = "reproduced"
+    elif established:
+        breaks = (f"partly (harm established pooled; regime A in "
+                  f"{regimes['opd'].count('A')} of {len(regimes['opd'])} seeds)")
+    else:
+        breaks = "not reproduced (the pooled interval reaches the step-0 harm)"
+    if not established:
+        prevents = "not measurable (OPD's harm is not established)"
+    else:
+        prevents = "reproduced" if gap[1] > 0 and "A" not in regimes["nca"] else \
+            "partly" if gap[0] > 0 else "not reproduced"
+    improves = "reproduced" if acc[1] > 0 else "not reproduced" if acc[2] < 0 or acc[0] <= 0 \
+        else "partly (the interval reaches 0)"
+    return [
+        ("OPD students break when c returns (harm pooled)",
+         f"OPD harm {fmt(opd)}; regimes {''.join(regimes['opd'])}",
+         f"teachers (step 0) on the same items {fmt(base)}; {where}", breaks),
+        ("NCA prevents the harm (pooled, paired by seed)",
+         f"NCA harm {fmt(nca)}; regimes {''.join(regimes['nca'])}",
+         f"OPD - NCA harm {gap[0]:+.3f} [{gap[1]:+.3f}, {gap[2]:+.3f}]", prevents),
+        ("NCA improves accuracy without c (pooled, paired by seed)",
+         f"NCA - OPD {acc[0]:+.3f} [{acc[1]:+.3f}, {acc[2]:+.3f}]", where, improves),
+    ]
+
+
 def nca_keeps_context(figs: Path) -> Claim:
     """NCA keeps what c gives (robust, not blind to c): with c, every NCA seed's accuracy
     interval reaches the step-0 model's accuracy with c. Failing it means NCA's anchor made the
@@ -518,8 +615,19 @@ def claims(figs: Path) -> list[Claim]:
 
 
 def table(figs: Path) -> str:
+    if figs.name in POOLED:
+        from train.reproduce import SETTINGS
+
+        try:
+            found = pooled_claims(POOLED[figs.name], figs.parent)
+        except FileNotFoundError:  # a member not run yet: say how to run it
+            found = [("harm verdicts pooled over " + ", ".join(POOLED[figs.name]), "not run yet",
+                      "; ".join(f"`{SETTINGS[m].command(m)}`" for m in POOLED[figs.name]),
+                      "not measured")]
+    else:
+        found = claims(figs)
     rows = ["| claim | measured | null / control | verdict |", "|---|---|---|---|"]
-    rows += [f"| {c} | {m} | {n} | **{v}** |" for c, m, n, v in claims(figs)]
+    rows += [f"| {c} | {m} | {n} | **{v}** |" for c, m, n, v in found]
     return "\n".join(rows)
 
 
@@ -543,7 +651,7 @@ def refresh(text: str, root: Path = Path("figures")) -> str:
     return text
 
 
-DOCS = ("README.md", "docs/index.md", "docs/real_model.md")
+DOCS = ("README.md", "docs/index.md", "docs/real_model.md", "docs/results/sysprompt_kbs.md")
 
 
 def main(argv: list[str] | None = None) -> None:
