@@ -248,3 +248,29 @@ def test_pooled_claims_over_two_knowledge_bases(tmp_path):
     assert weak[3].startswith("partly (harm established pooled; regime A in 0 of 8")
     none = write(opd_lost=0, nca_lost=0, regime_opd="C")
     assert none[0][3].startswith("not reproduced") and none[1][3].startswith("not measurable")
+
+
+def test_size_matched_control_separates_direction_from_size(tmp_path):
+    """NCA apart from a size-matched OPD (cross cosines below every seed-to-seed one, 4 seeds
+    each: exact p 2/70) is reproduced; a sized OPD as close to NCA as seeds are to each other
+    is not; unmatched sizes are not judged."""
+    from itertools import combinations
+
+    def write(cross, within, nca_size=1.0):
+        runs = [f"r/x_{k}_s{s}" for k in ("opd", "opdsized", "nca") for s in range(4)]
+        size = {"opd": 0.8, "opdsized": 1.0, "nca": nca_size}
+        per = {r: {"global_sq": size[r.split("_")[1]] ** 2} for r in runs}
+        pairs = {}
+        for a, b in combinations(runs, 2):
+            ka, kb = a.split("_")[1], b.split("_")[1]
+            pairs[f"{a}~{b}"] = {"global_cos": within if ka == kb else 0.9 if "opd" in (ka, kb)
+                                 else cross}
+        (tmp_path / "param_delta.json").write_text(json.dumps(
+            {"per_checkpoint": per, "all_pairs": pairs}))
+        return claims.size_matched(tmp_path)
+
+    apart = write(cross=0.3, within=0.6)
+    assert apart[3] == "reproduced" and "p = 0.029" in apart[2]
+    assert "size alone: cos(d OPD, d sized OPD) same seed 0.900" in apart[2]
+    assert write(cross=0.6, within=0.6)[3] == "not reproduced"
+    assert write(cross=0.3, within=0.6, nca_size=1.5)[3].startswith("not measurable (sizes")

@@ -596,6 +596,52 @@ def _update_sizes(figs: Path) -> str:
             f"{_spread(size['nca'])}")
 
 
+def size_matched(figs: Path) -> Claim:
+    """NCA's update differs from OPD's in direction, not only in size (`train.size_control`:
+    OPD retrained with its lr scaled to NCA's total movement). Over every pair of runs:
+    reproduced when each cos(d sized OPD, d NCA) is below each seed-to-seed cosine of the two
+    groups and the exact label-permutation p <= 0.05, with the sizes matched within
+    SIZE_MATCH; partly when the cross-group mean is below the within-group mean; the same
+    seed's cos(d OPD, d sized OPD) says how far size alone turns an OPD update."""
+    rep = json.loads((figs / "param_delta.json").read_text())
+    kind = {p: m.group(1) for p in rep["per_checkpoint"]
+            if (m := re.search(r"_(opdsized|opd|nca)_s\d+$", Path(p).name))}
+    size = {k: [rep["per_checkpoint"][p]["global_sq"] ** 0.5 for p, v in kind.items() if v == k]
+            for k in ("opd", "opdsized", "nca")}
+    cross, within, same_seed, renamed = [], [], [], {}
+    for key, v in rep["all_pairs"].items():
+        a, b = key.split("~")
+        ka, kb = kind.get(a), kind.get(b)
+        if v["global_cos"] is None or not (ka and kb):
+            continue
+        if {ka, kb} == {"opd", "opdsized"} and a.rsplit("_s", 1)[1] == b.rsplit("_s", 1)[1]:
+            same_seed.append(v["global_cos"])
+        if "opd" in (ka, kb):
+            continue
+        (within if ka == kb else cross).append(v["global_cos"])
+        renamed["~".join(x.replace("_opdsized_", "_opd_") for x in (a, b))] = v
+    claim = "NCA's updates differ from a size-matched OPD's"
+    if not cross or not within:
+        return (claim, "-", "-", "not measurable (needs two seeds of each)")
+    p, p_min, n_labelings = label_permutation_p(renamed)
+    ratio = float(np.mean(size["opdsized"]) / np.mean(size["nca"]))
+    if max(cross) < min(within) and p <= 0.05:
+        verdict = "reproduced"
+    elif np.mean(cross) < np.mean(within):
+        verdict = "partly" + ("" if p <= 0.05 else f" (permutation p {p:.2f}, at best "
+                                                   f"{p_min:.2f} with these seeds)")
+    else:
+        verdict = "not reproduced"
+    if not 1 / SIZE_MATCH <= ratio <= SIZE_MATCH:
+        verdict = f"not measurable (sizes not matched: sized OPD / NCA {ratio:.2f})"
+    return (claim, f"cos(d sized OPD, d NCA) {_spread(cross)}",
+            f"seed-to-seed (same group) {_spread(within)}; permutation p = {p:.3f} (exact, "
+            f"{n_labelings} labelings; smallest possible {p_min:.3f}); size alone: cos(d OPD, "
+            f"d sized OPD) same seed {_spread(same_seed)}; ||dW|| OPD {_spread(size['opd'])}, "
+            f"sized OPD {_spread(size['opdsized'])}, NCA {_spread(size['nca'])} (sized OPD / "
+            f"NCA {ratio:.2f})", verdict)
+
+
 CLAIMS: tuple[Callable[[Path], Claim], ...] = (internalizes, degrades, nca_prevents,
                                                nca_keeps_context, nca_reads_context,
                                                nca_improves_no_c, longer,
@@ -611,6 +657,8 @@ def claims(figs: Path) -> list[Claim]:
             out.append(fn(figs))
         except FileNotFoundError:
             continue
+    if (figs.parent / f"{figs.name}_size" / "param_delta.json").exists():
+        out.append(size_matched(figs.parent / f"{figs.name}_size"))
     return out
 
 
@@ -620,6 +668,8 @@ def table(figs: Path) -> str:
 
         try:
             found = pooled_claims(POOLED[figs.name], figs.parent)
+            found += [size_matched(figs.parent / f"{m}_size") for m in POOLED[figs.name]
+                      if (figs.parent / f"{m}_size" / "param_delta.json").exists()]
         except FileNotFoundError:  # a member not run yet: say how to run it
             found = [("harm verdicts pooled over " + ", ".join(POOLED[figs.name]), "not run yet",
                       "; ".join(f"`{SETTINGS[m].command(m)}`" for m in POOLED[figs.name]),
