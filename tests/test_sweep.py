@@ -73,3 +73,38 @@ def test_estimator_table_compares_the_same_seeds_and_names_each_estimator(tmp_pa
     assert "| sampled k1 | opd | 2 | 0.600 (0.500 to 0.700) |" in k1 and k1.endswith("| CC |")
     assert "(teacher: step 0)" in text and "+5.0%" in full
     assert sweep.estimator_table(tmp_path / "nothing") == ""
+
+
+def test_beta_sweep_reads_beta_from_training_commands_on_common_seeds(tmp_path, monkeypatch):
+    """beta 0 is the base setting's OPD, NCA's beta comes from its recorded command; every beta
+    averages the same seeds; the figure draws a point per student and the teacher."""
+    monkeypatch.setattr(sweep, "BETA_SWEEPS", {"b": ("b_beta0p3",)})
+
+    def rep(harm, help_, regime="C"):
+        return {"harm": harm, "help": help_, "win_no_c": 0.9, "win_c": 0.9, "regime": regime,
+                "ci95": {"harm": [harm - 0.01, harm + 0.01], "help": [help_ - 0.01,
+                                                                     help_ + 0.01]}}
+
+    def folder(name, runs, beta):
+        (tmp_path / name).mkdir()
+        reps = {"t_base": rep(0.0, 0.9, "B"), **runs}
+        (tmp_path / name / "context_return.json").write_text(json.dumps({"reports": reps}))
+        files = {f"runs/{n}/checkpoints/step_000010": {"command": (
+            f"python -m train.distill --method {n.split('_')[-2]} --out runs/{n} --beta {beta}")}
+            for n in runs}
+        (tmp_path / name / "manifest.json").write_text(json.dumps({"files": files}))
+
+    folder("b", {"b_opd_s0": rep(0.3, 0.8, "A"), "b_nca_s0": rep(0.02, 0.1),
+                 "b_opd_s1": rep(0.2, 0.7, "A"), "b_nca_s1": rep(0.04, 0.2),
+                 "b_opd_s3": rep(0.9, 0.9, "A"), "b_nca_s3": rep(0.9, 0.9)}, 1.0)
+    folder("b_beta0p3", {"b_beta0p3_nca_s0": rep(0.1, 0.5), "b_beta0p3_nca_s1": rep(0.12, 0.6)},
+           0.3)
+    points, teacher = sweep.beta_points("b", tmp_path)
+    assert [(p["beta"], p["seed"]) for p in points] == [
+        (0.0, 0), (0.0, 1), (0.3, 0), (0.3, 1), (1.0, 0), (1.0, 1)]  # seed 3: not in every beta
+    assert teacher["help"] == 0.9
+    text = sweep.beta_table("b", tmp_path)
+    assert "| 0 | OPD | 0, 1 | 0.250 (0.200 to 0.300) |" in text
+    assert "| 0.3 | NCA | 0, 1 | 0.110 (0.100 to 0.120) | 0.550 (0.500 to 0.600) |" in text
+    fig = sweep.beta_figure("b", tmp_path)
+    assert [len(t.x) for t in fig.data] == [2, 2, 2, 3, 1]  # 3 betas, means, teacher

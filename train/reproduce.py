@@ -157,6 +157,10 @@ SETTINGS = {
     # the harm verdict over 8 seeds: two fixed knowledge bases, 4 seeds each, one teacher
     **{f"sysprompt_kb{kb}": Setting("sysprompt", ("--task-options", f"kb={kb}"),
                                     seeds=(0, 1, 2, 3), analyses=False) for kb in (0, 1)},
+    # the NCA weight swept on KB 0 (beta 0 is OPD, 1 is sysprompt_kb0's NCA): harm against help
+    **{f"sysprompt_kb0_beta{str(beta).replace('.', 'p')}": Setting(
+        "sysprompt", ("--task-options", "kb=0", "--methods", "nca", "--beta", str(beta)),
+        seeds=(0, 1, 2), analyses=False) for beta in (0.1, 0.3)},
     "frozenlake": Setting("frozenlake"),
 }
 

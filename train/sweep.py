@@ -179,6 +179,118 @@ def estimator_table(figures: Path = Path("figures")) -> str:
         "C: irrelevant). The teacher is every student's step 0.")
 
 
+# The NCA weight swept on one setting: the settings holding its other betas (beta 0 is the
+# base setting's OPD, the NCA term absent; its NCA students carry their own --beta).
+BETA_SWEEPS = {"sysprompt_kb0": ("sysprompt_kb0_beta0p1", "sysprompt_kb0_beta0p3")}
+
+
+def _trained_with(figs: Path) -> dict[str, dict[str, str]]:
+    """Run name -> the flags of the train.distill command its manifest records."""
+    out = {}
+    for f in json.loads((figs / "manifest.json").read_text())["files"].values():
+        cmd = f["command"].split()
+        if "train.distill" in cmd:
+            flags = dict(zip(cmd, cmd[1:]))
+            out[Path(flags["--out"]).name] = flags
+    return out
+
+
+def beta_points(base: str, figures: Path = Path("figures")) -> tuple[list[dict], dict]:
+    """Every student of the sweep as {beta, seed, harm, help, their 95% intervals, win rates,
+    regime}, on the seeds every beta ran (so each beta averages the same seeds), and the
+    teacher (step 0, the null). beta is read from each run's recorded training command."""
+    points = []
+    for name in (base, *BETA_SWEEPS[base]):
+        figs = figures / name
+        if not (figs / "context_return.json").exists():
+            continue
+        flags = _trained_with(figs)
+        for run, r in json.loads((figs / "context_return.json").read_text())["reports"].items():
+            m = RUN.search(run)
+            if not m:
+                continue
+            beta = 0.0 if m.group(1) == "opd" else float(flags[run].get("--beta", 1.0))
+            points.append({"beta": beta, "seed": int(m.group(2)), "run": run,
+                           **{k: r[k] for k in ("harm", "help", "win_no_c", "win_c", "regime")},
+                           "harm_ci": r["ci95"]["harm"], "help_ci": r["ci95"]["help"]})
+    betas = {p["beta"] for p in points}
+    common = set.intersection(*({p["seed"] for p in points if p["beta"] == b} for b in betas)) \
+        if betas else set()
+    rep = json.loads((figures / base / "context_return.json").read_text())["reports"] \
+        if (figures / base / "context_return.json").exists() else {}
+    teacher = next((r for n, r in rep.items() if not RUN.search(n)), None)
+    return sorted((p for p in points if p["seed"] in common),
+                  key=lambda p: (p["beta"], p["seed"])), teacher
+
+
+def beta_table(base: str, figures: Path = Path("figures")) -> str:
+    """Harm and help per NCA weight (mean (min to max) over the same seeds)."""
+    points, teacher = beta_points(base, figures)
+    if len({p["beta"] for p in points}) < 2:
+        return ""
+    lines = ["| beta | students | seeds | harm | help | win no c | win c | regimes |",
+             "|---|---|---|---|---|---|---|---|"]
+    if teacher:
+        lines.append(f"| (teacher: step 0) | - | - | {teacher['harm']:.3f} | "
+                     f"{teacher['help']:.3f} | {teacher['win_no_c']:.3f} | "
+                     f"{teacher['win_c']:.3f} | {teacher['regime']} |")
+    for beta in sorted({p["beta"] for p in points}):
+        row = [p for p in points if p["beta"] == beta]
+        who = "OPD" if beta == 0 else "NCA"
+        lines.append(f"| {beta:g} | {who} | {', '.join(str(p['seed']) for p in row)} | "
+                     + " | ".join(fmt([p[k] for p in row if p[k] is not None])
+                                  for k in ("harm", "help", "win_no_c", "win_c"))
+                     + f" | {''.join(p['regime'] for p in row)} |")
+    return "\n".join(lines) + (
+        f"\n\n`{base}` and its beta settings ({', '.join(BETA_SWEEPS[base])}), the seeds every "
+        "beta ran; beta 0 is OPD (no NCA term). Cells: mean (min to max) over seeds of each "
+        "student's held-out rates; harm = P(wrong with c | right without c), help = P(right "
+        "with c | wrong without c); the teacher is every student's step 0.")
+
+
+def beta_figure(base: str, figures: Path = Path("figures")):
+    """Harm against help, a point per student (95% intervals as whiskers), the mean of each
+    beta joined in beta order, the teacher (step 0) as the null."""
+    import plotly.graph_objects as go
+
+    points, teacher = beta_points(base, figures)
+    fig = go.Figure()
+    betas = sorted({p["beta"] for p in points})
+    for i, beta in enumerate(betas):
+        row = [p for p in points if p["beta"] == beta]
+        fig.add_trace(go.Scatter(
+            x=[p["help"] for p in row], y=[p["harm"] for p in row], mode="markers",
+            name=f"beta {beta:g}" + (" (OPD)" if beta == 0 else ""),
+            text=[p["run"] for p in row], marker={"size": 8, "color": COLOURS[i % len(COLOURS)]},
+            error_x={"type": "data", "symmetric": False,
+                     "array": [p["help_ci"][1] - p["help"] for p in row],
+                     "arrayminus": [p["help"] - p["help_ci"][0] for p in row]},
+            error_y={"type": "data", "symmetric": False,
+                     "array": [p["harm_ci"][1] - p["harm"] for p in row],
+                     "arrayminus": [p["harm"] - p["harm_ci"][0] for p in row]}))
+    means = [(np.mean([p["help"] for p in points if p["beta"] == b]),
+              np.mean([p["harm"] for p in points if p["beta"] == b])) for b in betas]
+    fig.add_trace(go.Scatter(x=[m[0] for m in means], y=[m[1] for m in means],
+                             mode="lines+markers+text", text=[f"{b:g}" for b in betas],
+                             textposition="top right", name="mean per beta",
+                             line={"color": "#444", "dash": "dot"},
+                             marker={"symbol": "diamond", "size": 11, "color": "#444"}))
+    if teacher:
+        fig.add_trace(go.Scatter(x=[teacher["help"]], y=[teacher["harm"]], mode="markers",
+                                 name="teacher (step 0, the null)",
+                                 marker={"symbol": "star", "size": 14, "color": "#1f77b4"}))
+    seeds = sorted({p["seed"] for p in points})
+    fig.update_layout(title=f"{base}: NCA weight beta, harm against help (seeds "
+                            f"{', '.join(map(str, seeds))}; whiskers: 95% intervals)",
+                      xaxis_title="help = P(right with c | wrong without c)",
+                      yaxis_title="harm = P(wrong with c | right without c)",
+                      height=500, autosize=True)
+    return fig
+
+
+COLOURS = ("#d62728", "#ff7f0e", "#bcbd22", "#2ca02c", "#17becf", "#9467bd")
+
+
 def fmt_pct(vals: list[float]) -> str:
     if not vals:
         return "-"
@@ -196,6 +308,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="write FIGURES/sokoban_sweep/README.md and the block between "
                          f"{START} and {END} in --readme")
     ap.add_argument("--readme", default="README.md")
+    ap.add_argument("--png", action="store_true", help="also write the beta figures' PNGs")
     args = ap.parse_args(argv)
     text = table(Path(args.figures))
     print(text)
@@ -213,6 +326,22 @@ def main(argv: list[str] | None = None) -> None:
             if est:
                 doc = replace_block(doc, est, EST_START, EST_END)
             readme.write_text(doc)
+        for base in BETA_SWEEPS:
+            text_b = beta_table(base, Path(args.figures))
+            if not text_b:
+                continue
+            out = Path(args.figures) / f"{base}_beta_sweep"
+            out.mkdir(parents=True, exist_ok=True)
+            from nca_interp.plots import write_figure
+
+            write_figure(beta_figure(base, Path(args.figures)), out / "harm_vs_help",
+                         png=args.png)
+            image = "![harm against help](harm_vs_help.png)" \
+                if (out / "harm_vs_help.png").exists() else ""
+            (out / "README.md").write_text(
+                f"# {base}: the NCA weight beta\n\nGenerated by `python -m train.sweep "
+                f"--write --png` from the runs' JSON ([interactive](harm_vs_help.html))."
+                f"\n\n{image}\n\n{text_b}\n")
 
 
 START, END = "<!-- sweep table: python -m train.sweep --write -->", "<!-- end of sweep table -->"
