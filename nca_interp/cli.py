@@ -209,3 +209,44 @@ def parse_config(cls, argv: list[str] | None, description: str | None = None,
 
 def to_dict(cfg) -> dict:
     return json.loads(json.dumps(dataclasses.asdict(cfg), default=list))
+
+
+def _flag_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return "none" if value is None else str(value)
+
+
+def argv_of(cfg, positional: str | None = None) -> list[str]:
+    """The command line that `parse_config(type(cfg), ..., positional)` reads back as `cfg`:
+    the positional field's values first, then every field that differs from its default, in
+    field order. What a pipeline records for a stage it ran through the Python API."""
+    out = list(getattr(cfg, positional) or []) if positional else []
+    for f in dataclasses.fields(cfg):
+        if f.name == positional:
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        value = getattr(cfg, f.name)
+        if value != default and not (isinstance(default, (list, tuple)) and
+                                     list(value or []) == list(default)):
+            out += ["--" + f.name.replace("_", "-"), _flag_value(value)]
+    return [str(a) for a in out]
+
+
+def same_config(cfg, argv: list[str], positional: str | None = None,
+                ignore: tuple[str, ...] = ("threads",)) -> bool:
+    """Whether `argv` (a recorded command line) asks for what `cfg` does, fields in `ignore`
+    aside (they change how fast, not what, a stage computes)."""
+    import contextlib
+    import io
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # argparse's usage text: not an error
+            old = to_dict(parse_config(type(cfg), argv, positional=positional))
+    except (SystemExit, UsageError, ValueError):
+        return False
+    new = to_dict(cfg)
+    return {k: v for k, v in old.items() if k not in ignore} == \
+        {k: v for k, v in new.items() if k not in ignore}

@@ -32,7 +32,15 @@ import torch
 
 from nca_interp.bootstrap import cluster_indices, n_units, percentile_ci
 from nca_interp.checkpoint import load_checkpoint, verify_folder
-from nca_interp.cli import check_arguments, check_writable, entry, parse_config, to_dict, write_json
+from nca_interp.cli import (
+    check_arguments,
+    check_writable,
+    entry,
+    parse_config,
+    to_dict,
+    validate,
+    write_json,
+)
 from nca_interp.models import autocast, context_limit, resolve_device
 from nca_interp.rollout import (
     decode_responses,
@@ -301,7 +309,13 @@ def figures(report: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    cfg = parse_config(EvalConfig, argv, __doc__, positional="ckpt")
+    return execute(parse_config(EvalConfig, argv, __doc__, positional="ckpt"))
+
+
+def execute(cfg: EvalConfig) -> dict:
+    """The command on a config object (what `train.reproduce` calls; `main` parses the
+    command line into one): run, print the tables, write the JSON and figures."""
+    validate(cfg)
     torch.set_num_threads(cfg.threads)
     if cfg.out:
         check_writable(cfg.out)

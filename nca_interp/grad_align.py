@@ -42,7 +42,15 @@ import numpy as np
 import torch
 
 from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint
-from nca_interp.cli import check_arguments, check_writable, entry, parse_config, to_dict, write_json
+from nca_interp.cli import (
+    check_arguments,
+    check_writable,
+    entry,
+    parse_config,
+    to_dict,
+    validate,
+    write_json,
+)
 from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.losses import TERMS, loss_terms
@@ -406,9 +414,15 @@ def figures(report: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    return execute(parse_config(GradAlignConfig, argv, __doc__, positional="ckpt"))
+
+
+def execute(cfg: GradAlignConfig) -> dict:
+    """The command on a config object (what `train.reproduce` calls; `main` parses the
+    command line into one): run, print the tables, write the JSON and figures."""
     from nca_interp.plots import write_figure
 
-    cfg = parse_config(GradAlignConfig, argv, __doc__, positional="ckpt")
+    validate(cfg)
     check_writable(cfg.out)
     torch.set_num_threads(cfg.threads)
     if not cfg.ckpt:

@@ -61,7 +61,15 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from nca_interp.checkpoint import load_checkpoint, save_checkpoint, verify_folder
-from nca_interp.cli import check_arguments, check_writable, entry, parse_config, to_dict, write_json
+from nca_interp.cli import (
+    check_arguments,
+    check_writable,
+    entry,
+    parse_config,
+    to_dict,
+    validate,
+    write_json,
+)
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.hooks import boot_bridge, capture
 from nca_interp.masks import context_token_mask, shared_suffix_mask
@@ -484,9 +492,15 @@ def figures(report: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    return execute(parse_config(LayerSimConfig, argv, __doc__, positional="ckpt"))
+
+
+def execute(cfg: LayerSimConfig) -> dict:
+    """The command on a config object (what `train.reproduce` calls; `main` parses the
+    command line into one): run, print the tables, write the JSON and figures."""
     from nca_interp.plots import write_figure
 
-    cfg = parse_config(LayerSimConfig, argv, __doc__, positional="ckpt")
+    validate(cfg)
     check_writable(cfg.out)
     torch.set_num_threads(cfg.threads)
     report = run(cfg.ckpt, task=cfg.task, task_options=cfg.task_options, context=cfg.context,

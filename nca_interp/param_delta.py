@@ -40,7 +40,15 @@ import numpy as np
 import torch
 
 from nca_interp.checkpoint import CheckpointError, read_run_config, verify_folder
-from nca_interp.cli import check_arguments, check_writable, entry, parse_config, to_dict, write_json
+from nca_interp.cli import (
+    check_arguments,
+    check_writable,
+    entry,
+    parse_config,
+    to_dict,
+    validate,
+    write_json,
+)
 from nca_interp.names import MODULES
 from nca_interp.reduce import Gram, stream_by_name
 from nca_interp.runs import check_same_tokenizers, initial_of, lr_at
@@ -360,9 +368,15 @@ def figures(report: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    return execute(parse_config(ParamDeltaConfig, argv, __doc__, positional="ckpt"))
+
+
+def execute(cfg: ParamDeltaConfig) -> dict:
+    """The command on a config object (what `train.reproduce` calls; `main` parses the
+    command line into one): run, print the tables, write the JSON and figures."""
     from nca_interp.plots import write_figure
 
-    cfg = parse_config(ParamDeltaConfig, argv, __doc__, positional="ckpt")
+    validate(cfg)
     check_writable(cfg.out)
     result = run(cfg.ckpt, init=cfg.init, pair=cfg.pair, control=cfg.control, rows=cfg.rows,
                  task=cfg.task, task_options=cfg.task_options)

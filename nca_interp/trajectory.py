@@ -31,7 +31,15 @@ import torch
 
 from nca_interp.bootstrap import iid_indices, percentile_ci
 from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint, verify_folder
-from nca_interp.cli import check_arguments, check_writable, entry, parse_config, to_dict, write_json
+from nca_interp.cli import (
+    check_arguments,
+    check_writable,
+    entry,
+    parse_config,
+    to_dict,
+    validate,
+    write_json,
+)
 from nca_interp.evaluate import evaluate_checkpoint
 from nca_interp.losses import position_kl
 from nca_interp.models import context_limit
@@ -185,7 +193,13 @@ def figures(report: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    cfg = parse_config(TrajectoryConfig, argv, __doc__, positional="runs")
+    return execute(parse_config(TrajectoryConfig, argv, __doc__, positional="runs"))
+
+
+def execute(cfg: TrajectoryConfig) -> dict:
+    """The command on a config object (what `train.reproduce` calls; `main` parses the
+    command line into one): run, print the tables, write the JSON and figures."""
+    validate(cfg)
     if not cfg.runs:
         raise ValueError("name at least one distillation run directory")
     torch.set_num_threads(cfg.threads)

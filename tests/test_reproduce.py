@@ -37,7 +37,13 @@ def test_pipeline_end_to_end_and_skips(tmp_path):
 
 
 def test_stage_reruns_only_when_stale(tmp_path):
+    """A stage runs a command's `execute` on its config object and records the command line
+    that makes the same config; it reruns when an input is newer or the config differs (not
+    for another thread count, flag order or a spelled-out default)."""
     import os
+    from dataclasses import replace
+
+    from nca_interp.evaluate import EvalConfig
 
     manifest = reproduce.Manifest(tmp_path / "manifest.json", reproduce.ReproduceConfig())
     ckpt, out = tmp_path / "ckpt", tmp_path / "out.json"
@@ -45,23 +51,30 @@ def test_stage_reruns_only_when_stale(tmp_path):
     (ckpt / "nca_checkpoint.json").write_text("{}")
     calls = []
 
-    def fn(argv):
-        calls.append(argv)
+    def fn(cfg):
+        calls.append(cfg)
         out.write_text("{}")
 
-    reproduce.stage("s", manifest, [out], "m", fn, ["a"], inputs=[ckpt])
-    reproduce.stage("s", manifest, [out], "m", fn, ["a"], inputs=[ckpt])
-    assert len(calls) == 1  # up to date: skipped
+    fn.__module__ = "m"
+    cfg = EvalConfig(ckpt=["a"], out=str(out))
+    reproduce.stage("s", manifest, [out], fn, cfg, inputs=[ckpt])
+    reproduce.stage("s", manifest, [out], fn, cfg, inputs=[ckpt])
+    assert len(calls) == 1 and calls[0] is cfg  # up to date: skipped
     os.utime(ckpt / "nca_checkpoint.json", (out.stat().st_mtime + 10,) * 2)  # retrained
-    reproduce.stage("s", manifest, [out], "m", fn, ["a"], inputs=[ckpt])
+    reproduce.stage("s", manifest, [out], fn, cfg, inputs=[ckpt])
     assert len(calls) == 2
-    assert json.loads((tmp_path / "manifest.json").read_text())["files"][str(out)]["command"] \
-        == "python -m m a"
+    recorded = json.loads((tmp_path / "manifest.json").read_text())["files"][str(out)]["command"]
+    assert recorded == f"python -m m a --out {out}"
     os.utime(ckpt / "nca_checkpoint.json", (0, 0))
-    reproduce.stage("s", manifest, [out], "m", fn, ["a", "--threads", "1"], inputs=[ckpt])
+    reproduce.stage("s", manifest, [out], fn, replace(cfg, threads=1), inputs=[ckpt])
     assert len(calls) == 2  # a thread count changes nothing
-    reproduce.stage("s", manifest, [out], "m", fn, ["a", "--seeds", "0,1"], inputs=[ckpt])
-    assert len(calls) == 3  # another command (other seeds): rerun
+    manifest.data["files"][str(out)]["command"] = f"python -m m --n-levels 1000 --out {out} a"
+    reproduce.stage("s", manifest, [out], fn, cfg, inputs=[ckpt])
+    assert len(calls) == 2  # the same config, spelled differently
+    reproduce.stage("s", manifest, [out], fn, replace(cfg, seed=1), inputs=[ckpt])
+    assert len(calls) == 3  # another config (another seed): rerun
+    reproduce.stage("s", manifest, [out], fn, replace(cfg, seed=1), inputs=[ckpt])
+    assert len(calls) == 3
 
 
 def test_sweep_row_shares_the_teacher_and_times_every_stage(tmp_path):

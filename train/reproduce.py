@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field, fields
@@ -23,7 +24,7 @@ import numpy as np
 
 from nca_interp import evaluate, grad_align, layer_sim, param_delta, patching, trajectory
 from nca_interp.checkpoint import git_commit, latest_step_checkpoint, verify_folder
-from nca_interp.cli import entry, parse_config, to_dict, write_json
+from nca_interp.cli import argv_of, entry, parse_config, same_config, to_dict, write_json
 from nca_interp.errors import RunError, UsageError
 from train import distill, sft
 
@@ -53,7 +54,7 @@ class Preset:
     grad_parts: int = 8  # independent parts of the grad_align batch (noise-corrected angles)
     grad_seeds: int = 1  # OPD runs (first seeds) whose gradients are aligned; seed 0 also NCA
     patching: str | None = None  # None: run it; otherwise why it is not run for this preset
-    patching_args: tuple[str, ...] = ()  # nca_interp.patching flags for this preset
+    patching_kw: tuple[tuple[str, object], ...] = ()  # PatchingConfig fields for this preset
     patching_base: bool = True  # also patch the teacher (the step-0 null of the students)
     note: str = ""
 
@@ -96,9 +97,8 @@ PRESETS = {
                     # the bridge, without a KV cache, per draw); the teacher is not patched (12
                     # cases, k 1 and 8, 100 draws took over 100 min for one student on 2 busy
                     # cores)
-                    patching_args=("--kind", "help", "--scope", "groups", "--max-cases", "8",
-                                   "--ks", "1", "--n-random", "50",
-                                   "--n-random-generate", "0"),
+                    patching_kw=(("kind", "help"), ("scope", "groups"), ("max_cases", 8),
+                                 ("ks", [1]), ("n_random", 50), ("n_random_generate", 0)),
                     patching_base=False,
                     note="SmolLM2-135M-Instruct (registry weights, full fine-tuning) "
                          "self-distilled on 4 invented countries x 3 attributes in its system "
@@ -273,14 +273,17 @@ def mtime(path: Path) -> float:
     return marker.stat().st_mtime if marker.exists() else float("inf")
 
 
-def stage(name: str, manifest: Manifest, outputs: list[Path], module: str, fn,
-          argv: list[str], inputs: list[Path] = ()) -> None:
-    """Run `fn(argv)` unless every output exists and is newer than every input (a retrained
-    checkpoint makes what was computed from it stale); record what produced the outputs."""
-    command = " ".join(["python", "-m", module, *argv])
+def stage(name: str, manifest: Manifest, outputs: list[Path], fn, cfg,
+          inputs: list[Path] = (), positional: str | None = "ckpt") -> None:
+    """Run `fn(cfg)` (a command's `execute` on its config object) unless every output exists
+    and is newer than every input (a retrained checkpoint makes what was computed from it
+    stale) and was made by the same config; record the command line that runs that config
+    (`python -m <fn's module> ...`), so each output names how to make it again."""
+    module = fn.__module__
+    argv = argv_of(cfg, positional)
     if outputs and all(p.exists() for p in outputs):
         before = manifest.data["files"].get(str(outputs[0]), {}).get("command")
-        if before is not None and without_threads(before) != without_threads(command):
+        if before is not None and not recorded_as(before, module, cfg, positional):
             print(f"[changed] {name}: its command changed (e.g. other seeds)")
         elif not inputs or min(mtime(p) for p in outputs) >= max(mtime(p) for p in inputs):
             print(f"[skip] {name}: outputs exist and are up to date")
@@ -289,14 +292,16 @@ def stage(name: str, manifest: Manifest, outputs: list[Path], module: str, fn,
             print(f"[stale] {name}: an input checkpoint is newer than its outputs")
     print(f"[run] {name}: python -m {module} {' '.join(argv)}")
     t0 = time.time()
-    fn(argv)
+    fn(cfg)
     manifest.ran += 1
     manifest.record([str(p) for p in outputs], ["python", "-m", module, *argv], time.time() - t0)
 
 
-def without_threads(command: str) -> str:
-    """A stage command minus its thread count (which does not change what it computes)."""
-    return re.sub(r" --threads \d+", "", command)
+def recorded_as(command: str, module: str, cfg, positional: str | None) -> bool:
+    """Whether a recorded command line ran `module` with `cfg` (its thread count aside, which
+    does not change what it computes; flag order and spelled-out defaults aside too)."""
+    parts = shlex.split(command)
+    return parts[:3] == ["python", "-m", module] and same_config(cfg, parts[3:], positional)
 
 
 def run_parallel(pending: list, jobs: int, manifest: Manifest) -> None:
@@ -433,7 +438,10 @@ def main(argv: list[str] | None = None) -> None:
     options = [*(preset.task_options if preset.fetched else ()), *(cfg.task_options or [])]
     task_flags = [*(["--task", preset.task] if preset.fetched else []),
                   *(["--task-options", ",".join(options)] if options else [])]
-    ckpt_flags = ["--task-options", ",".join(cfg.task_options)] if cfg.task_options else []
+    task_kw = {**({"task": preset.task} if preset.fetched else {}),
+               **({"task_options": options} if options else {})}
+    ckpt_kw = {"task_options": cfg.task_options} if cfg.task_options else {}
+    threads = {"threads": cfg.threads}
     base = teacher_folder(preset, runs, cfg.task)
     if preset.fetched:
         teacher_final = base  # the registry weights, as fetched
@@ -448,13 +456,14 @@ def main(argv: list[str] | None = None) -> None:
                                f"{preset.teacher_init} first")
             base_args += ["--init", str(init)]
         teacher_final = base / "checkpoints" / f"step_{cfg.teacher_steps:06d}"
-        stage("teacher", manifest, [teacher_final], "train.sft", sft.main, base_args)
+        stage("teacher", manifest, [teacher_final], sft.execute,
+              parse_config(sft.SFTConfig, base_args), positional=None)
         record_training_time(manifest, base, teacher_final, base_args, "train.sft")
     for kind in preset.teacher_contexts:
         out = figs / f"teacher_{kind}.json"
-        stage(f"teacher evaluation ({kind})", manifest, [out], "nca_interp.evaluate",
-              evaluate.main, [str(base), *task_flags, "--context", kind, "--n-levels",
-                              str(cfg.n_levels), "--out", str(out), *common],
+        stage(f"teacher evaluation ({kind})", manifest, [out], evaluate.execute,
+              evaluate.EvalConfig(ckpt=[str(base)], **task_kw, context=kind,
+                                  n_levels=cfg.n_levels, out=str(out), **threads),
               inputs=[teacher_final])
     if cfg.teacher_only:
         print(f"teacher {base} evaluated; --teacher-only: stopping")
@@ -502,9 +511,9 @@ def main(argv: list[str] | None = None) -> None:
     finals = final_of(*students.values())
 
     ev_json = figs / "context_return.json"
-    stage("context-return evaluation", manifest, [ev_json], "nca_interp.evaluate",
-          evaluate.main, [*ckpts, *ckpt_flags, "--context", cfg.context, "--n-levels",
-                          str(cfg.n_levels), "--out", str(ev_json), *common], inputs=finals)
+    stage("context-return evaluation", manifest, [ev_json], evaluate.execute,
+          evaluate.EvalConfig(ckpt=ckpts, **ckpt_kw, context=cfg.context, n_levels=cfg.n_levels,
+                              out=str(ev_json), **threads), inputs=finals)
     reports = json.loads(ev_json.read_text())["reports"]
     (figs / "context_return.md").write_text(evaluate.format_markdown(reports) + "\n")
     summary = summarise(reports, cfg.seeds)
@@ -513,20 +522,19 @@ def main(argv: list[str] | None = None) -> None:
                     ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
     # robust or blind: every checkpoint again with a control context of c's form that is wrong
     ctrl_json = figs / "context_control.json"
-    stage("context control", manifest, [ctrl_json], "nca_interp.evaluate", evaluate.main,
-          [*ckpts, *ckpt_flags, "--context", cfg.context, "--n-levels", str(cfg.n_levels),
-           "--control", "true", "--out", str(ctrl_json), *common], inputs=finals)
+    stage("context control", manifest, [ctrl_json], evaluate.execute,
+          evaluate.EvalConfig(ckpt=ckpts, **ckpt_kw, context=cfg.context, n_levels=cfg.n_levels,
+                              control=True, out=str(ctrl_json), **threads), inputs=finals)
 
     # context return over training: every run of the first seed (every seed with one method)
     traj_runs = [str(p) for k, p in students.items()
                  if len(cfg.methods) == 1 or k.endswith(f"_s{cfg.seeds[0]}")]
-    stage("trajectory", manifest, [figs / "trajectory.json"], "nca_interp.trajectory",
-          trajectory.main, [*traj_runs, "--context", cfg.context, "--n-levels",
-                            str(min(cfg.n_levels, 500)), "--drift-levels",
-                            str(min(cfg.n_levels, 256)), "--every", str(cfg.trajectory_every),
-                            "--out", str(figs / "trajectory"), *(["--png", "true"] if cfg.png
-                                                                  else []), *common],
-          inputs=final_of(*traj_runs))
+    stage("trajectory", manifest, [figs / "trajectory.json"], trajectory.execute,
+          trajectory.TrajectoryConfig(
+              runs=traj_runs, context=cfg.context, n_levels=min(cfg.n_levels, 500),
+              drift_levels=min(cfg.n_levels, 256), every=cfg.trajectory_every,
+              out=str(figs / "trajectory"), png=cfg.png, **threads),
+          inputs=final_of(*traj_runs), positional="runs")
     if not cfg.analyses:
         from train import report
 
@@ -537,9 +545,9 @@ def main(argv: list[str] | None = None) -> None:
 
     for at, stem in LAYER_SIM_STAGES.items():  # PNGs: rendered from the JSON at the end
         stage(f"layer_sim at {at} positions", manifest, [figs / f"{stem}.json"],
-              "nca_interp.layer_sim", layer_sim.main,
-              [*ckpts, *ckpt_flags, "--context", cfg.context, "--at", at, "--out",
-               str(figs / stem), *common], inputs=finals)
+              layer_sim.execute,
+              layer_sim.LayerSimConfig(ckpt=ckpts, **ckpt_kw, context=cfg.context, at=at,
+                                       out=str(figs / stem), **threads), inputs=finals)
     # seed 0 of both methods; further OPD seeds (the preset's grad_seeds) as
     # grad_align_opd_s<seed>: the orthogonality verdict over seeds, not one run
     aligned = [("opd", cfg.seeds[0], ""), ("nca", cfg.seeds[0], ""),
@@ -549,29 +557,30 @@ def main(argv: list[str] | None = None) -> None:
         steps = sorted(str(p) for p in (run / "checkpoints").glob("step_*"))
         stem = f"grad_align_{method}{suffix}"
         stage(f"grad_align {method} seed {seed}", manifest, [figs / f"{stem}.json"],
-              "nca_interp.grad_align", grad_align.main,
-              [*steps, "--teacher", str(base), *ckpt_flags, "--context", cfg.context, "--batch",
-               str(cfg.grad_batch), "--micro-batch",
-               str(min(preset.grad_micro_batch, max(1, cfg.grad_batch // 2))),
-               "--parts", str(preset.grad_parts),
-               "--out", str(figs / stem), *common], inputs=final_of(run))
+              grad_align.execute, grad_align.GradAlignConfig(
+                  ckpt=steps, teacher=str(base), **ckpt_kw, context=cfg.context,
+                  batch=cfg.grad_batch,
+                  micro_batch=min(preset.grad_micro_batch, max(1, cfg.grad_batch // 2)),
+                  parts=preset.grad_parts, out=str(figs / stem), **threads),
+              inputs=final_of(run))
     s0 = cfg.seeds[0]
     delta_runs = [str(students[f"{m}_s{s}"]) for s in cfg.seeds for m in ("opd", "nca")]
-    control = ["--control", f"{delta_runs[0]},{delta_runs[2]}"] if len(cfg.seeds) > 1 else []
-    stage("param_delta", manifest, [figs / "param_delta.json"], "nca_interp.param_delta",
-          param_delta.main, [*delta_runs, "--init", str(base), "--pair",
-                             f"{students[f'opd_s{s0}']},{students[f'nca_s{s0}']}", *control,
-                             "--out", str(figs / "param_delta")], inputs=final_of(*delta_runs))
+    control = [delta_runs[0], delta_runs[2]] if len(cfg.seeds) > 1 else None
+    stage("param_delta", manifest, [figs / "param_delta.json"], param_delta.execute,
+          param_delta.ParamDeltaConfig(
+              ckpt=delta_runs, init=str(base), control=control,
+              pair=[str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"])],
+              out=str(figs / "param_delta")), inputs=final_of(*delta_runs))
     if preset.patching:
         manifest.data["patching"] = preset.patching
         print(f"[skip] patching: {preset.patching}")
     else:
-        stage("patching", manifest, [figs / "patching.json"], "nca_interp.patching",
-              patching.main, [str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"]),
-                              *([str(base)] if preset.patching_base else []),
-                              *ckpt_flags, "--context", cfg.context, "--n-levels",
-                              str(cfg.n_levels), "--out", str(figs / "patching"),
-                              *preset.patching_args, *common],
+        stage("patching", manifest, [figs / "patching.json"], patching.execute,
+              patching.PatchingConfig(
+                  ckpt=[str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"]),
+                        *([str(base)] if preset.patching_base else [])],
+                  **ckpt_kw, context=cfg.context, n_levels=cfg.n_levels,
+                  out=str(figs / "patching"), **dict(preset.patching_kw), **threads),
               inputs=final_of(students[f"opd_s{s0}"], students[f"nca_s{s0}"]))
     written = render_figures(figs, cfg.png)
     manifest.record(written, ["python", "-m", "train.reproduce", *(argv or [])], 0.0)

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint
-from nca_interp.cli import entry, parse_config, to_dict
+from nca_interp.cli import entry, parse_config, to_dict, validate
 from nca_interp.models import (
     ModelConfig,
     autocast,
@@ -171,7 +171,12 @@ def batch_for_step(task, cfg: SFTConfig, step: int, held_out: set[str]):
 
 
 def main(argv: list[str] | None = None) -> None:
-    cfg = parse_config(SFTConfig, argv, __doc__)
+    execute(parse_config(SFTConfig, argv, __doc__))
+
+
+def execute(cfg: SFTConfig) -> None:
+    """Train (or resume) the teacher a config describes (what `train.reproduce` calls)."""
+    validate(cfg)
     setup_torch(cfg.threads)
     recorded, task = task_of(cfg)
     tok = build_char_tokenizer()

@@ -93,8 +93,8 @@ def main(argv: list[str] | None = None) -> dict:
     both = [str(p) for s in cfg.seeds for p in pairs[s]]
     finals = [Path(p) / "checkpoints" / f"step_{int(flag(commands[cfg.seeds[0]], '--steps')):06d}"
               for p in both]
-    stage("param_delta of OPD and NCA", manifest, [before], "nca_interp.param_delta",
-          param_delta.main, [*both, "--init", init, "--out", str(before.with_suffix(""))],
+    stage("param_delta of OPD and NCA", manifest, [before], param_delta.execute,
+          param_delta.ParamDeltaConfig(ckpt=both, init=init, out=str(before.with_suffix(""))),
           inputs=finals)
     size = sizes(json.loads(before.read_text()))
     ratio = sum(size["nca"]) / len(size["nca"]) / (sum(size["opd"]) / len(size["opd"]))
@@ -115,8 +115,8 @@ def main(argv: list[str] | None = None) -> dict:
         record_training_time(manifest, out, final, args, "train.distill")
     three = [str(p) for s in cfg.seeds for p in (*pairs[s], sized[s][0])]
     stage("param_delta of OPD, size-matched OPD and NCA", manifest, [figs / "param_delta.json"],
-          "nca_interp.param_delta", param_delta.main,
-          [*three, "--init", init, "--out", str(figs / "param_delta")],
+          param_delta.execute,
+          param_delta.ParamDeltaConfig(ckpt=three, init=init, out=str(figs / "param_delta")),
           inputs=[*finals, *(f for _, f, _ in sized.values())])
     after = sizes(json.loads((figs / "param_delta.json").read_text()))
     manifest.data["size_ratio_nca_over_opd"] = ratio

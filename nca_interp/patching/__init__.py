@@ -28,7 +28,14 @@ import numpy as np
 import torch
 
 from nca_interp.checkpoint import load_checkpoint, verify_folder
-from nca_interp.cli import check_arguments, check_writable, parse_config, to_dict, write_json
+from nca_interp.cli import (
+    check_arguments,
+    check_writable,
+    parse_config,
+    to_dict,
+    validate,
+    write_json,
+)
 from nca_interp.evaluate import TASK_OPTIONS_HELP
 from nca_interp.hooks import attached_hooks, boot_bridge
 from nca_interp.models import context_limit
@@ -261,9 +268,15 @@ def figures(report: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    return execute(parse_config(PatchingConfig, argv, __doc__, positional="ckpt"))
+
+
+def execute(cfg: PatchingConfig) -> dict:
+    """The command on a config object (what `train.reproduce` calls; `main` parses the
+    command line into one): run, print the tables, write the JSON and figures."""
     from nca_interp.plots import write_figure
 
-    cfg = parse_config(PatchingConfig, argv, __doc__, positional="ckpt")
+    validate(cfg)
     check_writable(cfg.out)
     torch.set_num_threads(cfg.threads)
     for p in cfg.ckpt:
