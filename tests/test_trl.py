@@ -84,7 +84,7 @@ def test_two_processes_equal_one_and_the_checkpoint_opens_in_the_analyses(tmp_pa
 
     from safetensors.torch import load_file
 
-    from nca_interp import evaluate, layer_sim
+    from nca_interp import evaluate, grad_align, layer_sim, param_delta, patching
     from nca_interp.assets import embedded
 
     root = Path(__file__).resolve().parents[1]
@@ -115,6 +115,14 @@ def test_two_processes_equal_one_and_the_checkpoint_opens_in_the_analyses(tmp_pa
     assert set(rep["reports"]) == {"two"}
     ls = layer_sim.run([str(runs["two"])], n_levels=4, baselines=False)
     assert len(ls["results"]["two"]["cos"]) == 5
+    # every other analysis opens it too (its run config names its student and teacher)
+    pd = param_delta.run([str(runs["one"]), str(runs["two"])])
+    assert pd["comparison"]["global_cos"] > 0.99  # two processes moved as one did
+    ga = grad_align.run([str(runs["two"])], batch=4, micro_batch=2, parts=2)
+    assert set(ga["results"]) == {"two"}
+    pt = patching.run(str(runs["two"]), n_levels=8, max_cases=2, ks=(1,), n_random=2,
+                      n_random_generate=0)
+    assert pt["checkpoint"] == str(runs["two"])
 
 
 def test_without_trl_the_command_says_what_to_install(monkeypatch, capsys):
