@@ -410,7 +410,9 @@ def write_figure(fig: go.Figure, stem: str | Path, png: bool = False) -> list[st
     page = go.Figure(fig)
     page.update_layout(width=None, autosize=True)
     page.write_html(stem.with_suffix(".html"), include_plotlyjs="directory",
-                    config={"responsive": True}, default_width="100%")
+                    config={"responsive": True}, default_width="100%",
+                    div_id=f"fig-{stem.name}")  # not a random id: a redraw of the same data
+    # leaves the committed page unchanged
     written = [str(stem.with_suffix(".html"))]
     if png:
         if "BROWSER_PATH" not in os.environ and Path("/usr/bin/chromium").exists():

@@ -246,3 +246,17 @@ def test_figure_titles_name_the_setting_and_seeds():
                           for n in names}}
     for fig in (layer_sim_figure(report), head_heatmaps(report)):
         assert "sokoban (sokoban_long, seeds 0-4)" in fig.layout.title.text
+
+
+def test_redrawing_a_figure_rewrites_the_same_page(tmp_path):
+    """HTML pages carry no random id: redrawing unchanged data leaves the committed file
+    byte-identical (no churn in figures/ when a report is re-rendered)."""
+    import plotly.graph_objects as go
+
+    from nca_interp.plots import write_figure
+
+    fig = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]))
+    write_figure(fig, tmp_path / "a")
+    first = (tmp_path / "a.html").read_bytes()
+    write_figure(fig, tmp_path / "a")
+    assert (tmp_path / "a.html").read_bytes() == first
