@@ -183,6 +183,15 @@ def test_orthogonality_pools_the_opd_seeds(tmp_path):
     assert c[1] == "noise-corrected opd~ctx s0: 90 88; s1: 91 89; s2: 92 87 deg over training"
     ga("grad_align_opd_s2", [92, 40])
     assert claims.orthogonal(tmp_path)[3].startswith("partly (6 of 6 checkpoints judged")
+    # an older grad_align (no parts): seed 0's raw angle, and the verdict says what it lacks
+    raw = {f"step_{i}": {"global": {"angle_xfit_deg": {"opd~ctx": 90},
+                                    "self_angle_deg": {"opd": 30, "ctx": 30}}} for i in range(2)}
+    for name in ("grad_align_opd", "grad_align_opd_s1", "grad_align_opd_s2"):
+        (tmp_path / f"{name}.json").unlink()
+    (tmp_path / "grad_align_opd.json").write_text(json.dumps({"results": raw}))
+    assert claims.orthogonal(tmp_path)[3] == (
+        "reproduced (2 of 2 checkpoints judged, 1 seed, raw angle; 3 seeds and the "
+        "noise-corrected angle (grad_align --parts) needed)")
 
 
 def test_nca_prevents_pools_harm_over_seed_and_unit_clusters(tmp_path):

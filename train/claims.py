@@ -415,14 +415,15 @@ def orthogonal(figs: Path) -> Claim:
     if all(r.get("parts") for rows in runs.values() for r in rows):
         return orthogonal_corrected({k: [r["parts"]["pairs"]["opd~ctx"] for r in rows]
                                      for k, rows in runs.items()})
-    rows = runs["opd"]
+    rows = runs["opd"]  # an older grad_align (no --parts): seed 0's raw cross-fitted angle
     ang = [r["angle_xfit_deg"].get("opd~ctx") for r in rows]
     floors = [max(r["self_angle_deg"].get("opd") or 180, r["self_angle_deg"].get("ctx") or 180)
               for r in rows]
     judged = [(a, f) for a, f in zip(ang, floors) if a is not None and f < 75]
     flags = [75 <= a <= 105 for a, _ in judged]
-    verdict = _verdict(flags) + f" ({len(judged)} of {len(ang)} checkpoints judged)" if judged \
-        else "not measurable (a term within its noise, or floors >= 75 deg)"
+    verdict = _verdict(flags) + f" ({len(judged)} of {len(ang)} checkpoints judged, 1 seed, " \
+        "raw angle; 3 seeds and the noise-corrected angle (grad_align --parts) needed)" \
+        if judged else "not measurable (a term within its noise, or floors >= 75 deg)"
     fmt = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
     return ("OPD's gradient is near-orthogonal to the context view's",
             "opd~ctx " + " ".join(fmt(a) for a in ang) + " deg over training",
