@@ -283,3 +283,22 @@ def test_size_matched_control_separates_direction_from_size(tmp_path):
     assert "size alone: cos(d OPD, d sized OPD) same seed 0.900" in apart[2]
     assert write(cross=0.6, within=0.6)[3] == "not reproduced"
     assert write(cross=0.3, within=0.6, nca_size=1.5)[3].startswith("not measurable (sizes")
+
+
+def test_nca_new_direction_needs_opd_nca_clear_of_alignment(tmp_path):
+    """opd~nca in the NCA runs: intervals wholly above 75 deg count for a new direction, wholly
+    below against, straddling ones are not judged; beyond 105 deg is counted as opposed."""
+    def ga(name, cells):
+        res = {f"step_{i}": {"global": {"parts": {"pairs": {"opd~nca": {
+            "angle_corrected_deg": (lo + hi) / 2, "angle_ci95_deg": [lo, hi]}}}}}
+            for i, (lo, hi) in enumerate(cells)}
+        (tmp_path / f"{name}.json").write_text(json.dumps({"results": res}))
+
+    ga("grad_align_nca", [(80, 100), (110, 130), (60, 90)])
+    c = claims.nca_new_direction(tmp_path)
+    assert c[3] == ("reproduced (2 of 3 checkpoints judged, 1 seed; 3 needed to generalise); "
+                    "in 1 the NCA term pulls against OPD's (beyond 105 deg)")
+    ga("grad_align_nca_s1", [(10, 30)])
+    ga("grad_align_nca_s2", [(85, 95)])
+    assert claims.nca_new_direction(tmp_path)[3].startswith(
+        "partly (4 of 5 checkpoints judged, 3 seeds)")

@@ -470,6 +470,57 @@ def orthogonal_corrected(runs: dict[str, list[dict]]) -> Claim:
             verdict)
 
 
+def nca_new_direction(figs: Path) -> Claim:
+    """NCA adds a direction OPD's gradient lacks: in the NCA runs (seed 0, and further seeds
+    where grad_align_nca_s<seed>.json exists), the angle between the OPD term's gradient and
+    the NCA term's stands clear of alignment. A checkpoint counts when the 95% jackknife
+    interval of the noise-corrected angle opd~nca lies wholly above 75 degrees, against when
+    it lies wholly below; an older grad_align (no --parts) is judged on the raw cross-fitted
+    angle where both terms' noise floors are below 75 degrees. Angles wholly above 105 degrees
+    (the NCA term pulls against OPD's) are counted apart. Fewer than 3 seeds: said so."""
+    from train.report import grad_files
+
+    runs = {label: [r["global"] for r in json.loads(f.read_text())["results"].values()]
+            for label, f in grad_files(figs) if label.startswith("nca")}
+    if not runs:
+        raise FileNotFoundError(figs / "grad_align_nca.json")
+    cells, judged, opposed, raw = [], [], 0, False
+    for rows in runs.values():
+        for g in rows:
+            c = g.get("parts", {}).get("pairs", {}).get("opd~nca")
+            if c is not None:
+                a, ci = c["angle_corrected_deg"], c.get("angle_ci95_deg")
+                lo, hi = ci if ci and a is not None else (None, None)
+            else:  # raw angle: the interval is the angle itself where both floors are low
+                raw = True
+                a = g["angle_xfit_deg"].get("opd~nca")
+                floor = max(g["self_angle_deg"].get("opd") or 180,
+                            g["self_angle_deg"].get("nca") or 180)
+                lo = hi = a if a is not None and floor < 75 else None
+            cells.append(a)
+            if lo is None:
+                continue
+            if lo > 75:
+                judged.append(True)
+                opposed += lo > 105
+            elif hi < 75:
+                judged.append(False)
+    seeds = f"{len(runs)} seed" + ("s" if len(runs) > 1 else "")
+    if not judged:
+        verdict = "not measurable (intervals straddle 75 deg, or a term has no signal)"
+    else:
+        verdict = _verdict(judged) + f" ({len(judged)} of {len(cells)} checkpoints judged, " \
+            f"{seeds}" + (", raw angle" if raw else "") \
+            + ("; 3 needed to generalise)" if len(runs) < 3 else ")")
+        if opposed:
+            verdict += f"; in {opposed} the NCA term pulls against OPD's (beyond 105 deg)"
+    fmt = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
+    return ("NCA adds a direction OPD's gradient lacks (opd~nca in NCA runs)",
+            ("raw" if raw else "noise-corrected") + " opd~nca " + " ".join(map(fmt, cells))
+            + " deg over training", "aligned: 0 deg; judged against 75 deg with "
+            + ("each term's noise floor" if raw else "95% jackknife intervals"), verdict)
+
+
 def _adam(figs: Path) -> dict:
     return json.loads((figs / "param_delta.json").read_text())
 
@@ -647,7 +698,8 @@ CLAIMS: tuple[Callable[[Path], Claim], ...] = (internalizes, degrades, nca_preve
                                                nca_keeps_context, nca_reads_context,
                                                nca_improves_no_c, longer,
                                                nca_identical,
-                                               opd_gap, orthogonal, shallow_qk, updates_differ)
+                                               opd_gap, orthogonal, nca_new_direction,
+                                               shallow_qk, updates_differ)
 
 
 def claims(figs: Path) -> list[Claim]:

@@ -117,12 +117,13 @@ def layer_sim(figs: Path, name: str = "layer_sim") -> str:
 
 
 def grad_files(figs: Path) -> list[tuple[str, Path]]:
-    """(label, JSON) of each grad_align run: seed 0 of OPD and NCA, then further OPD seeds
-    (grad_align_opd_s<seed>.json), in seed order."""
+    """(label, JSON) of each grad_align run: seed 0 of OPD and NCA, then further seeds
+    (grad_align_<method>_s<seed>.json), OPD's then NCA's, in seed order."""
     out = [(m, figs / f"grad_align_{m}.json") for m in ("opd", "nca")]
-    seeds = sorted((int(m.group(1)), f) for f in figs.glob("grad_align_opd_s*.json")
-                   if (m := re.fullmatch(r"grad_align_opd_s(\d+)\.json", f.name)))
-    out += [(f"opd s{s}", f) for s, f in seeds]
+    for method in ("opd", "nca"):
+        seeds = sorted((int(m.group(1)), f) for f in figs.glob(f"grad_align_{method}_s*.json")
+                       if (m := re.fullmatch(rf"grad_align_{method}_s(\d+)\.json", f.name)))
+        out += [(f"{method} s{s}", f) for s, f in seeds]
     return [(label, f) for label, f in out if f.exists()]
 
 

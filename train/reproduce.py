@@ -52,7 +52,7 @@ class Preset:
     grad_batch: int = 2048
     grad_micro_batch: int = 128
     grad_parts: int = 8  # independent parts of the grad_align batch (noise-corrected angles)
-    grad_seeds: int = 1  # OPD runs (first seeds) whose gradients are aligned; seed 0 also NCA
+    grad_seeds: int = 1  # runs of each method (first seeds) whose gradients are aligned
     patching: str | None = None  # None: run it; otherwise why it is not run for this preset
     patching_kw: tuple[tuple[str, object], ...] = ()  # PatchingConfig fields for this preset
     patching_base: bool = True  # also patch the teacher (the step-0 null of the students)
@@ -548,10 +548,11 @@ def main(argv: list[str] | None = None) -> None:
               layer_sim.execute,
               layer_sim.LayerSimConfig(ckpt=ckpts, **ckpt_kw, context=cfg.context, at=at,
                                        out=str(figs / stem), **threads), inputs=finals)
-    # seed 0 of both methods; further OPD seeds (the preset's grad_seeds) as
-    # grad_align_opd_s<seed>: the orthogonality verdict over seeds, not one run
+    # seed 0 of both methods; further seeds of each (the preset's grad_seeds) as
+    # grad_align_<method>_s<seed>: the orthogonality and new-direction verdicts over seeds
     aligned = [("opd", cfg.seeds[0], ""), ("nca", cfg.seeds[0], ""),
-               *(("opd", s, f"_s{s}") for s in cfg.seeds[1:preset.grad_seeds])]
+               *((m, s, f"_s{s}") for m in ("opd", "nca")
+                 for s in cfg.seeds[1:preset.grad_seeds])]
     for method, seed, suffix in aligned:
         run = students[f"{method}_s{seed}"]
         steps = sorted(str(p) for p in (run / "checkpoints").glob("step_*"))
