@@ -229,32 +229,40 @@ def test_pooled_claims_over_two_knowledge_bases(tmp_path):
     data with NCA harmed like OPD (or OPD no worse than its teacher) is not called a fix."""
     units = [f"fact{i}" for i in range(8) for _ in range(6)]
 
-    def items(lost: int):  # the first `lost` facts each lose their first item with c
+    def items(lost: int, gained: int = 0):
+        """The first `lost` facts each lose their first item with c; the first `gained` facts
+        have their last item wrong without c and right with it."""
         first = {u: units.index(u) for u in units}
-        return {"unit": units, "won_no_c": [True] * len(units),
+        last = {u: len(units) - 1 - units[::-1].index(u) for u in units}
+        return {"unit": units,
+                "won_no_c": [not (int(u[4:]) < gained and last[u] == i)
+                             for i, u in enumerate(units)],
                 "won_c": [not (int(u[4:]) < lost and first[u] == i)
                           for i, u in enumerate(units)]}
 
-    def write(opd_lost, nca_lost, regime_opd="A"):
+    def write(opd_lost, nca_lost, regime_opd="A", opd_gained=0):
         for kb in (0, 1):
             reps = {"t_base": {"harm": 0.0, "regime": "B", "items": items(0)}}
             for s in range(4):
-                reps[f"kb{kb}_opd_s{s}"] = {"regime": regime_opd, "items": items(opd_lost)}
+                reps[f"kb{kb}_opd_s{s}"] = {"regime": regime_opd,
+                                            "items": items(opd_lost, opd_gained)}
                 reps[f"kb{kb}_nca_s{s}"] = {"regime": "C", "items": items(nca_lost)}
             (tmp_path / f"kb{kb}").mkdir(exist_ok=True)
             (tmp_path / f"kb{kb}" / "context_return.json").write_text(
                 json.dumps({"reports": reps}))
         return claims.pooled_claims(("kb0", "kb1"), tmp_path)
 
-    breaks, prevents, improves = write(opd_lost=4, nca_lost=0)
-    assert breaks[1].startswith("OPD harm 0.083 [") and breaks[3] == "reproduced"
+    breaks, prevents, improves = write(opd_lost=4, nca_lost=0, regime_opd="C")
+    # per-seed regimes C (wide intervals), pooled regime A: reproduced
+    assert breaks[1].startswith("OPD harm 0.083 [") and breaks[3] == "reproduced (pooled " \
+        "regime A)" and "accuracy with c - without -0.083 [" in breaks[1]
     assert "8 seeds over 2 settings" in breaks[2]
     assert prevents[3] == "reproduced" and "OPD - NCA harm +0.083 [+" in prevents[2]
     assert improves[3] == "not reproduced"  # equal accuracy without c: no improvement
     same = write(opd_lost=4, nca_lost=4)[1]
     assert same[3] == "not reproduced" and "OPD - NCA harm +0.000" in same[2]
-    weak = write(opd_lost=4, nca_lost=0, regime_opd="C")[0]
-    assert weak[3].startswith("partly (harm established pooled; regime A in 0 of 8")
+    weak = write(opd_lost=4, nca_lost=0, opd_gained=4)[0]  # as many items gained as lost
+    assert weak[3].startswith("partly (harm above the null")
     none = write(opd_lost=0, nca_lost=0, regime_opd="C")
     assert none[0][3].startswith("not reproduced") and none[1][3].startswith("not measurable")
 

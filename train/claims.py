@@ -183,9 +183,11 @@ def _pooled_harm(w0: np.ndarray, w1: np.ndarray) -> float:
 def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> list[Claim]:
     """The harm verdicts over every seed of several settings (e.g. two knowledge bases x 4
     seeds), each with a 95% bootstrap interval over (setting, seed, unit) clusters:
-    - OPD breaks: reproduced when every seed is in regime A; partly when the pooled harm's
-      interval lies above the teachers' pooled harm on the same items (the step-0 null) but
-      not every seed is in A; not reproduced when the interval reaches the null.
+    - OPD breaks: reproduced when the pooled harm's interval lies above the teachers' pooled
+      harm on the same items (the step-0 null) and the pooled accuracy with c minus without c
+      lies below 0 (regime A, pooled: per-seed intervals over a few facts are too wide to
+      show it, which is why the seeds are pooled); partly when only the harm stands clear;
+      not reproduced when the harm's interval reaches the null.
     - NCA prevents the harm: only judged where OPD's harm is established (as above);
       reproduced when the paired OPD - NCA interval lies above 0 and no NCA seed is in A.
     - NCA improves accuracy without c: the paired NCA - OPD interval above 0."""
@@ -213,13 +215,13 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
     opd, nca, base = stat(harm("o")), stat(harm("n")), stat(harm("b"))
     gap = stat(lambda i: harm("o")(i) - harm("n")(i))
     acc = stat(lambda i: float(a["n0"][i].mean() - a["o0"][i].mean()))
+    delta = stat(lambda i: float(a["o1"][i].mean() - a["o0"][i].mean()))
     fmt = lambda v: f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]"  # noqa: E731
     established = opd[1] > base[0]
-    if all(r == "A" for r in regimes["opd"]):
-        breaks = "reproduced"
+    if established and delta[2] < 0:
+        breaks = "reproduced (pooled regime A)"
     elif established:
-        breaks = (f"partly (harm established pooled; regime A in "
-                  f"{regimes['opd'].count('A')} of {len(regimes['opd'])} seeds)")
+        breaks = "partly (harm above the null; accuracy with c not clearly below without)"
     else:
         breaks = "not reproduced (the pooled interval reaches the step-0 harm)"
     if not established:
@@ -231,7 +233,8 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
         else "partly (the interval reaches 0)"
     return [
         ("OPD students break when c returns (harm pooled)",
-         f"OPD harm {fmt(opd)}; regimes {''.join(regimes['opd'])}",
+         f"OPD harm {fmt(opd)}; accuracy with c - without {delta[0]:+.3f} "
+         f"[{delta[1]:+.3f}, {delta[2]:+.3f}]; per-seed regimes {''.join(regimes['opd'])}",
          f"teachers (step 0) on the same items {fmt(base)}; {where}", breaks),
         ("NCA prevents the harm (pooled, paired by seed)",
          f"NCA harm {fmt(nca)}; regimes {''.join(regimes['nca'])}",
