@@ -263,6 +263,12 @@ def test_pooled_claims_over_two_knowledge_bases(tmp_path):
     assert same[3] == "not reproduced" and "OPD - NCA harm +0.000" in same[2]
     weak = write(opd_lost=4, nca_lost=0, opd_gained=4)[0]  # as many items gained as lost
     assert weak[3].startswith("partly (harm above the null")
+    # one fact lost in every seed: seeds as replicates would call it established, the same
+    # fact drawn with all its seeds does not
+    one = write(opd_lost=1, nca_lost=0)[0]
+    seed_lo = float(one[1].split("[")[1].split(",")[0])
+    fact_lo = float(one[1].split("[")[2].split(",")[0])
+    assert seed_lo > 0 and fact_lo == 0 and one[3].startswith("not reproduced")
     none = write(opd_lost=0, nca_lost=0, regime_opd="C")
     assert none[0][3].startswith("not reproduced") and none[1][3].startswith("not measurable")
 

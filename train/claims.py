@@ -182,7 +182,9 @@ def _pooled_harm(w0: np.ndarray, w1: np.ndarray) -> float:
 
 def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> list[Claim]:
     """The harm verdicts over every seed of several settings (e.g. two knowledge bases x 4
-    seeds), each with a 95% bootstrap interval over (setting, seed, unit) clusters:
+    seeds), each with two 95% bootstrap intervals: over (setting, seed, unit) clusters (seeds
+    as independent replicates) and over (setting, unit) clusters (a fact drawn with all its
+    seeds: the wider, when facts differ more than seeds do). A verdict needs both to clear:
     - OPD breaks: reproduced when the pooled harm's interval lies above the teachers' pooled
       harm on the same items (the step-0 null) and the pooled accuracy with c minus without c
       lies below 0 (regime A, pooled: per-seed intervals over a few facts are too wide to
@@ -194,12 +196,17 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
     from nca_interp.bootstrap import cluster_indices, percentile_ci
 
     a = _items(root, members)
-    idx = cluster_indices(a["cluster"], 2000, 0)
+    by_seed = cluster_indices(a["cluster"], 2000, 0)
+    by_fact = cluster_indices([f"{c.split('|')[0]}|{c.split('|', 2)[2]}" for c in a["cluster"]],
+                              2000, 0)
     every = np.arange(len(a["cluster"]))
 
-    def stat(fn) -> tuple[float, float, float]:
-        lo, hi = percentile_ci(np.array([fn(i) for i in idx]), nan=True)
-        return fn(every), float(lo), float(hi)
+    def stat(fn) -> tuple[float, float, float, float, float]:
+        """(point, the wider interval's lo and hi, then the seed-cluster lo and hi)."""
+        s_lo, s_hi = percentile_ci(np.array([fn(i) for i in by_seed]), nan=True)
+        f_lo, f_hi = percentile_ci(np.array([fn(i) for i in by_fact]), nan=True)
+        return (fn(every), float(min(s_lo, f_lo)), float(max(s_hi, f_hi)), float(s_lo),
+                float(s_hi))
 
     def harm(key):
         return lambda i: _pooled_harm(a[key + "0"][i], a[key + "1"][i])
@@ -211,12 +218,17 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
                for meth in ("opd", "nca")}
     n_seeds = len(set(a["seed"]))
     where = (f"{n_seeds} seeds over {len(members)} settings ({', '.join(members)}); 95% "
-             "intervals over (setting, seed, unit) clusters")
+             "intervals over (setting, seed, unit) clusters, then the wider of those and "
+             "(setting, unit) clusters")
     opd, nca, base = stat(harm("o")), stat(harm("n")), stat(harm("b"))
     gap = stat(lambda i: harm("o")(i) - harm("n")(i))
     acc = stat(lambda i: float(a["n0"][i].mean() - a["o0"][i].mean()))
     delta = stat(lambda i: float(a["o1"][i].mean() - a["o0"][i].mean()))
-    fmt = lambda v: f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]"  # noqa: E731
+    def fmt(v, sign: str = "") -> str:
+        f = f"{{:{sign}.3f}}"
+        return (f"{f.format(v[0])} [{f.format(v[3])}, {f.format(v[4])}] "
+                f"[{f.format(v[1])}, {f.format(v[2])}]")
+
     established = opd[1] > base[0]
     if established and delta[2] < 0:
         breaks = "reproduced (pooled regime A)"
@@ -233,14 +245,14 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
         else "partly (the interval reaches 0)"
     return [
         ("OPD students break when c returns (harm pooled)",
-         f"OPD harm {fmt(opd)}; accuracy with c - without {delta[0]:+.3f} "
-         f"[{delta[1]:+.3f}, {delta[2]:+.3f}]; per-seed regimes {''.join(regimes['opd'])}",
+         f"OPD harm {fmt(opd)}; accuracy with c - without {fmt(delta, '+')}; per-seed "
+         f"regimes {''.join(regimes['opd'])}",
          f"teachers (step 0) on the same items {fmt(base)}; {where}", breaks),
         ("NCA prevents the harm (pooled, paired by seed)",
          f"NCA harm {fmt(nca)}; regimes {''.join(regimes['nca'])}",
-         f"OPD - NCA harm {gap[0]:+.3f} [{gap[1]:+.3f}, {gap[2]:+.3f}]", prevents),
+         f"OPD - NCA harm {fmt(gap, '+')}", prevents),
         ("NCA improves accuracy without c (pooled, paired by seed)",
-         f"NCA - OPD {acc[0]:+.3f} [{acc[1]:+.3f}, {acc[2]:+.3f}]", where, improves),
+         f"NCA - OPD {fmt(acc, '+')}", where, improves),
     ]
 
 
