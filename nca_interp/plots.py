@@ -384,10 +384,10 @@ def trajectory_figure(report: dict) -> go.Figure:
                            (2, 2, "KL (nats/token)")):
         fig.update_yaxes(title_text=what, row=row, col=col)
     first = next(iter(report["results"].values()))
-    runs = ", ".join(report["results"])
-    fig.update_layout(title=f"{first['task']}: context return over training of {runs} (context "
-                            f"'{first['context']}'; step 0 = the initial checkpoint, the null; "
-                            "whiskers: 95% intervals)", height=700, width=1000)
+    fig.update_layout(title=f"{first['task']} ({runs_label(report['results'])}): context "
+                            f"return over training<br><sup>runs {', '.join(report['results'])}; "
+                            f"context '{first['context']}'; step 0 = the initial checkpoint, "
+                            "the null; whiskers: 95% intervals</sup>", height=700, width=1000)
     return fig
 
 

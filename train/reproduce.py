@@ -538,8 +538,10 @@ def main(argv: list[str] | None = None) -> None:
     if not cfg.analyses:
         from train import report
 
+        written = render_figures(figs, cfg.png)
+        manifest.record(written, ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
+        finish(manifest, t_start, cfg)  # before the README, which shows the pipeline's time
         (figs / "README.md").write_text(report.render(figs) + "\n")
-        finish(manifest, t_start, cfg)
         print(f"reproduce {name}: sweep row done (--analyses false); figures in {figs}")
         return
 
@@ -587,8 +589,8 @@ def main(argv: list[str] | None = None) -> None:
     manifest.record(written, ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
     from train import report
 
-    (figs / "README.md").write_text(report.render(figs) + "\n")
     total = finish(manifest, t_start, cfg)
+    (figs / "README.md").write_text(report.render(figs) + "\n")
     print(f"reproduce {name}: done in {total / 60:.1f} min; figures in {figs}")
 
 
