@@ -252,10 +252,12 @@ def test_pooled_claims_over_two_knowledge_bases(tmp_path):
                 json.dumps({"reports": reps}))
         return claims.pooled_claims(("kb0", "kb1"), tmp_path)
 
-    breaks, prevents, improves = write(opd_lost=4, nca_lost=0, regime_opd="C")
+    breaks, prevents, reads, improves = write(opd_lost=4, nca_lost=0, regime_opd="C")
     # per-seed regimes C (wide intervals), pooled regime A: reproduced
-    assert breaks[1].startswith("OPD harm 0.083 [") and breaks[3] == "reproduced (pooled " \
-        "regime A)" and "accuracy with c - without -0.083 [" in breaks[1]
+    assert breaks[1].startswith("OPD: accuracy with c - without -0.083 [") and \
+        "harm 0.083 [" in breaks[1] and breaks[3] == "reproduced (pooled regime A)"
+    assert "with c - without +0.000" in breaks[2]  # the teachers' own change: the null
+    assert reads[3] == "not measured"  # no control run written here
     assert "8 seeds over 2 settings" in breaks[2]
     assert prevents[3] == "reproduced" and "OPD - NCA harm +0.083 [+" in prevents[2]
     assert improves[3] == "not reproduced"  # equal accuracy without c: no improvement
@@ -266,9 +268,22 @@ def test_pooled_claims_over_two_knowledge_bases(tmp_path):
     # one fact lost in every seed: seeds as replicates would call it established, the same
     # fact drawn with all its seeds does not
     one = write(opd_lost=1, nca_lost=0)[0]
-    seed_lo = float(one[1].split("[")[1].split(",")[0])
-    fact_lo = float(one[1].split("[")[2].split(",")[0])
-    assert seed_lo > 0 and fact_lo == 0 and one[3].startswith("not reproduced")
+    harm = one[1].split("harm ")[1]
+    seed_lo = float(harm.split("[")[1].split(",")[0])
+    fact_lo = float(harm.split("[")[2].split(",")[0])
+    assert seed_lo > 0 and fact_lo == 0 and one[3] == "not reproduced"
+    def control(lo):  # every run's reads_c with its interval
+        for kb in (0, 1):
+            reps = {f"kb{kb}_{m}_s{s}": {"control": {"reads_c": lo + 0.1,
+                                                     "reads_c_ci95": [lo, lo + 0.2]}}
+                    for m in ("opd", "nca") for s in range(4)}
+            reps["t_base"] = {"control": {"reads_c": 0.5, "reads_c_ci95": [0.3, 0.7]}}
+            (tmp_path / f"kb{kb}" / "context_control.json").write_text(
+                json.dumps({"reports": reps}))
+        return claims.pooled_claims(("kb0", "kb1"), tmp_path)[2]
+
+    assert control(-0.1)[3] == "not reproduced: NCA is blind to what c says (0 of 8 seeds read c)"
+    assert control(0.1)[3] == "reproduced (8 of 8 seeds read c)"
     none = write(opd_lost=0, nca_lost=0, regime_opd="C")
     assert none[0][3].startswith("not reproduced") and none[1][3].startswith("not measurable")
 

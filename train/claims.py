@@ -185,13 +185,15 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
     seeds), each with two 95% bootstrap intervals: over (setting, seed, unit) clusters (seeds
     as independent replicates) and over (setting, unit) clusters (a fact drawn with all its
     seeds: the wider, when facts differ more than seeds do). A verdict needs both to clear:
-    - OPD breaks: reproduced when the pooled harm's interval lies above the teachers' pooled
-      harm on the same items (the step-0 null) and the pooled accuracy with c minus without c
-      lies below 0 (regime A, pooled: per-seed intervals over a few facts are too wide to
-      show it, which is why the seeds are pooled); partly when only the harm stands clear;
-      not reproduced when the harm's interval reaches the null.
-    - NCA prevents the harm: only judged where OPD's harm is established (as above);
-      reproduced when the paired OPD - NCA interval lies above 0 and no NCA seed is in A.
+    - OPD breaks (the rule of `degrades`, pooled): reproduced when the pooled accuracy with c
+      minus without c lies below 0 (regime A; per-seed intervals over a few facts are too
+      wide to show it, which is why the seeds are pooled), beside the teachers' own change on
+      the same items (the step-0 null); partly when only the pooled harm's interval lies above
+      the teachers' pooled harm; not reproduced otherwise.
+    - NCA prevents the harm: only judged where OPD breaks (reproduced or partly); reproduced
+      when the paired OPD - NCA harm interval lies above 0 and no NCA seed is in A.
+    - NCA still reads c: each seed's reads_c (accuracy with c minus with a wrong c of the same
+      form, `evaluate --control`) with its own interval, as `nca_reads_context` judges it.
     - NCA improves accuracy without c: the paired NCA - OPD interval above 0."""
     from nca_interp.bootstrap import cluster_indices, percentile_ci
 
@@ -224,33 +226,53 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
     gap = stat(lambda i: harm("o")(i) - harm("n")(i))
     acc = stat(lambda i: float(a["n0"][i].mean() - a["o0"][i].mean()))
     delta = stat(lambda i: float(a["o1"][i].mean() - a["o0"][i].mean()))
+    base_delta = stat(lambda i: float(a["b1"][i].mean() - a["b0"][i].mean()))
     def fmt(v, sign: str = "") -> str:
         f = f"{{:{sign}.3f}}"
         return (f"{f.format(v[0])} [{f.format(v[3])}, {f.format(v[4])}] "
                 f"[{f.format(v[1])}, {f.format(v[2])}]")
 
     established = opd[1] > base[0]
-    if established and delta[2] < 0:
-        breaks = "reproduced (pooled regime A)"
+    if delta[2] < 0:
+        breaks = "reproduced (pooled regime A)" + ("" if established else
+                                                   "; its harm alone does not clear the "
+                                                   "teachers' harm")
     elif established:
         breaks = "partly (harm above the null; accuracy with c not clearly below without)"
     else:
-        breaks = "not reproduced (the pooled interval reaches the step-0 harm)"
-    if not established:
-        prevents = "not measurable (OPD's harm is not established)"
+        breaks = "not reproduced"
+    if breaks == "not reproduced":
+        prevents = "not measurable (OPD does not break here)"
     else:
         prevents = "reproduced" if gap[1] > 0 and "A" not in regimes["nca"] else \
             "partly" if gap[0] > 0 else "not reproduced"
     improves = "reproduced" if acc[1] > 0 else "not reproduced" if acc[2] < 0 or acc[0] <= 0 \
         else "partly (the interval reaches 0)"
+    ctl = {m: json.loads((root / m / "context_control.json").read_text())["reports"]
+           for m in members if (root / m / "context_control.json").exists()}
+    reads = {meth: [r["control"] for rep in ctl.values() for n, r in rep.items()
+                    if re.search(rf"_{meth}_s\d+$", n)] for meth in ("opd", "nca")}
+    reads["base"] = [r["control"] for rep in ctl.values() for n, r in rep.items()
+                     if not re.search(r"_(opd|nca)_s\d+$", n)]
+    clear = [c["reads_c_ci95"][0] is not None and c["reads_c_ci95"][0] > 0 for c in reads["nca"]]
+    read_verdict = "not measured" if not clear else _verdict(clear) if any(clear) else \
+        "not reproduced: NCA is blind to what c says"
+    if clear:
+        read_verdict += f" ({sum(clear)} of {len(clear)} seeds read c)"
     return [
-        ("OPD students break when c returns (harm pooled)",
-         f"OPD harm {fmt(opd)}; accuracy with c - without {fmt(delta, '+')}; per-seed "
+        ("OPD students break when c returns (pooled)",
+         f"OPD: accuracy with c - without {fmt(delta, '+')}; harm {fmt(opd)}; per-seed "
          f"regimes {''.join(regimes['opd'])}",
-         f"teachers (step 0) on the same items {fmt(base)}; {where}", breaks),
+         f"teachers (step 0) on the same items: with c - without {fmt(base_delta, '+')}; harm "
+         f"{fmt(base)}; {where}", breaks),
         ("NCA prevents the harm (pooled, paired by seed)",
          f"NCA harm {fmt(nca)}; regimes {''.join(regimes['nca'])}",
          f"OPD - NCA harm {fmt(gap, '+')}", prevents),
+        ("NCA still reads c (not blind to it)",
+         f"NCA reads_c {_spread([c['reads_c'] for c in reads['nca']])}",
+         f"teachers {_spread([c['reads_c'] for c in reads['base']])}; OPD "
+         f"{_spread([c['reads_c'] for c in reads['opd']])} (accuracy with c - with a wrong c "
+         "of the same form; per-seed 95% intervals)", read_verdict),
         ("NCA improves accuracy without c (pooled, paired by seed)",
          f"NCA - OPD {fmt(acc, '+')}", where, improves),
     ]
