@@ -134,9 +134,10 @@ def main(argv=None) -> dict:
     for r in rows:
         full = next(x for x in rows if x["loop"] == r["loop"] and x["kl"] == "full")
         lo, hi = r["tokens_per_s_range"]
+        ratio = r["tokens_per_s"] / full["tokens_per_s"]
         lines.append(f"{r['loop']:<5} {r['kl']:<9} {r['step_s']:>8.2f} {r['tokens']:>12.0f} "
                      f"{r['tokens_per_s']:>9.1f} {f'{lo:.1f} to {hi:.1f}':>20} "
-                     f"{r['peak_rss_gb']:>12.2f} {r['tokens_per_s'] / full['tokens_per_s']:>16.2f}x")
+                     f"{r['peak_rss_gb']:>12.2f} {ratio:>16.2f}x")
     lines.append("s/step, tokens/s: medians over the timed steps (sampling + loss + update); "
                  "'over steps' is their min to max (the step-to-step noise a ratio must clear); "
                  "sampled lengths differ between runs, so rates are per sampled token. Our loop "
