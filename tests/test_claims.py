@@ -297,11 +297,11 @@ def test_size_matched_control_separates_direction_from_size(tmp_path):
     def write(cross, within, nca_size=1.0):
         runs = [f"r/x_{k}_s{s}" for k in ("opd", "opdsized", "nca") for s in range(4)]
         size = {"opd": 0.8, "opdsized": 1.0, "nca": nca_size}
-        per = {r: {"global_sq": size[r.split("_")[1]] ** 2} for r in runs}
+        per = {r: {"global_sq": size[r.split("_")[1]] ** 2} for r in runs}  # keyed by path
         pairs = {}
-        for a, b in combinations(runs, 2):
+        for a, b in combinations(runs, 2):  # keyed by run name, as param_delta writes them
             ka, kb = a.split("_")[1], b.split("_")[1]
-            pairs[f"{a}~{b}"] = {"global_cos": within if ka == kb else 0.9 if "opd" in (ka, kb)
+            pairs[f"{a[2:]}~{b[2:]}"] = {"global_cos": within if ka == kb else 0.9 if "opd" in (ka, kb)
                                  else cross}
         (tmp_path / "param_delta.json").write_text(json.dumps(
             {"per_checkpoint": per, "all_pairs": pairs}))

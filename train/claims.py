@@ -693,10 +693,11 @@ def size_matched(figs: Path) -> Claim:
     SIZE_MATCH; partly when the cross-group mean is below the within-group mean; the same
     seed's cos(d OPD, d sized OPD) says how far size alone turns an OPD update."""
     rep = json.loads((figs / "param_delta.json").read_text())
-    kind = {p: m.group(1) for p in rep["per_checkpoint"]
+    # per_checkpoint is keyed by path, all_pairs by run name
+    kind = {Path(p).name: m.group(1) for p in rep["per_checkpoint"]
             if (m := re.search(r"_(opdsized|opd|nca)_s\d+$", Path(p).name))}
-    size = {k: [rep["per_checkpoint"][p]["global_sq"] ** 0.5 for p, v in kind.items() if v == k]
-            for k in ("opd", "opdsized", "nca")}
+    size = {k: [v["global_sq"] ** 0.5 for p, v in rep["per_checkpoint"].items()
+                if kind.get(Path(p).name) == k] for k in ("opd", "opdsized", "nca")}
     cross, within, same_seed, renamed = [], [], [], {}
     for key, v in rep["all_pairs"].items():
         a, b = key.split("~")
