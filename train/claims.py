@@ -727,7 +727,7 @@ def size_matched(figs: Path) -> Claim:
     return (claim, f"cos(d sized OPD, d NCA) {_spread(cross)}",
             f"seed-to-seed (same group) {_spread(within)}; permutation p = {p:.3f} (exact, "
             f"{n_labelings} labelings; smallest possible {p_min:.3f}); size alone: cos(d OPD, "
-            f"d sized OPD) same seed {_spread(same_seed)}; ||dW|| OPD {_spread(size['opd'])}, "
+            f"d sized OPD) same seed {_spread(same_seed)}; update norm OPD {_spread(size['opd'])}, "
             f"sized OPD {_spread(size['opdsized'])}, NCA {_spread(size['nca'])} (sized OPD / "
             f"NCA {ratio:.2f})", verdict)
 
