@@ -280,8 +280,9 @@ def beta_figure(base: str, figures: Path = Path("figures")):
                                  name="teacher (step 0, the null)",
                                  marker={"symbol": "star", "size": 14, "color": "#1f77b4"}))
     seeds = sorted({p["seed"] for p in points})
-    fig.update_layout(title=f"{base}: NCA weight beta, harm against help (seeds "
-                            f"{', '.join(map(str, seeds))}; whiskers: 95% intervals)",
+    fig.update_layout(title=f"{base}: the NCA weight beta, harm against help<br><sup>seeds "
+                            f"{', '.join(map(str, seeds))}; whiskers: 95% intervals; beta 0 "
+                            "is OPD</sup>",
                       xaxis_title="help = P(right with c | wrong without c)",
                       yaxis_title="harm = P(wrong with c | right without c)",
                       height=500, autosize=True)
