@@ -301,8 +301,8 @@ def test_size_matched_control_separates_direction_from_size(tmp_path):
         pairs = {}
         for a, b in combinations(runs, 2):  # keyed by run name, as param_delta writes them
             ka, kb = a.split("_")[1], b.split("_")[1]
-            pairs[f"{a[2:]}~{b[2:]}"] = {"global_cos": within if ka == kb else 0.9 if "opd" in (ka, kb)
-                                 else cross}
+            cos = within if ka == kb else 0.9 if "opd" in (ka, kb) else cross
+            pairs[f"{a[2:]}~{b[2:]}"] = {"global_cos": cos}
         (tmp_path / "param_delta.json").write_text(json.dumps(
             {"per_checkpoint": per, "all_pairs": pairs}))
         return claims.size_matched(tmp_path)

@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from train import sweep
 
 
@@ -108,3 +110,6 @@ def test_beta_sweep_reads_beta_from_training_commands_on_common_seeds(tmp_path, 
     assert "| 0.3 | NCA | 0, 1 | 0.110 (0.100 to 0.120) | 0.550 (0.500 to 0.600) |" in text
     fig = sweep.beta_figure("b", tmp_path)
     assert [len(t.x) for t in fig.data] == [2, 2, 2, 3, 1]  # 3 betas, means, teacher
+    (tmp_path / "b_beta0p3" / "manifest.json").write_text(json.dumps({"files": {}}))
+    with pytest.raises(ValueError, match="its beta is unknown"):  # never a silent beta 1
+        sweep.beta_points("b", tmp_path)

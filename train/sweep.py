@@ -209,6 +209,9 @@ def beta_points(base: str, figures: Path = Path("figures")) -> tuple[list[dict],
             m = RUN.search(run)
             if not m:
                 continue
+            if m.group(1) == "nca" and run not in flags:
+                raise ValueError(f"{figs}/manifest.json records no training command for {run}, "
+                                 "so its beta is unknown; re-run its pipeline")
             beta = 0.0 if m.group(1) == "opd" else float(flags[run].get("--beta", 1.0))
             points.append({"beta": beta, "seed": int(m.group(2)), "run": run,
                            **{k: r[k] for k in ("harm", "help", "win_no_c", "win_c", "regime")},
