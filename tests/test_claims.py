@@ -294,9 +294,9 @@ def test_size_matched_control_separates_direction_from_size(tmp_path):
     is not; unmatched sizes are not judged."""
     from itertools import combinations
 
-    def write(cross, within, nca_size=1.0):
-        runs = [f"r/x_{k}_s{s}" for k in ("opd", "opdsized", "nca") for s in range(4)]
-        size = {"opd": 0.8, "opdsized": 1.0, "nca": nca_size}
+    def write(cross, within, nca_size=1.0, sized="opdsized"):
+        runs = [f"r/x_{k}_s{s}" for k in ("opd", sized, "nca") for s in range(4)]
+        size = {"opd": 0.8, sized: 1.0, "nca": nca_size}
         per = {r: {"global_sq": size[r.split("_")[1]] ** 2} for r in runs}  # keyed by path
         pairs = {}
         for a, b in combinations(runs, 2):  # keyed by run name, as param_delta writes them
@@ -312,6 +312,12 @@ def test_size_matched_control_separates_direction_from_size(tmp_path):
     assert "size alone: cos(d OPD, d sized OPD) same seed 0.900" in apart[2]
     assert write(cross=0.6, within=0.6)[3] == "not reproduced"
     assert write(cross=0.3, within=0.6, nca_size=1.5)[3].startswith("not measurable (sizes")
+    # a later round's runs (opdsized2) are the sized group; the manifest names its lr
+    (tmp_path / "manifest.json").write_text(json.dumps(
+        {"rounds": [{"round": 1, "lr_multiplier": 1.229}, {"round": 2, "lr_multiplier": 1.6}]}))
+    second = write(cross=0.3, within=0.6, sized="opdsized2")
+    assert second[3] == "reproduced" and "p = 0.029" in second[2]
+    assert second[0].endswith("(OPD at lr x1.60, round 2 of size matching)")
 
 
 def test_nca_new_direction_needs_opd_nca_clear_of_alignment(tmp_path):

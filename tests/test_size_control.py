@@ -1,10 +1,12 @@
 import json
+from pathlib import Path
 
 from nca_interp.checkpoint import read_run_config
 from train import reproduce, sft, size_control
 
 
-def test_size_matched_opd_reruns_the_setting_command_at_scaled_lr(tmp_path, capsys):
+def test_size_matched_opd_reruns_the_setting_command_at_scaled_lr(tmp_path, capsys,
+                                                                  monkeypatch):
     """The control trains OPD with the setting's own distillation command, only --lr scaled by
     NCA's / OPD's measured update size, and compares all three groups; a second call trains
     nothing."""
@@ -17,7 +19,7 @@ def test_size_matched_opd_reruns_the_setting_command_at_scaled_lr(tmp_path, caps
                     "--batch", "8", "--n-levels", "8", "--jobs", "2", "--threads", "2",
                     "--runs", str(runs), "--figures", str(figs)])
     argv = ["--setting", "sk", "--seeds", "0,1", "--runs", str(runs), "--figures", str(figs),
-            "--threads", "2"]
+            "--threads", "2", "--rounds", "1"]
     out = size_control.main(argv)
     before = json.loads((figs / "sk_size" / "param_delta_before.json").read_text())
     size = size_control.sizes(before)
@@ -34,3 +36,44 @@ def test_size_matched_opd_reruns_the_setting_command_at_scaled_lr(tmp_path, caps
     capsys.readouterr()
     size_control.main(argv)
     assert "[run]" not in capsys.readouterr().out
+
+    # a second round when round 1 missed NCA's size (here: no size counts as matched): its lr
+    # is the one the two measured (lr, size) points predict, and the final comparison uses it
+    monkeypatch.setattr(size_control, "SIZE_MATCH", 1.0)
+    out = size_control.main([*argv[:-1], "2"])
+    assert [r["runs"] for r in out["rounds"]] == ["opdsized", "opdsized2"]
+    s1 = size_control.mean(size_control.sizes(json.loads(
+        (figs / "sk_size" / "param_delta_round1.json").read_text()))["opdsized"])
+    s_opd, s_nca = sum(size["opd"]) / 2, sum(size["nca"]) / 2
+    m1 = float(f"{read_run_config(runs / 'sk_opd_s0')['lr'] * ratio:.4g}") \
+        / read_run_config(runs / "sk_opd_s0")["lr"]
+    import math
+
+    e = math.log(s1 / s_opd) / math.log(m1)
+    m2 = m1 * (s_nca / s1) ** (1 / e)
+    for seed in (0, 1):
+        lr0 = read_run_config(runs / f"sk_opd_s{seed}")["lr"]
+        assert abs(read_run_config(runs / f"sk_opdsized2_s{seed}")["lr"] - lr0 * m2) < 1e-3 * lr0
+    final = json.loads((figs / "sk_size" / "param_delta.json").read_text())["per_checkpoint"]
+    assert sorted(Path(p).name for p in final if "sized" in p) == ["sk_opdsized2_s0",
+                                                                  "sk_opdsized2_s1"]
+    made = json.loads((figs / "sk_size" / "manifest.json").read_text())
+    assert [r["round"] for r in made["rounds"]] == [1, 2]
+
+
+def test_next_multiplier_hits_a_power_law_target():
+    """Where the update size follows lr as a power (what Adam gives between two lrs), the lr
+    predicted from two measured points reaches the target size exactly."""
+    def size(m):
+        return 0.3 * m ** 0.44
+
+    points = [(1.0, size(1.0)), (1.229, size(1.229))]
+    assert abs(size_control.next_multiplier(points, size(1.6)) - 1.6) < 1e-9
+    import pytest
+
+    from nca_interp.cli import RunError
+
+    with pytest.raises(RunError, match="did not grow with lr"):
+        size_control.next_multiplier([(1.0, 0.3), (1.2, 0.29)], 0.4)
+    with pytest.raises(RunError, match="far from the last"):
+        size_control.next_multiplier([(1.0, 0.3), (1.01, 0.3003)], 0.6)

@@ -694,8 +694,8 @@ def size_matched(figs: Path) -> Claim:
     seed's cos(d OPD, d sized OPD) says how far size alone turns an OPD update."""
     rep = json.loads((figs / "param_delta.json").read_text())
     # per_checkpoint is keyed by path, all_pairs by run name
-    kind = {Path(p).name: m.group(1) for p in rep["per_checkpoint"]
-            if (m := re.search(r"_(opdsized|opd|nca)_s\d+$", Path(p).name))}
+    kind = {Path(p).name: re.sub(r"\d+$", "", m.group(1)) for p in rep["per_checkpoint"]
+            if (m := re.search(r"_(opdsized\d*|opd|nca)_s\d+$", Path(p).name))}
     size = {k: [v["global_sq"] ** 0.5 for p, v in rep["per_checkpoint"].items()
                 if kind.get(Path(p).name) == k] for k in ("opd", "opdsized", "nca")}
     cross, within, same_seed, renamed = [], [], [], {}
@@ -709,7 +709,7 @@ def size_matched(figs: Path) -> Claim:
         if "opd" in (ka, kb):
             continue
         (within if ka == kb else cross).append(v["global_cos"])
-        renamed["~".join(x.replace("_opdsized_", "_opd_") for x in (a, b))] = v
+        renamed["~".join(re.sub(r"_opdsized\d*_", "_opd_", x) for x in (a, b))] = v
     claim = "NCA's updates differ from a size-matched OPD's"
     if not cross or not within:
         return (claim, "-", "-", "not measurable (needs two seeds of each)")
@@ -724,6 +724,12 @@ def size_matched(figs: Path) -> Claim:
         verdict = "not reproduced"
     if not 1 / SIZE_MATCH <= ratio <= SIZE_MATCH:
         verdict = f"not measurable (sizes not matched: sized OPD / NCA {ratio:.2f})"
+    made = json.loads((figs / "manifest.json").read_text()) \
+        if (figs / "manifest.json").exists() else {}
+    if made.get("rounds"):  # how the sizes were matched: lr multiplier of the last round
+        last = made["rounds"][-1]
+        claim += (f" (OPD at lr x{last['lr_multiplier']:.2f}, round {last['round']} of size "
+                  "matching)")
     return (claim, f"cos(d sized OPD, d NCA) {_spread(cross)}",
             f"seed-to-seed (same group) {_spread(within)}; permutation p = {p:.3f} (exact, "
             f"{n_labelings} labelings; smallest possible {p_min:.3f}); size alone: cos(d OPD, "

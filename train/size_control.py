@@ -6,11 +6,16 @@ direction, or only because it is larger?
 A cosine is blind to scale, but a trajectory that runs further curves further: an OPD update
 as large as NCA's might point elsewhere than a shorter OPD update of the same seed. So:
 1. param_delta over the setting's OPD and NCA students gives their raw update sizes ||dW||;
-2. OPD students are trained again with lr x (NCA's mean size / OPD's mean size), every other
-   flag as the setting's own distillation command (read from its manifest), into
-   RUNS/<setting>_opdsized_s<seed>: OPD run to NCA's total movement;
-3. param_delta over OPD, size-matched OPD and NCA of every seed writes
-   FIGURES/<setting>_size/param_delta.json (and a manifest of each stage's command),
+2. OPD students are trained again with lr x (NCA's mean size / OPD's mean size) ** (1 /
+   --elasticity), every other flag as the setting's own distillation command (read from its
+   manifest), into RUNS/<setting>_opdsized_s<seed>: OPD run to NCA's total movement;
+3. an update does not grow one to one with Adam's lr (a larger lr converges sooner), so when
+   the sized OPD's mean size is not within `claims.SIZE_MATCH` of NCA's, a further round
+   trains RUNS/<setting>_opdsized<r>_s<seed> at the lr the measured size-vs-lr elasticity
+   (d log size / d log lr between the last two rounds) predicts, up to --rounds rounds;
+4. param_delta over OPD, the last round's sized OPD and NCA of every seed writes
+   FIGURES/<setting>_size/param_delta.json (the manifest records each stage's command and
+   each round's lr multiplier and sizes),
 which `train.claims.size_matched` judges: NCA's update differs in direction when it stays
 apart from the size-matched OPD's as much as from OPD's, beyond the seed-to-seed cosines.
 """
@@ -18,6 +23,7 @@ apart from the size-matched OPD's as much as from OPD's, beyond the seed-to-seed
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 import sys
@@ -26,7 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nca_interp import param_delta
+from nca_interp.checkpoint import read_run_config
 from nca_interp.cli import RunError, entry, parse_config
+from train.claims import SIZE_MATCH
 from train.reproduce import Manifest, record_training_time, run_parallel, stage
 
 SUFFIX = "opdsized"
@@ -43,6 +51,21 @@ class SizeControlConfig:
     figures: str = field(default="figures", metadata={"help": "where figures go"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
     jobs: int = field(default=2, metadata={"help": "training runs in parallel"})
+    rounds: int = field(default=3, metadata={
+        "help": "at most this many training rounds; each after the first takes its lr from the "
+                "size-vs-lr elasticity the earlier rounds measured"})
+    elasticity: float = field(default=1.0, metadata={
+        "help": "the first round's guess of d log(update size) / d log(lr) (1: size grows with "
+                "lr; sysprompt_kb0 measured 0.44)"})
+
+    def __post_init__(self):
+        from nca_interp.errors import UsageError
+
+        if self.rounds < 1:
+            raise UsageError(f"--rounds {self.rounds}: give at least 1 training round")
+        if not 0.05 <= self.elasticity <= 2:
+            raise UsageError(f"--elasticity {self.elasticity}: give a value in [0.05, 2] "
+                             "(1: update size proportional to lr)")
 
 
 def distill_command(manifest: dict, run: Path) -> list[str]:
@@ -66,13 +89,37 @@ def with_flag(argv: list[str], name: str, value: str) -> list[str]:
 
 
 def sizes(report: dict) -> dict[str, list[float]]:
-    """Raw update sizes ||dW|| (root of summed squares over every tensor) per method."""
+    """Raw update sizes ||dW|| (root of summed squares over every tensor) per method (every
+    round's size-matched OPD counted as `opdsized`)."""
     out: dict[str, list[float]] = {"opd": [], "nca": [], SUFFIX: []}
     for path, r in report["per_checkpoint"].items():
-        m = re.search(rf"_({SUFFIX}|opd|nca)_s\d+$", Path(path).name)
+        m = re.search(rf"_({SUFFIX}\d*|opd|nca)_s\d+$", Path(path).name)
         if m:
-            out[m.group(1)].append(r["global_sq"] ** 0.5)
+            out[re.sub(r"\d+$", "", m.group(1))].append(r["global_sq"] ** 0.5)
     return out
+
+
+def mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def next_multiplier(points: list[tuple[float, float]], target: float) -> float:
+    """The lr multiplier whose update size should be `target`, from the last two (multiplier,
+    mean size) points, size ~ multiplier ** elasticity between them."""
+    (m0, s0), (m1, s1) = points[-2:]
+    if m0 == m1 or s0 <= 0 or s1 <= 0:
+        raise RunError("size control: two rounds at the same lr; cannot measure how the update "
+                       "size grows with lr")
+    e = math.log(s1 / s0) / math.log(m1 / m0)
+    if e <= 0.05:
+        raise RunError(f"size control: the update size did not grow with lr (elasticity "
+                       f"{e:.3f} between lr x{m0:.3g} and x{m1:.3g}); match sizes another way")
+    nxt = m1 * (target / s1) ** (1 / e)
+    if not 0.25 <= nxt / m1 <= 4:
+        raise RunError(f"size control: the next lr multiplier x{nxt:.3g} is far from the last "
+                       f"(x{m1:.3g}): the update size does not follow lr smoothly here; match "
+                       "sizes another way")
+    return nxt
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -97,35 +144,68 @@ def main(argv: list[str] | None = None) -> dict:
           param_delta.ParamDeltaConfig(ckpt=both, init=init, out=str(before.with_suffix(""))),
           inputs=finals)
     size = sizes(json.loads(before.read_text()))
-    ratio = sum(size["nca"]) / len(size["nca"]) / (sum(size["opd"]) / len(size["opd"]))
-    pending, sized = [], {}
-    for s, argv0 in commands.items():
-        out = runs / f"{cfg.setting}_{SUFFIX}_s{s}"
-        args = with_flag(with_flag(argv0, "--out", str(out)), "--lr",
-                         f"{float(flag(argv0, '--lr')) * ratio:.4g}")
-        args = with_flag(args, "--threads", str(max(1, cfg.threads // cfg.jobs)))
-        final = out / "checkpoints" / f"step_{int(flag(args, '--steps')):06d}"
-        if final.exists():
-            print(f"[skip] size-matched OPD seed {s}: outputs exist")
-        else:
-            pending.append((f"size-matched OPD seed {s}", final, out, args))
-        sized[s] = (out, final, args)
-    run_parallel(pending, cfg.jobs, manifest)
-    for out, final, args in sized.values():
-        record_training_time(manifest, out, final, args, "train.distill")
-    three = [str(p) for s in cfg.seeds for p in (*pairs[s], sized[s][0])]
+    ratio = mean(size["nca"]) / mean(size["opd"])
+    points = [(1.0, mean(size["opd"]))]
+    multiplier = ratio ** (1 / cfg.elasticity)
+    rounds = []
+    for r in range(1, cfg.rounds + 1):
+        name = SUFFIX if r == 1 else f"{SUFFIX}{r}"
+        sized = train_round(cfg, runs, commands, name, multiplier, manifest)
+        measured = figs / f"param_delta_round{r}.json"
+        stage(f"param_delta of round {r}", manifest, [measured], param_delta.execute,
+              param_delta.ParamDeltaConfig(ckpt=[str(o) for o, _, _ in sized.values()],
+                                           init=init, out=str(measured.with_suffix(""))),
+              inputs=[f for _, f, _ in sized.values()])
+        got = mean(sizes(json.loads(measured.read_text()))[SUFFIX])
+        rounds.append({"round": r, "runs": name, "lr_multiplier": round(multiplier, 4),
+                       "size_sized": got, "size_nca": mean(size["nca"]),
+                       "sized_over_nca": got / mean(size["nca"])})
+        print(f"round {r}: OPD at lr x {multiplier:.3f}: size {got:.4g}, NCA "
+              f"{mean(size['nca']):.4g} (sized / NCA {got / mean(size['nca']):.3f})")
+        points.append((multiplier, got))
+        if 1 / SIZE_MATCH <= got / mean(size["nca"]) <= SIZE_MATCH or r == cfg.rounds:
+            break
+        multiplier = next_multiplier(points, mean(size["nca"]))
+    three = [str(p) for s in cfg.seeds for p in (*pairs[s], sized[s][0])]  # the last round
     stage("param_delta of OPD, size-matched OPD and NCA", manifest, [figs / "param_delta.json"],
           param_delta.execute,
           param_delta.ParamDeltaConfig(ckpt=three, init=init, out=str(figs / "param_delta")),
           inputs=[*finals, *(f for _, f, _ in sized.values())])
     after = sizes(json.loads((figs / "param_delta.json").read_text()))
     manifest.data["size_ratio_nca_over_opd"] = ratio
+    manifest.data["rounds"] = rounds
     manifest.data["pipeline_seconds"] = round(manifest.data.get("pipeline_seconds", 0)
                                               + time.time() - t0, 1)
     manifest.path.write_text(json.dumps(manifest.data, indent=1))
-    print(f"NCA / OPD update size {ratio:.3f}; OPD trained at lr x {ratio:.3f}: sizes "
+    print(f"NCA / OPD update size {ratio:.3f}; OPD trained at lr x {multiplier:.3f} (round "
+          f"{len(rounds)}): sizes "
           + ", ".join(f"{k} {sum(v) / len(v):.4g}" for k, v in after.items() if v))
-    return {"ratio": ratio, "sizes": after}
+    return {"ratio": ratio, "sizes": after, "rounds": rounds}
+
+
+def train_round(cfg: SizeControlConfig, runs: Path, commands: dict, name: str,
+                multiplier: float, manifest: Manifest) -> dict:
+    """OPD of every seed at lr x multiplier into RUNS/<setting>_<name>_s<seed> (skipping
+    trained ones); {seed: (run, final checkpoint, argv)}."""
+    pending, sized = [], {}
+    for s, argv0 in commands.items():
+        out = runs / f"{cfg.setting}_{name}_s{s}"
+        args = with_flag(with_flag(argv0, "--out", str(out)), "--lr",
+                         f"{float(flag(argv0, '--lr')) * multiplier:.4g}")
+        args = with_flag(args, "--threads", str(max(1, cfg.threads // cfg.jobs)))
+        final = out / "checkpoints" / f"step_{int(flag(args, '--steps')):06d}"
+        if final.exists() and read_run_config(out).get("lr") != float(flag(args, "--lr")):
+            raise RunError(f"{out} was trained at lr {read_run_config(out).get('lr')}, not "
+                           f"{flag(args, '--lr')}; delete it to train this round again")
+        if final.exists():
+            print(f"[skip] size-matched OPD ({name}) seed {s}: outputs exist")
+        else:
+            pending.append((f"size-matched OPD ({name}) seed {s}", final, out, args))
+        sized[s] = (out, final, args)
+    run_parallel(pending, cfg.jobs, manifest)
+    for out, final, args in sized.values():
+        record_training_time(manifest, out, final, args, "train.distill")
+    return sized
 
 
 if __name__ == "__main__":
