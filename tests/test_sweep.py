@@ -74,6 +74,11 @@ def test_estimator_table_compares_the_same_seeds_and_names_each_estimator(tmp_pa
     assert "| full | opd | 2 | 0.850 (0.800 to 0.900) | 0.650 (0.600 to 0.700) |" in full
     assert "| sampled k1 | opd | 2 | 0.600 (0.500 to 0.700) |" in k1 and k1.endswith("| CC |")
     assert "(teacher: step 0)" in text and "+5.0%" in full
+    # the rows not trained yet are listed with the estimator and the command that trains them
+    assert ("- sokoban_remap_topk (topk top-4, beside sokoban_remap): `python -m train.reproduce "
+            "--task sokoban_remap --name sokoban_remap_topk --kl topk --kl-k 4 --seeds 0,1,2 "
+            "--analyses false`") in text
+    assert "- sokoban_long_k1 (" not in text
     assert sweep.estimator_table(tmp_path / "nothing") == ""
 
 
