@@ -45,12 +45,9 @@ def test_size_matched_opd_reruns_the_setting_command_at_scaled_lr(tmp_path, caps
     s1 = size_control.mean(size_control.sizes(json.loads(
         (figs / "sk_size" / "param_delta_round1.json").read_text()))["opdsized"])
     s_opd, s_nca = sum(size["opd"]) / 2, sum(size["nca"]) / 2
-    m1 = float(f"{read_run_config(runs / 'sk_opd_s0')['lr'] * ratio:.4g}") \
-        / read_run_config(runs / "sk_opd_s0")["lr"]
-    import math
-
-    e = math.log(s1 / s_opd) / math.log(m1)
-    m2 = m1 * (s_nca / s1) ** (1 / e)
+    lr0 = read_run_config(runs / "sk_opd_s0")["lr"]
+    m1 = read_run_config(runs / "sk_opdsized_s0")["lr"] / lr0  # round 1's lr, as trained
+    m2 = size_control.next_multiplier([(1.0, s_opd), (m1, s1)], s_nca)  # property-tested below
     for seed in (0, 1):
         lr0 = read_run_config(runs / f"sk_opd_s{seed}")["lr"]
         assert abs(read_run_config(runs / f"sk_opdsized2_s{seed}")["lr"] - lr0 * m2) < 1e-3 * lr0
