@@ -236,9 +236,10 @@ def argv_of(cfg, positional: str | None = None) -> list[str]:
 
 
 def same_config(cfg, argv: list[str], positional: str | None = None,
-                ignore: tuple[str, ...] = ("threads",)) -> bool:
+                ignore: tuple[str, ...] = ("threads", "png")) -> bool:
     """Whether `argv` (a recorded command line) asks for what `cfg` does, fields in `ignore`
-    aside (they change how fast, not what, a stage computes)."""
+    aside (they change how fast a stage computes, or whether a PNG of its figure is also
+    written: a pipeline draws every PNG from the JSON at its end)."""
     import contextlib
     import io
 

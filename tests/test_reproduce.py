@@ -75,6 +75,14 @@ def test_stage_reruns_only_when_stale(tmp_path):
     assert len(calls) == 3  # another config (another seed): rerun
     reproduce.stage("s", manifest, [out], fn, replace(cfg, seed=1), inputs=[ckpt])
     assert len(calls) == 3
+    # a PNG export computes nothing new (the pipeline draws PNGs from the JSON at its end): a
+    # published stage is not re-run because a later invocation asks for PNGs
+    from nca_interp.cli import argv_of, same_config
+    from nca_interp.trajectory import TrajectoryConfig
+
+    traj = TrajectoryConfig(runs=["a"], out="o")
+    assert same_config(replace(traj, png=True), argv_of(traj, "runs"), "runs")
+    assert not same_config(replace(traj, every=3), argv_of(traj, "runs"), "runs")
 
 
 def test_sweep_row_shares_the_teacher_and_times_every_stage(tmp_path):

@@ -306,8 +306,9 @@ def stage(name: str, manifest: Manifest, outputs: list[Path], fn, cfg,
 
 
 def recorded_as(command: str, module: str, cfg, positional: str | None) -> bool:
-    """Whether a recorded command line ran `module` with `cfg` (its thread count aside, which
-    does not change what it computes; flag order and spelled-out defaults aside too)."""
+    """Whether a recorded command line ran `module` with `cfg` (its thread count and PNG export
+    aside, which do not change what it computes; flag order and spelled-out defaults aside
+    too)."""
     parts = shlex.split(command)
     return parts[:3] == ["python", "-m", module] and same_config(cfg, parts[3:], positional)
 
