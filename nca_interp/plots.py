@@ -94,9 +94,9 @@ def layer_sim_figure(report: dict) -> go.Figure:
              "prompt": "prompt x positions (untouched by the loss)"}.get(
         report.get("at"), "response positions")
     fig.update_layout(title=f"{report['task']} ({runs_label(report['results'])}): hidden "
-                            "states with vs without context "
-                            f"'{report['context']}' ({where}; responses: "
-                            f"{report.get('responses', 'own')})", height=700, width=1000)
+                            f"states with vs without context '{report['context']}'<br><sup>"
+                            f"{where}; responses: {report.get('responses', 'own')}</sup>",
+                      height=720, width=1000, margin={"t": 130})
     return fig
 
 

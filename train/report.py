@@ -359,6 +359,14 @@ def stage_times(figs: Path) -> str:
     return "\n".join(rows)
 
 
+def verdicts(figs: Path) -> str:
+    """The setting's claims table (`train.claims`), so its page shows every verdict beside the
+    numbers it is read from."""
+    from train import claims
+
+    return claims.table(figs)
+
+
 def render(figs: Path) -> str:
     """The whole generated report of one pipeline folder, as markdown."""
     manifest = json.loads((figs / "manifest.json").read_text())
@@ -378,7 +386,9 @@ def render(figs: Path) -> str:
     lines.append(f"## Teacher, {n} held-out {unit}, greedy\n\n{teacher(figs)}\n")
     if not (figs / "context_return_summary.json").exists():
         return "\n".join(lines)
-    sections = [("Context return (mean (min to max) over seeds, a spread not an interval; harm = "
+    sections = [(f"Verdicts (`python -m train.claims {task}`: each rule, its null and its seeds "
+                 "are in train/claims.py)", verdicts),
+                ("Context return (mean (min to max) over seeds, a spread not an interval; harm = "
                   "P(lost with c | won "
                  "without c))", context_return),
                 ("Per run, 95% cluster-bootstrap intervals", per_seed)]
@@ -399,7 +409,7 @@ def render(figs: Path) -> str:
                          "checkpoint, the null)", trajectory_table))
     if (figs / "grad_align_opd.json").exists():
         sections.append(("Gradient alignment (over training: seed 0 of each method, further "
-                         "OPD seeds where run)", grad_align))
+                         "seeds of each where run)", grad_align))
     if (figs / "param_delta.json").exists():
         sections.append(("Parameter deltas", param_delta))
     if (figs / "patching.json").exists():
