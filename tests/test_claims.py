@@ -192,6 +192,9 @@ def test_orthogonality_pools_the_opd_seeds(tmp_path):
     assert claims.orthogonal(tmp_path)[3] == (
         "reproduced (2 of 2 checkpoints judged, 1 seed, raw angle; 3 seeds and the "
         "noise-corrected angle (grad_align --parts) needed)")
+    # a folder without aligned gradients (a sweep row) has no such row, not an empty one
+    (tmp_path / "grad_align_opd.json").unlink()
+    assert not any(c[0].startswith("OPD's gradient") for c in claims.claims(tmp_path))
 
 
 def test_nca_prevents_pools_harm_over_seed_and_unit_clusters(tmp_path):

@@ -97,3 +97,19 @@ def test_docs_site_builds_offline_and_strict(tmp_path):
                           env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "site" / "real_model" / "index.html").exists()
+
+
+def test_every_setting_page_is_its_generated_report():
+    """figures/<setting>/README.md (what the docs site embeds) is what `train.report` renders
+    from that folder's JSON, verdicts included: a page left stale by a re-run fails here."""
+    from train import report
+    from train.reproduce import SETTINGS
+
+    checked = 0
+    for name in SETTINGS:
+        figs = ROOT / "figures" / name
+        if (figs / "manifest.json").exists():
+            assert (figs / "README.md").read_text() == report.render(figs) + "\n", \
+                f"figures/{name}/README.md is stale; run python -m train.report --task {name} --write"
+            checked += 1
+    assert checked >= 8

@@ -449,6 +449,8 @@ def orthogonal(figs: Path) -> Claim:
 
     runs = {label: [r["global"] for r in json.loads(f.read_text())["results"].values()]
             for label, f in grad_files(figs) if label.startswith("opd")}
+    if not runs:  # a sweep row: no gradients aligned, no row (not an empty one)
+        raise FileNotFoundError(figs / "grad_align_opd.json")
     if all(r.get("parts") for rows in runs.values() for r in rows):
         return orthogonal_corrected({k: [r["parts"]["pairs"]["opd~ctx"] for r in rows]
                                      for k, rows in runs.items()})
