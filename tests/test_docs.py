@@ -110,6 +110,7 @@ def test_every_setting_page_is_its_generated_report():
         figs = ROOT / "figures" / name
         if (figs / "manifest.json").exists():
             assert (figs / "README.md").read_text() == report.render(figs) + "\n", \
-                f"figures/{name}/README.md is stale; run python -m train.report --task {name} --write"
+                f"figures/{name}/README.md is stale; run python -m train.report --task {name} " \
+                "--write"
             checked += 1
     assert checked >= 8
