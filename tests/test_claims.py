@@ -85,6 +85,11 @@ def test_updates_differ_needs_cross_method_below_every_seed_pair(tmp_path):
             assert c[3] == "reproduced" and "sizes matched: NCA / OPD 1.05" in c[2]
         else:
             assert c[3].startswith("partly (NCA's update is 1.50x OPD's in size")
+            assert c[3].endswith(f"python -m train.size_control --setting {tmp_path.name})")
+    # once the setting's size control has run, the verdict points to its row
+    (tmp_path.parent / f"{tmp_path.name}_size").mkdir()
+    (tmp_path.parent / f"{tmp_path.name}_size" / "param_delta.json").write_text("{}")
+    assert claims.updates_differ(tmp_path)[3].endswith("the size-matched OPD row decides)")
 
 
 def test_reading_c_separates_robust_from_blind(tmp_path):

@@ -619,9 +619,12 @@ def updates_differ(figs: Path) -> Claim:
     ratio = _size_ratio(figs)
     if ratio is not None and not 1 / SIZE_MATCH <= ratio <= SIZE_MATCH:
         if verdict != "not reproduced":
+            sized = (figs.parent / f"{figs.name}_size" / "param_delta.json").exists()
             verdict = (f"partly (NCA's update is {ratio:.2f}x OPD's in size: the direction "
-                       "difference may come from the larger step; needs an OPD run matched to "
-                       "NCA's size)")
+                       "difference may come from the larger step; "
+                       + ("the size-matched OPD row decides)" if sized else
+                          "needs an OPD run matched to NCA's size: python -m "
+                          f"train.size_control --setting {figs.name})"))
     elif ratio is not None:
         sizes += f" (sizes matched: NCA / OPD {ratio:.2f})"
     return ("NCA's updates differ from OPD's", f"cos(dOPD, dNCA) {_spread(cross)}",
