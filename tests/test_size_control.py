@@ -74,3 +74,17 @@ def test_next_multiplier_hits_a_power_law_target():
         size_control.next_multiplier([(1.0, 0.3), (1.2, 0.29)], 0.4)
     with pytest.raises(RunError, match="far from the last"):
         size_control.next_multiplier([(1.0, 0.3), (1.01, 0.3003)], 0.6)
+
+
+def test_nonsense_rounds_and_elasticity_are_refused_before_any_work(tmp_path):
+    """No round to train, or an elasticity that would send the first lr off by orders of
+    magnitude, is a one-line usage error before anything is read or trained."""
+    import pytest
+
+    from nca_interp.errors import UsageError
+
+    for flags, msg in ((["--rounds", "0"], "give at least 1 training round"),
+                       (["--elasticity", "0"], r"give a value in \[0.05, 2\]"),
+                       (["--elasticity", "5"], r"give a value in \[0.05, 2\]")):
+        with pytest.raises(UsageError, match=msg):
+            size_control.main(["--figures", str(tmp_path / "none"), *flags])
