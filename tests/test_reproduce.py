@@ -234,3 +234,37 @@ def test_estimator_flags_reach_distillation_unchanged():
 
     with pytest.raises(UsageError, match="--kl-support must be one of p, q"):
         parse_config(ReproduceConfig, ["--kl-support", "r"])
+
+
+def test_gradients_are_aligned_on_the_first_seeds_at_every_kth_checkpoint(tmp_path):
+    """--grad-seeds picks how many runs of each method are aligned (the preset's by default,
+    never more than the seeds trained); --grad-every thins the checkpoints counting back from
+    the final one, which is always aligned."""
+    from nca_interp.cli import parse_config
+    from nca_interp.errors import UsageError
+
+    assert reproduce.aligned_runs([0, 1, 2, 3, 4], 3) == [
+        ("opd", 0, ""), ("nca", 0, ""), ("opd", 1, "_s1"), ("opd", 2, "_s2"),
+        ("nca", 1, "_s1"), ("nca", 2, "_s2")]
+    assert reproduce.aligned_runs([3, 4], 1) == [("opd", 3, ""), ("nca", 3, "")]
+    run = tmp_path / "run"
+    for step in range(50, 501, 50):
+        (run / "checkpoints" / f"step_{step:06d}").mkdir(parents=True)
+    names = [p.rsplit("_", 1)[1] for p in reproduce.grad_checkpoints(run, 2)]
+    assert names == [f"{s:06d}" for s in (100, 200, 300, 400, 500)]
+    assert len(reproduce.grad_checkpoints(run, 1)) == 10
+    assert [p[-6:] for p in reproduce.grad_checkpoints(run, 4)] == ["000100", "000300",
+                                                                    "000500"]
+
+    def applied(*argv):
+        cfg = parse_config(reproduce.ReproduceConfig, list(argv))
+        reproduce.apply_preset(cfg)
+        return cfg.grad_seeds
+
+    assert applied("--task", "sokoban") == 1  # the preset's
+    assert applied("--task", "sokoban_remap", "--seeds", "0,1") == 2  # capped by the seeds
+    assert applied("--task", "sokoban", "--seeds", "0,1,2,3", "--grad-seeds", "3") == 3
+    with pytest.raises(UsageError, match="--grad-seeds 3: only 2 seeds"):
+        applied("--task", "sokoban", "--seeds", "0,1", "--grad-seeds", "3")
+    with pytest.raises(UsageError, match="grad-every"):
+        applied("--grad-every", "0")

@@ -241,6 +241,12 @@ class ReproduceConfig:
     grad_batch: int | None = field(default=None, metadata={
         "help": "grad_align prompts per checkpoint (two halves: the noise floor)",
         "check": ">=1"})
+    grad_seeds: int | None = field(default=None, metadata={
+        "help": "grad_align: runs of each method (the first seeds) whose gradients are aligned "
+                "(default: the preset's, at most the seeds given)", "check": ">=1"})
+    grad_every: int = field(default=1, metadata={
+        "help": "grad_align: every k-th saved checkpoint, counted back from the final one "
+                "(which is always aligned)", "check": ">=1"})
     trajectory_every: int = field(default=2, metadata={
         "help": "trajectory stage: every k-th saved checkpoint", "check": ">=1"})
     quick: bool = field(default=False, metadata={"help": "one seed, 40 distill steps, 300 levels"})
@@ -339,6 +345,21 @@ def run_parallel(pending: list, jobs: int, manifest: Manifest) -> None:
                                 time.time() - t0)
 
 
+def aligned_runs(seeds: list[int], grad_seeds: int) -> list[tuple[str, int, str]]:
+    """(method, seed, file suffix) of the runs whose gradients are aligned: the first seed of
+    both methods as grad_align_<method>, each further one of the first `grad_seeds` as
+    grad_align_<method>_s<seed> (the orthogonality and new-direction verdicts over seeds)."""
+    return [("opd", seeds[0], ""), ("nca", seeds[0], ""),
+            *((m, s, f"_s{s}") for m in ("opd", "nca") for s in seeds[1:grad_seeds])]
+
+
+def grad_checkpoints(run: Path, every: int) -> list[str]:
+    """A run's saved checkpoints to align, every `every`-th counted back from the final one
+    (always aligned: the verdicts read the trained model)."""
+    steps = sorted(str(p) for p in (run / "checkpoints").glob("step_*"))
+    return steps[::-1][::every][::-1]
+
+
 def method_of(run_name: str) -> str:
     """`sokoban_opd_s1` -> opd; anything else (`sokoban_base`, a fetched teacher such as
     `smollm2-135m-instruct`) -> base."""
@@ -427,6 +448,11 @@ def apply_preset(cfg: ReproduceConfig) -> Preset:
     if cfg.quick:
         cfg.seeds, cfg.distill_steps = cfg.seeds[:1], min(cfg.distill_steps, 40)
         cfg.n_levels, cfg.grad_batch = min(cfg.n_levels, 300), min(cfg.grad_batch, 256)
+    if cfg.grad_seeds is None:
+        cfg.grad_seeds = min(p.grad_seeds, len(cfg.seeds))
+    elif cfg.grad_seeds > len(cfg.seeds):
+        raise UsageError(f"--grad-seeds {cfg.grad_seeds}: only {len(cfg.seeds)} seeds are "
+                         f"trained (--seeds, one with --quick); pass at most that many")
     return p
 
 
@@ -559,14 +585,9 @@ def main(argv: list[str] | None = None) -> None:
               layer_sim.execute,
               layer_sim.LayerSimConfig(ckpt=ckpts, **ckpt_kw, context=cfg.context, at=at,
                                        out=str(figs / stem), **threads), inputs=finals)
-    # seed 0 of both methods; further seeds of each (the preset's grad_seeds) as
-    # grad_align_<method>_s<seed>: the orthogonality and new-direction verdicts over seeds
-    aligned = [("opd", cfg.seeds[0], ""), ("nca", cfg.seeds[0], ""),
-               *((m, s, f"_s{s}") for m in ("opd", "nca")
-                 for s in cfg.seeds[1:preset.grad_seeds])]
-    for method, seed, suffix in aligned:
+    for method, seed, suffix in aligned_runs(cfg.seeds, cfg.grad_seeds):
         run = students[f"{method}_s{seed}"]
-        steps = sorted(str(p) for p in (run / "checkpoints").glob("step_*"))
+        steps = grad_checkpoints(run, cfg.grad_every)
         stem = f"grad_align_{method}{suffix}"
         stage(f"grad_align {method} seed {seed}", manifest, [figs / f"{stem}.json"],
               grad_align.execute, grad_align.GradAlignConfig(
