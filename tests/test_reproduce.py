@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pytest
 
 from train import reproduce
@@ -268,3 +269,19 @@ def test_gradients_are_aligned_on_the_first_seeds_at_every_kth_checkpoint(tmp_pa
         applied("--task", "sokoban", "--seeds", "0,1", "--grad-seeds", "3")
     with pytest.raises(UsageError, match="grad-every"):
         applied("--grad-every", "0")
+
+
+def test_a_killed_and_resumed_run_is_timed_without_its_pause():
+    """Training time read from a run's step records leaves out the time it was not running (a
+    kill, then a resume hours later) but keeps slow steps such as in-run evaluations."""
+    steps = [2.0] * 50 + [8.0] + [2.0] * 49  # one evaluation step
+    times = list(np.cumsum([0.0] + steps))
+    seconds, pauses = reproduce.running_seconds(times)
+    assert seconds == pytest.approx(sum(steps)) and pauses == []
+    resumed = times[:30] + [t + 3600.0 for t in times[30:]]
+    seconds, pauses = reproduce.running_seconds(resumed)
+    assert seconds == pytest.approx(sum(steps) - steps[29] + 2.0)
+    assert pauses == [pytest.approx(3602.0)]
+    assert reproduce.running_seconds([5.0]) == (0.0, [])
+    slow = [70.0 * i for i in range(20)]  # a large model: every step over the pause bound
+    assert reproduce.running_seconds(slow) == (pytest.approx(70.0 * 19), [])

@@ -633,6 +633,18 @@ def finish(manifest: Manifest, t_start: float, cfg: ReproduceConfig) -> float:
     return total
 
 
+def running_seconds(times: list[float], pause: float = 60.0) -> tuple[float, list[float]]:
+    """Seconds a run was running, from the times of its step records: the gaps between
+    records, except a gap over `pause` seconds and over 10x the median gap (the run was killed
+    and resumed later), which counts as one median step. Returns (seconds, the pauses)."""
+    gaps = np.diff(np.asarray(times, dtype=float))
+    if not len(gaps):
+        return 0.0, []
+    median = float(np.median(gaps))
+    paused = (gaps > pause) & (gaps > 10 * median)
+    return float(gaps[~paused].sum() + median * paused.sum()), [float(g) for g in gaps[paused]]
+
+
 def record_training_time(manifest: Manifest, run: Path, final: Path, args: list[str],
                          module: str) -> None:
     """A training stage that ran outside this pipeline (an earlier invocation, or a job queue
@@ -646,9 +658,11 @@ def record_training_time(manifest: Manifest, run: Path, final: Path, args: list[
     records = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines() if ln] \
         if (run / "metrics.jsonl").exists() else []
     if records and "time" in records[0] and "time" in records[-1]:
-        first_step = records[0].get("step_s", 0.0)
-        seconds, how = records[-1]["time"] - records[0]["time"] + first_step, \
-            "wall clock of metrics.jsonl records"
+        seconds, pauses = running_seconds([r["time"] for r in records if "time" in r])
+        seconds += records[0].get("step_s", 0.0)
+        how = "wall clock of metrics.jsonl records" + (
+            f" less {len(pauses)} pause(s) of {', '.join(f'{p:.0f}' for p in pauses)} s (a "
+            "killed run resumed later)" if pauses else "")
     elif records and all("step_s" in r for r in records):
         seconds, how = sum(r["step_s"] for r in records), \
             "sum of step_s in metrics.jsonl (evaluations and saves excluded)"
