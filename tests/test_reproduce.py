@@ -285,3 +285,26 @@ def test_a_killed_and_resumed_run_is_timed_without_its_pause():
     assert reproduce.running_seconds([5.0]) == (0.0, [])
     slow = [70.0 * i for i in range(20)]  # a large model: every step over the pause bound
     assert reproduce.running_seconds(slow) == (pytest.approx(70.0 * 19), [])
+
+
+def test_a_retrained_run_replaces_its_recorded_training(tmp_path):
+    """A run retrained outside the pipeline (its checkpoints lost, then rebuilt) gets a new
+    manifest entry; one recorded after its checkpoint was written is kept."""
+    run = tmp_path / "run"
+    final = run / "checkpoints" / "step_000004"
+    final.mkdir(parents=True)
+    (final / "nca_checkpoint.json").write_text("{}")
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": i, "step_s": 1.0, "time": 100.0 + 2 * i}) + "\n"
+        for i in range(1, 5)))
+    manifest = reproduce.Manifest(tmp_path / "manifest.json", reproduce.ReproduceConfig())
+    old = {"command": "python -m train.distill --seed 0", "commit": "abc", "seconds": 999.0,
+           "date": "2020-01-01 00:00:00"}
+    manifest.data["files"][str(final)] = dict(old)
+    reproduce.record_training_time(manifest, run, final, ["--seed", "0"], "train.distill")
+    entry = manifest.data["files"][str(final)]
+    assert entry["seconds"] == 7.0 and entry["date"] != old["date"]
+    kept = dict(entry, seconds=123.0)
+    manifest.data["files"][str(final)] = kept
+    reproduce.record_training_time(manifest, run, final, ["--seed", "0"], "train.distill")
+    assert manifest.data["files"][str(final)]["seconds"] == 123.0

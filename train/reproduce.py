@@ -645,6 +645,16 @@ def running_seconds(times: list[float], pause: float = 60.0) -> tuple[float, lis
     return float(gaps[~paused].sum() + median * paused.sum()), [float(g) for g in gaps[paused]]
 
 
+def recorded_after(manifest: Manifest, path: Path) -> bool:
+    """Whether the manifest's entry for `path` was recorded once it existed as it is now (a
+    run retrained since, e.g. after its checkpoints were lost, needs a new entry)."""
+    entry = manifest.data["files"].get(str(path))
+    if entry is None:
+        return False
+    recorded = time.mktime(time.strptime(entry["date"], "%Y-%m-%d %H:%M:%S"))
+    return recorded >= mtime(path) - 1.0  # dates are kept to the second
+
+
 def record_training_time(manifest: Manifest, run: Path, final: Path, args: list[str],
                          module: str) -> None:
     """A training stage that ran outside this pipeline (an earlier invocation, or a job queue
@@ -653,7 +663,7 @@ def record_training_time(manifest: Manifest, run: Path, final: Path, args: list[
     for runs logged before that, the sum of per-step times (distillation: excludes evals and
     saves), or else the checkpoint file times extrapolated over the steps before the first
     checkpoint. `seconds_from` says which."""
-    if str(final) in manifest.data["files"] or not final.exists():
+    if not final.exists() or recorded_after(manifest, final):
         return
     records = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines() if ln] \
         if (run / "metrics.jsonl").exists() else []
