@@ -289,7 +289,8 @@ def test_a_killed_and_resumed_run_is_timed_without_its_pause():
 
 def test_a_retrained_run_replaces_its_recorded_training(tmp_path):
     """A run retrained outside the pipeline (its checkpoints lost, then rebuilt) gets a new
-    manifest entry; one recorded after its checkpoint was written is kept."""
+    manifest entry, with the commit its run config recorded; one recorded after its checkpoint
+    was written is kept."""
     run = tmp_path / "run"
     final = run / "checkpoints" / "step_000004"
     final.mkdir(parents=True)
@@ -297,6 +298,7 @@ def test_a_retrained_run_replaces_its_recorded_training(tmp_path):
     (run / "metrics.jsonl").write_text("".join(
         json.dumps({"step": i, "step_s": 1.0, "time": 100.0 + 2 * i}) + "\n"
         for i in range(1, 5)))
+    (run / "run_config.json").write_text(json.dumps({"git_commit": "c0ffee"}))
     manifest = reproduce.Manifest(tmp_path / "manifest.json", reproduce.ReproduceConfig())
     old = {"command": "python -m train.distill --seed 0", "commit": "abc", "seconds": 999.0,
            "date": "2020-01-01 00:00:00"}
@@ -304,6 +306,7 @@ def test_a_retrained_run_replaces_its_recorded_training(tmp_path):
     reproduce.record_training_time(manifest, run, final, ["--seed", "0"], "train.distill")
     entry = manifest.data["files"][str(final)]
     assert entry["seconds"] == 7.0 and entry["date"] != old["date"]
+    assert entry["commit"] == "c0ffee"  # the commit that trained it, not today's
     kept = dict(entry, seconds=123.0)
     manifest.data["files"][str(final)] = kept
     reproduce.record_training_time(manifest, run, final, ["--seed", "0"], "train.distill")

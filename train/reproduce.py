@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from nca_interp import evaluate, grad_align, layer_sim, param_delta, patching, trajectory
-from nca_interp.checkpoint import git_commit, latest_step_checkpoint, verify_folder
+from nca_interp.checkpoint import (git_commit, latest_step_checkpoint, read_run_config,
+                                   verify_folder)
 from nca_interp.cli import argv_of, entry, parse_config, same_config, to_dict, write_json
 from nca_interp.errors import RunError, UsageError
 from train import distill, sft
@@ -684,7 +685,8 @@ def record_training_time(manifest: Manifest, run: Path, final: Path, args: list[
         seconds = (mtime(final) - mtime(ckpts[0])) * s1 / (s1 - s0)
         how = "checkpoint file times, extrapolated to the steps before the first checkpoint"
     manifest.data["files"][str(final)] = {
-        "command": " ".join(["python", "-m", module, *args]), "commit": git_commit(),
+        "command": " ".join(["python", "-m", module, *args]),
+        "commit": read_run_config(run).get("git_commit") or git_commit(),  # what trained it
         "seeds": manifest.cfg.seeds, "seconds": round(seconds, 1),
         "seconds_from": f"{how} (trained outside this invocation)",
         "date": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime(final)))}
