@@ -78,7 +78,10 @@ def test_estimator_table_compares_the_same_seeds_and_names_each_estimator(tmp_pa
     assert ("- sokoban_remap_topk (topk top-4, beside sokoban_remap): `python -m train.reproduce "
             "--task sokoban_remap --name sokoban_remap_topk --kl topk --kl-k 4 --seeds 0,1,2 "
             "--analyses false`") in text
-    assert "- sokoban_long_k1 (" not in text
+    assert "- sokoban_long_k1 (" not in text.split("not trained yet")[1]
+    # the story line: these rows have no NCA students, so there is nothing to judge
+    assert ("- sokoban_long_k1 (sampled k1): OPD regime A in 0 of 2 seeds; no OPD/NCA seed "
+            "pair") in text and "**not judged" in text
     assert sweep.estimator_table(tmp_path / "nothing") == ""
 
 
@@ -118,3 +121,34 @@ def test_beta_sweep_reads_beta_from_training_commands_on_common_seeds(tmp_path, 
     (tmp_path / "b_beta0p3" / "manifest.json").write_text(json.dumps({"files": {}}))
     with pytest.raises(ValueError, match="its beta is unknown"):  # never a silent beta 1
         sweep.beta_points("b", tmp_path)
+
+
+def test_estimator_story_is_judged_per_seed_against_the_full_kl():
+    """The story holds with an estimator when OPD is in regime A in every seed, NCA's harm is
+    below OPD's on every same-seed pair and no NCA student is in regime A; a row where it fails
+    but the full KL holds says the estimator changes the story; the full row's extra seeds are
+    left out."""
+    def reps(prefix, harms):
+        return {f"{prefix}_{m}_s{s}": {"harm": h, "regime": g}
+                for s, (opd, nca) in harms.items()
+                for m, (h, g) in (("opd", opd), ("nca", nca))}
+
+    full = reps("x", {"0": ((0.2, "A"), (0.01, "C")), "1": ((0.3, "A"), (0.02, "C")),
+                      "2": ((0.0, "C"), (0.5, "A"))})
+    good = reps("x_k1", {"0": ((0.25, "A"), (0.02, "C")), "1": ((0.2, "A"), (0.05, "C"))})
+    seeds = {"0", "1"}
+    st = sweep.story(full, seeds)
+    assert st["holds"] and st["gaps"] == pytest.approx([0.19, 0.28]) and st["opd_n"] == 2
+    assert sweep.story(good, seeds)["holds"]
+    assert not sweep.story(full, {"0", "1", "2"})["holds"]
+    nca_breaks = reps("x_k1", {"0": ((0.25, "A"), (0.02, "C")), "1": ((0.2, "A"), (0.1, "A"))})
+    line = sweep.story_line("x_k1", "sampled k1", sweep.story(nca_breaks, seeds), st, "x")
+    assert "NCA regime A in 1 of 2" in line and "**the estimator changes the story**" in line
+    worse = reps("x_k1", {"0": ((0.25, "A"), (0.3, "C")), "1": ((0.2, "A"), (0.05, "C"))})
+    assert not sweep.story(worse, seeds)["holds"]
+    opd_fine = reps("x_k1", {"0": ((0.25, "A"), (0.02, "C")), "1": ((0.0, "C"), (0.0, "C"))})
+    assert not sweep.story(opd_fine, seeds)["holds"]
+    no_harm = reps("x", {"0": ((None, "C"), (None, "C"))})  # nothing right without c
+    line = sweep.story_line("x_k1", "topk", sweep.story(no_harm, {"0"}),
+                            sweep.story(no_harm, {"0"}), "x")
+    assert "no OPD/NCA seed pair" in line and "**not judged" in line

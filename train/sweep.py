@@ -147,13 +147,48 @@ def estimator_of(figs: Path) -> str:
     return ", ".join(sorted(kinds)) or "not recorded"
 
 
+def story(reports: dict[str, dict], seeds: set[str]) -> dict:
+    """Does the paper's story hold in one setting's students on `seeds`? OPD's regime per seed
+    (A: c hurts, from the interval of win_c - win_no_c) and OPD - NCA harm per seed pair (the
+    same seed: same levels, same sampling seed)."""
+    by = {(m.group(1), m.group(2)): r for n, r in reports.items() if (m := RUN.search(n))
+          and m.group(2) in seeds}
+    pairs = sorted(s for (meth, s) in by if meth == "opd" and ("nca", s) in by
+                   and by["opd", s].get("harm") is not None
+                   and by["nca", s].get("harm") is not None)
+    opd = [r["regime"] for (meth, _), r in sorted(by.items()) if meth == "opd"]
+    nca = [r["regime"] for (meth, _), r in sorted(by.items()) if meth == "nca"]
+    gaps = [by["opd", s]["harm"] - by["nca", s]["harm"] for s in pairs]
+    return {"opd_a": opd.count("A"), "opd_n": len(opd), "nca_a": nca.count("A"),
+            "nca_n": len(nca), "gaps": gaps,
+            "holds": bool(opd) and opd.count("A") == len(opd) and bool(gaps)
+            and all(g > 0 for g in gaps) and "A" not in nca}
+
+
+def story_line(row: str, est: str, mine: dict, full: dict, full_name: str) -> str:
+    def part(st: dict) -> str:
+        gaps = st["gaps"]
+        harm = (f"OPD - NCA harm {fmt(gaps)}, above 0 in {sum(g > 0 for g in gaps)} of "
+                f"{len(gaps)} seed pairs" if gaps else "no OPD/NCA seed pair")
+        return (f"OPD regime A in {st['opd_a']} of {st['opd_n']} seeds; {harm}; NCA regime A "
+                f"in {st['nca_a']} of {st['nca_n']}")
+    if mine["holds"]:
+        verdict = "the story holds (OPD degrades in every seed, NCA's harm is lower in every pair)"
+    elif full["holds"]:
+        verdict = "the estimator changes the story"
+    else:
+        verdict = "not judged: the story does not hold with the full KL either"
+    return (f"- {row} ({est}): {part(mine)}. Full KL ({full_name}, same seeds): {part(full)}. "
+            f"**{verdict}**")
+
+
 def estimator_table(figures: Path = Path("figures")) -> str:
     """Does the KL estimator change the outcome? Each estimator row beside its full-vocabulary
     row on the same seeds: per method, the mean (min to max) over seeds of the held-out rates,
     regimes per seed, and the teacher (every student's step 0) as the null."""
     head = ("| setting | estimator | method | seeds | win no c | win c | harm | help | "
             "rel_len_both | regimes |")
-    lines, pending = [head, "|" + "---|" * 10], []
+    lines, pending, stories = [head, "|" + "---|" * 10], [], []
     from train.reproduce import SETTINGS
 
     for row, full in ESTIMATOR_ROWS.items():
@@ -166,6 +201,8 @@ def estimator_table(figures: Path = Path("figures")) -> str:
                for name in (full, row)}
         seeds = {m.group(2) for n in rep[row] if (m := RUN.search(n))}
         base = next(r for n, r in rep[row].items() if n.endswith("_base"))
+        stories.append(story_line(row, estimator_of(figures / row), story(rep[row], seeds),
+                                  story(rep[full], seeds), full))
         lines.append(f"| {row} | (teacher: step 0) | - | - | {base['win_no_c']:.3f} | "
                      f"{base['win_c']:.3f} | {base['harm']:.3f} | {base['help']:.3f} | "
                      f"{100 * base['rel_len_both']:+.1f}% | {base['regime']} |")
@@ -189,7 +226,9 @@ def estimator_table(figures: Path = Path("figures")) -> str:
         "\n\nSame seeds in both rows (seeds the estimator row ran); cells: mean (min to max) "
         "over seeds, held-out items of the task (1000 Sokoban levels); harm = P(lost with c | "
         "won without c), help = P(won with c | lost without c); regimes per seed (A: context "
-        "hurts, B: still needed, C: irrelevant). The teacher is every student's step 0.")
+        "hurts, B: still needed, C: irrelevant). The teacher is every student's step 0.\n\n"
+        "Does the story survive the estimator? (per seed: OPD's regime, and OPD - NCA harm on "
+        "the same seed; the full-KL students of the same seeds beside)\n" + "\n".join(stories))
     if pending:
         out += "\n\nEstimator rows not trained yet:\n" + "\n".join(pending)
     return out
