@@ -108,6 +108,10 @@ def test_reading_c_separates_robust_from_blind(tmp_path):
                            "seeds needed") and "teacher 0.600" in c[2]
     reads = write_ctl({"t_base": base, **{f"t_nca_s{i}": ctl(0.2, 0.1, 0.3) for i in range(3)}})
     assert claims.nca_reads_context(reads)[3] == "reproduced"
+    some = write_ctl({"t_base": base, "t_nca_s0": ctl(0.02, 0.005, 0.04),
+                      **{f"t_nca_s{i}": ctl(0.004, -0.01, 0.02) for i in (1, 2)}})
+    assert claims.nca_reads_context(some)[3] == ("partly (1 of 3 seeds' intervals above 0; NCA "
+                                                 "reads_c at most 0.020, the teacher's 0.600)")
     assert claims.nca_reads_context(tmp_path / "nowhere")[3] == "not measured"
 
 

@@ -381,6 +381,10 @@ def nca_reads_context(figs: Path) -> Claim:
     verdict = _verdict(flags) if nca else "not measured"
     if nca and not any(flags):
         verdict = "not reproduced: NCA is blind to what c says"
+    elif nca and not all(flags):  # how many seeds, and how much against the teacher
+        verdict += (f" ({sum(flags)} of {len(flags)} seeds' intervals above 0; NCA reads_c at "
+                    f"most {max(c['reads_c'] for c in nca):.3f}"
+                    + (f", the teacher's {base[0]['reads_c']:.3f})" if base else ")"))
     if nca and len(nca) < 3:
         verdict += f" (in {_seeds(reps, 'nca')}; 3 seeds needed to generalise)"
     return ("NCA still reads c (not blind to it)",
