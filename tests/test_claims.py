@@ -172,6 +172,23 @@ def test_nca_improves_no_c_uses_paired_intervals_per_seed(tmp_path):
     (tmp_path / "context_control.json").write_text(json.dumps({"reports": {
         "t_opd_s0": rep(opd), "t_nca_s0": rep(opd)}}))
     assert claims.nca_improves_no_c(tmp_path)[3] == "not reproduced"
+    # mixed seeds: better in two, worse in one -> partly with the counts; as many worse as
+    # better -> not reproduced
+    ones, zeros = [i for i, o in enumerate(opd) if o], [i for i, o in enumerate(opd) if not o]
+    noisy = list(opd)  # as many items gained as lost: an interval around 0
+    for i in ones[:10] + zeros[:10]:
+        noisy[i] = 1 - noisy[i]
+    mixed = {"t_opd_s0": rep(opd), "t_nca_s0": rep(better), "t_opd_s1": rep(opd),
+             "t_nca_s1": rep(better), "t_opd_s2": rep(better), "t_nca_s2": rep(opd),
+             "t_opd_s3": rep(opd), "t_nca_s3": rep(noisy)}
+    (tmp_path / "context_control.json").write_text(json.dumps({"reports": mixed}))
+    assert claims.nca_improves_no_c(tmp_path)[3] == ("partly (2 seed pairs better, 1 worse, 1 "
+                                                     "within the interval)")
+    mixed["t_opd_s1"] = rep(better)
+    mixed["t_nca_s1"] = rep(opd)
+    (tmp_path / "context_control.json").write_text(json.dumps({"reports": mixed}))
+    assert claims.nca_improves_no_c(tmp_path)[3] == ("not reproduced (1 seed pairs better, 2 "
+                                                     "worse, 1 within the interval)")
 
 
 def test_orthogonality_pools_the_opd_seeds(tmp_path):

@@ -325,7 +325,8 @@ def nca_improves_no_c(figs: Path) -> Claim:
     (the same seed) on the same held-out items, with a 95% paired cluster-bootstrap interval
     over the task's units (needs per-item results: context_control.json, or a
     context_return.json written since evaluate records them). Reproduced: every seed's
-    interval lies above 0; not reproduced: none does."""
+    interval lies above 0; not reproduced: none does, or no more lie above 0 than below;
+    partly otherwise, with the counts."""
     from nca_interp.bootstrap import cluster_indices, percentile_ci
 
     src = next((f for f in (figs / "context_control.json", figs / "context_return.json")
@@ -351,6 +352,12 @@ def nca_improves_no_c(figs: Path) -> Claim:
                 "not measurable (needs OPD and NCA of the same seed)")
     flags = [lo > 0 for lo, _ in cis]
     verdict = _verdict(flags)
+    worse = sum(hi < 0 for _, hi in cis)
+    if verdict == "partly":  # seeds where NCA is worse count against the ones where it is better
+        if worse >= sum(flags):
+            verdict = "not reproduced"
+        verdict += (f" ({sum(flags)} seed pairs better, {worse} worse, "
+                    f"{len(cis) - sum(flags) - worse} within the interval)")
     if verdict == "reproduced" and len(flags) < 3:
         verdict = f"in the {len(flags)} seed pair{'s' * (len(flags) != 1)} measured (3 needed)"
     return ("NCA improves accuracy without c (vs OPD, same seed)",
