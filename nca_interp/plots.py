@@ -187,23 +187,40 @@ def grad_align_figure(report: dict) -> go.Figure:
 
 
 def grad_align_over_steps(report: dict) -> go.Figure:
-    """Cross-fitted angles over training (solid) with each term's noise floor (dotted)."""
+    """Angles between the loss terms' gradients over training (solid): the noise-corrected
+    angle with its 95% jackknife interval where grad_align ran with --parts (what the claims
+    judge), else the cross-fitted angle; each term's noise floor dotted."""
     steps = report.get("steps") or list(range(len(report["results"])))
     fig = go.Figure()
     names = list(report["results"])
-    first = report["results"][names[0]]["global"]
-    for p in first["angle_xfit_deg"]:
-        fig.add_trace(go.Scatter(x=steps, y=[report["results"][n]["global"]["angle_xfit_deg"][p]
-                                             for n in names], name=p, mode="lines+markers"))
-    for t in first["self_angle_deg"]:
-        fig.add_trace(go.Scatter(x=steps, y=[report["results"][n]["global"]["self_angle_deg"][t]
-                                             for n in names], name=f"floor {t}",
-                                 mode="lines", line={"dash": "dot"}))
+    cells = [report["results"][n]["global"] for n in names]
+    corrected = all(c.get("parts") for c in cells)
+    for p in cells[0]["angle_xfit_deg"]:
+        if corrected:
+            part = [c["parts"]["pairs"][p] for c in cells]
+            y = [q["angle_corrected_deg"] for q in part]
+            ci = [q.get("angle_ci95_deg") or [None, None] for q in part]
+            err = {"type": "data", "symmetric": False,
+                   "array": [None if a is None or hi is None else hi - a
+                             for a, (_, hi) in zip(y, ci)],
+                   "arrayminus": [None if a is None or lo is None else a - lo
+                                  for a, (lo, _) in zip(y, ci)]}
+            fig.add_trace(go.Scatter(x=steps, y=y, error_y=err, name=p, mode="lines+markers"))
+        else:
+            fig.add_trace(go.Scatter(x=steps, y=[c["angle_xfit_deg"][p] for c in cells], name=p,
+                                     mode="lines+markers"))
+    for t in cells[0]["self_angle_deg"]:
+        fig.add_trace(go.Scatter(x=steps, y=[c["self_angle_deg"][t] for c in cells],
+                                 name=f"floor {t}", mode="lines", line={"dash": "dot"}))
     fig.add_hline(y=90, line_dash="dot", annotation_text="orthogonal (90 deg)")
     run = Path(str(report["config"]["ckpt"][0])).parent.parent.name if report.get("config") \
         else ""
-    fig.update_layout(title=f"{report.get('task', '')} {run}: cross-fitted gradient angles over "
-                            "training (solid) and each term's noise floor (dotted)",
+    what = ("noise-corrected angles (whiskers: 95% jackknife intervals over random half "
+            "splits)" if corrected else "cross-fitted angles (no --parts: uncorrected)")
+    fig.update_layout(title=f"{report.get('task', '')} {run}: gradient angles over training"
+                            f"<br><sup>solid: {what}; dotted: each term's noise floor (its two "
+                            "half batches' angle)</sup>",
+                      margin={"t": 110},
                       xaxis_title="distillation step", yaxis_title="degrees",
                       yaxis=dict(range=[0, 180]), height=450, autosize=True)
     return fig

@@ -174,3 +174,28 @@ def test_part_statistics_recover_the_truth_and_pass_the_positive_control():
     r2 = grad_align.alignment_of(gram_of(two), "global", ["a", "b", "z"], {1: 1.0, 2: 1.0},
                                  detail=True)
     assert "parts" not in r2 and r2["angle_xfit_deg"]["a~b"] is None and r2["snr"]["a"] < 1
+
+
+def test_angles_over_training_draw_what_the_claims_judge():
+    """With --parts the figure over training draws the noise-corrected angle with its jackknife
+    interval (the verdicts' statistic), not the raw cross-fitted one; without, the raw one,
+    said in the title."""
+    from nca_interp import plots
+
+    def cell(raw, corrected, lo, hi):
+        return {"global": {"angle_xfit_deg": {"opd~ctx": raw}, "self_angle_deg": {"opd": 20.0},
+                           "parts": {"pairs": {"opd~ctx": {"angle_corrected_deg": corrected,
+                                                           "angle_ci95_deg": [lo, hi]}}}}}
+
+    report = {"task": "t", "steps": [50, 100],
+              "results": {"a": cell(60.0, 80.0, 70.0, 95.0), "b": cell(50.0, 88.0, 85.0, 89.0)}}
+    fig = plots.grad_align_over_steps(report)
+    line = next(t for t in fig.data if t.name == "opd~ctx")
+    assert list(line.y) == [80.0, 88.0]
+    assert list(line.error_y.array) == [15.0, 1.0] and list(line.error_y.arrayminus) == [10.0, 3.0]
+    assert "noise-corrected" in fig.layout.title.text
+    for c in report["results"].values():
+        del c["global"]["parts"]
+    fig = plots.grad_align_over_steps(report)
+    assert list(next(t for t in fig.data if t.name == "opd~ctx").y) == [60.0, 50.0]
+    assert "uncorrected" in fig.layout.title.text
