@@ -218,9 +218,9 @@ def grad_align_over_steps(report: dict) -> go.Figure:
     what = ("noise-corrected angles (whiskers: 95% jackknife intervals over random half "
             "splits)" if corrected else "cross-fitted angles (no --parts: uncorrected)")
     fig.update_layout(title=f"{report.get('task', '')} {run}: gradient angles over training"
-                            f"<br><sup>solid: {what}; dotted: each term's noise floor (its two "
-                            "half batches' angle)</sup>",
-                      margin={"t": 110},
+                            f"<br><sup>solid: {what};<br>dotted: each term's noise floor (its "
+                            "two half batches' angle)</sup>",
+                      margin={"t": 130},
                       xaxis_title="distillation step", yaxis_title="degrees",
                       yaxis=dict(range=[0, 180]), height=450, autosize=True)
     return fig
