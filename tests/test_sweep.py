@@ -152,3 +152,28 @@ def test_estimator_story_is_judged_per_seed_against_the_full_kl():
     line = sweep.story_line("x_k1", "topk", sweep.story(no_harm, {"0"}),
                             sweep.story(no_harm, {"0"}), "x")
     assert "no OPD/NCA seed pair" in line and "**not judged" in line
+
+
+def test_estimator_story_needs_each_pair_clear_of_its_paired_interval():
+    """With per-item results, a seed pair counts only when its paired interval over the
+    held-out items stands above 0: a gap of 0.01 on 300 items is a point above 0 but not a
+    difference, so the story does not hold on it; a gap of 0.3 does."""
+    def rep(n_lost: int, regime: str, units=None, first: int = 0) -> dict:
+        won_c = [not first <= i < first + n_lost for i in range(300)]
+        return {"harm": n_lost / 300, "regime": regime,
+                "items": {"unit": units or [f"L{i}" for i in range(300)],
+                          "won_no_c": [True] * 300, "won_c": won_c}}
+
+    clear = {"x_opd_s0": rep(90, "A"), "x_nca_s0": rep(0, "C")}
+    st = sweep.story(clear, {"0"})
+    assert st["holds"] and st["clear"] == 1 and st["lows"][0] > 0.2
+    close = {"x_opd_s0": rep(9, "A"), "x_nca_s0": rep(6, "C", first=100)}  # other levels
+    st = sweep.story(close, {"0"})
+    assert st["gaps"][0] == pytest.approx(0.01) and st["lows"][0] < 0
+    assert not st["holds"] and st["clear"] == 0
+    line = sweep.story_line("x_k1", "topk", st, sweep.story(clear, {"0"}), "x")
+    assert "its paired interval above 0 in 0 of 1" in line
+    assert "**the estimator changes the story**" in line
+    other = {"x_opd_s0": rep(90, "A"), "x_nca_s0": rep(0, "C", [f"M{i}" for i in range(300)])}
+    with pytest.raises(ValueError, match="not evaluated on the same items"):
+        sweep.story(other, {"0"})

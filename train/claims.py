@@ -101,47 +101,50 @@ def nca_prevents(figs: Path) -> Claim:
 
 def pooled_harm_gap(figs: Path) -> tuple[float, tuple[float, float], int] | None:
     """OPD's harm minus NCA's, pooled over the seeds and paired by seed on the same held-out
-    items, with a 95% bootstrap interval over (seed, unit) clusters: a resample draws the
-    clusters with replacement and takes every item of each for both methods, so a seed's
-    facts (or levels) move together and OPD and NCA stay paired. Harm pooled = items lost with
-    c among those won without c, over all seeds. None without per-item results (evaluate
-    records them) for OPD and NCA of one seed."""
-    from nca_interp.bootstrap import cluster_indices, percentile_ci
-
+    items (`paired_harm_gap`). None without per-item results (evaluate records them) for OPD
+    and NCA of one seed."""
     for src in (figs / "context_return.json", figs / "context_control.json"):
         if not src.exists():
             continue
         reps = json.loads(src.read_text())["reports"]
-        cols: dict[str, list] = {"o0": [], "o1": [], "n0": [], "n1": [], "cluster": []}
+        pairs = []
         for name, r in reps.items():
             m = re.search(r"^(.*)_nca_(s\d+)$", name)
             o = reps.get(f"{m.group(1)}_opd_{m.group(2)}") if m else None
-            if o is None or "items" not in r or "items" not in o:
-                continue
-            if r["items"]["unit"] != o["items"]["unit"]:
-                raise ValueError(f"{src}: {name} and its OPD seed were not evaluated on the "
-                                 "same items; re-run the evaluation")
-            cols["o0"] += o["items"]["won_no_c"]
-            cols["o1"] += o["items"]["won_c"]
-            cols["n0"] += r["items"]["won_no_c"]
-            cols["n1"] += r["items"]["won_c"]
-            cols["cluster"] += [f"{m.group(2)}|{u}" for u in r["items"]["unit"]]
-        if cols["cluster"]:
-            break
-    else:
-        return None
+            if o is not None and "items" in r and "items" in o:
+                pairs.append((m.group(2), o, r))
+        if pairs:
+            return paired_harm_gap(pairs, where=f"{src}: ")
+    return None
+
+
+def paired_harm_gap(pairs: list[tuple[str, dict, dict]], where: str = "",
+                    ) -> tuple[float, tuple[float, float], int]:
+    """OPD's harm minus NCA's over (seed, OPD report, NCA report) pairs evaluated on the same
+    held-out items, with a 95% bootstrap interval over (seed, unit) clusters: a resample draws
+    the clusters with replacement and takes every item of each for both methods, so a seed's
+    facts (or levels) move together and OPD and NCA stay paired. Harm pooled = items lost with
+    c among those won without c, over all pairs. One pair gives that seed pair's own interval."""
+    from nca_interp.bootstrap import cluster_indices, percentile_ci
+
+    cols: dict[str, list] = {"o0": [], "o1": [], "n0": [], "n1": [], "cluster": []}
+    for seed, o, n in pairs:
+        if n["items"]["unit"] != o["items"]["unit"]:
+            raise ValueError(f"{where}OPD and NCA of seed {seed} were not evaluated on the "
+                             "same items; re-run the evaluation")
+        cols["o0"] += o["items"]["won_no_c"]
+        cols["o1"] += o["items"]["won_c"]
+        cols["n0"] += n["items"]["won_no_c"]
+        cols["n1"] += n["items"]["won_c"]
+        cols["cluster"] += [f"{seed}|{u}" for u in n["items"]["unit"]]
     a = {k: np.asarray(v, bool) for k, v in cols.items() if k != "cluster"}
 
-    def harm(w0: np.ndarray, w1: np.ndarray) -> float:
-        return float((w0 & ~w1).sum() / w0.sum()) if w0.any() else float("nan")
-
     def gap(i) -> float:
-        return harm(a["o0"][i], a["o1"][i]) - harm(a["n0"][i], a["n1"][i])
+        return _pooled_harm(a["o0"][i], a["o1"][i]) - _pooled_harm(a["n0"][i], a["n1"][i])
 
     boots = np.array([gap(i) for i in cluster_indices(cols["cluster"], 2000, 0)])
     lo, hi = percentile_ci(boots, nan=True)
-    n_pairs = len({c.split("|", 1)[0] for c in cols["cluster"]})
-    return gap(np.arange(len(cols["cluster"]))), (float(lo), float(hi)), n_pairs
+    return gap(np.arange(len(cols["cluster"]))), (float(lo), float(hi)), len(pairs)
 
 
 # Settings judged together: one claim table over every member's seeds (same task and
