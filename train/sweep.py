@@ -242,7 +242,8 @@ def estimator_table(figures: Path = Path("figures")) -> str:
         "won without c), help = P(won with c | lost without c); regimes per seed (A: context "
         "hurts, B: still needed, C: irrelevant). The teacher is every student's step 0.\n\n"
         "Does the story survive the estimator? (per seed: OPD's regime, and OPD - NCA harm on "
-        "the same seed; the full-KL students of the same seeds beside)\n" + "\n".join(stories))
+        "the same seed with its paired 95% interval over the held-out items; the full-KL "
+        "students of the same seeds beside)\n" + "\n".join(stories))
     if pending:
         out += "\n\nEstimator rows not trained yet:\n" + "\n".join(pending)
     return out
