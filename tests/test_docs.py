@@ -114,3 +114,17 @@ def test_every_setting_page_is_its_generated_report():
                 "--write"
             checked += 1
     assert checked >= 8
+
+
+def test_every_generated_page_is_on_the_docs_site():
+    """Each figures/<folder>/README.md is embedded by a docs/results page, and each such page
+    is in mkdocs.yml's nav: a setting published without a page is invisible on the site."""
+    nav = (ROOT / "mkdocs.yml").read_text()
+    embedded = {}
+    for page in (ROOT / "docs" / "results").glob("*.md"):
+        for target in re.findall(r'--8<-- "figures/([^/"]+)/README\.md"', page.read_text()):
+            embedded[target] = page.name
+    for readme in sorted((ROOT / "figures").glob("*/README.md")):
+        name = readme.parent.name
+        assert name in embedded, f"figures/{name}/README.md has no docs/results page"
+        assert f"results/{embedded[name]}" in nav, f"docs/results/{embedded[name]} not in nav"
