@@ -106,13 +106,20 @@ def test_reading_c_separates_robust_from_blind(tmp_path):
     c = claims.nca_reads_context(blind)
     assert c[3].startswith("not reproduced: NCA is blind to what c says (in seeds 0, 1; 3 "
                            "seeds needed") and "teacher 0.600" in c[2]
-    reads = write_ctl({"t_base": base, **{f"t_nca_s{i}": ctl(0.2, 0.1, 0.3) for i in range(3)}})
+    reads = write_ctl({"t_base": base, **{f"t_nca_s{i}": ctl(0.4, 0.3, 0.5) for i in range(3)}})
     assert claims.nca_reads_context(reads)[3] == "reproduced"
     some = write_ctl({"t_base": base, "t_nca_s0": ctl(0.02, 0.005, 0.04),
                       **{f"t_nca_s{i}": ctl(0.004, -0.01, 0.02) for i in (1, 2)}})
     assert claims.nca_reads_context(some)[3] == ("partly (1 of 3 seeds' intervals above 0; NCA "
                                                  "reads_c at most 0.020, the teacher's 0.600)")
     assert claims.nca_reads_context(tmp_path / "nowhere")[3] == "not measured"
+    # every seed measurably reads c, but at a sliver of the teacher's use: close to blind
+    sliver = write_ctl({"t_base": base, **{f"t_nca_s{i}": ctl(0.03, 0.02, 0.04) for i in range(3)}})
+    assert claims.nca_reads_context(sliver)[3] == (
+        "partly (every seed's interval above 0, but NCA reads_c 0.030 is 5% of the teacher's "
+        "0.600, under the 50% the rule asks)")
+    half = write_ctl({"t_base": base, **{f"t_nca_s{i}": ctl(0.3, 0.2, 0.4) for i in range(3)}})
+    assert claims.nca_reads_context(half)[3] == "reproduced"
 
 
 def test_identical_views_are_not_judged_when_different_items_reach_the_threshold(tmp_path):
@@ -301,18 +308,21 @@ def test_pooled_claims_over_two_knowledge_bases(tmp_path):
     seed_lo = float(harm.split("[")[1].split(",")[0])
     fact_lo = float(harm.split("[")[2].split(",")[0])
     assert seed_lo > 0 and fact_lo == 0 and one[3] == "not reproduced"
-    def control(lo):  # every run's reads_c with its interval
+    def control(lo, teacher=0.3):  # every run's reads_c with its interval
         for kb in (0, 1):
             reps = {f"kb{kb}_{m}_s{s}": {"control": {"reads_c": lo + 0.1,
                                                      "reads_c_ci95": [lo, lo + 0.2]}}
                     for m in ("opd", "nca") for s in range(4)}
-            reps["t_base"] = {"control": {"reads_c": 0.5, "reads_c_ci95": [0.3, 0.7]}}
+            reps["t_base"] = {"control": {"reads_c": teacher, "reads_c_ci95": [0.1, 0.7]}}
             (tmp_path / f"kb{kb}" / "context_control.json").write_text(
                 json.dumps({"reports": reps}))
         return claims.pooled_claims(("kb0", "kb1"), tmp_path)[2]
 
     assert control(-0.1)[3] == "not reproduced: NCA is blind to what c says (0 of 8 seeds read c)"
     assert control(0.1)[3] == "reproduced (8 of 8 seeds read c)"
+    assert control(0.1, teacher=0.8)[3] == (
+        "partly (8 of 8 seeds read c, but NCA reads_c 0.200 is 25% of the teachers' mean "
+        "0.800, under the 50% the rule asks)")
     none = write(opd_lost=0, nca_lost=0, regime_opd="C")
     assert none[0][3].startswith("not reproduced") and none[1][3].startswith("not measurable")
 

@@ -257,11 +257,13 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
                     if re.search(rf"_{meth}_s\d+$", n)] for meth in ("opd", "nca")}
     reads["base"] = [r["control"] for rep in ctl.values() for n, r in rep.items()
                      if not re.search(r"_(opd|nca)_s\d+$", n)]
-    clear = [c["reads_c_ci95"][0] is not None and c["reads_c_ci95"][0] > 0 for c in reads["nca"]]
-    read_verdict = "not measured" if not clear else _verdict(clear) if any(clear) else \
-        "not reproduced: NCA is blind to what c says"
+    teachers = [c["reads_c"] for c in reads["base"]]
+    read_verdict, clear, share = reads_c_verdict(
+        reads["nca"], float(np.mean(teachers)) if teachers else None)
     if clear:
-        read_verdict += f" ({sum(clear)} of {len(clear)} seeds read c)"
+        share = share.replace("the teacher's", "the teachers' mean")
+        read_verdict += f" ({sum(clear)} of {len(clear)} seeds read c" + \
+            (f", but {share})" if share else ")")
     return [
         ("OPD students break when c returns (pooled)",
          f"OPD: accuracy with c - without {fmt(delta, '+')}; harm {fmt(opd)}; per-seed "
@@ -369,12 +371,39 @@ def nca_improves_no_c(figs: Path) -> Claim:
             verdict)
 
 
+# How much of the teacher's use of c an NCA student must keep to count as reading c: a student
+# whose reads_c is a sliver of the teacher's is measurably not blind, but close to it.
+READS_C_SHARE = 0.5
+
+
+def reads_c_verdict(nca: list[dict], teacher: float | None) -> tuple[str, list[bool], str]:
+    """The verdict on NCA reading c from its seeds' control cells (reads_c with its 95%
+    interval) and the teacher's reads_c: reproduced when every seed's interval lies above 0 and
+    their mean is at least READS_C_SHARE of the teacher's; partly when some do, or all do at
+    less than that share; not reproduced when none does. Also each seed's flag and, where the
+    share decided, what it was."""
+    flags = [c["reads_c_ci95"][0] is not None and c["reads_c_ci95"][0] > 0 for c in nca]
+    if not nca:
+        return "not measured", flags, ""
+    if not any(flags):
+        return "not reproduced: NCA is blind to what c says", flags, ""
+    mean = float(np.mean([c["reads_c"] for c in nca]))
+    if all(flags) and teacher is not None and teacher > 0 and mean < READS_C_SHARE * teacher:
+        return "partly", flags, (f"NCA reads_c {mean:.3f} is {mean / teacher:.0%} of the "
+                                 f"teacher's {teacher:.3f}, under the {READS_C_SHARE:.0%} the "
+                                 "rule asks")
+    return _verdict(flags), flags, ""
+
+
 def nca_reads_context(figs: Path) -> Claim:
     """Robust, not blind: NCA still uses what c says. Each checkpoint is evaluated with c and
     with a control context of c's form that is wrong for the item (`evaluate --control`);
     reads_c = accuracy with c - with the control. Reproduced: every NCA seed's 95% interval of
-    reads_c lies above 0; not reproduced: every one includes 0 or lies below (NCA ignores c, so
-    'no harm' is blindness). The teacher's and OPD's reads_c are the reference."""
+    reads_c lies above 0 and the NCA seeds' mean reads_c is at least READS_C_SHARE of the
+    teacher's; partly: some seeds' intervals above 0, or all of them at less than that share
+    (the size against the teacher is named); not reproduced: every one includes 0 or lies
+    below (NCA ignores c, so 'no harm' is blindness). The teacher's and OPD's reads_c are the
+    reference."""
     f = figs / "context_control.json"
     if not f.exists():
         return ("NCA still reads c (not blind to it)", "not measured",
@@ -387,14 +416,14 @@ def nca_reads_context(figs: Path) -> Claim:
 
     nca, opd = cells("nca"), cells("opd")
     base = [r["control"] for n, r in reps.items() if not re.search(r"_(opd|nca)_s\d+$", n)]
-    flags = [c["reads_c_ci95"][0] is not None and c["reads_c_ci95"][0] > 0 for c in nca]
-    verdict = _verdict(flags) if nca else "not measured"
-    if nca and not any(flags):
-        verdict = "not reproduced: NCA is blind to what c says"
-    elif nca and not all(flags):  # how many seeds, and how much against the teacher
+    teacher = base[0]["reads_c"] if base else None
+    verdict, flags, share = reads_c_verdict(nca, teacher)
+    if verdict == "partly" and not all(flags):  # how many seeds, how much against the teacher
         verdict += (f" ({sum(flags)} of {len(flags)} seeds' intervals above 0; NCA reads_c at "
                     f"most {max(c['reads_c'] for c in nca):.3f}"
-                    + (f", the teacher's {base[0]['reads_c']:.3f})" if base else ")"))
+                    + (f", the teacher's {teacher:.3f})" if base else ")"))
+    elif verdict == "partly":
+        verdict += f" (every seed's interval above 0, but {share})"
     if nca and len(nca) < 3:
         verdict += f" (in {_seeds(reps, 'nca')}; 3 seeds needed to generalise)"
     return ("NCA still reads c (not blind to it)",
