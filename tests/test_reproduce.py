@@ -315,3 +315,37 @@ def test_a_retrained_run_replaces_its_recorded_training(tmp_path):
     manifest.data["files"][str(final)] = kept
     reproduce.record_training_time(manifest, run, final, ["--seed", "0"], "train.distill")
     assert manifest.data["files"][str(final)]["seconds"] == 123.0
+
+
+def test_pipeline_time_adds_up_over_resumes_but_not_over_a_full_rebuild(tmp_path):
+    """A resumed pipeline's wall time adds to what earlier invocations spent on the outputs it
+    kept; one that rebuilt all of the setting's own outputs (only the shared teacher's stages up
+    to date) reports its own time, and an earlier invocation's note on how it ran is dropped."""
+    import json
+    import time
+
+    from train.reproduce import Manifest, ReproduceConfig, finish
+
+    def run(skipped, ran=1, before=600.0):
+        path = tmp_path / "manifest.json"
+        path.write_text(json.dumps({"files": {}, "pipeline_seconds": before,
+                                    "note": "students trained outside"}))
+        m = Manifest(path, ReproduceConfig())
+        m.ran, m.skipped = ran, skipped
+        finish(m, time.time() - 30.0, m.cfg)
+        return json.loads(path.read_text())
+
+    rebuilt = run(["teacher", "teacher evaluation (plan)"])
+    assert rebuilt["pipeline_seconds"] == pytest.approx(30.0, abs=2) and "note" not in rebuilt
+    resumed = run(["teacher", "opd seed 0"])
+    assert resumed["pipeline_seconds"] == pytest.approx(630.0, abs=2)
+    assert resumed["note"] == "students trained outside"
+    assert run([], ran=0)["pipeline_seconds"] == 600.0  # render-only
+    # a stage whose output is up to date is counted as skipped, and not run
+    from train.reproduce import stage
+
+    out = tmp_path / "x.json"
+    out.write_text("{}")
+    m = Manifest(tmp_path / "m2.json", ReproduceConfig())
+    stage("layer_sim", m, [out], lambda cfg: pytest.fail("ran"), m.cfg, positional=None)
+    assert m.skipped == ["layer_sim"] and m.ran == 0
