@@ -23,8 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from nca_interp import evaluate, grad_align, layer_sim, param_delta, patching, trajectory
-from nca_interp.checkpoint import (git_commit, latest_step_checkpoint, read_run_config,
-                                   verify_folder)
+from nca_interp.checkpoint import git_commit, latest_step_checkpoint, read_run_config, verify_folder
 from nca_interp.cli import argv_of, entry, parse_config, same_config, to_dict, write_json
 from nca_interp.errors import RunError, UsageError
 from train import distill, sft
