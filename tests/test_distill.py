@@ -45,6 +45,17 @@ def test_resume_is_bit_identical(base, tmp_path, monkeypatch, method):
              (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]
     assert (tmp_path / "full" / "checkpoints" / "step_000002").is_dir()
+    # only the newest step checkpoint keeps the optimizer moments (resumed from above); the
+    # older one still loads, and names the newest if asked to resume
+    from nca_interp.checkpoint import CheckpointError, load_checkpoint, load_trainer_state
+
+    old, new = (tmp_path / "full" / "checkpoints" / f"step_00000{i}" for i in (2, 4))
+    assert not (old / "trainer_state.safetensors").exists()
+    assert (new / "trainer_state.safetensors").exists()
+    assert load_trainer_state(new)[1]["step"] == 4
+    load_checkpoint(old)  # its manifest was rewritten without the dropped file
+    with pytest.raises(CheckpointError, match="resume from the newest"):
+        load_trainer_state(old)
     record = json.loads((tmp_path / "full" / "metrics.jsonl").read_text().splitlines()[-1])
     assert {"opd", "sample_win", "response_len", "eval_win_c"} <= record.keys()
     assert ("nca" in record) == (method == "nca")

@@ -269,4 +269,7 @@ class Run:
         path = ckpt.save_checkpoint(self.dir / "checkpoints" / f"step_{step:06d}", model,
                                     tokenizer, self.config, (tensors, meta))
         ckpt.publish(path, self.dir)
+        for older in sorted((self.dir / "checkpoints").glob("step_*")):
+            if older.name < path.name and (older / "trainer_state.safetensors").exists():
+                ckpt.drop_optimizer_state(older)  # only the newest is resumed from
         return path
