@@ -298,6 +298,30 @@ def load_trainer_state(folder: str | Path) -> tuple[dict[str, torch.Tensor], dic
             json.loads((folder / "trainer_state.json").read_text()))
 
 
+def load_weights_into(model, folder: str | Path) -> None:
+    """Load a checkpoint folder's weights (every weight shard) into `model` in place, to resume
+    training it. A key the files leave out because it is tied to a saved one (a tied lm_head,
+    as in SmolLM2) is fine; any other missing or unexpected key is a CheckpointError."""
+    folder = Path(folder)
+    device = str(next(model.parameters()).device)
+    state: dict[str, torch.Tensor] = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        if f.name != "trainer_state.safetensors":
+            state.update(load_file(f, device=device))
+    params = model.state_dict(keep_vars=True)
+    shapes = [k for k, v in state.items() if k in params and params[k].shape != v.shape]
+    missing = [k for k in params if k not in state]
+    unexpected = [k for k in state if k not in params]
+    saved = {params[k].data_ptr() for k in state if k in params}
+    untied = [k for k in missing if params[k].data_ptr() not in saved]
+    if shapes or unexpected or untied:
+        raise CheckpointError(f"{folder} does not fit the model being resumed (shapes differ "
+                              f"{shapes[:3]}, missing {untied[:3]}, unexpected "
+                              f"{unexpected[:3]}); delete the run folder to train it from the "
+                              "start")
+    model.load_state_dict(state, strict=False)
+
+
 def drop_optimizer_state(folder: str | Path) -> None:
     """Delete a superseded step checkpoint's optimizer moments (twice its weights' size under
     Adam: a 135M-parameter run's 4 checkpoints took 6.6 GB, 4.3 GB of it optimizer state) and

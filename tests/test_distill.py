@@ -142,3 +142,38 @@ def test_estimators_train_and_resume_old_runs(base, tmp_path):
     distill.main(args(base, tmp_path / "old", "--steps", "3"))  # resumes: same config
     with pytest.raises(UsageError, match="different config"):
         distill.main(args(base, tmp_path / "old", "--steps", "4", "--kl", "sampled"))
+
+
+def test_a_tied_embedding_student_resumes(tok, tmp_path, monkeypatch):
+    """A student whose lm_head is tied to its embeddings (SmolLM2) is saved without lm_head;
+    resuming it loads the rest and keeps the tie, bit-identical to an uninterrupted run. A
+    checkpoint of another shape is refused, not half-loaded."""
+    from nca_interp.checkpoint import CheckpointError, load_weights_into
+
+    model = tiny(tok, arch="llama")
+    model.config.tie_word_embeddings = True
+    model.tie_weights()
+    base = save_checkpoint(tmp_path / "base", model, tok, {"task": TASK})
+    distill.main(args(base, tmp_path / "full", "--method", "nca"))
+    real_log = distill.Run.log
+
+    def killed(self, record):
+        real_log(self, record)
+        if record["step"] == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(distill.Run, "log", killed)
+    with pytest.raises(KeyboardInterrupt):
+        distill.main(args(base, tmp_path / "resumed", "--method", "nca"))
+    monkeypatch.undo()
+    distill.main(args(base, tmp_path / "resumed", "--method", "nca"))
+    a = load_file(tmp_path / "full" / "model.safetensors")
+    b = load_file(tmp_path / "resumed" / "model.safetensors")
+    assert "lm_head.weight" not in a and a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    step = tmp_path / "full" / "checkpoints" / "step_000002"
+    with pytest.raises(CheckpointError, match="shapes differ"):
+        load_weights_into(tiny(tok, arch="llama", d_model=64), step)
+    untied = tiny(tok, arch="llama")  # its own lm_head, which the tied file does not hold
+    with pytest.raises(CheckpointError, match=r"missing \['lm_head.weight'\]"):
+        load_weights_into(untied, step)

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
 from nca_interp import checkpoint as ckpt
 from nca_interp.cli import check_writable, finite_json
@@ -235,7 +234,7 @@ class Run:
         if last is None:
             return 0
         device = next(model.parameters()).device
-        model.load_state_dict(load_file(last / "model.safetensors", device=str(device)))
+        ckpt.load_weights_into(model, last)
         tensors, meta = ckpt.load_trainer_state(last)
         load_optimizer_state(opt, {k: v.to(device) if v.dim() else v
                                    for k, v in tensors.items()}, meta)
