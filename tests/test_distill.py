@@ -23,12 +23,13 @@ def args(base, out, *extra):
             "--lr", "1e-3", *extra]
 
 
-@pytest.mark.parametrize("method", ["opd", "nca"])
-def test_resume_is_bit_identical(base, tmp_path, monkeypatch, method):
+def full_and_resumed(base, tmp_path, monkeypatch, method):
+    """Train `method` uninterrupted into full/, and again into resumed/ killed after step 3's
+    update (before its checkpoint) then resumed; return both final weights."""
     distill.main(args(base, tmp_path / "full", "--method", method))
     real_log = distill.Run.log
 
-    def killed(self, record):  # die after step 3's update, before its checkpoint
+    def killed(self, record):
         real_log(self, record)
         if record["step"] == 3:
             raise KeyboardInterrupt
@@ -38,8 +39,13 @@ def test_resume_is_bit_identical(base, tmp_path, monkeypatch, method):
         distill.main(args(base, tmp_path / "resumed", "--method", method))
     monkeypatch.undo()
     distill.main(args(base, tmp_path / "resumed", "--method", method))
-    a = load_file(tmp_path / "full" / "model.safetensors")
-    b = load_file(tmp_path / "resumed" / "model.safetensors")
+    return (load_file(tmp_path / "full" / "model.safetensors"),
+            load_file(tmp_path / "resumed" / "model.safetensors"))
+
+
+@pytest.mark.parametrize("method", ["opd", "nca"])
+def test_resume_is_bit_identical(base, tmp_path, monkeypatch, method):
+    a, b = full_and_resumed(base, tmp_path, monkeypatch, method)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     steps = [json.loads(ln)["step"] for ln in
              (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
@@ -154,21 +160,7 @@ def test_a_tied_embedding_student_resumes(tok, tmp_path, monkeypatch):
     model.config.tie_word_embeddings = True
     model.tie_weights()
     base = save_checkpoint(tmp_path / "base", model, tok, {"task": TASK})
-    distill.main(args(base, tmp_path / "full", "--method", "nca"))
-    real_log = distill.Run.log
-
-    def killed(self, record):
-        real_log(self, record)
-        if record["step"] == 3:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(distill.Run, "log", killed)
-    with pytest.raises(KeyboardInterrupt):
-        distill.main(args(base, tmp_path / "resumed", "--method", "nca"))
-    monkeypatch.undo()
-    distill.main(args(base, tmp_path / "resumed", "--method", "nca"))
-    a = load_file(tmp_path / "full" / "model.safetensors")
-    b = load_file(tmp_path / "resumed" / "model.safetensors")
+    a, b = full_and_resumed(base, tmp_path, monkeypatch, "nca")
     assert "lm_head.weight" not in a and a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
     step = tmp_path / "full" / "checkpoints" / "step_000002"
