@@ -46,28 +46,36 @@ def test_readme_block_is_replaced_between_markers_only():
     assert sweep.replace_block("no markers", "x") == "no markers"
 
 
+def rep(w0, w1, regime, rel=0.05, n=1000):
+    return {**report(w0, w1, regime), "help": 0.2, "rel_len_both": rel, "n": n, "unit": "level"}
+
+
+def write_setting(root, name, kl, teacher, teacher_report, opd_reports):
+    """figures/<name>/ as a fresh clone holds it: the context-return reports of the teacher and
+    one OPD student per seed, and the manifest's training commands (runs/ never created)."""
+    figs, runs = root / "figs" / name, root / "runs"
+    figs.mkdir(parents=True)
+    reports, ckpts, files = {teacher: teacher_report}, [str(runs / teacher)], {}
+    for seed, r in opd_reports.items():
+        run = runs / f"{name}_opd_s{seed}"
+        files[f"{run}/checkpoints/step_000500"] = {"command": (
+            f"python -m train.distill --method opd --out {run} --beta 1.0 "
+            + (f"--kl {kl} " if kl else "") + f"--seed {seed}")}
+        reports[f"{name}_opd_s{seed}"] = r
+        ckpts.append(str(run))
+    (figs / "context_return.json").write_text(json.dumps(
+        {"config": {"context": "plan", "ckpt": ckpts}, "reports": reports}))
+    (figs / "manifest.json").write_text(json.dumps({"files": files}))
+
+
 def test_estimator_table_compares_the_same_seeds_and_names_each_estimator(tmp_path):
     """The estimator row sits beside its full-KL row on the seeds it ran (the full row's extra
     seeds are left out), each with the estimator its manifest's training commands record."""
-    def rep(w0, w1, regime, rel=0.05):
-        return {**report(w0, w1, regime), "help": 0.2, "rel_len_both": rel}
-
     for name, kl, wins in (("sokoban_long", None, {0: (0.9, 0.6), 1: (0.8, 0.7), 2: (0.1, 0.1)}),
                            ("sokoban_long_k1", "sampled", {0: (0.7, 0.7), 1: (0.5, 0.5)})):
-        figs, runs = tmp_path / "figs" / name, tmp_path / "runs"
-        figs.mkdir(parents=True)
-        reports, ckpts = {"sokoban_base": rep(0.9, 0.99, "B", -0.01)}, [str(runs / "base")]
-        files = {}
-        for seed, (w0, w1) in wins.items():
-            run = runs / f"{name}_opd_s{seed}"  # never created: a fresh clone has no runs/
-            files[f"{run}/checkpoints/step_000500"] = {"command": (
-                f"python -m train.distill --method opd --out {run} --beta 1.0 "
-                + (f"--kl {kl} " if kl else "") + f"--seed {seed}")}
-            reports[f"{name}_opd_s{seed}"] = rep(w0, w1, "A" if w1 < w0 else "C")
-            ckpts.append(str(run))
-        (figs / "context_return.json").write_text(json.dumps(
-            {"config": {"context": "plan", "ckpt": ckpts}, "reports": reports}))
-        (figs / "manifest.json").write_text(json.dumps({"files": files}))
+        write_setting(tmp_path, name, kl, "sokoban_base", rep(0.9, 0.99, "B", -0.01),
+                      {seed: rep(w0, w1, "A" if w1 < w0 else "C")
+                       for seed, (w0, w1) in wins.items()})
     text = sweep.estimator_table(tmp_path / "figs")
     full = next(ln for ln in text.splitlines() if ln.startswith("| sokoban_long |"))
     k1 = next(ln for ln in text.splitlines() if ln.startswith("| sokoban_long_k1 | sampled"))
@@ -177,3 +185,27 @@ def test_estimator_story_needs_each_pair_clear_of_its_paired_interval():
     other = {"x_opd_s0": rep(90, "A"), "x_nca_s0": rep(0, "C", [f"M{i}" for i in range(300)])}
     with pytest.raises(ValueError, match="not evaluated on the same items"):
         sweep.story(other, {"0"})
+
+
+def test_estimator_table_reads_a_fetched_teacher_and_undefined_rates(tmp_path):
+    """The real-model row: its teacher is the fetched model's folder (no `_base` name), nothing
+    is right without c so harm and rel_len_both are undefined, and its items are 48, not the
+    1000 Sokoban levels: the table shows '-' and says how many items each row used."""
+    def blind(w1, regime):
+        return {"win_no_c": 0.0, "win_c": w1, "harm": None, "help": w1, "rel_len_both": None,
+                "regime": regime, "n": 48, "unit": "fact"}
+
+    write_setting(tmp_path, "sokoban_long", None, "sokoban_base", rep(0.9, 0.99, "B"),
+                  {0: rep(0.9, 0.6, "A")})
+    write_setting(tmp_path, "sokoban_long_k1", "sampled", "sokoban_base", rep(0.9, 0.99, "B"),
+                  {0: rep(0.7, 0.6, "A")})
+    for name, kl in (("facts", None), ("facts_k1", "sampled")):
+        write_setting(tmp_path, name, kl, "smollm2-135m-instruct", blind(0.44, "B"),
+                      {0: blind(0.5, "B"), 1: blind(0.4, "B")})
+    text = sweep.estimator_table(tmp_path / "figs")
+    teacher = next(ln for ln in text.splitlines() if ln.startswith("| facts_k1 | (teacher"))
+    assert teacher == "| facts_k1 | (teacher: step 0) | - | - | 0.000 | 0.440 | - | 0.440 | - | B |"
+    k1 = next(ln for ln in text.splitlines() if ln.startswith("| facts_k1 | sampled"))
+    assert "| 0.450 (0.400 to 0.500) | - | 0.450 (0.400 to 0.500) | - | BB |" in k1
+    assert "(1000 items: sokoban_long_k1; 48 items: facts_k1)" in text
+    assert "- facts_k1 (sampled k1): OPD regime A in 0 of 2 seeds; no OPD/NCA seed pair" in text

@@ -203,6 +203,7 @@ def estimator_table(figures: Path = Path("figures")) -> str:
     head = ("| setting | estimator | method | seeds | win no c | win c | harm | help | "
             "rel_len_both | regimes |")
     lines, pending, stories = [head, "|" + "---|" * 10], [], []
+    items: dict[str, list[str]] = {}  # "1000 levels" -> the rows evaluated on that many
     from train.reproduce import SETTINGS
 
     for row, full in ESTIMATOR_ROWS.items():
@@ -214,12 +215,16 @@ def estimator_table(figures: Path = Path("figures")) -> str:
         rep = {name: json.loads((figures / name / "context_return.json").read_text())["reports"]
                for name in (full, row)}
         seeds = {m.group(2) for n in rep[row] if (m := RUN.search(n))}
-        base = next(r for n, r in rep[row].items() if n.endswith("_base"))
+        # the teacher is the one report not named <row>_<method>_s<seed> (`<task>_base`, or the
+        # fetched model's folder name for a real-model task)
+        base = next(r for n, r in rep[row].items() if not RUN.search(n))
+        items.setdefault(f"{base['n']} items", []).append(row)
         stories.append(story_line(row, estimator_of(figures / row), story(rep[row], seeds),
                                   story(rep[full], seeds), full))
-        lines.append(f"| {row} | (teacher: step 0) | - | - | {base['win_no_c']:.3f} | "
-                     f"{base['win_c']:.3f} | {base['harm']:.3f} | {base['help']:.3f} | "
-                     f"{100 * base['rel_len_both']:+.1f}% | {base['regime']} |")
+        cells = [fmt([base[m]] if base.get(m) is not None else []) for m in METRICS]
+        cells[4] = fmt_pct([base["rel_len_both"]] if base.get("rel_len_both") is not None else [])
+        lines.append(f"| {row} | (teacher: step 0) | - | - | " + " | ".join(cells)
+                     + f" | {base['regime']} |")
         for method in ("opd", "nca"):
             for name in (full, row):
                 runs = {n: r for n, r in rep[name].items() if (m := RUN.search(n))
@@ -238,8 +243,11 @@ def estimator_table(figures: Path = Path("figures")) -> str:
         return ""
     out = "\n".join(lines) + (
         "\n\nSame seeds in both rows (seeds the estimator row ran); cells: mean (min to max) "
-        "over seeds, held-out items of the task (1000 Sokoban levels); harm = P(lost with c | "
-        "won without c), help = P(won with c | lost without c); regimes per seed (A: context "
+        "over seeds, held-out items of the task ("
+        + "; ".join(f"{n}: {', '.join(rows)}" for n, rows in items.items())
+        + "); win = greedy win or accuracy; harm = P(lost with c | "
+        "won without c), help = P(won with c | lost without c), '-' where no item qualifies "
+        "(nothing right without c); regimes per seed (A: context "
         "hurts, B: still needed, C: irrelevant). The teacher is every student's step 0.\n\n"
         "Does the story survive the estimator? (per seed: OPD's regime, and OPD - NCA harm on "
         "the same seed with its paired 95% interval over the held-out items; the full-KL "
