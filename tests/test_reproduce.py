@@ -326,12 +326,12 @@ def test_pipeline_time_adds_up_over_resumes_but_not_over_a_full_rebuild(tmp_path
 
     from train.reproduce import Manifest, ReproduceConfig, finish
 
-    def run(skipped, ran=1, before=600.0):
+    def run(skipped, ran=1, before=600.0, resumed=()):
         path = tmp_path / "manifest.json"
-        path.write_text(json.dumps({"files": {}, "pipeline_seconds": before,
-                                    "note": "students trained outside"}))
+        path.write_text(json.dumps({"files": {}, "note": "students trained outside",
+                                    **({"pipeline_seconds": before} if before else {})}))
         m = Manifest(path, ReproduceConfig())
-        m.ran, m.skipped = ran, skipped
+        m.ran, m.skipped, m.resumed = ran, skipped, list(resumed)
         finish(m, time.time() - 30.0, m.cfg)
         return json.loads(path.read_text())
 
@@ -341,6 +341,16 @@ def test_pipeline_time_adds_up_over_resumes_but_not_over_a_full_rebuild(tmp_path
     assert resumed["pipeline_seconds"] == pytest.approx(630.0, abs=2)
     assert resumed["note"] == "students trained outside"
     assert run([], ran=0)["pipeline_seconds"] == 600.0  # render-only
+    # a resumed training stage means earlier work too, as a student skipped does
+    assert run(["teacher"], resumed=["nca seed 0"])["pipeline_seconds"] == pytest.approx(
+        630.0, abs=2)
+    # the first recorded invocation of a setting whose students were partly made before it:
+    # its own time, and a note naming what it did not make (never "all stages")
+    first = run(["teacher", "opd seed 0"], before=None, resumed=["nca seed 0"])
+    assert first["pipeline_seconds"] == pytest.approx(30.0, abs=2)
+    assert first["note"] == ("this invocation only; made before it: opd seed 0; resumed from a "
+                             "checkpoint made before it: nca seed 0; each run's own training "
+                             "time is in manifest.json")
     # a stage whose output is up to date is counted as skipped, and not run
     from train.reproduce import stage
 
@@ -349,3 +359,39 @@ def test_pipeline_time_adds_up_over_resumes_but_not_over_a_full_rebuild(tmp_path
     m = Manifest(tmp_path / "m2.json", ReproduceConfig())
     stage("layer_sim", m, [out], lambda cfg: pytest.fail("ran"), m.cfg, positional=None)
     assert m.skipped == ["layer_sim"] and m.ran == 0
+
+
+def test_a_resumed_training_stage_is_timed_over_the_whole_run(tmp_path, monkeypatch):
+    """A run the pipeline resumes (a checkpoint of an earlier launch on disk) is recorded with
+    the whole run's time from its step records, not just the steps after the resume; a run
+    started afresh with the launch's own wall time."""
+    import subprocess
+
+    class Done:  # train.distill finished at once, successfully
+        returncode = 0
+
+        def __init__(self, *a, **k):
+            pass
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(reproduce, "git_commit", lambda: "c0ffee")  # it runs git itself
+    monkeypatch.setattr(subprocess, "Popen", Done)
+    old, new = tmp_path / "old", tmp_path / "new"
+    (old / "checkpoints" / "step_000002").mkdir(parents=True)
+    (old / "checkpoints" / "step_000002" / "nca_checkpoint.json").write_text("{}")
+    (old / "metrics.jsonl").write_text("".join(  # 2 steps, killed for an hour, 2 more
+        json.dumps({"step": i, "step_s": 5.0, "time": t}) + "\n"
+        for i, t in enumerate([100.0, 105.0, 3705.0, 3710.0], start=1)))
+    manifest = reproduce.Manifest(tmp_path / "manifest.json", reproduce.ReproduceConfig())
+    pending = [(f"opd seed {i}", run / "checkpoints" / "step_000004", run, ["--seed", str(i)])
+               for i, run in enumerate((old, new))]
+    reproduce.run_parallel(pending, 2, manifest)
+    resumed = manifest.data["files"][str(old / "checkpoints" / "step_000004")]
+    assert resumed["seconds"] == 20.0  # 5 + 5 + one median step for the pause + 5
+    assert "resumed: the whole run" in resumed["seconds_from"]
+    fresh = manifest.data["files"][str(new / "checkpoints" / "step_000004")]
+    assert fresh["seconds"] < 10.0 and "seconds_from" not in fresh
+    assert manifest.resumed == ["opd seed 0"] and manifest.ran == 2
+

@@ -272,12 +272,16 @@ class Manifest:
         self.data = json.loads(path.read_text()) if path.exists() else {"files": {}}
         self.ran = 0  # stages that did work in this invocation
         self.skipped: list[str] = []  # stages whose outputs this invocation found up to date
+        self.resumed: list[str] = []  # training stages it resumed from an earlier checkpoint
 
-    def record(self, files: list[str], command: list[str], seconds: float) -> None:
+    def record(self, files: list[str], command: list[str], seconds: float,
+               seconds_from: str | None = None) -> None:
         for f in files:
             self.data["files"][str(f)] = {"command": " ".join(command), "commit": git_commit(),
                                           "seeds": self.cfg.seeds, "seconds": round(seconds, 1),
                                           "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+            if seconds_from:
+                self.data["files"][str(f)]["seconds_from"] = seconds_from
         self.data["config"] = to_dict(self.cfg)
         self.path.write_text(json.dumps(self.data, indent=1))
 
@@ -336,20 +340,27 @@ def run_parallel(pending: list, jobs: int, manifest: Manifest) -> None:
             name, final, out, args = pending.pop(0)
             out.parent.mkdir(parents=True, exist_ok=True)
             log = open(f"{out}.log", "w")
-            print(f"[run] {name}: python -m train.distill {' '.join(args)}")
+            resumed = latest_step_checkpoint(out) is not None  # train.distill resumes from it
+            print(f"[run] {name}: python -m train.distill {' '.join(args)}"
+                  + (" (resumes)" if resumed else ""))
             proc = subprocess.Popen([sys.executable, "-m", "train.distill", *args], stdout=log,
                                     stderr=subprocess.STDOUT)
-            running.append((name, final, args, proc, time.time()))
+            running.append((name, final, out, args, proc, time.time(), resumed))
         time.sleep(2)
         for item in list(running):
-            name, final, args, proc, t0 = item
+            name, final, out, args, proc, t0, resumed = item
             if proc.poll() is not None:
                 running.remove(item)
                 if proc.returncode != 0:
                     raise RunError(f"{name} failed (exit {proc.returncode}); see its .log")
                 manifest.ran += 1
+                seconds, how = time.time() - t0, None
+                if resumed:  # this launch ran only the steps after the checkpoint
+                    manifest.resumed.append(name)
+                    if (whole := run_seconds(out)) is not None:
+                        seconds, how = whole[0], whole[1] + " (resumed: the whole run)"
                 manifest.record([str(final)], ["python", "-m", "train.distill", *args],
-                                time.time() - t0)
+                                seconds, how)
 
 
 def aligned_runs(seeds: list[int], grad_seeds: int) -> list[tuple[str, int, str]]:
@@ -639,11 +650,18 @@ def finish(manifest: Manifest, t_start: float, cfg: ReproduceConfig) -> float:
     been up to date); then an earlier invocation's note on how it ran no longer applies."""
     total = time.time() - t_start
     if manifest.ran:  # render-only: 0
-        fresh = all(name.startswith("teacher") for name in manifest.skipped)
+        before = [n for n in manifest.skipped if not n.startswith("teacher")]
+        fresh = not before and not manifest.resumed
         earlier = 0 if fresh else manifest.data.get("pipeline_seconds", 0)
         manifest.data["pipeline_seconds"] = round(earlier + total, 1)
         if fresh:
             manifest.data.pop("note", None)
+        elif not earlier:  # made partly outside any recorded invocation: say so, not "all"
+            manifest.data["note"] = "this invocation only; " + "; ".join(
+                [*([f"made before it: {', '.join(before)}"] if before else []),
+                 *([f"resumed from a checkpoint made before it: "
+                    f"{', '.join(manifest.resumed)}"] if manifest.resumed else []),
+                 "each run's own training time is in manifest.json"])
     manifest.path.write_text(json.dumps(manifest.data, indent=1))
     return total
 
@@ -670,6 +688,23 @@ def recorded_after(manifest: Manifest, path: Path) -> bool:
     return recorded >= mtime(path) - 1.0  # dates are kept to the second
 
 
+def run_seconds(run: Path) -> tuple[float, str] | None:
+    """A run's training time read from its metrics.jsonl, and how: the wall clock between its
+    first and last record less the pauses of a kill and resume (records carry `time`), or for
+    runs logged before that, the sum of per-step times; None without either."""
+    records = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines() if ln] \
+        if (run / "metrics.jsonl").exists() else []
+    if records and "time" in records[0] and "time" in records[-1]:
+        seconds, pauses = running_seconds([r["time"] for r in records if "time" in r])
+        return seconds + records[0].get("step_s", 0.0), "wall clock of metrics.jsonl records" + (
+            f" less {len(pauses)} pause(s) of {', '.join(f'{p:.0f}' for p in pauses)} s (a "
+            "killed run resumed later)" if pauses else "")
+    if records and all("step_s" in r for r in records):
+        return (sum(r["step_s"] for r in records),
+                "sum of step_s in metrics.jsonl (evaluations and saves excluded)")
+    return None
+
+
 def record_training_time(manifest: Manifest, run: Path, final: Path, args: list[str],
                          module: str) -> None:
     """A training stage that ran outside this pipeline (an earlier invocation, or a job queue
@@ -680,17 +715,8 @@ def record_training_time(manifest: Manifest, run: Path, final: Path, args: list[
     checkpoint. `seconds_from` says which."""
     if not final.exists() or recorded_after(manifest, final):
         return
-    records = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines() if ln] \
-        if (run / "metrics.jsonl").exists() else []
-    if records and "time" in records[0] and "time" in records[-1]:
-        seconds, pauses = running_seconds([r["time"] for r in records if "time" in r])
-        seconds += records[0].get("step_s", 0.0)
-        how = "wall clock of metrics.jsonl records" + (
-            f" less {len(pauses)} pause(s) of {', '.join(f'{p:.0f}' for p in pauses)} s (a "
-            "killed run resumed later)" if pauses else "")
-    elif records and all("step_s" in r for r in records):
-        seconds, how = sum(r["step_s"] for r in records), \
-            "sum of step_s in metrics.jsonl (evaluations and saves excluded)"
+    if (logged := run_seconds(run)) is not None:
+        seconds, how = logged
     else:
         ckpts = sorted((run / "checkpoints").glob("step_*"))
         s0, s1 = int(ckpts[0].name[5:]), int(final.name[5:])
