@@ -159,7 +159,8 @@ def test_estimator_story_is_judged_per_seed_against_the_full_kl():
     no_harm = reps("x", {"0": ((None, "C"), (None, "C"))})  # nothing right without c
     line = sweep.story_line("x_k1", "topk", sweep.story(no_harm, {"0"}),
                             sweep.story(no_harm, {"0"}), "x")
-    assert "no OPD/NCA seed pair" in line and "**not judged" in line
+    assert "harm undefined in 1 seed pairs (no item right without c)" in line  # not "no pair"
+    assert "**not judged" in line
 
 
 def test_estimator_story_needs_each_pair_clear_of_its_paired_interval():

@@ -158,8 +158,8 @@ def story(reports: dict[str, dict], seeds: set[str]) -> dict:
 
     by = {(m.group(1), m.group(2)): r for n, r in reports.items() if (m := RUN.search(n))
           and m.group(2) in seeds}
-    pairs = sorted(s for (meth, s) in by if meth == "opd" and ("nca", s) in by
-                   and by["opd", s].get("harm") is not None
+    both = [s for (meth, s) in by if meth == "opd" and ("nca", s) in by]
+    pairs = sorted(s for s in both if by["opd", s].get("harm") is not None
                    and by["nca", s].get("harm") is not None)
     opd = [r["regime"] for (meth, _), r in sorted(by.items()) if meth == "opd"]
     nca = [r["regime"] for (meth, _), r in sorted(by.items()) if meth == "nca"]
@@ -169,6 +169,7 @@ def story(reports: dict[str, dict], seeds: set[str]) -> dict:
     clear = [(lo if lo is not None else g) > 0 for g, lo in zip(gaps, lows)]
     return {"opd_a": opd.count("A"), "opd_n": len(opd), "nca_a": nca.count("A"),
             "nca_n": len(nca), "gaps": gaps, "lows": lows, "clear": sum(clear),
+            "undefined": len(both) - len(pairs),  # pairs where nothing was right without c
             "holds": bool(opd) and opd.count("A") == len(opd) and bool(gaps) and all(clear)
             and "A" not in nca}
 
@@ -182,7 +183,9 @@ def story_line(row: str, est: str, mine: dict, full: dict, full_name: str) -> st
                "paired interval (else point) above 0")
         harm = (f"OPD - NCA harm {fmt(gaps)}, {how} in {st['clear']} of {len(gaps)} seed "
                 f"pairs" + (f" (lowest interval end {min(x for x in lows if x is not None):+.3f})"
-                            if measured else "") if gaps else "no OPD/NCA seed pair")
+                            if measured else "") if gaps else
+                f"harm undefined in {st['undefined']} seed pairs (no item right without c)"
+                if st["undefined"] else "no OPD/NCA seed pair")
         return (f"OPD regime A in {st['opd_a']} of {st['opd_n']} seeds; {harm}; NCA regime A "
                 f"in {st['nca_a']} of {st['nca_n']}")
     if mine["holds"]:
