@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -394,4 +395,27 @@ def test_a_resumed_training_stage_is_timed_over_the_whole_run(tmp_path, monkeypa
     fresh = manifest.data["files"][str(new / "checkpoints" / "step_000004")]
     assert fresh["seconds"] < 10.0 and "seconds_from" not in fresh
     assert manifest.resumed == ["opd seed 0"] and manifest.ran == 2
+
+
+def test_figures_an_earlier_run_drew_are_removed_with_their_data(tmp_path, monkeypatch):
+    """A figure the pipeline drew before whose JSON no longer asks for it (a retrained teacher
+    with no harm case has no patching panels) is deleted with its manifest entry; a figure drawn
+    now keeps both formats, and a file another command made is left alone."""
+    monkeypatch.chdir(tmp_path)
+    figs = Path("figures") / "x"
+    figs.mkdir(parents=True)
+    manifest = reproduce.Manifest(figs / "manifest.json", reproduce.ReproduceConfig())
+    pipeline = {"command": "python -m train.reproduce --task x", "seconds": 0.0}
+    for name in ("patching_x_base_heads.html", "patching_x_base_heads.png", "layer_sim.html",
+                 "layer_sim.png", "sizing.html"):
+        (figs / name).write_text("old")
+        manifest.data["files"][str(figs / name)] = dict(pipeline)
+    manifest.data["files"][str(figs / "sizing.html")]["command"] = "python -m train.size_control"
+    gone = reproduce.prune_figures(figs, [str(figs / "layer_sim.html")], manifest)
+    assert sorted(gone) == [str(figs / "patching_x_base_heads.html"),
+                            str(figs / "patching_x_base_heads.png")]
+    assert sorted(p.name for p in figs.iterdir()) == ["layer_sim.html", "layer_sim.png",
+                                                      "sizing.html"]
+    assert sorted(manifest.data["files"]) == sorted(str(figs / n) for n in (
+        "layer_sim.html", "layer_sim.png", "sizing.html"))
 

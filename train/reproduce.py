@@ -453,6 +453,25 @@ def render_figures(figs: Path, png: bool) -> list[str]:
     return written
 
 
+def prune_figures(figs: Path, written: list[str], manifest: Manifest) -> list[str]:
+    """Delete the figures an earlier invocation drew that this one's JSON no longer asks for
+    (e.g. the teacher's patching panels once a retrained teacher has no harm case), with their
+    manifest entries, so no figure outlives its data. Only files the manifest records as drawn
+    by the pipeline are touched, and a figure drawn now in either format keeps both."""
+    drawn = {Path(w).with_suffix("") for w in written}
+    gone = []
+    for key, made in list(manifest.data["files"].items()):
+        path = Path(key)
+        if (path.parent == figs and path.suffix in (".html", ".png")
+                and made["command"].startswith("python -m train.reproduce")
+                and path.with_suffix("") not in drawn):
+            path.unlink(missing_ok=True)
+            del manifest.data["files"][key]
+            gone.append(key)
+            print(f"[removed] {key}: drawn by an earlier invocation, not from this one's JSON")
+    return gone
+
+
 def apply_preset(cfg: ReproduceConfig) -> Preset:
     """Fill the flags left unset from the task's preset (and --quick's shortcuts)."""
     if cfg.task not in PRESETS:
@@ -593,6 +612,7 @@ def main(argv: list[str] | None = None) -> None:
         from train import report
 
         written = render_figures(figs, cfg.png)
+        prune_figures(figs, written, manifest)
         manifest.record(written, ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
         finish(manifest, t_start, cfg)  # before the README, which shows the pipeline's time
         (figs / "README.md").write_text(report.render(figs) + "\n")
@@ -635,6 +655,7 @@ def main(argv: list[str] | None = None) -> None:
                   out=str(figs / "patching"), **dict(preset.patching_kw), **threads),
               inputs=final_of(students[f"opd_s{s0}"], students[f"nca_s{s0}"]))
     written = render_figures(figs, cfg.png)
+    prune_figures(figs, written, manifest)
     manifest.record(written, ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
     from train import report
 
