@@ -174,7 +174,8 @@ SETTINGS = {
     **{f"sysprompt_kb0_beta{str(beta).replace('.', 'p')}": Setting(
         "sysprompt", ("--task-options", "kb=0", "--methods", "nca", "--beta", str(beta)),
         seeds=(0, 1, 2), analyses=False) for beta in (0.1, 0.3)},
-    "frozenlake": Setting("frozenlake"),
+    # gradients of 3 seeds per method at every other of its 8 checkpoints, as sokoban
+    "frozenlake": Setting("frozenlake", ("--grad-seeds", "3", "--grad-every", "2")),
 }
 
 
