@@ -129,6 +129,15 @@ RUN = re.compile(r"_(opd|nca)_s(\d+)$")
 METRICS = ("win_no_c", "win_c", "harm", "help", "rel_len_both")
 
 
+def metric_cells(reports: list[dict]) -> list[str]:
+    """One table cell per METRICS over the reports (seeds): mean (min to max), '-' where a
+    rate is undefined in every report (e.g. harm with nothing right without c)."""
+    def vals(m: str) -> list[float]:
+        return [r[m] for r in reports if r.get(m) is not None]
+
+    return [fmt_pct(vals(m)) if m == "rel_len_both" else fmt(vals(m)) for m in METRICS]
+
+
 def estimator_label(flags: dict[str, str]) -> str:
     """'full', 'sampled k1', 'topk top-4' ... from a command's --kl flags."""
     kl = flags.get("--kl", "full")
@@ -206,7 +215,7 @@ def estimator_table(figures: Path = Path("figures")) -> str:
     head = ("| setting | estimator | method | seeds | win no c | win c | harm | help | "
             "rel_len_both | regimes |")
     lines, pending, stories = [head, "|" + "---|" * 10], [], []
-    items: dict[str, list[str]] = {}  # "1000 levels" -> the rows evaluated on that many
+    items: dict[str, list[str]] = {}  # "1000 items" -> the rows evaluated on that many
     from train.reproduce import SETTINGS
 
     for row, full in ESTIMATOR_ROWS.items():
@@ -224,9 +233,7 @@ def estimator_table(figures: Path = Path("figures")) -> str:
         items.setdefault(f"{base['n']} items", []).append(row)
         stories.append(story_line(row, estimator_of(figures / row), story(rep[row], seeds),
                                   story(rep[full], seeds), full))
-        cells = [fmt([base[m]] if base.get(m) is not None else []) for m in METRICS]
-        cells[4] = fmt_pct([base["rel_len_both"]] if base.get("rel_len_both") is not None else [])
-        lines.append(f"| {row} | (teacher: step 0) | - | - | " + " | ".join(cells)
+        lines.append(f"| {row} | (teacher: step 0) | - | - | " + " | ".join(metric_cells([base]))
                      + f" | {base['regime']} |")
         for method in ("opd", "nca"):
             for name in (full, row):
@@ -234,13 +241,9 @@ def estimator_table(figures: Path = Path("figures")) -> str:
                         and m.group(1) == method and m.group(2) in seeds}
                 if not runs:
                     continue
-                cells = [fmt([r[m] for r in runs.values() if r.get(m) is not None])
-                         for m in METRICS]
-                cells[4] = fmt_pct([r["rel_len_both"] for r in runs.values()
-                                    if r.get("rel_len_both") is not None])
                 est = estimator_of(figures / name)
                 lines.append(f"| {name} | {est} | {method} | {len(runs)} | "
-                             + " | ".join(cells) + " | "
+                             + " | ".join(metric_cells(list(runs.values()))) + " | "
                              + "".join(r["regime"] for r in runs.values()) + " |")
     if len(lines) == 2:  # no estimator row trained
         return ""
