@@ -400,6 +400,11 @@ def trajectory_figure(report: dict) -> go.Figure:
     for row, col, what in ((1, 1, "rate"), (1, 2, "harm"), (2, 1, "KL (nats/token)"),
                            (2, 2, "KL (nats/token)")):
         fig.update_yaxes(title_text=what, row=row, col=col)
+    if all(row.get("harm") is None for r in report["results"].values() for row in r["steps"]):
+        # an empty panel on plotly's default -1..4 axis reads as a plotting bug; say why
+        fig.update_yaxes(range=[0, 1], row=1, col=2)
+        fig.add_annotation(text="harm undefined at every step:<br>no item right without c",
+                           x=0.5, y=0.5, xref="x2 domain", yref="y2 domain", showarrow=False)
     first = next(iter(report["results"].values()))
     fig.update_layout(title=f"{first['task']} ({runs_label(report['results'])}): context "
                             f"return over training<br><sup>runs {', '.join(report['results'])}; "

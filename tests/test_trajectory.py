@@ -62,3 +62,22 @@ def test_step_zero_is_the_null_and_training_moves_it(run, tmp_path):
 def test_refuses_a_folder_that_is_not_a_distillation_run(run, tmp_path):
     with pytest.raises(ValueError, match="distillation run"):
         trajectory.main([str(run / "base"), "--threads", "1"])
+
+
+def test_a_harm_panel_with_nothing_to_show_says_why():
+    """With nothing right without c at any step (the facts task), harm is undefined: the panel
+    says so on a 0..1 axis instead of standing empty on plotly's default range."""
+    from nca_interp.plots import trajectory_figure
+
+    def rows(harm):
+        return [{"step": s, "win_no_c": 0.0, "win_c": 0.4, "harm": harm, "kl_opd": 0.3,
+                 "kl_ctx": 0.1 * s,
+                 "ci95": {"win_no_c": [0, 0], "win_c": [0.2, 0.6], "harm": [None, None],
+                          "kl_opd": [0.2, 0.4], "kl_ctx": [0.0, 0.2]}} for s in (0, 16)]
+
+    report = {"results": {"x_opd_s0": {"task": "facts", "context": "facts", "steps": rows(None)}}}
+    fig = trajectory_figure(report)
+    assert any("harm undefined" in a.text for a in fig.layout.annotations)
+    assert tuple(fig.layout.yaxis2.range) == (0, 1)
+    report["results"]["x_opd_s0"]["steps"][1]["harm"] = 0.2  # one defined point: no note
+    assert not any("harm undefined" in a.text for a in trajectory_figure(report).layout.annotations)
