@@ -337,7 +337,10 @@ def test_pipeline_time_adds_up_over_resumes_but_not_over_a_full_rebuild(tmp_path
         return json.loads(path.read_text())
 
     rebuilt = run(["teacher", "teacher evaluation (plan)"])
-    assert rebuilt["pipeline_seconds"] == pytest.approx(30.0, abs=2) and "note" not in rebuilt
+    assert rebuilt["pipeline_seconds"] == pytest.approx(30.0, abs=2)
+    assert rebuilt["note"] == ("all stages but the teacher's, up to date before it (teacher, "
+                               "teacher evaluation (plan); their times are in manifest.json)")
+    assert "note" not in run([])  # made everything: "all stages"
     resumed = run(["teacher", "opd seed 0"])
     assert resumed["pipeline_seconds"] == pytest.approx(630.0, abs=2)
     assert resumed["note"] == "students trained outside"

@@ -669,14 +669,19 @@ def finish(manifest: Manifest, t_start: float, cfg: ReproduceConfig) -> float:
     """Record the pipeline's wall time: summed over invocations while earlier ones made some of
     what is published (a resumed pipeline adds up), this invocation's alone once it made all of
     the setting's own outputs (only the teacher's stages, shared with other settings, may have
-    been up to date); then an earlier invocation's note on how it ran no longer applies."""
+    been up to date); then an earlier invocation's note on how it ran no longer applies, and
+    the new note names the teacher's stages it found made (the time is not "all stages")."""
     total = time.time() - t_start
     if manifest.ran:  # render-only: 0
         before = [n for n in manifest.skipped if not n.startswith("teacher")]
         fresh = not before and not manifest.resumed
         earlier = 0 if fresh else manifest.data.get("pipeline_seconds", 0)
         manifest.data["pipeline_seconds"] = round(earlier + total, 1)
-        if fresh:
+        shared = [n for n in manifest.skipped if n.startswith("teacher")]
+        if fresh and shared:  # never "all stages" when the teacher was made before
+            manifest.data["note"] = (f"all stages but the teacher's, up to date before it "
+                                     f"({', '.join(shared)}; their times are in manifest.json)")
+        elif fresh:
             manifest.data.pop("note", None)
         elif not earlier:  # made partly outside any recorded invocation: say so, not "all"
             manifest.data["note"] = "this invocation only; " + "; ".join(
