@@ -169,3 +169,42 @@ def test_a_tied_embedding_student_resumes(tok, tmp_path, monkeypatch):
     untied = tiny(tok, arch="llama")  # its own lm_head, which the tied file does not hold
     with pytest.raises(CheckpointError, match=r"missing \['lm_head.weight'\]"):
         load_weights_into(untied, step)
+
+
+def data_bytes(run) -> int:
+    """Tensor bytes of every safetensors file under a run directory (headers aside)."""
+    from nca_interp.tensorfiles import read_header
+
+    return sum(b - a for f in run.rglob("*.safetensors") for _, _, a, b in read_header(f).values())
+
+
+def test_the_disk_a_run_needs_is_what_it_writes_and_a_full_disk_is_refused(base, tmp_path,
+                                                                           monkeypatch):
+    """train.common.disk_needed against a real run's files: at the end it holds what the
+    estimate says it keeps (4 steps, a checkpoint every 2: two weight copies, the published
+    one, Adam's moments on the newest); at the fullest moment of a save (just before the older
+    checkpoint's moments are dropped) it holds more, within kept + brief. A disk without that
+    room is refused with one line before the first step, and nothing is saved."""
+    from collections import namedtuple
+
+    from nca_interp.errors import RunError
+    from train import common
+
+    at_drop, drop = [], common.ckpt.drop_optimizer_state
+
+    def measured(folder):
+        at_drop.append(data_bytes(tmp_path / "r"))
+        drop(folder)
+
+    monkeypatch.setattr(common.ckpt, "drop_optimizer_state", measured)
+    distill.main(args(base, tmp_path / "r"))
+    kept, brief = common.disk_needed(common.weight_bytes(base), 4, 2)
+    assert data_bytes(tmp_path / "r") == pytest.approx(kept, rel=0.01)
+    assert at_drop and kept < max(at_drop) <= kept + brief
+    assert common.disk_needed(common.weight_bytes(base), 4, 2, start=4) == (0, 0)  # done
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(common.shutil, "disk_usage", lambda p: usage(10**12, 0, kept))
+    with pytest.raises(RunError, match=r"GB free, training .* needs about .*--save-every"):
+        distill.main(args(base, tmp_path / "full"))
+    assert not (tmp_path / "full" / "checkpoints").exists()

@@ -194,10 +194,16 @@ def test_remap_teacher_starts_from_the_plain_teacher(tmp_path):
     assert (run["d_model"], run["n_layers"]) == (32, 1)  # the init's architecture, recorded
 
 
+ANALYSIS_FILES = ("layer_sim", "grad_align", "param_delta", "patching")
+
+
 def test_every_published_setting_is_what_its_manifest_ran():
     """`SETTINGS` (read by the summary and the sweep) names the command that produced each
     committed figures/<setting>/: the manifest's pipeline command asks for the same config,
-    less the flags that do not change results (threads, jobs, PNG export; flag order aside)."""
+    less the flags that do not change results (threads, jobs, PNG export; flag order aside).
+    A file the analyses did not make may come from an invocation that ran no analyses or
+    aligned other gradients (an analysed setting is the earlier one plus its analyses), and a
+    setting said to be analysed has analysis files."""
     import json
     import shlex
     from pathlib import Path
@@ -211,13 +217,21 @@ def test_every_published_setting_is_what_its_manifest_ran():
         manifest = Path("figures") / name / "manifest.json"
         if not manifest.exists():
             continue
-        files = json.loads(manifest.read_text())["files"].values()
-        ran = {f["command"] for f in files if f["command"].startswith("python -m train.reproduce")}
+        files = json.loads(manifest.read_text())["files"]
+        ran = {(path, f["command"]) for path, f in files.items()
+               if f["command"].startswith("python -m train.reproduce")}
         assert ran, name
         cfg = parse_config(ReproduceConfig, shlex.split(setting.command(name))[3:])
-        for command in ran:
-            assert same_config(cfg, shlex.split(command)[3:], ignore=("threads", "png", "jobs")), \
+        for path, command in ran:
+            analysis = Path(path).name.startswith(ANALYSIS_FILES)
+            ignore = ("threads", "png", "jobs",
+                      *(() if analysis else ("analyses", "grad_seeds", "grad_every")))
+            assert same_config(cfg, shlex.split(command)[3:], ignore=ignore), \
                 f"{name}: SETTINGS says {setting.command(name)!r}, the manifest ran {command!r}"
+        analysed = any(Path(p).name.startswith(ANALYSIS_FILES) for p in files)
+        assert analysed == setting.analyses, \
+            f"{name}: SETTINGS says analyses={setting.analyses}, figures/{name} " \
+            f"{'has' if analysed else 'has no'} analysis files"
         seen += 1
     assert seen >= 8
 
@@ -422,3 +436,30 @@ def test_figures_an_earlier_run_drew_are_removed_with_their_data(tmp_path, monke
     assert sorted(manifest.data["files"]) == sorted(str(figs / n) for n in (
         "layer_sim.html", "layer_sim.png", "sizing.html"))
 
+
+
+def test_a_disk_without_room_for_every_student_is_refused_before_the_first(tmp_path,
+                                                                           monkeypatch):
+    """The pipeline adds up what all its pending students keep (and what `jobs` of them hold
+    at a save) and refuses before training any: room for one student is not room for four."""
+    from collections import namedtuple
+
+    from nca_interp.errors import RunError
+    from train import common, sft
+
+    runs, figs = tmp_path / "runs", tmp_path / "figs"
+    sft.main(["--out", str(runs / "sokoban_base"), *reproduce.PRESETS["sokoban"].sft_args,
+              "--steps", "2", "--threads", "1", "--eval-every", "100", "--eval-levels", "4",
+              "--save-every", "2", "--batch", "8", "--d-model", "32", "--n-layers", "1"])
+    w = common.weight_bytes(runs / "sokoban_base")
+    kept, brief = common.disk_needed(w, 2, 2)
+    assert (kept, brief) == (4 * w, 3 * w)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(common.shutil, "disk_usage",
+                        lambda p: usage(10**12, 0, 2 * kept + brief))  # two students' room
+    with pytest.raises(RunError, match="distilling 4 students of"):
+        reproduce.main(["--task", "sokoban", "--analyses", "false", "--seeds", "0,1",
+                        "--teacher-steps", "2", "--distill-steps", "2", "--save-every", "2",
+                        "--batch", "4", "--n-levels", "4", "--jobs", "1", "--threads", "1",
+                        "--runs", str(runs), "--figures", str(figs)])
+    assert sorted(p.name for p in runs.iterdir()) == ["sokoban_base"]  # no student begun

@@ -7,6 +7,7 @@ from __future__ import annotations
 import atexit
 import faulthandler
 import json
+import math
 import os
 import shutil
 import sys
@@ -125,6 +126,39 @@ def load_optimizer_state(opt: torch.optim.Optimizer, tensors: dict[str, torch.Te
 def all_finite(model) -> bool:
     """Every parameter finite (one reduction per tensor, one host sync)."""
     return bool(torch.stack([p.detach().isfinite().all() for p in model.parameters()]).all())
+
+
+def weight_bytes(folder: str | Path) -> int:
+    """Bytes of a checkpoint's weights as training holds and saves them (float32), read from
+    its safetensors headers (optimizer moments aside)."""
+    from nca_interp.tensorfiles import read_header
+
+    files = [f for f in Path(folder).glob("*.safetensors") if f.name != "trainer_state.safetensors"]
+    return 4 * sum(math.prod(shape) for f in files for _, shape, _, _ in read_header(f).values())
+
+
+def disk_needed(weights: int, steps: int, save_every: int, start: int = 0) -> tuple[int, int]:
+    """(bytes a run from step `start` to `steps` keeps, bytes it holds besides for a moment at
+    a save). Kept: a weights copy per step checkpoint still to save and, for a run not started,
+    the copy published at its root and Adam's two moments (twice the weights) on the newest
+    checkpoint. Briefly: the moments of the checkpoint before (dropped once the new one is
+    written) and the published copy's temporary."""
+    saves = sum(1 for s in range(start + 1, steps + 1) if s % save_every == 0 or s == steps)
+    if not saves:
+        return 0, 0
+    return weights * (saves + (3 if start == 0 else 0)), 3 * weights
+
+
+def check_disk(folder: str | Path, needed: int, what: str) -> None:
+    """Refuse, before any step, a run the disk cannot hold: a full disk kills it at a save."""
+    probe = Path(folder).resolve()
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if needed > free:
+        raise RunError(f"{folder}: {free / 1e9:.1f} GB free, {what} needs about "
+                       f"{needed / 1e9:.1f} GB at its peak; free space (older runs, or their step "
+                       "checkpoints) or raise --save-every")
 
 
 class RunLock:

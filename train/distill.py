@@ -50,7 +50,9 @@ from train.common import (
     Dist,
     Run,
     all_finite,
+    check_disk,
     close_distributed,
+    disk_needed,
     eval_wins,
     exit_worker,
     init_distributed,
@@ -184,6 +186,11 @@ def main(argv: list[str] | None = None) -> None:
     opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     dist.barrier()  # rank 0 has checked the run directory
     start = run.resume(student, opt)
+    if dist.main:
+        check_disk(cfg.out, sum(disk_needed(sum(p.numel() * p.element_size()
+                                                for p in student.parameters()),
+                                            cfg.steps, cfg.save_every, start)),
+                   f"training {cfg.out} to step {cfg.steps}")
     model = student  # what the loss runs through: DDP all-reduces its gradients
     if dist.world > 1:
         model = torch.nn.parallel.DistributedDataParallel(

@@ -27,6 +27,7 @@ from nca_interp.checkpoint import git_commit, latest_step_checkpoint, read_run_c
 from nca_interp.cli import argv_of, entry, parse_config, same_config, to_dict, write_json
 from nca_interp.errors import RunError, UsageError
 from train import distill, sft
+from train.common import check_disk, disk_needed, weight_bytes
 
 
 @dataclass(frozen=True)
@@ -571,6 +572,13 @@ def main(argv: list[str] | None = None) -> None:
                 manifest.skipped.append(f"{method} seed {seed}")
             else:
                 pending.append((f"{method} seed {seed}", final, out, args))
+    if pending:  # all of them, before the first: a full disk kills a run at a save
+        weights = weight_bytes(student_init)
+        needs = [disk_needed(weights, cfg.distill_steps, cfg.save_every,
+                             int(last.name[5:]) if (last := latest_step_checkpoint(out)) else 0)
+                 for _, _, out, _ in pending]  # kept by each; held at a save by `jobs` at once
+        check_disk(runs, sum(k for k, _ in needs) + min(cfg.jobs, len(needs)) * 3 * weights,
+                   f"distilling {len(pending)} students of {student_init}")
     run_parallel(pending, cfg.jobs, manifest)
     for key, run in students.items():
         final = run / "checkpoints" / f"step_{cfg.distill_steps:06d}"
