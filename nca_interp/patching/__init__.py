@@ -3,7 +3,7 @@ reading (heads chosen on one half of the cases, judged on the other), and the lo
 both views.
 
     python -m nca_interp.patching                                # embedded Sokoban OPD
-    python -m nca_interp.patching runs/sysprompt_opd_s0 --out figures/sysprompt/patching_opd
+    python -m nca_interp.patching runs/sysprompt_kb0_opd_s0 --out figures/sysprompt_kb0/patching_opd
     python -m nca_interp.patching runs/facts_opd_s0 --kind help --scope groups
 
 The package is split by concern: `cases` finds and aligns the cases (harm: right without c,
