@@ -433,7 +433,6 @@ def test_figures_an_earlier_run_drew_are_removed_with_their_data(tmp_path, monke
         "layer_sim.html", "layer_sim.png", "sizing.html"))
 
 
-
 def test_a_disk_without_room_for_every_student_is_refused_before_the_first(tmp_path,
                                                                            monkeypatch):
     """The pipeline adds up what all its pending students keep (and what `jobs` of them hold
