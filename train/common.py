@@ -149,16 +149,7 @@ def disk_needed(weights: int, steps: int, save_every: int, start: int = 0) -> tu
     return weights * (saves + (3 if start == 0 else 0)), 3 * weights
 
 
-def check_disk(folder: str | Path, needed: int, what: str) -> None:
-    """Refuse, before any step, a run the disk cannot hold: a full disk kills it at a save."""
-    probe = Path(folder).resolve()
-    while not probe.exists():
-        probe = probe.parent
-    free = shutil.disk_usage(probe).free
-    if needed > free:
-        raise RunError(f"{folder}: {free / 1e9:.1f} GB free, {what} needs about "
-                       f"{needed / 1e9:.1f} GB at its peak; free space (older runs, or their step "
-                       "checkpoints) or raise --save-every")
+DISK_REMEDY = "free space (older runs, or their step checkpoints) or raise --save-every"
 
 
 class RunLock:

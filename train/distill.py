@@ -38,7 +38,7 @@ import torch
 from tqdm import tqdm
 
 from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint, read_run_config
-from nca_interp.cli import check_writable, entry, parse_config, to_dict
+from nca_interp.cli import check_disk, check_writable, entry, parse_config, to_dict
 from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens, task_for_checkpoints
 from nca_interp.losses import Estimator, combine, loss_terms
@@ -47,10 +47,10 @@ from nca_interp.rollout import Batch, onpolicy_batch
 from nca_interp.runs import check_context
 from nca_interp.tasks import task_record
 from train.common import (
+    DISK_REMEDY,
     Dist,
     Run,
     all_finite,
-    check_disk,
     close_distributed,
     disk_needed,
     eval_wins,
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
         check_disk(cfg.out, sum(disk_needed(sum(p.numel() * p.element_size()
                                                 for p in student.parameters()),
                                             cfg.steps, cfg.save_every, start)),
-                   f"training {cfg.out} to step {cfg.steps}")
+                   f"training {cfg.out} to step {cfg.steps}", DISK_REMEDY)
     model = student  # what the loss runs through: DDP all-reduces its gradients
     if dist.world > 1:
         model = torch.nn.parallel.DistributedDataParallel(

@@ -24,10 +24,18 @@ import numpy as np
 
 from nca_interp import evaluate, grad_align, layer_sim, param_delta, patching, trajectory
 from nca_interp.checkpoint import git_commit, latest_step_checkpoint, read_run_config, verify_folder
-from nca_interp.cli import argv_of, entry, parse_config, same_config, to_dict, write_json
+from nca_interp.cli import (
+    argv_of,
+    check_disk,
+    entry,
+    parse_config,
+    same_config,
+    to_dict,
+    write_json,
+)
 from nca_interp.errors import RunError, UsageError
 from train import distill, sft
-from train.common import check_disk, disk_needed, weight_bytes
+from train.common import DISK_REMEDY, disk_needed, weight_bytes
 
 
 @dataclass(frozen=True)
@@ -582,7 +590,7 @@ def main(argv: list[str] | None = None) -> None:
                              int(last.name[5:]) if (last := latest_step_checkpoint(out)) else 0)
                  for _, _, out, _ in pending]  # kept by each; held at a save by `jobs` at once
         check_disk(runs, sum(k for k, _ in needs) + min(cfg.jobs, len(needs)) * 3 * weights,
-                   f"distilling {len(pending)} students of {student_init}")
+                   f"distilling {len(pending)} students of {student_init}", DISK_REMEDY)
     run_parallel(pending, cfg.jobs, manifest)
     for key, run in students.items():
         final = run / "checkpoints" / f"step_{cfg.distill_steps:06d}"
