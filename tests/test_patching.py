@@ -110,6 +110,29 @@ def test_removing_attention_to_the_context_removes_its_influence(setup):
     assert attached_hooks(bridge) == 0
 
 
+def test_removing_every_heads_reading_of_the_prefix_gives_the_no_context_run(setup):
+    """The `prefix` columns are everything [c, x] has before x, so removing every head's
+    attention to them turns the context view into the no-context view (x's shifted positions
+    do not matter under rotary embeddings); c's own tokens alone leave the newline that joins
+    c to x readable, and the views still differ."""
+    bridge, task, _, _ = setup
+    tok = bridge.tokenizer
+    levels = task.levels("test", 3)
+    ids = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    rows = [(lv, ids("UR") + [tok.eos_token_id], ids("DR"), 1) for lv in levels]
+    L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
+    every = [(li, h) for li in range(L) for h in range(H)]
+    gaps = {}
+    for ablate in patching.ABLATE:
+        cases = patching.build_cases(tok, task, "state", rows, None, ablate)
+        src = full_logits(bridge, cases.src_ids, cases.src_mask)[:, -1]
+        out = full_logits(bridge, cases.dst_ids, cases.dst_mask,
+                          patching.interventions.ablation_hooks(cases.ctx_B_W1, every))[:, -1]
+        gaps[ablate] = float((out - src).abs().max())
+    assert gaps["prefix"] < 1e-5
+    assert gaps["context"] > 1e-3
+
+
 def test_run_end_to_end_and_hooks_removed(setup, tmp_path):
     bridge, _, _, folder = setup
     rep = patching.main([str(folder), "--n-levels", "30", "--max-cases", "4", "--threads", "1",

@@ -315,14 +315,20 @@ def heads_table(r: dict, kind: str, flipped: str) -> str:
         return "-" if not s or not s.get("n") else \
             f"{s['mean']:.2f} ({s['lo']:.2f} to {s['hi']:.2f}; p {s['p']:.3f}, {s['n']} draws)"
 
+    from nca_interp.patching import ABLATE_NOTE, ablate_of
+
     rows = [f"Heads chosen on one half of the cases, judged on the other ({flipped}); "
             "percentile: the chosen heads' single-head effect on the held-out half among all "
             "heads; nulls: k random heads neither half chose (mean, central 95% of draws, "
-            "one-sided p).", "",
-            "| k | chosen on half A | percentile | LD effect | random heads | flipped | "
-            "random heads | broken controls |", "|---|---|---|---|---|---|---|---|"]
+            f"one-sided p); {ABLATE_NOTE[ablate_of(r)]}.", "",
+            "| k | chosen on half A | chosen on half B | percentile | LD effect | random heads | "
+            "flipped | random heads | broken controls |", "|---|---|---|---|---|---|---|---|---|"]
+
+    def heads(names: list[str], k: int) -> str:
+        return ", ".join(names[:4]) + (" ..." if k > 4 else "")
+
     for row in hd["rows"]:
-        chosen = ", ".join(row["chosen_on_a"][:4]) + (" ..." if row["k"] > 4 else "")
+        chosen = f"{heads(row['chosen_on_a'], row['k'])} | {heads(row['chosen_on_b'], row['k'])}"
         rows.append(f"| {row['k']} | {chosen} | {row['percentile']:.0f} | {ci(row['effect'])} | "
                     f"{null(row.get('effect_null'))} | {ci(row['flipped'])} | "
                     f"{null(row.get('flipped_null'))} | {ci(row.get('broken_control'))} |")

@@ -39,7 +39,14 @@ from nca_interp.cli import (
 from nca_interp.evaluate import TASK_OPTIONS_HELP
 from nca_interp.hooks import attached_hooks, boot_bridge
 from nca_interp.models import context_limit
-from nca_interp.patching.cases import KINDS, Cases, build_cases, find_cases, score  # noqa: F401
+from nca_interp.patching.cases import (  # noqa: F401
+    ABLATE,
+    KINDS,
+    Cases,
+    build_cases,
+    find_cases,
+    score,
+)
 from nca_interp.patching.heads import held_out_heads, interval
 from nca_interp.patching.interventions import (  # noqa: F401 - the package's surface
     GROUPS,
@@ -78,6 +85,11 @@ class PatchingConfig:
     n_levels: int = field(default=1000, metadata={"help": "held-out levels searched for cases"})
     max_cases: int = field(default=64, metadata={"help": "cases (and controls) patched",
                                                  "check": ">=1"})
+    ablate: str = field(default="prefix", metadata={
+        "help": "what removing a head's attention to the context removes: prefix (c and what "
+                "joins it to x: removing it from every head gives the no-context run) or "
+                "context (c's own tokens: reports before 2026-12-02)",
+        "check": "choice:" + "|".join(ABLATE)})
     ks: list[int] = field(default_factory=lambda: [1, 2, 4], metadata={
         "help": "numbers of heads whose context reading is removed together (all heads are "
                 "always added)", "check": ">=1"})
@@ -99,18 +111,20 @@ def summarise(arr: np.ndarray) -> dict:
 def run(ckpt: str | None = None, *, task: str | None = None, task_options=None,
         context: str | None = None, kind: str = "harm", scope: str = "full",
         n_levels: int = 1000, max_cases: int = 64, ks: tuple[int, ...] = (1, 2, 4),
-        n_random: int = 100, n_random_generate: int = 100, seed: int = 0) -> dict:
+        n_random: int = 100, n_random_generate: int = 100, seed: int = 0,
+        ablate: str = "prefix") -> dict:
     """The patching report of one checkpoint as a Python value (what `main` prints).
 
-    Fields: checkpoint, task, context, kind, scope, counts (levels, right_no_c, right_c, harm,
-    help, both), n_layers, n_heads; with cases: `<kind>` (n, t_star, ld_no_c, ld_c), forward
-    and reverse (resid_groups, mlp; in the full scope also resid_offsets, heads), ablation
-    (per head), heads (the held-out table of `patching.heads`), lens, control, cost."""
+    Fields: checkpoint, task, context, kind, scope, ablate, counts (levels, right_no_c,
+    right_c, harm, help, both), n_layers, n_heads; with cases: `<kind>` (n, t_star, ld_no_c,
+    ld_c), forward and reverse (resid_groups, mlp; in the full scope also resid_offsets,
+    heads), ablation (per head), heads (the held-out table of `patching.heads`), lens,
+    control, cost."""
     from nca_interp.assets import embedded
 
     check_arguments(PatchingConfig, kind=kind, scope=scope, n_levels=n_levels,
                     max_cases=max_cases, ks=list(ks), n_random=n_random,
-                    n_random_generate=n_random_generate, seed=seed)
+                    n_random_generate=n_random_generate, seed=seed, ablate=ablate)
     path = str(verify_folder(ckpt or embedded("sokoban_opd")))
     found, ctx = resolve_task_and_context([path], task, context, task_options)
     t0 = time.time()
@@ -121,9 +135,9 @@ def run(ckpt: str | None = None, *, task: str | None = None, task_options=None,
     rows, control_rows, counts = find_cases(model, tok, found, ctx, levels, kind)
     bridge = boot_bridge(path, loaded=(model, tok))
     report = {"checkpoint": path, "task": found.name, "context": ctx, "kind": kind,
-              "scope": scope, "counts": counts, "n_layers": bridge.cfg.n_layers,
+              "scope": scope, "ablate": ablate, "counts": counts, "n_layers": bridge.cfg.n_layers,
               "n_heads": bridge.cfg.n_heads}
-    control = build_cases(tok, found, ctx, control_rows[:max_cases], limit) \
+    control = build_cases(tok, found, ctx, control_rows[:max_cases], limit, ablate) \
         if control_rows else None
     if control is not None:
         report["control"] = {"n": len(control), "lens": {
@@ -132,7 +146,7 @@ def run(ckpt: str | None = None, *, task: str | None = None, task_options=None,
         what = {"harm": "right without c, wrong with c", "help": "wrong without c, right with c"}
         report["note"] = f"no {kind} case ({what[kind]}) among these levels"
         return report
-    cases = build_cases(tok, found, ctx, rows[:max_cases], limit)
+    cases = build_cases(tok, found, ctx, rows[:max_cases], limit, ablate)
     stats = {"forwards": 0}
     t1 = time.time()
     fwd = sweep(bridge, cases, "forward", stats, scope)
@@ -183,6 +197,21 @@ FLIPPED = {"harm": "harm cases answered right", "help": "help cases answered wro
 def kind_of(r: dict) -> str:
     """The case kind of a report (reports written before `kind` existed are harm reports)."""
     return r.get("kind", "harm")
+
+
+def ablate_of(r: dict) -> str:
+    """What a report's head ablation removed (reports written before `ablate` existed removed
+    c's own tokens: `context`)."""
+    return r.get("ablate", "context")
+
+
+ABLATE_NOTE = {
+    "prefix": "attention removed from c and the newline that joins it to x (every head removed: "
+              "the no-context run)",
+    "context": "attention removed from c's own tokens only (`--ablate context`, reports before "
+               "2026-12-02): the newline joining c to x stays readable, so removing every head "
+               "is not the no-context run: what the all-heads row leaves unexplained includes "
+               "that newline's own effect"}
 
 
 def format_report(r: dict) -> str:
@@ -286,7 +315,7 @@ def execute(cfg: PatchingConfig) -> dict:
         r = run(p, task=cfg.task, task_options=cfg.task_options, context=cfg.context,
                 kind=cfg.kind, scope=cfg.scope, n_levels=cfg.n_levels, max_cases=cfg.max_cases,
                 ks=cfg.ks, n_random=cfg.n_random, n_random_generate=cfg.n_random_generate,
-                seed=cfg.seed)
+                seed=cfg.seed, ablate=cfg.ablate)
         name = Path(r["checkpoint"]).name
         results[name] = r
         print(format_report(r) + "\n")

@@ -8,6 +8,13 @@ teacher-forced, in both views, on the right view's response up to the first toke
 greedy responses part (t*); that position decides the answer, and the metric there is the logit
 difference LD = logit(right view's token) - logit(wrong view's token).
 
+What "the context" is, for removing attention to it (ABLATE): `prefix` (the default) is every
+token of [c, x] before the part it shares with x: c and the newline (or chat-template tokens)
+that join it to x, so removing every head's attention to it in every layer turns [c, x] into x
+exactly (relative positions make the shift of x's positions harmless). `context` is c's own
+tokens only, the definition of reports written before 2026-12-02: the joining newline stays
+readable, so there removing every head's reading of c is not the no-context run.
+
 The source batch is always the no-context prompt x and the destination batch [c, x]. x and the
 response prefix are a common suffix of both prompts: left padding lines them up column by
 column ("aligned positions"); the context tokens have no counterpart.
@@ -26,6 +33,7 @@ from nca_interp.tasks import Task
 
 KINDS = ("harm", "help")
 RIGHT_VIEW = {"harm": "no_c", "help": "c"}  # the view that answers right in a case
+ABLATE = ("prefix", "context")  # what removing attention to the context removes (see above)
 
 
 @dataclass
@@ -111,8 +119,12 @@ def find_cases(model, tok, task: Task, context: str, levels: list, kind: str = "
     return cases, controls, counts
 
 
-def build_cases(tok, task: Task, context: str, rows: list, limit: int | None) -> Cases:
-    """Rows (level, right response, wrong response, t*) as aligned teacher-forced batches."""
+def build_cases(tok, task: Task, context: str, rows: list, limit: int | None,
+                ablate: str = "prefix") -> Cases:
+    """Rows (level, right response, wrong response, t*) as aligned teacher-forced batches;
+    `ablate` picks the context columns (module docstring)."""
+    if ablate not in ABLATE:
+        raise ValueError(f"ablate must be one of {', '.join(ABLATE)}, not {ablate!r}")
     pad = pad_id(tok)
     src_text, dst_text, contexts, prefixes = [], [], [], []
     for lv, right, _wrong, t in rows:
@@ -150,7 +162,11 @@ def build_cases(tok, task: Task, context: str, rows: list, limit: int | None) ->
     W1 = dst_ids.shape[1]
     ctx = torch.zeros(len(rows), W1, dtype=torch.bool)
     for i, (text, c, t) in enumerate(zip(dst_text, contexts, t_star)):
-        is_ctx = torch.tensor(context_token_mask(tok, text, c))
+        if ablate == "context":
+            is_ctx = torch.tensor(context_token_mask(tok, text, c))
+        else:  # every real prompt token left of the suffix shared with x
+            real, shared = int(dst_pm[i].sum()), int(aligned_prompt[i].sum())
+            is_ctx = torch.arange(real) < real - shared
         end = W1 - int(t)
         ctx[i, end - len(is_ctx): end] = is_ctx
     eos = tok.eos_token_id
