@@ -376,3 +376,60 @@ def test_nca_new_direction_needs_opd_nca_clear_of_alignment(tmp_path):
     ga("grad_align_nca_s2", [(85, 95)])
     assert claims.nca_new_direction(tmp_path)[3].startswith(
         "partly (4 of 5 checkpoints judged, 3 seeds)")
+
+
+def test_heads_verdict_needs_one_stable_head_clear_of_random_heads_on_held_out_cases(tmp_path):
+    def row(k, a, b, p_ld=0.01, p_flip=0.01, lo=0.4, broken_hi=0.1, nulls=True):
+        r = {"k": k, "chosen_on_a": a, "chosen_on_b": b, "percentile": 100.0,
+             "effect": {"mean": 0.6, "lo": lo, "hi": 0.8},
+             "flipped": {"mean": 0.5, "lo": 0.3, "hi": 0.7},
+             "broken_control": {"mean": 0.05, "lo": 0.0, "hi": broken_hi}}
+        if nulls:
+            r["effect_null"] = {"n": 100, "mean": 0.1, "lo": -0.4, "hi": 0.3, "p": p_ld}
+            r["flipped_null"] = {"n": 100, "mean": 0.2, "lo": 0.0, "hi": 0.4, "p": p_flip}
+        return r
+
+    def verdict(rows, harm=40, ablate="prefix"):
+        rep = {"kind": "harm", "ablate": ablate, "counts": {"harm": harm}, "harm": {"n": harm},
+               "heads": {"rows": rows + [row(16, ["L0H0"], ["L0H0"], nulls=False)]}}
+        (tmp_path / "patching.json").write_text(json.dumps(
+            {"results": {"t_opd_s0": rep, "t_base": {"kind": "harm"}}}))
+        return claims.heads_carry_harm(tmp_path)
+
+    two = row(2, ["L2H2", "L1H0"], ["L2H2", "L1H1"])
+    assert verdict([row(1, ["L2H2"], ["L2H2"]), two])[3] == "reproduced"
+    # the same effect, but the halves disagree on the head: not one head
+    assert verdict([row(1, ["L2H2"], ["L0H1"]), two])[3].startswith("partly (one head")
+    # the answers flip no more often than with random heads: only the pair stands clear
+    assert verdict([row(1, ["L2H2"], ["L2H2"], p_flip=0.2), two])[3].startswith(
+        "partly (no single head")
+    # the LD interval reaches down to the random heads' mean
+    assert verdict([row(1, ["L2H2"], ["L2H2"], lo=0.05), two])[3].startswith("partly")
+    # breaking as many controls as it fixes harm cases is not a localisation
+    assert verdict([row(1, ["L2H2"], ["L2H2"], broken_hi=0.5),
+                    row(2, ["L2H2", "L1H0"], ["L2H2", "L1H1"], broken_hi=0.5)])[3] == \
+        "not reproduced"
+    assert verdict([row(1, ["L2H2"], ["L2H2"])], harm=10)[3] == "not measurable"
+    assert "c's own tokens only" in verdict([row(1, ["L2H2"], ["L2H2"])], ablate="context")[2]
+    assert "c's own tokens only" not in verdict([row(1, ["L2H2"], ["L2H2"]), two])[2]
+
+
+def test_referee_tally_groups_settings_by_verdict_word_and_skips_unmeasured(tmp_path):
+    from train import referee
+
+    assert referee.tally([("a", "reproduced"), ("b", "partly (2 of 3)"), ("c", "reproduced"),
+                          ("d", "not reproduced: NCA is blind to what c says")]) == \
+        "**reproduced** in 2 (a, c); **partly** in 1 (b); **not reproduced** in 1 (d)"
+    # a setting without the rule's JSON has no row; one with it is judged with its seeds
+    base = {"win_no_c": 0.9, "win_c": 0.95, "harm": 0.01, "regime": "B"}
+    for name, patched in (("sokoban", True), ("frozenlake", False)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "context_return.json").write_text(json.dumps(
+            {"reports": {f"{name}_base": base, f"{name}_opd_s0": base, f"{name}_opd_s3": base,
+                         f"{name}_nca_s0": base}}))
+        if patched:
+            (tmp_path / name / "patching.json").write_text(json.dumps(
+                {"results": {f"{name}_opd_s0": {"kind": "harm", "counts": {"harm": 2}}}}))
+    text = referee.section(1, referee.VERDICTS[0], tmp_path)
+    assert "| `sokoban` | opd 0,3; nca 0 |" in text and "`frozenlake`" not in text
+    assert "**not measurable** in 1 (sokoban)" in text

@@ -80,6 +80,11 @@ def test_generated_blocks_equal_their_generators():
         text = (ROOT / doc).read_text()
         assert summary.replace_block(text, summary.block(ROOT / "figures")) == text, \
             f"{doc}: the summary block is stale; run python -m train.summary --write"
+    from train import referee
+
+    page = (ROOT / referee.PAGE).read_text()
+    assert referee.refresh(page, ROOT / "figures") == page, \
+        f"{referee.PAGE}: the referee block is stale; run python -m train.referee --write"
     readme = (ROOT / "README.md").read_text()
     est = sweep.estimator_table(ROOT / "figures")
     assert sweep.EST_START in readme and est  # the estimator-by-outcome table is published

@@ -16,7 +16,12 @@ def test_method_of_and_summary():
                for n, w in [("t_base", 0.5), ("t_opd_s0", 0.6), ("t_opd_s1", 0.8)]}
     s = reproduce.summarise(reports, [0, 1])
     assert s["opd"]["win_no_c"] == {"mean": 0.7, "min": 0.6, "max": 0.8, "n": 2}
-    assert s["base"]["regimes"] == ["B"] and "nca" not in s
+    assert s["base"]["regimes"] == ["B"] and "nca" not in s and "teacher" not in s
+    # cross-model: the students' start is evaluated first and is the null; the teacher apart
+    cross = {"s_base": reports["t_base"], "xl_base": {**reports["t_base"], "win_no_c": 0.2},
+             "xl_opd_s0": reports["t_opd_s0"]}
+    s = reproduce.summarise(cross, [0])
+    assert s["base"]["win_no_c"]["mean"] == 0.5 and s["teacher"]["win_no_c"]["mean"] == 0.2
 
 
 @pytest.mark.slow

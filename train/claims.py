@@ -603,6 +603,74 @@ def nca_new_direction(figs: Path) -> Claim:
             + ("each term's noise floor" if raw else "95% jackknife intervals"), verdict)
 
 
+HEADS_MIN_CASES = 20  # harm cases for the head verdict: 10 to choose on, 10 to judge on
+
+
+def _clear(row: dict) -> bool:
+    """Removing the chosen heads' reading of c stands clear of removing random heads: on the
+    held-out half, both the teacher-forced LD effect and the answers flipped beat the random-
+    head draws (one-sided p <= 0.05), the LD interval sits above the null's mean, and the
+    chosen heads break fewer controls than they fix harm cases (intervals apart)."""
+    e, en, f, fn = (row.get(k) or {} for k in ("effect", "effect_null", "flipped",
+                                                "flipped_null"))
+    bc = row.get("broken_control")
+    return bool(en.get("n") and fn.get("n") and en["p"] <= 0.05 and fn["p"] <= 0.05
+                and e["lo"] > en["mean"] and (bc is None or bc["hi"] < f["lo"]))
+
+
+def heads_carry_harm(figs: Path) -> Claim:
+    """OPD's harm runs through a few heads' reading of c, judged on held-out cases (the first
+    OPD seed's patching): reproduced when one head, the same whether chosen on either half of
+    the harm cases, stands clear of random heads on the other half (`_clear`); partly when only
+    2 or 4 heads together do, or the single head chosen differs between the halves; not
+    measurable under HEADS_MIN_CASES harm cases."""
+    from nca_interp.patching import ABLATE_NOTE, ablate_of, kind_of
+
+    claim = "OPD's harm runs through a few heads reading c (chosen on half the cases)"
+    results = json.loads((figs / "patching.json").read_text())["results"]
+    name, r = next(((n, r) for n, r in results.items() if re.search(r"_opd_s\d+$", n)),
+                   (None, None))
+    if r is None:
+        return claim, "no OPD run patched", "-", "not measurable"
+    n = r.get(kind_of(r), {}).get("n", 0) if kind_of(r) == "harm" else 0
+    rows = r.get("heads", {}).get("rows", [])
+    if kind_of(r) != "harm" or n < HEADS_MIN_CASES or not rows:
+        why = f"{kind_of(r)} cases patched, not harm cases" if kind_of(r) != "harm" else \
+            f"{r['counts']['harm']} harm cases (fewer than {HEADS_MIN_CASES})"
+        return claim, f"{name}: {why}", "-", "not measurable"
+
+    def ci(s: dict) -> str:
+        return f"{s['mean']:.2f} [{s['lo']:.2f}, {s['hi']:.2f}]"
+
+    one = rows[0]
+    top = [row for row in rows if "effect_null" in row]
+    clear = [row["k"] for row in top if _clear(row)]
+    stable = one["chosen_on_a"][0] == one["chosen_on_b"][0]
+    every = rows[-1]
+    measured = (f"{name}, {n} harm cases: k=1 chose {one['chosen_on_a'][0]} on half A, "
+                f"{one['chosen_on_b'][0]} on half B; held-out LD effect {ci(one['effect'])}, "
+                f"answers flipped {ci(one['flipped'])}; k standing clear: "
+                f"{', '.join(map(str, clear)) or 'none'}; all {every['k']} heads: flipped "
+                f"{ci(every['flipped'])}")
+    null = (f"{one['effect_null']['n']} draws of k random heads neither half chose: k=1 LD "
+            f"{one['effect_null']['mean']:.2f} (p {one['effect_null']['p']:.3f}), flipped "
+            f"{one['flipped_null']['mean']:.2f} (p {one['flipped_null']['p']:.3f}); percentile "
+            f"{one['percentile']:.0f}; broken controls {ci(one['broken_control'])}"
+            if one.get("broken_control") and one.get("flipped_null", {}).get("n") else "-")
+    null += f"; {ABLATE_NOTE[ablate_of(r)]}"
+    if 1 in clear and stable:
+        verdict = "reproduced"
+    elif 1 in clear:
+        verdict = (f"partly (one head stands clear, but half A chose {one['chosen_on_a'][0]} "
+                   f"and half B {one['chosen_on_b'][0]})")
+    elif clear:
+        verdict = (f"partly (no single head stands clear; {' and '.join(map(str, clear))} "
+                   "heads together do)")
+    else:
+        verdict = "not reproduced"
+    return claim, measured, null, verdict
+
+
 def _adam(figs: Path) -> dict:
     return json.loads((figs / "param_delta.json").read_text())
 
@@ -791,7 +859,8 @@ CLAIMS: tuple[Callable[[Path], Claim], ...] = (internalizes, degrades, nca_preve
                                                nca_improves_no_c, longer,
                                                nca_identical,
                                                opd_gap, orthogonal, nca_new_direction,
-                                               shallow_qk, updates_differ)
+                                               shallow_qk, updates_differ,
+                                               heads_carry_harm)
 
 
 def claims(figs: Path) -> list[Claim]:

@@ -408,10 +408,14 @@ SUMMARY_KEYS = ["win_no_c", "win_c", "harm", "help", "harm_joint", "help_joint",
 
 
 def summarise(reports: dict[str, dict], seeds: list[int]) -> dict[str, dict]:
-    """Mean over seeds and the seed range, per method (base has one entry)."""
+    """Mean over seeds and the seed range, per method. `base` is the students' step 0, the
+    first checkpoint evaluated that is not a student (the teacher in self-distillation); a
+    cross-model teacher evaluated after it is `teacher`."""
     out = {}
-    for method in ("base", "opd", "nca"):
-        runs = [r for name, r in reports.items() if method_of(name) == method]
+    others = [r for name, r in reports.items() if method_of(name) == "base"]
+    for method in ("base", "teacher", "opd", "nca"):
+        runs = others[:1] if method == "base" else others[1:2] if method == "teacher" else \
+            [r for name, r in reports.items() if method_of(name) == method]
         if not runs:
             continue
         out[method] = {}
@@ -595,7 +599,10 @@ def main(argv: list[str] | None = None) -> None:
     for key, run in students.items():
         final = run / "checkpoints" / f"step_{cfg.distill_steps:06d}"
         record_training_time(manifest, run, final, student_args[key], "train.distill")
-    ckpts = [str(base)] + [str(p) for p in students.values()]
+    # the students' step 0 first (claims and the summary read it as the null), then a
+    # cross-model teacher, then the students
+    ckpts = [str(student_init), *([str(base)] if cfg.student_from else []),
+             *(str(p) for p in students.values())]
     for c in ckpts:
         verify_folder(c)
     def final_of(*runs) -> list[Path]:  # each stage reruns only when its own inputs change

@@ -55,15 +55,16 @@ def row(figs: Path) -> str | None:
 
 
 def table(root: Path = Path("figures")) -> str:
-    head = ("| setting | teacher = step-0 null: right without c / with c; harm | OPD: right "
+    head = ("| setting | step 0 (the null): right without c / with c; harm | OPD: right "
             "without c / with c | OPD harm | OPD regimes | NCA: right without c / with c | "
             "NCA harm | NCA regimes |\n|---|---|---|---|---|---|---|---|")
     from train.reproduce import SETTINGS
 
     rows = [r for r in (row(root / name) for name in SETTINGS) if r]
-    note = ("\nIn self-distillation (every setting but `sokoban_xl`) the teacher is also each "
-            "student's step-0 checkpoint; `sokoban_xl`'s students start from `sokoban`'s teacher "
-            "(its row there is their null).")
+    note = ("\nStep 0 is the checkpoint every student starts from: in self-distillation (every "
+            "setting but `sokoban_xl`) the teacher itself; `sokoban_xl`'s students start from a "
+            "4-layer `sokoban` teacher evaluated in its own folder (its 8-layer teacher's rows "
+            "are on its page).")
     return "\n".join([head, *rows]) + "\n" + note
 
 

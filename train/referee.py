@@ -1,0 +1,181 @@
+"""The five verdicts a referee would not pass (issue #23), each re-stated with the test that
+replaced it and judged, from the JSON, on every published setting that measures it.
+
+    python -m train.referee              # print the block
+    python -m train.referee --write      # regenerate it in docs/results/referee.md
+
+A verdict names the claim rules (train/claims.py) that now judge it; each row is one rule on
+one setting's figures/<setting>/ JSON, beside the seeds it read. Only the wording of the old
+verdicts and of the tests is written here; every number and verdict comes from the rules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from train import claims
+
+Rule = Callable[[Path], claims.Claim]
+
+
+def size_matched(figs: Path) -> claims.Claim:
+    """The size-matched OPD control of a setting (figures/<setting>_size, train.size_control)."""
+    sized = figs.parent / f"{figs.name}_size"
+    if not (sized / "param_delta.json").exists():
+        raise FileNotFoundError(sized / "param_delta.json")
+    return claims.size_matched(sized)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    was: str  # the verdict as published before the review
+    test: str  # what judges it now
+    rules: tuple[Rule, ...] = ()  # claim rules applied to each published setting
+    pooled: str | None = None  # or: the pooled claims of claims.POOLED[pooled]
+
+
+VERDICTS = (
+    Verdict("L0H1 stands clear of the random-head null (sokoban_remap, sokoban_long)",
+            "heads chosen on one half of the harm cases and judged on the other; each chosen "
+            "head's percentile among all single-head ablations; k random heads that neither "
+            "half chose, over 100 draws; 95% intervals on every flipped and broken-control "
+            "rate (rule `claims.heads_carry_harm`)", (claims.heads_carry_harm,)),
+    Verdict("OPD's gradient is orthogonal to the context view's (one seed, one batch)",
+            "the noise-corrected cosine cos_x / sqrt(cos_aa cos_bb) between independent parts "
+            "of the batch, with a jackknife interval, at every other checkpoint of 3 seeds "
+            "per method; judged inside 75-105 deg; the NCA term's angle to OPD's beside it "
+            "(rules `claims.orthogonal`, `claims.nca_new_direction`)",
+            (claims.orthogonal, claims.nca_new_direction)),
+    Verdict("NCA's updates differ from OPD's (one seed pair; NCA's update 1.5x larger)",
+            "every seed of both methods: cross-method against within-method cosines of the "
+            "updates, an exact permutation test on the method label, the update sizes beside; "
+            "and OPD run to NCA's update size (`python -m train.size_control`) (rules "
+            "`claims.updates_differ`, `claims.size_matched`)",
+            (claims.updates_differ, size_matched)),
+    Verdict("sysprompt: NCA removes the harm (3/3 vs 0/3 seeds, OPD's harm never established)",
+            ">= 8 seeds over 2 fixed knowledge bases; OPD's harm judged against the teachers' "
+            "on the same items first; harm bootstrapped over (setting, seed, fact) clusters "
+            "and over (setting, fact); a paired OPD - NCA interval (rule "
+            "`claims.pooled_claims`)", pooled="sysprompt_kbs"),
+    Verdict("sokoban_long: NCA prevents the harm (robust, or blind to c?)",
+            "beside the paired OPD - NCA harm interval, every student also given a wrong "
+            "context of the same form: reads_c = accuracy with c - with the wrong c, and NCA "
+            "counts as reading c only at >= 50% of the teacher's reads_c (rules "
+            "`claims.nca_prevents`, `claims.nca_reads_context`)",
+            (claims.nca_prevents, claims.nca_reads_context)),
+)
+ALSO = (
+    Verdict("the paper's 'NCA improves accuracy without c' (no row anywhere before)",
+            "NCA - OPD accuracy without c, each seed pair's paired 95% interval over the same "
+            "held-out items (rule `claims.nca_improves_no_c`)", (claims.nca_improves_no_c,)),
+    Verdict("cos >= 0.997 at every layer (raw cosine, inflated by anisotropy)",
+            "the same cosine between views of *different* items (the anisotropy floor) beside "
+            "it: the threshold is not judged where that floor reaches it (rule "
+            "`claims.nca_identical`)", (claims.nca_identical,)),
+)
+
+
+def published(root: Path) -> list[str]:
+    """Settings with a context-return evaluation in `root`, in train.reproduce's order."""
+    from train.reproduce import SETTINGS
+
+    return [s for s in SETTINGS if (root / s / "context_return.json").exists()]
+
+
+def seeds_of(figs: Path) -> str:
+    """`opd 0,1,2; nca 0,1,2`: the seeds of each method a setting's evaluation holds."""
+    reps = json.loads((figs / "context_return.json").read_text())["reports"]
+    out = []
+    for method in ("opd", "nca"):
+        seeds = sorted(int(m.group(1)) for n in reps
+                       if (m := re.search(rf"_{method}_s(\d+)$", n)))
+        if seeds:
+            out.append(f"{method} {','.join(map(str, seeds))}")
+    return "; ".join(out)
+
+
+def tally(rows: list[tuple[str, str]]) -> str:
+    """`reproduced in a, b; partly in c; ...` over (setting, verdict) rows."""
+    groups: dict[str, list[str]] = {}
+    for setting, verdict in rows:
+        groups.setdefault(re.split(r" \(|:", verdict)[0], []).append(setting)
+    order = ("reproduced", "partly", "not reproduced", "not measurable", "not measured")
+    return "; ".join(f"**{k}** in {len(groups[k])} ({', '.join(groups[k])})"
+                     for k in sorted(groups, key=lambda k: order.index(k) if k in order else 9))
+
+
+def title(claim: str) -> str:
+    """A rule's claim without its setting-specific tail (`... (OPD at lr x1.57, ...)`)."""
+    return re.sub(r" \([^()]*\)$", "", claim)
+
+
+def table(rows: list[tuple[str, str, claims.Claim]]) -> str:
+    """One row per setting; a claim worded for its setting (e.g. the size-matched OPD's lr)
+    keeps that wording in its row."""
+    lines = ["| setting | seeds | measured | null / control | verdict |", "|---|---|---|---|---|"]
+    worded = len({c for _, _, (c, *_) in rows}) > 1
+    for s, seeds, (c, m, n, v) in rows:
+        m = f"{c[len(title(c)) + 2:-1]}: {m}" if worded and c != title(c) else m
+        lines.append(f"| `{s}` | {seeds} | {m} | {n} | **{v}** |")
+    return "\n".join(lines)
+
+
+def section(i: int, v: Verdict, root: Path) -> str:
+    out = [f"### {i}. Was: {v.was}", "", f"Tested now by: {v.test}."]
+    if v.pooled:
+        members = claims.POOLED[v.pooled]
+        seeds = " + ".join(f"{m}: {seeds_of(root / m)}" for m in members)
+        rows = [(v.pooled, seeds, c) for c in claims.pooled_claims(members, root)]
+        out += ["", table(rows), "", "Verdicts: " + "; ".join(f"{c[0]}: **{c[3]}**"
+                                                             for _, _, c in rows) + "."]
+        return "\n".join(out)
+    for rule in v.rules:
+        rows = []
+        for s in published(root):
+            try:
+                rows.append((s, seeds_of(root / s), rule(root / s)))
+            except FileNotFoundError:  # the setting does not measure this
+                continue
+        if not rows:
+            continue
+        out += ["", f"**{title(rows[0][2][0])}**", "", table(rows), "",
+                "Verdicts: " + tally([(s, c[3]) for s, _, c in rows]) + "."]
+    return "\n".join(out)
+
+
+BEGIN = "<!-- referee:begin (python -m train.referee --write) -->"
+END = "<!-- referee:end -->"
+PAGE = Path("docs/results/referee.md")
+
+
+def block(root: Path = Path("figures")) -> str:
+    parts = [section(i, v, root) for i, v in enumerate(VERDICTS, 1)]
+    parts += ["## Two claims the review found without a fair null"]
+    parts += [section(i, v, root) for i, v in enumerate(ALSO, len(VERDICTS) + 1)]
+    return "\n\n".join([BEGIN, *parts, END])
+
+
+def refresh(text: str, root: Path = Path("figures")) -> str:
+    a, b = text.index(BEGIN), text.index(END) + len(END)
+    return text[:a] + block(root) + text[b:]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--figures", default="figures")
+    ap.add_argument("--write", action="store_true", help=f"regenerate the block in {PAGE}")
+    args = ap.parse_args(argv)
+    if args.write:
+        PAGE.write_text(refresh(PAGE.read_text(), Path(args.figures)))
+    else:
+        print(block(Path(args.figures)))
+
+
+if __name__ == "__main__":
+    main()
