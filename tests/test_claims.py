@@ -431,5 +431,6 @@ def test_referee_tally_groups_settings_by_verdict_word_and_skips_unmeasured(tmp_
             (tmp_path / name / "patching.json").write_text(json.dumps(
                 {"results": {f"{name}_opd_s0": {"kind": "harm", "counts": {"harm": 2}}}}))
     text = referee.section(1, referee.VERDICTS[0], tmp_path)
-    assert "| `sokoban` | opd 0,3; nca 0 |" in text and "`frozenlake`" not in text
+    assert "| `sokoban` | patched: sokoban_opd_s0 |" in text and "`frozenlake`" not in text
+    assert referee.seeds_of(tmp_path / "frozenlake") == "opd 0,3; nca 0"
     assert "**not measurable** in 1 (sokoban)" in text

@@ -31,12 +31,27 @@ def size_matched(figs: Path) -> claims.Claim:
     return claims.size_matched(sized)
 
 
+def patched_runs(figs: Path) -> str:
+    """The checkpoints a setting's patching read (the head verdict uses the first OPD one)."""
+    results = json.loads((figs / "patching.json").read_text())["results"]
+    return "patched: " + ", ".join(results)
+
+
+def aligned_seeds(figs: Path) -> str:
+    """The runs whose gradients a setting aligned (grad_align_<method>[_s<seed>].json)."""
+    from train.report import grad_files
+
+    labels = [label if " s" in label else f"{label} s0" for label, _ in grad_files(figs)]
+    return "gradients: " + ", ".join(labels)
+
+
 @dataclass(frozen=True)
 class Verdict:
     was: str  # the verdict as published before the review
     test: str  # what judges it now
     rules: tuple[Rule, ...] = ()  # claim rules applied to each published setting
     pooled: str | None = None  # or: the pooled claims of claims.POOLED[pooled]
+    seeds: Callable[[Path], str] | None = None  # what the rules read (default: every seed)
 
 
 VERDICTS = (
@@ -44,13 +59,14 @@ VERDICTS = (
             "heads chosen on one half of the harm cases and judged on the other; each chosen "
             "head's percentile among all single-head ablations; k random heads that neither "
             "half chose, over 100 draws; 95% intervals on every flipped and broken-control "
-            "rate (rule `claims.heads_carry_harm`)", (claims.heads_carry_harm,)),
+            "rate (rule `claims.heads_carry_harm`)", (claims.heads_carry_harm,),
+            seeds=patched_runs),
     Verdict("OPD's gradient is orthogonal to the context view's (one seed, one batch)",
             "the noise-corrected cosine cos_x / sqrt(cos_aa cos_bb) between independent parts "
             "of the batch, with a jackknife interval, at every other checkpoint of 3 seeds "
             "per method; judged inside 75-105 deg; the NCA term's angle to OPD's beside it "
             "(rules `claims.orthogonal`, `claims.nca_new_direction`)",
-            (claims.orthogonal, claims.nca_new_direction)),
+            (claims.orthogonal, claims.nca_new_direction), seeds=aligned_seeds),
     Verdict("NCA's updates differ from OPD's (one seed pair; NCA's update 1.5x larger)",
             "every seed of both methods: cross-method against within-method cosines of the "
             "updates, an exact permutation test on the method label, the update sizes beside; "
@@ -138,7 +154,7 @@ def section(i: int, v: Verdict, root: Path) -> str:
         rows = []
         for s in published(root):
             try:
-                rows.append((s, seeds_of(root / s), rule(root / s)))
+                rows.append((s, (v.seeds or seeds_of)(root / s), rule(root / s)))
             except FileNotFoundError:  # the setting does not measure this
                 continue
         if not rows:
