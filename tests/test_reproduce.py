@@ -342,11 +342,13 @@ def test_pipeline_time_adds_up_over_resumes_but_not_over_a_full_rebuild(tmp_path
 
     from train.reproduce import Manifest, ReproduceConfig, finish
 
-    def run(skipped, ran=1, before=600.0, resumed=()):
+    def run(skipped, ran=1, before=600.0, resumed=(), until=None):
         path = tmp_path / "manifest.json"
         path.write_text(json.dumps({"files": {}, "note": "students trained outside",
-                                    **({"pipeline_seconds": before} if before else {})}))
-        m = Manifest(path, ReproduceConfig())
+                                    **({"pipeline_seconds": before,
+                                        "pipeline_until": until or time.time() + 60}
+                                       if before else {})}))
+        m = Manifest(path, ReproduceConfig(runs=str(tmp_path / "runs")))
         m.ran, m.skipped, m.resumed = ran, skipped, list(resumed)
         finish(m, time.time() - 30.0, m.cfg)
         return json.loads(path.read_text())
@@ -370,6 +372,23 @@ def test_pipeline_time_adds_up_over_resumes_but_not_over_a_full_rebuild(tmp_path
     assert first["note"] == ("this invocation only; made before it: opd seed 0; resumed from a "
                              "checkpoint made before it: nca seed 0; each run's own training "
                              "time is in manifest.json")
+    # an earlier total from before the students on disk were trained (another machine's, or
+    # a teacher's) is not theirs: this invocation's own time, with the note, not the sum
+    step = tmp_path / "runs" / "sokoban_opd_s0" / "checkpoints" / "step_000025"
+    step.mkdir(parents=True)
+    (step / "nca_checkpoint.json").write_text("{}")
+    stale = run(["teacher", "context-return evaluation"], until=time.time() - 3600)
+    assert stale["pipeline_seconds"] == pytest.approx(30.0, abs=2)
+    assert stale["note"].startswith("this invocation only; made before it: context-return")
+    assert run(["teacher", "opd seed 0"])["pipeline_seconds"] == pytest.approx(
+        630.0, abs=2)  # recorded once the students existed: their pipeline, resumed
+    # legacy manifests without pipeline_until: not summed either
+    legacy = tmp_path / "manifest.json"
+    legacy.write_text(json.dumps({"files": {}, "pipeline_seconds": 600.0}))
+    m = Manifest(legacy, ReproduceConfig(runs=str(tmp_path / "runs")))
+    m.ran, m.skipped = 1, ["teacher", "opd seed 0"]
+    finish(m, time.time() - 30.0, m.cfg)
+    assert json.loads(legacy.read_text())["pipeline_seconds"] == pytest.approx(30.0, abs=2)
     # a stage whose output is up to date is counted as skipped, and not run
     from train.reproduce import stage
 

@@ -702,8 +702,15 @@ def finish(manifest: Manifest, t_start: float, cfg: ReproduceConfig) -> float:
     if manifest.ran:  # render-only: 0
         before = [n for n in manifest.skipped if not n.startswith("teacher")]
         fresh = not before and not manifest.resumed
-        earlier = 0 if fresh else manifest.data.get("pipeline_seconds", 0)
+        # an earlier total counts only if the students on disk existed when it was recorded
+        # (one recorded before they were trained, e.g. for students since retrained on another
+        # machine, or by an older manifest without the time, is another run's)
+        until = manifest.data.get("pipeline_until")
+        first = first_student_checkpoint(cfg)
+        counted = until is not None and (first <= until or first == float("inf"))
+        earlier = 0 if fresh or not counted else manifest.data.get("pipeline_seconds", 0)
         manifest.data["pipeline_seconds"] = round(earlier + total, 1)
+        manifest.data["pipeline_until"] = round(time.time(), 1)
         shared = [n for n in manifest.skipped if n.startswith("teacher")]
         if fresh and shared:  # never "all stages" when the teacher was made before
             manifest.data["note"] = (f"all stages but the teacher's, up to date before it "
@@ -718,6 +725,14 @@ def finish(manifest: Manifest, t_start: float, cfg: ReproduceConfig) -> float:
                  "each run's own training time is in manifest.json"])
     manifest.path.write_text(json.dumps(manifest.data, indent=1))
     return total
+
+
+def first_student_checkpoint(cfg: ReproduceConfig) -> float:
+    """When the setting's first student checkpoint was written (inf before any)."""
+    runs = [Path(cfg.runs) / f"{cfg.name or cfg.task}_{m}_s{s}" for m in cfg.methods
+            for s in cfg.seeds]
+    return min((mtime(p) for r in runs for p in (r / "checkpoints").glob("step_*")),
+               default=float("inf"))
 
 
 def running_seconds(times: list[float], pause: float = 60.0) -> tuple[float, list[float]]:
