@@ -59,7 +59,11 @@ VERDICTS = (
             "heads chosen on one half of the harm cases and judged on the other; each chosen "
             "head's percentile among all single-head ablations; k random heads that neither "
             "half chose, over 100 draws; 95% intervals on every flipped and broken-control "
-            "rate (rule `claims.heads_carry_harm`)", (claims.heads_carry_harm,),
+            "rate; the referee's 'all heads recover only 0.70: a position shift?' was the "
+            "newline joining c to x, which reports before 2026-12-02 left readable (each row "
+            "says which was removed; `--ablate prefix`, now the default, makes removing every "
+            "head exactly the no-context run, tests/test_patching.py) (rule "
+            "`claims.heads_carry_harm`)", (claims.heads_carry_harm,),
             seeds=patched_runs),
     Verdict("OPD's gradient is orthogonal to the context view's (one seed, one batch)",
             "the noise-corrected cosine cos_x / sqrt(cos_aa cos_bb) between independent parts "
