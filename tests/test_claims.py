@@ -120,6 +120,13 @@ def test_reading_c_separates_robust_from_blind(tmp_path):
         "0.600, under the 50% the rule asks)")
     half = write_ctl({"t_base": base, **{f"t_nca_s{i}": ctl(0.3, 0.2, 0.4) for i in range(3)}})
     assert claims.nca_reads_context(half)[3] == "reproduced"
+    # cross-model: the students' own start (evaluated first) is the reference, the teacher
+    # beside it
+    cross = write_ctl({"s_base": ctl(0.6, 0.55, 0.65), "xl_base": ctl(0.05, 0.0, 0.1),
+                       **{f"t_nca_s{i}": ctl(0.03, 0.02, 0.04) for i in range(3)}})
+    c = claims.nca_reads_context(cross)
+    assert c[2].startswith("step 0 0.600; teacher 0.050")
+    assert "5% of step 0's 0.600" in c[3]
 
 
 def test_identical_views_are_not_judged_when_different_items_reach_the_threshold(tmp_path):
