@@ -697,7 +697,10 @@ def finish(manifest: Manifest, t_start: float, cfg: ReproduceConfig) -> float:
     what is published (a resumed pipeline adds up), this invocation's alone once it made all of
     the setting's own outputs (only the teacher's stages, shared with other settings, may have
     been up to date); then an earlier invocation's note on how it ran no longer applies, and
-    the new note names the teacher's stages it found made (the time is not "all stages")."""
+    the new note names the teacher's stages it found made (the time is not "all stages").
+    An earlier total is summed only when recorded (`pipeline_until`) after the students on disk
+    existed; otherwise this invocation's time stands alone with a note of what it found made
+    (an invocation that failed before this point records no time)."""
     total = time.time() - t_start
     if manifest.ran:  # render-only: 0
         before = [n for n in manifest.skipped if not n.startswith("teacher")]
