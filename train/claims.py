@@ -636,7 +636,7 @@ def heads_carry_harm(figs: Path) -> Claim:
                    (None, None))
     if r is None:
         return claim, "no OPD run patched", "-", "not measurable"
-    n = r.get(kind_of(r), {}).get("n", 0) if kind_of(r) == "harm" else 0
+    n = r.get("harm", {}).get("n", 0)  # harm cases patched (help reports have none)
     rows = r.get("heads", {}).get("rows", [])
     if kind_of(r) != "harm" or n < HEADS_MIN_CASES or not rows:
         why = f"{kind_of(r)} cases patched, not harm cases" if kind_of(r) != "harm" else \

@@ -87,8 +87,8 @@ class PatchingConfig:
                                                  "check": ">=1"})
     ablate: str = field(default="prefix", metadata={
         "help": "what removing a head's attention to the context removes: prefix (c and what "
-                "joins it to x: removing it from every head gives the no-context run) or "
-                "context (c's own tokens: reports before 2026-12-02)",
+                "joins it to x: removing it from every head gives the no-context run where x "
+                "is a suffix of [c, x]) or context (c's own tokens: reports before 2026-12-02)",
         "check": "choice:" + "|".join(ABLATE)})
     ks: list[int] = field(default_factory=lambda: [1, 2, 4], metadata={
         "help": "numbers of heads whose context reading is removed together (all heads are "
@@ -206,8 +206,9 @@ def ablate_of(r: dict) -> str:
 
 
 ABLATE_NOTE = {
-    "prefix": "attention removed from c and the newline that joins it to x (every head removed: "
-              "the no-context run)",
+    "prefix": "attention removed from everything [c, x] has before what it shares with x: c and "
+              "the newline that joins it to x (every head removed: the no-context run, where x is "
+              "a suffix of [c, x])",
     "context": "attention removed from c's own tokens only (`--ablate context`, reports before "
                "2026-12-02): the newline joining c to x stays readable, so removing every head "
                "is not the no-context run: what the all-heads row leaves unexplained includes "

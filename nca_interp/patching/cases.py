@@ -10,8 +10,10 @@ difference LD = logit(right view's token) - logit(wrong view's token).
 
 What "the context" is, for removing attention to it (ABLATE): `prefix` (the default) is every
 token of [c, x] before the part it shares with x: c and the newline (or chat-template tokens)
-that join it to x, so removing every head's attention to it in every layer turns [c, x] into x
-exactly (relative positions make the shift of x's positions harmless). `context` is c's own
+that join it to x, so where x is a suffix of [c, x] (the games, compact sysprompt) removing
+every head's attention to it in every layer turns [c, x] into x exactly (relative positions
+make the shift of x's positions harmless); with a chat template whose no-context view has a
+default system message of its own, that message is not restored. `context` is c's own
 tokens only, the definition of reports written before 2026-12-02: the joining newline stays
 readable, so there removing every head's reading of c is not the no-context run.
 
