@@ -441,3 +441,13 @@ def test_referee_tally_groups_settings_by_verdict_word_and_skips_unmeasured(tmp_
     assert "| `sokoban` | patched: sokoban_opd_s0 |" in text and "`frozenlake`" not in text
     assert referee.seeds_of(tmp_path / "frozenlake") == "opd 0,3; nca 0"
     assert "**not measurable** in 1 (sokoban)" in text
+
+
+def test_referee_refresh_refuses_a_page_without_its_block():
+    import pytest
+
+    from nca_interp.errors import UsageError
+    from train import referee
+
+    with pytest.raises(UsageError, match="has no referee block"):
+        referee.refresh("# a page someone rewrote\n")

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from nca_interp.cli import entry
+from nca_interp.errors import UsageError
 from train import claims
 
 Rule = Callable[[Path], claims.Claim]
@@ -181,6 +183,9 @@ def block(root: Path = Path("figures")) -> str:
 
 
 def refresh(text: str, root: Path = Path("figures")) -> str:
+    if BEGIN not in text or END not in text:
+        raise UsageError(f"{PAGE} has no referee block ({BEGIN} ... {END}); restore the markers "
+                         "from git (git checkout -- docs/results/referee.md)")
     a, b = text.index(BEGIN), text.index(END) + len(END)
     return text[:a] + block(root) + text[b:]
 
@@ -198,4 +203,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    sys.exit(entry(main))
