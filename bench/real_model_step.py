@@ -1,7 +1,8 @@
 """One distillation step on a real pretrained model (SmolLM2-135M-Instruct, the `facts` task):
 sampling, OPD update, NCA update, tokens/s and peak resident memory per phase; our KV-cache
-sampler against HF `generate` at this size. Every phase runs in its own process (so its peak
-RSS is its own), one after the other, in one invocation.
+sampler against HF `generate` at this size, beside the floor under any fp32 decoder (the
+step's matrix products alone: at batch 8 a step is bound by reading the weights). Every phase
+runs in its own process (so its peak RSS is its own), one after the other, in one invocation.
 
     python -m bench.real_model_step [--batch 8] [--threads 2] [--repeat 3]
     python -m bench.real_model_step --write      # also bench/results/real_model_step.txt
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-PHASES = ("load", "sample", "opd", "nca", "greedy_ours", "greedy_hf")
+PHASES = ("load", "sample", "opd", "nca", "greedy_ours", "greedy_hfpath", "greedy_hf", "floor")
 
 
 def _setup(batch: int):
@@ -45,6 +46,7 @@ def phase(name: str, batch: int, repeat: int) -> dict:
     from bench.common import timeit
     from nca_interp.checkpoint import load_checkpoint
     from nca_interp.losses import combine, loss_terms
+    from nca_interp.prefix import PrefixCache
     from nca_interp.rollout import encode, pad_id, sample, stop_ids
 
     folder, student, tok, task, levels, b = _setup(batch)
@@ -58,8 +60,11 @@ def phase(name: str, batch: int, repeat: int) -> dict:
         opt = torch.optim.AdamW(student.parameters(), lr=0.0)  # lr 0: one model throughout
         beta = 1.0 if name == "nca" else 0.0
 
+        cache = PrefixCache()  # as training holds it: the teacher's prefix once per run
+
         def update():
-            terms = loss_terms(student, teacher, b, ("opd", "nca") if beta else ("opd",))
+            terms = loss_terms(student, teacher, b, ("opd", "nca") if beta else ("opd",),
+                               prefix_cache=cache)
             opt.zero_grad()
             combine(terms, beta).backward()
             opt.step()
@@ -69,17 +74,21 @@ def phase(name: str, batch: int, repeat: int) -> dict:
         out["seconds"] = timeit(lambda: sample(
             student, b.x_ids, b.x_mask, max_new, stop_ids(tok, student), pad_id(tok), 1.0,
             torch.Generator().manual_seed(0)), repeat=repeat, warmup=1)
-    elif name in ("greedy_ours", "greedy_hf"):
+    elif name == "floor":
+        out["seconds"] = timeit(lambda: weight_reads(student, batch), repeat=repeat, warmup=1)
+        out["steps"] = 1
+    elif name in ("greedy_ours", "greedy_hfpath", "greedy_hf"):
         ids, mask = encode(tok, [task.prompt(lv) for lv in levels])
         ours, _ = sample(student, ids, mask, max_new, stop_ids(tok, student), pad_id(tok), 0.0)
+        out["steps"] = ours.shape[1]
         hf = student.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new,
                               do_sample=False, eos_token_id=stop_ids(tok, student),
                               pad_token_id=pad_id(tok))[:, ids.shape[1]:]
         n = min(ours.shape[1], hf.shape[1])
         out["agreement"] = float((ours[:, :n] == hf[:, :n]).float().mean())
-        if name == "greedy_ours":
+        if name != "greedy_hf":
             fn = lambda: sample(student, ids, mask, max_new, stop_ids(tok, student),  # noqa
-                                pad_id(tok), 0.0)
+                                pad_id(tok), 0.0, fast=name == "greedy_ours")
         else:
             fn = lambda: student.generate(  # noqa: E731
                 input_ids=ids, attention_mask=mask, max_new_tokens=max_new, do_sample=False,
@@ -89,6 +98,18 @@ def phase(name: str, batch: int, repeat: int) -> dict:
         out["seconds"] = 0.0
     out["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     return out
+
+
+@torch.no_grad()
+def weight_reads(model, batch: int) -> None:
+    """The matrix products of one decoding step at this batch (every linear layer and the LM
+    head, each read once from memory): the floor under any fp32 decoder of these weights."""
+    x = {}
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.Linear):
+            d = mod.in_features
+            x.setdefault(d, torch.randn(batch, d))
+            torch.nn.functional.linear(x[d], mod.weight)
 
 
 def table(rows: dict[str, dict], threads: int) -> str:
@@ -107,10 +128,15 @@ def table(rows: dict[str, dict], threads: int) -> str:
         lines.append(f"{label:<34}{t:>9.2f}{tok / t:>12.1f}{r['peak_rss_gb']:>13.2f}")
     step = (s["seconds"] + n["seconds"]) / (s["seconds"] + o["seconds"])
     lines.append(f"NCA / OPD step: {step:.2f}x (update only {n['seconds'] / o['seconds']:.2f}x)")
-    go, gh = rows["greedy_ours"], rows["greedy_hf"]
-    lines.append(f"greedy decoding, same prompts: ours {go['seconds']:.2f} s, HF generate "
-                 f"{gh['seconds']:.2f} s, HF / ours {gh['seconds'] / go['seconds']:.2f}x, "
-                 f"token agreement {go['agreement']:.4f}")
+    go, gp, gh, fl = rows["greedy_ours"], rows["greedy_hfpath"], rows["greedy_hf"], rows["floor"]
+    lines.append(f"greedy decoding, same prompts ({go['steps']} tokens): ours "
+                 f"{go['seconds']:.2f} s, our loop through the HF forward "
+                 f"{gp['seconds']:.2f} s, HF generate {gh['seconds']:.2f} s; HF / ours "
+                 f"{gh['seconds'] / go['seconds']:.2f}x, token agreement {go['agreement']:.4f}")
+    floor = fl["seconds"] * go["steps"]
+    lines.append(f"weight-read floor: the step's matrix products alone {fl['seconds'] * 1e3:.1f} "
+                 f"ms x {go['steps']} tokens = {floor:.2f} s; HF generate is "
+                 f"{gh['seconds'] / floor:.2f}x the floor, ours {go['seconds'] / floor:.2f}x")
     return "\n".join(lines)
 
 

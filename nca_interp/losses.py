@@ -45,7 +45,9 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 
+from nca_interp.prefix import PrefixCache, view_logits
 from nca_interp.rollout import Batch, model_device, response_logits
 
 TERMS = ("opd", "nca", "ctx")
@@ -168,13 +170,17 @@ def estimated_kl(estimator: Estimator, p_logits_B_N_V: torch.Tensor,
 def loss_terms(student, teacher, batch: Batch, terms: tuple[str, ...] = ("opd", "nca"),
                top_k: int | None = None, renormalize: bool = True,
                denom: torch.Tensor | float | None = None, temperature: float = 1.0,
-               estimator: Estimator | None = None, nca_estimator: Estimator | None = None
+               estimator: Estimator | None = None, nca_estimator: Estimator | None = None,
+               prefix_cache: PrefixCache | None = None, share_prefix: bool = True
                ) -> dict[str, torch.Tensor]:
     """The named loss terms on one batch (combine them afterwards: L = opd + beta * nca), at
     the sampling `temperature` (every view's logits divided by it).
     Only the views a requested term needs are computed. The teacher may live on another device
     (its inputs go there, its logits come back); its full-vocabulary logits are dropped as soon
-    as the terms that need them are computed."""
+    as the terms that need them are computed.
+    `share_prefix`: run the prompts' shared prefix once (exact; nca_interp.prefix), the
+    teacher's from `prefix_cache` across calls when one is given; False runs every prompt
+    whole."""
     unknown = set(terms) - set(TERMS)
     if unknown:
         raise ValueError(f"unknown loss terms {sorted(unknown)}; choose from {TERMS}")
@@ -183,15 +189,22 @@ def loss_terms(student, teacher, batch: Batch, terms: tuple[str, ...] = ("opd", 
                          "greedy (0) rollouts are not on-policy samples")
     b, out = batch, {}
     g = g_c = f_c = None
+    # the student's views run their shared prompt prefix once per call (nca_interp.prefix);
+    # not through DDP (two forwards before one backward) or activation checkpointing (which
+    # turns the KV cache off)
+    shared = share_prefix and not isinstance(student, DistributedDataParallel) and \
+        not getattr(student, "is_activation_checkpointing", False)
+    student_view = view_logits if shared else response_logits
     if "opd" in terms or "nca" in terms:
-        g = response_logits(student, b.x_ids, b.x_mask, b.resp, b.resp_mask)
+        g = student_view(student, b.x_ids, b.x_mask, b.resp, b.resp_mask)
     if "nca" in terms or "ctx" in terms:
-        g_c = response_logits(student, b.cx_ids, b.cx_mask, b.resp, b.resp_mask)
+        g_c = student_view(student, b.cx_ids, b.cx_mask, b.resp, b.resp_mask)
     if "opd" in terms or "ctx" in terms:
         dev = model_device(teacher)
+        args = (b.cx_ids.to(dev), b.cx_mask.to(dev), b.resp.to(dev), b.resp_mask.to(dev))
         with torch.no_grad():
-            f_c = response_logits(teacher, b.cx_ids.to(dev), b.cx_mask.to(dev), b.resp.to(dev),
-                                  b.resp_mask.to(dev)).to(b.resp.device)
+            f_c = (view_logits(teacher, *args, cache=prefix_cache) if share_prefix
+                   else response_logits(teacher, *args)).to(b.resp.device)
     if temperature != 1.0:
         g, g_c, f_c = (None if v is None else v / temperature for v in (g, g_c, f_c))
     if estimator is not None or nca_estimator is not None:

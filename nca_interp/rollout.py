@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from nca_interp.decode import Decoder
+
 
 class ContextOverflowError(ValueError):
     """A prompt (+ response budget) longer than the model's context window."""
@@ -74,7 +76,8 @@ def sampling_noise(generator: torch.Generator | None, rows: int, vocab: int, sha
 def sample(model, prompt_ids_B_P: torch.Tensor, prompt_mask_B_P: torch.Tensor, max_new: int,
            eos_id: int | list[int], pad_id: int, temperature: float = 1.0,
            generator: torch.Generator | None = None,
-           shard: tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+           shard: tuple[int, int] | None = None, fast: bool = True
+           ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample responses with a KV cache; temperature 0 is greedy.
 
     Returns (resp_B_N, resp_mask_B_N): tokens up to and including the first eos are valid
@@ -84,38 +87,59 @@ def sample(model, prompt_ids_B_P: torch.Tensor, prompt_mask_B_P: torch.Tensor, m
     Sampling is the exponential race (Gumbel-max): token = argmax_v logits_v / T - log E_v with
     E_v ~ Exp(1), which draws exactly from softmax(logits / T). `shard = (offset, global_rows)`
     says these rows are rows offset.. of a global batch of `global_rows` (data parallelism);
-    the noise is drawn for the global batch (see `sampling_noise`).
+    the noise is drawn for the global batch (see `sampling_noise`). Llama / Qwen checkpoints
+    decode through `nca_interp.decode.Decoder` (preallocated buffers; the same tokens), others
+    and `fast=False` through the HF forward with its growing cache.
     """
     B = prompt_ids_B_P.shape[0]
     dev = prompt_ids_B_P.device
     offset, global_rows = shard if shard is not None else (0, B)
     rows = slice(offset, offset + B)
     stops = torch.tensor([eos_id] if isinstance(eos_id, int) else list(eos_id), device=dev)
-    mask = prompt_mask_B_P.clone()
-    pos = positions(mask)
-    out = model(input_ids=prompt_ids_B_P, attention_mask=mask, position_ids=pos, use_cache=True)
-    cache, logits = out.cache, out.logits[:, -1]
-    next_pos = pos[:, -1:] + 1
-    tokens, valid = [], []
+    step = _hf_steps(model, prompt_ids_B_P, prompt_mask_B_P)
+    if fast and Decoder.supports(model):
+        decoder = Decoder(model, prompt_ids_B_P, prompt_mask_B_P,
+                          prompt_ids_B_P.shape[1] + max_new)
+        step, logits = decoder.step, decoder.logits
+    else:
+        logits = next(step)
+        step = step.send
+    tokens = torch.full((B, max_new), pad_id, dtype=torch.long, device=dev)
+    valid = torch.zeros((B, max_new), dtype=torch.long, device=dev)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
-    for _ in range(max_new):
+    n = 0
+    for n in range(1, max_new + 1):
         if temperature == 0:
             tok = logits.argmax(-1)
         else:
             noise = sampling_noise(generator, global_rows, logits.shape[-1], rows, dev)
             tok = (logits.float() / temperature - noise.log()).argmax(-1)
         tok = torch.where(done, torch.full_like(tok, pad_id), tok)
-        valid.append(~done)
-        tokens.append(tok)
+        valid[:, n - 1] = ~done
+        tokens[:, n - 1] = tok
         done = done | torch.isin(tok, stops)
-        if bool(done.all()):
+        if n == max_new or bool(done.all()):
             break
+        logits = step(tok)
+    return tokens[:, :n], valid[:, :n]
+
+
+def _hf_steps(model, prompt_ids_B_P: torch.Tensor, prompt_mask_B_P: torch.Tensor):
+    """The HF forward with its growing cache, as a generator: yields the next-token logits,
+    is sent the tokens just chosen."""
+    B, dev = prompt_ids_B_P.shape[0], prompt_ids_B_P.device
+    mask = prompt_mask_B_P.clone()
+    pos = positions(mask)
+    keep = {"logits_to_keep": 1} if is_hf(model) else {}
+    out = model(input_ids=prompt_ids_B_P, attention_mask=mask, position_ids=pos, use_cache=True,
+                **keep)
+    next_pos = pos[:, -1:] + 1
+    while True:
+        tok = yield out.logits[:, -1]
         mask = torch.cat([mask, torch.ones(B, 1, dtype=mask.dtype, device=dev)], dim=1)
         out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos,
-                    cache=cache, use_cache=True)
-        cache, logits = out.cache, out.logits[:, -1]
+                    cache=out.cache, use_cache=True)
         next_pos = next_pos + 1
-    return torch.stack(tokens, 1), torch.stack(valid, 1).long()
 
 
 def response_logits(model, prompt_ids_B_P: torch.Tensor, prompt_mask_B_P: torch.Tensor,
@@ -125,8 +149,20 @@ def response_logits(model, prompt_ids_B_P: torch.Tensor, prompt_mask_B_P: torch.
     ids = torch.cat([prompt_ids_B_P, resp_B_N], dim=1)
     mask = torch.cat([prompt_mask_B_P, resp_mask_B_N], dim=1)
     P, N = prompt_ids_B_P.shape[1], resp_B_N.shape[1]
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask)).logits
-    return logits[:, P - 1: P - 1 + N]
+    if not is_hf(model):  # a stand-in module: every position's logits
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask)).logits
+        return logits[:, P - 1: P - 1 + N]
+    # the LM head runs on the N + 1 last positions only (the prompt's would be thrown away)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask),
+                   logits_to_keep=N + 1).logits
+    return logits[:, :N]
+
+
+def is_hf(model) -> bool:
+    """A Hugging Face causal LM (KV caches, `logits_to_keep`), not a stand-in module."""
+    from transformers import PreTrainedModel
+
+    return isinstance(model, PreTrainedModel)
 
 
 def decode_responses(tokenizer, resp_B_N: torch.Tensor, resp_mask_B_N: torch.Tensor

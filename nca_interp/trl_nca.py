@@ -18,7 +18,10 @@ parallelism give the global token mean. The teacher prompt is never truncated: a
 plus `max_completion_length` that does not fit either model's context is refused before any
 step (a truncated [c, x] would silently drop the context). The views are computed from full
 logits (not TRL's chunked projection): at the sizes this package studies that is what
-`nca_interp.losses` computes, and it is what the parity test holds it to.
+`nca_interp.losses` computes, and it is what the parity test holds it to. The shared-prefix
+caching of our loop runs here too, inside the loss (no fork of TRL's trainer): the teacher's
+prefix keys and values once per run, the student's context view's prefix once per batch.
+TRL's own generation is left as it is.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import torch
 from nca_interp.errors import UsageError
 from nca_interp.losses import Estimator, combine, loss_terms
 from nca_interp.models import context_limit
+from nca_interp.prefix import PrefixCache
 from nca_interp.rollout import Batch
 
 try:
@@ -69,6 +73,7 @@ class NCADistillationTrainer(DistillationTrainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.prefix_cache = PrefixCache()  # the frozen teacher's shared context, once per run
         col = self.args.teacher_prompt_column
         if self.train_dataset is not None:
             self._check_teacher_prompts(self.train_dataset[col])
@@ -122,7 +127,7 @@ class NCADistillationTrainer(DistillationTrainer):
         self.teacher_model.eval()
         out = loss_terms(unwrapped_student, self.accelerator.unwrap_model(self.teacher_model),
                          batch, terms, denom=denom, temperature=self.args.temperature,
-                         estimator=self.args.estimator)
+                         estimator=self.args.estimator, prefix_cache=self.prefix_cache)
         for name, value in out.items():
             self._metrics["train" if self.model.training else "eval"][f"kl_{name}"].append(
                 float(value.detach() * denom / batch.resp_mask.sum().clamp(min=1)))

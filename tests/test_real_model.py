@@ -69,3 +69,43 @@ def test_layer_sim_on_a_few_items(folder):
     assert max(real["offset_share"][1:]) < 0.2
     rnd = rep["results"]["random_init"]
     assert rnd["offset_share"][-1] > 0.5  # why its pooled centred cosine is negative
+
+
+def test_shared_prefix_and_decoder_equal_the_plain_paths(folder):
+    """On the real model (facts: a 1,162-token [c, x] batch whose system message is shared):
+    the shared-prefix loss terms and gradients equal the uncached ones to fp32 rounding, and
+    the decoder picks HF generate's greedy tokens."""
+    from nca_interp.losses import combine, loss_terms
+    from nca_interp.prefix import PrefixCache
+    from nca_interp.rollout import encode, onpolicy_batch, pad_id, sample, stop_ids
+
+    student, tok = load_checkpoint(folder)
+    teacher, _ = load_checkpoint(folder)
+    teacher.requires_grad_(False)
+    task = make_task("facts").for_tokenizer(tok)
+    levels = task.levels("bench", 4)
+    b, _, _ = onpolicy_batch(student, tok, task, levels, "facts", 16, 1.0,
+                             torch.Generator().manual_seed(0))
+    student.train()
+    out = []
+    for share in (False, True):
+        student.zero_grad()
+        terms = loss_terms(student, teacher, b, ("opd", "nca"), share_prefix=share,
+                           prefix_cache=PrefixCache() if share else None)
+        combine(terms, 1.0).backward()
+        out.append(({k: v.item() for k, v in terms.items()},
+                    torch.cat([p.grad.flatten() for p in student.parameters()])))
+    (t0, g0), (t1, g1) = out
+    for k in t0:
+        assert t1[k] == pytest.approx(t0[k], rel=1e-4, abs=1e-6), k
+    assert torch.nn.functional.cosine_similarity(g0, g1, dim=0) > 0.99999
+    assert (g0 - g1).norm() <= 1e-3 * g0.norm()
+    student.eval()
+    ids, mask = encode(tok, [task.prompt(lv) for lv in levels])
+    ours, omask = sample(student, ids, mask, 24, stop_ids(tok, student), pad_id(tok), 0.0)
+    hf = student.generate(input_ids=ids, attention_mask=mask, max_new_tokens=24,
+                          do_sample=False, eos_token_id=stop_ids(tok, student),
+                          pad_token_id=pad_id(tok))[:, ids.shape[1]:]
+    for r in range(len(levels)):
+        n = int(omask[r].sum())
+        assert torch.equal(ours[r, :n], hf[r, :n])

@@ -72,3 +72,33 @@ def test_exponential_race_samples_the_softmax(tok):
                           .log()).argmax(-1)])
     freq = torch.bincount(draws.flatten(), minlength=4).float() / draws.numel()
     assert torch.allclose(freq, torch.softmax(logits / 0.7, -1), atol=0.025)
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen2", "llama"])
+def test_fast_decoder_tokens_equal_hf_generate_and_the_hf_path(tok, arch):
+    """The preallocated-buffer decoder (nca_interp.decode) picks HF generate's greedy tokens,
+    and at temperature 1 exactly the tokens of the HF-forward path, shared prefix and all."""
+    from tests.conftest import tiny
+
+    model = tiny(tok, arch, seed=3)
+    prompts = ["rules: push every box onto a goal\n" + x for x in ["P__\n>", "xy\n>", "a b\n>"]]
+    ids, mask = encode(tok, prompts)
+    fast, fmask = sample(model, ids, mask, 12, tok.eos_token_id, tok.pad_token_id, 0.0)
+    hf = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=12, do_sample=False,
+                        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    hf = hf[:, ids.shape[1]:]
+    for b in range(3):
+        n = int(fmask[b].sum())
+        assert torch.equal(fast[b, :n], hf[b, :n])
+    for temp in (0.0, 1.0):
+        runs = [sample(model, ids, mask, 12, tok.eos_token_id, tok.pad_token_id, temp,
+                       torch.Generator().manual_seed(7), fast=f) for f in (True, False)]
+        assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
+
+
+def test_fast_decoder_is_taken_for_hf_llama_and_qwen_only(tok):
+    from nca_interp.decode import Decoder
+    from tests.conftest import tiny
+
+    assert all(Decoder.supports(tiny(tok, a)) for a in ("qwen3", "qwen2", "llama"))
+    assert not Decoder.supports(torch.nn.Linear(2, 2))
