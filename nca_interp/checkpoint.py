@@ -25,6 +25,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from nca_interp.faults import fault_point
+
 MANIFEST = "nca_checkpoint.json"
 RUN_CONFIG = "run_config.json"
 
@@ -121,7 +123,12 @@ def save_checkpoint(path: str | Path, model, tokenizer, run_config: dict | None 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    _write_folder(tmp, model, tokenizer, run_config, trainer_state)
+    try:
+        _write_folder(tmp, model, tokenizer, run_config, trainer_state)
+        fault_point("save")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a full disk keeps no half-written folder
+        raise
     if path.exists():
         old = path.parent / f".{path.name}.old-{os.getpid()}"
         os.rename(path, old)
@@ -130,6 +137,18 @@ def save_checkpoint(path: str | Path, model, tokenizer, run_config: dict | None 
     else:
         os.rename(tmp, path)
     return path
+
+
+def same_weights(src: str | Path, run_dir: str | Path) -> bool:
+    """Whether `run_dir`'s published files are checkpoint `src`'s (by the sha256s their
+    manifests record): False when a kill fell between a step's save and its publish."""
+    try:
+        step = json.loads((Path(src) / MANIFEST).read_text())["files"]
+        root = json.loads((Path(run_dir) / MANIFEST).read_text())["files"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return all(root.get(name, {}).get("sha256") == meta["sha256"] for name, meta in step.items()
+               if name not in ("trainer_state.safetensors", "trainer_state.json"))
 
 
 def publish(src: str | Path, run_dir: str | Path) -> None:
@@ -144,6 +163,7 @@ def publish(src: str | Path, run_dir: str | Path) -> None:
             tmp = run_dir / (f.name + ".tmp")
             shutil.copyfile(f, tmp)
             os.replace(tmp, run_dir / f.name)
+            fault_point("publish")
     # metrics.jsonl keeps growing after a publish; it is not part of the weights' manifest.
     _write_manifest(run_dir, skip=("metrics.jsonl",))
 
@@ -254,6 +274,8 @@ def load_checkpoint(path: str | Path, device: str = "cpu", dtype: torch.dtype | 
             path, local_files_only=True, use_safetensors=True, trust_remote_code=False,
             dtype=dtype or torch.float32, attn_implementation="sdpa", output_loading_info=True)
     except RuntimeError as e:  # transformers' report of tensors whose shapes do not match
+        if not any(w in str(e) for w in ("size mismatch", "shape", "mismatched")):
+            raise  # not a shape report (out of threads or memory): its own message is the fact
         raise CheckpointError(f"{path}: the weights do not match config.json (tensor shapes "
                               "differ); restore the model.safetensors that belongs to this "
                               "config") from e

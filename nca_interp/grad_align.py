@@ -43,7 +43,8 @@ import torch
 
 from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint
 from nca_interp.cli import (
-    check_arguments,
+    as_paths,
+    check_api,
     check_writable,
     entry,
     parse_config,
@@ -367,8 +368,8 @@ def run(ckpts: list[str] | None = None, *, teacher: str | None = None,
     """Gradient angles between the loss terms at each checkpoint (see the module docstring):
     `results[name]["global"]` holds `angle_xfit_deg`, `self_angle_deg` (the noise floors),
     `snr` and norms; `per_module` the same per layer x module; `steps` the training steps."""
-    check_arguments(GradAlignConfig, batch=batch, micro_batch=micro_batch, dtype=dtype,
-                    temperature=temperature, seed=seed, parts=parts)
+    ckpts = as_paths(ckpts)
+    check_api(GradAlignConfig, **locals())
     if batch % parts or batch // parts < 1:
         raise UsageError(f"--batch {batch} must split into --parts {parts} equal parts; pass a "
                          "multiple of --parts")

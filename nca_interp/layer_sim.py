@@ -62,7 +62,8 @@ from safetensors.torch import save_file
 
 from nca_interp.checkpoint import load_checkpoint, save_checkpoint, verify_folder
 from nca_interp.cli import (
-    check_arguments,
+    as_paths,
+    check_api,
     check_writable,
     entry,
     parse_config,
@@ -451,8 +452,8 @@ def run(ckpts: list[str] | None = None, *, task: str | None = None,
         n_levels: int = 200, seed: int = 0, baselines: bool = True, at: str = "response",
         responses: str = "reference", batch: int = 100, device: str = "cpu") -> dict:
     """The layer-similarity report as a Python value (what `main` prints and writes)."""
-    check_arguments(LayerSimConfig, n_levels=n_levels, seed=seed, at=at, responses=responses,
-                    batch=batch)
+    ckpts = as_paths(ckpts)
+    check_api(LayerSimConfig, **locals())
     paths = with_initial_checkpoints(ckpts or default_checkpoints())
     found, ctx = resolve_task_and_context(paths, task, context, task_options)
     check_same_tokenizers(paths)

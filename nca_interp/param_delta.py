@@ -41,6 +41,8 @@ import torch
 
 from nca_interp.checkpoint import CheckpointError, read_run_config, verify_folder
 from nca_interp.cli import (
+    as_paths,
+    check_api,
     check_arguments,
     check_writable,
     entry,
@@ -300,6 +302,8 @@ def run(ckpts: list[str] | None = None, *, init: str | None = None,
     Adam-normalised size, per module / layer), `comparison` (cos(dA, dB) per module and the
     specific delta of `pair`), `control` (the same cosine for a seed-to-seed `control` pair)
     and `all_pairs` (global and per-module cosines of every pair)."""
+    ckpts, pair, control = as_paths(ckpts), as_paths(pair, "pair"), as_paths(control, "control")
+    check_api(ParamDeltaConfig, **locals())
     if not ckpts:
         from nca_interp.assets import embedded
 
@@ -307,6 +311,8 @@ def run(ckpts: list[str] | None = None, *, init: str | None = None,
     for name, two in (("pair", pair), ("control", control)):
         if two and (len(two) != 2 or not set(two) <= set(ckpts)):
             raise ValueError(f"--{name} takes two of the checkpoints given (A,B), not {two}")
+    for p in ckpts:
+        verify_folder(p)  # a missing folder is named as such, not as a missing --init
     init = init or initial_of(ckpts[0])
     if not init:
         raise ValueError(f"{ckpts[0]} does not name its initial checkpoint; pass --init")

@@ -20,8 +20,16 @@ def task_for_checkpoints(paths: list[str], name: str | None = None,
     KEY=VALUE `options` applied (e.g. `opcd`'s data files). Checkpoints whose recorded tasks
     still differ once `options` are applied (students of another knowledge base than the
     first path's) are refused: their questions would silently be the first one's."""
+    from nca_interp.checkpoint import verify_folder
+
+    for p in paths:
+        verify_folder(p)  # a missing folder is named as such, not as one that records no task
     records = [(p, read_run_config(p).get("task")) for p in paths]
     recorded = [(p, r) for p, r in records if isinstance(r, dict)]
+    if not recorded and name is None:
+        raise UsageError(f"{paths[0]} records no task (its run_config.json is missing: a "
+                         f"checkpoint not trained by this package); pass --task and --context. "
+                         f"{task_menu()}")
     task = task_from_record(recorded[0][1] if recorded else None, name, fmt, options)
     for path, record in recorded[1:]:
         other = task_from_record(record, name, fmt, options)
@@ -34,6 +42,19 @@ def task_for_checkpoints(paths: list[str], name: str | None = None,
                              f"({diff}); compare runs of one config, or pass --task-options "
                              "KEY=VALUE to evaluate all of them on one")
     return task
+
+
+def task_menu() -> str:
+    """The tasks and the context kinds of each, for an error message."""
+    from nca_interp.tasks import TASKS, make_task
+
+    parts = []
+    for name in TASKS:
+        try:
+            parts.append(f"{name} ({', '.join(make_task(name).context_kinds)})")
+        except (ValueError, OSError):  # a task whose defaults need data files
+            parts.append(name)
+    return "Tasks (their contexts): " + "; ".join(parts)
 
 
 def check_context(task: Task, context: str) -> None:
@@ -91,6 +112,9 @@ def check_same_tokenizers(paths: list[str | Path]) -> None:
 
 
 def teacher_of(path: str, override: str | None) -> str:
+    from nca_interp.checkpoint import verify_folder
+
+    verify_folder(path)  # a missing folder is named as such, not as a missing teacher
     run = read_run_config(path)
     t = override or resolve(run.get("teacher")) or resolve(run.get("student"))
     if not t:

@@ -32,7 +32,8 @@ import torch
 from nca_interp.bootstrap import iid_indices, percentile_ci
 from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint, verify_folder
 from nca_interp.cli import (
-    check_arguments,
+    as_paths,
+    check_api,
     check_writable,
     entry,
     parse_config,
@@ -145,8 +146,8 @@ def run(runs: list[str], *, teacher: str | None = None, context: str | None = No
     the three KLs and their 95% intervals (`ci95`)."""
     if not runs:
         raise ValueError("name at least one distillation run directory")
-    check_arguments(TrajectoryConfig, n_levels=n_levels, drift_levels=drift_levels,
-                    every=every, seed=seed)
+    runs = as_paths(runs, "runs")
+    check_api(TrajectoryConfig, **locals())
     plan = {}
     for run_dir in runs:
         verify_folder(run_dir)

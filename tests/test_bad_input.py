@@ -58,7 +58,8 @@ def test_missing_tensor_is_refused_not_reinitialised(tok, tmp_path, capsys):
     del t["model.layers.1.mlp.up_proj.weight"]
     save_file(t, f, metadata={"format": "pt"})
     before = digest(folder)
-    err = refused(evaluate.main, [str(folder), "--n-levels", "4", "--threads", "1"], capsys)
+    err = refused(evaluate.main, [str(folder), "--task", "sokoban", "--n-levels", "4",
+                                  "--threads", "1"], capsys)
     assert "up_proj" in err and "re-initialised" in err
     err = refused(layer_sim.main, [str(folder), "--task", "sokoban", "--n-levels", "2",
                                    "--out", str(tmp_path / "ls")], capsys)
@@ -84,7 +85,7 @@ def test_non_finite_weights_refused(tok, tmp_path, capsys):
     with torch.no_grad():
         model.model.layers[0].self_attn.k_proj.weight[0, 0] = float("nan")
     folder = foreign(tok, tmp_path / "nan", model)
-    err = refused(evaluate.main, [str(folder), "--n-levels", "4", "--out",
+    err = refused(evaluate.main, [str(folder), "--task", "sokoban", "--n-levels", "4", "--out",
                                   str(tmp_path / "r.json")], capsys)
     assert "k_proj" in err and "NaN" in err and not (tmp_path / "r.json").exists()
 
@@ -94,11 +95,12 @@ def test_unsupported_architecture_refused(tok, tmp_path, capsys):
 
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=4))
     folder = foreign(tok, tmp_path / "gpt2", gpt2)
-    for main, argv in ((evaluate.main, [str(folder), "--n-levels", "2"]),
-                       (layer_sim.main, [str(folder), "--n-levels", "2", "--out",
-                                         str(tmp_path / "x")]),
-                       (grad_align.main, [str(folder), "--teacher", str(folder), "--batch",
-                                          "8", "--out", str(tmp_path / "g")]),
+    for main, argv in ((evaluate.main, [str(folder), "--task", "sokoban", "--n-levels", "2"]),
+                       (layer_sim.main, [str(folder), "--task", "sokoban", "--n-levels", "2",
+                                         "--out", str(tmp_path / "x")]),
+                       (grad_align.main, [str(folder), "--teacher", str(folder), "--task",
+                                          "sokoban", "--batch", "8", "--out",
+                                          str(tmp_path / "g")]),
                        (distill.main, ["--student", str(folder), "--task", "sokoban",
                                        "--out", str(tmp_path / "d")])):
         err = refused(main, argv, capsys)
@@ -242,19 +244,20 @@ def test_failed_start_does_not_block_the_corrected_run(base, tmp_path, monkeypat
 def test_one_writer_per_run_directory(base, tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from nca_interp.runlock "
+                               "import RunLock; RunLock(sys.argv[1]); print('held', flush=True);"
+                               " time.sleep(60)", str(run)], stdout=subprocess.PIPE, text=True)
     try:
-        (run / ".lock").write_text(str(sleeper.pid))
+        assert holder.stdout.readline().strip() == "held"
         err = refused(distill.main, args(base, run), capsys)
-        assert f"pid {sleeper.pid}" in err and not (run / "metrics.jsonl").exists()
+        assert f"pid {holder.pid}" in err and not (run / "metrics.jsonl").exists()
     finally:
-        sleeper.kill()
-        sleeper.wait()
-    # the holder is gone: a stale lock is taken over, and leftovers of killed saves cleared
+        holder.kill()  # kill -9: the kernel drops its lock
+        holder.wait()
+    # the holder is gone: its lock is free, and leftovers of killed saves are cleared
     (run / "checkpoints").mkdir()
     (run / "checkpoints" / ".step_000001.tmp-99999").mkdir()
     distill.main(args(base, run))
-    assert not (run / ".lock").exists()
     assert not list((run / "checkpoints").glob(".step_*"))
     lines = (run / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2]

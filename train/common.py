@@ -4,7 +4,6 @@ torch.distributed process group."""
 
 from __future__ import annotations
 
-import atexit
 import faulthandler
 import json
 import math
@@ -18,10 +17,12 @@ from pathlib import Path
 import torch
 
 from nca_interp import checkpoint as ckpt
-from nca_interp.cli import check_writable, finite_json
+from nca_interp.cli import check_writable, finite_json, write_atomic
 from nca_interp.errors import RunError, UsageError
 from nca_interp.evaluate import play_levels
+from nca_interp.faults import fault_point
 from nca_interp.models import resolve_device
+from nca_interp.runlock import RunLock
 from nca_interp.runs import lr_at  # noqa: F401 - the schedule lives with the run readers
 
 
@@ -149,50 +150,15 @@ def disk_needed(weights: int, steps: int, save_every: int, start: int = 0) -> tu
     return weights * (saves + (3 if start == 0 else 0)), 3 * weights
 
 
-DISK_REMEDY = "free space (older runs, or their step checkpoints) or raise --save-every"
+DISK_REMEDY = ("free space outside this run's folder (files of your own you no longer need), or "
+               "raise --save-every")
 
 
-class RunLock:
-    """One writer per run directory: `OUT/.lock` holds the writer's pid. A lock whose process
-    is gone (killed, crashed) is stale and taken over; a live one is refused."""
+def _disk_full(e: BaseException) -> bool:
+    """An OSError ENOSPC, or safetensors' own error for it (a SafetensorError, not OSError)."""
+    import errno
 
-    def __init__(self, folder: Path):
-        self.path = folder / ".lock"
-        for _ in range(2):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                pid = self._holder()
-                if pid is not None and pid != os.getpid() and _alive(pid):
-                    raise RunError(f"{folder} is being written by another process (pid {pid}); "
-                                   "wait for it to finish or choose another --out") from None
-                self.path.unlink(missing_ok=True)  # stale: its process is gone
-                continue
-            with os.fdopen(fd, "w") as f:
-                f.write(str(os.getpid()))
-            atexit.register(self.release)
-            return
-        raise RunError(f"could not take the lock {self.path}; remove it if no run is writing")
-
-    def _holder(self) -> int | None:
-        try:
-            return int(self.path.read_text().strip() or "0") or None
-        except (OSError, ValueError):
-            return None
-
-    def release(self) -> None:
-        if self._holder() == os.getpid():
-            self.path.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return getattr(e, "errno", None) == errno.ENOSPC or "No space left on device" in str(e)
 
 
 # Flags that do not change a run's result: they may differ when a run is resumed.
@@ -205,39 +171,101 @@ ADDED_FLAGS = {"kl": "full", "kl_k": 256, "kl_support": "p", "kl_tail": "renorm"
                "kl_form": "k1", "nca_kl": "same"}
 
 
+def check_out(out: str | Path, inputs: dict[str, str | Path | None]) -> None:
+    """Refuse an --out that is, sits inside or contains one of the run's input checkpoints
+    (`inputs`: flag -> folder): a run writes its weights and config at its root."""
+    o = Path(out).expanduser().resolve()
+    for flag, folder in inputs.items():
+        if folder is None:
+            continue
+        q = Path(folder).expanduser().resolve()
+        how = "is" if o == q else "is inside" if q in o.parents else \
+            "contains" if o in q.parents else None
+        if how:
+            raise UsageError(f"--out {out} {how} {flag} {folder}; a run never writes where "
+                             "its input checkpoints live: choose a new --out")
+
+
+# Entries of a run directory that say nothing about whose it is
+_STATE = (".lock",)
+
+
+def check_own(folder: Path, run_config: dict) -> bool:
+    """Whether `folder` may be written by a run of `run_config`: it does not exist, is empty,
+    or is this run's own (its run_config.json is this command's, and anything beyond it is
+    what the run wrote: step checkpoints to resume from). Returns whether it holds steps to
+    resume from; raises UsageError naming what is there otherwise."""
+    if not folder.exists():
+        return False
+    if not folder.is_dir():
+        raise UsageError(f"--out {folder} is a file; choose a folder for the run")
+    def leftover(p: Path) -> bool:  # run state, temporaries, a first save killed half-way
+        return p.name in _STATE or p.name.startswith(".") or p.name.endswith(".tmp") or (
+            p.name == "checkpoints" and p.is_dir()
+            and all(c.name.startswith(".") for c in p.iterdir()))
+
+    entries = sorted(p.name for p in folder.iterdir() if not leftover(p))
+    if not entries:
+        return False
+    if entries == [ckpt.RUN_CONFIG]:
+        return False  # a start that failed before any work: a corrected one may replace it
+    saved = folder / ckpt.RUN_CONFIG
+    refuse = (f"--out {folder} already holds {', '.join(entries[:4])}"
+              f"{' ...' if len(entries) > 4 else ''}, which this run did not make; ")
+    if not saved.exists():
+        raise UsageError(refuse + "choose a new --out (a run writes only into a new folder or "
+                         "its own)")
+    try:
+        old = json.loads(saved.read_text())
+    except (OSError, ValueError) as e:
+        raise UsageError(refuse + f"its {ckpt.RUN_CONFIG} is unreadable ({e}); choose a new "
+                         "--out") from None
+    diff = sorted(k for k in run_config if k not in FREE_FLAGS
+                  and old.get(k, ADDED_FLAGS.get(k)) != run_config[k])
+    if diff:
+        raise UsageError(f"--out {folder} holds a run with a different config ({diff[:6]}); "
+                         "resume it with its own arguments or choose a new --out")
+    steps = ckpt.latest_step_checkpoint(folder) is not None
+    weights = [n for n in entries if n.endswith(".safetensors") or n == "config.json"]
+    if weights and not steps:
+        raise UsageError(refuse + "it holds a model but no step checkpoint to resume from "
+                         "(a finished run's copy, or one whose checkpoints were deleted); "
+                         "choose a new --out")
+    return steps
+
+
 class Run:
     """A run directory: `run_config.json`, `metrics.jsonl`, `checkpoints/step_*`, and the
     latest weights published at its root. Construct it once the run can start (arguments
-    checked, models loaded): it takes the directory's lock, clears temporaries of killed
-    saves, and writes the config."""
+    checked, models loaded): it checks the directory is new or this run's own (never
+    another run's or a model's), takes its lock, clears temporaries of killed saves,
+    republishes the newest checkpoint at the root if a kill left the root behind it, and
+    writes the config."""
 
-    def __init__(self, out: str | Path, run_config: dict, writer: bool = True):
-        """`writer=False` (data-parallel ranks other than 0) reads the directory, never writes."""
+    def __init__(self, out: str | Path, run_config: dict, writer: bool = True,
+                 inputs: dict[str, str | Path | None] | None = None):
+        """`writer=False` (data-parallel ranks other than 0) reads the directory, never writes.
+        `inputs`: the run's input checkpoints by flag, which --out must keep clear of."""
         self.dir = Path(out).resolve()
         self.writer = writer
         self.config = {**run_config, "git_commit": ckpt.git_commit()}
         self._t0 = time.time()
         if not writer:
             return
+        check_out(self.dir, inputs or {})
+        check_own(self.dir, run_config)  # before the lock file is written into it
         check_writable(self.dir, "run")
         self.dir.mkdir(parents=True, exist_ok=True)
         self.lock = RunLock(self.dir)
+        started = check_own(self.dir, run_config)  # again, now that no one else writes
         self._clear_temporaries()
-        saved = self.dir / ckpt.RUN_CONFIG
-        started = self.resume_point() is not None
-        if saved.exists() and started:
-            old = json.loads(saved.read_text())
-            diff = {k for k in run_config if k not in FREE_FLAGS
-                    and old.get(k, ADDED_FLAGS.get(k)) != run_config[k]}
-            if diff:
-                raise UsageError(f"{self.dir} holds a run with a different config "
-                                 f"({sorted(diff)}); resume with the same arguments or choose "
-                                 "another --out")
+        if started:
+            old = json.loads((self.dir / ckpt.RUN_CONFIG).read_text())
             self.config = {**old, **{k: v for k, v in self.config.items() if k in FREE_FLAGS}}
-            if not (self.dir / ckpt.MANIFEST).exists():  # killed while publishing
+            if not ckpt.same_weights(self.resume_point(), self.dir):  # killed before publishing
                 ckpt.publish(self.resume_point(), self.dir)
         else:  # nothing saved yet: a failed start leaves nothing that blocks a corrected one
-            (self.dir / ckpt.RUN_CONFIG).write_text(json.dumps(self.config, indent=1))
+            write_atomic(self.dir / ckpt.RUN_CONFIG, json.dumps(self.config, indent=1))
 
     def close(self) -> None:
         """Release the directory's lock (also done at exit if a run dies)."""
@@ -257,6 +285,8 @@ class Run:
         """Load weights and optimizer state of the last step checkpoint; the step to start at."""
         last = self.resume_point()
         if last is None:
+            if self.writer:
+                self.truncate_log(0)  # a start killed before its first checkpoint
             return 0
         device = next(model.parameters()).device
         ckpt.load_weights_into(model, last)
@@ -276,12 +306,13 @@ class Run:
             f.write(json.dumps(finite_json(record)) + "\n")
 
     def truncate_log(self, step: int) -> None:
-        """Drop records after `step` (written before a kill, then redone after resume)."""
+        """Drop records after `step` (written before a kill, then redone after resume); the
+        rewrite is atomic, so a kill during it keeps every earlier line."""
         f = self.dir / "metrics.jsonl"
         if f.exists():
             keep = [ln for ln in f.read_text().splitlines()
                     if ln and json.loads(ln).get("step", 0) <= step]
-            f.write_text("".join(ln + "\n" for ln in keep))
+            write_atomic(f, "".join(ln + "\n" for ln in keep), fault="metrics-rewrite")
 
     def save(self, step: int, model, tokenizer, opt: torch.optim.Optimizer,
              extra: dict | None = None) -> Path:
@@ -290,9 +321,19 @@ class Run:
                                      f"last good checkpoint is {self.resume_point()}")
         tensors, meta = optimizer_state(opt)
         meta = {**meta, "step": step, **(extra or {})}
-        path = ckpt.save_checkpoint(self.dir / "checkpoints" / f"step_{step:06d}", model,
-                                    tokenizer, self.config, (tensors, meta))
-        ckpt.publish(path, self.dir)
+        kept = self.resume_point()
+        try:
+            path = ckpt.save_checkpoint(self.dir / "checkpoints" / f"step_{step:06d}", model,
+                                        tokenizer, self.config, (tensors, meta))
+            fault_point("step-renamed")
+            ckpt.publish(path, self.dir)
+        except Exception as e:
+            if not _disk_full(e):
+                raise
+            kept_msg = f"the last complete checkpoint, {kept}," if kept else "no checkpoint"
+            raise RunError(f"the disk filled while saving step {step} of {self.dir}; the "
+                           f"partial save was removed and {kept_msg} is kept (the same "
+                           f"command resumes from it). To go on: {DISK_REMEDY}") from None
         for older in sorted((self.dir / "checkpoints").glob("step_*")):
             if older.name < path.name and (older / "trainer_state.safetensors").exists():
                 ckpt.drop_optimizer_state(older)  # only the newest is resumed from

@@ -37,12 +37,18 @@ from dataclasses import dataclass, field
 import torch
 from tqdm import tqdm
 
-from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint, read_run_config
+from nca_interp.checkpoint import (
+    check_same_tokenizer,
+    load_checkpoint,
+    read_run_config,
+    verify_folder,
+)
 from nca_interp.cli import check_disk, check_writable, entry, parse_config, to_dict
 from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens, task_for_checkpoints
 from nca_interp.losses import Estimator, combine, loss_terms
 from nca_interp.models import autocast, context_limit
+from nca_interp.prefix import PrefixCache
 from nca_interp.rollout import Batch, onpolicy_batch
 from nca_interp.runs import check_context
 from nca_interp.tasks import task_record
@@ -51,6 +57,7 @@ from train.common import (
     Dist,
     Run,
     all_finite,
+    check_out,
     close_distributed,
     disk_needed,
     eval_wins,
@@ -119,6 +126,7 @@ class DistillConfig:
 
 
 def task_for(cfg: DistillConfig, student_dir: str):
+    verify_folder(student_dir)  # a missing folder is named as such, not as a missing task
     if cfg.task is None and not read_run_config(student_dir).get("task"):
         raise ValueError(f"{student_dir} has no run_config.json naming its task; pass --task")
     return task_for_checkpoints([student_dir], cfg.task, options=cfg.task_options)
@@ -135,7 +143,8 @@ def estimators(cfg: DistillConfig) -> tuple[Estimator | None, Estimator | None]:
 
 
 def accumulate(student, teacher, batch: Batch, terms_needed: tuple[str, ...], beta: float,
-               cfg: DistillConfig, denom: torch.Tensor, dist: Dist, amp) -> dict[str, float]:
+               cfg: DistillConfig, denom: torch.Tensor, dist: Dist, amp,
+               prefix_cache: PrefixCache | None = None) -> dict[str, float]:
     """Forward, score and backward this rank's slice in micro-batches; gradients accumulate to
     d/dtheta of the global-batch loss. Each piece's terms are its KL sum over the global token
     count `denom`, so pieces over micro-batches and ranks add up to the global mean; the loss
@@ -152,7 +161,8 @@ def accumulate(student, teacher, batch: Batch, terms_needed: tuple[str, ...], be
         with sync:
             with amp:
                 terms = loss_terms(student, teacher, piece, terms_needed, cfg.top_k,
-                                   cfg.renormalize, denom, cfg.temperature, *estimators(cfg))
+                                   cfg.renormalize, denom, cfg.temperature, *estimators(cfg),
+                                   prefix_cache=prefix_cache)
             (combine(terms, beta) * dist.world).backward()
         for name, value in terms.items():
             totals[name] = totals.get(name, 0.0) + value.item()
@@ -168,6 +178,10 @@ def main(argv: list[str] | None = None) -> None:
     dist, device = init_distributed(cfg.device)
     if cfg.batch % dist.world:
         raise ValueError(f"--batch {cfg.batch} does not split evenly over {dist.world} ranks")
+    inputs = {"--student": cfg.student, "--teacher": cfg.teacher}
+    check_out(cfg.out, inputs)
+    if cfg.teacher:
+        verify_folder(cfg.teacher)
     task = task_for(cfg, cfg.student)
     check_context(task, cfg.context or task.default_context)
     check_writable(cfg.out, "run")
@@ -182,77 +196,82 @@ def main(argv: list[str] | None = None) -> None:
     task = task.for_tokenizer(tok)
     cfg.context = cfg.context or task.default_context
     run = Run(cfg.out, {**to_dict(cfg), "kind": "distill", "beta_effective": beta,
-                        "task": task_record(task)}, writer=dist.main)
-    opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    dist.barrier()  # rank 0 has checked the run directory
-    start = run.resume(student, opt)
-    if dist.main:
-        check_disk(cfg.out, sum(disk_needed(sum(p.numel() * p.element_size()
-                                                for p in student.parameters()),
-                                            cfg.steps, cfg.save_every, start)),
-                   f"training {cfg.out} to step {cfg.steps}", DISK_REMEDY)
-    model = student  # what the loss runs through: DDP all-reduces its gradients
-    if dist.world > 1:
-        model = torch.nn.parallel.DistributedDataParallel(
-            student, device_ids=[device.index] if device.type == "cuda" else None)
-    amp = autocast(device, cfg.precision)
-    held_out = task.held_out_keys(1000, seed=0)
-    eval_levels = task.levels("test", cfg.eval_levels, seed=0)
-    limit = min(context_limit(student), context_limit(teacher))
-    max_new = max_response_tokens(task)
-    terms_needed = ("opd", "nca") if beta else ("opd",)
-    local = cfg.batch // dist.world
-    shard = (dist.rank * local, cfg.batch)
-    student.train()
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=cfg.method,
-               disable=not dist.main)
-    for step in bar:
-        t0 = time.time()
-        levels = task.sample_levels(f"distill-{cfg.seed}-{step}", cfg.batch, held_out)
-        mine = levels[shard[0]: shard[0] + local]
-        gen = torch.Generator(device).manual_seed(cfg.seed * 1_000_003 + step)
-        with amp:
-            batch, texts, lengths = onpolicy_batch(student, tok, task, mine, cfg.context,
-                                                   max_new, cfg.temperature, gen, limit, shard)
-        t_sample = time.time() - t0
-        denom = dist.sum(batch.resp_mask.sum()).to(torch.float32)
-        opt.zero_grad(set_to_none=True)
-        totals = accumulate(model, teacher, batch, terms_needed, beta, cfg, denom, dist, amp)
-        won = [task.score(lv, t).won for lv, t in zip(mine, texts)]
-        stats = dist.sum(torch.tensor([*totals.values(), sum(won), sum(lengths)], device=device))
-        terms = dict(zip(totals, stats.tolist()))
-        for name, value in terms.items():
-            if not math.isfinite(value):
+                        "task": task_record(task)}, writer=dist.main, inputs=inputs)
+    try:  # a failed run releases its directory (a run in this process may follow)
+        opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        dist.barrier()  # rank 0 has checked the run directory
+        start = run.resume(student, opt)
+        if dist.main:
+            check_disk(cfg.out, sum(disk_needed(sum(p.numel() * p.element_size()
+                                                    for p in student.parameters()),
+                                                cfg.steps, cfg.save_every, start)),
+                       f"training {cfg.out} to step {cfg.steps}", DISK_REMEDY)
+        model = student  # what the loss runs through: DDP all-reduces its gradients
+        if dist.world > 1:
+            model = torch.nn.parallel.DistributedDataParallel(
+                student, device_ids=[device.index] if device.type == "cuda" else None)
+        amp = autocast(device, cfg.precision)
+        held_out = task.held_out_keys(1000, seed=0)
+        eval_levels = task.levels("test", cfg.eval_levels, seed=0)
+        limit = min(context_limit(student), context_limit(teacher))
+        max_new = max_response_tokens(task)
+        terms_needed = ("opd", "nca") if beta else ("opd",)
+        prefix_cache = PrefixCache()  # the frozen teacher's shared context, once per run
+        local = cfg.batch // dist.world
+        shard = (dist.rank * local, cfg.batch)
+        student.train()
+        bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=cfg.method,
+                   disable=not dist.main)
+        for step in bar:
+            t0 = time.time()
+            levels = task.sample_levels(f"distill-{cfg.seed}-{step}", cfg.batch, held_out)
+            mine = levels[shard[0]: shard[0] + local]
+            gen = torch.Generator(device).manual_seed(cfg.seed * 1_000_003 + step)
+            with amp:
+                batch, texts, lengths = onpolicy_batch(student, tok, task, mine, cfg.context,
+                                                       max_new, cfg.temperature, gen, limit, shard)
+            t_sample = time.time() - t0
+            denom = dist.sum(batch.resp_mask.sum()).to(torch.float32)
+            opt.zero_grad(set_to_none=True)
+            totals = accumulate(model, teacher, batch, terms_needed, beta, cfg, denom, dist, amp,
+                                prefix_cache)
+            won = [task.score(lv, t).won for lv, t in zip(mine, texts)]
+            stats = dist.sum(torch.tensor([*totals.values(), sum(won), sum(lengths)],
+                                          device=device))
+            terms = dict(zip(totals, stats.tolist()))
+            for name, value in terms.items():
+                if not math.isfinite(value):
+                    raise FloatingPointError(
+                        f"loss term {name!r} is {value} at step {step + 1}; stopping. The "
+                        f"last good checkpoint is {run.resume_point() or cfg.student}")
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, cfg.lr, cfg.warmup, cfg.steps, cfg.schedule)
+            gnorm = torch.nn.utils.clip_grad_norm_(student.parameters(), cfg.clip)
+            opt.step()
+            if not all_finite(student):
                 raise FloatingPointError(
-                    f"loss term {name!r} is {value} at step {step + 1}; stopping. The "
-                    f"last good checkpoint is {run.resume_point() or cfg.student}")
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg.lr, cfg.warmup, cfg.steps, cfg.schedule)
-        gnorm = torch.nn.utils.clip_grad_norm_(student.parameters(), cfg.clip)
-        opt.step()
-        if not all_finite(student):
-            raise FloatingPointError(
-                f"weights became NaN/Inf at step {step + 1} (grad norm {gnorm.item():.3g}); "
-                f"stopping without saving. The last good checkpoint is "
-                f"{run.resume_point() or cfg.student}; lower --lr or --clip")
-        record = {"step": step + 1, "loss": terms["opd"] + beta * terms.get("nca", 0.0),
-                  **terms, "sample_win": stats[-2].item() / cfg.batch,
-                  "response_len": stats[-1].item() / cfg.batch,
-                  "grad_norm": gnorm.item(), "lr": opt.param_groups[0]["lr"],
-                  "sample_s": t_sample, "step_s": time.time() - t0}
-        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
-            if dist.main:
-                wins = eval_wins(student, tok, task, eval_levels, [cfg.context])
-                record["eval_win_no_c"], record["eval_win_c"] = wins["none"], wins[cfg.context]
-            dist.barrier()
-        run.log(record)
-        bar.set_postfix(opd=f"{record['opd']:.3f}", win=f"{record['sample_win']:.2f}")
-        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-            if dist.main:
-                run.save(step + 1, student, tok, opt)
-            dist.barrier()
+                    f"weights became NaN/Inf at step {step + 1} (grad norm {gnorm.item():.3g}); "
+                    f"stopping without saving. The last good checkpoint is "
+                    f"{run.resume_point() or cfg.student}; lower --lr or --clip")
+            record = {"step": step + 1, "loss": terms["opd"] + beta * terms.get("nca", 0.0),
+                      **terms, "sample_win": stats[-2].item() / cfg.batch,
+                      "response_len": stats[-1].item() / cfg.batch,
+                      "grad_norm": gnorm.item(), "lr": opt.param_groups[0]["lr"],
+                      "sample_s": t_sample, "step_s": time.time() - t0}
+            if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+                if dist.main:
+                    wins = eval_wins(student, tok, task, eval_levels, [cfg.context])
+                    record["eval_win_no_c"], record["eval_win_c"] = wins["none"], wins[cfg.context]
+                dist.barrier()
+            run.log(record)
+            bar.set_postfix(opd=f"{record['opd']:.3f}", win=f"{record['sample_win']:.2f}")
+            if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+                if dist.main:
+                    run.save(step + 1, student, tok, opt)
+                dist.barrier()
+    finally:
+        run.close()
     close_distributed(dist)
-    run.close()
     if dist.main:
         print(f"done: {run.dir}")
     exit_worker(dist)

@@ -37,7 +37,7 @@ from nca_interp.models import (
 from nca_interp.rollout import encode, response_logits, segment_batch
 from nca_interp.tasks import QATask, Task, make_task, task_record
 from nca_interp.tokenizer import EOS, build_char_tokenizer
-from train.common import Run, all_finite, eval_wins, lr_at, setup_torch
+from train.common import Run, all_finite, check_out, eval_wins, lr_at, setup_torch
 
 
 @dataclass
@@ -177,6 +177,7 @@ def main(argv: list[str] | None = None) -> None:
 def execute(cfg: SFTConfig) -> None:
     """Train (or resume) the teacher a config describes (what `train.reproduce` calls)."""
     validate(cfg)
+    check_out(cfg.out, {"--init": cfg.init})
     setup_torch(cfg.threads)
     recorded, task = task_of(cfg)
     tok = build_char_tokenizer()
@@ -193,46 +194,49 @@ def execute(cfg: SFTConfig) -> None:
     else:
         model = build_model(ModelConfig(cfg.arch, cfg.n_layers, cfg.d_model, cfg.n_heads,
                                         cfg.n_heads, cfg.d_mlp), tok, cfg.seed).to(device)
-    run = Run(cfg.out, {**to_dict(cfg), "kind": "sft", "task": task_record(recorded)})
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    start = run.resume(model, opt)
-    held_out = task.held_out_keys(1000, seed=0)
-    eval_levels = task.levels("test", cfg.eval_levels, seed=0)
-    model.train()
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc="sft")
-    for step in bar:
-        t0 = time.time()
-        prompts, responses = batch_for_step(task, cfg, step, held_out)
-        resp, rmask, lmask = segment_batch(tok, responses)
-        ids, mask = encode(tok, prompts, context_limit(model), reserve=resp.shape[1])
-        ids, mask, resp, rmask, lmask = (t.to(device) for t in (ids, mask, resp, rmask, lmask))
-        with amp:
-            logits = response_logits(model, ids, mask, resp, rmask)
-        loss = (F.cross_entropy(logits.float().transpose(1, 2), resp, reduction="none")
-                * lmask).sum() / lmask.sum()
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg.lr, cfg.warmup, cfg.steps, cfg.schedule)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-        opt.step()
-        if not all_finite(model):
-            raise FloatingPointError(f"weights became NaN/Inf at step {step + 1} (loss "
-                                     f"{loss.item():.3g}); stopping without saving. The last "
-                                     f"good checkpoint is {run.resume_point()}; lower --lr")
-        dt = time.time() - t0
-        tokens = int(mask.sum() + rmask.sum())
-        record = {"step": step + 1, "loss": loss.item(), "grad_norm": gnorm.item(),
-                  "lr": opt.param_groups[0]["lr"], "tokens_per_s": tokens / dt}
-        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+    run = Run(cfg.out, {**to_dict(cfg), "kind": "sft", "task": task_record(recorded)},
+              inputs={"--init": cfg.init})
+    try:  # a failed run releases its directory (a run in this process may follow)
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        start = run.resume(model, opt)
+        held_out = task.held_out_keys(1000, seed=0)
+        eval_levels = task.levels("test", cfg.eval_levels, seed=0)
+        model.train()
+        bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc="sft")
+        for step in bar:
+            t0 = time.time()
+            prompts, responses = batch_for_step(task, cfg, step, held_out)
+            resp, rmask, lmask = segment_batch(tok, responses)
+            ids, mask = encode(tok, prompts, context_limit(model), reserve=resp.shape[1])
+            ids, mask, resp, rmask, lmask = (t.to(device) for t in (ids, mask, resp, rmask, lmask))
             with amp:
-                wins = eval_wins(model, tok, task, eval_levels, contexts_of(cfg, task))
-            record.update({f"win_{k}": v for k, v in wins.items()})
-        run.log(record)
-        bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
-        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-            run.save(step + 1, model, tok, opt)
-    run.close()
+                logits = response_logits(model, ids, mask, resp, rmask)
+            loss = (F.cross_entropy(logits.float().transpose(1, 2), resp, reduction="none")
+                    * lmask).sum() / lmask.sum()
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, cfg.lr, cfg.warmup, cfg.steps, cfg.schedule)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+            opt.step()
+            if not all_finite(model):
+                raise FloatingPointError(f"weights became NaN/Inf at step {step + 1} (loss "
+                                         f"{loss.item():.3g}); stopping without saving. The last "
+                                         f"good checkpoint is {run.resume_point()}; lower --lr")
+            dt = time.time() - t0
+            tokens = int(mask.sum() + rmask.sum())
+            record = {"step": step + 1, "loss": loss.item(), "grad_norm": gnorm.item(),
+                      "lr": opt.param_groups[0]["lr"], "tokens_per_s": tokens / dt}
+            if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+                with amp:
+                    wins = eval_wins(model, tok, task, eval_levels, contexts_of(cfg, task))
+                record.update({f"win_{k}": v for k, v in wins.items()})
+            run.log(record)
+            bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
+            if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+                run.save(step + 1, model, tok, opt)
+    finally:
+        run.close()
     print(f"done: {run.dir}")
 
 

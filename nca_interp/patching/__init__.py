@@ -20,6 +20,7 @@ over hooks (`bridge.run_with_hooks` with `attention_mask`).
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,8 @@ import torch
 
 from nca_interp.checkpoint import load_checkpoint, verify_folder
 from nca_interp.cli import (
-    check_arguments,
+    UsageError,
+    check_api,
     check_writable,
     parse_config,
     to_dict,
@@ -122,9 +124,13 @@ def run(ckpt: str | None = None, *, task: str | None = None, task_options=None,
     control, cost."""
     from nca_interp.assets import embedded
 
-    check_arguments(PatchingConfig, kind=kind, scope=scope, n_levels=n_levels,
-                    max_cases=max_cases, ks=list(ks), n_random=n_random,
-                    n_random_generate=n_random_generate, seed=seed, ablate=ablate)
+    if isinstance(ckpt, (list, tuple)) and len(ckpt) == 1:
+        ckpt = ckpt[0]
+    if ckpt is not None and not isinstance(ckpt, (str, os.PathLike)):
+        raise UsageError(f"ckpt must be one checkpoint folder (str or Path), not "
+                         f"{type(ckpt).__name__} {ckpt!r}")
+    values = {k: v for k, v in locals().items() if k != "ckpt"}  # the CLI's ckpt is a list
+    check_api(PatchingConfig, **{**values, "ks": list(ks) if isinstance(ks, tuple) else ks})
     path = str(verify_folder(ckpt or embedded("sokoban_opd")))
     found, ctx = resolve_task_and_context([path], task, context, task_options)
     t0 = time.time()

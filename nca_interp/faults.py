@@ -1,0 +1,30 @@
+"""Named fault points for the fault-injection tests (tests/test_faults.py).
+
+`NCA_INTERP_FAULT=<point>:<action>` makes the process meet its fault at that point: `kill`
+(SIGKILL itself, as a kill -9 or a lost machine would) or `enospc` (raise the OSError a full
+disk raises). Unset, a point costs one dictionary lookup. Points: `step-renamed` (a step
+checkpoint is in place, the run root not yet republished), `publish` (half-way through
+copying it to the root), `metrics-rewrite` (the new metrics file written, not yet renamed),
+`fetch-download` (a fetch's temporary folder written, not yet moved into the cache), `save`
+(a checkpoint's files being written).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+
+
+def fault_point(name: str) -> None:
+    spec = os.environ.get("NCA_INTERP_FAULT")
+    if not spec:
+        return
+    point, _, action = spec.partition(":")
+    if point != name:
+        return
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if action == "enospc":
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f"(injected at {name})")
+    raise ValueError(f"NCA_INTERP_FAULT={spec}: the action must be kill or enospc")

@@ -1,0 +1,77 @@
+"""One writer per run directory.
+
+The lock is the kernel's: an exclusive `flock` on `OUT/.lock`, held for as long as the writer's
+file descriptor is open. The kernel drops it when the process ends however it ends (kill -9
+included), so a lock is never stale, a dead writer's pid being reused by another process
+changes nothing, and taking it is one atomic call with no window between "is it free?" and
+"it is mine". The file's content is only a note for people: the holder's pid and command line,
+written after the lock is taken; a refused writer reads it (retrying briefly while it is being
+written) to say who holds the directory and how to clear it.
+
+A pid file alone (create with O_EXCL, then write the pid; a dead pid means stale) cannot be
+made race-free: between reading a stale pid and deleting the file another process may take it,
+and an empty file reads as stale while its writer is still writing (train/common.py's earlier
+lock failed both ways in tests/test_faults.py's race harness).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from pathlib import Path
+
+from nca_interp.errors import RunError
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "?"
+    return " ".join(a.decode(errors="replace") for a in raw.split(b"\0") if a) or "?"
+
+
+class RunLock:
+    """Hold `folder/.lock` exclusively, or raise RunError naming the holder."""
+
+    def __init__(self, folder: str | Path):
+        self.path = Path(folder) / ".lock"
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunError(self._refusal(folder)) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n{_cmdline(os.getpid())}\n".encode(), 0)
+        self._fd: int | None = fd
+
+    def _refusal(self, folder) -> str:
+        note = ""
+        for _ in range(20):  # the holder writes its note just after taking the lock
+            try:
+                note = self.path.read_text()
+            except OSError:
+                break
+            if note.strip():
+                break
+            time.sleep(0.01)
+        pid, _, cmd = note.strip().partition("\n")
+        who = f"pid {pid} ({cmd.strip() or '?'})" if pid else "another process"
+        return (f"{folder} is being written by {who}; wait for it to finish, stop it "
+                f"(kill {pid or 'PID'}), or choose another --out. The lock is released when "
+                "that process ends, however it ends")
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Give the lock up (also done by the kernel when this process ends). The file stays:
+        deleting it could let two later writers lock two different files."""
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
