@@ -85,12 +85,21 @@ def one(loop: str, kl: str, ckpt: str, task: str | None, context: str | None, ba
         trainer = NCADistillationTrainer(model=student, teacher_model=teacher, args=args,
                                          train_dataset=data, processing_class=tok,
                                          callbacks=[Clock()])
+        # identical losses: TRL's on the first batch it samples, and our loop's loss_terms on
+        # the same tokens (uncached, the plain path), before any step
+        inputs = trainer._generate_and_score_completions([data[i] for i in range(batch)])
+        with torch.no_grad():
+            first = {"trl": float(trainer.compute_loss(trainer.model, inputs)),
+                     "ours": float(combine(loss_terms(student, teacher, trainer.batch_of(inputs),
+                                                      ("opd", "nca"), estimator=est,
+                                                      share_prefix=False), 1.0))}
         trainer.train()
         # sampled completion tokens (TRL's num_tokens counts prompts too)
         tokens = [h["completions/mean_length"] * batch for h in trainer.state.log_history
                   if "completions/mean_length" in h]
     rate = [t / s for t, s in zip(tokens[1:], times[1:])]  # tokens/s of each timed step
-    return {"step_s": statistics.median(times[1:]), "tokens": statistics.median(tokens[1:]),
+    return {**({"first_loss": first} if loop == "trl" else {}),
+            "step_s": statistics.median(times[1:]), "tokens": statistics.median(tokens[1:]),
             "step_times": times[1:], "step_tokens": tokens[1:],
             "tokens_per_s": statistics.median(rate), "tokens_per_s_range": [min(rate), max(rate)]}
 
@@ -138,6 +147,17 @@ def main(argv=None) -> dict:
         lines.append(f"{r['loop']:<5} {r['kl']:<9} {r['step_s']:>8.2f} {r['tokens']:>12.0f} "
                      f"{r['tokens_per_s']:>9.1f} {f'{lo:.1f} to {hi:.1f}':>20} "
                      f"{r['peak_rss_gb']:>12.2f} {ratio:>16.2f}x")
+    for r in rows:
+        if "first_loss" in r:
+            f = r["first_loss"]
+            lines.append(f"first step, {r['kl']}: on the batch TRL sampled, TRL's loss "
+                         f"{f['trl']:.6f}, our loss_terms {f['ours']:.6f} "
+                         f"(|diff| {abs(f['trl'] - f['ours']):.1e})")
+    ours = {r["kl"]: r["tokens_per_s"] for r in rows if r["loop"] == "ours"}
+    for r in rows:
+        if r["loop"] == "trl":
+            lines.append(f"ours / TRL sampled tokens/s, {r['kl']}: "
+                         f"{ours[r['kl']] / r['tokens_per_s']:.2f}x")
     lines.append("s/step, tokens/s: medians over the timed steps (sampling + loss + update); "
                  "'over steps' is their min to max (the step-to-step noise a ratio must clear); "
                  "sampled lengths differ between runs, so rates are per sampled token. Our loop "

@@ -98,6 +98,12 @@ def test_shared_prefix_and_decoder_equal_the_plain_paths(folder):
     (t0, g0), (t1, g1) = out
     for k in t0:
         assert t1[k] == pytest.approx(t0[k], rel=1e-4, abs=1e-6), k
+    with torch.no_grad():  # in float64 the two paths agree to rounding: the math is the same
+        s64, t64 = student.double(), teacher.double()
+        f64 = [loss_terms(s64, t64, b, ("opd", "nca"), share_prefix=share)["opd"].item()
+               for share in (False, True)]
+        student.float(), teacher.float()
+    assert f64[0] == pytest.approx(f64[1], rel=1e-9)
     assert torch.nn.functional.cosine_similarity(g0, g1, dim=0) > 0.99999
     assert (g0 - g1).norm() <= 1e-3 * g0.norm()
     student.eval()
