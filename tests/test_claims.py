@@ -110,14 +110,20 @@ def test_reading_c_separates_robust_from_blind(tmp_path):
     assert claims.nca_reads_context(reads)[3] == "reproduced"
     some = write_ctl({"t_base": base, "t_nca_s0": ctl(0.02, 0.005, 0.04),
                       **{f"t_nca_s{i}": ctl(0.004, -0.01, 0.02) for i in (1, 2)}})
-    assert claims.nca_reads_context(some)[3] == ("partly (1 of 3 seeds' intervals above 0; NCA "
-                                                 "reads_c at most 0.020, the teacher's 0.600)")
+    assert claims.nca_reads_context(some)[3] == (
+        "not reproduced: close to blind (1 of 3 seeds' intervals above 0, but NCA reads_c 0.009 "
+        "is 2% of the teacher's 0.600, under the 50% the rule asks)")
+    # some seeds clear of 0 and the mean at half the teacher's or more: partly
+    part = write_ctl({"t_base": base, "t_nca_s0": ctl(0.5, 0.4, 0.6),
+                      **{f"t_nca_s{i}": ctl(0.3, -0.05, 0.6) for i in (1, 2)}})
+    assert claims.nca_reads_context(part)[3] == ("partly (1 of 3 seeds' intervals above 0; NCA "
+                                                 "reads_c at most 0.500, the teacher's 0.600)")
     assert claims.nca_reads_context(tmp_path / "nowhere")[3] == "not measured"
     # every seed measurably reads c, but at a sliver of the teacher's use: close to blind
     sliver = write_ctl({"t_base": base, **{f"t_nca_s{i}": ctl(0.03, 0.02, 0.04) for i in range(3)}})
     assert claims.nca_reads_context(sliver)[3] == (
-        "partly (every seed's interval above 0, but NCA reads_c 0.030 is 5% of the teacher's "
-        "0.600, under the 50% the rule asks)")
+        "not reproduced: close to blind (3 of 3 seeds' intervals above 0, but NCA reads_c 0.030 "
+        "is 5% of the teacher's 0.600, under the 50% the rule asks)")
     half = write_ctl({"t_base": base, **{f"t_nca_s{i}": ctl(0.3, 0.2, 0.4) for i in range(3)}})
     assert claims.nca_reads_context(half)[3] == "reproduced"
     # cross-model: the students' own start (evaluated first) is the reference, the teacher
@@ -296,9 +302,11 @@ def test_pooled_claims_over_two_knowledge_bases(tmp_path):
         return claims.pooled_claims(("kb0", "kb1"), tmp_path)
 
     breaks, prevents, reads, improves = write(opd_lost=4, nca_lost=0, regime_opd="C")
-    # per-seed regimes C (wide intervals), pooled regime A: reproduced
+    # per-seed regimes C (wide intervals), pooled regime A: no majority of seeds, so partly
     assert breaks[1].startswith("OPD: accuracy with c - without -0.083 [") and \
-        "harm 0.083 [" in breaks[1] and breaks[3] == "reproduced (pooled regime A)"
+        "harm 0.083 [" in breaks[1] and breaks[3] == (
+            "partly (pooled regime A; 0 of 8 seeds in A; harm above the teachers'; a majority "
+            "of seeds is needed)")
     assert "with c - without +0.000" in breaks[2]  # the teachers' own change: the null
     assert reads[3] == "not measured"  # no control run written here
     assert "8 seeds over 2 settings" in breaks[2]
@@ -307,14 +315,15 @@ def test_pooled_claims_over_two_knowledge_bases(tmp_path):
     same = write(opd_lost=4, nca_lost=4)[1]
     assert same[3] == "not reproduced" and "OPD - NCA harm +0.000" in same[2]
     weak = write(opd_lost=4, nca_lost=0, opd_gained=4)[0]  # as many items gained as lost
-    assert weak[3].startswith("partly (harm above the null")
+    assert weak[3] == "not reproduced"  # accuracy with c no lower on average: no break
     # one fact lost in every seed: seeds as replicates would call it established, the same
     # fact drawn with all its seeds does not
     one = write(opd_lost=1, nca_lost=0)[0]
     harm = one[1].split("harm ")[1]
     seed_lo = float(harm.split("[")[1].split(",")[0])
     fact_lo = float(harm.split("[")[2].split(",")[0])
-    assert seed_lo > 0 and fact_lo == 0 and one[3] == "not reproduced"
+    assert seed_lo > 0 and fact_lo == 0 and one[3] == (
+        "partly (8 of 8 seeds in A; its harm does not clear the teachers' harm)")
     def control(lo, teacher=0.3):  # every run's reads_c with its interval
         for kb in (0, 1):
             reps = {f"kb{kb}_{m}_s{s}": {"control": {"reads_c": lo + 0.1,
@@ -325,11 +334,12 @@ def test_pooled_claims_over_two_knowledge_bases(tmp_path):
                 json.dumps({"reports": reps}))
         return claims.pooled_claims(("kb0", "kb1"), tmp_path)[2]
 
-    assert control(-0.1)[3] == "not reproduced: NCA is blind to what c says (0 of 8 seeds read c)"
-    assert control(0.1)[3] == "reproduced (8 of 8 seeds read c)"
+    assert control(-0.1)[3] == ("not reproduced: NCA is blind to what c says (0 of 8 seeds' "
+                                "intervals above 0)")
+    assert control(0.1)[3] == "reproduced (8 of 8 seeds' intervals above 0)"
     assert control(0.1, teacher=0.8)[3] == (
-        "partly (8 of 8 seeds read c, but NCA reads_c 0.200 is 25% of the teachers' mean "
-        "0.800, under the 50% the rule asks)")
+        "not reproduced: close to blind (8 of 8 seeds' intervals above 0, but NCA reads_c "
+        "0.200 is 25% of the teachers' mean 0.800, under the 50% the rule asks)")
     none = write(opd_lost=0, nca_lost=0, regime_opd="C")
     assert none[0][3].startswith("not reproduced") and none[1][3].startswith("not measurable")
 

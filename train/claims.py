@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from train import rules
+
 Claim = tuple[str, str, str, str]  # (claim, measured, null / control, verdict)
 
 
@@ -41,10 +43,9 @@ def _spread(vals: list[float], pct: bool = False) -> str:
         f"{f(max(vals))}, n={len(vals)})"
 
 
-def _verdict(flags: list[bool]) -> str:
-    if flags and all(flags):
-        return "reproduced"
-    return "partly" if any(flags) else "not reproduced"
+def _verdict(flags: list[bool], mean_on_side: bool = True, total: int | None = None) -> str:
+    """The rule book's verdict (train/rules.py, stated in docs/method.md)."""
+    return rules.verdict(flags, mean_on_side, total)
 
 
 def internalizes(figs: Path) -> Claim:
@@ -86,9 +87,15 @@ def nca_prevents(figs: Path) -> Claim:
     if not any(r["regime"] == "A" for r in opd):
         return ("NCA prevents the harm", measured, control, "not measurable (OPD does not "
                                                             "degrade here)")
+    base = _base(rep)["harm"] or 0.0
+    harmed = [o["harm"] is not None and (o.get("ci95", {}).get("harm", [o["harm"]])[0] or 0)
+              > base for o in opd]
     flags = [(n["harm"] or 0) < (o["harm"] or 0) and n["regime"] != "A"
-             for o, n in zip(opd, nca)]
-    verdict = _verdict(flags)
+             for o, n, h in zip(opd, nca, harmed) if h]
+    verdict = _verdict(flags, total=len(opd))
+    if verdict == "not measurable":
+        verdict = (f"not measurable (OPD's harm clears step 0's {base:.3f} in {sum(harmed)} of "
+                   f"{len(opd)} seeds: no harm of OPD's own to prevent)")
     if (gap := pooled_harm_gap(figs)) is not None:
         d, (lo, hi), n_pairs = gap
         control += (f"; OPD - NCA harm pooled over {n_pairs} seed pair"
@@ -236,15 +243,21 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
                 f"[{f.format(v[1])}, {f.format(v[2])}]")
 
     established = opd[1] > base[0]
-    if delta[2] < 0:
-        breaks = "reproduced (pooled regime A)" + ("" if established else
-                                                   "; its harm alone does not clear the "
-                                                   "teachers' harm")
-    elif established:
-        breaks = "partly (harm above the null; accuracy with c not clearly below without)"
-    else:
-        breaks = "not reproduced"
-    if breaks == "not reproduced":
+    seed_a = [r == "A" for r in regimes["opd"]]
+    breaks = rules.pooled(delta[2] < 0, seed_a, mean_on_side=delta[0] < 0)
+    if breaks == "reproduced" and not established:
+        breaks = "partly"
+    elif breaks == "not reproduced" and established and delta[0] < 0:
+        breaks = "partly"
+    why = (["pooled regime A"] if delta[2] < 0 else []) + \
+        [f"{sum(seed_a)} of {len(seed_a)} seeds in A",
+         "harm above the teachers'" if established else
+         "its harm does not clear the teachers' harm"]
+    if breaks == "partly" and delta[2] < 0 and not 2 * sum(seed_a) > len(seed_a):
+        why.append("a majority of seeds is needed")
+    if breaks != "not reproduced":
+        breaks += f" ({'; '.join(why)})"
+    if breaks.startswith("not reproduced"):
         prevents = "not measurable (OPD does not break here)"
     else:
         prevents = "reproduced" if gap[1] > 0 and "A" not in regimes["nca"] else \
@@ -262,7 +275,7 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
         reads["nca"], float(np.mean(teachers)) if teachers else None)
     if clear:
         share = share.replace("the teacher's", "the teachers' mean")
-        read_verdict += f" ({sum(clear)} of {len(clear)} seeds read c" + \
+        read_verdict += f" ({sum(clear)} of {len(clear)} seeds' intervals above 0" + \
             (f", but {share})" if share else ")")
     return [
         ("OPD students break when c returns (pooled)",
@@ -356,11 +369,11 @@ def nca_improves_no_c(figs: Path) -> Claim:
         return ("NCA improves accuracy without c (vs OPD, same seed)", "-", "-",
                 "not measurable (needs OPD and NCA of the same seed)")
     flags = [lo > 0 for lo, _ in cis]
-    verdict = _verdict(flags)
+    verdict = _verdict(flags, mean_on_side=float(np.mean(diffs)) > 0)
     worse = sum(hi < 0 for _, hi in cis)
-    if verdict == "partly":  # seeds where NCA is worse count against the ones where it is better
-        if worse >= sum(flags):
-            verdict = "not reproduced"
+    if verdict == "partly" and worse >= sum(flags):  # worse seeds count against better ones
+        verdict = "not reproduced"
+    if verdict != "reproduced" and any(flags):
         verdict += (f" ({sum(flags)} seed pairs better, {worse} worse, "
                     f"{len(cis) - sum(flags) - worse} within the interval)")
     if verdict == "reproduced" and len(flags) < 3:
@@ -388,11 +401,11 @@ def reads_c_verdict(nca: list[dict], teacher: float | None) -> tuple[str, list[b
     if not any(flags):
         return "not reproduced: NCA is blind to what c says", flags, ""
     mean = float(np.mean([c["reads_c"] for c in nca]))
-    if all(flags) and teacher is not None and teacher > 0 and mean < READS_C_SHARE * teacher:
-        return "partly", flags, (f"NCA reads_c {mean:.3f} is {mean / teacher:.0%} of the "
-                                 f"teacher's {teacher:.3f}, under the {READS_C_SHARE:.0%} the "
-                                 "rule asks")
-    return _verdict(flags), flags, ""
+    if not rules.reads_c(mean, teacher, READS_C_SHARE):
+        return "not reproduced: close to blind", flags, (
+            f"NCA reads_c {mean:.3f} is {mean / teacher:.0%} of the teacher's {teacher:.3f}, "
+            f"under the {READS_C_SHARE:.0%} the rule asks")
+    return _verdict(flags, mean_on_side=mean > 0), flags, ""
 
 
 def nca_reads_context(figs: Path) -> Claim:
@@ -425,8 +438,8 @@ def nca_reads_context(figs: Path) -> Claim:
                     f"most {max(c['reads_c'] for c in nca):.3f}"
                     + (f", {'step 0' if len(base) > 1 else 'the teacher'}'s {teacher:.3f})"
                        if base else ")"))
-    elif verdict == "partly":
-        verdict += f" (every seed's interval above 0, but {share})"
+    elif share:
+        verdict += f" ({sum(flags)} of {len(flags)} seeds' intervals above 0, but {share})"
     if nca and len(nca) < 3:
         verdict += f" (in {_seeds(reps, 'nca')}; 3 seeds needed to generalise)"
     return ("NCA still reads c (not blind to it)",
@@ -480,9 +493,10 @@ def opd_gap(figs: Path) -> Claim:
     half = len(base) // 2
     late = [float(np.mean(r[half:])) for r in opd]
     b = float(np.mean(base[half:]))
-    return ("OPD leaves a gap in middle / late layers", f"later-half cos {_spread(late)}",
+    return ("OPD leaves a gap in middle / late layers (later-half cos below step 0's)",
+            f"later-half cos {_spread(late)}",
             f"step 0 {b:.3f}; random init {float(np.mean(rnd[half:])):.3f}",
-            _verdict([v < b for v in late]))
+            _verdict([v < b for v in late], mean_on_side=float(np.mean(late)) < b))
 
 
 def orthogonal(figs: Path) -> Claim:
@@ -507,9 +521,9 @@ def orthogonal(figs: Path) -> Claim:
               for r in rows]
     judged = [(a, f) for a, f in zip(ang, floors) if a is not None and f < 75]
     flags = [75 <= a <= 105 for a, _ in judged]
-    verdict = _verdict(flags) + f" ({len(judged)} of {len(ang)} checkpoints judged, 1 seed, " \
-        "raw angle; 3 seeds and the noise-corrected angle (grad_align --parts) needed)" \
-        if judged else "not measurable (a term within its noise, or floors >= 75 deg)"
+    verdict = _verdict(flags, total=len(ang)) + f" ({len(judged)} of {len(ang)} checkpoints " \
+        "judged, 1 seed, raw angle; 3 seeds and the noise-corrected angle (grad_align --parts) " \
+        "needed)" if judged else "not measurable (a term within its noise, or floors >= 75 deg)"
     fmt = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
     return ("OPD's gradient is near-orthogonal to the context view's",
             "opd~ctx " + " ".join(fmt(a) for a in ang) + " deg over training",
@@ -533,7 +547,8 @@ def orthogonal_corrected(runs: dict[str, list[dict]]) -> Claim:
             judged.append(False)
     n_cells = sum(len(cells) for cells in runs.values())
     seeds = f"{len(runs)} seed" + ("s" if len(runs) > 1 else "")
-    verdict = _verdict(judged) + f" ({len(judged)} of {n_cells} checkpoints judged, {seeds}" \
+    verdict = _verdict(judged, total=n_cells) + \
+        f" ({len(judged)} of {n_cells} checkpoints judged, {seeds}" \
         + ("; 3 needed to generalise)" if len(runs) < 3 else ")") if judged else \
         "not measurable (intervals straddle 75/105 deg, or a term has no signal)"
 
@@ -595,7 +610,8 @@ def nca_new_direction(figs: Path) -> Claim:
     if not judged:
         verdict = "not measurable (intervals straddle 75 deg, or a term has no signal)"
     else:
-        verdict = _verdict(judged) + f" ({len(judged)} of {len(cells)} checkpoints judged, " \
+        verdict = _verdict(judged, total=len(cells)) + \
+            f" ({len(judged)} of {len(cells)} checkpoints judged, " \
             f"{seeds}" + (", raw angle" if raw else "") \
             + ("; 3 needed to generalise)" if len(runs) < 3 else ")")
         if opposed:
@@ -911,15 +927,23 @@ def block(name: str, root: Path = Path("figures")) -> str:
     return f"{begin(name)}\n{table(root / name)}\n{end(name)}"
 
 
+RULES_BEGIN = "<!-- rules:begin (python -m train.claims --write; train/rules.py) -->"
+RULES_END = "<!-- rules:end -->"
+
+
 def refresh(text: str, root: Path = Path("figures")) -> str:
-    """`text` with every claims block regenerated."""
+    """`text` with every claims block, and the rule book's block, regenerated."""
     for name in re.findall(r"<!-- claims:([\w-]+):begin", text):
         a, b = text.index(begin(name)), text.index(end(name)) + len(end(name))
         text = text[:a] + block(name, root) + text[b:]
+    if RULES_BEGIN in text:
+        a, b = text.index(RULES_BEGIN), text.index(RULES_END) + len(RULES_END)
+        text = text[:a] + f"{RULES_BEGIN}\n{rules.markdown()}\n{RULES_END}" + text[b:]
     return text
 
 
-DOCS = ("README.md", "docs/index.md", "docs/real_model.md", "docs/results/sysprompt_kbs.md")
+DOCS = ("README.md", "docs/index.md", "docs/real_model.md", "docs/results/sysprompt_kbs.md",
+        "docs/method.md")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,67 @@
+"""The verdict rule book: every verdict `train.claims` prints is decided by these functions,
+and docs/method.md states them from `RULES` (`python -m train.claims --write` regenerates the
+block), so the words and the code cannot drift apart.
+
+A unit is what a rule counts: a seed, a checkpoint, a patched case. A unit is *clear* when its
+95% interval lies on the claimed side of its null, *against* when it lies on the other side,
+and *not judged* when the quantity is undefined there (harm with nothing right without c, an
+angle within its noise).
+"""
+
+from __future__ import annotations
+
+VERDICTS = ("reproduced", "partly", "not reproduced", "not measurable")
+
+RULES = (
+    ("every seed",
+     "**reproduced** needs the effect's 95% interval clear of its null in every unit (seed, "
+     "checkpoint), or a pooled interval clear of it *and* a majority of the units clear on "
+     "their own; anything less is at most **partly**."),
+    ("partly",
+     "**partly** needs the effect on the claimed side of its null on average and at least one "
+     "unit clear; a mean on the wrong side of the null is **not reproduced**, whatever single "
+     "units show."),
+    ("coverage",
+     "a verdict that judges fewer than half of its units is **not measurable**, so a verdict is "
+     "never stronger because fewer units could be judged."),
+    ("reading c",
+     "NCA *reads* c when its reads_c (accuracy with c minus with a wrong c of the same form) "
+     "is at least half the teacher's (step 0's, across models); a student clear of 0 but under "
+     "that share is close to blind, and the claim is **not reproduced** for it."),
+)
+
+
+def verdict(flags: list[bool], mean_on_side: bool = True, total: int | None = None) -> str:
+    """The verdict of units judged `flags` (True: clear of the null on the claimed side) out of
+    `total` units (default: all were judged), with the mean effect on the claimed side or not."""
+    total = len(flags) if total is None else total
+    if not flags or 2 * len(flags) < total:
+        return "not measurable"
+    if not mean_on_side:
+        return "not reproduced"
+    if all(flags):
+        return "reproduced"
+    return "partly" if any(flags) else "not reproduced"
+
+
+def pooled(pooled_clear: bool, unit_flags: list[bool], mean_on_side: bool = True) -> str:
+    """A pooled interval clear of its null makes `reproduced` only with a majority of units
+    clear on their own (`unit_flags`); else the unit rule, at most partly."""
+    if not mean_on_side:
+        return "not reproduced"
+    majority = 2 * sum(unit_flags) > len(unit_flags)
+    if pooled_clear and majority:
+        return "reproduced"
+    if pooled_clear or any(unit_flags):
+        return "partly"
+    return "not reproduced"
+
+
+def reads_c(mean: float, teacher: float | None, share: float = 0.5) -> bool:
+    """Whether a mean reads_c counts as reading c: at least `share` of the teacher's."""
+    return teacher is None or teacher <= 0 or mean >= share * teacher
+
+
+def markdown() -> str:
+    """The rule book as a list (docs/method.md)."""
+    return "\n".join(f"- *{name}*: {text}" for name, text in RULES)
