@@ -258,7 +258,8 @@ def test_nca_prevents_pools_harm_over_seed_and_unit_clusters(tmp_path):
         reps = {"t_base": {"harm": 0.0, "regime": "B"}}
         for s, harmed in enumerate(harm_per_seed):
             h = len(harmed) / len(units)
-            reps[f"t_opd_s{s}"] = {"harm": h, "regime": "A", "items": items(harmed)}
+            reps[f"t_opd_s{s}"] = {"harm": h, "regime": "A", "win_c": 1 - h,
+                                   "items": items(harmed)}
             reps[f"t_nca_s{s}"] = {"harm": 0.0, "regime": "C", "items": items(set())}
         (tmp_path / "context_return.json").write_text(json.dumps({"reports": reps}))
         return claims.nca_prevents(tmp_path)

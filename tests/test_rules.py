@@ -52,3 +52,35 @@ def test_the_method_page_states_the_rules_the_code_applies():
     assert rules.markdown() in text
     assert {name for name, _ in rules.RULES} >= {"every seed", "partly", "coverage",
                                                   "reading c"}
+
+
+def test_a_harm_is_opds_own_only_clear_of_step_0_and_of_chance_or_in_regime_a():
+    # clears step 0 (0.05) and the independence baseline (1 - 0.8 = 0.2)
+    assert rules.harm_is_own(0.25, 0.05, win_c=0.8, regime_a=False)
+    # clears step 0 only: a student right without c by chance is 'harmed' this much anyway
+    assert not rules.harm_is_own(0.15, 0.05, win_c=0.8, regime_a=False)
+    # ... unless accuracy with c lies below accuracy without (regime A): degradation itself
+    assert rules.harm_is_own(0.15, 0.05, win_c=0.8, regime_a=True)
+    # never without clearing step 0's harm, regime A or not
+    assert not rules.harm_is_own(0.04, 0.05, win_c=0.99, regime_a=True)
+    assert not rules.harm_is_own(None, 0.0, win_c=0.5, regime_a=True)
+    assert rules.independence_harm(0.75) == 0.25
+
+
+def test_harm_below_its_independence_baseline_does_not_make_opd_break(tmp_path):
+    import json
+
+    from train import claims
+
+    def write(opd_regime: str):
+        reps = {"t_base": {"harm": 0.01, "regime": "B", "win_no_c": 0.6, "win_c": 0.9},
+                **{f"t_opd_s{s}": {"harm": 0.06, "regime": opd_regime, "win_c": 0.85,
+                                   "win_no_c": 0.8, "ci95": {"harm": [0.04, 0.08]}}
+                   for s in range(3)}}
+        (tmp_path / "context_return.json").write_text(json.dumps({"reports": reps}))
+        return claims.degrades(tmp_path)
+
+    # harm 0.06 [0.04, 0.08] clears step 0's 0.01 but not 1 - 0.85 = 0.15, regimes B
+    chance = write("B")
+    assert chance[3] == "not reproduced" and "independence baseline" in chance[2]
+    assert write("A")[3] == "reproduced"

@@ -68,12 +68,19 @@ def degrades(figs: Path) -> Claim:
                 "-", "not measurable")
     null = base["harm"] if base["harm"] is not None else 0.0
     flags = [r["regime"] == "A" for r in opd]
-    partly = [r["harm"] is not None and (r["ci95"]["harm"][0] or 0) > null for r in opd]
-    verdict = _verdict(flags) if any(flags) else ("partly" if any(partly) else "not reproduced")
+    own = [_harm_is_own(r, null) for r in opd]
+    verdict = _verdict(flags) if any(flags) else ("partly" if any(own) else "not reproduced")
     regimes = " ".join(r["regime"] for r in opd)
     return ("OPD students break when c returns (harm, regime A)",
             f"harm {_spread([r['harm'] for r in opd])}; regimes {regimes}",
-            f"step-0 harm {null:.3f}", verdict)
+            f"step-0 harm {null:.3f}; independence baseline (1 - accuracy with c) "
+            f"{_spread([rules.independence_harm(r['win_c']) for r in opd])}", verdict)
+
+
+def _harm_is_own(r: dict, step0_harm: float) -> bool:
+    """The rule book's harm rule on one report (train/rules.py)."""
+    lo = r.get("ci95", {}).get("harm", [r["harm"]])[0] if r["harm"] is not None else None
+    return rules.harm_is_own(lo, step0_harm, r["win_c"], r["regime"] == "A")
 
 
 def nca_prevents(figs: Path) -> Claim:
@@ -88,14 +95,13 @@ def nca_prevents(figs: Path) -> Claim:
         return ("NCA prevents the harm", measured, control, "not measurable (OPD does not "
                                                             "degrade here)")
     base = _base(rep)["harm"] or 0.0
-    harmed = [o["harm"] is not None and (o.get("ci95", {}).get("harm", [o["harm"]])[0] or 0)
-              > base for o in opd]
+    harmed = [_harm_is_own(o, base) for o in opd]
     flags = [(n["harm"] or 0) < (o["harm"] or 0) and n["regime"] != "A"
              for o, n, h in zip(opd, nca, harmed) if h]
     verdict = _verdict(flags, total=len(opd))
     if verdict == "not measurable":
-        verdict = (f"not measurable (OPD's harm clears step 0's {base:.3f} in {sum(harmed)} of "
-                   f"{len(opd)} seeds: no harm of OPD's own to prevent)")
+        verdict = (f"not measurable (OPD's harm is its own, by the harm rule, in {sum(harmed)} "
+                   f"of {len(opd)} seeds: nothing of OPD's to prevent)")
     if (gap := pooled_harm_gap(figs)) is not None:
         d, (lo, hi), n_pairs = gap
         control += (f"; OPD - NCA harm pooled over {n_pairs} seed pair"
@@ -242,7 +248,10 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
         return (f"{f.format(v[0])} [{f.format(v[3])}, {f.format(v[4])}] "
                 f"[{f.format(v[1])}, {f.format(v[2])}]")
 
-    established = opd[1] > base[0]
+    independence = rules.independence_harm(float(a["o1"].mean()))
+    # the harm rule (train/rules.py): clear of the teachers' harm, and of the independence
+    # baseline unless accuracy with c lies below accuracy without (pooled regime A)
+    established = opd[1] > base[0] and (delta[2] < 0 or opd[1] > independence)
     seed_a = [r == "A" for r in regimes["opd"]]
     breaks = rules.pooled(delta[2] < 0, seed_a, mean_on_side=delta[0] < 0)
     if breaks == "reproduced" and not established:
@@ -281,6 +290,7 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
         ("OPD students break when c returns (pooled)",
          f"OPD: accuracy with c - without {fmt(delta, '+')}; harm {fmt(opd)}; per-seed "
          f"regimes {''.join(regimes['opd'])}",
+         f"independence baseline (1 - OPD's accuracy with c) {independence:.3f}; "
          f"teachers (step 0) on the same items: with c - without {fmt(base_delta, '+')}; harm "
          f"{fmt(base)}; {where}", breaks),
         ("NCA prevents the harm (pooled, paired by seed)",

@@ -24,6 +24,13 @@ RULES = (
     ("coverage",
      "a verdict that judges fewer than half of its units is **not measurable**, so a verdict is "
      "never stronger because fewer units could be judged."),
+    ("harm",
+     "a harm (P(wrong with c | right without c)) is OPD's own when its interval clears the "
+     "step-0 model's harm on the same items *and* either accuracy with c lies below accuracy "
+     "without c (regime A) or the harm also clears the independence baseline, 1 - accuracy "
+     "with c of the same student: what harm is when being right with c does not depend on "
+     "being right without it (a student right without c by chance is 'harmed' that much). "
+     "The baseline is printed beside every harm."),
     ("reading c",
      "NCA *reads* c when its reads_c (accuracy with c minus with a wrong c of the same form) "
      "is at least half the teacher's (step 0's, across models); a student clear of 0 but under "
@@ -55,6 +62,22 @@ def pooled(pooled_clear: bool, unit_flags: list[bool], mean_on_side: bool = True
     if pooled_clear or any(unit_flags):
         return "partly"
     return "not reproduced"
+
+
+def independence_harm(win_c: float) -> float:
+    """The harm of a student whose being right with c does not depend on being right
+    without it."""
+    return 1.0 - win_c
+
+
+def harm_is_own(harm_lo: float | None, step0_harm: float | None, win_c: float,
+                regime_a: bool) -> bool:
+    """The harm rule: the harm's interval (lower end `harm_lo`) clears step 0's harm, and
+    either the student is in regime A or the interval also clears the independence
+    baseline."""
+    if harm_lo is None or not harm_lo > (step0_harm or 0.0):
+        return False
+    return regime_a or harm_lo > independence_harm(win_c)
 
 
 def reads_c(mean: float, teacher: float | None, share: float = 0.5) -> bool:
