@@ -22,13 +22,9 @@ import torch
 
 
 def _median(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]
+    from bench.common import timeit
+
+    return timeit(fn, repeat=repeat, warmup=1)
 
 
 def phases(student, teacher, tok, task, batch, repeat: int, cached: bool) -> dict[str, float]:

@@ -93,15 +93,28 @@ def test_generated_blocks_equal_their_generators():
 
 
 def test_docs_site_builds_offline_and_strict(tmp_path):
+    import re
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q",
-                           "--site-dir", str(tmp_path / "site")], cwd=ROOT,
-                          capture_output=True, text=True,
+    site = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict",
+                           "--site-dir", str(site)], cwd=ROOT, capture_output=True, text=True,
                           env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
-    assert (tmp_path / "site" / "real_model" / "index.html").exists()
+    warnings = [ln for ln in (done.stdout + done.stderr).splitlines() if "WARNING" in ln]
+    assert not warnings, warnings[:5]
+    assert (site / "real_model" / "index.html").exists()
+    # nothing is requested from another host: no stylesheet, font or script from outside
+    outside = {m for page in site.rglob("*.html") if "figures" not in page.parts
+               for m in re.findall(r'<(?:link|script)[^>]+(?:href|src)="(https?://[^"]+)"',
+                                   page.read_text())}
+    assert not outside, sorted(outside)[:5]
+    # a setting page shows its figures, and each image it shows is in the site
+    page = site / "results" / "sokoban_long" / "index.html"
+    imgs = re.findall(r'<img[^>]+src="([^"]+)"', page.read_text())
+    assert any("trajectory.png" in i for i in imgs)
+    assert all((page.parent / i).resolve().exists() for i in imgs)
 
 
 def test_every_setting_page_is_its_generated_report():

@@ -245,7 +245,7 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
     base_delta = stat(lambda i: float(a["b1"][i].mean() - a["b0"][i].mean()))
     def fmt(v, sign: str = "") -> str:
         f = f"{{:{sign}.3f}}"
-        return (f"{f.format(v[0])} [{f.format(v[3])}, {f.format(v[4])}] "
+        return (f"{f.format(v[0])} [{f.format(v[3])}, {f.format(v[4])}], wider "
                 f"[{f.format(v[1])}, {f.format(v[2])}]")
 
     independence = rules.independence_harm(float(a["o1"].mean()))
@@ -390,7 +390,7 @@ def nca_improves_no_c(figs: Path) -> Claim:
         verdict = f"in the {len(flags)} seed pair{'s' * (len(flags) != 1)} measured (3 needed)"
     return ("NCA improves accuracy without c (vs OPD, same seed)",
             f"NCA - OPD {_spread(diffs)} ({len(diffs)} seed pair{'s' * (len(diffs) != 1)})",
-            "95% paired intervals " + " ".join(f"[{lo:+.3f}, {hi:+.3f}]" for lo, hi in cis),
+            "95% paired intervals " + ", ".join(f"[{lo:+.3f}, {hi:+.3f}]" for lo, hi in cis),
             verdict)
 
 
@@ -577,7 +577,7 @@ def orthogonal_corrected(runs: dict[str, list[dict]]) -> Claim:
                 label(k) + " ".join(fmt(c) for c in cells) for k, cells in runs.items())
             + " deg over training",
             "95% jackknife intervals " + "; ".join(
-                label(k) + " ".join(ci(c) for c in cells) for k, cells in runs.items()),
+                label(k) + ", ".join(ci(c) for c in cells) for k, cells in runs.items()),
             verdict)
 
 

@@ -373,6 +373,19 @@ def verdicts(figs: Path) -> str:
     return claims.table(figs)
 
 
+def figures_section(figs: Path) -> str:
+    """Every figure of the folder: its PNG inline, a link to its interactive HTML (an HTML
+    drawn without a PNG: the link alone)."""
+    stems = sorted({p.stem for p in [*figs.glob("*.png"), *figs.glob("*.html")]})
+    lines = []
+    for stem in stems:
+        html = f"[{stem} (interactive)]({stem}.html)" if (figs / f"{stem}.html").exists() \
+            else stem
+        png = f"\n\n![{stem}]({stem}.png)" if (figs / f"{stem}.png").exists() else ""
+        lines.append(f"{html}{png}\n")
+    return "\n".join(lines)
+
+
 def render(figs: Path) -> str:
     """The whole generated report of one pipeline folder, as markdown."""
     manifest = json.loads((figs / "manifest.json").read_text())
@@ -424,6 +437,9 @@ def render(figs: Path) -> str:
         sections.append((f"Causal patching of the {' / '.join(sorted(kinds))} cases "
                          f"({', '.join(patched)})", patching))
     sections.append(("Stage times (manifest.json)", stage_times))
+    if list(figs.glob("*.png")) or list(figs.glob("*.html")):
+        sections.append(("Figures (drawn from this folder's JSON; each links its interactive "
+                         "HTML)", figures_section))
     for title, fn in sections:
         lines.append(f"## {title}\n\n{fn(figs)}\n")
     return "\n".join(lines)
