@@ -41,8 +41,9 @@ CHECKS = {
 }
 
 
-# Below it a tempered distribution is one-hot to float precision: the rollouts are greedy and
-# the loss's logits / T overflow the gradients (evaluation's temperature 0 is greedy on purpose)
+# A sampling temperature below it makes softmax(z / T) one-hot for any logit gap of a few
+# tenths, so the "sampled" rollouts are greedy ones; evaluation's temperature 0 (greedy on
+# purpose) has its own check
 MIN_TEMPERATURE = 0.05
 
 

@@ -27,8 +27,8 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class Decoder:
-    """Key/value buffers for `rows` sequences of up to `capacity` tokens, filled by `prefill`
-    and extended one token per `step`."""
+    """Key/value buffers for a batch of sequences of up to `capacity` tokens: the prompt's,
+    filled when the decoder is made (`prefix.prefill`), then one token per `step`."""
 
     @staticmethod
     def supports(model) -> bool:

@@ -96,14 +96,13 @@ def sample(model, prompt_ids_B_P: torch.Tensor, prompt_mask_B_P: torch.Tensor, m
     offset, global_rows = shard if shard is not None else (0, B)
     rows = slice(offset, offset + B)
     stops = torch.tensor([eos_id] if isinstance(eos_id, int) else list(eos_id), device=dev)
-    step = _hf_steps(model, prompt_ids_B_P, prompt_mask_B_P)
     if fast and Decoder.supports(model):
         decoder = Decoder(model, prompt_ids_B_P, prompt_mask_B_P,
                           prompt_ids_B_P.shape[1] + max_new)
         step, logits = decoder.step, decoder.logits
     else:
-        logits = next(step)
-        step = step.send
+        steps = _hf_steps(model, prompt_ids_B_P, prompt_mask_B_P)
+        step, logits = steps.send, next(steps)
     tokens = torch.full((B, max_new), pad_id, dtype=torch.long, device=dev)
     valid = torch.zeros((B, max_new), dtype=torch.long, device=dev)
     done = torch.zeros(B, dtype=torch.bool, device=dev)

@@ -16,7 +16,8 @@ from nca_interp.tasks import Task, task_from_record
 def task_for_checkpoints(paths: list[str], name: str | None = None,
                          fmt: str | None = None, options: list[str] | None = None) -> Task:
     """The task recorded in the first of `paths` whose run_config.json names one (a foreign
-    checkpoint has none: then `name`, default sokoban, with that task's defaults), with
+    checkpoint has none: then `name` with that task's defaults, and without `name` a refusal
+    that lists the tasks and their contexts), with
     KEY=VALUE `options` applied (e.g. `opcd`'s data files). Checkpoints whose recorded tasks
     still differ once `options` are applied (students of another knowledge base than the
     first path's) are refused: their questions would silently be the first one's."""

@@ -91,6 +91,27 @@ def test_a_finished_run_of_the_same_command_without_checkpoints_is_refused(base,
     assert snapshot(tmp_path / "run") == before
 
 
+def test_a_folder_holding_only_hidden_files_is_not_empty(base, tmp_path):
+    """A `.git` (or any hidden entry the package does not write) is someone's: refused."""
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    (project / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    before = snapshot(project)
+    with pytest.raises(UsageError, match=r"already holds \.git"):
+        distill.main(args(base, project, steps=1))
+    assert snapshot(project) == before and not (project / ".lock").exists()
+
+
+def test_the_leftovers_a_kill_leaves_do_not_make_a_folder_someone_elses(base, tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints" / ".step_000001.tmp-99999").mkdir(parents=True)
+    for name in (".lock", ".run_config.json.tmp-4242", "model.safetensors.tmp"):
+        (run / name).write_text("")
+    distill.main(args(base, run, steps=1))
+    assert (run / "checkpoints" / "step_000001").is_dir()
+    assert not (run / "model.safetensors.tmp").exists()
+
+
 def test_an_empty_folder_and_a_failed_start_are_the_runs_own(base, tmp_path):
     (tmp_path / "empty").mkdir()
     distill.main(args(base, tmp_path / "empty", steps=1))

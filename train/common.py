@@ -8,6 +8,7 @@ import faulthandler
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -186,8 +187,10 @@ def check_out(out: str | Path, inputs: dict[str, str | Path | None]) -> None:
                              "its input checkpoints live: choose a new --out")
 
 
-# Entries of a run directory that say nothing about whose it is
-_STATE = (".lock",)
+# What this package leaves in a run directory besides a run's files: its lock, and the
+# temporaries of a write killed half-way (`.name.tmp-PID`, `.name.old-PID`, `name.tmp`). Any
+# other entry, hidden ones included (a `.git`), is something the run did not make.
+_LEFTOVER = re.compile(r"^(?:\.lock|\..+\.(?:tmp|old)-\d+|[^.].*\.tmp)$")
 
 
 def check_own(folder: Path, run_config: dict) -> bool:
@@ -199,10 +202,11 @@ def check_own(folder: Path, run_config: dict) -> bool:
         return False
     if not folder.is_dir():
         raise UsageError(f"--out {folder} is a file; choose a folder for the run")
+
     def leftover(p: Path) -> bool:  # run state, temporaries, a first save killed half-way
-        return p.name in _STATE or p.name.startswith(".") or p.name.endswith(".tmp") or (
+        return bool(_LEFTOVER.match(p.name)) or (
             p.name == "checkpoints" and p.is_dir()
-            and all(c.name.startswith(".") for c in p.iterdir()))
+            and all(_LEFTOVER.match(c.name) for c in p.iterdir()))
 
     entries = sorted(p.name for p in folder.iterdir() if not leftover(p))
     if not entries:

@@ -405,8 +405,9 @@ def render(figs: Path) -> str:
     lines.append(f"## Teacher, {n} held-out {unit}, greedy\n\n{teacher(figs)}\n")
     if not (figs / "context_return_summary.json").exists():
         return "\n".join(lines)
-    sections = [(f"Verdicts (`python -m train.claims {task}`: each rule, its null and its seeds "
-                 "are in train/claims.py)", verdicts),
+    sections = [(f"Verdicts (`python -m train.claims {task}`: each claim's null and seeds are in "
+                 "train/claims.py, the verdict words follow the rule book in train/rules.py)",
+                 verdicts),
                 ("Context return (mean (min to max) over seeds, a spread not an interval; harm = "
                   "P(lost with c | won "
                  "without c))", context_return),
