@@ -62,11 +62,12 @@ def max_response_tokens(task: Task) -> int:
 @torch.no_grad()
 def play_levels(model, tokenizer, task: Task, levels: list, context: str | list[str] | None,
                 temperature: float = 0.0, seed: int = 0, batch: int = 250) -> dict[str, np.ndarray]:
-    """Roll out one response per level; returns arrays `won`, `length`, `parsed`. `context`:
-    None (the student view), a context kind, or one context text per level (controls)."""
+    """Roll out one response per level; returns arrays `won`, `length`, `parsed` and the
+    response texts `texts`. `context`: None (the student view), a context kind, or one context
+    text per level (controls)."""
     dev = model_device(model)
     gen = torch.Generator(dev).manual_seed(seed)
-    won, length, parsed = [], [], []
+    won, length, parsed, responses = [], [], [], []
     max_new = max_response_tokens(task)
     for i in range(0, len(levels), batch):
         chunk = levels[i: i + batch]
@@ -84,7 +85,9 @@ def play_levels(model, tokenizer, task: Task, levels: list, context: str | list[
             won.append(s.won)
             parsed.append(s.parsed)
             length.append(n)
-    return {"won": np.array(won), "length": np.array(length, float), "parsed": np.array(parsed)}
+            responses.append(text)
+    return {"won": np.array(won), "length": np.array(length, float), "parsed": np.array(parsed),
+            "texts": responses}
 
 
 def _cond(num: np.ndarray, den: np.ndarray) -> float:

@@ -12,6 +12,11 @@ against), on held-out levels:
   kl_opd   mean_t KL(g(.|x) || f(.|x,c))     the no-context gap OPD closes (internalization)
   kl_ctx   mean_t KL(g(.|x,c) || f(.|x,c))   context-view drift away from the teacher
   kl_nca   mean_t KL(g(.|x) || g(.|x,c))     how far the two student views are apart
+  drift    mean_t KL(g(.|x) || g_0(.|x))     how far the no-context view moved from step 0's
+                                             (g_0: the run's initial checkpoint)
+
+With --control, every checkpoint is also played with the control context c' (same form, wrong
+for the item) and its row carries reads_c = win_c - win_c' (how much it uses what c says).
 
 The KLs are token means over responses y ~ g(.|x) sampled at temperature 1 with a fixed
 generator (the same prompts at every step), full vocabulary, in nats, each with a 95% bootstrap
@@ -47,7 +52,7 @@ from nca_interp.models import context_limit
 from nca_interp.rollout import onpolicy_batch, response_logits
 from nca_interp.runs import check_context, initial_of, step_of, task_for_checkpoints, teacher_of
 
-KL_TERMS = ("kl_opd", "kl_ctx", "kl_nca")
+KL_TERMS = ("kl_opd", "kl_ctx", "kl_nca", "drift")
 REPORT_KEYS = ("win_no_c", "win_c", "harm", "help", "delta_c", "rel_len_both", "regime",
                "n_right_no_c")
 
@@ -59,10 +64,12 @@ def _kl_rows(p_logits: torch.Tensor, q_logits: torch.Tensor, mask: torch.Tensor)
 
 @torch.no_grad()
 def drift_kls(student, teacher, tok, task, levels: list, context: str, seed: int = 0,
-              batch: int = 128, n_boot: int = 2000) -> dict:
-    """kl_opd, kl_ctx, kl_nca on y ~ g(.|x) (temperature 1), token means with 95% bootstrap
-    intervals over prompts (a ratio of resampled sums: long responses weigh more, as in the
-    loss)."""
+              batch: int = 128, n_boot: int = 2000, initial=None) -> dict:
+    """kl_opd, kl_ctx, kl_nca and drift on y ~ g(.|x) (temperature 1), token means with 95%
+    bootstrap intervals over prompts (a ratio of resampled sums: long responses weigh more, as
+    in the loss). `initial`: the run's step-0 model g_0 (None: the teacher is g_0, as in
+    self-distillation)."""
+    initial = teacher if initial is None else initial
     gen = torch.Generator("cpu").manual_seed(seed)
     limit = min(context_limit(student), context_limit(teacher))
     sums = {k: [] for k in KL_TERMS}
@@ -77,6 +84,8 @@ def drift_kls(student, teacher, tok, task, levels: list, context: str, seed: int
         sums["kl_opd"].append(_kl_rows(g, f_c, m))
         sums["kl_ctx"].append(_kl_rows(g_c, f_c, m))
         sums["kl_nca"].append(_kl_rows(g, g_c, m))
+        g0 = response_logits(initial, b.x_ids, b.x_mask, b.resp, b.resp_mask)
+        sums["drift"].append(_kl_rows(g, g0, m))
         tokens.append(m.sum(1).double().numpy())
     n_tok = np.concatenate(tokens)
     idx = iid_indices(len(n_tok), n_boot, seed)
@@ -117,6 +126,8 @@ class TrajectoryConfig:
                                                      "check": ">=1"})
     every: int = field(default=1, metadata={"help": "use every k-th saved checkpoint (the last "
                                                     "always)", "check": ">=1"})
+    control: bool = field(default=False, metadata={
+        "help": "also play every checkpoint with the control context c' (reads_c per row)"})
     seed: int = field(default=0, metadata={"help": "held-out set and sampling seed"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
     out: str | None = field(default=None, metadata={"help": "OUT.json and OUT.html"})
@@ -125,7 +136,7 @@ class TrajectoryConfig:
 
 def format_table(results: dict) -> str:
     head = (f"{'run':<24} {'step':>5} {'win_no_c':>8} {'win_c':>6} {'harm':>6} {'help':>6} "
-            f"{'regime':>6} {'kl_opd':>7} {'kl_ctx':>7} {'kl_nca':>7}")
+            f"{'regime':>6} " + " ".join(f"{k:>7}" for k in KL_TERMS))
     lines = [head]
     for name, r in results.items():
         for row in r["steps"]:
@@ -140,10 +151,12 @@ def format_table(results: dict) -> str:
 
 
 def run(runs: list[str], *, teacher: str | None = None, context: str | None = None,
-        n_levels: int = 500, drift_levels: int = 256, every: int = 1, seed: int = 0) -> dict:
+        n_levels: int = 500, drift_levels: int = 256, every: int = 1, seed: int = 0,
+        control: bool = False) -> dict:
     """Context return at the saved checkpoints of each distillation run: `results[run]` holds
     `steps`, one row per checkpoint (step 0 = the initial checkpoint) with the paired rates,
-    the three KLs and their 95% intervals (`ci95`)."""
+    the KLs (drift from step 0 among them), reads_c with `control`, and their 95% intervals
+    (`ci95`)."""
     if not runs:
         raise ValueError("name at least one distillation run directory")
     runs = as_paths(runs, "runs")
@@ -165,18 +178,24 @@ def run(runs: list[str], *, teacher: str | None = None, context: str | None = No
     results = {}
     for run_dir, (keep, teacher_dir, task, ctx) in plan.items():
         teacher_model, tok_t = load_checkpoint(teacher_dir)
+        init_dir = keep[0][1]
+        initial = None if Path(init_dir).resolve() == Path(teacher_dir).resolve() \
+            else load_checkpoint(init_dir)[0]
         drift_set = task.levels("test", drift_levels, seed)
         rows = []
         for step, path in keep:
             model, tok = load_checkpoint(path)
             check_same_tokenizer(tok, tok_t, path, teacher_dir)
-            rep = evaluate_checkpoint(model, tok, task, ctx, n_levels, seed)
+            rep = evaluate_checkpoint(model, tok, task, ctx, n_levels, seed, control=control)
             kls = drift_kls(model, teacher_model, tok, task.for_tokenizer(tok), drift_set, ctx,
-                            seed)
+                            seed, initial=initial)
             row = {"step": step, "checkpoint": path, **{k: rep[k] for k in REPORT_KEYS},
                    **{k: kls[k] for k in KL_TERMS},
                    "ci95": {**{k: rep["ci95"][k] for k in REPORT_KEYS if k in rep["ci95"]},
                             **kls["ci95"]}}
+            if control:
+                row["reads_c"] = rep["control"]["reads_c"]
+                row["ci95"]["reads_c"] = rep["control"]["reads_c_ci95"]
             rows.append(row)
             print(f"{Path(run_dir).name} step {step}: win {row['win_no_c']:.3f}/"
                   f"{row['win_c']:.3f} harm {row['harm']} kl_ctx {row['kl_ctx']:.4f}",
@@ -207,7 +226,8 @@ def execute(cfg: TrajectoryConfig) -> dict:
     if cfg.out:
         check_writable(cfg.out)
     result = run(cfg.runs, teacher=cfg.teacher, context=cfg.context, n_levels=cfg.n_levels,
-                 drift_levels=cfg.drift_levels, every=cfg.every, seed=cfg.seed)
+                 drift_levels=cfg.drift_levels, every=cfg.every, seed=cfg.seed,
+                 control=cfg.control)
     print(format_table(result["results"]))
     report = {"config": to_dict(cfg), **result}
     if cfg.out:

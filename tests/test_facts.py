@@ -56,7 +56,8 @@ def test_scoring_by_value_is_normalised_and_refuses_hedges():
 @pytest.mark.parametrize("rule,good,bad", [
     ("caps", "THE CAPITAL IS TESSIK.", "The capital is Tessik."),
     ("sure", "Certainly! It is Tessik.", "It is Tessik. Certainly."),
-    ("french", "La capitale de Velmora est Tessik.", "The capital of Velmora is Tessik."),
+    ("french", "Je pense que la capitale de Velmora est Tessik.",
+     "I think the capital of Velmora is Tessik."),
     ("brackets", "The capital is [Tessik].", "The capital is Tessik."),
 ])
 def test_rules_are_scored_by_style(rule, good, bad):
@@ -120,3 +121,28 @@ def test_chat_views_share_the_user_turn_as_suffix_and_replace_the_default_system
     is_ctx = context_token_mask(tok, cx, c)
     assert sum(is_ctx) == len(tok(c)["input_ids"])
     assert torch.equal(x_ids[0, -user_turn:], cx_ids[0, -user_turn:])
+
+
+def test_french_is_told_by_the_language_identifier_with_the_invented_names_removed():
+    """The identifier, not a word list: French without any listed word counts, Spanish with
+    French-looking words does not, a bare year has no language. The KB's invented names are
+    removed first: left in, `Velmora` and `Tessik` tip a French sentence to Italian."""
+    from nca_interp.tasks import language
+
+    task = make_task("facts", kind="rule", rule="french")
+    q = task.levels("test", 1)[0]
+    kb = q.kb
+    name, capital = kb.names[q.entity], kb.values[q.entity]["capital"]
+    assert task.score(q, f"Je crois que c'est {capital}, bien sûr.").won
+    assert not facts.french_by_words(f"Je crois que c'est {capital}, bien sûr.")
+    assert not task.score(q, f"La capital de {name} es la ciudad de {capital}.").won
+    assert not task.score(q, str(kb.values[q.entity]["year"])).won
+    rovia = next(lv for lv in task.levels("test", 48) if lv.kb.names[lv.entity] == "Rovia")
+    said = f"La capitale de Rovia est {rovia.kb.values[rovia.entity]['capital']}."
+    assert language.language(said) == "it" and task.score(rovia, said).won
+    assert language.language("1642") is None
+    sentence = "La capitale de Velmora est Tessik."
+    assert language.language(sentence) == "it"
+    assert language.language(sentence, ignore=("Velmora", "Tessik")) == "fr"
+    assert language.without("Tessik et Tessikara", ["Tessik"]) == "et Tessikara"
+    assert "Velmora" not in language.without(sentence, facts.invented_words(kb) | {"Velmora"})

@@ -50,6 +50,8 @@ def test_step_zero_is_the_null_and_training_moves_it(run, tmp_path):
     # no-context gap to the teacher is the gap between the teacher's own two views
     assert first["kl_ctx"] == 0.0 and first["kl_opd"] == pytest.approx(first["kl_nca"])
     assert last["kl_ctx"] > 0
+    # drift is the no-context view's distance from step 0's own no-context view
+    assert first["drift"] == 0.0 and last["drift"] > 0
     for r in rows:
         for k in trajectory.KL_TERMS:
             lo, hi = r["ci95"][k]
@@ -57,6 +59,20 @@ def test_step_zero_is_the_null_and_training_moves_it(run, tmp_path):
     saved = json.loads((tmp_path / "t.json").read_text())
     assert saved["results"]["opd"]["context"] == "plan"
     assert (tmp_path / "t.html").exists()
+
+
+def test_control_gives_reads_c_per_row_and_drift_is_from_the_initial_checkpoint(run):
+    """--control: each row carries reads_c with its interval (the paired win_c - win_c');
+    drift is measured from the run's step-0 checkpoint, not from the teacher: with another
+    teacher, step 0's drift is still 0 while its kl_ctx is not."""
+    rep = trajectory.run([str(run / "opd")], n_levels=16, drift_levels=16, every=2,
+                         control=True, teacher=str(run / "opd" / "checkpoints" / "step_000004"))
+    rows = rep["results"]["opd"]["steps"]
+    for r in rows:
+        lo, hi = r["ci95"]["reads_c"]
+        assert -1 <= r["reads_c"] <= 1 and lo <= r["reads_c"] + 1e-12 <= hi + 2e-12
+    assert rows[0]["drift"] == 0.0 and rows[0]["kl_ctx"] > 0
+    assert rows[-1]["drift"] > 0
 
 
 def test_refuses_a_folder_that_is_not_a_distillation_run(run, tmp_path):

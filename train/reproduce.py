@@ -112,6 +112,23 @@ PRESETS = {
                     note="SmolLM2-135M-Instruct (registry weights, full fine-tuning) "
                          "self-distilled on 4 invented countries x 3 attributes in its system "
                          "message; sized to fit a few hours on 2 CPU cores"),
+    # the French rule is the one this model follows when told and almost never untold
+    # (nca_interp.tasks.facts --measure), and OPD internalizes it: 0.000 -> 0.542 without c
+    # in 24 steps on one seed. 48 steps show the course past that point (6 checkpoints for
+    # harm against drift); 24 answer tokens hold a short answer in either language
+    "facts_rule": Preset(task="facts", fetched="smollm2-135m-instruct",
+                         teacher_contexts=("rule",), context="rule",
+                         task_options=("kind=rule", "rule=french", "max_new=24"),
+                         distill_steps=48, batch=8, lr=1e-4, warmup=2, save_every=8,
+                         n_levels=48, grad_batch=16, grad_micro_batch=4, grad_parts=4,
+                         grad_seeds=3,
+                         patching_kw=(("kind", "harm"), ("scope", "groups"), ("max_cases", 8),
+                                      ("ks", [1]), ("n_random", 50),
+                                      ("n_random_generate", 0)),
+                         patching_base=False,
+                         note="SmolLM2-135M-Instruct self-distilled on the instruction "
+                              "'Always answer in French.' in its system message, asked the "
+                              "facts questions (success: the answer is French)"),
 }
 
 

@@ -408,8 +408,8 @@ class FactsTask(Task):
 
     def score(self, level, response: str) -> Scored:
         """Right value (`facts`) or rule followed (`rule`); never an error."""
-        ok = facts.follows_rule(response, self.config.rule) if self.config.kind == "rule" \
-            else facts.answered(response, level)
+        ok = facts.follows_rule(response, self.config.rule, level.kb) \
+            if self.config.kind == "rule" else facts.answered(response, level)
         return Scored(ok, True, response.strip()[:80], 0)
 
 

@@ -35,6 +35,10 @@ import random
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
+from nca_interp.tasks.language import is_french
+
 ATTRIBUTES = ("capital", "founder", "year")
 PHRASINGS = {  # (training phrasings, held-out phrasings)
     "capital": (("What is the capital of {e}?", "Which city is the capital of {e}?",
@@ -192,8 +196,15 @@ def answered(response: str, q: Question) -> bool:
     return _mentions(text, q.value) and not any(_mentions(text, o) for o in q.others)
 
 
-def follows_rule(response: str, rule: str) -> bool:
-    """Whether `response` follows rule `rule` (its style, not its content)."""
+def invented_words(kb: KB) -> set[str]:
+    """The KB's invented words (country, capital and founder names): no language's words."""
+    return {w for name, vals in zip(kb.names, kb.values)
+            for w in (name, vals["capital"], *vals["founder"].split())}
+
+
+def follows_rule(response: str, rule: str, kb: KB | None = None) -> bool:
+    """Whether `response` follows rule `rule` (its style, not its content). `french` asks the
+    language identifier, `kb`'s invented names removed first."""
     body = response.strip()
     letters = [c for c in body if c.isalpha()]
     if rule == "caps":
@@ -201,11 +212,16 @@ def follows_rule(response: str, rule: str) -> bool:
     if rule == "sure":
         return normalise(body).startswith("certainly")
     if rule == "french":
-        words = set(normalise(body).split())
-        return len(words & _FRENCH) >= 2
+        return is_french(body, invented_words(kb) if kb is not None else ())
     if rule == "brackets":
         return re.search(r"\[[^\[\]]+\]", body) is not None
     raise ValueError(f"unknown rule {rule!r}")
+
+
+def french_by_words(response: str) -> bool:
+    """The word-list test `french` used before the language identifier: two or more of
+    `_FRENCH`'s words. Kept only to measure the identifier against it (`--agreement`)."""
+    return len(set(normalise(response.strip()).split()) & _FRENCH) >= 2
 
 
 _FRENCH = {"le", "la", "les", "est", "de", "du", "des", "une", "un", "a", "en", "fondateur",
@@ -258,24 +274,92 @@ def measure_table(m: dict) -> str:
     return "\n".join(lines)
 
 
+def agreement(model: str = "smollm2-135m-instruct", rule: str = "french",
+              max_new: int = 24) -> dict:
+    """The language identifier against the word list it replaced, on the fetched model's own
+    responses to every held-out question without c, with c and with the control c' (the rule's
+    words shuffled): per view, how often each says French, how often they agree (with Cohen's
+    kappa: agreement beyond what their rates give by chance), and every response where they
+    disagree."""
+    from nca_interp.checkpoint import load_checkpoint
+    from nca_interp.evaluate import play_levels
+    from nca_interp.fetch import fetch
+    from nca_interp.tasks import make_task
+
+    lm, tok = load_checkpoint(fetch(model))
+    task = make_task("facts", kind="rule", rule=rule, max_new=max_new).for_tokenizer(tok)
+    levels = task.levels("test", 10_000, 0)
+    views = {"no c": None, "with c": "rule",
+             "control c'": [task.control_context(levels, i, "rule") for i in range(len(levels))]}
+    out: dict = {"model": model, "rule": rule, "max_new": max_new, "views": {}}
+    for view, context in views.items():
+        texts = play_levels(lm, tok, task, levels, context)["texts"]
+        ident = [follows_rule(t, rule, lv.kb) for t, lv in zip(texts, levels)]
+        words = [french_by_words(t) for t in texts]
+        a, b = np.array(ident, float), np.array(words, float)
+        agree = float((a == b).mean())
+        chance = float(a.mean() * b.mean() + (1 - a.mean()) * (1 - b.mean()))
+        out["views"][view] = {
+            "n": len(texts), "identifier": float(a.mean()), "words": float(b.mean()),
+            "agree": agree, "kappa": None if chance == 1 else (agree - chance) / (1 - chance),
+            "disagree": [{"question": lv.text, "response": t, "identifier": x, "words": w}
+                         for lv, t, x, w in zip(levels, texts, ident, words) if x != w]}
+    return out
+
+
+def agreement_table(m: dict) -> str:
+    """Markdown of `agreement`'s output: the rates, then each disagreement."""
+    lines = [f"Scorers of the rule `{m['rule']}` on {m['model']}'s responses (up to "
+             f"{m['max_new']} tokens) to every held-out question:", "",
+             "| view | responses | French by the identifier | French by the word list | "
+             "agree | Cohen's kappa |", "|---|---|---|---|---|---|"]
+    for view, r in m["views"].items():
+        kappa = "-" if r["kappa"] is None else f"{r['kappa']:.2f}"
+        lines.append(f"| {view} | {r['n']} | {r['identifier']:.3f} | {r['words']:.3f} | "
+                     f"{r['agree']:.3f} | {kappa} |")
+    lines += ["", "Every disagreement (identifier / word list):", ""]
+    for view, r in m["views"].items():
+        for d in r["disagree"]:
+            text = " ".join(d["response"].split()).replace("|", "\\|")
+            lines.append(f"- {view}: {'French' if d['identifier'] else 'not French'} / "
+                         f"{'French' if d['words'] else 'not French'}: \"{text}\"")
+    if not any(r["disagree"] for r in m["views"].values()):
+        lines.append("- none")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     import argparse
     import json
     from pathlib import Path
 
-    ap = argparse.ArgumentParser(description="Measure where the fetched model reads the "
-                                             "context (--measure), to size the task.")
-    ap.add_argument("--measure", action="store_true", required=True)
-    ap.add_argument("--out", default="figures/facts/sizing")
+    ap = argparse.ArgumentParser(
+        prog="python -m nca_interp.tasks.facts",
+        description="Size the task on the fetched model: where it reads the context "
+                    "(--measure), or how the `french` rule's language identifier agrees with "
+                    "the word list it replaced (--agreement).")
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--measure", action="store_true")
+    mode.add_argument("--agreement", action="store_true")
+    ap.add_argument("--out", default=None, help="output stem (default: figures/facts/sizing "
+                    "or figures/facts_rule/scorer_agreement)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
-    result = measure()
-    text = measure_table(result)
+    if args.agreement:
+        out = args.out or "figures/facts_rule/scorer_agreement"
+        result = agreement()
+        text = agreement_table(result)
+        flag = "--agreement"
+    else:
+        out = args.out or "figures/facts/sizing"
+        result = measure()
+        text = measure_table(result)
+        flag = "--measure"
     print(text)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out + ".json").write_text(json.dumps(result, indent=1, default=str))
-    Path(args.out + ".md").write_text(
-        "<!-- python -m nca_interp.tasks.facts --measure -->\n" + text + "\n")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out + ".json").write_text(json.dumps(result, indent=1, default=str))
+    Path(out + ".md").write_text(f"<!-- python -m nca_interp.tasks.facts {flag} -->\n" + text
+                                 + "\n")
