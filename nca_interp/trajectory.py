@@ -35,7 +35,12 @@ import numpy as np
 import torch
 
 from nca_interp.bootstrap import iid_indices, percentile_ci
-from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint, verify_folder
+from nca_interp.checkpoint import (
+    check_same_tokenizer,
+    load_checkpoint,
+    read_run_config,
+    verify_folder,
+)
 from nca_interp.cli import (
     as_paths,
     check_api,
@@ -175,7 +180,7 @@ def run(runs: list[str], *, teacher: str | None = None, context: str | None = No
             "context") or task.default_context
         check_context(task, ctx)
         plan[run_dir] = (keep, teacher_dir, task, ctx)
-    results = {}
+    results, done = {}, {}  # done: rows already measured (runs of one base share step 0)
     for run_dir, (keep, teacher_dir, task, ctx) in plan.items():
         teacher_model, tok_t = load_checkpoint(teacher_dir)
         init_dir = keep[0][1]
@@ -184,6 +189,10 @@ def run(runs: list[str], *, teacher: str | None = None, context: str | None = No
         drift_set = task.levels("test", drift_levels, seed)
         rows = []
         for step, path in keep:
+            key = (str(Path(path).resolve()), str(Path(teacher_dir).resolve()), ctx)
+            if key in done:
+                rows.append({**done[key], "step": step, "checkpoint": path})
+                continue
             model, tok = load_checkpoint(path)
             check_same_tokenizer(tok, tok_t, path, teacher_dir)
             rep = evaluate_checkpoint(model, tok, task, ctx, n_levels, seed, control=control)
@@ -197,11 +206,16 @@ def run(runs: list[str], *, teacher: str | None = None, context: str | None = No
                 row["reads_c"] = rep["control"]["reads_c"]
                 row["ci95"]["reads_c"] = rep["control"]["reads_c_ci95"]
             rows.append(row)
+            done[key] = row
             print(f"{Path(run_dir).name} step {step}: win {row['win_no_c']:.3f}/"
                   f"{row['win_c']:.3f} harm {row['harm']} kl_ctx {row['kl_ctx']:.4f}",
                   flush=True)
+        config = read_run_config(run_dir)
         results[Path(run_dir).name] = {"run": run_dir, "teacher": teacher_dir, "context": ctx,
-                                       "task": task.name, "steps": rows}
+                                       "task": task.name, "steps": rows,
+                                       "identity": {"method": config.get("method"),
+                                                    "seed": config.get("seed"),
+                                                    "beta": config.get("beta_effective")}}
     return {"results": results}
 
 

@@ -126,6 +126,36 @@ def test_sweep_row_shares_the_teacher_and_times_every_stage(tmp_path):
         reproduce.main([*argv[:7], "true", *argv[8:]])
 
 
+def test_a_dose_preset_follows_every_seed_with_its_control_and_draws_harm_against_drift(
+        tmp_path, monkeypatch):
+    """A preset with dose=True: the trajectory covers every run of every seed at every saved
+    checkpoint with reads_c, and harm against drift is computed from it and drawn."""
+    import dataclasses
+
+    from train import sft
+
+    monkeypatch.setitem(reproduce.PRESETS, "sokoban",
+                        dataclasses.replace(reproduce.PRESETS["sokoban"], dose=True))
+    runs, figs = tmp_path / "runs", tmp_path / "figs"
+    sft.main(["--out", str(runs / "sokoban_base"), *reproduce.PRESETS["sokoban"].sft_args,
+              "--steps", "4", "--threads", "1", "--eval-every", "100", "--eval-levels", "8",
+              "--save-every", "4", "--n-layers", "1", "--d-model", "32"])
+    reproduce.main(["--task", "sokoban", "--name", "sk_dose", "--analyses", "false", "--seeds",
+                    "0,1", "--teacher-steps", "4", "--distill-steps", "4", "--save-every", "2",
+                    "--batch", "8", "--n-levels", "16", "--jobs", "2", "--threads", "2",
+                    "--runs", str(runs), "--figures", str(figs)])
+    out = figs / "sk_dose"
+    traj = json.loads((out / "trajectory.json").read_text())["results"]
+    assert set(traj) == {f"sk_dose_{m}_s{s}" for m in ("opd", "nca") for s in (0, 1)}
+    for run in traj.values():
+        assert [r["step"] for r in run["steps"]] == [0, 2, 4]
+        assert all("reads_c" in r and "drift" in r for r in run["steps"])
+    hd = json.loads((out / "harm_drift.json").read_text())
+    assert len(hd["rows"]) == 12 and set(hd["course"]) == {"opd", "nca"}
+    assert (out / "harm_drift.html").exists()
+    assert "Harm against drift" in (out / "README.md").read_text()
+
+
 def test_task_options_reach_students_and_every_evaluation(tmp_path):
     """--task-options kb=1: the students internalize knowledge base 1 from the shared teacher
     (recorded with kb 0), and every evaluation asks KB 1's questions (without the option the

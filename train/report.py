@@ -346,6 +346,18 @@ def context_control(figs: Path) -> str:
             "when it carries nothing useful.")
 
 
+def harm_drift(figs: Path) -> str:
+    from train.dose import markdown
+
+    return markdown(json.loads((figs / "harm_drift.json").read_text()))
+
+
+def scorer_agreement(figs: Path) -> str:
+    from nca_interp.tasks.facts import agreement_table
+
+    return agreement_table(json.loads((figs / "scorer_agreement.json").read_text()))
+
+
 def trajectory_table(figs: Path) -> str:
     from nca_interp.trajectory import format_table
 
@@ -427,6 +439,12 @@ def render(figs: Path) -> str:
     if (figs / "trajectory.json").exists():
         sections.append(("Context return over training (trajectory; step 0 = the initial "
                          "checkpoint, the null)", trajectory_table))
+    if (figs / "harm_drift.json").exists():
+        sections.append(("Harm against drift (`python -m train.dose`: the methods compared at "
+                         "the same distance from step 0, not only at the same step)", harm_drift))
+    if (figs / "scorer_agreement.json").exists():
+        sections.append(("The rule's scorer: language identifier against the word list "
+                         "(`python -m nca_interp.tasks.facts --agreement`)", scorer_agreement))
     if (figs / "grad_align_opd.json").exists():
         sections.append(("Gradient alignment (over training: seed 0 of each method, further "
                          "seeds of each where run)", grad_align))

@@ -34,7 +34,7 @@ from nca_interp.cli import (
     write_json,
 )
 from nca_interp.errors import RunError, UsageError
-from train import distill, sft
+from train import distill, dose, sft
 from train.common import DISK_REMEDY, disk_needed, weight_bytes
 
 
@@ -65,6 +65,9 @@ class Preset:
     patching: str | None = None  # None: run it; otherwise why it is not run for this preset
     patching_kw: tuple[tuple[str, object], ...] = ()  # PatchingConfig fields for this preset
     patching_base: bool = True  # also patch the teacher (the step-0 null of the students)
+    # the trajectory over every checkpoint of every seed with the control context, and harm
+    # against drift from it (train.dose); otherwise every other checkpoint of the first seed
+    dose: bool = False
     note: str = ""
 
 
@@ -125,7 +128,7 @@ PRESETS = {
                          patching_kw=(("kind", "harm"), ("scope", "groups"), ("max_cases", 8),
                                       ("ks", [1]), ("n_random", 50),
                                       ("n_random_generate", 0)),
-                         patching_base=False,
+                         patching_base=False, dose=True,
                          note="SmolLM2-135M-Instruct self-distilled on the instruction "
                               "'Always answer in French.' in its system message, asked the "
                               "facts questions (success: the answer is French)"),
@@ -158,6 +161,12 @@ LONG = ("--distill-steps", "500", "--lr", "0.001", "--save-every", "50")  # soko
 SETTINGS = {
     "facts": Setting("facts"),
     "facts_lr3e-5": Setting("facts", ("--lr", "3e-5"), seeds=(0,), analyses=False),
+    "facts_rule": Setting("facts_rule", seeds=(0, 1, 2, 3, 4), analyses=False),
+    # the NCA weight on the real model (beta 0 is facts_rule's OPD, 1 its NCA): the course of
+    # each run at step 0 and its end only
+    **{f"facts_rule_beta{str(beta).replace('.', 'p')}": Setting(
+        "facts_rule", ("--methods", "nca", "--beta", str(beta), "--trajectory-every", "6"),
+        analyses=False) for beta in (0.1, 0.3, 0.5)},
     # gradients of 3 seeds per method at every other checkpoint (all 10 checkpoints of 6 runs
     # cost ~2 h on 2 cores; the final one is always aligned)
     "sokoban_long": Setting("sokoban", (*LONG, "--grad-seeds", "3", "--grad-every", "2"),
@@ -283,8 +292,9 @@ class ReproduceConfig:
     grad_every: int = field(default=1, metadata={
         "help": "grad_align: every k-th saved checkpoint, counted back from the final one "
                 "(which is always aligned)", "check": ">=1"})
-    trajectory_every: int = field(default=2, metadata={
-        "help": "trajectory stage: every k-th saved checkpoint", "check": ">=1"})
+    trajectory_every: int | None = field(default=None, metadata={
+        "help": "trajectory stage: every k-th saved checkpoint (default: 1 for a preset "
+                "measuring harm against drift, else 2)", "check": ">=1"})
     quick: bool = field(default=False, metadata={"help": "one seed, 40 distill steps, 300 levels"})
     runs: str = field(default="runs", metadata={"help": "where run directories go"})
     figures: str = field(default="figures", metadata={"help": "where figures go"})
@@ -462,6 +472,9 @@ def render_figures(figs: Path, png: bool) -> list[str]:
         written += plots.write_figure(plots.context_return_figure(summary, figs.name, ctx,
                                                                   success),
                                       figs / "context_return", png)
+    if (hd := load("harm_drift.json")) is not None:
+        written += plots.write_figure(dose.figure(hd["rows"], f"harm against drift: {figs.name}"),
+                                      figs / "harm_drift", png)
     for stem in ("trajectory", "trajectory_1000steps"):
         if (tr := load(f"{stem}.json")) is not None:
             written += plots.write_figure(plots.trajectory_figure(tr), figs / stem, png)
@@ -517,6 +530,8 @@ def apply_preset(cfg: ReproduceConfig) -> Preset:
         if getattr(cfg, key) is None:
             setattr(cfg, key, getattr(p, key))
     cfg.context = cfg.context or p.context
+    if cfg.trajectory_every is None:
+        cfg.trajectory_every = 1 if p.dose else 2
     if cfg.quick:
         cfg.seeds, cfg.distill_steps = cfg.seeds[:1], min(cfg.distill_steps, 40)
         cfg.n_levels, cfg.grad_batch = min(cfg.n_levels, 300), min(cfg.grad_batch, 256)
@@ -644,15 +659,21 @@ def main(argv: list[str] | None = None) -> None:
           evaluate.EvalConfig(ckpt=ckpts, **ckpt_kw, context=cfg.context, n_levels=cfg.n_levels,
                               control=True, out=str(ctrl_json), **threads), inputs=finals)
 
-    # context return over training: every run of the first seed (every seed with one method)
+    # context return over training: every run of the first seed (every seed with one method,
+    # or when the preset measures harm against drift)
     traj_runs = [str(p) for k, p in students.items()
-                 if len(cfg.methods) == 1 or k.endswith(f"_s{cfg.seeds[0]}")]
+                 if preset.dose or len(cfg.methods) == 1 or k.endswith(f"_s{cfg.seeds[0]}")]
     stage("trajectory", manifest, [figs / "trajectory.json"], trajectory.execute,
           trajectory.TrajectoryConfig(
               runs=traj_runs, context=cfg.context, n_levels=min(cfg.n_levels, 500),
               drift_levels=min(cfg.n_levels, 256), every=cfg.trajectory_every,
-              out=str(figs / "trajectory"), png=cfg.png, **threads),
+              control=preset.dose, out=str(figs / "trajectory"), png=cfg.png, **threads),
           inputs=final_of(*traj_runs), positional="runs")
+    if preset.dose:
+        stage("harm against drift", manifest, [figs / "harm_drift.json"], dose.execute,
+              dose.DoseConfig(trajectory=[str(figs / "trajectory.json")],
+                              out=str(figs / "harm_drift"), png=cfg.png),
+              inputs=[figs / "trajectory.json"], positional="trajectory")
     if not cfg.analyses:
         from train import report
 

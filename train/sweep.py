@@ -265,7 +265,8 @@ def estimator_table(figures: Path = Path("figures")) -> str:
 
 # The NCA weight swept on one setting: the settings holding its other betas (beta 0 is the
 # base setting's OPD, the NCA term absent; its NCA students carry their own --beta).
-BETA_SWEEPS = {"sysprompt_kb0": ("sysprompt_kb0_beta0p1", "sysprompt_kb0_beta0p3")}
+BETA_SWEEPS = {"sysprompt_kb0": ("sysprompt_kb0_beta0p1", "sysprompt_kb0_beta0p3"),
+               "facts_rule": ("facts_rule_beta0p1", "facts_rule_beta0p3", "facts_rule_beta0p5")}
 
 
 def _trained_with(figs: Path) -> dict[str, dict[str, str]]:

@@ -1,0 +1,255 @@
+"""Harm against drift: is the harm of c specific to OPD, or does any drift from step 0 make it?
+
+    python -m train.dose figures/facts_rule/trajectory.json --out figures/facts_rule/harm_drift
+
+Reads a trajectory report over every checkpoint of every seed (`nca_interp.trajectory
+--control`, which records each run's method, seed and beta from its run config), and writes:
+
+- the course: per method and step, the mean over seeds (seed range in brackets) of drift (mean
+  token KL of the no-context view from step 0's), accuracy without / with c, harm beside its
+  independence baseline 1 - accuracy with c, help, rel_len_both and reads_c;
+- the methods at matched drift: for every checkpoint of an NCA run, OPD's value at the same
+  drift, interpolated along the OPD run of the same seed (only inside the drift range that run
+  covers), and NCA - OPD averaged per seed; the seeds' spread and how many seeds fall below 0
+  are the null (the same student, the same prompts, only the loss differs);
+- a figure of harm and help against drift, one line per run.
+
+A harm is undefined at a checkpoint with nothing right without c (it is printed as "-").
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from nca_interp.cli import entry, parse_config, write_json
+from nca_interp.errors import UsageError
+
+QUANTITIES = ("drift", "win_no_c", "win_c", "harm", "baseline", "help", "rel_len_both",
+              "reads_c")
+MATCHED = ("harm", "help", "win_no_c")
+
+
+def label(run: dict) -> str:
+    """`opd`, `nca` or `nca beta 0.3` (a beta other than 1) from a run's recorded identity."""
+    ident = run["identity"]
+    if ident["method"] == "nca" and ident.get("beta") not in (None, 1.0):
+        return f"nca beta {ident['beta']:g}"
+    return ident["method"]
+
+
+def rows_of(report: dict) -> list[dict]:
+    """One row per (run, checkpoint): identity, step and the quantities (baseline = the
+    independence harm 1 - win_c)."""
+    out = []
+    for name, run in report["results"].items():
+        if "identity" not in run or run["identity"].get("method") is None:
+            raise UsageError(f"{name}: the trajectory does not record its run's method and "
+                             "seed; rerun python -m nca_interp.trajectory on it")
+        for r in run["steps"]:
+            if "drift" not in r:
+                raise UsageError(f"{name}: the trajectory has no drift column; rerun python -m "
+                                 "nca_interp.trajectory on it")
+            out.append({"run": name, "method": label(run), "seed": run["identity"]["seed"],
+                        "step": r["step"], "drift": r["drift"], "win_no_c": r["win_no_c"],
+                        "win_c": r["win_c"], "harm": r["harm"], "baseline": 1.0 - r["win_c"],
+                        "help": r["help"], "rel_len_both": r.get("rel_len_both"),
+                        "reads_c": r.get("reads_c"), "n_right_no_c": r["n_right_no_c"]})
+    return out
+
+
+def stat(vals: list) -> dict | None:
+    vals = [v for v in vals if v is not None and np.isfinite(v)]
+    if not vals:
+        return None
+    return {"mean": float(np.mean(vals)), "min": float(np.min(vals)),
+            "max": float(np.max(vals)), "n": len(vals)}
+
+
+def course(rows: list[dict]) -> dict:
+    """{method: {step: {quantity: stat over seeds}}}."""
+    groups = defaultdict(list)
+    for r in rows:
+        groups[(r["method"], r["step"])].append(r)
+    out: dict = defaultdict(dict)
+    for (method, step), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        out[method][step] = {q: stat([r[q] for r in rs]) for q in QUANTITIES}
+        out[method][step]["n_seeds"] = len(rs)
+    return dict(out)
+
+
+def interpolate(curve: list[tuple[float, float]], x: float) -> float | None:
+    """The value of a run's (drift, value) curve at drift x, linear between its checkpoints
+    (sorted by drift); None outside the drift range the run covers."""
+    if len(curve) < 2:
+        return None
+    xs, ys = map(np.array, zip(*sorted(curve)))
+    if not xs[0] <= x <= xs[-1]:
+        return None
+    return float(np.interp(x, xs, ys))
+
+
+def matched(rows: list[dict], method: str = "nca", reference: str = "opd") -> dict:
+    """`method` - `reference` at matched drift, per quantity: per seed the mean difference
+    over `method`'s checkpoints (after step 0) that fall inside the reference run's drift range
+    where both values are defined; then the mean over seeds, the seed range and the seeds
+    below 0."""
+    by_run = defaultdict(list)
+    for r in rows:
+        by_run[(r["method"], r["seed"])].append(r)
+    out = {}
+    for q in MATCHED:
+        per_seed, pairs = {}, 0
+        for (m, seed), rs in sorted(by_run.items(), key=lambda kv: str(kv[0])):
+            ref = by_run.get((reference, seed))
+            if m != method or not ref:
+                continue
+            curve = [(r["drift"], r[q]) for r in ref if r[q] is not None]
+            diffs = []
+            for r in rs:
+                if r["step"] == 0 or r[q] is None:
+                    continue
+                at = interpolate(curve, r["drift"])
+                if at is not None:
+                    diffs.append(r[q] - at)
+            if diffs:
+                per_seed[seed] = float(np.mean(diffs))
+                pairs += len(diffs)
+        vals = list(per_seed.values())
+        out[q] = {"per_seed": per_seed, "pairs": pairs, **(stat(vals) or {"n": 0}),
+                  "below_0": sum(v < 0 for v in vals)}
+    return out
+
+
+def fmt(s: dict | None, digits: int = 3, sign: bool = False) -> str:
+    if not s:
+        return "-"
+    f = f"{{:{'+' if sign else ''}.{digits}f}}"
+    if s["n"] == 1:
+        return f.format(s["mean"])
+    return f"{f.format(s['mean'])} ({f.format(s['min'])} to {f.format(s['max'])})"
+
+
+def markdown(result: dict) -> str:
+    heads = ["method", "step", "seeds", "drift (nats/token)", "right without c",
+             "right with c", "harm", "independence baseline", "help", "rel_len_both",
+             "reads_c"]
+    lines = ["Per method and step: mean over seeds (seed range). Harm is P(wrong with c | right "
+             "without c); its independence baseline 1 - right with c is the harm of a student "
+             "whose two answers are unrelated.", "",
+             "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for method, steps in result["course"].items():
+        for step, c in steps.items():
+            lines.append(
+                f"| {method} | {step} | {c['n_seeds']} | {fmt(c['drift'], 4)} | "
+                f"{fmt(c['win_no_c'])} | {fmt(c['win_c'])} | {fmt(c['harm'])} | "
+                f"{fmt(c['baseline'])} | {fmt(c['help'])} | {fmt(c['rel_len_both'], sign=True)}"
+                f" | {fmt(c['reads_c'], sign=True)} |")
+    for name, m in result["matched"].items():
+        lines += ["", f"{name} at matched drift: for each of its checkpoints, the reference "
+                  "run of the same seed interpolated at the same drift; mean over seeds (seed "
+                  "range).", "",
+                  "| quantity | difference | seeds below 0 | checkpoints matched |",
+                  "|---|---|---|---|"]
+        for q, s in m.items():
+            lines.append(f"| {q} | {fmt(s if s['n'] else None, sign=True)} | "
+                         f"{s['below_0']} of {s['n']} | {s['pairs']} |")
+    return "\n".join(lines)
+
+
+def figure(rows: list[dict], title: str):
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from nca_interp.plots import PALETTE
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(
+        "harm (filled) and its independence baseline (open)", "help"))
+    shown = set()
+    by_run = defaultdict(list)
+    for r in rows:
+        by_run[r["run"]].append(r)
+    for run, rs in by_run.items():
+        rs = sorted(rs, key=lambda r: r["step"])
+        method = rs[0]["method"]
+        color = PALETTE.get(method, "#9467bd")  # an NCA beta other than 1: purple
+        first = method not in shown
+        shown.add(method)
+        for col, q in ((1, "harm"), (2, "help")):
+            pts = [r for r in rs if r[q] is not None]
+            fig.add_trace(go.Scatter(
+                x=[r["drift"] for r in pts], y=[r[q] for r in pts], mode="lines+markers",
+                line={"color": color, "width": 1}, name=method, legendgroup=method,
+                showlegend=first and col == 1,
+                text=[f"{run} step {r['step']}" for r in pts]), row=1, col=col)
+        pts = [r for r in rs if r["harm"] is not None]
+        fig.add_trace(go.Scatter(
+            x=[r["drift"] for r in pts], y=[r["baseline"] for r in pts], mode="markers",
+            marker={"color": color, "symbol": "circle-open"}, name=f"{method} baseline",
+            legendgroup=method, showlegend=False,
+            text=[f"{run} step {r['step']}: 1 - acc with c" for r in pts]), row=1, col=1)
+    for col in (1, 2):
+        fig.update_xaxes(title_text="drift from step 0 (nats per token, no-context view)",
+                         row=1, col=col)
+        fig.update_yaxes(range=[0, 1], row=1, col=col)
+    fig.update_layout(title=title, width=1100, height=450)
+    return fig
+
+
+def run(report: dict) -> dict:
+    rows = rows_of(report)
+    methods = {r["method"] for r in rows}
+    result = {"rows": rows, "course": course(rows), "matched": {}}
+    for m in sorted(methods - {"opd"}):
+        if "opd" in methods:
+            result["matched"][f"{m} - opd"] = matched(rows, m, "opd")
+    return result
+
+
+@dataclass
+class DoseConfig:
+    trajectory: list[str] = field(default_factory=list, metadata={
+        "help": "trajectory JSONs over the runs' checkpoints (nca_interp.trajectory "
+                "--control); several are read as one"})
+    out: str | None = field(default=None, metadata={
+        "help": "OUT.json, OUT.md and OUT.html (default: print only)"})
+    png: bool = field(default=False, metadata={"help": "also write OUT.png (needs kaleido)"})
+
+
+def execute(cfg: DoseConfig) -> dict:
+    if not cfg.trajectory:
+        raise UsageError("name a trajectory JSON (python -m nca_interp.trajectory RUN... "
+                         "--control --out STEM makes one)")
+    merged: dict = {"results": {}}
+    for path in map(Path, cfg.trajectory):
+        if not path.is_file():
+            raise UsageError(f"{path}: no such trajectory JSON; make one with python -m "
+                             "nca_interp.trajectory RUN... --control --out STEM")
+        merged["results"].update(json.loads(path.read_text())["results"])
+    result = run(merged)
+    text = markdown(result)
+    print(text)
+    if cfg.out:
+        from nca_interp import plots
+
+        write_json(f"{cfg.out}.json", {"config": {"trajectory": cfg.trajectory}, **result})
+        Path(f"{cfg.out}.md").write_text(
+            f"<!-- python -m train.dose {' '.join(cfg.trajectory)} --out {cfg.out} -->\n"
+            f"{text}\n")
+        name = Path(cfg.out).parent.name
+        plots.write_figure(figure(result["rows"], f"harm against drift: {name}"), cfg.out,
+                           cfg.png)
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict:
+    return execute(parse_config(DoseConfig, argv, __doc__, positional="trajectory"))
+
+
+if __name__ == "__main__":
+    sys.exit(entry(main))
