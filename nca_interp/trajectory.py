@@ -140,8 +140,10 @@ class TrajectoryConfig:
 
 
 def format_table(results: dict) -> str:
+    rows = [row for r in results.values() for row in r["steps"]]
+    terms = [k for k in KL_TERMS if rows and all(k in row for row in rows)]  # drift: newer
     head = (f"{'run':<24} {'step':>5} {'win_no_c':>8} {'win_c':>6} {'harm':>6} {'help':>6} "
-            f"{'regime':>6} " + " ".join(f"{k:>7}" for k in KL_TERMS))
+            f"{'regime':>6} " + " ".join(f"{k:>7}" for k in terms))
     lines = [head]
     for name, r in results.items():
         for row in r["steps"]:
@@ -149,7 +151,7 @@ def format_table(results: dict) -> str:
             hlp = "-" if row["help"] is None else f"{row['help']:.3f}"
             lines.append(f"{name:<24} {row['step']:>5} {row['win_no_c']:>8.3f} "
                          f"{row['win_c']:>6.3f} {harm:>6} {hlp:>6} {row['regime']:>6} "
-                         + " ".join(f"{row[k]:>7.4f}" for k in KL_TERMS))
+                         + " ".join(f"{row[k]:>7.4f}" for k in terms))
     lines.append("(step 0 = the initial checkpoint: the null; KLs in nats per response token "
                  "on the student's own samples)")
     return "\n".join(lines)

@@ -3,6 +3,8 @@ when the data crosses its rule."""
 
 import json
 
+import pytest
+
 from train import claims
 
 
@@ -23,22 +25,22 @@ def test_degradation_needs_regime_a_in_every_seed(tmp_path):
     a = report(0.9, 0.7, 0.2, "A", ci_harm=(0.1, 0.3))
     c = report(0.9, 0.9, 0.02, "C", ci_harm=(0.0, 0.05))
     figs = write(tmp_path, {"t_base": base, "t_opd_s0": a, "t_opd_s1": a})
-    assert claims.degrades(figs)[3] == "reproduced"
+    assert claims.degrades(figs).cell == "reproduced"
     figs = write(tmp_path, {"t_base": base, "t_opd_s0": a, "t_opd_s1": c})
-    assert claims.degrades(figs)[3] == "partly"
+    assert claims.degrades(figs).cell == "partly"
     figs = write(tmp_path, {"t_base": base, "t_opd_s0": c, "t_opd_s1": c})
-    assert claims.degrades(figs)[3] == "not reproduced"
+    assert claims.degrades(figs).cell == "not reproduced"
     none = report(0.0, 0.4, None, "B")
     figs = write(tmp_path, {"t_base": base, "t_opd_s0": none})
-    assert claims.degrades(figs)[3] == "not measurable"
+    assert claims.degrades(figs).cell == "not measurable"
 
 
 def test_internalizing_is_judged_against_the_step_zero_null(tmp_path):
     base = report(0.3, 0.9, 0.0, "B")
     up = report(0.6, 0.9, 0.0, "B", ci_no_c=(0.45, 0.75))
     flat = report(0.35, 0.9, 0.0, "B", ci_no_c=(0.2, 0.5))
-    assert claims.internalizes(write(tmp_path, {"b": base, "t_opd_s0": up}))[3] == "reproduced"
-    assert claims.internalizes(write(tmp_path, {"b": base, "t_opd_s0": flat}))[3] == \
+    assert claims.internalizes(write(tmp_path, {"b": base, "t_opd_s0": up})).cell == "reproduced"
+    assert claims.internalizes(write(tmp_path, {"b": base, "t_opd_s0": flat})).cell == \
         "not reproduced"
 
 
@@ -46,9 +48,9 @@ def test_nca_blind_to_c_fails_the_keeps_context_claim(tmp_path):
     base = report(0.0, 0.44, None, "B")
     blind = report(0.0, 0.02, None, "C", ci_c=(0.0, 0.06))
     keeps = report(0.0, 0.42, None, "B", ci_c=(0.3, 0.55))
-    assert claims.nca_keeps_context(write(tmp_path, {"b": base, "t_nca_s0": blind}))[3] == \
+    assert claims.nca_keeps_context(write(tmp_path, {"b": base, "t_nca_s0": blind})).cell == \
         "not reproduced"
-    assert claims.nca_keeps_context(write(tmp_path, {"b": base, "t_nca_s0": keeps}))[3] == \
+    assert claims.nca_keeps_context(write(tmp_path, {"b": base, "t_nca_s0": keeps})).cell == \
         "reproduced"
 
 
@@ -58,7 +60,7 @@ def test_updates_differ_needs_cross_method_below_every_seed_pair(tmp_path):
                  "x_opd_s0~x_opd_s1": within[0], "x_nca_s0~x_nca_s1": within[1]}
         (tmp_path / "param_delta.json").write_text(json.dumps(
             {"all_pairs": {k: {"global_cos": v} for k, v in pairs.items()}}))
-        return claims.updates_differ(tmp_path)[3]
+        return claims.updates_differ(tmp_path).cell
     # two seeds per method: complete separation, yet the exact permutation test cannot go
     # below 2/6, so only the direction counts
     assert pd((0.5, 0.55), (0.9, 0.92)).startswith("partly (the direction only: "
@@ -73,7 +75,7 @@ def test_updates_differ_needs_cross_method_below_every_seed_pair(tmp_path):
              for a, b in combinations(runs, 2)}
     (tmp_path / "param_delta.json").write_text(json.dumps({"all_pairs": pairs}))
     c = claims.updates_differ(tmp_path)
-    assert c[3] == "reproduced" and "p = 0.029 (exact, 70 labelings" in c[2]
+    assert c.cell == "reproduced" and "p = 0.029 (exact, 70 labelings" in c.null
     # the same separation between updates of unequal size is a magnitude effect until a
     # size-matched control says otherwise
     for nca_size, matched in ((0.21, True), (0.3, False)):
@@ -82,14 +84,14 @@ def test_updates_differ_needs_cross_method_below_every_seed_pair(tmp_path):
             {"all_pairs": pairs, "per_checkpoint": per}))
         c = claims.updates_differ(tmp_path)
         if matched:
-            assert c[3] == "reproduced" and "sizes matched: NCA / OPD 1.05" in c[2]
+            assert c.cell == "reproduced" and "sizes matched: NCA / OPD 1.05" in c.null
         else:
-            assert c[3].startswith("partly (NCA's update is 1.50x OPD's in size")
-            assert c[3].endswith(f"python -m train.size_control --setting {tmp_path.name})")
+            assert c.cell.startswith("partly (NCA's update is 1.50x OPD's in size")
+            assert c.cell.endswith(f"python -m train.size_control --setting {tmp_path.name})")
     # once the setting's size control has run, the verdict points to its row
     (tmp_path.parent / f"{tmp_path.name}_size").mkdir()
     (tmp_path.parent / f"{tmp_path.name}_size" / "param_delta.json").write_text("{}")
-    assert claims.updates_differ(tmp_path)[3].endswith("the size-matched OPD row decides)")
+    assert claims.updates_differ(tmp_path).cell.endswith("the size-matched OPD row decides)")
 
 
 def test_reading_c_separates_robust_from_blind(tmp_path):
@@ -104,35 +106,35 @@ def test_reading_c_separates_robust_from_blind(tmp_path):
     blind = write_ctl({"t_base": base, "t_nca_s0": ctl(0.0, -0.01, 0.01),
                        "t_nca_s1": ctl(0.003, -0.003, 0.01), "t_opd_s0": ctl(0.3, 0.25, 0.35)})
     c = claims.nca_reads_context(blind)
-    assert c[3].startswith("not reproduced: NCA is blind to what c says (in seeds 0, 1; 3 "
-                           "seeds needed") and "teacher 0.600" in c[2]
+    assert c.verdict == "not reproduced" and "teacher 0.600" in c.null
+    assert c.reason == "NCA is blind to what c says; in seeds 0, 1; 3 seeds needed to generalise"
     reads = write_ctl({"t_base": base, **{f"t_nca_s{i}": ctl(0.4, 0.3, 0.5) for i in range(3)}})
-    assert claims.nca_reads_context(reads)[3] == "reproduced"
+    assert claims.nca_reads_context(reads).cell == "reproduced"
     some = write_ctl({"t_base": base, "t_nca_s0": ctl(0.02, 0.005, 0.04),
                       **{f"t_nca_s{i}": ctl(0.004, -0.01, 0.02) for i in (1, 2)}})
-    assert claims.nca_reads_context(some)[3] == (
-        "not reproduced: close to blind (1 of 3 seeds' intervals above 0, but NCA reads_c 0.009 "
+    assert claims.nca_reads_context(some).cell == (
+        "not reproduced (close to blind; 1 of 3 seeds' intervals above 0, but NCA reads_c 0.009 "
         "is 2% of the teacher's 0.600, under the 50% the rule asks)")
     # some seeds clear of 0 and the mean at half the teacher's or more: partly
     part = write_ctl({"t_base": base, "t_nca_s0": ctl(0.5, 0.4, 0.6),
                       **{f"t_nca_s{i}": ctl(0.3, -0.05, 0.6) for i in (1, 2)}})
-    assert claims.nca_reads_context(part)[3] == ("partly (1 of 3 seeds' intervals above 0; NCA "
+    assert claims.nca_reads_context(part).cell == ("partly (1 of 3 seeds' intervals above 0; NCA "
                                                  "reads_c at most 0.500, the teacher's 0.600)")
-    assert claims.nca_reads_context(tmp_path / "nowhere")[3] == "not measured"
+    assert claims.nca_reads_context(tmp_path / "nowhere").verdict == "not measurable"
     # every seed measurably reads c, but at a sliver of the teacher's use: close to blind
     sliver = write_ctl({"t_base": base, **{f"t_nca_s{i}": ctl(0.03, 0.02, 0.04) for i in range(3)}})
-    assert claims.nca_reads_context(sliver)[3] == (
-        "not reproduced: close to blind (3 of 3 seeds' intervals above 0, but NCA reads_c 0.030 "
+    assert claims.nca_reads_context(sliver).cell == (
+        "not reproduced (close to blind; 3 of 3 seeds' intervals above 0, but NCA reads_c 0.030 "
         "is 5% of the teacher's 0.600, under the 50% the rule asks)")
     half = write_ctl({"t_base": base, **{f"t_nca_s{i}": ctl(0.3, 0.2, 0.4) for i in range(3)}})
-    assert claims.nca_reads_context(half)[3] == "reproduced"
+    assert claims.nca_reads_context(half).cell == "reproduced"
     # cross-model: the students' own start (evaluated first) is the reference, the teacher
     # beside it
     cross = write_ctl({"s_base": ctl(0.6, 0.55, 0.65), "xl_base": ctl(0.05, 0.0, 0.1),
                        **{f"t_nca_s{i}": ctl(0.03, 0.02, 0.04) for i in range(3)}})
     c = claims.nca_reads_context(cross)
-    assert c[2].startswith("step 0 0.600; teacher 0.050")
-    assert "5% of step 0's 0.600" in c[3]
+    assert c.null.startswith("step 0 0.600; teacher 0.050")
+    assert "5% of step 0's 0.600" in c.cell
 
 
 def test_identical_views_are_not_judged_when_different_items_reach_the_threshold(tmp_path):
@@ -148,10 +150,17 @@ def test_identical_views_are_not_judged_when_different_items_reach_the_threshold
             "t_opd_s0": ls([0.99, 0.98]), "t_nca_s0": ls([0.999, 0.998], nca_other)}}))
         return tmp_path
 
-    assert claims.nca_identical(write_ls([0.6, 0.7]))[3] == "reproduced"
-    assert "different-item floor up to 0.700" in claims.nca_identical(write_ls([0.6, 0.7]))[2]
-    assert claims.nca_identical(write_ls([0.998, 0.999]))[3].startswith("not informative")
-    assert "not measured" in claims.nca_identical(write_ls(None))[2]
+    c = claims.nca_identical(write_ls([0.6, 0.7]))
+    assert c.verdict == "reproduced" and "different-item floor up to 0.700" in c.null
+    # the paper's 0.997 beside the threshold scaled to this model: 0.7 + 0.997 * 0.3 = 0.9991,
+    # which NCA's lowest layer (0.998) misses while staying above OPD at every layer
+    assert c.also == (("threshold scaled to this model (0.9991)", "partly",
+                       "above OPD at every layer, below 0.9991"),)
+    assert claims.nca_identical(write_ls([0.1, 0.2])).also[0][1] == "reproduced"
+    high = claims.nca_identical(write_ls([0.998, 0.999]))
+    assert high.verdict == "not measurable" and "different items already reach" in high.reason
+    assert "not measured" in claims.nca_identical(write_ls(None)).null
+    assert claims.nca_identical(write_ls(None)).also == ()
 
 
 def test_orthogonality_on_the_corrected_angle_needs_its_interval_inside_the_band(tmp_path):
@@ -165,11 +174,11 @@ def test_orthogonality_on_the_corrected_angle_needs_its_interval_inside_the_band
             {"results": {f"step_{i}": c for i, c in enumerate(cells)}}))
         return tmp_path
 
-    assert claims.orthogonal(write_ga([cell(90, 80, 100), cell(88, 76, 99)]))[3].startswith(
+    assert claims.orthogonal(write_ga([cell(90, 80, 100), cell(88, 76, 99)])).cell.startswith(
         "reproduced")
-    assert claims.orthogonal(write_ga([cell(90, 80, 100), cell(40, 30, 50)]))[3].startswith(
+    assert claims.orthogonal(write_ga([cell(90, 80, 100), cell(40, 30, 50)])).cell.startswith(
         "partly")
-    assert claims.orthogonal(write_ga([cell(90, 60, 120)]))[3].startswith("not measurable")
+    assert claims.orthogonal(write_ga([cell(90, 60, 120)])).cell.startswith("not measurable")
 
 
 def test_nca_improves_no_c_uses_paired_intervals_per_seed(tmp_path):
@@ -184,14 +193,15 @@ def test_nca_improves_no_c_uses_paired_intervals_per_seed(tmp_path):
     (tmp_path / "context_control.json").write_text(json.dumps({"reports": {
         "t_base": rep(opd), "t_opd_s0": rep(opd), "t_nca_s0": rep(better)}}))
     c = claims.nca_improves_no_c(tmp_path)
-    assert c[3] == "in the 1 seed pair measured (3 needed)" and c[1].startswith("NCA - OPD 0.2")
+    assert c.cell == "partly (clear in the 1 seed pair measured; 3 needed)"
+    assert c.measured.startswith("NCA - OPD 0.2")
     (tmp_path / "context_control.json").write_text(json.dumps({"reports": {
         **{f"t_opd_s{i}": rep(opd) for i in range(3)},
         **{f"t_nca_s{i}": rep(better) for i in range(3)}}}))
-    assert claims.nca_improves_no_c(tmp_path)[3] == "reproduced"
+    assert claims.nca_improves_no_c(tmp_path).cell == "reproduced"
     (tmp_path / "context_control.json").write_text(json.dumps({"reports": {
         "t_opd_s0": rep(opd), "t_nca_s0": rep(opd)}}))
-    assert claims.nca_improves_no_c(tmp_path)[3] == "not reproduced"
+    assert claims.nca_improves_no_c(tmp_path).cell == "not reproduced"
     # mixed seeds: better in two, worse in one -> partly with the counts; as many worse as
     # better -> not reproduced
     ones, zeros = [i for i, o in enumerate(opd) if o], [i for i, o in enumerate(opd) if not o]
@@ -202,12 +212,12 @@ def test_nca_improves_no_c_uses_paired_intervals_per_seed(tmp_path):
              "t_nca_s1": rep(better), "t_opd_s2": rep(better), "t_nca_s2": rep(opd),
              "t_opd_s3": rep(opd), "t_nca_s3": rep(noisy)}
     (tmp_path / "context_control.json").write_text(json.dumps({"reports": mixed}))
-    assert claims.nca_improves_no_c(tmp_path)[3] == ("partly (2 seed pairs better, 1 worse, 1 "
+    assert claims.nca_improves_no_c(tmp_path).cell == ("partly (2 seed pairs better, 1 worse, 1 "
                                                      "within the interval)")
     mixed["t_opd_s1"] = rep(better)
     mixed["t_nca_s1"] = rep(opd)
     (tmp_path / "context_control.json").write_text(json.dumps({"reports": mixed}))
-    assert claims.nca_improves_no_c(tmp_path)[3] == ("not reproduced (1 seed pairs better, 2 "
+    assert claims.nca_improves_no_c(tmp_path).cell == ("not reproduced (1 seed pairs better, 2 "
                                                      "worse, 1 within the interval)")
 
 
@@ -221,26 +231,26 @@ def test_orthogonality_pools_the_opd_seeds(tmp_path):
         (tmp_path / f"{name}.json").write_text(json.dumps({"results": cells}))
 
     ga("grad_align_opd", [90, 88])
-    assert "1 seed; 3 needed" in claims.orthogonal(tmp_path)[3]
+    assert "1 seed; 3 needed" in claims.orthogonal(tmp_path).cell
     ga("grad_align_opd_s1", [91, 89])
     ga("grad_align_opd_s2", [92, 87])
     c = claims.orthogonal(tmp_path)
-    assert c[3] == "reproduced (6 of 6 checkpoints judged, 3 seeds)"
-    assert c[1] == "noise-corrected opd~ctx s0: 90 88; s1: 91 89; s2: 92 87 deg over training"
+    assert c.cell == "reproduced (6 of 6 checkpoints judged, 3 seeds)"
+    assert c.measured == "noise-corrected opd~ctx s0: 90 88; s1: 91 89; s2: 92 87 deg over training"
     ga("grad_align_opd_s2", [92, 40])
-    assert claims.orthogonal(tmp_path)[3].startswith("partly (6 of 6 checkpoints judged")
+    assert claims.orthogonal(tmp_path).cell.startswith("partly (6 of 6 checkpoints judged")
     # an older grad_align (no parts): seed 0's raw angle, and the verdict says what it lacks
     raw = {f"step_{i}": {"global": {"angle_xfit_deg": {"opd~ctx": 90},
                                     "self_angle_deg": {"opd": 30, "ctx": 30}}} for i in range(2)}
     for name in ("grad_align_opd", "grad_align_opd_s1", "grad_align_opd_s2"):
         (tmp_path / f"{name}.json").unlink()
     (tmp_path / "grad_align_opd.json").write_text(json.dumps({"results": raw}))
-    assert claims.orthogonal(tmp_path)[3] == (
+    assert claims.orthogonal(tmp_path).cell == (
         "reproduced (2 of 2 checkpoints judged, 1 seed, raw angle; 3 seeds and the "
         "noise-corrected angle (grad_align --parts) needed)")
     # a folder without aligned gradients (a sweep row) has no such row, not an empty one
     (tmp_path / "grad_align_opd.json").unlink()
-    assert not any(c[0].startswith("OPD's gradient") for c in claims.claims(tmp_path))
+    assert not any(c.name.startswith("OPD's gradient") for c in claims.claims(tmp_path))
 
 
 def test_nca_prevents_pools_harm_over_seed_and_unit_clusters(tmp_path):
@@ -265,12 +275,12 @@ def test_nca_prevents_pools_harm_over_seed_and_unit_clusters(tmp_path):
         return claims.nca_prevents(tmp_path)
 
     many = write([{f"fact{i}" for i in range(8)}] * 8)  # 8 items of 48 in every seed
-    assert many[3] == "reproduced" and "pooled over 8 seed pairs: +0.167 [+" in many[2]
+    assert many.cell == "reproduced" and "pooled over 8 seed pairs: +0.167 [+" in many.null
     # one lost item per seed in 3 seeds: every seed's point favours NCA, the pooled interval
     # still reaches 0
     few = write([{"fact0"}, {"fact3"}, {"fact5"}])
-    lo = float(few[2].split("[")[1].split(",")[0])
-    assert lo <= 0 and few[3] == "partly (the pooled paired interval reaches 0)"
+    lo = float(few.null.split("[")[1].split(",")[0])
+    assert lo <= 0 and few.cell == "partly (the pooled paired interval reaches 0)"
 
 
 def test_pooled_claims_over_two_knowledge_bases(tmp_path):
@@ -304,26 +314,26 @@ def test_pooled_claims_over_two_knowledge_bases(tmp_path):
 
     breaks, prevents, reads, improves = write(opd_lost=4, nca_lost=0, regime_opd="C")
     # per-seed regimes C (wide intervals), pooled regime A: no majority of seeds, so partly
-    assert breaks[1].startswith("OPD: accuracy with c - without -0.083 [") and \
-        "harm 0.083 [" in breaks[1] and breaks[3] == (
+    assert breaks.measured.startswith("OPD: accuracy with c - without -0.083 [") and \
+        "harm 0.083 [" in breaks.measured and breaks.cell == (
             "partly (pooled regime A; 0 of 8 seeds in A; harm above the teachers'; a majority "
             "of seeds is needed)")
-    assert "with c - without +0.000" in breaks[2]  # the teachers' own change: the null
-    assert reads[3] == "not measured"  # no control run written here
-    assert "8 seeds over 2 settings" in breaks[2]
-    assert prevents[3] == "reproduced" and "OPD - NCA harm +0.083 [+" in prevents[2]
-    assert improves[3] == "not reproduced"  # equal accuracy without c: no improvement
+    assert "with c - without +0.000" in breaks.null  # the teachers' own change: the null
+    assert reads.cell == "not measurable (not measured here)"  # no control run written here
+    assert "8 seeds over 2 settings" in breaks.null
+    assert prevents.cell == "reproduced" and "OPD - NCA harm +0.083 [+" in prevents.null
+    assert improves.cell == "not reproduced"  # equal accuracy without c: no improvement
     same = write(opd_lost=4, nca_lost=4)[1]
-    assert same[3] == "not reproduced" and "OPD - NCA harm +0.000" in same[2]
+    assert same.verdict == "not reproduced" and "OPD - NCA harm +0.000" in same.null
     weak = write(opd_lost=4, nca_lost=0, opd_gained=4)[0]  # as many items gained as lost
-    assert weak[3] == "not reproduced"  # accuracy with c no lower on average: no break
+    assert weak.verdict == "not reproduced"  # accuracy with c no lower on average: no break
     # one fact lost in every seed: seeds as replicates would call it established, the same
     # fact drawn with all its seeds does not
     one = write(opd_lost=1, nca_lost=0)[0]
-    harm = one[1].split("harm ")[1]
+    harm = one.measured.split("harm ")[1]
     seed_lo = float(harm.split("[")[1].split(",")[0])
     fact_lo = float(harm.split("[")[2].split(",")[0])
-    assert seed_lo > 0 and fact_lo == 0 and one[3] == (
+    assert seed_lo > 0 and fact_lo == 0 and one.cell == (
         "partly (8 of 8 seeds in A; its harm does not clear the teachers' harm)")
     def control(lo, teacher=0.3):  # every run's reads_c with its interval
         for kb in (0, 1):
@@ -335,14 +345,14 @@ def test_pooled_claims_over_two_knowledge_bases(tmp_path):
                 json.dumps({"reports": reps}))
         return claims.pooled_claims(("kb0", "kb1"), tmp_path)[2]
 
-    assert control(-0.1)[3] == ("not reproduced: NCA is blind to what c says (0 of 8 seeds' "
-                                "intervals above 0)")
-    assert control(0.1)[3] == "reproduced (8 of 8 seeds' intervals above 0)"
-    assert control(0.1, teacher=0.8)[3] == (
-        "not reproduced: close to blind (8 of 8 seeds' intervals above 0, but NCA reads_c "
+    assert control(-0.1).cell == ("not reproduced (NCA is blind to what c says; 0 of 8 seeds' "
+                                  "intervals above 0)")
+    assert control(0.1).cell == "reproduced (8 of 8 seeds' intervals above 0)"
+    assert control(0.1, teacher=0.8).cell == (
+        "not reproduced (close to blind; 8 of 8 seeds' intervals above 0, but NCA reads_c "
         "0.200 is 25% of the teachers' mean 0.800, under the 50% the rule asks)")
     none = write(opd_lost=0, nca_lost=0, regime_opd="C")
-    assert none[0][3].startswith("not reproduced") and none[1][3].startswith("not measurable")
+    assert none[0].verdict == "not reproduced" and none[1].verdict == "not measurable"
 
 
 def test_size_matched_control_separates_direction_from_size(tmp_path):
@@ -365,16 +375,16 @@ def test_size_matched_control_separates_direction_from_size(tmp_path):
         return claims.size_matched(tmp_path)
 
     apart = write(cross=0.3, within=0.6)
-    assert apart[3] == "reproduced" and "p = 0.029" in apart[2]
-    assert "size alone: cos(d OPD, d sized OPD) same seed 0.900" in apart[2]
-    assert write(cross=0.6, within=0.6)[3] == "not reproduced"
-    assert write(cross=0.3, within=0.6, nca_size=1.5)[3].startswith("not measurable (sizes")
+    assert apart.verdict == "reproduced" and "p = 0.029" in apart.null
+    assert "size alone: cos(d OPD, d sized OPD) same seed 0.900" in apart.null
+    assert write(cross=0.6, within=0.6).cell == "not reproduced"
+    assert write(cross=0.3, within=0.6, nca_size=1.5).cell.startswith("not measurable (sizes")
     # a later round's runs (opdsized2) are the sized group; the manifest names its lr
     (tmp_path / "manifest.json").write_text(json.dumps(
         {"rounds": [{"round": 1, "lr_multiplier": 1.229}, {"round": 2, "lr_multiplier": 1.6}]}))
     second = write(cross=0.3, within=0.6, sized="opdsized2")
-    assert second[3] == "reproduced" and "p = 0.029" in second[2]
-    assert second[0].endswith("(OPD at lr x1.60, round 2 of size matching)")
+    assert second.verdict == "reproduced" and "p = 0.029" in second.null
+    assert second.name.endswith("(OPD at lr x1.60, round 2 of size matching)")
 
 
 def test_nca_new_direction_needs_opd_nca_clear_of_alignment(tmp_path):
@@ -388,12 +398,13 @@ def test_nca_new_direction_needs_opd_nca_clear_of_alignment(tmp_path):
 
     ga("grad_align_nca", [(80, 100), (110, 130), (60, 90)])
     c = claims.nca_new_direction(tmp_path)
-    assert c[3] == ("reproduced (2 of 3 checkpoints judged, 1 seed; 3 needed to generalise); "
-                    "in 1 the NCA term pulls against OPD's (beyond 105 deg)")
+    assert c.verdict == "reproduced" and c.coverage == (2, 3)
+    assert c.reason == ("2 of 3 checkpoints judged, 1 seed; 3 needed to generalise; in 1 the "
+                        "NCA term pulls against OPD's (beyond 105 deg)")
     ga("grad_align_nca_s1", [(10, 30)])
     ga("grad_align_nca_s2", [(85, 95)])
-    assert claims.nca_new_direction(tmp_path)[3].startswith(
-        "partly (4 of 5 checkpoints judged, 3 seeds)")
+    assert claims.nca_new_direction(tmp_path).cell.startswith(
+        "partly (4 of 5 checkpoints judged, 3 seeds;")
 
 
 def test_heads_verdict_needs_one_stable_head_clear_of_random_heads_on_held_out_cases(tmp_path):
@@ -415,28 +426,28 @@ def test_heads_verdict_needs_one_stable_head_clear_of_random_heads_on_held_out_c
         return claims.heads_carry_harm(tmp_path)
 
     two = row(2, ["L2H2", "L1H0"], ["L2H2", "L1H1"])
-    assert verdict([row(1, ["L2H2"], ["L2H2"]), two])[3] == "reproduced"
+    assert verdict([row(1, ["L2H2"], ["L2H2"]), two]).cell == "reproduced"
     # the same effect, but the halves disagree on the head: not one head
-    assert verdict([row(1, ["L2H2"], ["L0H1"]), two])[3].startswith("partly (one head")
+    assert verdict([row(1, ["L2H2"], ["L0H1"]), two]).cell.startswith("partly (one head")
     # the answers flip no more often than with random heads: only the pair stands clear
-    assert verdict([row(1, ["L2H2"], ["L2H2"], p_flip=0.2), two])[3].startswith(
+    assert verdict([row(1, ["L2H2"], ["L2H2"], p_flip=0.2), two]).cell.startswith(
         "partly (no single head")
     # the LD interval reaches down to the random heads' mean
-    assert verdict([row(1, ["L2H2"], ["L2H2"], lo=0.05), two])[3].startswith("partly")
+    assert verdict([row(1, ["L2H2"], ["L2H2"], lo=0.05), two]).cell.startswith("partly")
     # breaking as many controls as it fixes harm cases is not a localisation
     assert verdict([row(1, ["L2H2"], ["L2H2"], broken_hi=0.5),
-                    row(2, ["L2H2", "L1H0"], ["L2H2", "L1H1"], broken_hi=0.5)])[3] == \
+                    row(2, ["L2H2", "L1H0"], ["L2H2", "L1H1"], broken_hi=0.5)]).cell == \
         "not reproduced"
-    assert verdict([row(1, ["L2H2"], ["L2H2"])], harm=10)[3] == "not measurable"
-    assert "c's own tokens only" in verdict([row(1, ["L2H2"], ["L2H2"])], ablate="context")[2]
-    assert "c's own tokens only" not in verdict([row(1, ["L2H2"], ["L2H2"]), two])[2]
+    assert verdict([row(1, ["L2H2"], ["L2H2"])], harm=10).cell == "not measurable"
+    assert "c's own tokens only" in verdict([row(1, ["L2H2"], ["L2H2"])], ablate="context").null
+    assert "c's own tokens only" not in verdict([row(1, ["L2H2"], ["L2H2"]), two]).null
 
 
 def test_referee_tally_groups_settings_by_verdict_word_and_skips_unmeasured(tmp_path):
     from train import referee
 
-    assert referee.tally([("a", "reproduced"), ("b", "partly (2 of 3)"), ("c", "reproduced"),
-                          ("d", "not reproduced: NCA is blind to what c says")]) == \
+    assert referee.tally([("a", "reproduced"), ("b", "partly"), ("c", "reproduced"),
+                          ("d", "not reproduced")]) == \
         "**reproduced** in 2 (a, c); **partly** in 1 (b); **not reproduced** in 1 (d)"
     # a setting without the rule's JSON has no row; one with it is judged with its seeds
     base = {"win_no_c": 0.9, "win_c": 0.95, "harm": 0.01, "regime": "B"}
@@ -462,3 +473,34 @@ def test_referee_refresh_refuses_a_page_without_its_block():
 
     with pytest.raises(UsageError, match="has no referee block"):
         referee.refresh("# a page someone rewrote\n")
+
+
+def test_a_claim_takes_only_the_rule_books_words_and_renders_its_reason_apart():
+    c = claims.Claim("x", "1", "0", "partly", "2 of 3 seeds",
+                     also=(("scaled threshold", "reproduced", ""),))
+    assert c.cell == "partly (2 of 3 seeds); scaled threshold: reproduced"
+    for word in ("reproduced (all)", "in the 2 seed pairs measured", "not informative",
+                 "not measured"):
+        with pytest.raises(ValueError, match="not one of"):
+            claims.Claim("x", "1", "0", word)
+    with pytest.raises(ValueError, match="not one of"):
+        claims.Claim("x", "1", "0", "partly", also=(("t", "likely", ""),))
+
+
+def test_the_later_layer_gap_is_judged_by_each_seeds_interval(tmp_path):
+    """OPD's later-half cosine below step 0's counts only where the difference's 95% interval
+    (per-layer spread over examples) lies below 0: the same means with a wide spread are not
+    judged clear."""
+    def write(std):
+        def row(cos):
+            return {"cos": [1.0, 0.99, 0.99, *cos], "cos_std": [0.0, 0.01, 0.01, std, std],
+                    "n_examples": 100}
+        (tmp_path / "layer_sim.json").write_text(json.dumps({"results": {
+            "t_base": row([0.95, 0.95]), "random_init": row([0.5, 0.5]),
+            **{f"t_opd_s{s}": row([0.90, 0.90]) for s in range(3)}}}))
+        return claims.opd_gap(tmp_path)
+
+    tight = write(0.05)  # se 0.005 per run: -0.05 +- 0.014
+    assert tight.verdict == "reproduced" and "-0.050 [" in tight.measured
+    wide = write(0.5)  # se 0.05: the interval reaches 0
+    assert wide.verdict == "not reproduced"

@@ -82,5 +82,5 @@ def test_harm_below_its_independence_baseline_does_not_make_opd_break(tmp_path):
 
     # harm 0.06 [0.04, 0.08] clears step 0's 0.01 but not 1 - 0.85 = 0.15, regimes B
     chance = write("B")
-    assert chance[3] == "not reproduced" and "independence baseline" in chance[2]
-    assert write("A")[3] == "reproduced"
+    assert chance.verdict == "not reproduced" and "independence baseline" in chance.null
+    assert write("A").verdict == "reproduced"

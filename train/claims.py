@@ -17,13 +17,49 @@ import argparse
 import json
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from train import rules
 
-Claim = tuple[str, str, str, str]  # (claim, measured, null / control, verdict)
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim judged on one setting: what was measured, against which null, and the
+    verdict, a word of the rule book's closed set (`rules.VERDICTS`) with its reason apart.
+    `coverage` is (units judged, units) where the rule counts units; `also` holds verdicts
+    under other thresholds (e.g. one scaled to this model beside the paper's 8B threshold),
+    as (threshold, verdict word, reason). Tables, the referee page and the summary render
+    this; none reads a verdict back out of text."""
+
+    name: str
+    measured: str
+    null: str
+    verdict: str
+    reason: str = ""
+    coverage: tuple[int, int] | None = None
+    also: tuple[tuple[str, str, str], ...] = field(default=())
+
+    def __post_init__(self):
+        for word in (self.verdict, *(v for _, v, _ in self.also)):
+            if word not in rules.VERDICTS:
+                raise ValueError(f"verdict {word!r} is not one of {', '.join(rules.VERDICTS)}")
+
+    @property
+    def cell(self) -> str:
+        """The verdict as a table shows it: the word, then its reason in parentheses, then
+        each other threshold's verdict."""
+        text = self.verdict + (f" ({self.reason})" if self.reason else "")
+        for threshold, word, reason in self.also:
+            text += f"; {threshold}: {word}" + (f" ({reason})" if reason else "")
+        return text
+
+
+def not_run(name: str, needs: str) -> Claim:
+    """A claim whose data this setting did not produce."""
+    return Claim(name, "not measured", needs, "not measurable", "not measured here")
 
 
 def _runs(rep: dict, method: str) -> list[dict]:
@@ -54,8 +90,9 @@ def internalizes(figs: Path) -> Claim:
     rep = json.loads((figs / "context_return.json").read_text())
     base, opd = _base(rep), _runs(rep, "opd")
     flags = [r["ci95"]["win_no_c"][0] > base["win_no_c"] for r in opd]
-    return ("OPD internalizes c (right without c rises)", _spread([r["win_no_c"] for r in opd]),
-            f"step 0: {base['win_no_c']:.3f}", _verdict(flags))
+    return Claim("OPD internalizes c (right without c rises)",
+                 _spread([r["win_no_c"] for r in opd]), f"step 0: {base['win_no_c']:.3f}",
+                 _verdict(flags), coverage=(len(flags), len(opd)))
 
 
 def degrades(figs: Path) -> Claim:
@@ -64,17 +101,18 @@ def degrades(figs: Path) -> Claim:
     rep = json.loads((figs / "context_return.json").read_text())
     base, opd = _base(rep), _runs(rep, "opd")
     if all(r["harm"] is None for r in opd):
-        return ("OPD students break when c returns (harm, regime A)", "no item right without c",
-                "-", "not measurable")
+        return Claim("OPD students break when c returns (harm, regime A)",
+                     "no item right without c", "-", "not measurable")
     null = base["harm"] if base["harm"] is not None else 0.0
     flags = [r["regime"] == "A" for r in opd]
     own = [_harm_is_own(r, null) for r in opd]
     verdict = _verdict(flags) if any(flags) else ("partly" if any(own) else "not reproduced")
     regimes = " ".join(r["regime"] for r in opd)
-    return ("OPD students break when c returns (harm, regime A)",
-            f"harm {_spread([r['harm'] for r in opd])}; regimes {regimes}",
-            f"step-0 harm {null:.3f}; independence baseline (1 - accuracy with c) "
-            f"{_spread([rules.independence_harm(r['win_c']) for r in opd])}", verdict)
+    return Claim("OPD students break when c returns (harm, regime A)",
+                 f"harm {_spread([r['harm'] for r in opd])}; regimes {regimes}",
+                 f"step-0 harm {null:.3f}; independence baseline (1 - accuracy with c) "
+                 f"{_spread([rules.independence_harm(r['win_c']) for r in opd])}", verdict,
+                 coverage=(len(flags), len(opd)))
 
 
 def _harm_is_own(r: dict, step0_harm: float) -> bool:
@@ -92,24 +130,25 @@ def nca_prevents(figs: Path) -> Claim:
         " ".join(r["regime"] for r in nca)
     control = f"OPD harm {_spread([r['harm'] for r in opd])}"
     if not any(r["regime"] == "A" for r in opd):
-        return ("NCA prevents the harm", measured, control, "not measurable (OPD does not "
-                                                            "degrade here)")
+        return Claim("NCA prevents the harm", measured, control, "not measurable",
+                     "OPD does not degrade here")
     base = _base(rep)["harm"] or 0.0
     harmed = [_harm_is_own(o, base) for o in opd]
     flags = [(n["harm"] or 0) < (o["harm"] or 0) and n["regime"] != "A"
              for o, n, h in zip(opd, nca, harmed) if h]
-    verdict = _verdict(flags, total=len(opd))
+    verdict, reason = _verdict(flags, total=len(opd)), ""
     if verdict == "not measurable":
-        verdict = (f"not measurable (OPD's harm is its own, by the harm rule, in {sum(harmed)} "
-                   f"of {len(opd)} seeds: nothing of OPD's to prevent)")
+        reason = (f"OPD's harm is its own, by the harm rule, in {sum(harmed)} of {len(opd)} "
+                  "seeds: nothing of OPD's to prevent")
     if (gap := pooled_harm_gap(figs)) is not None:
         d, (lo, hi), n_pairs = gap
         control += (f"; OPD - NCA harm pooled over {n_pairs} seed pair"
                     f"{'s' * (n_pairs != 1)}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}] (paired, "
                     "(seed, unit) clusters)")
         if verdict == "reproduced" and not lo > 0:
-            verdict = "partly (the pooled paired interval reaches 0)"
-    return ("NCA prevents the harm", measured, control, verdict)
+            verdict, reason = "partly", "the pooled paired interval reaches 0"
+    return Claim("NCA prevents the harm", measured, control, verdict, reason,
+                 coverage=(len(flags), len(opd)))
 
 
 def pooled_harm_gap(figs: Path) -> tuple[float, tuple[float, float], int] | None:
@@ -264,15 +303,16 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
          "its harm does not clear the teachers' harm"]
     if breaks == "partly" and delta[2] < 0 and not 2 * sum(seed_a) > len(seed_a):
         why.append("a majority of seeds is needed")
-    if breaks != "not reproduced":
-        breaks += f" ({'; '.join(why)})"
-    if breaks.startswith("not reproduced"):
-        prevents = "not measurable (OPD does not break here)"
+    breaks_why = "; ".join(why) if breaks != "not reproduced" else ""
+    if breaks == "not reproduced":
+        prevents, prevents_why = "not measurable", "OPD does not break here"
     else:
         prevents = "reproduced" if gap[1] > 0 and "A" not in regimes["nca"] else \
             "partly" if gap[0] > 0 else "not reproduced"
+        prevents_why = ""
     improves = "reproduced" if acc[1] > 0 else "not reproduced" if acc[2] < 0 or acc[0] <= 0 \
-        else "partly (the interval reaches 0)"
+        else "partly"
+    improves_why = "the interval reaches 0" if improves == "partly" else ""
     ctl = {m: json.loads((root / m / "context_control.json").read_text())["reports"]
            for m in members if (root / m / "context_control.json").exists()}
     reads = {meth: [r["control"] for rep in ctl.values() for n, r in rep.items()
@@ -280,29 +320,31 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
     reads["base"] = [r["control"] for rep in ctl.values() for n, r in rep.items()
                      if not re.search(r"_(opd|nca)_s\d+$", n)]
     teachers = [c["reads_c"] for c in reads["base"]]
-    read_verdict, clear, share = reads_c_verdict(
+    read_verdict, read_why, clear, share = reads_c_verdict(
         reads["nca"], float(np.mean(teachers)) if teachers else None)
     if clear:
         share = share.replace("the teacher's", "the teachers' mean")
-        read_verdict += f" ({sum(clear)} of {len(clear)} seeds' intervals above 0" + \
-            (f", but {share})" if share else ")")
+        read_why = "; ".join(x for x in (read_why, f"{sum(clear)} of {len(clear)} seeds' "
+                                         "intervals above 0" + (f", but {share}" if share
+                                                                else "")) if x)
     return [
-        ("OPD students break when c returns (pooled)",
+        Claim("OPD students break when c returns (pooled)",
          f"OPD: accuracy with c - without {fmt(delta, '+')}; harm {fmt(opd)}; per-seed "
          f"regimes {''.join(regimes['opd'])}",
          f"independence baseline (1 - OPD's accuracy with c) {independence:.3f}; "
          f"teachers (step 0) on the same items: with c - without {fmt(base_delta, '+')}; harm "
-         f"{fmt(base)}; {where}", breaks),
-        ("NCA prevents the harm (pooled, paired by seed)",
+         f"{fmt(base)}; {where}", breaks, breaks_why, (len(seed_a), len(seed_a))),
+        Claim("NCA prevents the harm (pooled, paired by seed)",
          f"NCA harm {fmt(nca)}; regimes {''.join(regimes['nca'])}",
-         f"OPD - NCA harm {fmt(gap, '+')}", prevents),
-        ("NCA still reads c (not blind to it)",
+         f"OPD - NCA harm {fmt(gap, '+')}", prevents, prevents_why),
+        Claim("NCA still reads c (not blind to it)",
          f"NCA reads_c {_spread([c['reads_c'] for c in reads['nca']])}",
          f"teachers {_spread([c['reads_c'] for c in reads['base']])}; OPD "
          f"{_spread([c['reads_c'] for c in reads['opd']])} (accuracy with c - with a wrong c "
-         "of the same form; per-seed 95% intervals)", read_verdict),
-        ("NCA improves accuracy without c (pooled, paired by seed)",
-         f"NCA - OPD {fmt(acc, '+')}", where, improves),
+         "of the same form; per-seed 95% intervals)", read_verdict, read_why,
+         (len(clear), len(reads["nca"]))),
+        Claim("NCA improves accuracy without c (pooled, paired by seed)",
+         f"NCA - OPD {fmt(acc, '+')}", where, improves, improves_why),
     ]
 
 
@@ -313,9 +355,10 @@ def nca_keeps_context(figs: Path) -> Claim:
     rep = json.loads((figs / "context_return.json").read_text())
     base, nca = _base(rep), _runs(rep, "nca")
     flags = [r["ci95"]["win_c"][1] >= base["win_c"] for r in nca]
-    return ("NCA keeps what c gives (accuracy with c)", _spread([r["win_c"] for r in nca]),
-            f"step 0 with c: {base['win_c']:.3f}; OPD "
-            f"{_spread([r['win_c'] for r in _runs(rep, 'opd')])}", _verdict(flags))
+    return Claim("NCA keeps what c gives (accuracy with c)", _spread([r["win_c"] for r in nca]),
+                 f"step 0 with c: {base['win_c']:.3f}; OPD "
+                 f"{_spread([r['win_c'] for r in _runs(rep, 'opd')])}", _verdict(flags),
+                 coverage=(len(flags), len(nca)))
 
 
 def longer(figs: Path) -> Claim:
@@ -325,13 +368,14 @@ def longer(figs: Path) -> Claim:
     base, opd = _base(rep), _runs(rep, "opd")
     vals = [r["rel_len_both"] for r in opd]
     if all(v is None for v in vals):
-        return ("OPD answers get longer with c (rel_len_both)", "no item right both ways", "-",
-                "not measurable")
+        return Claim("OPD answers get longer with c (rel_len_both)", "no item right both ways",
+                     "-", "not measurable")
     b = base["rel_len_both"]
     flags = [r["rel_len_both"] is not None and (r["ci95"]["rel_len_both"][0] or 0) > 0 and
              (b is None or r["rel_len_both"] > b) for r in opd]
-    return ("OPD answers get longer with c (rel_len_both)", _spread(vals, pct=True),
-            "step 0: " + ("-" if b is None else f"{100 * b:+.1f}%"), _verdict(flags))
+    return Claim("OPD answers get longer with c (rel_len_both)", _spread(vals, pct=True),
+                 "step 0: " + ("-" if b is None else f"{100 * b:+.1f}%"), _verdict(flags),
+                 coverage=(len(flags), len(opd)))
 
 
 def _layer_cos(figs: Path, method: str) -> tuple[list[list[float]], list[float], list[float]]:
@@ -361,8 +405,8 @@ def nca_improves_no_c(figs: Path) -> Claim:
                 if f.exists() and "items" in next(iter(json.loads(f.read_text())["reports"]
                                                        .values()))), None)
     if src is None:
-        return ("NCA improves accuracy without c (vs OPD, same seed)", "not measured",
-                "needs per-item evaluation results", "not measured")
+        return not_run("NCA improves accuracy without c (vs OPD, same seed)",
+                       "needs per-item evaluation results")
     reps = json.loads(src.read_text())["reports"]
     diffs, cis = [], []
     for name, r in reps.items():
@@ -376,22 +420,25 @@ def nca_improves_no_c(figs: Path) -> Claim:
         boots = [a[i].mean() - b[i].mean() for i in cluster_indices(r["items"]["unit"], 2000, 0)]
         cis.append([float(v) for v in percentile_ci(np.array(boots))])
     if not diffs:
-        return ("NCA improves accuracy without c (vs OPD, same seed)", "-", "-",
-                "not measurable (needs OPD and NCA of the same seed)")
+        return Claim("NCA improves accuracy without c (vs OPD, same seed)", "-", "-",
+                     "not measurable", "needs OPD and NCA of the same seed")
     flags = [lo > 0 for lo, _ in cis]
-    verdict = _verdict(flags, mean_on_side=float(np.mean(diffs)) > 0)
+    verdict, reason = _verdict(flags, mean_on_side=float(np.mean(diffs)) > 0), ""
     worse = sum(hi < 0 for _, hi in cis)
     if verdict == "partly" and worse >= sum(flags):  # worse seeds count against better ones
         verdict = "not reproduced"
     if verdict != "reproduced" and any(flags):
-        verdict += (f" ({sum(flags)} seed pairs better, {worse} worse, "
-                    f"{len(cis) - sum(flags) - worse} within the interval)")
-    if verdict == "reproduced" and len(flags) < 3:
-        verdict = f"in the {len(flags)} seed pair{'s' * (len(flags) != 1)} measured (3 needed)"
-    return ("NCA improves accuracy without c (vs OPD, same seed)",
-            f"NCA - OPD {_spread(diffs)} ({len(diffs)} seed pair{'s' * (len(diffs) != 1)})",
-            "95% paired intervals " + ", ".join(f"[{lo:+.3f}, {hi:+.3f}]" for lo, hi in cis),
-            verdict)
+        reason = (f"{sum(flags)} seed pairs better, {worse} worse, "
+                  f"{len(cis) - sum(flags) - worse} within the interval")
+    if verdict == "reproduced" and len(flags) < 3:  # every pair clears, but too few pairs
+        verdict, reason = "partly", (f"clear in the {len(flags)} seed "
+                                     f"pair{'s' * (len(flags) != 1)} measured; 3 needed")
+    return Claim("NCA improves accuracy without c (vs OPD, same seed)",
+                 f"NCA - OPD {_spread(diffs)} ({len(diffs)} seed "
+                 f"pair{'s' * (len(diffs) != 1)})",
+                 "95% paired intervals " + ", ".join(f"[{lo:+.3f}, {hi:+.3f}]"
+                                                     for lo, hi in cis),
+                 verdict, reason, coverage=(len(flags), len(flags)))
 
 
 # How much of the teacher's use of c an NCA student must keep to count as reading c: a student
@@ -399,23 +446,24 @@ def nca_improves_no_c(figs: Path) -> Claim:
 READS_C_SHARE = 0.5
 
 
-def reads_c_verdict(nca: list[dict], teacher: float | None) -> tuple[str, list[bool], str]:
+def reads_c_verdict(nca: list[dict], teacher: float | None
+                    ) -> tuple[str, str, list[bool], str]:
     """The verdict on NCA reading c from its seeds' control cells (reads_c with its 95%
     interval) and the teacher's reads_c: reproduced when every seed's interval lies above 0 and
     their mean is at least READS_C_SHARE of the teacher's; partly when some do, or all do at
-    less than that share; not reproduced when none does. Also each seed's flag and, where the
-    share decided, what it was."""
+    less than that share; not reproduced when none does. Returns the verdict word, its reason,
+    each seed's flag and, where the share decided, what it was."""
     flags = [c["reads_c_ci95"][0] is not None and c["reads_c_ci95"][0] > 0 for c in nca]
     if not nca:
-        return "not measured", flags, ""
+        return "not measurable", "not measured here", flags, ""
     if not any(flags):
-        return "not reproduced: NCA is blind to what c says", flags, ""
+        return "not reproduced", "NCA is blind to what c says", flags, ""
     mean = float(np.mean([c["reads_c"] for c in nca]))
     if not rules.reads_c(mean, teacher, READS_C_SHARE):
-        return "not reproduced: close to blind", flags, (
+        return "not reproduced", "close to blind", flags, (
             f"NCA reads_c {mean:.3f} is {mean / teacher:.0%} of the teacher's {teacher:.3f}, "
             f"under the {READS_C_SHARE:.0%} the rule asks")
-    return _verdict(flags, mean_on_side=mean > 0), flags, ""
+    return _verdict(flags, mean_on_side=mean > 0), "", flags, ""
 
 
 def nca_reads_context(figs: Path) -> Claim:
@@ -429,9 +477,8 @@ def nca_reads_context(figs: Path) -> Claim:
     reference."""
     f = figs / "context_control.json"
     if not f.exists():
-        return ("NCA still reads c (not blind to it)", "not measured",
-                "needs figures/<setting>/context_control.json (evaluate --control)",
-                "not measured")
+        return not_run("NCA still reads c (not blind to it)",
+                       "needs figures/<setting>/context_control.json (evaluate --control)")
     reps = json.loads(f.read_text())["reports"]
 
     def cells(method):
@@ -440,25 +487,26 @@ def nca_reads_context(figs: Path) -> Claim:
     nca, opd = cells("nca"), cells("opd")
     base = [r["control"] for n, r in reps.items() if not re.search(r"_(opd|nca)_s\d+$", n)]
     teacher = base[0]["reads_c"] if base else None  # step 0: the teacher but cross-model
-    verdict, flags, share = reads_c_verdict(nca, teacher)
+    verdict, reason, flags, share = reads_c_verdict(nca, teacher)
     if len(base) > 1:  # cross-model: NCA is judged against its own start, not the teacher
         share = share.replace("the teacher's", "step 0's")
+    why = [reason] if reason else []
     if verdict == "partly" and not all(flags):  # how many seeds, how much against the teacher
-        verdict += (f" ({sum(flags)} of {len(flags)} seeds' intervals above 0; NCA reads_c at "
-                    f"most {max(c['reads_c'] for c in nca):.3f}"
-                    + (f", {'step 0' if len(base) > 1 else 'the teacher'}'s {teacher:.3f})"
-                       if base else ")"))
+        why.append(f"{sum(flags)} of {len(flags)} seeds' intervals above 0; NCA reads_c at "
+                   f"most {max(c['reads_c'] for c in nca):.3f}"
+                   + (f", {'step 0' if len(base) > 1 else 'the teacher'}'s {teacher:.3f}"
+                      if base else ""))
     elif share:
-        verdict += f" ({sum(flags)} of {len(flags)} seeds' intervals above 0, but {share})"
+        why.append(f"{sum(flags)} of {len(flags)} seeds' intervals above 0, but {share}")
     if nca and len(nca) < 3:
-        verdict += f" (in {_seeds(reps, 'nca')}; 3 seeds needed to generalise)"
-    return ("NCA still reads c (not blind to it)",
+        why.append(f"in {_seeds(reps, 'nca')}; 3 seeds needed to generalise")
+    return Claim("NCA still reads c (not blind to it)",
             f"NCA reads_c {_spread([c['reads_c'] for c in nca])} "
             f"({_seeds(reps, 'nca')} with the control run)",
             (f"step 0 {base[0]['reads_c']:.3f}; teacher {base[1]['reads_c']:.3f}" if len(base) > 1
              else f"teacher {_spread([c['reads_c'] for c in base])}") + "; OPD "
             f"{_spread([c['reads_c'] for c in opd])} (accuracy with c - with a wrong c of the "
-            "same form)", verdict)
+            "same form)", verdict, "; ".join(why), coverage=(len(flags), len(nca)))
 
 
 def _floor(figs: Path) -> float | None:
@@ -471,42 +519,86 @@ def _floor(figs: Path) -> float | None:
     return max(floors) if floors else None
 
 
+PAPER_COS = 0.997  # the 8B model's threshold for near-identical views
+
+
+def scaled_cos(floor: float, threshold: float = PAPER_COS) -> float:
+    """The paper's threshold scaled to this model: the same share of the way from the cosine
+    two *different* items already have (the different-item floor, this model's anisotropy) to
+    1, i.e. (cos - floor) / (1 - floor) >= threshold."""
+    return floor + threshold * (1.0 - floor)
+
+
+def _identical_verdict(nca: list[list[float]], opd: list[list[float]], threshold: float
+                       ) -> tuple[str, str]:
+    mins = [min(r) for r in nca]
+    flags = [m >= threshold for m in mins]
+    if any(flags):
+        return _verdict(flags), ""
+    if all(all(a > b for a, b in zip(n, o)) for n, o in zip(nca, opd)):
+        return "partly", f"above OPD at every layer, below {threshold:.4g}"
+    return "not reproduced", ""
+
+
 def nca_identical(figs: Path) -> Claim:
-    """With NCA the two views' hidden states stay near-identical: cosine >= 0.997 at every
-    layer (response positions) in every seed; partly: above OPD's at every layer. Judged
-    against the anisotropy floor where layer_sim measured it: when views of *different* items
-    already reach 0.997 at some layer, the threshold says nothing and the claim is not
-    judged."""
+    """With NCA the two views' hidden states stay near-identical: cosine >= 0.997 (the 8B
+    paper's threshold) at every layer (response positions) in every seed; partly: above OPD's
+    at every layer. Beside it, the same rule at the threshold scaled to this model
+    (`scaled_cos` of the different-item floor, where layer_sim measured it). When views of
+    *different* items already reach 0.997 at some layer, the 8B threshold says nothing: not
+    measurable."""
     nca, base, rnd = _layer_cos(figs, "nca")
     opd, _, _ = _layer_cos(figs, "opd")
     floor = _floor(figs)
     mins = [min(r) for r in nca]
-    flags = [m >= 0.997 for m in mins]
-    verdict = _verdict(flags) if any(flags) else (
-        "partly (above OPD at every layer, below 0.997)" if all(
-            all(a > b for a, b in zip(n, o)) for n, o in zip(nca, opd)) else "not reproduced")
-    if floor is not None and floor >= 0.997:
-        verdict = "not informative (different items already reach 0.997)"
+    verdict, reason = _identical_verdict(nca, opd, PAPER_COS)
+    if floor is not None and floor >= PAPER_COS:
+        verdict, reason = "not measurable", f"different items already reach {PAPER_COS}"
+    also = ()
+    if floor is not None:
+        t = scaled_cos(floor)
+        also = ((f"threshold scaled to this model ({t:.4g})",
+                 *_identical_verdict(nca, opd, t)),)
     floor_text = "different-item floor not measured (older layer_sim run)" if floor is None \
         else f"different-item floor up to {floor:.3f}"
-    return ("NCA keeps the views near-identical (cos >= 0.997 every layer)",
-            f"lowest layer cos {_spread(mins)}",
-            f"OPD lowest {_spread([min(r) for r in opd])}; step 0 {min(base):.3f}; random init "
-            f"{min(rnd):.3f}; {floor_text}", verdict)
+    return Claim("NCA keeps the views near-identical (cos >= 0.997 every layer)",
+                 f"lowest layer cos {_spread(mins)}",
+                 f"OPD lowest {_spread([min(r) for r in opd])}; step 0 {min(base):.3f}; random "
+                 f"init {min(rnd):.3f}; {floor_text}", verdict, reason,
+                 coverage=(len(mins), len(mins)), also=also)
+
+
+def _later_half(r: dict, half: int) -> tuple[float, float]:
+    """A layer_sim row's mean cosine over the later half of its layers and that mean's
+    standard error: each layer's (cos_std / sqrt(n_examples)) averaged, as if the layers moved
+    together (the conservative case: neighbouring layers' errors are correlated)."""
+    cos = r["cos"][1:][half:]
+    std = (r.get("cos_std") or [0.0] * len(r["cos"]))[1:][half:]
+    n = max(1, r.get("n_examples", 1))
+    return float(np.mean(cos)), float(np.mean(std)) / n ** 0.5
 
 
 def opd_gap(figs: Path) -> Claim:
     """OPD leaves a gap in the middle and late layers: its mean cos over the later half of the
     layers is below the step-0 model's in every seed (a gap the teacher already has is not
-    OPD's)."""
-    opd, base, rnd = _layer_cos(figs, "opd")
-    half = len(base) // 2
-    late = [float(np.mean(r[half:])) for r in opd]
-    b = float(np.mean(base[half:]))
-    return ("OPD leaves a gap in middle / late layers (later-half cos below step 0's)",
-            f"later-half cos {_spread(late)}",
-            f"step 0 {b:.3f}; random init {float(np.mean(rnd[half:])):.3f}",
-            _verdict([v < b for v in late], mean_on_side=float(np.mean(late)) < b))
+    OPD's), each seed judged by the 95% interval of its difference from step 0 (standard
+    errors from layer_sim's per-layer spread over examples)."""
+    ls = json.loads((figs / "layer_sim.json").read_text())["results"]
+    opd_rows = [r for n, r in ls.items() if re.search(r"_opd_s\d+$", n)]
+    base_row = next(r for n, r in ls.items()
+                    if n != "random_init" and not re.search(r"_(opd|nca)_s\d+$", n))
+    half = (len(base_row["cos"]) - 1) // 2
+    b, b_se = _later_half(base_row, half)
+    late = [_later_half(r, half) for r in opd_rows]
+    diffs = [(v - b, 1.96 * (se ** 2 + b_se ** 2) ** 0.5) for v, se in late]
+    flags = [d + w < 0 for d, w in diffs]
+    rnd = float(np.mean(ls["random_init"]["cos"][1:][half:]))
+    return Claim("OPD leaves a gap in middle / late layers (later-half cos below step 0's)",
+                 f"later-half cos {_spread([v for v, _ in late])}; OPD - step 0 per seed "
+                 + ", ".join(f"{d:+.3f} [{d - w:+.3f}, {d + w:+.3f}]" for d, w in diffs),
+                 f"step 0 {b:.3f}; random init {rnd:.3f}",
+                 _verdict(flags, mean_on_side=float(np.mean([d for d, _ in diffs])) < 0),
+                 coverage=(len(flags), len(flags)))
 
 
 def orthogonal(figs: Path) -> Claim:
@@ -531,13 +623,17 @@ def orthogonal(figs: Path) -> Claim:
               for r in rows]
     judged = [(a, f) for a, f in zip(ang, floors) if a is not None and f < 75]
     flags = [75 <= a <= 105 for a, _ in judged]
-    verdict = _verdict(flags, total=len(ang)) + f" ({len(judged)} of {len(ang)} checkpoints " \
-        "judged, 1 seed, raw angle; 3 seeds and the noise-corrected angle (grad_align --parts) " \
-        "needed)" if judged else "not measurable (a term within its noise, or floors >= 75 deg)"
+    if judged:
+        verdict = _verdict(flags, total=len(ang))
+        reason = (f"{len(judged)} of {len(ang)} checkpoints judged, 1 seed, raw angle; 3 seeds "
+                  "and the noise-corrected angle (grad_align --parts) needed")
+    else:
+        verdict, reason = "not measurable", "a term within its noise, or floors >= 75 deg"
     fmt = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
-    return ("OPD's gradient is near-orthogonal to the context view's",
-            "opd~ctx " + " ".join(fmt(a) for a in ang) + " deg over training",
-            "noise floors " + " ".join(fmt(f) for f in floors) + " deg", verdict)
+    return Claim("OPD's gradient is near-orthogonal to the context view's",
+                 "opd~ctx " + " ".join(fmt(a) for a in ang) + " deg over training",
+                 "noise floors " + " ".join(fmt(f) for f in floors) + " deg", verdict, reason,
+                 coverage=(len(judged), len(ang)))
 
 
 def orthogonal_corrected(runs: dict[str, list[dict]]) -> Claim:
@@ -557,10 +653,13 @@ def orthogonal_corrected(runs: dict[str, list[dict]]) -> Claim:
             judged.append(False)
     n_cells = sum(len(cells) for cells in runs.values())
     seeds = f"{len(runs)} seed" + ("s" if len(runs) > 1 else "")
-    verdict = _verdict(judged, total=n_cells) + \
-        f" ({len(judged)} of {n_cells} checkpoints judged, {seeds}" \
-        + ("; 3 needed to generalise)" if len(runs) < 3 else ")") if judged else \
-        "not measurable (intervals straddle 75/105 deg, or a term has no signal)"
+    if judged:
+        verdict = _verdict(judged, total=n_cells)
+        reason = f"{len(judged)} of {n_cells} checkpoints judged, {seeds}" \
+            + ("; 3 needed to generalise" if len(runs) < 3 else "")
+    else:
+        verdict, reason = "not measurable", ("intervals straddle 75/105 deg, or a term has no "
+                                             "signal")
 
     def fmt(c: dict) -> str:
         return "-" if c["angle_corrected_deg"] is None else f"{c['angle_corrected_deg']:.0f}"
@@ -572,13 +671,13 @@ def orthogonal_corrected(runs: dict[str, list[dict]]) -> Claim:
     def label(k: str) -> str:  # "opd" is seed 0, "opd s<n>" a further seed
         return "" if len(runs) == 1 else ("s0: " if k == "opd" else k[4:] + ": ")
 
-    return ("OPD's gradient is near-orthogonal to the context view's",
-            "noise-corrected opd~ctx " + "; ".join(
-                label(k) + " ".join(fmt(c) for c in cells) for k, cells in runs.items())
-            + " deg over training",
-            "95% jackknife intervals " + "; ".join(
-                label(k) + ", ".join(ci(c) for c in cells) for k, cells in runs.items()),
-            verdict)
+    return Claim("OPD's gradient is near-orthogonal to the context view's",
+                 "noise-corrected opd~ctx " + "; ".join(
+                     label(k) + " ".join(fmt(c) for c in cells) for k, cells in runs.items())
+                 + " deg over training",
+                 "95% jackknife intervals " + "; ".join(
+                     label(k) + ", ".join(ci(c) for c in cells) for k, cells in runs.items()),
+                 verdict, reason, coverage=(len(judged), n_cells))
 
 
 def nca_new_direction(figs: Path) -> Claim:
@@ -618,19 +717,21 @@ def nca_new_direction(figs: Path) -> Claim:
                 judged.append(False)
     seeds = f"{len(runs)} seed" + ("s" if len(runs) > 1 else "")
     if not judged:
-        verdict = "not measurable (intervals straddle 75 deg, or a term has no signal)"
+        verdict, reason = "not measurable", ("intervals straddle 75 deg, or a term has no "
+                                             "signal")
     else:
-        verdict = _verdict(judged, total=len(cells)) + \
-            f" ({len(judged)} of {len(cells)} checkpoints judged, " \
-            f"{seeds}" + (", raw angle" if raw else "") \
-            + ("; 3 needed to generalise)" if len(runs) < 3 else ")")
+        verdict = _verdict(judged, total=len(cells))
+        reason = f"{len(judged)} of {len(cells)} checkpoints judged, {seeds}" \
+            + (", raw angle" if raw else "") \
+            + ("; 3 needed to generalise" if len(runs) < 3 else "")
         if opposed:
-            verdict += f"; in {opposed} the NCA term pulls against OPD's (beyond 105 deg)"
+            reason += f"; in {opposed} the NCA term pulls against OPD's (beyond 105 deg)"
     fmt = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
-    return ("NCA adds a direction OPD's gradient lacks (opd~nca in NCA runs)",
-            ("raw" if raw else "noise-corrected") + " opd~nca " + " ".join(map(fmt, cells))
-            + " deg over training", "aligned: 0 deg; judged against 75 deg with "
-            + ("each term's noise floor" if raw else "95% jackknife intervals"), verdict)
+    return Claim("NCA adds a direction OPD's gradient lacks (opd~nca in NCA runs)",
+                 ("raw" if raw else "noise-corrected") + " opd~nca " + " ".join(map(fmt, cells))
+                 + " deg over training", "aligned: 0 deg; judged against 75 deg with "
+                 + ("each term's noise floor" if raw else "95% jackknife intervals"), verdict,
+                 reason, coverage=(len(judged), len(cells)))
 
 
 HEADS_MIN_CASES = 20  # harm cases for the head verdict: 10 to choose on, 10 to judge on
@@ -661,13 +762,13 @@ def heads_carry_harm(figs: Path) -> Claim:
     name, r = next(((n, r) for n, r in results.items() if re.search(r"_opd_s\d+$", n)),
                    (None, None))
     if r is None:
-        return claim, "no OPD run patched", "-", "not measurable"
+        return Claim(claim, "no OPD run patched", "-", "not measurable")
     n = r.get("harm", {}).get("n", 0)  # harm cases patched (help reports have none)
     rows = r.get("heads", {}).get("rows", [])
     if kind_of(r) != "harm" or n < HEADS_MIN_CASES or not rows:
         why = f"{kind_of(r)} cases patched, not harm cases" if kind_of(r) != "harm" else \
             f"{r['counts']['harm']} harm cases (fewer than {HEADS_MIN_CASES})"
-        return claim, f"{name}: {why}", "-", "not measurable"
+        return Claim(claim, f"{name}: {why}", "-", "not measurable")
 
     def ci(s: dict) -> str:
         return f"{s['mean']:.2f} [{s['lo']:.2f}, {s['hi']:.2f}]"
@@ -689,16 +790,17 @@ def heads_carry_harm(figs: Path) -> Claim:
             if one.get("broken_control") and one.get("flipped_null", {}).get("n") else "-")
     null += f"; {ABLATE_NOTE[ablate_of(r)]}"
     if 1 in clear and stable:
-        verdict = "reproduced"
+        verdict, reason = "reproduced", ""
     elif 1 in clear:
-        verdict = (f"partly (one head stands clear, but half A chose {one['chosen_on_a'][0]} "
-                   f"and half B {one['chosen_on_b'][0]})")
+        verdict, reason = "partly", (f"one head stands clear, but half A chose "
+                                     f"{one['chosen_on_a'][0]} and half B "
+                                     f"{one['chosen_on_b'][0]}")
     elif clear:
-        verdict = (f"partly (no single head stands clear; {' and '.join(map(str, clear))} "
-                   "heads together do)")
+        verdict, reason = "partly", (f"no single head stands clear; "
+                                     f"{' and '.join(map(str, clear))} heads together do")
     else:
-        verdict = "not reproduced"
-    return claim, measured, null, verdict
+        verdict, reason = "not reproduced", ""
+    return Claim(claim, measured, null, verdict, reason)
 
 
 def _adam(figs: Path) -> dict:
@@ -718,16 +820,17 @@ def shallow_qk(figs: Path) -> Claim:
     for path, r in pd["per_checkpoint"].items():
         lay = r["per_layer_adam"]
         if lay.get("0") is None:
-            return ("Updates concentrate in shallow layers, mostly k/q", "-", "-",
-                    "not measurable (no learning-rate record)")
+            return Claim("Updates concentrate in shallow layers, mostly k/q", "-", "-",
+                         "not measurable", "no learning-rate record")
         shallow = np.mean([lay[str(i)] for i in range(third)])
         deep = np.mean([lay[str(i)] for i in range(n - third, n)])
         mod = r["per_module_adam"]
         top2 = sorted(mats, key=lambda m: -(mod.get(m) or 0))[:2]
         flags.append(shallow > deep and set(top2) == {"q_proj", "k_proj"})
         cells.append(f"{Path(path).name}: shallow/deep {shallow / deep:.2f}, top {'+'.join(top2)}")
-    return ("Updates concentrate in shallow layers, mostly k/q", "; ".join(cells),
-            "ratio 1 = uniform over depth; 7 matrix types", _verdict(flags))
+    return Claim("Updates concentrate in shallow layers, mostly k/q", "; ".join(cells),
+                 "ratio 1 = uniform over depth; 7 matrix types", _verdict(flags),
+                 coverage=(len(flags), len(flags)))
 
 
 def updates_differ(figs: Path) -> Claim:
@@ -745,15 +848,17 @@ def updates_differ(figs: Path) -> Claim:
             continue
         (within if ma.group(1) == mb.group(1) else cross).append(v["global_cos"])
     if not cross or not within:
-        return ("NCA's updates differ from OPD's", "-", "-", "not measurable (needs two seeds "
-                                                              "of each method)")
+        return Claim("NCA's updates differ from OPD's", "-", "-", "not measurable",
+                     "needs two seeds of each method")
     p, p_min, n_labelings = label_permutation_p(pairs)
+    reason = ""
     if max(cross) < min(within) and p <= 0.05:
         verdict = "reproduced"
     elif np.mean(cross) < np.mean(within):
-        verdict = "partly" + ("" if p <= 0.05 else f" (the direction only: permutation p "
-                                                   f"{p:.2f}, at best {p_min:.2f} with these "
-                                                   "seeds)")
+        verdict = "partly"
+        if p > 0.05:
+            reason = (f"the direction only: permutation p {p:.2f}, at best {p_min:.2f} with "
+                      "these seeds")
     else:
         verdict = "not reproduced"
     sizes = _update_sizes(figs)
@@ -761,17 +866,18 @@ def updates_differ(figs: Path) -> Claim:
     if ratio is not None and not 1 / SIZE_MATCH <= ratio <= SIZE_MATCH:
         if verdict != "not reproduced":
             sized = (figs.parent / f"{figs.name}_size" / "param_delta.json").exists()
-            verdict = (f"partly (NCA's update is {ratio:.2f}x OPD's in size: the direction "
-                       "difference may come from the larger step; "
-                       + ("the size-matched OPD row decides)" if sized else
-                          "needs an OPD run matched to NCA's size: python -m "
-                          f"train.size_control --setting {figs.name})"))
+            verdict = "partly"
+            reason = (f"NCA's update is {ratio:.2f}x OPD's in size: the direction difference "
+                      "may come from the larger step; "
+                      + ("the size-matched OPD row decides" if sized else
+                         "needs an OPD run matched to NCA's size: python -m "
+                         f"train.size_control --setting {figs.name}"))
     elif ratio is not None:
         sizes += f" (sizes matched: NCA / OPD {ratio:.2f})"
-    return ("NCA's updates differ from OPD's", f"cos(dOPD, dNCA) {_spread(cross)}",
-            f"seed-to-seed (same method) {_spread(within)}; method-label permutation p = "
-            f"{p:.3f} (exact, {n_labelings} labelings; smallest possible "
-            f"{p_min:.3f}){sizes}", verdict)
+    return Claim("NCA's updates differ from OPD's", f"cos(dOPD, dNCA) {_spread(cross)}",
+                 f"seed-to-seed (same method) {_spread(within)}; method-label permutation p = "
+                 f"{p:.3f} (exact, {n_labelings} labelings; smallest possible "
+                 f"{p_min:.3f}){sizes}", verdict, reason)
 
 
 def label_permutation_p(pairs: dict) -> tuple[float, float, int]:
@@ -858,30 +964,32 @@ def size_matched(figs: Path) -> Claim:
         renamed["~".join(re.sub(r"_opdsized\d*_", "_opd_", x) for x in (a, b))] = v
     claim = "NCA's updates differ from a size-matched OPD's"
     if not cross or not within:
-        return (claim, "-", "-", "not measurable (needs two seeds of each)")
+        return Claim(claim, "-", "-", "not measurable", "needs two seeds of each")
     p, p_min, n_labelings = label_permutation_p(renamed)
     ratio = float(np.mean(size["opdsized"]) / np.mean(size["nca"]))
+    reason = ""
     if max(cross) < min(within) and p <= 0.05:
         verdict = "reproduced"
     elif np.mean(cross) < np.mean(within):
-        verdict = "partly" + ("" if p <= 0.05 else f" (permutation p {p:.2f}, at best "
-                                                   f"{p_min:.2f} with these seeds)")
+        verdict = "partly"
+        if p > 0.05:
+            reason = f"permutation p {p:.2f}, at best {p_min:.2f} with these seeds"
     else:
         verdict = "not reproduced"
     if not 1 / SIZE_MATCH <= ratio <= SIZE_MATCH:
-        verdict = f"not measurable (sizes not matched: sized OPD / NCA {ratio:.2f})"
+        verdict, reason = "not measurable", f"sizes not matched: sized OPD / NCA {ratio:.2f}"
     made = json.loads((figs / "manifest.json").read_text()) \
         if (figs / "manifest.json").exists() else {}
     if made.get("rounds"):  # how the sizes were matched: lr multiplier of the last round
         last = made["rounds"][-1]
         claim += (f" (OPD at lr x{last['lr_multiplier']:.2f}, round {last['round']} of size "
                   "matching)")
-    return (claim, f"cos(d sized OPD, d NCA) {_spread(cross)}",
+    return Claim(claim, f"cos(d sized OPD, d NCA) {_spread(cross)}",
             f"seed-to-seed (same group) {_spread(within)}; permutation p = {p:.3f} (exact, "
             f"{n_labelings} labelings; smallest possible {p_min:.3f}); size alone: cos(d OPD, "
             f"d sized OPD) same seed {_spread(same_seed)}; update norm OPD {_spread(size['opd'])}, "
             f"sized OPD {_spread(size['opdsized'])}, NCA {_spread(size['nca'])} (sized OPD / "
-            f"NCA {ratio:.2f})", verdict)
+            f"NCA {ratio:.2f})", verdict, reason)
 
 
 CLAIMS: tuple[Callable[[Path], Claim], ...] = (internalizes, degrades, nca_prevents,
@@ -915,13 +1023,13 @@ def table(figs: Path) -> str:
             found += [size_matched(figs.parent / f"{m}_size") for m in POOLED[figs.name]
                       if (figs.parent / f"{m}_size" / "param_delta.json").exists()]
         except FileNotFoundError:  # a member not run yet: say how to run it
-            found = [("harm verdicts pooled over " + ", ".join(POOLED[figs.name]), "not run yet",
-                      "; ".join(f"`{SETTINGS[m].command(m)}`" for m in POOLED[figs.name]),
-                      "not measured")]
+            found = [not_run("harm verdicts pooled over " + ", ".join(POOLED[figs.name]),
+                             "; ".join(f"`{SETTINGS[m].command(m)}`"
+                                       for m in POOLED[figs.name]))]
     else:
         found = claims(figs)
     rows = ["| claim | measured | null / control | verdict |", "|---|---|---|---|"]
-    rows += [f"| {c} | {m} | {n} | **{v}** |" for c, m, n, v in found]
+    rows += [f"| {c.name} | {c.measured} | {c.null} | **{c.cell}** |" for c in found]
     return "\n".join(rows)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from nca_interp.cli import entry
 from nca_interp.errors import UsageError
-from train import claims
+from train import claims, rules
 
 Rule = Callable[[Path], claims.Claim]
 
@@ -122,13 +122,12 @@ def seeds_of(figs: Path) -> str:
 
 
 def tally(rows: list[tuple[str, str]]) -> str:
-    """`reproduced in a, b; partly in c; ...` over (setting, verdict) rows."""
+    """`reproduced in a, b; partly in c; ...` over (setting, verdict word) rows."""
     groups: dict[str, list[str]] = {}
-    for setting, verdict in rows:
-        groups.setdefault(re.split(r" \(|:", verdict)[0], []).append(setting)
-    order = ("reproduced", "partly", "not reproduced", "not measurable", "not measured")
+    for setting, word in rows:
+        groups.setdefault(word, []).append(setting)
     return "; ".join(f"**{k}** in {len(groups[k])} ({', '.join(groups[k])})"
-                     for k in sorted(groups, key=lambda k: order.index(k) if k in order else 9))
+                     for k in sorted(groups, key=rules.VERDICTS.index))
 
 
 def title(claim: str) -> str:
@@ -140,10 +139,11 @@ def table(rows: list[tuple[str, str, claims.Claim]]) -> str:
     """One row per setting; a claim worded for its setting (e.g. the size-matched OPD's lr)
     keeps that wording in its row."""
     lines = ["| setting | seeds | measured | null / control | verdict |", "|---|---|---|---|---|"]
-    worded = len({c for _, _, (c, *_) in rows}) > 1
-    for s, seeds, (c, m, n, v) in rows:
-        m = f"{c[len(title(c)) + 2:-1]}: {m}" if worded and c != title(c) else m
-        lines.append(f"| `{s}` | {seeds} | {m} | {n} | **{v}** |")
+    worded = len({c.name for _, _, c in rows}) > 1
+    for s, seeds, c in rows:
+        m = f"{c.name[len(title(c.name)) + 2:-1]}: {c.measured}" \
+            if worded and c.name != title(c.name) else c.measured
+        lines.append(f"| `{s}` | {seeds} | {m} | {c.null} | **{c.cell}** |")
     return "\n".join(lines)
 
 
@@ -153,7 +153,7 @@ def section(i: int, v: Verdict, root: Path) -> str:
         members = claims.POOLED[v.pooled]
         seeds = " + ".join(f"{m}: {seeds_of(root / m)}" for m in members)
         rows = [(v.pooled, seeds, c) for c in claims.pooled_claims(members, root)]
-        out += ["", table(rows), "", "Verdicts: " + "; ".join(f"{c[0]}: **{c[3]}**"
+        out += ["", table(rows), "", "Verdicts: " + "; ".join(f"{c.name}: **{c.cell}**"
                                                              for _, _, c in rows) + "."]
         return "\n".join(out)
     for rule in v.rules:
@@ -165,8 +165,8 @@ def section(i: int, v: Verdict, root: Path) -> str:
                 continue
         if not rows:
             continue
-        out += ["", f"**{title(rows[0][2][0])}**", "", table(rows), "",
-                "Verdicts: " + tally([(s, c[3]) for s, _, c in rows]) + "."]
+        out += ["", f"**{title(rows[0][2].name)}**", "", table(rows), "",
+                "Verdicts: " + tally([(s, c.verdict) for s, _, c in rows]) + "."]
     return "\n".join(out)
 
 

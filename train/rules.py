@@ -35,6 +35,14 @@ RULES = (
      "NCA *reads* c when its reads_c (accuracy with c minus with a wrong c of the same form) "
      "is at least half the teacher's (step 0's, across models); a student clear of 0 but under "
      "that share is close to blind, and the claim is **not reproduced** for it."),
+    ("8B thresholds",
+     "a threshold taken from the paper's 8B models (views near-identical at cos >= 0.997) is "
+     "judged as stated *and* scaled to this model: the same share of the way from this "
+     "model's different-item floor (the cosine two different items already have) to 1, "
+     "(cos - floor) / (1 - floor) >= 0.997. Both verdicts are printed."),
+    ("closed set",
+     "a verdict is one of " + ", ".join(f"**{v}**" for v in VERDICTS) + "; its reason is "
+     "written beside it, never in place of it."),
 )
 
 
