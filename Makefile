@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-.PHONY: demo test test-real model docs check-figures lab
+.PHONY: demo test test-real model docs check-figures check-site lab
 demo: $(STAMP)
 	$(PY) -m nca_interp.layer_sim
 
@@ -27,6 +27,12 @@ docs: $(STAMP)
 # every committed HTML figure opened offline in headless Chromium (apt-get install -y chromium)
 check-figures: $(STAMP)
 	$(PY) tests/browser_check.py figures
+
+# every page of the built site opened offline at 1400 px: images load, no table is cut off
+# (apt-get install -y chromium); the checker's own tests first
+check-site: docs
+	$(PY) -m pytest -q -m browser tests/test_site_check.py
+	$(PY) -m tests.site_check site
 
 model: $(STAMP)
 	$(PY) -m nca_interp.fetch smollm2-135m-instruct

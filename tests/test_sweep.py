@@ -122,10 +122,21 @@ def test_beta_sweep_reads_beta_from_training_commands_on_common_seeds(tmp_path, 
         (0.0, 0), (0.0, 1), (0.3, 0), (0.3, 1), (1.0, 0), (1.0, 1)]  # seed 3: not in every beta
     assert teacher["help"] == 0.9
     text = sweep.beta_table("b", tmp_path)
-    assert "| 0 | OPD | 0, 1 | 0.250 (0.200 to 0.300) |" in text
-    assert "| 0.3 | NCA | 0, 1 | 0.110 (0.100 to 0.120) | 0.550 (0.500 to 0.600) |" in text
+    # harm, then its independence baseline 1 - win c (win c 0.9 here), then help
+    assert "| 0 | OPD | 0, 1 | 0.250 (0.200 to 0.300) | 0.100 (0.100 to 0.100) |" in text
+    assert ("| 0.3 | NCA | 0, 1 | 0.110 (0.100 to 0.120) | 0.100 (0.100 to 0.100) | "
+            "0.550 (0.500 to 0.600) |") in text
     fig = sweep.beta_figure("b", tmp_path)
-    assert [len(t.x) for t in fig.data] == [2, 2, 2, 3, 1]  # 3 betas, means, teacher
+    # per beta a point pair in each panel, the means in each, the teacher in each
+    assert [len(t.x) for t in fig.data] == [2, 2, 2, 2, 2, 2, 3, 3, 1, 1]
+    assert list(fig.data[1].x) == [0.9, 0.9]  # the right panel: right without c
+    assert list(fig.data[0].x) == [0.8, 0.7]  # the left: help
+    # a teacher right on nothing without c has no harm: '-' in the table, no star drawn
+    reps = json.loads((tmp_path / "b" / "context_return.json").read_text())
+    reps["reports"]["t_base"]["harm"] = None
+    (tmp_path / "b" / "context_return.json").write_text(json.dumps(reps))
+    assert "| (teacher: step 0) | - | - | - | 0.100 |" in sweep.beta_table("b", tmp_path)
+    assert "teacher" not in {t.legendgroup for t in sweep.beta_figure("b", tmp_path).data}
     (tmp_path / "b_beta0p3" / "manifest.json").write_text(json.dumps({"files": {}}))
     with pytest.raises(ValueError, match="its beta is unknown"):  # never a silent beta 1
         sweep.beta_points("b", tmp_path)

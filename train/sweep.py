@@ -316,64 +316,93 @@ def beta_table(base: str, figures: Path = Path("figures")) -> str:
     points, teacher = beta_points(base, figures)
     if len({p["beta"] for p in points}) < 2:
         return ""
-    lines = ["| beta | students | seeds | harm | help | win no c | win c | regimes |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| beta | students | seeds | harm | independence baseline | help | win no c | "
+             "win c | regimes |", "|---|---|---|---|---|---|---|---|---|"]
+
+    def num(v):
+        return "-" if v is None else f"{v:.3f}"
+
     if teacher:
-        lines.append(f"| (teacher: step 0) | - | - | {teacher['harm']:.3f} | "
-                     f"{teacher['help']:.3f} | {teacher['win_no_c']:.3f} | "
-                     f"{teacher['win_c']:.3f} | {teacher['regime']} |")
+        lines.append(f"| (teacher: step 0) | - | - | {num(teacher['harm'])} | "
+                     f"{num(1 - teacher['win_c'])} | {num(teacher['help'])} | "
+                     f"{num(teacher['win_no_c'])} | {num(teacher['win_c'])} | "
+                     f"{teacher['regime']} |")
     for beta in sorted({p["beta"] for p in points}):
         row = [p for p in points if p["beta"] == beta]
         who = "OPD" if beta == 0 else "NCA"
+        cells = [fmt([p["harm"] for p in row if p["harm"] is not None]),
+                 fmt([1 - p["win_c"] for p in row]),
+                 *(fmt([p[k] for p in row if p[k] is not None])
+                   for k in ("help", "win_no_c", "win_c"))]
         lines.append(f"| {beta:g} | {who} | {', '.join(str(p['seed']) for p in row)} | "
-                     + " | ".join(fmt([p[k] for p in row if p[k] is not None])
-                                  for k in ("harm", "help", "win_no_c", "win_c"))
-                     + f" | {''.join(p['regime'] for p in row)} |")
+                     + " | ".join(cells) + f" | {''.join(p['regime'] for p in row)} |")
     return "\n".join(lines) + (
         f"\n\n`{base}` and its beta settings ({', '.join(BETA_SWEEPS[base])}), the seeds every "
         "beta ran; beta 0 is OPD (no NCA term). Cells: mean (min to max) over seeds of each "
-        "student's held-out rates; harm = P(wrong with c | right without c), help = P(right "
-        "with c | wrong without c); the teacher is every student's step 0.")
+        "student's held-out rates; harm = P(wrong with c | right without c), beside it its "
+        "independence baseline 1 - win c (the harm of a student whose answers with and without "
+        "c are unrelated), help = P(right with c | wrong without c); the teacher is every "
+        "student's step 0.")
 
 
 def beta_figure(base: str, figures: Path = Path("figures")):
-    """Harm against help, a point per student (95% intervals as whiskers), the mean of each
-    beta joined in beta order, the teacher (step 0) as the null."""
+    """Harm against help (left) and against right without c (right), a point per student (95%
+    intervals of harm and help as whiskers), the mean of each beta joined in beta order, the
+    teacher (step 0, the null) as a star. harm needs items right without c: a student with
+    none is drawn in neither panel."""
     import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
     points, teacher = beta_points(base, figures)
-    fig = go.Figure()
+    points = [p for p in points if p["harm"] is not None]
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
+                        subplot_titles=("harm against help", "harm against right without c"))
     betas = sorted({p["beta"] for p in points})
     for i, beta in enumerate(betas):
         row = [p for p in points if p["beta"] == beta]
+        style = {"mode": "markers", "text": [p["run"] for p in row],
+                 "marker": {"size": 8, "color": COLOURS[i % len(COLOURS)]},
+                 "legendgroup": f"{beta:g}",
+                 "error_y": {"type": "data", "symmetric": False,
+                             "array": [p["harm_ci"][1] - p["harm"] for p in row],
+                             "arrayminus": [p["harm"] - p["harm_ci"][0] for p in row]}}
+        name = f"beta {beta:g}" + (" (OPD)" if beta == 0 else "")
         fig.add_trace(go.Scatter(
-            x=[p["help"] for p in row], y=[p["harm"] for p in row], mode="markers",
-            name=f"beta {beta:g}" + (" (OPD)" if beta == 0 else ""),
-            text=[p["run"] for p in row], marker={"size": 8, "color": COLOURS[i % len(COLOURS)]},
+            x=[p["help"] for p in row], y=[p["harm"] for p in row], name=name,
             error_x={"type": "data", "symmetric": False,
                      "array": [p["help_ci"][1] - p["help"] for p in row],
-                     "arrayminus": [p["help"] - p["help_ci"][0] for p in row]},
-            error_y={"type": "data", "symmetric": False,
-                     "array": [p["harm_ci"][1] - p["harm"] for p in row],
-                     "arrayminus": [p["harm"] - p["harm_ci"][0] for p in row]}))
-    means = [(np.mean([p["help"] for p in points if p["beta"] == b]),
-              np.mean([p["harm"] for p in points if p["beta"] == b])) for b in betas]
-    fig.add_trace(go.Scatter(x=[m[0] for m in means], y=[m[1] for m in means],
-                             mode="lines+markers+text", text=[f"{b:g}" for b in betas],
-                             textposition="top right", name="mean per beta",
-                             line={"color": "#444", "dash": "dot"},
-                             marker={"symbol": "diamond", "size": 11, "color": "#444"}))
-    if teacher:
-        fig.add_trace(go.Scatter(x=[teacher["help"]], y=[teacher["harm"]], mode="markers",
-                                 name="teacher (step 0, the null)",
-                                 marker={"symbol": "star", "size": 14, "color": "#1f77b4"}))
+                     "arrayminus": [p["help"] - p["help_ci"][0] for p in row]}, **style),
+            row=1, col=1)
+        fig.add_trace(go.Scatter(x=[p["win_no_c"] for p in row], y=[p["harm"] for p in row],
+                                 name=name, showlegend=False, **style), row=1, col=2)
+    for col, key in ((1, "help"), (2, "win_no_c")):
+        means = [(np.mean([p[key] for p in points if p["beta"] == b]),
+                  np.mean([p["harm"] for p in points if p["beta"] == b])) for b in betas]
+        fig.add_trace(go.Scatter(x=[m[0] for m in means], y=[m[1] for m in means],
+                                 mode="lines+markers+text", text=[f"{b:g}" for b in betas],
+                                 textposition="top right", name="mean per beta",
+                                 legendgroup="mean", showlegend=col == 1,
+                                 line={"color": "#444", "dash": "dot"},
+                                 marker={"symbol": "diamond", "size": 11, "color": "#444"}),
+                      row=1, col=col)
+    if teacher and teacher["harm"] is not None:
+        for col, key in ((1, "help"), (2, "win_no_c")):
+            fig.add_trace(go.Scatter(x=[teacher[key]], y=[teacher["harm"]], mode="markers",
+                                     name="teacher (step 0, the null)", legendgroup="teacher",
+                                     showlegend=col == 1,
+                                     marker={"symbol": "star", "size": 14, "color": "#1f77b4"}),
+                          row=1, col=col)
     seeds = sorted({p["seed"] for p in points})
-    fig.update_layout(title=f"{base}: the NCA weight beta, harm against help<br><sup>seeds "
+    note = "" if teacher is None or teacher["harm"] is not None else \
+        "; step 0 is right on no item without c, so has no harm"
+    fig.update_layout(title=f"{base}: the NCA weight beta<br><sup>seeds "
                             f"{', '.join(map(str, seeds))}; whiskers: 95% intervals; beta 0 "
-                            "is OPD</sup>",
-                      xaxis_title="help = P(right with c | wrong without c)",
-                      yaxis_title="harm = P(wrong with c | right without c)",
-                      height=500, autosize=True)
+                            f"is OPD{note}</sup>",
+                      height=560, autosize=True, margin={"t": 110},
+                      legend={"orientation": "h", "y": -0.2})
+    fig.update_xaxes(title_text="help = P(right with c | wrong without c)", row=1, col=1)
+    fig.update_xaxes(title_text="right without c", row=1, col=2)
+    fig.update_yaxes(title_text="harm = P(wrong with c | right without c)", row=1, col=1)
     return fig
 
 
@@ -425,7 +454,7 @@ def main(argv: list[str] | None = None) -> None:
 
             write_figure(beta_figure(base, Path(args.figures)), out / "harm_vs_help",
                          png=args.png)
-            image = "![harm against help](harm_vs_help.png)" \
+            image = "![harm against help and right without c](harm_vs_help.png)" \
                 if (out / "harm_vs_help.png").exists() else ""
             (out / "README.md").write_text(
                 f"# {base}: the NCA weight beta\n\nGenerated by `python -m train.sweep "
