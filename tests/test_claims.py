@@ -54,6 +54,27 @@ def test_nca_blind_to_c_fails_the_keeps_context_claim(tmp_path):
         "reproduced"
 
 
+def test_seeds_each_reaching_step_0_but_below_it_together_keep_c_only_partly(tmp_path):
+    """Five seeds, each 4 of 20 units short of step 0 on the same items: each seed's interval
+    reaches step 0's accuracy, the pooled paired difference does not."""
+    units = [f"u{i}" for i in range(20)]
+    base = report(0.0, 0.8, None, "B")
+    base["items"] = {"unit": units, "won_c": [1] * 16 + [0] * 4, "won_no_c": [0] * 20}
+    reps = {"b": base}
+    for s in range(5):
+        r = report(0.0, 0.6, None, "C", ci_c=(0.4, 0.8))
+        won = [1] * 16 + [0] * 4
+        for i in range(4):
+            won[(3 * s + 5 * i) % 16] = 0  # a different 4 of step 0's right answers lost
+        r["items"] = {"unit": units, "won_c": won, "won_no_c": [0] * 20}
+        reps[f"t_nca_s{s}"] = r
+    claim = claims.nca_keeps_context(write(tmp_path, reps))
+    assert claim.verdict == "partly" and "pooled over 5 seeds -0.200" in claim.reason
+    for s in range(5):  # the same seeds equal to step 0 item by item: kept
+        reps[f"t_nca_s{s}"]["items"]["won_c"] = base["items"]["won_c"]
+    assert claims.nca_keeps_context(write(tmp_path, reps)).verdict == "reproduced"
+
+
 def test_updates_differ_needs_cross_method_below_every_seed_pair(tmp_path):
     def pd(cross, within):
         pairs = {"x_opd_s0~x_nca_s0": cross[0], "x_opd_s1~x_nca_s1": cross[1],
@@ -471,7 +492,7 @@ def test_referee_refresh_refuses_a_page_without_its_block():
     from nca_interp.errors import UsageError
     from train import referee
 
-    with pytest.raises(UsageError, match="has no referee block"):
+    with pytest.raises(UsageError, match="has no generated block <!-- referee:begin"):
         referee.refresh("# a page someone rewrote\n")
 
 

@@ -78,18 +78,34 @@ def test_generated_blocks_equal_their_generators():
             f"{doc}: a claims block is stale; run python -m train.claims --write"
     for doc in summary.DOCS:
         text = (ROOT / doc).read_text()
-        assert summary.replace_block(text, summary.block(ROOT / "figures")) == text, \
+        assert summary.BLOCK.replace(text, summary.table(ROOT / "figures")) == text, \
             f"{doc}: the summary block is stale; run python -m train.summary --write"
+    readme = (ROOT / "README.md").read_text()
+    assert summary.REPRODUCE.replace(readme, summary.reproduce_table(ROOT / "figures")) \
+        == readme, "README: the reproduce block is stale; run python -m train.summary --write"
+    assert summary.TEST_TIME.replace(readme, summary.test_time_line(ROOT / summary.TEST_RECORD)) \
+        == readme, "README: the make-test time is stale; run python -m train.summary --write"
     from train import referee
 
     page = (ROOT / referee.PAGE).read_text()
     assert referee.refresh(page, ROOT / "figures") == page, \
         f"{referee.PAGE}: the referee block is stale; run python -m train.referee --write"
-    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / sweep.ESTIMATORS_PAGE).read_text()
     est = sweep.estimator_table(ROOT / "figures")
-    assert sweep.EST_START in readme and est  # the estimator-by-outcome table is published
-    assert sweep.replace_block(readme, est, sweep.EST_START, sweep.EST_END) == readme, \
-        "README: the estimator table is stale; run python -m train.sweep --write"
+    assert est  # the estimator-by-outcome table is published, and current
+    assert sweep.ESTIMATORS.replace(page, est, str(sweep.ESTIMATORS_PAGE)) == page, \
+        f"{sweep.ESTIMATORS_PAGE}: the estimator table is stale; run python -m train.sweep --write"
+
+
+def test_readme_is_a_front_door_without_typed_numbers():
+    """Under 150 lines; outside its generated blocks, code and links, no number but model
+    names and versions (times and counts come from manifests and records)."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) < 150
+    prose = re.sub(r"<!-- ([\w:-]+):begin.*?<!-- \1:end -->", "", text, flags=re.S)
+    prose = re.sub(r"```.*?```|`[^`]*`|\]\([^)]*\)", "", prose, flags=re.S)  # code, link targets
+    prose = re.sub(r"SmolLM2(-135M-Instruct)?|Qwen[23]", "", prose)
+    assert re.findall(r"\d", prose) == [], "a number typed into README.md; generate it"
 
 
 def test_docs_site_builds_offline_and_strict(tmp_path):

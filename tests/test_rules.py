@@ -39,6 +39,13 @@ def test_a_pooled_interval_needs_a_majority_of_units_to_be_reproduced():
     assert rules.pooled(True, [True, True], mean_on_side=False) == "not reproduced"
 
 
+def test_keeping_needs_every_seed_and_the_pooled_interval_to_reach_the_null():
+    assert rules.kept([True, True, True], pooled_reaches=True) == "reproduced"
+    assert rules.kept([True, True, True], pooled_reaches=False) == "partly"
+    assert rules.kept([True, True, False], pooled_reaches=True) == "partly"
+    assert rules.kept([False, False], pooled_reaches=True) == "not reproduced"
+
+
 def test_reading_c_needs_half_the_teachers_reads_c():
     assert rules.reads_c(0.31, 0.6)
     assert rules.reads_c(0.30, 0.6)

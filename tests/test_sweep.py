@@ -39,13 +39,6 @@ def test_table_summarises_rows_from_their_json_and_lists_the_rest(tmp_path):
     assert "base" not in opd.split("|")[4]  # the teacher never counts as a seed
 
 
-def test_readme_block_is_replaced_between_markers_only():
-    doc = f"intro\n{sweep.START}\nold table\n{sweep.END}\nafter\n"
-    out = sweep.replace_block(doc, "| new |")
-    assert out == f"intro\n{sweep.START}\n| new |\n{sweep.END}\nafter\n"
-    assert sweep.replace_block("no markers", "x") == "no markers"
-
-
 def rep(w0, w1, regime, rel=0.05, n=1000):
     return {**report(w0, w1, regime), "help": 0.2, "rel_len_both": rel, "n": n, "unit": "level"}
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from train import rules
+from train.blocks import Block
 
 
 @dataclass(frozen=True)
@@ -350,15 +351,44 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
 
 def nca_keeps_context(figs: Path) -> Claim:
     """NCA keeps what c gives (robust, not blind to c): with c, every NCA seed's accuracy
-    interval reaches the step-0 model's accuracy with c. Failing it means NCA's anchor made the
-    context view ignore c."""
+    interval reaches the step-0 model's accuracy with c, and so does the pooled interval of
+    NCA minus step 0 over all seeds, paired on the same items (rules: keeping). Failing it
+    means NCA's anchor made the context view ignore c."""
     rep = json.loads((figs / "context_return.json").read_text())
     base, nca = _base(rep), _runs(rep, "nca")
     flags = [r["ci95"]["win_c"][1] >= base["win_c"] for r in nca]
+    gap = pooled_gain(base, nca) if all("items" in r for r in (base, *nca)) else None
+    v = rules.kept(flags, gap is None or gap[1][1] >= 0)
+    why = ""
+    if gap is not None:
+        d, (lo, hi) = gap
+        why = (f"every seed's interval reaches step 0's {base['win_c']:.3f}, NCA - step 0 "
+               f"pooled over {len(nca)} seeds {d:+.3f} [{lo:+.3f}, {hi:+.3f}] lies below 0"
+               if v == "partly" and all(flags) else "")
     return Claim("NCA keeps what c gives (accuracy with c)", _spread([r["win_c"] for r in nca]),
                  f"step 0 with c: {base['win_c']:.3f}; OPD "
-                 f"{_spread([r['win_c'] for r in _runs(rep, 'opd')])}", _verdict(flags),
+                 f"{_spread([r['win_c'] for r in _runs(rep, 'opd')])}", v, why,
                  coverage=(len(flags), len(nca)))
+
+
+def pooled_gain(base: dict, runs: list[dict], key: str = "won_c"
+                ) -> tuple[float, tuple[float, float]]:
+    """Accuracy of `runs` minus the step-0 model's on the same items (`key`: won_c or
+    won_no_c), pooled over the runs, with a 95% bootstrap interval over (run, unit) clusters:
+    a resample keeps a run's unit together with step 0's answers on the same items."""
+    from nca_interp.bootstrap import cluster_indices, percentile_ci
+
+    diff, cluster = [], []
+    for i, r in enumerate(runs):
+        if r["items"]["unit"] != base["items"]["unit"]:
+            raise ValueError("a student and step 0 were not evaluated on the same items; "
+                             "re-run the evaluation")
+        diff += list(np.asarray(r["items"][key], float) - np.asarray(base["items"][key], float))
+        cluster += [f"{i}|{u}" for u in r["items"]["unit"]]
+    d = np.asarray(diff)
+    boots = np.array([d[i].mean() for i in cluster_indices(cluster, 2000, 0)])
+    lo, hi = percentile_ci(boots)
+    return float(d.mean()), (float(lo), float(hi))
 
 
 def longer(figs: Path) -> Claim:
@@ -1033,31 +1063,18 @@ def table(figs: Path) -> str:
     return "\n".join(rows)
 
 
-def begin(name: str) -> str:
-    return f"<!-- claims:{name}:begin (python -m train.claims --write) -->"
+def claims_block(name: str) -> Block:
+    return Block.named(f"claims:{name}", "python -m train.claims --write")
 
 
-def end(name: str) -> str:
-    return f"<!-- claims:{name}:end -->"
-
-
-def block(name: str, root: Path = Path("figures")) -> str:
-    return f"{begin(name)}\n{table(root / name)}\n{end(name)}"
-
-
-RULES_BEGIN = "<!-- rules:begin (python -m train.claims --write; train/rules.py) -->"
-RULES_END = "<!-- rules:end -->"
+RULES = Block.named("rules", "python -m train.claims --write; train/rules.py")
 
 
 def refresh(text: str, root: Path = Path("figures")) -> str:
     """`text` with every claims block, and the rule book's block, regenerated."""
     for name in re.findall(r"<!-- claims:([\w-]+):begin", text):
-        a, b = text.index(begin(name)), text.index(end(name)) + len(end(name))
-        text = text[:a] + block(name, root) + text[b:]
-    if RULES_BEGIN in text:
-        a, b = text.index(RULES_BEGIN), text.index(RULES_END) + len(RULES_END)
-        text = text[:a] + f"{RULES_BEGIN}\n{rules.markdown()}\n{RULES_END}" + text[b:]
-    return text
+        text = claims_block(name).replace(text, table(root / name), f"claims block {name}")
+    return RULES.replace(text, rules.markdown(), optional=True)
 
 
 DOCS = ("README.md", "docs/index.md", "docs/real_model.md", "docs/results/sysprompt_kbs.md",

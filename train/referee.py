@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nca_interp.cli import entry
-from nca_interp.errors import UsageError
 from train import claims, rules
+from train.blocks import Block
 
 Rule = Callable[[Path], claims.Claim]
 
@@ -170,24 +170,19 @@ def section(i: int, v: Verdict, root: Path) -> str:
     return "\n".join(out)
 
 
-BEGIN = "<!-- referee:begin (python -m train.referee --write) -->"
-END = "<!-- referee:end -->"
+BLOCK = Block.named("referee", "python -m train.referee --write")
 PAGE = Path("docs/results/referee.md")
 
 
-def block(root: Path = Path("figures")) -> str:
+def body(root: Path = Path("figures")) -> str:
     parts = [section(i, v, root) for i, v in enumerate(VERDICTS, 1)]
     parts += ["## Two claims the review found without a fair null"]
     parts += [section(i, v, root) for i, v in enumerate(ALSO, len(VERDICTS) + 1)]
-    return "\n\n".join([BEGIN, *parts, END])
+    return "\n" + "\n\n".join(parts) + "\n"
 
 
 def refresh(text: str, root: Path = Path("figures")) -> str:
-    if BEGIN not in text or END not in text:
-        raise UsageError(f"{PAGE} has no referee block ({BEGIN} ... {END}); restore the markers "
-                         "from git (git checkout -- docs/results/referee.md)")
-    a, b = text.index(BEGIN), text.index(END) + len(END)
-    return text[:a] + block(root) + text[b:]
+    return BLOCK.replace(text, body(root), str(PAGE))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -199,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.write:
         PAGE.write_text(refresh(PAGE.read_text(), Path(args.figures)))
     else:
-        print(block(Path(args.figures)))
+        print(body(Path(args.figures)))
 
 
 if __name__ == "__main__":

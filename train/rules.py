@@ -31,6 +31,12 @@ RULES = (
      "with c of the same student: what harm is when being right with c does not depend on "
      "being right without it (a student right without c by chance is 'harmed' that much). "
      "The baseline is printed beside every harm."),
+    ("keeping",
+     "a claim that something is *kept* (NCA's accuracy with c against step 0's) is judged the "
+     "other way round: a unit is clear when its 95% interval reaches the null. **reproduced** "
+     "needs every seed clear *and* the 95% interval of the seeds' mean (t over seeds) reaching "
+     "the null too; every seed clear but the seeds' mean interval below the null is **partly** "
+     "(each seed alone is too noisy to show the loss that the seeds together show)."),
     ("reading c",
      "NCA *reads* c when its reads_c (accuracy with c minus with a wrong c of the same form) "
      "is at least half the teacher's (step 0's, across models); a student clear of 0 but under "
@@ -96,3 +102,10 @@ def reads_c(mean: float, teacher: float | None, share: float = 0.5) -> bool:
 def markdown() -> str:
     """The rule book as a list (docs/method.md)."""
     return "\n".join(f"- *{name}*: {text}" for name, text in RULES)
+
+
+def kept(flags: list[bool], pooled_reaches: bool) -> str:
+    """A non-inferiority verdict: `flags` per seed (True: its interval reaches the null),
+    `pooled_reaches` whether the seeds' mean interval reaches it too."""
+    v = verdict(flags)
+    return "partly" if v == "reproduced" and not pooled_reaches else v

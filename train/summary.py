@@ -1,7 +1,8 @@
 """The summary across settings, generated from each pipeline folder's JSON (never typed).
 
     python -m train.summary              # print the table
-    python -m train.summary --write      # also replace the generated block in README.md
+    python -m train.summary --write      # also replace the generated blocks in README.md
+                                         # (and the table in docs/results/index.md)
 
 Per setting (a `figures/<name>/` written by `train.reproduce`): the teacher with and without
 the context (the step-0 null every student is read against: in self-distillation it *is* the
@@ -16,10 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
+from train.blocks import Block
+
 DOCS = ("README.md", "docs/results/index.md")
-BEGIN, END = "<!-- summary:begin (python -m train.summary --write) -->", "<!-- summary:end -->"
+BLOCK = Block.named("summary", "python -m train.summary --write")
 
 
 def _cell(stat: dict | None, digits: int = 3) -> str:
@@ -68,13 +72,41 @@ def table(root: Path = Path("figures")) -> str:
     return "\n".join([head, *rows]) + "\n" + note
 
 
-def block(root: Path = Path("figures")) -> str:
-    return f"{BEGIN}\n{table(root)}\n{END}"
+# the settings the README leads with: the real model, then the Sokoban case the paper studied
+FRONT = ("facts_rule", "sokoban_long", "facts")
+REPRODUCE = Block.named("reproduce", "python -m train.summary --write")
+TEST_TIME = Block.named("test-time", "python -m train.summary --write")
+TEST_RECORD = Path("bench/results/test_time.json")
 
 
-def replace_block(text: str, new: str) -> str:
-    a, b = text.index(BEGIN), text.index(END) + len(END)
-    return text[:a] + new + text[b:]
+def reproduce_table(root: Path = Path("figures"), names: tuple[str, ...] = FRONT) -> str:
+    """The command of each headline setting and the time its manifest records: the sum of every
+    stage's seconds (students trained side by side each count in full) and the seeds."""
+    from train.reproduce import SETTINGS
+
+    rows = ["| setting | command | seeds | recorded time (sum of stages) |", "|---|---|---|---|"]
+    for name in names:
+        f = root / name / "manifest.json"
+        if not f.exists():
+            continue
+        m = json.loads(f.read_text())
+        train = sum(v.get("seconds", 0) for v in m["files"].values()
+                    if re.search(r"-m train\.(sft|distill) ", v["command"]))
+        rest = sum(v.get("seconds", 0) for v in m["files"].values()) - train
+        rows.append(f"| `{name}` | `{SETTINGS[name].command(name)}` | "
+                    f"{len(m['config']['seeds'])} | {(train + rest) / 3600:.1f} h (training "
+                    f"{train / 3600:.1f} h, evaluation and analyses {rest / 3600:.1f} h) |")
+    return "\n".join(rows)
+
+
+def test_time_line(record: Path = TEST_RECORD) -> str:
+    if not record.exists():
+        return "`make test-time` has not recorded the default run's time yet."
+    r = json.loads(record.read_text())
+    busy = "" if r.get("load_before", 0) < 0.5 else \
+        f", other work already holding {r['load_before']:.1f} cores on average"
+    return (f"`make test` runs {r['tests']} tests in {r['seconds'] / 60:.0f} min on {r['cpus']} "
+            f"CPU cores (measured {r['date']} at {r['commit']} by `make test-time`{busy}).")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -83,11 +115,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--figures", default="figures")
     ap.add_argument("--write", action="store_true", help="replace README.md's block")
     args = ap.parse_args(argv)
-    new = block(Path(args.figures))
+    new = table(Path(args.figures))
     print(new)
     if args.write:
         for doc in map(Path, DOCS):
-            doc.write_text(replace_block(doc.read_text(), new))
+            BLOCK.write(doc, new)
+        readme = Path("README.md")
+        REPRODUCE.write(readme, reproduce_table(Path(args.figures)))
+        TEST_TIME.write(readme, test_time_line())
 
 
 if __name__ == "__main__":
