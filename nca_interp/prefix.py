@@ -27,7 +27,7 @@ from collections import OrderedDict
 import torch
 from transformers import DynamicCache
 
-from nca_interp.rollout import is_hf, positions, response_logits
+from nca_interp.forward import is_hf, positions, response_logits
 
 MIN_PREFIX = 8  # shorter shared prefixes are not worth a second model call
 

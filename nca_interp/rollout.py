@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from nca_interp.decode import Decoder
+from nca_interp.forward import is_hf, positions, response_logits  # noqa: F401 - re-exported
 
 
 class ContextOverflowError(ValueError):
@@ -57,10 +58,6 @@ def stop_ids(tokenizer, model=None) -> list[int]:
     gen = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     ids |= set(gen if isinstance(gen, list) else [gen])
     return sorted(i for i in ids if i is not None)
-
-
-def positions(mask_B_T: torch.Tensor) -> torch.Tensor:
-    return (mask_B_T.cumsum(-1) - 1).clamp(min=0)
 
 
 def sampling_noise(generator: torch.Generator | None, rows: int, vocab: int, shard: slice,
@@ -139,29 +136,6 @@ def _hf_steps(model, prompt_ids_B_P: torch.Tensor, prompt_mask_B_P: torch.Tensor
         out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos,
                     cache=out.cache, use_cache=True)
         next_pos = next_pos + 1
-
-
-def response_logits(model, prompt_ids_B_P: torch.Tensor, prompt_mask_B_P: torch.Tensor,
-                    resp_B_N: torch.Tensor, resp_mask_B_N: torch.Tensor) -> torch.Tensor:
-    """Teacher-forced logits_B_N_V: entry t is the distribution for response token t given the
-    prompt and response tokens < t. Same response, any prompt (with or without context)."""
-    ids = torch.cat([prompt_ids_B_P, resp_B_N], dim=1)
-    mask = torch.cat([prompt_mask_B_P, resp_mask_B_N], dim=1)
-    P, N = prompt_ids_B_P.shape[1], resp_B_N.shape[1]
-    if not is_hf(model):  # a stand-in module: every position's logits
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask)).logits
-        return logits[:, P - 1: P - 1 + N]
-    # the LM head runs on the N + 1 last positions only (the prompt's would be thrown away)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask),
-                   logits_to_keep=N + 1).logits
-    return logits[:, :N]
-
-
-def is_hf(model) -> bool:
-    """A Hugging Face causal LM (KV caches, `logits_to_keep`), not a stand-in module."""
-    from transformers import PreTrainedModel
-
-    return isinstance(model, PreTrainedModel)
 
 
 def decode_responses(tokenizer, resp_B_N: torch.Tensor, resp_mask_B_N: torch.Tensor

@@ -24,6 +24,7 @@ import numpy as np
 
 from train import rules
 from train.blocks import Block
+from train.settings import load
 
 
 @dataclass(frozen=True)
@@ -200,9 +201,10 @@ def paired_harm_gap(pairs: list[tuple[str, dict, dict]], where: str = "",
     return gap(np.arange(len(cols["cluster"]))), (float(lo), float(hi)), len(pairs)
 
 
-# Settings judged together: one claim table over every member's seeds (same task and
-# teacher, e.g. two fixed knowledge bases), pooled with the member as part of each cluster.
-POOLED = {"sysprompt_kbs": ("sysprompt_kb0", "sysprompt_kb1")}
+# Settings judged together (train/settings.toml [pooled]): one claim table over every member's
+# seeds (same task and teacher, e.g. two fixed knowledge bases), pooled with the member as
+# part of each cluster.
+POOLED = load().pooled
 
 
 def _items(root: Path, members: tuple[str, ...]) -> dict[str, np.ndarray | list]:
@@ -357,7 +359,7 @@ def nca_keeps_context(figs: Path) -> Claim:
     rep = json.loads((figs / "context_return.json").read_text())
     base, nca = _base(rep), _runs(rep, "nca")
     flags = [r["ci95"]["win_c"][1] >= base["win_c"] for r in nca]
-    gap = pooled_gain(base, nca) if all("items" in r for r in (base, *nca)) else None
+    gap = pooled_gain(base, nca) if nca and all("items" in r for r in (base, *nca)) else None
     v = rules.kept(flags, gap is None or gap[1][1] >= 0)
     why = ""
     if gap is not None:
@@ -638,7 +640,7 @@ def orthogonal(figs: Path) -> Claim:
     between their two half batches) are below 75 degrees, so the angle is not what two
     noise-dominated gradients give. Checkpoints where a term is within its own sampling noise
     (no angle) or a floor reaches 75 degrees are not judged. Fewer than 3 seeds: said so."""
-    from train.report import grad_files
+    from train.layout import grad_files
 
     runs = {label: [r["global"] for r in json.loads(f.read_text())["results"].values()]
             for label, f in grad_files(figs) if label.startswith("opd")}
@@ -718,7 +720,7 @@ def nca_new_direction(figs: Path) -> Claim:
     it lies wholly below; an older grad_align (no --parts) is judged on the raw cross-fitted
     angle where both terms' noise floors are below 75 degrees. Angles wholly above 105 degrees
     (the NCA term pulls against OPD's) are counted apart. Fewer than 3 seeds: said so."""
-    from train.report import grad_files
+    from train.layout import grad_files
 
     runs = {label: [r["global"] for r in json.loads(f.read_text())["results"].values()]
             for label, f in grad_files(figs) if label.startswith("nca")}
@@ -1046,15 +1048,14 @@ def claims(figs: Path) -> list[Claim]:
 
 def table(figs: Path) -> str:
     if figs.name in POOLED:
-        from train.reproduce import SETTINGS
-
+        settings = load().settings
         try:
             found = pooled_claims(POOLED[figs.name], figs.parent)
             found += [size_matched(figs.parent / f"{m}_size") for m in POOLED[figs.name]
                       if (figs.parent / f"{m}_size" / "param_delta.json").exists()]
         except FileNotFoundError:  # a member not run yet: say how to run it
             found = [not_run("harm verdicts pooled over " + ", ".join(POOLED[figs.name]),
-                             "; ".join(f"`{SETTINGS[m].command(m)}`"
+                             "; ".join(f"`{settings[m].command(m)}`"
                                        for m in POOLED[figs.name]))]
     else:
         found = claims(figs)

@@ -21,6 +21,7 @@ from pathlib import Path
 from nca_interp.cli import entry
 from train import claims, rules
 from train.blocks import Block
+from train.settings import load
 
 Rule = Callable[[Path], claims.Claim]
 
@@ -41,7 +42,7 @@ def patched_runs(figs: Path) -> str:
 
 def aligned_seeds(figs: Path) -> str:
     """The runs whose gradients a setting aligned (grad_align_<method>[_s<seed>].json)."""
-    from train.report import grad_files
+    from train.layout import grad_files
 
     labels = [label if " s" in label else f"{label} s0" for label, _ in grad_files(figs)]
     return "gradients: " + ", ".join(labels)
@@ -104,9 +105,8 @@ ALSO = (
 
 def published(root: Path) -> list[str]:
     """Settings with a context-return evaluation in `root`, in train.reproduce's order."""
-    from train.reproduce import SETTINGS
-
-    return [s for s in SETTINGS if (root / s / "context_return.json").exists()]
+    settings = load().settings
+    return [s for s in settings if (root / s / "context_return.json").exists()]
 
 
 def seeds_of(figs: Path) -> str:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 
 import numpy as np
 
 from nca_interp.evaluate import label, metric_of
+from train.layout import grad_files
 
 
 def fmt_range(r: dict) -> str:
@@ -114,17 +114,6 @@ def layer_sim(figs: Path, name: str = "layer_sim") -> str:
         out.append("Context reading per head (attention on c / c's share of the visible keys):"
                    "\n\n" + "\n".join(rows))
     return "\n\n".join(out)
-
-
-def grad_files(figs: Path) -> list[tuple[str, Path]]:
-    """(label, JSON) of each grad_align run: seed 0 of OPD and NCA, then further seeds
-    (grad_align_<method>_s<seed>.json), OPD's then NCA's, in seed order."""
-    out = [(m, figs / f"grad_align_{m}.json") for m in ("opd", "nca")]
-    for method in ("opd", "nca"):
-        seeds = sorted((int(m.group(1)), f) for f in figs.glob(f"grad_align_{method}_s*.json")
-                       if (m := re.fullmatch(rf"grad_align_{method}_s(\d+)\.json", f.name)))
-        out += [(f"{method} s{s}", f) for s, f in seeds]
-    return [(label, f) for label, f in out if f.exists()]
 
 
 def grad_align(figs: Path) -> str:
@@ -353,7 +342,7 @@ def harm_drift(figs: Path) -> str:
 
 
 def scorer_agreement(figs: Path) -> str:
-    from nca_interp.tasks.facts import agreement_table
+    from nca_interp.sizing import agreement_table
 
     return agreement_table(json.loads((figs / "scorer_agreement.json").read_text()))
 
@@ -444,7 +433,7 @@ def render(figs: Path) -> str:
                          "the same distance from step 0, not only at the same step)", harm_drift))
     if (figs / "scorer_agreement.json").exists():
         sections.append(("The rule's scorer: language identifier against the word list "
-                         "(`python -m nca_interp.tasks.facts --agreement`)", scorer_agreement))
+                         "(`python -m nca_interp.sizing --agreement`)", scorer_agreement))
     if (figs / "grad_align_opd.json").exists():
         sections.append(("Gradient alignment (over training: seed 0 of each method, further "
                          "seeds of each where run)", grad_align))
@@ -485,7 +474,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.write:
         (figs / "README.md").write_text(text + "\n")
     if args.html:
-        from train.reproduce import render_figures
+        from train.figures import render_figures
 
         print("\n".join(render_figures(figs, png=args.png)))
 

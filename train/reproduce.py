@@ -36,186 +36,12 @@ from nca_interp.cli import (
 from nca_interp.errors import RunError, UsageError
 from train import distill, dose, sft
 from train.common import DISK_REMEDY, disk_needed, weight_bytes
+from train.figures import render_figures
+from train.layout import LAYER_SIM_STAGES
+from train.settings import Preset, load
 
-
-@dataclass(frozen=True)
-class Preset:
-    """One setting of the pipeline: how its teacher is made and what distillation defaults
-    it uses. `train.reproduce`, `train.sweep` and the docs read these; a command-line flag
-    overrides a default."""
-
-    sft_args: tuple[str, ...] = ()  # train.sft flags of the teacher (task, room, model size)
-    task: str = "sokoban"  # the task evaluated (what --task means to the analyses)
-    fetched: str | None = None  # a registry model (nca_interp.fetch) is the teacher: no SFT
-    teacher_init: str | None = None  # the teacher is fine-tuned from this preset's teacher
-    teacher_steps: int = 1000
-    teacher_contexts: tuple[str, ...] = ("state", "plan")  # the teacher is evaluated with
-    context: str = "plan"  # the context distilled
-    task_options: tuple[str, ...] = ()  # KEY=VALUE task config (fetched teachers)
-    distill_steps: int = 200
-    batch: int = 128
-    lr: float = 3e-4
-    warmup: int = 10
-    save_every: int = 25
-    n_levels: int = 1000
-    grad_batch: int = 2048
-    grad_micro_batch: int = 128
-    grad_parts: int = 8  # independent parts of the grad_align batch (noise-corrected angles)
-    grad_seeds: int = 1  # runs of each method (first seeds) whose gradients are aligned
-    patching: str | None = None  # None: run it; otherwise why it is not run for this preset
-    patching_kw: tuple[tuple[str, object], ...] = ()  # PatchingConfig fields for this preset
-    patching_base: bool = True  # also patch the teacher (the step-0 null of the students)
-    # the trajectory over every checkpoint of every seed with the control context, and harm
-    # against drift from it (train.dose); otherwise every other checkpoint of the first seed
-    dose: bool = False
-    note: str = ""
-
-
-PRESETS = {
-    "sokoban": Preset(("--task", "sokoban")),
-    "sokoban8": Preset(("--task", "sokoban", "--dim-room", "8,8")),
-    "sokoban8s": Preset(("--task", "sokoban", "--dim-room", "8,8", "--contexts", "state"),
-                        teacher_contexts=("state",), context="state",
-                        note="8x8 room, the derivable `state` context only (no verbatim "
-                             "answer to copy)"),
-    "sokoban_remap": Preset(("--task", "sokoban", "--remap", "LRUD", "--contexts", "remap",
-                             "--lr", "0.001"), teacher_init="sokoban",
-                            teacher_contexts=("remap",), context="remap", grad_seeds=3,
-                            note="remapped keys: the teacher reads a random key permutation "
-                                 "per level from `K:U=L D=R ..`; distillation internalizes "
-                                 "the fixed LRUD. Its teacher starts from the plain game's, "
-                                 "which already plans (from scratch its loss sat at ln 4, a "
-                                 "guess among the keys, for 500 steps)"),
-    "sokoban_xl": Preset(("--task", "sokoban", "--n-layers", "8", "--d-model", "256",
-                          "--n-heads", "8", "--d-mlp", "768"), teacher_steps=400,
-                         note="cross-model: a larger teacher for the 4-layer student of "
-                              "`sokoban` (--student-from sokoban); ~8x the cost per step"),
-    "frozenlake": Preset(("--task", "frozenlake"), task="frozenlake"),
-    "frozenlake6": Preset(("--task", "frozenlake", "--size", "6", "--num-holes", "12"),
-                          task="frozenlake"),
-    "sysprompt": Preset(("--task", "sysprompt", "--kb", "0", "--batch", "256", "--pack", "8",
-                         "--follow-ups", "open"), task="sysprompt", teacher_contexts=("system",),
-                        context="system",
-                        note="256 questions per step, 8 about each knowledge base, each answer "
-                             "trained; follow-ups without options"),
-    "facts": Preset(task="facts", fetched="smollm2-135m-instruct", teacher_contexts=("facts",),
-                    context="facts", distill_steps=32, batch=8, lr=1e-4, warmup=4,
-                    save_every=8, n_levels=48, grad_batch=16, grad_micro_batch=4, grad_parts=4,
-                    grad_seeds=3,
-                    # nothing is right without c, so no harm case exists: patch the help cases
-                    # (wrong without c, right with it). A 30-layer model on ~250-token prompts:
-                    # position groups only, 8 cases, one head chosen per half, 50 teacher-forced
-                    # random-head draws and no answer-outcome draws (a greedy generation through
-                    # the bridge, without a KV cache, per draw); the teacher is not patched (12
-                    # cases, k 1 and 8, 100 draws took over 100 min for one student on 2 busy
-                    # cores)
-                    patching_kw=(("kind", "help"), ("scope", "groups"), ("max_cases", 8),
-                                 ("ks", [1]), ("n_random", 50), ("n_random_generate", 0)),
-                    patching_base=False,
-                    note="SmolLM2-135M-Instruct (registry weights, full fine-tuning) "
-                         "self-distilled on 4 invented countries x 3 attributes in its system "
-                         "message; sized to fit a few hours on 2 CPU cores"),
-    # the French rule is the one this model follows when told and almost never untold
-    # (nca_interp.tasks.facts --measure), and OPD internalizes it: 0.000 -> 0.542 without c
-    # in 24 steps on one seed. 48 steps show the course past that point (6 checkpoints for
-    # harm against drift); 24 answer tokens hold a short answer in either language
-    "facts_rule": Preset(task="facts", fetched="smollm2-135m-instruct",
-                         teacher_contexts=("rule",), context="rule",
-                         task_options=("kind=rule", "rule=french", "max_new=24"),
-                         distill_steps=48, batch=8, lr=1e-4, warmup=2, save_every=8,
-                         n_levels=48, grad_batch=16, grad_micro_batch=4, grad_parts=4,
-                         grad_seeds=3,
-                         patching_kw=(("kind", "harm"), ("scope", "groups"), ("max_cases", 8),
-                                      ("ks", [1]), ("n_random", 50),
-                                      ("n_random_generate", 0)),
-                         patching_base=False, dose=True,
-                         note="SmolLM2-135M-Instruct self-distilled on the instruction "
-                              "'Always answer in French.' in its system message, asked the "
-                              "facts questions (success: the answer is French)"),
-}
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One published pipeline run: a preset, the flags it ran with and its seeds. `figures/
-    <name>/` holds its outputs; the summary across settings and the Sokoban sweep list these
-    (a setting not yet run is shown with the command that runs it)."""
-
-    preset: str
-    flags: tuple[str, ...] = ()
-    seeds: tuple[int, ...] = (0, 1, 2)
-    analyses: bool = True
-    sweep: str | None = None  # its row's description in the Sokoban sweep (None: not a row)
-
-    def command(self, name: str) -> str:
-        parts = ["python -m train.reproduce --task", self.preset]
-        if name != self.preset:
-            parts += ["--name", name]
-        parts += [*self.flags, "--seeds", ",".join(map(str, self.seeds))]
-        if not self.analyses:
-            parts += ["--analyses", "false"]
-        return " ".join(parts)
-
-
-LONG = ("--distill-steps", "500", "--lr", "0.001", "--save-every", "50")  # sokoban_long's OPD
-SETTINGS = {
-    "facts": Setting("facts"),
-    "facts_lr3e-5": Setting("facts", ("--lr", "3e-5"), seeds=(0,), analyses=False),
-    "facts_rule": Setting("facts_rule", seeds=(0, 1, 2, 3, 4), analyses=False),
-    # the NCA weight on the real model (beta 0 is facts_rule's OPD, 1 its NCA): the course of
-    # each run at step 0 and its end only
-    **{f"facts_rule_beta{str(beta).replace('.', 'p')}": Setting(
-        "facts_rule", ("--methods", "nca", "--beta", str(beta), "--trajectory-every", "6"),
-        analyses=False) for beta in (0.1, 0.3, 0.5)},
-    # gradients of 3 seeds per method at every other checkpoint (all 10 checkpoints of 6 runs
-    # cost ~2 h on 2 cores; the final one is always aligned)
-    "sokoban_long": Setting("sokoban", (*LONG, "--grad-seeds", "3", "--grad-every", "2"),
-                            seeds=(0, 1, 2, 3, 4),
-                            sweep="6x6 `plan`, OPD 2.5x longer at 3.3x the lr (500 steps, lr "
-                                  "1e-3)"),
-    "sokoban_long_k1": Setting("sokoban", (*LONG, "--kl", "sampled"),
-                               analyses=False,
-                               sweep="sokoban_long with the sampled-token k1 estimator in both "
-                                     "terms (one sampled token per position and its "
-                                     "score-function term, as tinker and verl's k1 compute it)"),
-    # the estimators large runs use, beside the full-KL settings of the same seeds (Sokoban's
-    # top-k keeps 4 of 101 tokens: top-8 already equals the full KL; facts keeps OPCD's 256)
-    "sokoban_long_topk": Setting("sokoban", (*LONG, "--kl", "topk", "--kl-k", "4"),
-                                 analyses=False),
-    "sokoban_remap_k1": Setting("sokoban_remap", ("--kl", "sampled"), analyses=False),
-    "sokoban_remap_topk": Setting("sokoban_remap", ("--kl", "topk", "--kl-k", "4"),
-                                  analyses=False),
-    "facts_k1": Setting("facts", ("--kl", "sampled"), analyses=False),
-    "facts_topk": Setting("facts", ("--kl", "topk"), analyses=False),
-    "sokoban_remap": Setting("sokoban_remap", seeds=(0, 1, 2, 3, 4),
-                             sweep="6x6, remapped keys: the teacher (fine-tuned from sokoban's) "
-                                   "reads a random key permutation from `K:U=L D=R ..`; "
-                                   "distillation internalizes the fixed LRUD"),
-    # gradients of 3 seeds per method at every other of its 8 checkpoints, as sokoban_long
-    "sokoban": Setting("sokoban", ("--grad-seeds", "3", "--grad-every", "2"),
-                       sweep="6x6 room, `plan` context (first 3 optimal moves), 200 OPD steps at "
-                             "lr 3e-4: the earlier default"),
-    "sokoban8s": Setting("sokoban8s", analyses=False,
-                         sweep="8x8 room, teacher trained with the derivable `state` context "
-                               "only"),
-    "sokoban_xl": Setting("sokoban_xl", ("--student-from", "sokoban"), analyses=False,
-                          sweep="cross-model: an 8-layer d 256 teacher distilled into the "
-                                "4-layer `sokoban` base"),
-    # the harm verdict over 8 seeds: two fixed knowledge bases, 4 seeds each, one teacher;
-    # KB 0 carries the analyses (gradients of 3 seeds per method at every other checkpoint).
-    # It replaced `sysprompt` (3 seeds of KB 0 analysed; its teacher was lost with an earlier
-    # machine and retrained, so its command no longer made its figures)
-    "sysprompt_kb0": Setting("sysprompt", ("--task-options", "kb=0", "--grad-seeds", "3",
-                                           "--grad-every", "2"), seeds=(0, 1, 2, 3)),
-    "sysprompt_kb1": Setting("sysprompt", ("--task-options", "kb=1"), seeds=(0, 1, 2, 3),
-                             analyses=False),
-    # the NCA weight swept on KB 0 (beta 0 is OPD, 1 is sysprompt_kb0's NCA): harm against help
-    **{f"sysprompt_kb0_beta{str(beta).replace('.', 'p')}": Setting(
-        "sysprompt", ("--task-options", "kb=0", "--methods", "nca", "--beta", str(beta)),
-        seeds=(0, 1, 2), analyses=False) for beta in (0.1, 0.3)},
-    # gradients of 3 seeds per method at every other of its 8 checkpoints, as sokoban
-    "frozenlake": Setting("frozenlake", ("--grad-seeds", "3", "--grad-every", "2")),
-}
+CATALOGUE = load()  # train/settings.toml
+PRESETS, SETTINGS = CATALOGUE.presets, CATALOGUE.settings
 
 
 def teacher_folder(preset: Preset, runs: Path, task: str) -> Path:
@@ -243,7 +69,7 @@ def estimator_args(cfg) -> list[str]:
 @dataclass
 class ReproduceConfig:
     task: str = field(default="sokoban", metadata={
-        "help": "a preset: " + ", ".join(PRESETS) + " (train/reproduce.py PRESETS)"})
+        "help": "a preset: " + ", ".join(PRESETS) + " (train/settings.toml)"})
     name: str | None = field(default=None, metadata={
         "help": "setting name: students go to RUNS/NAME_<method>_s<seed>, figures to "
                 "FIGURES/NAME (default: the task); the teacher is always RUNS/TASK_base, so "
@@ -426,10 +252,6 @@ def method_of(run_name: str) -> str:
     return m.group(1) if m else "base"
 
 
-# layer_sim position sets: y's tokens, the positions producing y (what the losses train), and
-# x's tokens (untouched by the losses: the control)
-LAYER_SIM_STAGES = {"response": "layer_sim", "generating": "layer_sim_generating",
-                    "prompt": "layer_sim_prompt"}
 SUMMARY_KEYS = ["win_no_c", "win_c", "harm", "help", "harm_joint", "help_joint", "both",
                 "rel_len_both", "rel_len"]
 
@@ -452,53 +274,6 @@ def summarise(reports: dict[str, dict], seeds: list[int]) -> dict[str, dict]:
                               "max": float(np.max(vals)), "n": len(vals)} if vals else None
         out[method]["regimes"] = [r["regime"] for r in runs]
     return out
-
-
-def render_figures(figs: Path, png: bool) -> list[str]:
-    """Every figure of a pipeline folder, drawn from its JSON (so figures never drift from
-    data); a figure whose JSON is absent (a sweep row, a stage not run) is skipped."""
-    from nca_interp import plots
-
-    written = []
-
-    def load(name: str) -> dict | None:
-        f = figs / name
-        return json.loads(f.read_text()) if f.exists() else None
-
-    rep, summary = load("context_return.json"), load("context_return_summary.json")
-    if rep and summary:
-        ctx = rep["config"]["context"]
-        success = evaluate.metric_of(rep["reports"])
-        written += plots.write_figure(plots.context_return_figure(summary, figs.name, ctx,
-                                                                  success),
-                                      figs / "context_return", png)
-    if (hd := load("harm_drift.json")) is not None:
-        written += plots.write_figure(dose.figure(hd["rows"], f"harm against drift: {figs.name}"),
-                                      figs / "harm_drift", png)
-    for stem in ("trajectory", "trajectory_1000steps"):
-        if (tr := load(f"{stem}.json")) is not None:
-            written += plots.write_figure(plots.trajectory_figure(tr), figs / stem, png)
-    for name in LAYER_SIM_STAGES.values():
-        if (ls := load(f"{name}.json")) is not None:
-            written += plots.write_figure(plots.layer_sim_figure(ls), figs / name, png)
-            if "ctx_attn_ratio" in next(iter(ls["results"].values())):
-                written += plots.write_figure(plots.head_heatmaps(ls), figs / f"{name}_heads",
-                                              png)
-    from train.report import grad_files
-
-    for _, path in grad_files(figs):
-        for name, fig in grad_align.figures(json.loads(path.read_text())).items():
-            stem = path.stem + ("_steps" if name.endswith("_steps") else "")
-            written += plots.write_figure(fig, figs / stem, png)
-    if (pd := load("param_delta.json")) is not None:
-        for name, fig in param_delta.figures(pd).items():
-            stem = "param_delta_" + (name[len("delta_"):] if name.startswith("delta_") else name)
-            written += plots.write_figure(fig, figs / stem, png)
-    if (pt := load("patching.json")) is not None:
-        for name, r in pt["results"].items():
-            for suffix, fig in plots.patching_figures(r).items():
-                written += plots.write_figure(fig, figs / f"patching_{name}_{suffix}", png)
-    return written
 
 
 def prune_figures(figs: Path, written: list[str], manifest: Manifest) -> list[str]:

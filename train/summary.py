@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 from train.blocks import Block
+from train.settings import load
 
 DOCS = ("README.md", "docs/results/index.md")
 BLOCK = Block.named("summary", "python -m train.summary --write")
@@ -62,9 +63,8 @@ def table(root: Path = Path("figures")) -> str:
     head = ("| setting | step 0 (the null): right without c / with c; harm | OPD: right "
             "without c / with c | OPD harm | OPD regimes | NCA: right without c / with c | "
             "NCA harm | NCA regimes |\n|---|---|---|---|---|---|---|---|")
-    from train.reproduce import SETTINGS
-
-    rows = [r for r in (row(root / name) for name in SETTINGS) if r]
+    settings = load().settings
+    rows = [r for r in (row(root / name) for name in settings) if r]
     note = ("\nStep 0 is the checkpoint every student starts from: in self-distillation (every "
             "setting but `sokoban_xl`) the teacher itself; `sokoban_xl`'s students start from a "
             "4-layer `sokoban` teacher evaluated in its own folder (its 8-layer teacher's rows "
@@ -82,8 +82,7 @@ TEST_RECORD = Path("bench/results/test_time.json")
 def reproduce_table(root: Path = Path("figures"), names: tuple[str, ...] = FRONT) -> str:
     """The command of each headline setting and the time its manifest records: the sum of every
     stage's seconds (students trained side by side each count in full) and the seeds."""
-    from train.reproduce import SETTINGS
-
+    settings = load().settings
     rows = ["| setting | command | seeds | recorded time (sum of stages) |", "|---|---|---|---|"]
     for name in names:
         f = root / name / "manifest.json"
@@ -93,7 +92,7 @@ def reproduce_table(root: Path = Path("figures"), names: tuple[str, ...] = FRONT
         train = sum(v.get("seconds", 0) for v in m["files"].values()
                     if re.search(r"-m train\.(sft|distill) ", v["command"]))
         rest = sum(v.get("seconds", 0) for v in m["files"].values()) - train
-        rows.append(f"| `{name}` | `{SETTINGS[name].command(name)}` | "
+        rows.append(f"| `{name}` | `{settings[name].command(name)}` | "
                     f"{len(m['config']['seeds'])} | {(train + rest) / 3600:.1f} h (training "
                     f"{train / 3600:.1f} h, evaluation and analyses {rest / 3600:.1f} h) |")
     return "\n".join(rows)

@@ -20,15 +20,16 @@ from pathlib import Path
 import numpy as np
 
 from train.blocks import Block
+from train.settings import load
 
-SWEEP = ("sokoban", "sokoban8s", "sokoban_long", "sokoban_long_k1", "sokoban_remap", "sokoban_xl")
+CATALOGUE = load()  # train/settings.toml
+SWEEP = CATALOGUE.sweep_rows
 
 
 def rows() -> list[tuple[str, str, str]]:
-    """(name, what changes, command) of each sweep row, read from `train.reproduce.SETTINGS`."""
-    from train.reproduce import SETTINGS
-
-    return [(name, SETTINGS[name].sweep, SETTINGS[name].command(name)) for name in SWEEP]
+    """(name, what changes, command) of each sweep row (train/settings.toml)."""
+    settings = CATALOGUE.settings
+    return [(name, settings[name].sweep, settings[name].command(name)) for name in SWEEP]
 
 
 def seed_cells(reports: dict, method: str, key: str) -> list[float]:
@@ -121,12 +122,10 @@ def table(figures: Path = Path("figures")) -> str:
     return out
 
 
-# Estimator rows and the full-vocabulary row each compares with (same task, steps, lr, seeds).
-# Sokoban's vocabulary is 101 tokens and top-8 already equals the full KL on one batch
-# (bench/results/kl_estimators_sokoban_opd.txt), so its top-k rows keep 4 of the teacher's.
-ESTIMATOR_ROWS = {"sokoban_long_k1": "sokoban_long", "sokoban_long_topk": "sokoban_long",
-                  "sokoban_remap_k1": "sokoban_remap", "sokoban_remap_topk": "sokoban_remap",
-                  "facts_k1": "facts", "facts_topk": "facts"}
+# Estimator rows and the full-vocabulary row each compares with (same task, steps, lr, seeds):
+# the settings whose variant is "estimator" (train/settings.toml)
+ESTIMATOR_ROWS = {n: st.variant_of for n, st in CATALOGUE.settings.items()
+                  if st.variant == "estimator"}
 RUN = re.compile(r"_(opd|nca)_s(\d+)$")
 METRICS = ("win_no_c", "win_c", "harm", "help", "rel_len_both")
 
@@ -218,13 +217,12 @@ def estimator_table(figures: Path = Path("figures")) -> str:
             "rel_len_both | regimes |")
     lines, pending, stories = [head, "|" + "---|" * 10], [], []
     items: dict[str, list[str]] = {}  # "1000 items" -> the rows evaluated on that many
-    from train.reproduce import SETTINGS
-
+    settings = CATALOGUE.settings
     for row, full in ESTIMATOR_ROWS.items():
         if not (figures / row / "context_return.json").exists():
-            flags = SETTINGS[row].flags
+            flags = settings[row].flags
             pending.append(f"- {row} ({estimator_label(dict(zip(flags, flags[1:])))}, beside "
-                           f"{full}): `{SETTINGS[row].command(row)}`")
+                           f"{full}): `{settings[row].command(row)}`")
             continue
         rep = {name: json.loads((figures / name / "context_return.json").read_text())["reports"]
                for name in (full, row)}
@@ -266,9 +264,9 @@ def estimator_table(figures: Path = Path("figures")) -> str:
 
 
 # The NCA weight swept on one setting: the settings holding its other betas (beta 0 is the
-# base setting's OPD, the NCA term absent; its NCA students carry their own --beta).
-BETA_SWEEPS = {"sysprompt_kb0": ("sysprompt_kb0_beta0p1", "sysprompt_kb0_beta0p3"),
-               "facts_rule": ("facts_rule_beta0p1", "facts_rule_beta0p3", "facts_rule_beta0p5")}
+# base setting's OPD, the NCA term absent; its NCA students carry their own --beta)
+BETA_SWEEPS = {base: v for base in CATALOGUE.settings
+               if (v := CATALOGUE.variants(base, "beta"))}
 
 
 def _trained_with(figs: Path) -> dict[str, dict[str, str]]:

@@ -19,8 +19,8 @@ The unit for intervals is the fact (country, attribute): its phrasings are not i
 The `rule` context is a behavioural instruction instead of knowledge: the system message asks
 for an answer style (`RULES`) and success is following it (whatever the answer says). Only
 rules the model follows when told, and not without, can be internalized; `python -m
-nca_interp.tasks.facts --measure` prints, per rule, how often the model follows it with and
-without the instruction (the README cites that table).
+nca_interp.sizing --measure` prints, per rule, how often the model follows it with and
+without the instruction.
 
 Student view: with no system message, chat templates that insert a default one (SmolLM2: "You
 are a helpful AI assistant named SmolLM, trained by Hugging Face") show it; the student view is
@@ -34,8 +34,6 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-
-import numpy as np
 
 from nca_interp.tasks.language import is_french
 
@@ -236,130 +234,3 @@ def styled(answer: str, rule: str) -> str:
 
 def render(q: Question) -> str:
     return q.text
-
-
-def measure(sizes: tuple[int, ...] = (4, 5, 6, 8), rules: tuple[str, ...] = tuple(RULES),
-            model: str = "smollm2-135m-instruct") -> dict:
-    """The fetched model's accuracy without / with the context, per KB size (facts) and per
-    rule, paired on every held-out question, with 95% cluster-bootstrap intervals over facts:
-    where the teacher is clearly better with the context is where the task can be distilled."""
-    from nca_interp.checkpoint import load_checkpoint
-    from nca_interp.evaluate import evaluate_checkpoint
-    from nca_interp.fetch import fetch
-    from nca_interp.tasks import make_task
-
-    model_dir = fetch(model)
-    lm, tok = load_checkpoint(model_dir)
-    out: dict = {"model": model, "facts": {}, "rules": {}}
-    for n in sizes:
-        task = make_task("facts", n_entities=n)
-        out["facts"][str(n)] = evaluate_checkpoint(lm, tok, task, "facts", n_levels=10_000)
-    for rule in rules:
-        task = make_task("facts", kind="rule", rule=rule)
-        out["rules"][rule] = evaluate_checkpoint(lm, tok, task, "rule", n_levels=10_000)
-    return out
-
-
-def measure_table(m: dict) -> str:
-    """Markdown of `measure`'s output."""
-    def row(label: str, r: dict) -> str:
-        ci = r["ci95"]["delta_c"]
-        return (f"| {label} | {r['n']} ({r['n_units']} facts) | {r['win_no_c']:.3f} | "
-                f"{r['win_c']:.3f} | {r['delta_c']:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}] |")
-    lines = ["| context | questions | right without c | right with c | gap with c "
-             "[95% interval over facts] |", "|---|---|---|---|---|"]
-    lines += [row(f"facts, {n} countries x {len(ATTRIBUTES)} attributes", r)
-              for n, r in m["facts"].items()]
-    lines += [row(f"rule `{k}`: {RULES[k]}", r) for k, r in m["rules"].items()]
-    return "\n".join(lines)
-
-
-def agreement(model: str = "smollm2-135m-instruct", rule: str = "french",
-              max_new: int = 24) -> dict:
-    """The language identifier against the word list it replaced, on the fetched model's own
-    responses to every held-out question without c, with c and with the control c' (the rule's
-    words shuffled): per view, how often each says French, how often they agree (with Cohen's
-    kappa: agreement beyond what their rates give by chance), and every response where they
-    disagree."""
-    from nca_interp.checkpoint import load_checkpoint
-    from nca_interp.evaluate import play_levels
-    from nca_interp.fetch import fetch
-    from nca_interp.tasks import make_task
-
-    lm, tok = load_checkpoint(fetch(model))
-    task = make_task("facts", kind="rule", rule=rule, max_new=max_new).for_tokenizer(tok)
-    levels = task.levels("test", 10_000, 0)
-    views = {"no c": None, "with c": "rule",
-             "control c'": [task.control_context(levels, i, "rule") for i in range(len(levels))]}
-    out: dict = {"model": model, "rule": rule, "max_new": max_new, "views": {}}
-    for view, context in views.items():
-        texts = play_levels(lm, tok, task, levels, context)["texts"]
-        ident = [follows_rule(t, rule, lv.kb) for t, lv in zip(texts, levels)]
-        words = [french_by_words(t) for t in texts]
-        a, b = np.array(ident, float), np.array(words, float)
-        agree = float((a == b).mean())
-        chance = float(a.mean() * b.mean() + (1 - a.mean()) * (1 - b.mean()))
-        out["views"][view] = {
-            "n": len(texts), "identifier": float(a.mean()), "words": float(b.mean()),
-            "agree": agree, "kappa": None if chance == 1 else (agree - chance) / (1 - chance),
-            "disagree": [{"question": lv.text, "response": t, "identifier": x, "words": w}
-                         for lv, t, x, w in zip(levels, texts, ident, words) if x != w]}
-    return out
-
-
-def agreement_table(m: dict) -> str:
-    """Markdown of `agreement`'s output: the rates, then each disagreement."""
-    lines = [f"Scorers of the rule `{m['rule']}` on {m['model']}'s responses (up to "
-             f"{m['max_new']} tokens) to every held-out question:", "",
-             "| view | responses | French by the identifier | French by the word list | "
-             "agree | Cohen's kappa |", "|---|---|---|---|---|---|"]
-    for view, r in m["views"].items():
-        kappa = "-" if r["kappa"] is None else f"{r['kappa']:.2f}"
-        lines.append(f"| {view} | {r['n']} | {r['identifier']:.3f} | {r['words']:.3f} | "
-                     f"{r['agree']:.3f} | {kappa} |")
-    lines += ["", "Every disagreement (identifier / word list):", ""]
-    for view, r in m["views"].items():
-        for d in r["disagree"]:
-            text = " ".join(d["response"].split()).replace("|", "\\|")
-            lines.append(f"- {view}: {'French' if d['identifier'] else 'not French'} / "
-                         f"{'French' if d['words'] else 'not French'}: \"{text}\"")
-    if not any(r["disagree"] for r in m["views"].values()):
-        lines.append("- none")
-    return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    import argparse
-    import json
-    from pathlib import Path
-
-    ap = argparse.ArgumentParser(
-        prog="python -m nca_interp.tasks.facts",
-        description="Size the task on the fetched model: where it reads the context "
-                    "(--measure), or how the `french` rule's language identifier agrees with "
-                    "the word list it replaced (--agreement).")
-    mode = ap.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--measure", action="store_true")
-    mode.add_argument("--agreement", action="store_true")
-    ap.add_argument("--out", default=None, help="output stem (default: figures/facts/sizing "
-                    "or figures/facts_rule/scorer_agreement)")
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
-    import torch
-
-    torch.set_num_threads(args.threads)
-    if args.agreement:
-        out = args.out or "figures/facts_rule/scorer_agreement"
-        result = agreement()
-        text = agreement_table(result)
-        flag = "--agreement"
-    else:
-        out = args.out or "figures/facts/sizing"
-        result = measure()
-        text = measure_table(result)
-        flag = "--measure"
-    print(text)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out + ".json").write_text(json.dumps(result, indent=1, default=str))
-    Path(out + ".md").write_text(f"<!-- python -m nca_interp.tasks.facts {flag} -->\n" + text
-                                 + "\n")

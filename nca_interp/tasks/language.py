@@ -8,7 +8,7 @@ oc), so the choice is made among the languages a small English-first chat model 
 first: left in, they tip `La capitale de Velmora est Tessik.` to Italian. A text with fewer
 than `MIN_LETTERS` letters left (a bare year) has no language.
 
-`python -m nca_interp.tasks.facts --agreement` measures this scorer against the word list it
+`python -m nca_interp.sizing --agreement` measures this scorer against the word list it
 replaced on the teacher's own responses, and lists every response where they disagree.
 """
 

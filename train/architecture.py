@@ -1,0 +1,171 @@
+"""The package's layers, read from its own imports: docs/architecture.md is generated from here.
+
+    python -m train.architecture            # print the layer table and any violation
+    python -m train.architecture --write    # regenerate the block in docs/architecture.md
+
+Every module of `nca_interp` and `train` belongs to one layer of `LAYERS`; a module may import
+modules of its own layer or of layers below it, never above, and no set of modules may import
+each other in a circle (imports inside functions count: they are dependencies too). A test
+fails on an upward arrow, a circle, or a module no layer names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+from pathlib import Path
+
+from train.blocks import Block
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# lowest first: (name, what the layer does, module prefixes)
+LAYERS = (
+    ("core", "models, checkpoints, tokenizers, tasks, losses, rollouts, hooks, bootstrap",
+     ("nca_interp",)),
+    ("analyses", "each reads checkpoints and writes a JSON report (and its figures)",
+     ("nca_interp.evaluate", "nca_interp.layer_sim", "nca_interp.grad_align",
+      "nca_interp.param_delta", "nca_interp.patching", "nca_interp.trajectory",
+      "nca_interp.sizing", "nca_interp.trl_nca")),
+    ("training", "produces runs: a teacher, OPD and NCA students, with their run configs",
+     ("train.common", "train.sft", "train.distill", "train.trl_distill", "train.embed")),
+    ("data", "what the pipeline and pages agree on: settings, file layout, rules, blocks",
+     ("train.settings", "train.layout", "train.rules", "train.blocks")),
+    ("verdicts", "typed claims from the reports, judged by the rule book",
+     ("train.dose", "train.claims")),
+    ("pages", "generated Markdown and figures from the reports and claims",
+     ("train.figures", "train.report", "train.summary", "train.sweep", "train.referee",
+      "train.architecture")),
+    ("pipeline", "from nothing to a published setting: runs, reports, pages",
+     ("train.reproduce", "train.size_control")),
+)
+
+FLOW = ("checkpoint (a folder: weights, tokenizer, run config)",
+        "run (`train.distill`: method, seed, beta in its run config)",
+        "report (an analysis: `run(...)` -> JSON in figures/<setting>/)",
+        "claims (`train.claims`: typed verdicts by `train.rules`)",
+        "pages (`train.report`, `train.summary`, `train.referee`, `train.sweep`, through "
+        "`train.blocks`)")
+
+BLOCK = Block.named("architecture", "python -m train.architecture --write")
+PAGE = Path("docs/architecture.md")
+
+
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    out = {}
+    for pkg in ("nca_interp", "train"):
+        for f in sorted((root / pkg).rglob("*.py")):
+            parts = f.relative_to(root).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = f
+    return out
+
+
+def imports(root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the package modules it imports (anywhere in it, functions included)."""
+    mods = modules(root)
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for m, f in mods.items():
+        pkg = m if f.name == "__init__.py" else m.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Import):
+                edges[m] |= {a.name for a in node.names if a.name in mods}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                if base in mods:
+                    edges[m].add(base)
+                edges[m] |= {f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in mods}
+        edges[m].discard(m)
+    return edges
+
+
+def layer_of(module: str) -> int | None:
+    """Index in LAYERS of the most specific prefix naming `module` (None: no layer does)."""
+    best, length = None, -1
+    for i, (_, _, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and len(p) > length:
+                best, length = i, len(p)
+    return best
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected sets of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def violations(edges: dict[str, set[str]]) -> list[str]:
+    """Every module no layer names, every upward import, every circle, in words."""
+    out = [f"{m}: no layer in train/architecture.py LAYERS names it"
+           for m in edges if layer_of(m) is None]
+    for m, targets in sorted(edges.items()):
+        for t in sorted(targets):
+            if None not in (layer_of(m), layer_of(t)) and layer_of(t) > layer_of(m):
+                out.append(f"{m} ({LAYERS[layer_of(m)][0]}) imports {t} "
+                           f"({LAYERS[layer_of(t)][0]}): an upward arrow")
+    out += [f"a circle of imports: {' -> '.join(c)}" for c in circles(edges)]
+    return out
+
+
+def markdown(edges: dict[str, set[str]]) -> str:
+    lines = ["| layer | what it does | modules | imports from the layers below |",
+             "|---|---|---|---|"]
+    for i, (name, what, _) in enumerate(LAYERS):
+        mods = sorted(m for m in edges if layer_of(m) == i)
+        below = sorted({LAYERS[layer_of(t)][0] for m in mods for t in edges[m]
+                        if layer_of(t) is not None and layer_of(t) < i})
+        lines.append(f"| {i + 1}. {name} | {what} | {', '.join(f'`{m}`' for m in mods)} | "
+                     f"{', '.join(below) or '-'} |")
+    lines += ["", "Data flow:", "", *(f"{i + 1}. {s}" for i, s in enumerate(FLOW))]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m train.architecture", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--write", action="store_true", help=f"regenerate the block in {PAGE}")
+    args = ap.parse_args(argv)
+    edges = imports()
+    text = markdown(edges)
+    print(text)
+    for v in violations(edges):
+        print("VIOLATION:", v)
+    if args.write:
+        BLOCK.write(ROOT / PAGE, text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""The presets and published settings, read from one data file (`train/settings.toml`).
+
+A *preset* is how a task's teacher is made and the distillation defaults it uses
+(`python -m train.reproduce --task <preset>`). A *setting* is one published pipeline run: a
+preset, the flags it ran with and its seeds; `figures/<setting>/` holds its outputs. A setting
+may be a *variant* of another (an estimator, an NCA weight, a knowledge base) and may carry a
+*size control* (`figures/<setting>_size/`, made by `train.size_control`). Everything that
+lists settings (the pipeline, claims, summary, sweep, referee, docs) reads them from here.
+
+The file is validated when loaded: an unknown key, a value of the wrong type, a setting naming
+a missing preset or variant is refused in one line that names the file and the entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, fields
+from functools import cache
+from pathlib import Path
+
+import tomllib
+
+from nca_interp.errors import UsageError
+
+FILE = Path(__file__).with_name("settings.toml")
+VARIANTS = ("estimator", "beta", "kb")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """How a task's teacher is made and its distillation defaults; a command-line flag of
+    `train.reproduce` overrides a default."""
+
+    sft_args: tuple[str, ...] = ()  # train.sft flags of the teacher (task, room, model size)
+    task: str = "sokoban"  # the task evaluated (what --task means to the analyses)
+    fetched: str | None = None  # a registry model (nca_interp.fetch) is the teacher: no SFT
+    teacher_init: str | None = None  # the teacher is fine-tuned from this preset's teacher
+    teacher_steps: int = 1000
+    teacher_contexts: tuple[str, ...] = ("state", "plan")  # the teacher is evaluated with
+    context: str = "plan"  # the context distilled
+    task_options: tuple[str, ...] = ()  # KEY=VALUE task config (fetched teachers)
+    distill_steps: int = 200
+    batch: int = 128
+    lr: float = 3e-4
+    warmup: int = 10
+    save_every: int = 25
+    n_levels: int = 1000
+    grad_batch: int = 2048
+    grad_micro_batch: int = 128
+    grad_parts: int = 8  # independent parts of the grad_align batch (noise-corrected angles)
+    grad_seeds: int = 1  # runs of each method (first seeds) whose gradients are aligned
+    patching: str | None = None  # None: run it; otherwise why it is not run for this preset
+    patching_kw: tuple[tuple[str, object], ...] = ()  # PatchingConfig fields for this preset
+    patching_base: bool = True  # also patch the teacher (the step-0 null of the students)
+    # the trajectory over every checkpoint of every seed with the control context, and harm
+    # against drift from it (train.dose); otherwise every other checkpoint of the first seed
+    dose: bool = False
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One published pipeline run: a preset, the flags it ran with and its seeds."""
+
+    preset: str
+    flags: tuple[str, ...] = ()
+    seeds: tuple[int, ...] = (0, 1, 2)
+    analyses: bool = True
+    sweep: str | None = None  # its row's description in the Sokoban sweep (None: not a row)
+    variant_of: str | None = None  # the setting this one varies (same task, teacher, seeds)
+    variant: str | None = None  # what it varies: one of VARIANTS
+    size_control: bool = False  # figures/<name>_size holds OPD retrained at NCA's update size
+
+    def command(self, name: str) -> str:
+        parts = ["python -m train.reproduce --task", self.preset]
+        if name != self.preset:
+            parts += ["--name", name]
+        parts += [*self.flags, "--seeds", ",".join(map(str, self.seeds))]
+        if not self.analyses:
+            parts += ["--analyses", "false"]
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    presets: dict[str, Preset]
+    settings: dict[str, Setting]
+    sweep_rows: tuple[str, ...]  # the Sokoban sweep's rows, in table order
+    pooled: dict[str, tuple[str, ...]]  # settings judged together (one claims table)
+
+    def variants(self, of: str, kind: str) -> tuple[str, ...]:
+        """The settings varying `of` by `kind`, in file order."""
+        return tuple(n for n, s in self.settings.items()
+                     if s.variant_of == of and s.variant == kind)
+
+
+def _typed(cls, entry: dict, where: str):
+    """`cls(**entry)` after checking every key is a field and every value has its type."""
+    known = {f.name: f for f in fields(cls)}
+    for key, value in entry.items():
+        if key not in known:
+            raise UsageError(f"{FILE}: {where}: unknown key {key!r}; known: "
+                             f"{', '.join(known)}")
+        default = known[key].default
+        typed = isinstance(value, (type(default), list, dict)) or \
+            (isinstance(default, float) and isinstance(value, int))
+        if default not in (None, MISSING) and not typed:
+            raise UsageError(f"{FILE}: {where}: {key} = {value!r} should be a "
+                             f"{type(default).__name__}")
+    out = {}
+    for key, value in entry.items():
+        if key == "patching_kw":
+            value = tuple(value.items())
+        elif isinstance(value, list):
+            value = tuple(value)
+        out[key] = value
+    missing = [f.name for f in known.values() if f.default is MISSING and f.name not in out]
+    if missing:
+        raise UsageError(f"{FILE}: {where}: {', '.join(missing)} missing")
+    return cls(**out)
+
+
+def parse(text: str) -> Catalogue:
+    data = tomllib.loads(text)
+    unknown = set(data) - {"presets", "settings", "sweep_rows", "pooled"}
+    if unknown:
+        raise UsageError(f"{FILE}: unknown table(s) {', '.join(sorted(unknown))}")
+    presets = {n: _typed(Preset, e, f"preset {n}") for n, e in data["presets"].items()}
+    settings = {n: _typed(Setting, e, f"setting {n}") for n, e in data["settings"].items()}
+    for n, s in settings.items():
+        if s.preset not in presets:
+            raise UsageError(f"{FILE}: setting {n}: preset {s.preset!r} is not a preset")
+        if (s.variant_of is None) != (s.variant is None) or \
+                (s.variant is not None and s.variant not in VARIANTS):
+            raise UsageError(f"{FILE}: setting {n}: a variant needs both variant_of and "
+                             f"variant (one of {', '.join(VARIANTS)})")
+        if s.variant_of is not None and s.variant_of not in settings:
+            raise UsageError(f"{FILE}: setting {n}: variant_of {s.variant_of!r} is not a "
+                             "setting")
+    rows = tuple(data.get("sweep_rows", ()))
+    pooled = {k: tuple(v) for k, v in data.get("pooled", {}).items()}
+    for name in (*rows, *(m for v in pooled.values() for m in v)):
+        if name not in settings:
+            raise UsageError(f"{FILE}: {name!r} (sweep_rows / pooled) is not a setting")
+    return Catalogue(presets, settings, rows, pooled)
+
+
+@cache
+def load(path: Path = FILE) -> Catalogue:
+    return parse(path.read_text())
