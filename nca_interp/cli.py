@@ -306,20 +306,56 @@ def _parser_for(tp):
     return tp
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """The description's line breaks kept; options on 100 columns."""
+
+    def __init__(self, prog: str):
+        super().__init__(prog, width=100, max_help_position=30)
+
+
+def short_help(doc: str | None) -> str | None:
+    """A module docstring cut for --help: its first paragraph and the indented example
+    commands right after it (line breaks kept); the rest lives in the module and the docs."""
+    if not doc:
+        return doc
+    paras = doc.strip("\n").split("\n\n")
+    keep = [paras[0]]
+    for para in paras[1:]:
+        if not para.startswith("    "):
+            break
+        keep.append(para)
+    more = "" if len(keep) == len(paras) else \
+        "\n\nThe full explanation: docs/commands.md, and this module's docstring."
+    return "\n\n".join(keep) + more
+
+
+def command_name() -> str | None:
+    """`python -m <module>` of the running command (a package's __main__ named by its
+    package), for usage lines; None (argparse's own) when not run with -m."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is None or not spec.name:
+        return None
+    name = spec.name.removesuffix(".__main__")
+    return f"python -m {name}"
+
+
 def parse_config(cls, argv: list[str] | None, description: str | None = None,
                  positional: str | None = None):
     """Build `cls` from command-line `argv` (None: sys.argv). `positional` names a list field
     that may also be given as bare arguments."""
     hints = typing.get_type_hints(cls)
-    parser = argparse.ArgumentParser(description=description,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=command_name(), description=short_help(description),
+                                     formatter_class=_Formatter)
     for f in dataclasses.fields(cls):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         shown = ",".join(map(str, default)) if isinstance(default, (tuple, list)) else default
         flag = {"nargs": "?", "const": True} if hints[f.name] is bool else {}
+        text = f.metadata.get("help", "")
+        if "default" not in text.lower() and default is not None:  # said once, if at all
+            text = f"{text} (default: {shown})".strip()
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name,
                             type=_parser_for(hints[f.name]), default=default, **flag,
-                            help=f"{f.metadata.get('help', '')} (default: {shown})")
+                            help=text)
     if positional:
         parser.add_argument("_positional", nargs="*", metavar=positional.upper(),
                             help=f"same as --{positional}")

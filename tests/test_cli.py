@@ -1,4 +1,7 @@
+import re
 from dataclasses import dataclass, field
+
+import pytest
 
 from nca_interp.cli import parse_config, to_dict
 
@@ -24,3 +27,24 @@ def test_types_flags_and_round_trip():
 def test_positional_list():
     c = parse_config(Cfg, ["u", "v"], positional="items")
     assert c.items == ["u", "v"]
+
+
+ANALYSES = ("nca_interp.layer_sim", "nca_interp.grad_align", "nca_interp.param_delta",
+            "nca_interp.patching", "nca_interp.evaluate", "nca_interp.trajectory")
+
+
+@pytest.mark.parametrize("module", ANALYSES)
+def test_help_names_the_command_states_defaults_once_and_fits_a_screen(module):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.startswith(f"usage: python -m {module} ")
+    assert "(default: None)" not in out
+    for entry in re.split(r"\n  -", out):  # one option's help
+        assert len(re.findall(r"\(default: ", entry)) <= 1, entry
+        assert not (re.search(r"\(default: ", entry) and re.search(r"[^(]default[: ]", entry)), \
+            entry
+    assert len(out.splitlines()) <= 60
+    assert not re.search(r"20\d\d-\d\d-\d\d|model hub", out)

@@ -543,8 +543,8 @@ def nca_reads_context(figs: Path) -> Claim:
 
 def _floor(figs: Path) -> float | None:
     """The anisotropy floor of the NCA runs' layer cosines: the highest per-layer mean cosine
-    between views of *different* items (layer_sim's `cos_other`) over the NCA seeds; None in
-    layer_sim JSON written before the floor existed."""
+    between views of *different* items (layer_sim's `cos_other`) over the NCA seeds; None where
+    a layer_sim report has no `cos_other`."""
     ls = json.loads((figs / "layer_sim.json").read_text())["results"]
     floors = [max(r["cos_other"][1:]) for n, r in ls.items()
               if re.search(r"_nca_s\d+$", n) and "cos_other" in r]

@@ -63,8 +63,8 @@ VERDICTS = (
             "head's percentile among all single-head ablations; k random heads that neither "
             "half chose, over 100 draws; 95% intervals on every flipped and broken-control "
             "rate; the referee's 'all heads recover only 0.70: a position shift?' was the "
-            "newline joining c to x, which reports before 2026-12-02 left readable (each row "
-            "says which was removed; `--ablate prefix`, now the default, makes removing every "
+            "newline joining c to x, which `--ablate context` leaves readable (each row says "
+            "which was removed; `--ablate prefix`, the default, makes removing every "
             "head exactly the no-context run, tests/test_patching.py) (rule "
             "`claims.heads_carry_harm`)", (claims.heads_carry_harm,),
             seeds=patched_runs),

@@ -279,20 +279,7 @@ def patching(figs: Path) -> str:
 
 
 def heads_table(r: dict, kind: str, flipped: str) -> str:
-    """Held-out head selection against its random-head null (in-sample rows of older runs are
-    labelled as such)."""
-    if "top_heads" in r:
-        rows = ["In-sample (heads chosen and scored on the same cases; written before held-out "
-                "selection):", "",
-                "| heads ablated | recovered harm | same number of random heads (one draw) | "
-                "broken controls |", "|---|---|---|---|"]
-        for row in r["top_heads"]:
-            bc = row["broken_control"]
-            rows.append(f"| {row['k']}: {', '.join(row['heads'][:4])}"
-                        f"{' ...' if len(row['heads']) > 4 else ''} | "
-                        f"{row['recovered_harm']:.2f} | {row['recovered_harm_random']:.2f} | "
-                        f"{'-' if bc is None else f'{bc:.2f}'} |")
-        return "\n".join(rows)
+    """Held-out head selection against its random-head null."""
     hd = r["heads"]
     if "rows" not in hd:
         return hd.get("note", "")

@@ -90,7 +90,7 @@ class PatchingConfig:
     ablate: str = field(default="prefix", metadata={
         "help": "what removing a head's attention to the context removes: prefix (c and what "
                 "joins it to x: removing it from every head gives the no-context run where x "
-                "is a suffix of [c, x]) or context (c's own tokens: reports before 2026-12-02)",
+                "is a suffix of [c, x]) or context (c's own tokens only)",
         "check": "choice:" + "|".join(ABLATE)})
     ks: list[int] = field(default_factory=lambda: [1, 2, 4], metadata={
         "help": "numbers of heads whose context reading is removed together (all heads are "
@@ -200,23 +200,31 @@ DIRECTIONS = {"harm": {"forward": "no-context -> context (restores the right ans
 FLIPPED = {"harm": "harm cases answered right", "help": "help cases answered wrong"}
 
 
+# what a report that does not record a field meant by it (the one migration of old files)
+MIGRATE = {"kind": "harm", "ablate": "context"}
+
+
+def migrate(r: dict) -> dict:
+    """A report with every field `MIGRATE` names (a report that lacks one gets its meaning)."""
+    return {**MIGRATE, **r}
+
+
 def kind_of(r: dict) -> str:
-    """The case kind of a report (reports written before `kind` existed are harm reports)."""
-    return r.get("kind", "harm")
+    """The case kind of a report: harm or help."""
+    return migrate(r)["kind"]
 
 
 def ablate_of(r: dict) -> str:
-    """What a report's head ablation removed (reports written before `ablate` existed removed
-    c's own tokens: `context`)."""
-    return r.get("ablate", "context")
+    """What a report's head ablation removed: prefix or context."""
+    return migrate(r)["ablate"]
 
 
 ABLATE_NOTE = {
     "prefix": "attention removed from everything [c, x] has before what it shares with x: c and "
               "the newline that joins it to x (every head removed: the no-context run, where x is "
               "a suffix of [c, x])",
-    "context": "attention removed from c's own tokens only (`--ablate context`, reports before "
-               "2026-12-02): the newline joining c to x stays readable, so removing every head "
+    "context": "attention removed from c's own tokens only (`--ablate context`): the newline "
+               "joining c to x stays readable, so removing every head "
                "is not the no-context run: what the all-heads row leaves unexplained includes "
                "that newline's own effect"}
 
@@ -270,15 +278,8 @@ def format_report(r: dict) -> str:
 
 
 def format_heads(r: dict) -> str:
-    """The held-out head table as text (or the old in-sample table of earlier reports)."""
+    """The held-out head table as text."""
     kind = kind_of(r)
-    if "top_heads" in r:  # written before held-out selection existed
-        rows = ["  ablating the top heads' context reading while answering (in-sample):"]
-        for row in r["top_heads"]:
-            rows.append(f"    k {row['k']}: {','.join(row['heads'])[:28]} recovered "
-                        f"{row['recovered_harm']:.2f}, random {row['recovered_harm_random']:.2f},"
-                        f" broken controls {fmt(row['broken_control'])}")
-        return "\n".join(rows)
     hd = r["heads"]
     if "rows" not in hd:
         return "  heads: " + hd.get("note", "")

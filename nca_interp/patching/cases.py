@@ -14,7 +14,7 @@ that join it to x, so where x is a suffix of [c, x] (the games, compact syspromp
 every head's attention to it in every layer turns [c, x] into x exactly (relative positions
 make the shift of x's positions harmless); with a chat template whose no-context view has a
 default system message of its own, that message is not restored. `context` is c's own
-tokens only, the definition of reports written before 2026-12-02: the joining newline stays
+tokens only (what a report that records no `ablate` removed): the joining newline stays
 readable, so there removing every head's reading of c is not the no-context run.
 
 The source batch is always the no-context prompt x and the destination batch [c, x]. x and the
