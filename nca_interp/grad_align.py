@@ -326,7 +326,7 @@ class GradAlignConfig:
     device: str = field(default="cpu", metadata={"help": "cpu|cuda|auto"})
     dtype: str | None = field(default=None, metadata={
         "help": "float32|bfloat16|float16 for both models; default: as stored"})
-    out: str = field(default="runs/demo/grad_align", metadata={"help": "output stem"})
+    out: str = field(default="runs/grad_align_demo/grad_align", metadata={"help": "output stem"})
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
 

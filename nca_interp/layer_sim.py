@@ -405,7 +405,7 @@ class LayerSimConfig:
     n_levels: int = field(default=200, metadata={"help": "held-out levels"})
     seed: int = field(default=0, metadata={"help": "held-out set seed"})
     baselines: bool = field(default=True, metadata={"help": "add the random-init baseline"})
-    out: str = field(default="runs/demo/layer_sim",
+    out: str = field(default="runs/layer_sim_demo/layer_sim",
                      metadata={"help": "output stem (.json/.html)"})
     png: bool = field(default=False, metadata={"help": "also write a PNG (needs kaleido)"})
     threads: int = field(default=2, metadata={"help": "torch threads"})

@@ -259,7 +259,7 @@ class ParamDeltaConfig:
     task: str | None = field(default=None, metadata={"help": "for --rows task; default: "
                                                             "from the run config"})
     task_options: list[str] | None = field(default=None, metadata={"help": "for --rows task"})
-    out: str = field(default="runs/demo/param_delta", metadata={"help": "output stem"})
+    out: str = field(default="runs/param_delta_demo/param_delta", metadata={"help": "output stem"})
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
 
 

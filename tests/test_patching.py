@@ -229,3 +229,25 @@ def test_per_head_panels_share_one_layer_order():
     fig = patching_figures(rep["sokoban_long_opd_s0"])["heads"]
     axes = [k for k in fig.layout if k.startswith("yaxis")]
     assert len(axes) == 3 and all(fig.layout[k].autorange == "reversed" for k in axes)
+
+
+def test_no_checkpoint_named_runs_the_stated_demo_scope(tmp_path, monkeypatch, capsys):
+    """`python -m nca_interp.patching` alone: the embedded OPD at the small demo scope, said in
+    its first line; naming any scope field keeps the full defaults for the rest."""
+    from nca_interp import patching
+
+    seen = []
+
+    def fake_run(ckpt, **kw):
+        seen.append(kw)
+        return {"checkpoint": "x/sokoban_opd"}
+
+    monkeypatch.setattr(patching, "run", fake_run)
+    monkeypatch.setattr(patching, "format_report", lambda r: "")
+    monkeypatch.setattr(patching, "figures", lambda r: {})
+    patching.main(["--out", str(tmp_path / "p")])
+    assert {k: seen[0][k] for k in patching.DEMO_SCOPE} == {
+        k: (list(v) if isinstance(v, list) else v) for k, v in patching.DEMO_SCOPE.items()}
+    assert "demo scope" in capsys.readouterr().out.splitlines()[0]
+    patching.main(["--out", str(tmp_path / "p"), "--max-cases", "8"])
+    assert seen[1]["scope"] == "full" and seen[1]["n_random"] == 100 and seen[1]["max_cases"] == 8

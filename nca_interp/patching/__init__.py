@@ -20,6 +20,7 @@ over hooks (`bridge.run_with_hooks` with `attention_mask`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -101,7 +102,7 @@ class PatchingConfig:
         "help": "random-head draws per k for the answer-outcome null (a greedy generation "
                 "each)", "check": ">=0"})
     seed: int = field(default=0, metadata={"help": "held-out set, case halves and random heads"})
-    out: str = field(default="runs/demo/patching", metadata={"help": "output stem"})
+    out: str = field(default="runs/patching_demo/patching", metadata={"help": "output stem"})
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
 
@@ -308,11 +309,24 @@ def main(argv: list[str] | None = None) -> dict:
     return execute(parse_config(PatchingConfig, argv, __doc__, positional="ckpt"))
 
 
+# with no checkpoint named and the scope left at its defaults: the embedded OPD student with
+# this scope (16 cases, one head per half, 20 random-head draws: under a minute on one CPU
+# core; the full default patches 64 cases with 100 draws per k and an answer-outcome null)
+DEMO_SCOPE = {"scope": "groups", "max_cases": 16, "ks": [1], "n_random": 20,
+              "n_random_generate": 0}
+
+
 def execute(cfg: PatchingConfig) -> dict:
     """The command on a config object (what `train.reproduce` calls; `main` parses the
     command line into one): run, print the tables, write the JSON and figures."""
     from nca_interp.plots import write_figure
 
+    defaults = PatchingConfig()
+    if not cfg.ckpt and all(getattr(cfg, k) == getattr(defaults, k) for k in DEMO_SCOPE):
+        cfg = dataclasses.replace(cfg, **DEMO_SCOPE)
+        print("no checkpoint named: the embedded Sokoban OPD student, demo scope "
+              + ", ".join(f"{k}={v}" for k, v in DEMO_SCOPE.items())
+              + " (name checkpoints, or set any of these, for the full default)", flush=True)
     validate(cfg)
     check_writable(cfg.out)
     torch.set_num_threads(cfg.threads)
