@@ -426,6 +426,19 @@ def default_checkpoints() -> list[str]:
     return [str(embedded(n)) for n in ("sokoban_base", "sokoban_opd", "sokoban_nca")]
 
 
+LEGEND = """Rows: checkpoints (random_init: the same architecture untrained, the floor of what
+structure alone gives); columns: the embeddings, then each layer's output. Every value compares
+a position's hidden state without c with the same position's with c, averaged over positions:
+  cos               cosine (1 = the two views identical)
+  cos_other         cosine between views of *different* items: the anisotropy floor, the null
+  cos_centred       cosine after removing the mean over both views
+  cos_centred_view  cosine after removing each view's own mean (no constant offset)
+  offset_share      share of the centred variance that is a constant offset between the views
+  cka / cka_debiased  linear CKA across positions (debiased: unbiased HSIC, for few examples)
+  ctx_attn_ratio_layer  attention mass on c / c's share of the visible keys (1 = uniform)
+"""
+
+
 def format_table(results: dict[str, dict], metric: str, layers: list[str]) -> str:
     w = max(12, *(len(n) for n in results))
     lines = [f"{metric:<{w}} " + " ".join(f"{lab:>8}" for lab in layers)]
@@ -512,6 +525,7 @@ def execute(cfg: LayerSimConfig) -> dict:
     n = next(iter(results.values()))["n_examples"]
     print(f"task={report['task']} context={report['context']} levels={n} "
           f"positions={cfg.at} responses={report['responses_from']}")
+    print(LEGEND)
     for metric in ("cos", "cos_other", "cos_centred", "cos_centred_view", "offset_share", "cka",
                    "cka_debiased"):
         print(format_table(results, metric, layers) + "\n")
