@@ -8,7 +8,6 @@ when that file exists). Nothing is downloaded at run time; HTML needs none of th
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -16,6 +15,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from nca_interp.errors import RunError
+from nca_interp.identity import is_student, of_name
 
 PALETTE = {"random_init": "#9e9e9e", "base": "#1f77b4", "opd": "#d62728", "nca": "#2ca02c"}
 
@@ -36,9 +36,9 @@ def _line(name: str, i: int) -> dict:
 def runs_label(names) -> str:
     """Which setting and seeds a figure's runs are: `sokoban_long_opd_s0 ... _nca_s4` ->
     'sokoban_long, seeds 0-4' (titles name them; a folder's figures are otherwise alike)."""
-    found = [re.fullmatch(r"(.+)_(?:opd|nca)_s(\d+)", n) for n in names]
-    settings = sorted({m.group(1) for m in found if m})
-    seeds = sorted({int(m.group(2)) for m in found if m})
+    found = [of_name(n) for n in names if is_student(n)]
+    settings = sorted({i.setting for i in found})
+    seeds = sorted({i.seed for i in found})
     if not settings:
         return ", ".join(names)
     span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) \

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nca_interp.identity import is_student, of_name, partner
 from train import rules
 from train.blocks import Block
 from train.settings import load
@@ -65,11 +66,11 @@ def not_run(name: str, needs: str) -> Claim:
 
 
 def _runs(rep: dict, method: str) -> list[dict]:
-    return [r for n, r in rep["reports"].items() if re.search(rf"_{method}_s\d+$", n)]
+    return [r for n, r in rep["reports"].items() if is_student(n, method)]
 
 
 def _base(rep: dict) -> dict:
-    return next(r for n, r in rep["reports"].items() if not re.search(r"_(opd|nca)_s\d+$", n))
+    return next(r for n, r in rep["reports"].items() if not is_student(n))
 
 
 def _spread(vals: list[float], pct: bool = False) -> str:
@@ -163,10 +164,10 @@ def pooled_harm_gap(figs: Path) -> tuple[float, tuple[float, float], int] | None
         reps = json.loads(src.read_text())["reports"]
         pairs = []
         for name, r in reps.items():
-            m = re.search(r"^(.*)_nca_(s\d+)$", name)
-            o = reps.get(f"{m.group(1)}_opd_{m.group(2)}") if m else None
+            found = partner(name, reps, "opd") if is_student(name, "nca") else None
+            o = found[1] if found else None
             if o is not None and "items" in r and "items" in o:
-                pairs.append((m.group(2), o, r))
+                pairs.append((f"s{of_name(name).seed}", o, r))
         if pairs:
             return paired_harm_gap(pairs, where=f"{src}: ")
     return None
@@ -217,8 +218,8 @@ def _items(root: Path, members: tuple[str, ...]) -> dict[str, np.ndarray | list]
         reps = json.loads((root / member / "context_return.json").read_text())["reports"]
         base = _base({"reports": reps})
         for name, r in reps.items():
-            m = re.search(r"^(.*)_nca_(s\d+)$", name)
-            o = reps.get(f"{m.group(1)}_opd_{m.group(2)}") if m else None
+            found = partner(name, reps, "opd") if is_student(name, "nca") else None
+            o = found[1] if found else None
             if o is None:
                 continue
             if not (r["items"]["unit"] == o["items"]["unit"] == base["items"]["unit"]):
@@ -227,8 +228,9 @@ def _items(root: Path, members: tuple[str, ...]) -> dict[str, np.ndarray | list]
             for key, rep in (("o", o), ("n", r), ("b", base)):
                 cols[key + "0"] += rep["items"]["won_no_c"]
                 cols[key + "1"] += rep["items"]["won_c"]
-            cols["cluster"] += [f"{member}|{m.group(2)}|{u}" for u in r["items"]["unit"]]
-            cols["seed"] += [f"{member}|{m.group(2)}"] * len(r["items"]["unit"])
+            seed = f"s{of_name(name).seed}"
+            cols["cluster"] += [f"{member}|{seed}|{u}" for u in r["items"]["unit"]]
+            cols["seed"] += [f"{member}|{seed}"] * len(r["items"]["unit"])
     return {k: (np.asarray(v, bool) if k not in ("cluster", "seed") else v)
             for k, v in cols.items()}
 
@@ -319,9 +321,9 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
     ctl = {m: json.loads((root / m / "context_control.json").read_text())["reports"]
            for m in members if (root / m / "context_control.json").exists()}
     reads = {meth: [r["control"] for rep in ctl.values() for n, r in rep.items()
-                    if re.search(rf"_{meth}_s\d+$", n)] for meth in ("opd", "nca")}
+                    if is_student(n, meth)] for meth in ("opd", "nca")}
     reads["base"] = [r["control"] for rep in ctl.values() for n, r in rep.items()
-                     if not re.search(r"_(opd|nca)_s\d+$", n)]
+                     if not is_student(n)]
     teachers = [c["reads_c"] for c in reads["base"]]
     read_verdict, read_why, clear, share = reads_c_verdict(
         reads["nca"], float(np.mean(teachers)) if teachers else None)
@@ -412,15 +414,14 @@ def longer(figs: Path) -> Claim:
 
 def _layer_cos(figs: Path, method: str) -> tuple[list[list[float]], list[float], list[float]]:
     ls = json.loads((figs / "layer_sim.json").read_text())["results"]
-    runs = [r["cos"][1:] for n, r in ls.items() if re.search(rf"_{method}_s\d+$", n)]
+    runs = [r["cos"][1:] for n, r in ls.items() if is_student(n, method)]
     base = next(r["cos"][1:] for n, r in ls.items()
-                if n != "random_init" and not re.search(r"_(opd|nca)_s\d+$", n))
+                if n != "random_init" and not is_student(n))
     return runs, base, ls["random_init"]["cos"][1:]
 
 
 def _seeds(reports: dict, method: str) -> str:
-    seeds = sorted(re.search(r"_s(\d+)$", n).group(1) for n in reports
-                   if re.search(rf"_{method}_s\d+$", n))
+    seeds = sorted(str(of_name(n).seed) for n in reports if is_student(n, method))
     return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(seeds)
 
 
@@ -442,8 +443,8 @@ def nca_improves_no_c(figs: Path) -> Claim:
     reps = json.loads(src.read_text())["reports"]
     diffs, cis = [], []
     for name, r in reps.items():
-        m = re.search(r"^(.*)_nca_(s\d+)$", name)
-        opd = reps.get(f"{m.group(1)}_opd_{m.group(2)}") if m else None
+        found = partner(name, reps, "opd") if is_student(name, "nca") else None
+        opd = found[1] if found else None
         if opd is None:
             continue
         a = np.array(r["items"]["won_no_c"], float)
@@ -514,10 +515,10 @@ def nca_reads_context(figs: Path) -> Claim:
     reps = json.loads(f.read_text())["reports"]
 
     def cells(method):
-        return [r["control"] for n, r in reps.items() if re.search(rf"_{method}_s\d+$", n)]
+        return [r["control"] for n, r in reps.items() if is_student(n, method)]
 
     nca, opd = cells("nca"), cells("opd")
-    base = [r["control"] for n, r in reps.items() if not re.search(r"_(opd|nca)_s\d+$", n)]
+    base = [r["control"] for n, r in reps.items() if not is_student(n)]
     teacher = base[0]["reads_c"] if base else None  # step 0: the teacher but cross-model
     verdict, reason, flags, share = reads_c_verdict(nca, teacher)
     if len(base) > 1:  # cross-model: NCA is judged against its own start, not the teacher
@@ -547,7 +548,7 @@ def _floor(figs: Path) -> float | None:
     a layer_sim report has no `cos_other`."""
     ls = json.loads((figs / "layer_sim.json").read_text())["results"]
     floors = [max(r["cos_other"][1:]) for n, r in ls.items()
-              if re.search(r"_nca_s\d+$", n) and "cos_other" in r]
+              if is_student(n, "nca") and "cos_other" in r]
     return max(floors) if floors else None
 
 
@@ -616,9 +617,9 @@ def opd_gap(figs: Path) -> Claim:
     OPD's), each seed judged by the 95% interval of its difference from step 0 (standard
     errors from layer_sim's per-layer spread over examples)."""
     ls = json.loads((figs / "layer_sim.json").read_text())["results"]
-    opd_rows = [r for n, r in ls.items() if re.search(r"_opd_s\d+$", n)]
+    opd_rows = [r for n, r in ls.items() if is_student(n, "opd")]
     base_row = next(r for n, r in ls.items()
-                    if n != "random_init" and not re.search(r"_(opd|nca)_s\d+$", n))
+                    if n != "random_init" and not is_student(n))
     half = (len(base_row["cos"]) - 1) // 2
     b, b_se = _later_half(base_row, half)
     late = [_later_half(r, half) for r in opd_rows]
@@ -791,7 +792,7 @@ def heads_carry_harm(figs: Path) -> Claim:
 
     claim = "OPD's harm runs through a few heads reading c (chosen on half the cases)"
     results = json.loads((figs / "patching.json").read_text())["results"]
-    name, r = next(((n, r) for n, r in results.items() if re.search(r"_opd_s\d+$", n)),
+    name, r = next(((n, r) for n, r in results.items() if is_student(n, "opd")),
                    (None, None))
     if r is None:
         return Claim(claim, "no OPD run patched", "-", "not measurable")
@@ -874,11 +875,9 @@ def updates_differ(figs: Path) -> Claim:
     cross, within = [], []
     for key, v in pairs.items():
         a, b = key.split("~")
-        ma = re.search(r"_(opd|nca)_s\d+$", a)
-        mb = re.search(r"_(opd|nca)_s\d+$", b)
-        if not (ma and mb) or v["global_cos"] is None:
+        if not (is_student(a) and is_student(b)) or v["global_cos"] is None:
             continue
-        (within if ma.group(1) == mb.group(1) else cross).append(v["global_cos"])
+        (within if of_name(a).method == of_name(b).method else cross).append(v["global_cos"])
     if not cross or not within:
         return Claim("NCA's updates differ from OPD's", "-", "-", "not measurable",
                      "needs two seeds of each method")
@@ -921,7 +920,7 @@ def label_permutation_p(pairs: dict) -> tuple[float, float, int]:
     from itertools import combinations
 
     runs = sorted({r for k in pairs for r in k.split("~")
-                   if re.search(r"_(opd|nca)_s\d+$", r)})
+                   if is_student(r)})
     cos = {frozenset(k.split("~")): v["global_cos"] for k, v in pairs.items()
            if v["global_cos"] is not None}
 
@@ -933,8 +932,8 @@ def label_permutation_p(pairs: dict) -> tuple[float, float, int]:
                 (within if (a in group) == (b in group) else cross).append(c)
         return float(np.mean(within) - np.mean(cross)) if within and cross else float("nan")
 
-    observed = stat({r for r in runs if re.search(r"_opd_s\d+$", r)})
-    n_opd = sum(1 for r in runs if re.search(r"_opd_s\d+$", r))
+    observed = stat({r for r in runs if is_student(r, "opd")})
+    n_opd = sum(1 for r in runs if is_student(r, "opd"))
     labelings = [set(g) for g in combinations(runs, n_opd)]
     stats = [stat(g) for g in labelings]
     top = max(stats)
@@ -950,7 +949,7 @@ SIZE_MATCH = 1.1
 def _size_ratio(figs: Path) -> float | None:
     """Mean Adam-normalised update size of the NCA runs over that of the OPD runs."""
     per = _adam(figs).get("per_checkpoint", {})
-    size = {m: [v["global_adam"] for k, v in per.items() if re.search(rf"_{m}_s\d+$", k)
+    size = {m: [v["global_adam"] for k, v in per.items() if is_student(k, m)
                 and v.get("global_adam") is not None] for m in ("opd", "nca")}
     if not size["opd"] or not size["nca"]:
         return None
@@ -961,12 +960,19 @@ def _update_sizes(figs: Path) -> str:
     """'; Adam-normalised update size NCA / OPD ...' from param_delta's per-checkpoint totals
     (a direction difference can hide a magnitude difference), or '' where absent."""
     per = _adam(figs).get("per_checkpoint", {})
-    size = {m: [v["global_adam"] for k, v in per.items() if re.search(rf"_{m}_s\d+$", k)
+    size = {m: [v["global_adam"] for k, v in per.items() if is_student(k, m)
                 and v.get("global_adam") is not None] for m in ("opd", "nca")}
     if not size["opd"] or not size["nca"]:
         return ""
     return (f"; update size (Adam-normalised) OPD {_spread(size['opd'])}, NCA "
             f"{_spread(size['nca'])}")
+
+
+def as_opd(name: str) -> str:
+    """A size-matched OPD's key as an OPD key of the same setting and seed (for the label
+    permutation, which compares OPD with NCA)."""
+    i = of_name(name)
+    return f"{i.setting}_opd_s{i.seed}" if i.method == "opdsized" else name
 
 
 def size_matched(figs: Path) -> Claim:
@@ -978,8 +984,8 @@ def size_matched(figs: Path) -> Claim:
     seed's cos(d OPD, d sized OPD) says how far size alone turns an OPD update."""
     rep = json.loads((figs / "param_delta.json").read_text())
     # per_checkpoint is keyed by path, all_pairs by run name
-    kind = {Path(p).name: re.sub(r"\d+$", "", m.group(1)) for p in rep["per_checkpoint"]
-            if (m := re.search(r"_(opdsized\d*|opd|nca)_s\d+$", Path(p).name))}
+    kind = {Path(p).name: of_name(Path(p).name).method for p in rep["per_checkpoint"]
+            if of_name(Path(p).name).student}
     size = {k: [v["global_sq"] ** 0.5 for p, v in rep["per_checkpoint"].items()
                 if kind.get(Path(p).name) == k] for k in ("opd", "opdsized", "nca")}
     cross, within, same_seed, renamed = [], [], [], {}
@@ -988,12 +994,12 @@ def size_matched(figs: Path) -> Claim:
         ka, kb = kind.get(a), kind.get(b)
         if v["global_cos"] is None or not (ka and kb):
             continue
-        if {ka, kb} == {"opd", "opdsized"} and a.rsplit("_s", 1)[1] == b.rsplit("_s", 1)[1]:
+        if {ka, kb} == {"opd", "opdsized"} and of_name(a).seed == of_name(b).seed:
             same_seed.append(v["global_cos"])
         if "opd" in (ka, kb):
             continue
         (within if ka == kb else cross).append(v["global_cos"])
-        renamed["~".join(re.sub(r"_opdsized\d*_", "_opd_", x) for x in (a, b))] = v
+        renamed["~".join(as_opd(x) for x in (a, b))] = v
     claim = "NCA's updates differ from a size-matched OPD's"
     if not cross or not within:
         return Claim(claim, "-", "-", "not measurable", "needs two seeds of each")

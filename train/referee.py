@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nca_interp.cli import entry
+from nca_interp.identity import is_student, of_name
 from train import claims, rules
 from train.blocks import Block
 from train.settings import load
@@ -114,8 +115,7 @@ def seeds_of(figs: Path) -> str:
     reps = json.loads((figs / "context_return.json").read_text())["reports"]
     out = []
     for method in ("opd", "nca"):
-        seeds = sorted(int(m.group(1)) for n in reps
-                       if (m := re.search(rf"_{method}_s(\d+)$", n)))
+        seeds = sorted(of_name(n).seed for n in reps if is_student(n, method))
         if seeds:
             out.append(f"{method} {','.join(map(str, seeds))}")
     return "; ".join(out)

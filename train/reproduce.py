@@ -13,7 +13,6 @@ commit, seeds and wall time that produced it.
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import sys
 import time
@@ -34,6 +33,7 @@ from nca_interp.cli import (
     write_json,
 )
 from nca_interp.errors import RunError, UsageError
+from nca_interp.identity import is_student, of_name
 from train import distill, dose, sft
 from train.common import DISK_REMEDY, disk_needed, weight_bytes
 from train.figures import render_figures
@@ -248,8 +248,7 @@ def grad_checkpoints(run: Path, every: int) -> list[str]:
 def method_of(run_name: str) -> str:
     """`sokoban_opd_s1` -> opd; anything else (`sokoban_base`, a fetched teacher such as
     `smollm2-135m-instruct`) -> base."""
-    m = re.search(r"_(opd|nca)_s\d+$", run_name)
-    return m.group(1) if m else "base"
+    return of_name(run_name).method if is_student(run_name) else "base"
 
 
 SUMMARY_KEYS = ["win_no_c", "win_c", "harm", "help", "harm_joint", "help_joint", "both",

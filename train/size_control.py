@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shlex
 import sys
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 from nca_interp import param_delta
 from nca_interp.checkpoint import read_run_config
 from nca_interp.cli import RunError, entry, parse_config
+from nca_interp.identity import of_name
 from train.claims import SIZE_MATCH
 from train.reproduce import Manifest, record_training_time, run_parallel, stage
 
@@ -93,9 +93,9 @@ def sizes(report: dict) -> dict[str, list[float]]:
     round's size-matched OPD counted as `opdsized`)."""
     out: dict[str, list[float]] = {"opd": [], "nca": [], SUFFIX: []}
     for path, r in report["per_checkpoint"].items():
-        m = re.search(rf"_({SUFFIX}\d*|opd|nca)_s\d+$", Path(path).name)
-        if m:
-            out[re.sub(r"\d+$", "", m.group(1))].append(r["global_sq"] ** 0.5)
+        who = of_name(Path(path).name)
+        if who.student:
+            out[who.method].append(r["global_sq"] ** 0.5)
     return out
 
 

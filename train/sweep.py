@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 
 import numpy as np
 
+from nca_interp.identity import is_student, of_name
 from train.blocks import Block
 from train.settings import load
 
@@ -34,7 +34,7 @@ def rows() -> list[tuple[str, str, str]]:
 
 def seed_cells(reports: dict, method: str, key: str) -> list[float]:
     return [r[key] for name, r in reports.items()
-            if name.rsplit("_", 2)[-2:-1] == [method] and r.get(key) is not None]
+            if is_student(name, method) and r.get(key) is not None]
 
 
 def fmt(vals: list[float]) -> str:
@@ -59,7 +59,7 @@ def drift_cell(figs: Path, method: str) -> str:
     if not f.exists():
         return "-"
     runs = [r for n, r in json.loads(f.read_text())["results"].items()
-            if n.rsplit("_", 2)[-2] == method]
+            if is_student(n, method)]
     if not runs:
         return "-"
     rows = runs[0]["steps"]
@@ -98,7 +98,7 @@ def table(figures: Path = Path("figures")) -> str:
             if not seed_cells(reports, method, "win_no_c"):
                 continue
             regimes = "".join(r["regime"] for n, r in reports.items()
-                              if n.rsplit("_", 2)[-2] == method)
+                              if is_student(n, method))
             lines.append(
                 f"| {name} | {what} | {teacher_cell(figs, ctx)} | {method} | "
                 f"{len(regimes)} | {fmt(seed_cells(reports, method, 'win_no_c'))} | "
@@ -126,7 +126,6 @@ def table(figures: Path = Path("figures")) -> str:
 # the settings whose variant is "estimator" (train/settings.toml)
 ESTIMATOR_ROWS = {n: st.variant_of for n, st in CATALOGUE.settings.items()
                   if st.variant == "estimator"}
-RUN = re.compile(r"_(opd|nca)_s(\d+)$")
 METRICS = ("win_no_c", "win_c", "harm", "help", "rel_len_both")
 
 
@@ -166,8 +165,8 @@ def story(reports: dict[str, dict], seeds: set[str]) -> dict:
     end where measured, else the point) and no NCA seed is in regime A."""
     from train.claims import paired_harm_gap
 
-    by = {(m.group(1), m.group(2)): r for n, r in reports.items() if (m := RUN.search(n))
-          and m.group(2) in seeds}
+    by = {(of_name(n).method, str(of_name(n).seed)): r for n, r in reports.items()
+          if is_student(n) and str(of_name(n).seed) in seeds}
     both = [s for (meth, s) in by if meth == "opd" and ("nca", s) in by]
     pairs = sorted(s for s in both if by["opd", s].get("harm") is not None
                    and by["nca", s].get("harm") is not None)
@@ -226,10 +225,10 @@ def estimator_table(figures: Path = Path("figures")) -> str:
             continue
         rep = {name: json.loads((figures / name / "context_return.json").read_text())["reports"]
                for name in (full, row)}
-        seeds = {m.group(2) for n in rep[row] if (m := RUN.search(n))}
+        seeds = {str(of_name(n).seed) for n in rep[row] if is_student(n)}
         # the teacher is the one report not named <row>_<method>_s<seed> (`<task>_base`, or the
         # fetched model's folder name for a real-model task)
-        base = next(r for n, r in rep[row].items() if not RUN.search(n))
+        base = next(r for n, r in rep[row].items() if not is_student(n))
         items.setdefault(f"{base['n']} items", []).append(row)
         stories.append(story_line(row, estimator_of(figures / row), story(rep[row], seeds),
                                   story(rep[full], seeds), full))
@@ -237,8 +236,8 @@ def estimator_table(figures: Path = Path("figures")) -> str:
                      + f" | {base['regime']} |")
         for method in ("opd", "nca"):
             for name in (full, row):
-                runs = {n: r for n, r in rep[name].items() if (m := RUN.search(n))
-                        and m.group(1) == method and m.group(2) in seeds}
+                runs = {n: r for n, r in rep[name].items() if is_student(n, method)
+                        and str(of_name(n).seed) in seeds}
                 if not runs:
                     continue
                 est = estimator_of(figures / name)
@@ -291,14 +290,14 @@ def beta_points(base: str, figures: Path = Path("figures")) -> tuple[list[dict],
             continue
         flags = _trained_with(figs)
         for run, r in json.loads((figs / "context_return.json").read_text())["reports"].items():
-            m = RUN.search(run)
-            if not m:
+            who = of_name(run)
+            if not is_student(run):
                 continue
-            if m.group(1) == "nca" and run not in flags:
+            if who.method == "nca" and run not in flags:
                 raise ValueError(f"{figs}/manifest.json records no training command for {run}, "
                                  "so its beta is unknown; re-run its pipeline")
-            beta = 0.0 if m.group(1) == "opd" else float(flags[run].get("--beta", 1.0))
-            points.append({"beta": beta, "seed": int(m.group(2)), "run": run,
+            beta = 0.0 if who.method == "opd" else float(flags[run].get("--beta", 1.0))
+            points.append({"beta": beta, "seed": who.seed, "run": run,
                            **{k: r[k] for k in ("harm", "help", "win_no_c", "win_c", "regime")},
                            "harm_ci": r["ci95"]["harm"], "help_ci": r["ci95"]["help"]})
     betas = {p["beta"] for p in points}
@@ -306,7 +305,7 @@ def beta_points(base: str, figures: Path = Path("figures")) -> tuple[list[dict],
         if betas else set()
     rep = json.loads((figures / base / "context_return.json").read_text())["reports"] \
         if (figures / base / "context_return.json").exists() else {}
-    teacher = next((r for n, r in rep.items() if not RUN.search(n)), None)
+    teacher = next((r for n, r in rep.items() if not is_student(n)), None)
     return sorted((p for p in points if p["seed"] in common),
                   key=lambda p: (p["beta"], p["seed"])), teacher
 
