@@ -234,22 +234,13 @@ class Task:
 
 @dataclass(frozen=True)
 class QATask(Task):
-    """System-prompt QA (`sysprompt`, `opcd`): see the module docstring."""
+    """System-prompt QA: multiple-choice questions answered by an option. `SyspromptTask` and
+    `OPCDTask` differ in where c, the unit and the compact format come from; see the module
+    docstring."""
 
     success = "accuracy"
     default_context = "system"
     context_kinds = ("system",)
-
-    @property
-    def unit_name(self) -> str:
-        return "fact" if self.name == "sysprompt" else "question"
-
-    def unit(self, level) -> str:
-        """sysprompt: the fact asked about (one (entity, attribute) cell of the KB is asked in
-        many phrasings and option orders, which are not independent); opcd: the item."""
-        if self.name == "sysprompt":
-            return f"{level.entity}.{level.attribute}"
-        return level.key
 
     def level(self, seed: int | str, split: str = "train"):
         return self.game.generate_level(seed, self.config, split)
@@ -268,32 +259,11 @@ class QATask(Task):
         return (self.game.render_compact if self.fmt == "compact" else
                 self.game.render_chat)(level)
 
-    def prompt(self, level, context: str | None = None) -> str:
-        """As for games, except that a compact sysprompt question supplies its own cue (none
-        when the prompt ends on the key the answer is bound to)."""
-        if self.chat is not None or self.fmt != "compact" or self.name != "sysprompt":
-            return super().prompt(level, context)
-        x = self.render(level) + sysprompt.cue(level)
-        return x if context is None else f"{context}\n{x}"
-
     def context(self, level, kind: str) -> str:
         if kind != "system":
             raise ValueError(f"{self.name} has one context kind, system (its system prompt), "
                              f"not {kind!r}")
-        if self.name == "opcd":
-            return opcd.read_system_prompt(self.config.system_prompt)
-        return sysprompt.system_prompt(level)
-
-    def control_context(self, levels: list, i: int, kind: str) -> str:
-        """sysprompt: the same knowledge base with each attribute's values rotated across the
-        entities (every fact wrong, same layout and length); opcd: the system prompt's words
-        shuffled."""
-        self.context(levels[i], kind)  # the kind check
-        if self.name == "opcd":
-            return shuffled_words(opcd.read_system_prompt(self.config.system_prompt), i)
-        kb = levels[i].kb
-        return replace(kb, values=tuple(zip(*[rotated(col) for col in zip(*kb.values)]))
-                       ).render()
+        return self._system_prompt(level)
 
     def for_tokenizer(self, tokenizer, context_as: str = "system",
                       template_kwargs: tuple = (("enable_thinking", False),)) -> Task:
@@ -304,21 +274,13 @@ class QATask(Task):
             return 8
         return getattr(self.config, "max_new", 32)
 
-    def _allowed(self, level) -> str:
-        if self.name == "opcd":
-            return opcd.allowed(self.config, level)
-        return sysprompt.LETTERS[: len(level.options)]
-
     def target(self, level) -> str:
         if self.fmt != "compact":
             return f"<answer>{level.answer}</answer>"
-        return sysprompt.compact_target(level, self.config) if self.name == "sysprompt" \
-            else level.answer
+        return self._compact_target(level)
 
     def parse(self, response: str, level) -> str | None:
         """The option `response` chose (a letter, or yes/no), None if it chose none."""
-        if self.fmt == "compact" and self.name == "sysprompt":
-            return sysprompt.parse_compact(response, level, self.config)
         return sysprompt.parse_answer(response, self._allowed(level),
                                       tagged=self.fmt != "compact")
 
@@ -328,6 +290,72 @@ class QATask(Task):
         if choice is None:
             return Scored(False, False, "", 0)
         return Scored(choice == level.answer, True, choice, 0)
+
+
+@dataclass(frozen=True)
+class SyspromptTask(QATask):
+    """A synthetic knowledge base in the system prompt; the unit is the fact asked about (one
+    (entity, attribute) cell is asked in many phrasings and option orders, not independent)."""
+
+    unit_name = "fact"
+
+    def unit(self, level) -> str:
+        return f"{level.entity}.{level.attribute}"
+
+    def prompt(self, level, context: str | None = None) -> str:
+        """As for games, except that a compact question supplies its own cue (none when the
+        prompt ends on the key the answer is bound to)."""
+        if self.chat is not None or self.fmt != "compact":
+            return super().prompt(level, context)
+        x = self.render(level) + sysprompt.cue(level)
+        return x if context is None else f"{context}\n{x}"
+
+    def _system_prompt(self, level) -> str:
+        return sysprompt.system_prompt(level)
+
+    def control_context(self, levels: list, i: int, kind: str) -> str:
+        """The same knowledge base with each attribute's values rotated across the entities
+        (every fact wrong, same layout and length)."""
+        self.context(levels[i], kind)  # the kind check
+        kb = levels[i].kb
+        return replace(kb, values=tuple(zip(*[rotated(col) for col in zip(*kb.values)]))
+                       ).render()
+
+    def _allowed(self, level) -> str:
+        return sysprompt.LETTERS[: len(level.options)]
+
+    def _compact_target(self, level) -> str:
+        return sysprompt.compact_target(level, self.config)
+
+    def parse(self, response: str, level) -> str | None:
+        if self.fmt == "compact":
+            return sysprompt.parse_compact(response, level, self.config)
+        return super().parse(response, level)
+
+
+@dataclass(frozen=True)
+class OPCDTask(QATask):
+    """OPCD-format local files (a system prompt file, train / test JSONL); the unit is the
+    item."""
+
+    unit_name = "question"
+
+    def unit(self, level) -> str:
+        return level.key
+
+    def _system_prompt(self, level) -> str:
+        return opcd.read_system_prompt(self.config.system_prompt)
+
+    def control_context(self, levels: list, i: int, kind: str) -> str:
+        """The system prompt's words shuffled."""
+        self.context(levels[i], kind)  # the kind check
+        return shuffled_words(opcd.read_system_prompt(self.config.system_prompt), i)
+
+    def _allowed(self, level) -> str:
+        return opcd.allowed(self.config, level)
+
+    def _compact_target(self, level) -> str:
+        return level.answer
 
 
 @dataclass(frozen=True)
@@ -421,7 +449,7 @@ def make_task(name: str, fmt: str = "compact", plan_k: int = 3, **config) -> Tas
         raise ValueError(f"unknown format {fmt!r}; choose one of {FORMATS}")
     if name not in _CONFIGS:
         raise ValueError(f"unknown task {name!r}; choose one of {TASKS}")
-    cls = {"sysprompt": QATask, "opcd": QATask, "facts": FactsTask}.get(name, Task)
+    cls = {"sysprompt": SyspromptTask, "opcd": OPCDTask, "facts": FactsTask}.get(name, Task)
     return cls(name, _MODULES[name], _CONFIGS[name](**config), fmt, plan_k)
 
 
