@@ -38,6 +38,15 @@ def resid_hook(layer: int) -> str:
     return f"blocks.{layer}.hook_resid_post"
 
 
+def mlp_out_hook(layer: int) -> str:
+    return f"blocks.{layer}.hook_mlp_out"
+
+
+def head_z_hook(layer: int) -> str:
+    """Every head's output before the output projection (B T heads d_head)."""
+    return f"blocks.{layer}.attn.hook_z"
+
+
 def pattern_hook(layer: int) -> str:
     return f"blocks.{layer}.attn.hook_pattern"
 

@@ -56,3 +56,23 @@ def test_settings_load_and_every_size_control_folder_is_declared():
 def test_a_bad_settings_file_is_refused_in_one_line(text, says):
     with pytest.raises(UsageError, match=says.replace("(", r"\(")):
         settings.parse(text)
+
+
+def test_hook_names_come_from_names_py():
+    """No module but nca_interp/names.py spells a bridge hook name in code (docstrings and
+    comments may cite them)."""
+    import ast
+    import re
+
+    for f in [*(ROOT / "nca_interp").rglob("*.py"), *(ROOT / "train").glob("*.py")]:
+        if f.name == "names.py":
+            continue
+        tree = ast.parse(f.read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and n.body
+                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and id(node) not in docs:
+                assert not re.search(r"(^|\.)hook_(resid|mlp|embed|z|pattern)", node.value), \
+                    f"{f.name}: {node.value!r}"

@@ -128,22 +128,24 @@ def markdown(summary: dict, run: str) -> str:
 
 @dataclass
 class KnowledgeConfig:
-    run: str = field(default="", metadata={"help": "a distillation run of the facts task"})
+    run: list[str] = field(default_factory=list, metadata={
+        "help": "a distillation run of the facts task (one)"})
     out: str | None = field(default=None, metadata={
         "help": "output stem: STEM.json and STEM.md (default: print only)"})
     threads: int = field(default=2, metadata={"help": "CPU threads", "check": ">=1"})
 
 
 def main(argv: list[str] | None = None) -> None:
-    cfg = parse_config(KnowledgeConfig, argv, __doc__, positional=None)
-    if not cfg.run:
-        raise UsageError("name a distillation run of the facts task: python -m train.knowledge "
-                         "runs/<run>")
+    cfg = parse_config(KnowledgeConfig, argv, __doc__, positional="run")
+    if len(cfg.run) != 1:
+        raise UsageError("name one distillation run of the facts task: python -m "
+                         "train.knowledge runs/<run>")
+    run = cfg.run[0]
     torch.set_num_threads(cfg.threads)
-    ckpts = checkpoints_of(cfg.run)
-    task = task_for_checkpoints([cfg.run])
+    ckpts = checkpoints_of(run)
+    task = task_for_checkpoints([run])
     if task.config.__class__.__name__ != "FactsConfig" or task.config.kind != "facts":
-        raise UsageError(f"{cfg.run} was not trained on the facts task's knowledge (kind "
+        raise UsageError(f"{run} was not trained on the facts task's knowledge (kind "
                          "facts); this diagnostic reads invented facts' values")
     rows, units = [], None
     for step, path in ckpts:
@@ -154,14 +156,14 @@ def main(argv: list[str] | None = None) -> None:
         rows.append({"step": step, **measure(model, tok, task_t, levels)})
         print(f"step {step}: right {np.mean(rows[-1]['no_c']['right']):.2f} nats", flush=True)
     summary = summarise(rows, units)
-    text = markdown(summary, cfg.run)
+    text = markdown(summary, run)
     print(text)
     if cfg.out:
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
         Path(cfg.out + ".json").write_text(json.dumps(
-            {"run": cfg.run, "summary": summary, "rows": rows}, indent=1))
+            {"run": run, "summary": summary, "rows": rows}, indent=1))
         Path(cfg.out + ".md").write_text(
-            f"<!-- python -m train.knowledge {cfg.run} --out {cfg.out} -->\n{text}\n")
+            f"<!-- python -m train.knowledge {run} --out {cfg.out} -->\n{text}\n")
 
 
 if __name__ == "__main__":

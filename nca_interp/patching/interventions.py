@@ -18,7 +18,7 @@ import torch
 from einops import rearrange, reduce
 
 from nca_interp.hooks import attached
-from nca_interp.names import pattern_hook, resid_hook
+from nca_interp.names import EMBED_HOOK, head_z_hook, mlp_out_hook, pattern_hook, resid_hook
 from nca_interp.patching.cases import Cases
 
 GROUPS = ("all", "x", "response", "decide")
@@ -122,10 +122,10 @@ def sweep(bridge, cases: Cases, direction: str, stats: dict, scope: str = "full"
     MLPs in one direction: forward = no-context activations into the context run."""
     L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
     full = scope == "full"
-    names = [resid_hook(li) for li in range(L)] + [f"blocks.{li}.hook_mlp_out"
+    names = [resid_hook(li) for li in range(L)] + [mlp_out_hook(li)
                                                    for li in range(L)]
     if full:
-        names += [f"blocks.{li}.attn.hook_z" for li in range(L)]
+        names += [head_z_hook(li) for li in range(L)]
     fwd = direction == "forward"
     run_ids, run_mask = (cases.dst_ids, cases.dst_mask) if fwd else (cases.src_ids,
                                                                      cases.src_mask)
@@ -145,7 +145,7 @@ def sweep(bridge, cases: Cases, direction: str, stats: dict, scope: str = "full"
     out = {"ld_src": ld_src.tolist(), "ld_dst": ld_dst.tolist()}
     out["resid_groups"] = {g: np.stack([effect(resid_hook(li), cases.groups[g])
                                         for li in range(L)], 1) for g in GROUPS}
-    out["mlp"] = np.stack([effect(f"blocks.{li}.hook_mlp_out", cases.groups["all"])
+    out["mlp"] = np.stack([effect(mlp_out_hook(li), cases.groups["all"])
                            for li in range(L)], 1)
     if not full:
         return out
@@ -159,7 +159,7 @@ def sweep(bridge, cases: Cases, direction: str, stats: dict, scope: str = "full"
             row.append(effect(resid_hook(li), where))
         offs.append(np.stack(row, 1))
     out["resid_offsets"] = rearrange(np.stack(offs), "l n k -> n l k")
-    heads = [effect(f"blocks.{li}.attn.hook_z", cases.groups["all"], h)
+    heads = [effect(head_z_hook(li), cases.groups["all"], h)
              for li in range(L) for h in range(H)]
     out["heads"] = rearrange(np.stack(heads), "(layer h) n -> n layer h", layer=L)
     return out
@@ -190,7 +190,7 @@ def logit_lens(bridge, cases: Cases) -> dict:
     """Per layer (embedding first), decoded distributions of both views at the deciding
     position: KL(no-context || context) and the rank of the right answer token."""
     L = bridge.cfg.n_layers
-    names = ["hook_embed"] + [resid_hook(li) for li in range(L)]
+    names = [EMBED_HOOK] + [resid_hook(li) for li in range(L)]
     views = []
     for ids, mask in ((cases.src_ids, cases.src_mask), (cases.dst_ids, cases.dst_mask)):
         c = cache_of(bridge, ids, mask, names)
