@@ -256,7 +256,9 @@ def entry(main, argv: list[str] | None = None) -> int:
     with no traceback; NCA_INTERP_DEBUG=1 (or --debug) shows it. Bugs keep their traceback."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = os.environ.get("NCA_INTERP_DEBUG") == "1" or "--debug" in argv
-    argv = [a for a in argv if a != "--debug"]
+    if "--quiet" in argv:  # no progress bars (nca_interp.progress)
+        os.environ["NCA_INTERP_QUIET"] = "1"
+    argv = [a for a in argv if a not in ("--debug", "--quiet")]
     from nca_interp.checkpoint import hash_once
 
     try:

@@ -43,6 +43,7 @@ from nca_interp.cli import (
     write_json,
 )
 from nca_interp.models import autocast, context_limit, resolve_device
+from nca_interp.progress import bar
 from nca_interp.rollout import (
     decode_responses,
     encode,
@@ -69,7 +70,7 @@ def play_levels(model, tokenizer, task: Task, levels: list, context: str | list[
     gen = torch.Generator(dev).manual_seed(seed)
     won, length, parsed, responses = [], [], [], []
     max_new = max_response_tokens(task)
-    for i in range(0, len(levels), batch):
+    for i in bar(range(0, len(levels), batch), "evaluate", unit="batch"):
         chunk = levels[i: i + batch]
         if isinstance(context, list):
             texts = [task.prompt(lv, c) for lv, c in zip(chunk, context[i: i + batch])]

@@ -56,6 +56,7 @@ from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.losses import TERMS, loss_terms
 from nca_interp.models import context_limit, resolve_device
+from nca_interp.progress import bar
 from nca_interp.reduce import Gram, cosine, stream_by_name
 from nca_interp.rollout import Batch, onpolicy_batch
 from nca_interp.runs import (
@@ -384,7 +385,7 @@ def run(ckpts: list[str] | None = None, *, teacher: str | None = None,
         check_same_tokenizers([path, teacher_of(path, teacher)])
     levels = found.levels("grad", batch, seed)
     results = {}
-    for path in ckpts:
+    for path in bar(ckpts, "grad_align", unit="ckpt"):
         student, tok = load_checkpoint(path, device=dev, dtype=dt)
         teacher_model, tok_t = load_checkpoint(teacher_of(path, teacher), device=dev, dtype=dt)
         check_same_tokenizer(tok, tok_t, path, teacher_of(path, teacher))

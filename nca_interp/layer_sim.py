@@ -75,6 +75,7 @@ from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.hooks import boot_bridge, capture
 from nca_interp.masks import context_token_mask, shared_suffix_mask
 from nca_interp.models import context_limit, resolve_device
+from nca_interp.progress import bar
 from nca_interp.rollout import encode, pad_id, sample, stop_ids, target_batch
 from nca_interp.runs import (
     check_same_tokenizers,
@@ -486,7 +487,7 @@ def run(ckpts: list[str] | None = None, *, task: str | None = None,
             rnd = random_init_copy(paths[0], Path(tmp) / "random_init")
             results["random_init"] = layer_similarity(rnd, found, ctx, levels, batch, device,
                                                       at, shared)
-        for p in paths:
+        for p in bar(paths, "layer_sim", unit="ckpt"):
             name = Path(p).name if Path(p).name not in results else str(p)
             results[name] = layer_similarity(p, found, ctx, levels, batch, device, at, shared)
     n_layers = len(next(iter(results.values()))["cos"]) - 1

@@ -54,6 +54,7 @@ from nca_interp.cli import (
 from nca_interp.evaluate import evaluate_checkpoint
 from nca_interp.losses import position_kl
 from nca_interp.models import context_limit
+from nca_interp.progress import bar
 from nca_interp.rollout import onpolicy_batch, response_logits
 from nca_interp.runs import check_context, initial_of, step_of, task_for_checkpoints, teacher_of
 
@@ -190,7 +191,7 @@ def run(runs: list[str], *, teacher: str | None = None, context: str | None = No
             else load_checkpoint(init_dir)[0]
         drift_set = task.levels("test", drift_levels, seed)
         rows = []
-        for step, path in keep:
+        for step, path in bar(keep, f"trajectory {Path(run_dir).name}", unit="ckpt"):
             key = (str(Path(path).resolve()), str(Path(teacher_dir).resolve()), ctx)
             if key in done:
                 rows.append({**done[key], "step": step, "checkpoint": path})

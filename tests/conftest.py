@@ -4,6 +4,7 @@ import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("NCA_INTERP_QUIET", "1")  # no progress bars in test output
 torch.set_num_threads(1)
 torch.set_flush_denormal(True)
 
