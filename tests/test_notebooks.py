@@ -21,3 +21,8 @@ def test_notebook_executes_and_is_stored_clean(path):
         f"{path.name} is stored with outputs; clear them (stale results)"
     NotebookClient(nb, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    text = "".join(str(o.get("text", "")) + str(o.get("data", {})) for o in outputs)
+    assert "TqdmWarning" not in text, f"{path.name}: a progress bar warned"
+    if path.stem == "custom_checkpoints":  # it shows its figures, not only tables
+        assert sum("text/html" in o.get("data", {}) for o in outputs) >= 3
