@@ -116,13 +116,18 @@ def markdown(summary: dict, run: str) -> str:
                      f"{r['margin_ci'][1]:+.2f}] | {r['beats_all']:.3f} | "
                      f"{r['margin_c']:+.2f} |")
     lo, hi = summary["slope_ci"]
-    need = summary["steps_to_teacher"]
-    lines += ["", f"Margin without c moves {summary['slope']:+.4f} nats per step [{lo:+.4f}, "
-              f"{hi:+.4f}] (least squares over checkpoints; 95% over facts). The step-0 model "
-              f"with c has margin {summary['teacher_margin_c']:+.2f}; at this rate the student "
-              "would reach it after "
-              + ("never (the margin does not rise)" if need is None else
-                 f"about {need:.0f} more steps beyond step {summary['last_step']}") + "."]
+    gap = summary["teacher_margin_c"] - summary["rows"][-1]["margin_no_c"]
+
+    def steps(rate: float) -> str:
+        return "never (the margin does not rise)" if rate <= 0 else f"{gap / rate:.0f} steps"
+
+    lines += ["", f"The margin without c moves {summary['slope']:+.4f} nats per step [{lo:+.4f}, "
+              f"{hi:+.4f}] (least squares over checkpoints; 95% interval over facts). The "
+              f"step-0 model reading c has margin {summary['teacher_margin_c']:+.2f}: the most "
+              "the teacher's distribution tells the student about which value is right. From "
+              f"step {summary['last_step']} the student would reach it after "
+              f"{steps(summary['slope'])} at this rate; at the interval's ends, "
+              f"{steps(hi)} to {steps(lo)}."]
     return "\n".join(lines)
 
 
@@ -133,10 +138,19 @@ class KnowledgeConfig:
     out: str | None = field(default=None, metadata={
         "help": "output stem: STEM.json and STEM.md (default: print only)"})
     threads: int = field(default=2, metadata={"help": "CPU threads", "check": ">=1"})
+    render: str | None = field(default=None, metadata={
+        "help": "re-render STEM.md from an earlier STEM.json (no model is run)"})
 
 
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(KnowledgeConfig, argv, __doc__, positional="run")
+    if cfg.render:
+        data = json.loads(Path(cfg.render + ".json").read_text())
+        text = markdown(data["summary"], data["run"])
+        Path(cfg.render + ".md").write_text(
+            f"<!-- python -m train.knowledge {data['run']} --out {cfg.render} -->\n{text}\n")
+        print(text)
+        return
     if len(cfg.run) != 1:
         raise UsageError("name one distillation run of the facts task: python -m "
                          "train.knowledge runs/<run>")
