@@ -317,191 +317,251 @@ def apply_preset(cfg: ReproduceConfig) -> Preset:
     return p
 
 
-def main(argv: list[str] | None = None) -> None:
-    cfg = parse_config(ReproduceConfig, argv, __doc__)
+@dataclass
+class Pipeline:
+    """What every step of one pipeline invocation shares."""
+
+    cfg: ReproduceConfig
+    preset: Preset
+    argv: list[str]
+    name: str
+    runs: Path
+    figs: Path
+    manifest: Manifest
+    task_flags: list[str]  # train.distill's task flags (a fetched teacher names no task)
+    task_kw: dict  # the teacher evaluation's task fields
+    ckpt_kw: dict  # every later analysis's task options
+    base: Path = Path()
+    teacher_final: Path = Path()
+    student_init: Path = Path()
+    students: dict[str, Path] = field(default_factory=dict)  # "opd_s0" -> run folder
+    student_args: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def threads(self) -> dict:
+        return {"threads": self.cfg.threads}
+
+    def final_of(self, *runs) -> list[Path]:
+        """The inputs of a stage over `runs`: it reruns only when one of them changes."""
+        return [self.teacher_final] + [Path(r) / "checkpoints" /
+                                       f"step_{self.cfg.distill_steps:06d}" for r in runs]
+
+    def ckpts(self) -> list[str]:
+        """The students' step 0 first (claims and the summary read it as the null), then a
+        cross-model teacher, then the students."""
+        return [str(self.student_init), *([str(self.base)] if self.cfg.student_from else []),
+                *(str(p) for p in self.students.values())]
+
+    def command(self) -> list[str]:
+        return ["python", "-m", "train.reproduce", *self.argv]
+
+
+def plan(cfg: ReproduceConfig, argv: list[str]) -> Pipeline:
     preset = apply_preset(cfg)
-    t_start = time.time()
     if cfg.analyses and set(cfg.methods) != {"opd", "nca"}:
         raise ValueError("the analyses compare OPD with NCA: pass --methods opd,nca, or "
                          "--analyses false for a sweep row")
     name = cfg.name or cfg.task
     runs, figs = Path(cfg.runs), Path(cfg.figures) / name
     figs.mkdir(parents=True, exist_ok=True)
-    manifest = Manifest(figs / "manifest.json", cfg)
-    common = ["--threads", str(cfg.threads)]
     # a fetched teacher has no run config naming its task: its evaluation and the students'
     # training are told; --task-options reach those and every analysis (after the preset's)
     options = [*(preset.task_options if preset.fetched else ()), *(cfg.task_options or [])]
-    task_flags = [*(["--task", preset.task] if preset.fetched else []),
-                  *(["--task-options", ",".join(options)] if options else [])]
-    task_kw = {**({"task": preset.task} if preset.fetched else {}),
-               **({"task_options": options} if options else {})}
-    ckpt_kw = {"task_options": cfg.task_options} if cfg.task_options else {}
-    threads = {"threads": cfg.threads}
-    base = teacher_folder(preset, runs, cfg.task)
+    return Pipeline(
+        cfg, preset, argv, name, runs, figs, Manifest(figs / "manifest.json", cfg),
+        task_flags=[*(["--task", preset.task] if preset.fetched else []),
+                    *(["--task-options", ",".join(options)] if options else [])],
+        task_kw={**({"task": preset.task} if preset.fetched else {}),
+                 **({"task_options": options} if options else {})},
+        ckpt_kw={"task_options": cfg.task_options} if cfg.task_options else {})
+
+
+def make_teacher(p: Pipeline) -> None:
+    """Train the teacher (a fetched one is used as it is) and evaluate it in each context."""
+    cfg, preset = p.cfg, p.preset
+    p.base = teacher_folder(preset, p.runs, cfg.task)
     if preset.fetched:
-        teacher_final = base  # the registry weights, as fetched
+        p.teacher_final = p.base  # the registry weights, as fetched
     else:
-        base_args = ["--out", str(base), *preset.sft_args, "--steps", str(cfg.teacher_steps),
-                     *common]
+        base_args = ["--out", str(p.base), *preset.sft_args, "--steps", str(cfg.teacher_steps),
+                     "--threads", str(cfg.threads)]
         if preset.teacher_init:
-            init = runs / f"{preset.teacher_init}_base"
+            init = p.runs / f"{preset.teacher_init}_base"
             if latest_step_checkpoint(init) is None:
                 raise RunError(f"--task {cfg.task}: its teacher starts from {init}, which is "
                                f"not trained; run python -m train.reproduce --task "
                                f"{preset.teacher_init} first")
             base_args += ["--init", str(init)]
-        teacher_final = base / "checkpoints" / f"step_{cfg.teacher_steps:06d}"
-        stage("teacher", manifest, [teacher_final], sft.execute,
+        p.teacher_final = p.base / "checkpoints" / f"step_{cfg.teacher_steps:06d}"
+        stage("teacher", p.manifest, [p.teacher_final], sft.execute,
               parse_config(sft.SFTConfig, base_args), positional=None)
-        record_training_time(manifest, base, teacher_final, base_args, "train.sft")
+        record_training_time(p.manifest, p.base, p.teacher_final, base_args, "train.sft")
     for kind in preset.teacher_contexts:
-        out = figs / f"teacher_{kind}.json"
-        stage(f"teacher evaluation ({kind})", manifest, [out], evaluate.execute,
-              evaluate.EvalConfig(ckpt=[str(base)], **task_kw, context=kind,
-                                  n_levels=cfg.n_levels, out=str(out), **threads),
-              inputs=[teacher_final])
-    if cfg.teacher_only:
-        print(f"teacher {base} evaluated; --teacher-only: stopping")
-        return
-    student_init = base
+        out = p.figs / f"teacher_{kind}.json"
+        stage(f"teacher evaluation ({kind})", p.manifest, [out], evaluate.execute,
+              evaluate.EvalConfig(ckpt=[str(p.base)], **p.task_kw, context=kind,
+                                  n_levels=cfg.n_levels, out=str(out), **p.threads),
+              inputs=[p.teacher_final])
+
+
+def train_students(p: Pipeline) -> None:
+    """Every (seed, method) student, `jobs` at a time; the disk checked for all first."""
+    cfg, preset = p.cfg, p.preset
+    p.student_init = p.base
     if cfg.student_from:
-        student_init = runs / f"{cfg.student_from}_base"
-        if latest_step_checkpoint(student_init) is None:
-            raise RunError(f"--student-from {cfg.student_from}: {student_init} is not trained; "
-                           f"run python -m train.reproduce --task {cfg.student_from} "
+        p.student_init = p.runs / f"{cfg.student_from}_base"
+        if latest_step_checkpoint(p.student_init) is None:
+            raise RunError(f"--student-from {cfg.student_from}: {p.student_init} is not "
+                           f"trained; run python -m train.reproduce --task {cfg.student_from} "
                            "--teacher-only first")
-    cross = ["--teacher", str(base)] if cfg.student_from else []
-    students, student_args, pending = {}, {}, []
+    cross = ["--teacher", str(p.base)] if cfg.student_from else []
+    pending = []
     for seed in cfg.seeds:
         for method in cfg.methods:
-            out = runs / f"{name}_{method}_s{seed}"
-            students[f"{method}_s{seed}"] = out
-            args = ["--method", method, "--student", str(student_init), *cross, *task_flags,
-                    "--out", str(out), "--context", cfg.context, "--steps",
+            out = p.runs / f"{p.name}_{method}_s{seed}"
+            p.students[f"{method}_s{seed}"] = out
+            args = ["--method", method, "--student", str(p.student_init), *cross,
+                    *p.task_flags, "--out", str(out), "--context", cfg.context, "--steps",
                     str(cfg.distill_steps), "--batch", str(cfg.batch), "--lr", str(cfg.lr),
                     *(["--warmup", str(preset.warmup)] if preset.warmup != 10 else []),
                     "--beta", str(cfg.beta), *estimator_args(cfg),
                     "--save-every", str(cfg.save_every), "--seed", str(seed),
                     "--threads", str(max(1, cfg.threads // cfg.jobs))]
-            student_args[f"{method}_s{seed}"] = args
+            p.student_args[f"{method}_s{seed}"] = args
             final = out / "checkpoints" / f"step_{cfg.distill_steps:06d}"
-            if final.exists() and mtime(final) < mtime(teacher_final):
+            if final.exists() and mtime(final) < mtime(p.teacher_final):
                 raise RunError(f"{out} was distilled from an older teacher than "
-                                   f"{teacher_final}; delete {out} to rebuild it")
+                               f"{p.teacher_final}; delete {out} to rebuild it")
             if final.exists():
                 print(f"[skip] {method} seed {seed}: outputs exist")
-                manifest.skipped.append(f"{method} seed {seed}")
+                p.manifest.skipped.append(f"{method} seed {seed}")
             else:
                 pending.append((f"{method} seed {seed}", final, out, args))
     if pending:  # all of them, before the first: a full disk kills a run at a save
-        weights = weight_bytes(student_init)
+        weights = weight_bytes(p.student_init)
         needs = [disk_needed(weights, cfg.distill_steps, cfg.save_every,
                              int(last.name[5:]) if (last := latest_step_checkpoint(out)) else 0)
                  for _, _, out, _ in pending]  # kept by each; held at a save by `jobs` at once
-        check_disk(runs, sum(k for k, _ in needs) + min(cfg.jobs, len(needs)) * 3 * weights,
-                   f"distilling {len(pending)} students of {student_init}", DISK_REMEDY)
-    run_parallel(pending, cfg.jobs, manifest)
-    for key, run in students.items():
+        check_disk(p.runs, sum(k for k, _ in needs) + min(cfg.jobs, len(needs)) * 3 * weights,
+                   f"distilling {len(pending)} students of {p.student_init}", DISK_REMEDY)
+    run_parallel(pending, cfg.jobs, p.manifest)
+    for key, run in p.students.items():
         final = run / "checkpoints" / f"step_{cfg.distill_steps:06d}"
-        record_training_time(manifest, run, final, student_args[key], "train.distill")
-    # the students' step 0 first (claims and the summary read it as the null), then a
-    # cross-model teacher, then the students
-    ckpts = [str(student_init), *([str(base)] if cfg.student_from else []),
-             *(str(p) for p in students.values())]
-    for c in ckpts:
+        record_training_time(p.manifest, run, final, p.student_args[key], "train.distill")
+    for c in p.ckpts():
         verify_folder(c)
-    def final_of(*runs) -> list[Path]:  # each stage reruns only when its own inputs change
-        return [teacher_final] + [Path(r) / "checkpoints" / f"step_{cfg.distill_steps:06d}"
-                                  for r in runs]
 
-    finals = final_of(*students.values())
 
+def context_return(p: Pipeline) -> None:
+    """Every checkpoint with and without c, the summary over seeds, and again with a control
+    context of c's form that is wrong (robust or blind)."""
+    cfg, figs, finals = p.cfg, p.figs, p.final_of(*p.students.values())
     ev_json = figs / "context_return.json"
-    stage("context-return evaluation", manifest, [ev_json], evaluate.execute,
-          evaluate.EvalConfig(ckpt=ckpts, **ckpt_kw, context=cfg.context, n_levels=cfg.n_levels,
-                              out=str(ev_json), **threads), inputs=finals)
+    stage("context-return evaluation", p.manifest, [ev_json], evaluate.execute,
+          evaluate.EvalConfig(ckpt=p.ckpts(), **p.ckpt_kw, context=cfg.context,
+                              n_levels=cfg.n_levels, out=str(ev_json), **p.threads),
+          inputs=finals)
     reports = json.loads(ev_json.read_text())["reports"]
     (figs / "context_return.md").write_text(evaluate.format_markdown(reports) + "\n")
-    summary = summarise(reports, cfg.seeds)
-    write_json(figs / "context_return_summary.json", summary)
-    manifest.record([str(figs / "context_return.md"), str(figs / "context_return_summary.json")],
-                    ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
-    # robust or blind: every checkpoint again with a control context of c's form that is wrong
+    write_json(figs / "context_return_summary.json", summarise(reports, cfg.seeds))
+    p.manifest.record([str(figs / "context_return.md"),
+                       str(figs / "context_return_summary.json")], p.command(), 0.0)
     ctrl_json = figs / "context_control.json"
-    stage("context control", manifest, [ctrl_json], evaluate.execute,
-          evaluate.EvalConfig(ckpt=ckpts, **ckpt_kw, context=cfg.context, n_levels=cfg.n_levels,
-                              control=True, out=str(ctrl_json), **threads), inputs=finals)
+    stage("context control", p.manifest, [ctrl_json], evaluate.execute,
+          evaluate.EvalConfig(ckpt=p.ckpts(), **p.ckpt_kw, context=cfg.context,
+                              n_levels=cfg.n_levels, control=True, out=str(ctrl_json),
+                              **p.threads), inputs=finals)
 
-    # context return over training: every run of the first seed (every seed with one method,
-    # or when the preset measures harm against drift)
-    traj_runs = [str(p) for k, p in students.items()
+
+def over_training(p: Pipeline) -> None:
+    """Context return over training: every run of the first seed (every seed with one method,
+    or when the preset measures harm against drift), then harm against drift."""
+    cfg, figs, preset = p.cfg, p.figs, p.preset
+    traj_runs = [str(r) for k, r in p.students.items()
                  if preset.dose or len(cfg.methods) == 1 or k.endswith(f"_s{cfg.seeds[0]}")]
-    stage("trajectory", manifest, [figs / "trajectory.json"], trajectory.execute,
+    stage("trajectory", p.manifest, [figs / "trajectory.json"], trajectory.execute,
           trajectory.TrajectoryConfig(
               runs=traj_runs, context=cfg.context, n_levels=min(cfg.n_levels, 500),
               drift_levels=min(cfg.n_levels, 256), every=cfg.trajectory_every,
-              control=preset.dose, out=str(figs / "trajectory"), png=cfg.png, **threads),
-          inputs=final_of(*traj_runs), positional="runs")
+              control=preset.dose, out=str(figs / "trajectory"), png=cfg.png, **p.threads),
+          inputs=p.final_of(*traj_runs), positional="runs")
     if preset.dose:
-        stage("harm against drift", manifest, [figs / "harm_drift.json"], dose.execute,
+        stage("harm against drift", p.manifest, [figs / "harm_drift.json"], dose.execute,
               dose.DoseConfig(trajectory=[str(figs / "trajectory.json")],
                               out=str(figs / "harm_drift"), png=cfg.png),
               inputs=[figs / "trajectory.json"], positional="trajectory")
-    if not cfg.analyses:
-        from train import report
 
-        written = render_figures(figs, cfg.png)
-        prune_figures(figs, written, manifest)
-        manifest.record(written, ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
-        finish(manifest, t_start, cfg)  # before the README, which shows the pipeline's time
-        (figs / "README.md").write_text(report.render(figs) + "\n")
-        print(f"reproduce {name}: sweep row done (--analyses false); figures in {figs}")
-        return
 
+def analyses(p: Pipeline) -> None:
+    """layer_sim at three position sets, grad_align over training, param_delta, patching."""
+    cfg, figs, preset, students = p.cfg, p.figs, p.preset, p.students
+    finals = p.final_of(*students.values())
     for at, stem in LAYER_SIM_STAGES.items():  # PNGs: rendered from the JSON at the end
-        stage(f"layer_sim at {at} positions", manifest, [figs / f"{stem}.json"],
+        stage(f"layer_sim at {at} positions", p.manifest, [figs / f"{stem}.json"],
               layer_sim.execute,
-              layer_sim.LayerSimConfig(ckpt=ckpts, **ckpt_kw, context=cfg.context, at=at,
-                                       out=str(figs / stem), **threads), inputs=finals)
+              layer_sim.LayerSimConfig(ckpt=p.ckpts(), **p.ckpt_kw, context=cfg.context, at=at,
+                                       out=str(figs / stem), **p.threads), inputs=finals)
     for method, seed, suffix in aligned_runs(cfg.seeds, cfg.grad_seeds):
         run = students[f"{method}_s{seed}"]
-        steps = grad_checkpoints(run, cfg.grad_every)
         stem = f"grad_align_{method}{suffix}"
-        stage(f"grad_align {method} seed {seed}", manifest, [figs / f"{stem}.json"],
+        stage(f"grad_align {method} seed {seed}", p.manifest, [figs / f"{stem}.json"],
               grad_align.execute, grad_align.GradAlignConfig(
-                  ckpt=steps, teacher=str(base), **ckpt_kw, context=cfg.context,
-                  batch=cfg.grad_batch,
+                  ckpt=grad_checkpoints(run, cfg.grad_every), teacher=str(p.base), **p.ckpt_kw,
+                  context=cfg.context, batch=cfg.grad_batch,
                   micro_batch=min(preset.grad_micro_batch, max(1, cfg.grad_batch // 2)),
-                  parts=preset.grad_parts, out=str(figs / stem), **threads),
-              inputs=final_of(run))
+                  parts=preset.grad_parts, out=str(figs / stem), **p.threads),
+              inputs=p.final_of(run))
     s0 = cfg.seeds[0]
     delta_runs = [str(students[f"{m}_s{s}"]) for s in cfg.seeds for m in ("opd", "nca")]
     control = [delta_runs[0], delta_runs[2]] if len(cfg.seeds) > 1 else None
-    stage("param_delta", manifest, [figs / "param_delta.json"], param_delta.execute,
+    stage("param_delta", p.manifest, [figs / "param_delta.json"], param_delta.execute,
           param_delta.ParamDeltaConfig(
-              ckpt=delta_runs, init=str(base), control=control,
+              ckpt=delta_runs, init=str(p.base), control=control,
               pair=[str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"])],
-              out=str(figs / "param_delta")), inputs=final_of(*delta_runs))
+              out=str(figs / "param_delta")), inputs=p.final_of(*delta_runs))
     if preset.patching:
-        manifest.data["patching"] = preset.patching
+        p.manifest.data["patching"] = preset.patching
         print(f"[skip] patching: {preset.patching}")
-    else:
-        stage("patching", manifest, [figs / "patching.json"], patching.execute,
-              patching.PatchingConfig(
-                  ckpt=[str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"]),
-                        *([str(base)] if preset.patching_base else [])],
-                  **ckpt_kw, context=cfg.context, n_levels=cfg.n_levels,
-                  out=str(figs / "patching"), **dict(preset.patching_kw), **threads),
-              inputs=final_of(students[f"opd_s{s0}"], students[f"nca_s{s0}"]))
-    written = render_figures(figs, cfg.png)
-    prune_figures(figs, written, manifest)
-    manifest.record(written, ["python", "-m", "train.reproduce", *(argv or [])], 0.0)
+        return
+    stage("patching", p.manifest, [figs / "patching.json"], patching.execute,
+          patching.PatchingConfig(
+              ckpt=[str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"]),
+                    *([str(p.base)] if preset.patching_base else [])],
+              **p.ckpt_kw, context=cfg.context, n_levels=cfg.n_levels,
+              out=str(figs / "patching"), **dict(preset.patching_kw), **p.threads),
+          inputs=p.final_of(students[f"opd_s{s0}"], students[f"nca_s{s0}"]))
+
+
+def publish(p: Pipeline, t_start: float) -> float:
+    """Every figure drawn from the JSON (stale ones removed), the manifest closed, the
+    folder's README generated; the pipeline's seconds."""
     from train import report
 
-    total = finish(manifest, t_start, cfg)
-    (figs / "README.md").write_text(report.render(figs) + "\n")
-    print(f"reproduce {name}: done in {total / 60:.1f} min; figures in {figs}")
+    written = render_figures(p.figs, p.cfg.png)
+    prune_figures(p.figs, written, p.manifest)
+    p.manifest.record(written, p.command(), 0.0)
+    total = finish(p.manifest, t_start, p.cfg)  # before the README, which shows the time
+    (p.figs / "README.md").write_text(report.render(p.figs) + "\n")
+    return total
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg = parse_config(ReproduceConfig, argv, __doc__)
+    t_start = time.time()
+    p = plan(cfg, list(argv or []))
+    make_teacher(p)
+    if cfg.teacher_only:
+        print(f"teacher {p.base} evaluated; --teacher-only: stopping")
+        return
+    train_students(p)
+    context_return(p)
+    over_training(p)
+    if cfg.analyses:
+        analyses(p)
+    total = publish(p, t_start)
+    print(f"reproduce {p.name}: " + (f"done in {total / 60:.1f} min" if cfg.analyses else
+                                     "sweep row done (--analyses false)")
+          + f"; figures in {p.figs}")
 
 
 def finish(manifest: Manifest, t_start: float, cfg: ReproduceConfig) -> float:
