@@ -24,6 +24,7 @@ from train.blocks import Block
 from train.settings import load
 
 DOCS = ("README.md", "docs/results/index.md")
+VARIANTS_IN = {"README.md": False, "docs/results/index.md": True}  # which pages list variants
 BLOCK = Block.named("summary", "python -m train.summary --write")
 
 
@@ -59,12 +60,16 @@ def row(figs: Path) -> str | None:
     return "| " + " | ".join(cells) + " |"
 
 
-def table(root: Path = Path("figures")) -> str:
+def table(root: Path = Path("figures"), variants: bool = True) -> str:
+    """Every published setting; `variants=False` leaves out the settings that vary another
+    (estimators, NCA weights, a second knowledge base: the README's shorter table; their rows
+    are on docs/results/index.md)."""
     head = ("| setting | step 0 (the null): right without c / with c; harm | OPD: right "
             "without c / with c | OPD harm | OPD regimes | NCA: right without c / with c | "
             "NCA harm | NCA regimes |\n|---|---|---|---|---|---|---|---|")
     settings = load().settings
-    rows = [r for r in (row(root / name) for name in settings) if r]
+    rows = [r for r in (row(root / name) for name, st in settings.items()
+                        if variants or st.variant is None) if r]
     note = ("\nStep 0 is the checkpoint every student starts from: in self-distillation (every "
             "setting but `sokoban_xl`) the teacher itself; `sokoban_xl`'s students start from a "
             "4-layer `sokoban` teacher evaluated in its own folder (its 8-layer teacher's rows "
@@ -117,8 +122,8 @@ def main(argv: list[str] | None = None) -> None:
     new = table(Path(args.figures))
     print(new)
     if args.write:
-        for doc in map(Path, DOCS):
-            BLOCK.write(doc, new)
+        for doc in DOCS:
+            BLOCK.write(Path(doc), table(Path(args.figures), VARIANTS_IN[doc]))
         readme = Path("README.md")
         REPRODUCE.write(readme, reproduce_table(Path(args.figures)))
         TEST_TIME.write(readme, test_time_line())
