@@ -107,8 +107,8 @@ def test_time_line(record: Path = TEST_RECORD) -> str:
     if not record.exists():
         return "`make test-time` has not recorded the default run's time yet."
     r = json.loads(record.read_text())
-    busy = "" if r.get("load_before", 0) < 0.5 else \
-        f", other work already holding {r['load_before']:.1f} cores on average"
+    busy = "" if "load_before" not in r else \
+        f", 1-minute load average {r['load_before']:.1f} at its start"
     return (f"`make test` runs {r['tests']} tests in {r['seconds'] / 60:.0f} min on {r['cpus']} "
             f"CPU cores (measured {r['date']} at {r['commit']} by `make test-time`{busy}).")
 
