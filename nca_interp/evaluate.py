@@ -53,7 +53,7 @@ from nca_interp.rollout import (
     stop_ids,
 )
 from nca_interp.runs import check_context, task_for_checkpoints  # noqa: F401 - re-exported
-from nca_interp.tasks import Task
+from nca_interp.tasks import CONTEXT_CHOICES, TASK_CHOICES, Task
 
 
 def max_response_tokens(task: Task) -> int:
@@ -254,11 +254,11 @@ class EvalConfig:
         "help": "checkpoint folders (several: compared side by side on the same levels); "
                 "default: the embedded Sokoban teacher"})
     task: str | None = field(default=None, metadata={
-        "help": "sokoban|frozenlake|sysprompt|opcd; default: from the first checkpoint's run "
+        "help": f"{TASK_CHOICES}; default: from the first checkpoint's run "
                 "config"})
     task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
     context: str | None = field(default=None, metadata={
-        "help": "state|plan|rules (games; default state) or system (QA, the default there)"})
+        "help": f"{CONTEXT_CHOICES}; default: the task's"})
     fmt: str | None = field(default=None, metadata={"help": "compact|textarena"})
     n_levels: int = field(default=1000, metadata={"help": "held-out levels (fixed by --seed)"})
     seed: int = field(default=0, metadata={"help": "held-out set and sampling seed"})

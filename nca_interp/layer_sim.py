@@ -82,7 +82,7 @@ from nca_interp.runs import (
     resolve_task_and_context,
     with_initial_checkpoints,
 )
-from nca_interp.tasks import Task
+from nca_interp.tasks import CONTEXT_CHOICES, Task
 
 
 def linear_cka(X_M_D: torch.Tensor, Y_M_D: torch.Tensor) -> float:
@@ -402,7 +402,7 @@ class LayerSimConfig:
     task: str | None = field(default=None, metadata={"help": "default: from the run config"})
     task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
     context: str | None = field(default=None, metadata={
-        "help": "state|plan|rules; default: the context the checkpoints were distilled with"})
+        "help": f"{CONTEXT_CHOICES}; default: the context the checkpoints were distilled with"})
     n_levels: int = field(default=200, metadata={"help": "held-out levels"})
     seed: int = field(default=0, metadata={"help": "held-out set seed"})
     baselines: bool = field(default=True, metadata={"help": "add the random-init baseline"})

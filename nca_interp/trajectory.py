@@ -57,6 +57,7 @@ from nca_interp.models import context_limit
 from nca_interp.progress import bar
 from nca_interp.rollout import onpolicy_batch, response_logits
 from nca_interp.runs import check_context, initial_of, step_of, task_for_checkpoints, teacher_of
+from nca_interp.tasks import CONTEXT_CHOICES
 
 KL_TERMS = ("kl_opd", "kl_ctx", "kl_nca", "drift")
 REPORT_KEYS = ("win_no_c", "win_c", "harm", "help", "delta_c", "rel_len_both", "regime",
@@ -125,7 +126,7 @@ class TrajectoryConfig:
     teacher: str | None = field(default=None, metadata={
         "help": "teacher for the KLs (default: each run's own)"})
     context: str | None = field(default=None, metadata={
-        "help": "context kind (default: the one each run distilled)"})
+        "help": f"{CONTEXT_CHOICES}; default: the one each run distilled"})
     n_levels: int = field(default=500, metadata={"help": "held-out levels for win rates",
                                                  "check": ">=1"})
     drift_levels: int = field(default=256, metadata={"help": "held-out prompts for the KLs",

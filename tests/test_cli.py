@@ -47,4 +47,7 @@ def test_help_names_the_command_states_defaults_once_and_fits_a_screen(module):
         assert not (re.search(r"\(default: ", entry) and re.search(r"[^(]default[: ]", entry)), \
             entry
     assert len(out.splitlines()) <= 60
+    if module != "nca_interp.param_delta":  # the one analysis without a context
+        # one list of context kinds for every command (nca_interp.tasks.CONTEXT_CHOICES)
+        assert "system (sysprompt," in out and "facts|rule" in out, module
     assert not re.search(r"20\d\d-\d\d-\d\d|model hub", out)

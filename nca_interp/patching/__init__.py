@@ -67,6 +67,7 @@ from nca_interp.patching.interventions import (  # noqa: F401 - the package's su
 )
 from nca_interp.rollout import stop_ids
 from nca_interp.runs import resolve_task_and_context
+from nca_interp.tasks import CONTEXT_CHOICES
 
 
 @dataclass
@@ -76,7 +77,8 @@ class PatchingConfig:
                 "Sokoban OPD"})
     task: str | None = field(default=None, metadata={"help": "default: from the run config"})
     task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
-    context: str | None = field(default=None, metadata={"help": "default: the run's context"})
+    context: str | None = field(default=None, metadata={
+        "help": f"{CONTEXT_CHOICES}; default: the run's context"})
     kind: str = field(default="harm", metadata={
         "help": "cases patched: harm (right without c, wrong with it) or help (wrong without "
                 "c, right with it: the context's effect on correct answers)",

@@ -26,6 +26,10 @@ from nca_interp.tasks.sokoban import Outcome
 
 CONTEXT_KINDS = ("state", "plan", "rules", "remap")  # games; QA tasks: one kind, "system"
 TASKS = ("sokoban", "frozenlake", "sysprompt", "opcd", "facts")
+# every command's help lists the same choices, from here
+TASK_CHOICES = "|".join(TASKS)
+CONTEXT_CHOICES = ("|".join(CONTEXT_KINDS) + " (sokoban, frozenlake), system (sysprompt, opcd), "
+                   "facts|rule (facts: the kind its options name)")
 _CONFIGS = {"sokoban": sokoban.SokobanConfig, "frozenlake": frozenlake.FrozenLakeConfig,
             "sysprompt": sysprompt.SyspromptConfig, "opcd": opcd.OPCDConfig,
             "facts": facts.FactsConfig}
