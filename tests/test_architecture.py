@@ -48,6 +48,8 @@ def test_settings_load_and_every_size_control_folder_is_declared():
 @pytest.mark.parametrize("text, says", [
     ('[presets.p]\nlr = "fast"\n[settings.s]\npreset = "p"\n', "lr = 'fast' should be a float"),
     ('[presets.p]\nlearning_rate = 0.1\n[settings.s]\npreset = "p"\n', "unknown key"),
+    ('[presets.p]\nbatch = [8]\n[settings.s]\npreset = "p"\n', "batch = \\[8\\] should be a int"),
+    ('[presets.p]\n[settings.s]\npreset = "p"\nseeds = 3\n', "seeds = 3 should be a tuple"),
     ('[presets.p]\n[settings.s]\npreset = "q"\n', "preset 'q' is not a preset"),
     ('[presets.p]\n[settings.s]\nflags = []\n', "preset missing"),
     ('[presets.p]\n[settings.s]\npreset = "p"\nvariant = "beta"\n', "needs both variant_of"),

@@ -26,7 +26,7 @@ import torch
 
 from nca_interp.bootstrap import cluster_indices, percentile_ci
 from nca_interp.checkpoint import load_checkpoint
-from nca_interp.cli import entry, parse_config
+from nca_interp.cli import check_writable, entry, parse_config
 from nca_interp.errors import UsageError
 from nca_interp.forward import response_logits
 from nca_interp.rollout import encode, segment_batch
@@ -155,6 +155,8 @@ def main(argv: list[str] | None = None) -> None:
         raise UsageError("name one distillation run of the facts task: python -m "
                          "train.knowledge runs/<run>")
     run = cfg.run[0]
+    if cfg.out:
+        check_writable(cfg.out + ".json")  # before minutes of forwards whose result is lost
     torch.set_num_threads(cfg.threads)
     ckpts = checkpoints_of(run)
     task = task_for_checkpoints([run])

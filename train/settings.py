@@ -101,8 +101,12 @@ def _typed(cls, entry: dict, where: str):
             raise UsageError(f"{FILE}: {where}: unknown key {key!r}; known: "
                              f"{', '.join(known)}")
         default = known[key].default
-        typed = isinstance(value, (type(default), list, dict)) or \
-            (isinstance(default, float) and isinstance(value, int))
+        if isinstance(default, tuple):  # TOML arrays (patching_kw: an inline table)
+            typed = isinstance(value, dict if key == "patching_kw" else list)
+        else:
+            typed = isinstance(value, type(default)) or \
+                (isinstance(default, float) and isinstance(value, int)
+                 and not isinstance(value, bool))
         if default not in (None, MISSING) and not typed:
             raise UsageError(f"{FILE}: {where}: {key} = {value!r} should be a "
                              f"{type(default).__name__}")
