@@ -184,8 +184,8 @@ def figure(rows: list[dict], title: str):
             pts = [r for r in rs if r[q] is not None]
             fig.add_trace(go.Scatter(
                 x=[r["drift"] for r in pts], y=[r[q] for r in pts], mode="lines+markers",
-                line={"color": color, "width": 1}, name=method, legendgroup=method,
-                showlegend=first and col == 1,
+                line={"color": color, "width": 1}, opacity=0.35, name=f"{method} (a seed)",
+                legendgroup=method, showlegend=first and col == 1,
                 text=[f"{run} step {r['step']}" for r in pts]), row=1, col=col)
         pts = [r for r in rs if r["harm"] is not None]
         fig.add_trace(go.Scatter(
@@ -193,6 +193,20 @@ def figure(rows: list[dict], title: str):
             marker={"color": color, "symbol": "circle-open"}, name=f"{method} baseline",
             legendgroup=method, showlegend=False,
             text=[f"{run} step {r['step']}: 1 - acc with c" for r in pts]), row=1, col=1)
+    by_method = defaultdict(lambda: defaultdict(list))  # the mean over seeds at each step
+    for r in rows:
+        by_method[r["method"]][r["step"]].append(r)
+    for method, steps in by_method.items():
+        color = PALETTE.get(method, "#9467bd")
+        for col, q in ((1, "harm"), (2, "help")):
+            pts = [(st, [r for r in rs if r[q] is not None]) for st, rs in sorted(steps.items())]
+            pts = [(st, rs) for st, rs in pts if rs]
+            fig.add_trace(go.Scatter(
+                x=[np.mean([r["drift"] for r in rs]) for _, rs in pts],
+                y=[np.mean([r[q] for r in rs]) for _, rs in pts], mode="lines+markers+text",
+                text=[str(st) for st, _ in pts], textposition="top center",
+                line={"color": color, "width": 3}, name=f"{method}: mean over seeds (step)",
+                legendgroup=f"{method} mean", showlegend=col == 1), row=1, col=col)
     for col in (1, 2):
         fig.update_xaxes(title_text="drift from step 0 (nats per token, no-context view)",
                          row=1, col=col)
