@@ -126,6 +126,10 @@ class ReproduceConfig:
     figures: str = field(default="figures", metadata={"help": "where figures go"})
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
+    keep: list[str] | None = field(default=None, metadata={
+        "help": "steps whose outputs stay as they are although checkpoints are newer (students "
+                "retrained and shown identical): context_return, over_training",
+        "check": "choice:context_return|over_training"})
     teacher_only: bool = field(default=False, metadata={
         "help": "stop after the teacher and its per-context evaluation"})
     jobs: int = field(default=2, metadata={
@@ -554,8 +558,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"teacher {p.base} evaluated; --teacher-only: stopping")
         return
     train_students(p)
-    context_return(p)
-    over_training(p)
+    for step in (context_return, over_training):
+        if step.__name__ in (cfg.keep or ()):
+            print(f"[keep] {step.__name__}: its outputs are kept as they are (--keep)")
+            p.manifest.skipped.append(f"{step.__name__} (kept by --keep)")
+        else:
+            step(p)
     if cfg.analyses:
         analyses(p)
     total = publish(p, t_start)
