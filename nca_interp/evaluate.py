@@ -25,23 +25,14 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
 
+from nca_interp import analysis
 from nca_interp.bootstrap import cluster_indices, n_units, percentile_ci
 from nca_interp.checkpoint import load_checkpoint, verify_folder
-from nca_interp.cli import (
-    as_paths,
-    check_api,
-    check_writable,
-    entry,
-    parse_config,
-    to_dict,
-    validate,
-    write_json,
-)
+from nca_interp.cli import as_paths, entry, parse_config, validate
 from nca_interp.models import autocast, context_limit, resolve_device
 from nca_interp.progress import bar
 from nca_interp.rollout import (
@@ -52,7 +43,11 @@ from nca_interp.rollout import (
     sample,
     stop_ids,
 )
-from nca_interp.runs import check_context, task_for_checkpoints  # noqa: F401 - re-exported
+from nca_interp.runs import (  # noqa: F401 - check_context, task_for_checkpoints re-exported
+    check_context,
+    resolve_task_and_context,
+    task_for_checkpoints,
+)
 from nca_interp.tasks import CONTEXT_CHOICES, TASK_CHOICES, Task
 
 
@@ -258,7 +253,8 @@ class EvalConfig:
                 "config"})
     task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
     context: str | None = field(default=None, metadata={
-        "help": f"{CONTEXT_CHOICES}; default: the task's"})
+        "help": f"{CONTEXT_CHOICES}; default: the one the first checkpoint's run was "
+                "trained with, else the task's"})
     fmt: str | None = field(default=None, metadata={"help": "compact|textarena"})
     n_levels: int = field(default=1000, metadata={"help": "held-out levels (fixed by --seed)"})
     seed: int = field(default=0, metadata={"help": "held-out set and sampling seed"})
@@ -272,7 +268,9 @@ class EvalConfig:
                 "for it (another level's plan or state, a knowledge base with its values "
                 "rotated across entities): accuracy with it, its harm, and reads_c = win_c - "
                 "win_c' (0: blind to what c says)"})
-    out: str | None = field(default=None, metadata={"help": "write the JSON report here"})
+    out: str | None = field(default=None, metadata={
+        "help": "write OUT.json and the figure OUT.html (OUT may end in .json)"})
+    png: bool = field(default=False, metadata={"help": "also write OUT.png (needs kaleido)"})
 
 
 def default_checkpoints() -> list[str]:
@@ -281,36 +279,46 @@ def default_checkpoints() -> list[str]:
     return [str(embedded("sokoban_base"))]
 
 
-def run(ckpts: list[str] | None = None, *, task: str | None = None, fmt: str | None = None,
-        task_options: list[str] | None = None, context: str | None = None,
-        n_levels: int = 1000, seed: int = 0, temperature: float = 0.0, device: str = "cpu",
-        precision: str = "auto", control: bool = False) -> dict:
-    """Paired context-return reports, {checkpoint name: report} (see the module docstring for
-    the fields), of each checkpoint on the same held-out items; plus `_meta` (task, context)."""
-    ckpts = as_paths(ckpts)
-    check_api(EvalConfig, **locals())
-    paths = ckpts or default_checkpoints()
-    found = task_for_checkpoints(paths, task, fmt, task_options)
-    dev = resolve_device(device)
-    context = context or found.default_context
-    check_context(found, context)
+def run(cfg: EvalConfig | None = None, /, **fields) -> dict:
+    """Paired context-return reports of each checkpoint on the same held-out items (see the
+    module docstring for the fields): an `analysis` report whose results are keyed by
+    checkpoint name. `run(EvalConfig(...))` or `run(ckpt=[...], task=..., ...)`."""
+    cfg = analysis.config(EvalConfig, cfg, fields)
+    validate(cfg)
+    paths = as_paths(cfg.ckpt) or default_checkpoints()
     for p in paths:
         verify_folder(p)
-    reports = {}
+    found, context = resolve_task_and_context(paths, cfg.task, cfg.context, cfg.task_options,
+                                              cfg.fmt)
+    dev = resolve_device(cfg.device)
+    reports, folders = {}, {}
     for p in paths:
         model, tok = load_checkpoint(p, device=str(dev))
-        name = Path(p).name if Path(p).name not in reports else p
-        with autocast(dev, precision):
-            reports[name] = evaluate_checkpoint(model, tok, found, context, n_levels, seed,
-                                                temperature, control)
-    return {"task": found.name, "context": context, "reports": reports}
+        name = analysis.label_of(p, reports)
+        folders[name] = p
+        with autocast(dev, cfg.precision):
+            reports[name] = evaluate_checkpoint(model, tok, found, context, cfg.n_levels,
+                                                cfg.seed, cfg.temperature, cfg.control)
+    return analysis.make_report(cfg, task=found.name, context=context, paths=folders,
+                                results=reports)
+
+
+def show(report: dict) -> None:
+    """The paired table (and the control's, when measured)."""
+    reports, cfg = report["results"], report["config"]
+    n = next(iter(reports.values()))["n"]
+    print(f"task={report['task']} context={report['context']} levels={n} seed={cfg['seed']} "
+          f"temperature={cfg['temperature']}")
+    print(format_table(reports))
+    if cfg.get("control"):
+        print(format_control(reports))
 
 
 def figures(report: dict) -> dict:
-    """{"context_return": Figure}: per checkpoint, the paired rates with 95% intervals."""
+    """{"": Figure}: per checkpoint, the paired rates with 95% intervals."""
     from nca_interp.plots import evaluate_figure
 
-    return {"context_return": evaluate_figure(report)}
+    return {"": evaluate_figure(report)}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -319,26 +327,9 @@ def main(argv: list[str] | None = None) -> dict:
 
 def execute(cfg: EvalConfig) -> dict:
     """The command on a config object (what `train.reproduce` calls; `main` parses the
-    command line into one): run, print the tables, write the JSON and figures."""
-    validate(cfg)
-    torch.set_num_threads(cfg.threads)
-    if cfg.out:
-        check_writable(cfg.out)
-    report = run(cfg.ckpt, task=cfg.task, fmt=cfg.fmt, task_options=cfg.task_options,
-                 context=cfg.context, n_levels=cfg.n_levels, seed=cfg.seed,
-                 temperature=cfg.temperature, device=cfg.device, precision=cfg.precision,
-                 control=cfg.control)
-    cfg.context = report["context"]
-    reports = report["reports"]
-    n = next(iter(reports.values()))["n"]
-    print(f"task={report['task']} context={cfg.context} levels={n} seed={cfg.seed} "
-          f"temperature={cfg.temperature}")
-    print(format_table(reports))
-    if cfg.control:
-        print(format_control(reports))
-    if cfg.out:
-        write_json(cfg.out, {"config": to_dict(cfg), "reports": reports})
-    return reports
+    command line into one): see `analysis.execute`."""
+    return analysis.execute(sys.modules[__name__], cfg)
+
 
 if __name__ == "__main__":
     sys.exit(entry(main))

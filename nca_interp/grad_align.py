@@ -41,16 +41,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from nca_interp import analysis
 from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint
 from nca_interp.cli import (
     as_paths,
-    check_api,
-    check_writable,
     entry,
     parse_config,
-    to_dict,
     validate,
-    write_json,
 )
 from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
@@ -363,57 +360,68 @@ def format_table(results: dict[str, dict]) -> str:
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def run(ckpts: list[str] | None = None, *, teacher: str | None = None,
-        task: str | None = None, task_options: list[str] | None = None,
-        context: str | None = None, batch: int = 2048, micro_batch: int = 128,
-        temperature: float = 1.0, seed: int = 0, device: str = "cpu",
-        dtype: str | None = None, parts: int = 8) -> dict:
-    """Gradient angles between the loss terms at each checkpoint (see the module docstring):
-    `results[name]["global"]` holds `angle_xfit_deg`, `self_angle_deg` (the noise floors),
-    `snr` and norms; `per_module` the same per layer x module; `steps` the training steps."""
-    ckpts = as_paths(ckpts)
-    check_api(GradAlignConfig, **locals())
+def run(cfg: GradAlignConfig | None = None, /, **fields) -> dict:
+    """Gradient angles between the loss terms at each checkpoint (see the module docstring),
+    an `analysis` report: `results[name]["global"]` holds `angle_xfit_deg`, `self_angle_deg`
+    (the noise floors), `snr` and norms; `per_module` the same per layer x module; `steps` the
+    training steps. `run(GradAlignConfig(...))` or `run(ckpt=[...], ...)`."""
+    cfg = analysis.config(GradAlignConfig, cfg, fields)
+    validate(cfg)
+    batch, parts, seed = cfg.batch, cfg.parts, cfg.seed
     if batch % parts or batch // parts < 1:
         raise UsageError(f"--batch {batch} must split into --parts {parts} equal parts; pass a "
                          "multiple of --parts")
-    if not ckpts:
-        from nca_interp.assets import embedded
-
-        ckpts = [str(embedded("sokoban_opd"))]
-    found, context = resolve_task_and_context(ckpts, task, context, task_options)
-    dev = str(resolve_device(device))
-    dt = DTYPES[dtype] if dtype else "stored"
+    ckpts = as_paths(cfg.ckpt) or default_checkpoints()
+    found, context = resolve_task_and_context(ckpts, cfg.task, cfg.context, cfg.task_options)
+    dev = str(resolve_device(cfg.device))
+    dt = DTYPES[cfg.dtype] if cfg.dtype else "stored"
+    teacher = cfg.teacher
     for path in ckpts:  # every pair checked before any gradient is computed
         check_same_tokenizers([path, teacher_of(path, teacher)])
     levels = found.levels("grad", batch, seed)
-    results = {}
+    results, folders = {}, {}
     for path in bar(ckpts, "grad_align", unit="ckpt"):
         student, tok = load_checkpoint(path, device=dev, dtype=dt)
         teacher_model, tok_t = load_checkpoint(teacher_of(path, teacher), device=dev, dtype=dt)
         check_same_tokenizer(tok, tok_t, path, teacher_of(path, teacher))
         teacher_model.requires_grad_(False)
         view = found.for_tokenizer(tok)
-        halves = sample_halves(student, tok, view, levels, context, temperature, seed,
-                               micro_batch, min(context_limit(student),
-                                                context_limit(teacher_model)), parts)
+        halves = sample_halves(student, tok, view, levels, context, cfg.temperature, seed,
+                               cfg.micro_batch, min(context_limit(student),
+                                                    context_limit(teacher_model)), parts)
         student.train()
-        name = Path(path).name if Path(path).name not in results else path
-        results[name] = checkpoint_alignment(student, teacher_model, halves, TERMS, temperature)
+        name = analysis.label_of(path, results)
+        folders[name] = path
+        results[name] = checkpoint_alignment(student, teacher_model, halves, TERMS,
+                                             cfg.temperature)
         del student, teacher_model
     steps = [step_of(p) for p in ckpts]
-    return {"task": found.name, "context": context, "batch": batch,
-            "steps": steps if all(s is not None for s in steps) else None,
-            "results": results}
+    return analysis.make_report(cfg, task=found.name, context=context, paths=folders,
+                                results=results, batch=batch,
+                                steps=steps if all(s is not None for s in steps) else None)
+
+
+def default_checkpoints() -> list[str]:
+    from nca_interp.assets import embedded
+
+    return [str(embedded("sokoban_opd"))]
+
+
+def show(report: dict) -> None:
+    batch = report["batch"]
+    print(f"task={report['task']} context={report['context']} batch={batch} (two halves "
+          f"of {batch // 2})")
+    print(format_table(report["results"]))
 
 
 def figures(report: dict) -> dict:
-    """{"grad_align": angles and floors per checkpoint, "grad_align_steps": over training
-    (with more than one checkpoint)}."""
+    """{"": angles and floors per checkpoint, "steps": over training (with more than one
+    checkpoint)}."""
     from nca_interp.plots import grad_align_figure, grad_align_over_steps
 
-    out = {"grad_align": grad_align_figure(report)}
+    out = {"": grad_align_figure(report)}
     if len(report["results"]) > 1:
-        out["grad_align_steps"] = grad_align_over_steps(report)
+        out["steps"] = grad_align_over_steps(report)
     return out
 
 
@@ -423,32 +431,8 @@ def main(argv: list[str] | None = None) -> dict:
 
 def execute(cfg: GradAlignConfig) -> dict:
     """The command on a config object (what `train.reproduce` calls; `main` parses the
-    command line into one): run, print the tables, write the JSON and figures."""
-    from nca_interp.plots import write_figure
-
-    validate(cfg)
-    check_writable(cfg.out)
-    torch.set_num_threads(cfg.threads)
-    if not cfg.ckpt:
-        from nca_interp.assets import embedded
-
-        cfg.ckpt = [str(embedded("sokoban_opd"))]
-    result = run(cfg.ckpt, teacher=cfg.teacher, task=cfg.task, task_options=cfg.task_options,
-                 context=cfg.context, batch=cfg.batch, micro_batch=cfg.micro_batch,
-                 temperature=cfg.temperature, seed=cfg.seed, device=cfg.device, dtype=cfg.dtype,
-                 parts=cfg.parts)
-    report = {"config": to_dict(cfg), **result}
-    print(f"task={report['task']} context={report['context']} batch={cfg.batch} (two halves "
-          f"of {cfg.batch // 2})")
-    print(format_table(report["results"]))
-    out = Path(cfg.out)
-    write_json(out.with_suffix(".json"), report)
-    written = []
-    for name, fig in figures(report).items():
-        stem = out if name == "grad_align" else f"{out}_steps"
-        written += write_figure(fig, stem, png=cfg.png)
-    print("wrote", out.with_suffix(".json"), *written)
-    return report
+    command line into one): see `analysis.execute`."""
+    return analysis.execute(sys.modules[__name__], cfg)
 
 if __name__ == "__main__":
     sys.exit(entry(main))

@@ -60,16 +60,13 @@ from einops import reduce
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from nca_interp import analysis
 from nca_interp.checkpoint import load_checkpoint, save_checkpoint, verify_folder
 from nca_interp.cli import (
     as_paths,
-    check_api,
-    check_writable,
     entry,
     parse_config,
-    to_dict,
     validate,
-    write_json,
 )
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.hooks import boot_bridge, capture
@@ -461,49 +458,69 @@ def format_heads(results: dict[str, dict], top: int = 6) -> str:
     return "\n".join(lines)
 
 
-def run(ckpts: list[str] | None = None, *, task: str | None = None,
-        task_options: list[str] | None = None, context: str | None = None,
-        n_levels: int = 200, seed: int = 0, baselines: bool = True, at: str = "response",
-        responses: str = "reference", batch: int = 100, device: str = "cpu") -> dict:
-    """The layer-similarity report as a Python value (what `main` prints and writes)."""
-    ckpts = as_paths(ckpts)
-    check_api(LayerSimConfig, **locals())
-    paths = with_initial_checkpoints(ckpts or default_checkpoints())
-    found, ctx = resolve_task_and_context(paths, task, context, task_options)
+def run(cfg: LayerSimConfig | None = None, /, **fields) -> dict:
+    """The layer-similarity report (an `analysis` report, results keyed by checkpoint name,
+    random_init first): what `execute` prints and writes. `run(LayerSimConfig(...))` or
+    `run(ckpt=[...], task=..., ...)`."""
+    cfg = analysis.config(LayerSimConfig, cfg, fields)
+    validate(cfg)
+    paths = with_initial_checkpoints(as_paths(cfg.ckpt) or default_checkpoints())
+    found, ctx = resolve_task_and_context(paths, cfg.task, cfg.context, cfg.task_options)
     check_same_tokenizers(paths)
-    levels = found.levels("test", n_levels, seed)
-    device = str(resolve_device(device))
+    levels = found.levels("test", cfg.n_levels, cfg.seed)
+    device, at, batch = str(resolve_device(cfg.device)), cfg.at, cfg.batch
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(verify_folder(paths[0]), local_files_only=True)
     shared = None
-    if responses == "reference":
+    if cfg.responses == "reference":
         shared = reference_responses(tok, found.for_tokenizer(tok), levels)
-    elif responses == "base":
+    elif cfg.responses == "base":
         shared = greedy_responses(paths[0], found, levels, batch, device)
     results: dict[str, dict] = {}
+    folders: dict[str, str | None] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        if baselines:
+        if cfg.baselines:
             rnd = random_init_copy(paths[0], Path(tmp) / "random_init")
             results["random_init"] = layer_similarity(rnd, found, ctx, levels, batch, device,
                                                       at, shared)
+            folders["random_init"] = None
         for p in bar(paths, "layer_sim", unit="ckpt"):
-            name = Path(p).name if Path(p).name not in results else str(p)
+            name = analysis.label_of(p, results)
+            folders[name] = p
             results[name] = layer_similarity(p, found, ctx, levels, batch, device, at, shared)
     n_layers = len(next(iter(results.values()))["cos"]) - 1
-    return {"task": found.name, "context": ctx, "at": at, "responses": responses,
-            "responses_from": {"reference": f"the task's answers ({found.name} target)",
-                               "base": f"greedy responses of {paths[0]}",
-                               "own": "each model's own greedy responses"}[responses],
-            "layers": ["embed"] + [str(i) for i in range(n_layers)],
-            "checkpoints": paths, "results": results}
+    return analysis.make_report(
+        cfg, task=found.name, context=ctx, paths=folders, results=results, at=at,
+        responses=cfg.responses,
+        responses_from={"reference": f"the task's answers ({found.name} target)",
+                        "base": f"greedy responses of {paths[0]}",
+                        "own": "each model's own greedy responses"}[cfg.responses],
+        layers=["embed"] + [str(i) for i in range(n_layers)], checkpoints=paths)
+
+
+def show(report: dict) -> None:
+    """The similarity tables, one per statistic, and the context reading per head."""
+    results, layers = report["results"], report["layers"]
+    n = next(iter(results.values()))["n_examples"]
+    print(f"task={report['task']} context={report['context']} levels={n} "
+          f"positions={report['at']} responses={report['responses_from']}")
+    print(LEGEND)
+    for metric in ("cos", "cos_other", "cos_centred", "cos_centred_view", "offset_share", "cka",
+                   "cka_debiased"):
+        print(format_table(results, metric, layers) + "\n")
+    print(format_table(results, "ctx_attn_ratio_layer", layers[1:]))
+    print(format_heads(results))
 
 
 def figures(report: dict) -> dict:
-    """{"layer_sim": similarity per layer, "heads": context reading per head}."""
+    """{"": similarity per layer, "heads": context reading per head}."""
     from nca_interp.plots import head_heatmaps, layer_sim_figure
 
-    return {"layer_sim": layer_sim_figure(report), "heads": head_heatmaps(report)}
+    out = {"": layer_sim_figure(report)}
+    if "ctx_attn_ratio" in next(iter(report["results"].values())):
+        out["heads"] = head_heatmaps(report)
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -512,33 +529,8 @@ def main(argv: list[str] | None = None) -> dict:
 
 def execute(cfg: LayerSimConfig) -> dict:
     """The command on a config object (what `train.reproduce` calls; `main` parses the
-    command line into one): run, print the tables, write the JSON and figures."""
-    from nca_interp.plots import write_figure
-
-    validate(cfg)
-    check_writable(cfg.out)
-    torch.set_num_threads(cfg.threads)
-    report = run(cfg.ckpt, task=cfg.task, task_options=cfg.task_options, context=cfg.context,
-                 n_levels=cfg.n_levels, seed=cfg.seed, baselines=cfg.baselines, at=cfg.at,
-                 responses=cfg.responses, batch=cfg.batch, device=cfg.device)
-    report = {"config": to_dict(cfg), **report}
-    results, layers = report["results"], report["layers"]
-    n = next(iter(results.values()))["n_examples"]
-    print(f"task={report['task']} context={report['context']} levels={n} "
-          f"positions={cfg.at} responses={report['responses_from']}")
-    print(LEGEND)
-    for metric in ("cos", "cos_other", "cos_centred", "cos_centred_view", "offset_share", "cka",
-                   "cka_debiased"):
-        print(format_table(results, metric, layers) + "\n")
-    print(format_table(results, "ctx_attn_ratio_layer", layers[1:]))
-    print(format_heads(results))
-    out = Path(cfg.out)
-    write_json(out.with_suffix(".json"), report)
-    figs = figures(report)
-    written = write_figure(figs["layer_sim"], out, png=cfg.png)
-    written += write_figure(figs["heads"], f"{out}_heads", png=cfg.png)
-    print("wrote", out.with_suffix(".json"), *written)
-    return report
+    command line into one): see `analysis.execute`."""
+    return analysis.execute(sys.modules[__name__], cfg)
 
 
 if __name__ == "__main__":

@@ -39,17 +39,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from nca_interp import analysis
 from nca_interp.checkpoint import CheckpointError, read_run_config, verify_folder
 from nca_interp.cli import (
     as_paths,
-    check_api,
     check_arguments,
-    check_writable,
     entry,
     parse_config,
-    to_dict,
     validate,
-    write_json,
 )
 from nca_interp.names import MODULES
 from nca_interp.reduce import Gram, stream_by_name
@@ -230,7 +227,7 @@ def deltas(init: str | Path, ckpts: list[str], rows: str = "all", task: str | No
         keep = {"model.embed_tokens.weight": ids, "lm_head.weight": ids}
     gram = stream_deltas(init, paths, keep)
     per = {p: module_table(gram, i + 1, lr_budget(p)) for i, p in enumerate(ckpts)}
-    return {"per_checkpoint": per, "n_layers": read_config(init).get("num_hidden_layers"),
+    return {"results": per, "n_layers": read_config(init).get("num_hidden_layers"),
             "rows": rows, "n_task_rows": None if keep is None else
             len(keep["lm_head.weight"])}, gram
 
@@ -295,15 +292,17 @@ def format_cos(cmp: dict, ctrl: dict | None) -> str:
     return "\n".join(lines)
 
 
-def run(ckpts: list[str] | None = None, *, init: str | None = None,
-        pair: list[str] | None = None, control: list[str] | None = None, rows: str = "all",
-        task: str | None = None, task_options: list[str] | None = None) -> dict:
-    """Parameter deltas of `ckpts` from `init`: `per_checkpoint[path]` (||dW||/||W0||, the
-    Adam-normalised size, per module / layer), `comparison` (cos(dA, dB) per module and the
-    specific delta of `pair`), `control` (the same cosine for a seed-to-seed `control` pair)
-    and `all_pairs` (global and per-module cosines of every pair)."""
-    ckpts, pair, control = as_paths(ckpts), as_paths(pair, "pair"), as_paths(control, "control")
-    check_api(ParamDeltaConfig, **locals())
+def run(cfg: ParamDeltaConfig | None = None, /, **fields) -> dict:
+    """Parameter deltas of the checkpoints from `init`, an `analysis` report: `results[path]`
+    (||dW||/||W0||, the Adam-normalised size, per module / layer), `comparison` (cos(dA, dB)
+    per module and the specific delta of `pair`), `control` (the same cosine for a
+    seed-to-seed `control` pair) and `all_pairs` (global and per-module cosines of every
+    pair). `run(ParamDeltaConfig(...))` or `run(ckpt=[...], ...)`."""
+    cfg = analysis.config(ParamDeltaConfig, cfg, fields)
+    validate(cfg)
+    ckpts = as_paths(cfg.ckpt)
+    pair, control = as_paths(cfg.pair, "pair") or [], as_paths(cfg.control, "control") or []
+    init, rows, task, task_options = cfg.init, cfg.rows, cfg.task, cfg.task_options
     if not ckpts:
         from nca_interp.assets import embedded
 
@@ -318,7 +317,12 @@ def run(ckpts: list[str] | None = None, *, init: str | None = None,
         raise ValueError(f"{ckpts[0]} does not name its initial checkpoint; pass --init")
     check_same_tokenizers([init, *ckpts])
     result, gram = deltas(init, ckpts, rows, task, task_options)
-    report = {"init": init, "rows": rows, **result}
+    recorded = read_run_config(ckpts[0])
+    named = recorded.get("task")  # a run config records its task's fields, name among them
+    report = analysis.make_report(cfg, task=task or (named.get("name") if isinstance(named, dict)
+                                                     else named),
+                                  context=recorded.get("context"),
+                                  paths={p: p for p in ckpts}, init=init, **result)
     index = {p: i + 1 for i, p in enumerate(ckpts)}
     if control:
         c, d = control
@@ -341,16 +345,16 @@ def run(ckpts: list[str] | None = None, *, init: str | None = None,
 
 
 def figures(report: dict) -> dict:
-    """Layer x module heatmaps: per checkpoint ||dW||/||W0|| (`delta_<name>`) and the
+    """Layer x module heatmaps: per checkpoint ||dW||/||W0|| (`<name>`) and the
     Adam-normalised size (`adam_<name>`); cos(dA, dB) (`cos`), the specific delta
     (`specific`) and the seed-to-seed control's cosine (`control_cos`)."""
     from nca_interp.plots import heatmap
 
     n = report["n_layers"]
     out = {}
-    for p, r in report["per_checkpoint"].items():
+    for p, r in report["results"].items():
         grid, rows, cols = layer_module_grid(r["rel"], n)
-        out[f"delta_{Path(p).name}"] = heatmap(grid, rows, cols,
+        out[Path(p).name] = heatmap(grid, rows, cols,
                                                f"||dW||/||W0||: {Path(p).name}")
         if r.get("lr_budget"):
             grid, rows, cols = layer_module_grid(r["adam_norm"], n)
@@ -377,18 +381,9 @@ def main(argv: list[str] | None = None) -> dict:
     return execute(parse_config(ParamDeltaConfig, argv, __doc__, positional="ckpt"))
 
 
-def execute(cfg: ParamDeltaConfig) -> dict:
-    """The command on a config object (what `train.reproduce` calls; `main` parses the
-    command line into one): run, print the tables, write the JSON and figures."""
-    from nca_interp.plots import write_figure
-
-    validate(cfg)
-    check_writable(cfg.out)
-    result = run(cfg.ckpt, init=cfg.init, pair=cfg.pair, control=cfg.control, rows=cfg.rows,
-                 task=cfg.task, task_options=cfg.task_options)
-    report = {"config": to_dict(cfg), **result}
-    per = report["per_checkpoint"]
-    print(f"initial checkpoint: {report['init']}  (rows: {cfg.rows})")
+def show(report: dict) -> None:
+    per = report["results"]
+    print(f"initial checkpoint: {report['init']}  (rows: {report['rows']})")
     for key in ("per_module", "per_module_adam", "per_layer", "per_layer_adam"):
         print(format_table(per, key) + "\n")
     if "comparison" in report:
@@ -399,14 +394,12 @@ def execute(cfg: ParamDeltaConfig) -> dict:
         top = sorted(cmp["specific"]["share"].items(), key=lambda kv: -kv[1])[:5]
         print("specific delta concentrates in: " +
               ", ".join(f"{k} ({v:.1%})" for k, v in top))
-    out = Path(cfg.out)
-    written = []
-    for name, fig in figures(report).items():
-        stem = f"{out}_{name[len('delta_'):]}" if name.startswith("delta_") else f"{out}_{name}"
-        written += write_figure(fig, stem, png=cfg.png)
-    write_json(out.with_suffix(".json"), report)
-    print("wrote", out.with_suffix(".json"), *written)
-    return report
+
+
+def execute(cfg: ParamDeltaConfig) -> dict:
+    """The command on a config object (what `train.reproduce` calls; `main` parses the
+    command line into one): see `analysis.execute`."""
+    return analysis.execute(sys.modules[__name__], cfg)
 
 if __name__ == "__main__":
     sys.exit(entry(main))

@@ -176,8 +176,9 @@ def grad_align_figure(report: dict) -> go.Figure:
                       annotation_text="90 deg: orthogonal", annotation_position="top left")
     fig.update_xaxes(title_text="distillation step")
     fig.update_yaxes(title_text="degrees", range=[0, 180], col=1)
-    run = Path(str(report["config"]["ckpt"][0])).parent.parent.name \
-        if report.get("config") else ""
+    first = (report.get("config") or {}).get("ckpt") or \
+        [r.get("path") for r in report.get("runs", {}).values()] or [None]
+    run = Path(str(first[0])).parent.parent.name if first[0] else ""
     fig.update_layout(title=f"{report.get('task', '')} {run}: angles between loss-term "
                             "gradients<br><sup>dotted: each term's noise floor (its two half "
                             "batches' angle); a missing point: the term is within its own noise "
@@ -355,15 +356,17 @@ def evaluate_figure(report: dict) -> go.Figure:
     """Per checkpoint: right without c, with c, harm, help, both-right, with 95% intervals."""
     metrics = ["win_no_c", "win_c", "harm", "help", "both"]
     fig = go.Figure()
-    for i, (name, r) in enumerate(report["reports"].items()):
+    for i, (name, r) in enumerate(report["results"].items()):
         vals = [r.get(m) for m in metrics]
         fig.add_trace(go.Bar(name=f"{name} ({r['regime']})", x=metrics, y=vals,
                              marker_color=_line(name, i)["color"],
                              error_y=_ci_bars(vals, [r["ci95"].get(m) for m in metrics])))
-    unit = next(iter(report["reports"].values()))
-    fig.update_layout(title=f"{report['task']}: context return (context '{report['context']}'; "
-                            f"{unit['n']} items, {unit['n_units']} {unit['unit']}s; whiskers: "
-                            "95% cluster-bootstrap intervals; legend: regime)",
+    unit = next(iter(report["results"].values()))
+    task = f"{report['task']}: " if report.get("task") else ""
+    fig.update_layout(title=f"{task}context return per checkpoint (context "
+                            f"'{report['context']}'; {unit['n']} items, {unit['n_units']} "
+                            f"{unit['unit']}s)<br><sup>whiskers: 95% cluster-bootstrap "
+                            "intervals; legend: regime</sup>",
                       barmode="group", yaxis=dict(range=[0, 1], title="rate"), height=450,
                       width=900)
     return fig

@@ -69,10 +69,13 @@ def check_context(task: Task, context: str) -> None:
 
 
 def resolve_task_and_context(paths: list[str], task: str | None, context: str | None,
-                             options: list[str] | None = None) -> tuple[Task, str]:
-    """The task and context kind of a list of checkpoints, checked (see `check_context`)."""
+                             options: list[str] | None = None, fmt: str | None = None
+                             ) -> tuple[Task, str]:
+    """The task and context kind of a list of checkpoints, checked (see `check_context`): the
+    one context resolver of every analysis. Default: the context the first run that records
+    one was trained with, else the task's."""
     runs = [read_run_config(p) for p in paths]
-    found = task_for_checkpoints(paths, task, options=options)
+    found = task_for_checkpoints(paths, task, fmt, options)
     ctx = context or next((r["context"] for r in runs if r.get("context")), None) \
         or found.default_context
     check_context(found, ctx)

@@ -26,7 +26,6 @@ at step 0; the teacher is the run's own (`--teacher` overrides).
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from nca_interp import analysis
 from nca_interp.bootstrap import iid_indices, percentile_ci
 from nca_interp.checkpoint import (
     check_same_tokenizer,
@@ -41,22 +41,13 @@ from nca_interp.checkpoint import (
     read_run_config,
     verify_folder,
 )
-from nca_interp.cli import (
-    as_paths,
-    check_api,
-    check_writable,
-    entry,
-    parse_config,
-    to_dict,
-    validate,
-    write_json,
-)
+from nca_interp.cli import as_paths, entry, parse_config, validate
 from nca_interp.evaluate import evaluate_checkpoint
 from nca_interp.losses import position_kl
 from nca_interp.models import context_limit
 from nca_interp.progress import bar
 from nca_interp.rollout import onpolicy_batch, response_logits
-from nca_interp.runs import check_context, initial_of, step_of, task_for_checkpoints, teacher_of
+from nca_interp.runs import initial_of, resolve_task_and_context, step_of, teacher_of
 from nca_interp.tasks import CONTEXT_CHOICES
 
 KL_TERMS = ("kl_opd", "kl_ctx", "kl_nca", "drift")
@@ -159,30 +150,28 @@ def format_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def run(runs: list[str], *, teacher: str | None = None, context: str | None = None,
-        n_levels: int = 500, drift_levels: int = 256, every: int = 1, seed: int = 0,
-        control: bool = False) -> dict:
-    """Context return at the saved checkpoints of each distillation run: `results[run]` holds
-    `steps`, one row per checkpoint (step 0 = the initial checkpoint) with the paired rates,
-    the KLs (drift from step 0 among them), reads_c with `control`, and their 95% intervals
-    (`ci95`)."""
+def run(cfg: TrajectoryConfig | None = None, /, **fields) -> dict:
+    """Context return at the saved checkpoints of each distillation run: an `analysis` report
+    whose `results[run]` holds `steps`, one row per checkpoint (step 0 = the initial
+    checkpoint) with the paired rates, the KLs (drift from step 0 among them), reads_c with
+    `control`, and their 95% intervals (`ci95`). `run(TrajectoryConfig(...))` or
+    `run(runs=[...], ...)`."""
+    cfg = analysis.config(TrajectoryConfig, cfg, fields)
+    validate(cfg)
+    runs = as_paths(cfg.runs, "runs")
     if not runs:
         raise ValueError("name at least one distillation run directory")
-    runs = as_paths(runs, "runs")
-    check_api(TrajectoryConfig, **locals())
+    teacher, n_levels, drift_levels, seed = cfg.teacher, cfg.n_levels, cfg.drift_levels, cfg.seed
     plan = {}
     for run_dir in runs:
         verify_folder(run_dir)
         ckpts = checkpoints_of(run_dir)
-        keep = ckpts[::every]
+        keep = ckpts[::cfg.every]
         if keep[-1] != ckpts[-1]:
             keep.append(ckpts[-1])
         teacher_dir = teacher_of(run_dir, teacher)
         verify_folder(teacher_dir)
-        task = task_for_checkpoints([run_dir])
-        ctx = context or json.loads((Path(run_dir) / "run_config.json").read_text()).get(
-            "context") or task.default_context
-        check_context(task, ctx)
+        task, ctx = resolve_task_and_context([run_dir], None, cfg.context)
         plan[run_dir] = (keep, teacher_dir, task, ctx)
     results, done = {}, {}  # done: rows already measured (runs of one base share step 0)
     for run_dir, (keep, teacher_dir, task, ctx) in plan.items():
@@ -199,14 +188,14 @@ def run(runs: list[str], *, teacher: str | None = None, context: str | None = No
                 continue
             model, tok = load_checkpoint(path)
             check_same_tokenizer(tok, tok_t, path, teacher_dir)
-            rep = evaluate_checkpoint(model, tok, task, ctx, n_levels, seed, control=control)
+            rep = evaluate_checkpoint(model, tok, task, ctx, n_levels, seed, control=cfg.control)
             kls = drift_kls(model, teacher_model, tok, task.for_tokenizer(tok), drift_set, ctx,
                             seed, initial=initial)
             row = {"step": step, "checkpoint": path, **{k: rep[k] for k in REPORT_KEYS},
                    **{k: kls[k] for k in KL_TERMS},
                    "ci95": {**{k: rep["ci95"][k] for k in REPORT_KEYS if k in rep["ci95"]},
                             **kls["ci95"]}}
-            if control:
+            if cfg.control:
                 row["reads_c"] = rep["control"]["reads_c"]
                 row["ci95"]["reads_c"] = rep["control"]["reads_c_ci95"]
             rows.append(row)
@@ -220,14 +209,20 @@ def run(runs: list[str], *, teacher: str | None = None, context: str | None = No
                                        "identity": {"method": config.get("method"),
                                                     "seed": config.get("seed"),
                                                     "beta": config.get("beta_effective")}}
-    return {"results": results}
+    first = next(iter(plan.values()))
+    return analysis.make_report(cfg, task=first[2].name, context=first[3],
+                                paths={Path(r).name: r for r in plan}, results=results)
+
+
+def show(report: dict) -> None:
+    print(format_table(report["results"]))
 
 
 def figures(report: dict) -> dict:
-    """{"trajectory": Figure} of a `run` report."""
+    """{"": Figure} of a `run` report."""
     from nca_interp import plots
 
-    return {"trajectory": plots.trajectory_figure(report)}
+    return {"": plots.trajectory_figure(report)}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -236,24 +231,8 @@ def main(argv: list[str] | None = None) -> dict:
 
 def execute(cfg: TrajectoryConfig) -> dict:
     """The command on a config object (what `train.reproduce` calls; `main` parses the
-    command line into one): run, print the tables, write the JSON and figures."""
-    validate(cfg)
-    if not cfg.runs:
-        raise ValueError("name at least one distillation run directory")
-    torch.set_num_threads(cfg.threads)
-    if cfg.out:
-        check_writable(cfg.out)
-    result = run(cfg.runs, teacher=cfg.teacher, context=cfg.context, n_levels=cfg.n_levels,
-                 drift_levels=cfg.drift_levels, every=cfg.every, seed=cfg.seed,
-                 control=cfg.control)
-    print(format_table(result["results"]))
-    report = {"config": to_dict(cfg), **result}
-    if cfg.out:
-        from nca_interp import plots
-
-        write_json(f"{cfg.out}.json", report)
-        plots.write_figure(figures(report)["trajectory"], cfg.out, cfg.png)
-    return report
+    command line into one): see `analysis.execute`."""
+    return analysis.execute(sys.modules[__name__], cfg)
 
 if __name__ == "__main__":
     sys.exit(entry(main))

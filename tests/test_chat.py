@@ -111,7 +111,7 @@ def test_opcd_files_through_evaluate_and_distill(chat_folders, tmp_path):
             f"system_prompt={fix / 'medmcqa_system.txt'},max_new=24")
     folder = str(chat_folders["qwen3"])
     reports = evaluate.main([folder, "--task", "opcd", "--task-options", opts,
-                             "--n-levels", "5", "--threads", "1"])
+                             "--n-levels", "5", "--threads", "1"])["results"]
     (r,) = reports.values()
     assert r["n"] == 2 and r["metric"] == "accuracy"  # the whole two-question test file
     _, tok = load_checkpoint(folder)

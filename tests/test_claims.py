@@ -16,7 +16,7 @@ def report(win_no_c, win_c, harm, regime, ci_no_c=(0.0, 1.0), ci_harm=(0.0, 1.0)
 
 
 def write(tmp_path, reports):
-    (tmp_path / "context_return.json").write_text(json.dumps({"reports": reports}))
+    (tmp_path / "context_return.json").write_text(json.dumps({"results": reports}))
     return tmp_path
 
 
@@ -102,7 +102,7 @@ def test_updates_differ_needs_cross_method_below_every_seed_pair(tmp_path):
     for nca_size, matched in ((0.21, True), (0.3, False)):
         per = {r: {"global_adam": 0.2 if "_opd_" in r else nca_size} for r in runs}
         (tmp_path / "param_delta.json").write_text(json.dumps(
-            {"all_pairs": pairs, "per_checkpoint": per}))
+            {"all_pairs": pairs, "results": per}))
         c = claims.updates_differ(tmp_path)
         if matched:
             assert c.cell == "reproduced" and "sizes matched: NCA / OPD 1.05" in c.null
@@ -120,7 +120,7 @@ def test_reading_c_separates_robust_from_blind(tmp_path):
         return {"control": {"reads_c": reads, "reads_c_ci95": [lo, hi]}}
 
     def write_ctl(reports):
-        (tmp_path / "context_control.json").write_text(json.dumps({"reports": reports}))
+        (tmp_path / "context_control.json").write_text(json.dumps({"results": reports}))
         return tmp_path
 
     base = ctl(0.6, 0.55, 0.65)
@@ -211,16 +211,16 @@ def test_nca_improves_no_c_uses_paired_intervals_per_seed(tmp_path):
     rng = __import__("numpy").random.default_rng(0)
     opd = (rng.random(200) < 0.5).astype(int).tolist()
     better = [1 if o or rng.random() < 0.5 else 0 for o in opd]  # NCA right wherever OPD is
-    (tmp_path / "context_control.json").write_text(json.dumps({"reports": {
+    (tmp_path / "context_control.json").write_text(json.dumps({"results": {
         "t_base": rep(opd), "t_opd_s0": rep(opd), "t_nca_s0": rep(better)}}))
     c = claims.nca_improves_no_c(tmp_path)
     assert c.cell == "partly (clear in the 1 seed pair measured; 3 needed)"
     assert c.measured.startswith("NCA - OPD 0.2")
-    (tmp_path / "context_control.json").write_text(json.dumps({"reports": {
+    (tmp_path / "context_control.json").write_text(json.dumps({"results": {
         **{f"t_opd_s{i}": rep(opd) for i in range(3)},
         **{f"t_nca_s{i}": rep(better) for i in range(3)}}}))
     assert claims.nca_improves_no_c(tmp_path).cell == "reproduced"
-    (tmp_path / "context_control.json").write_text(json.dumps({"reports": {
+    (tmp_path / "context_control.json").write_text(json.dumps({"results": {
         "t_opd_s0": rep(opd), "t_nca_s0": rep(opd)}}))
     assert claims.nca_improves_no_c(tmp_path).cell == "not reproduced"
     # mixed seeds: better in two, worse in one -> partly with the counts; as many worse as
@@ -232,12 +232,12 @@ def test_nca_improves_no_c_uses_paired_intervals_per_seed(tmp_path):
     mixed = {"t_opd_s0": rep(opd), "t_nca_s0": rep(better), "t_opd_s1": rep(opd),
              "t_nca_s1": rep(better), "t_opd_s2": rep(better), "t_nca_s2": rep(opd),
              "t_opd_s3": rep(opd), "t_nca_s3": rep(noisy)}
-    (tmp_path / "context_control.json").write_text(json.dumps({"reports": mixed}))
+    (tmp_path / "context_control.json").write_text(json.dumps({"results": mixed}))
     assert claims.nca_improves_no_c(tmp_path).cell == ("partly (2 seed pairs better, 1 worse, 1 "
                                                      "within the interval)")
     mixed["t_opd_s1"] = rep(better)
     mixed["t_nca_s1"] = rep(opd)
-    (tmp_path / "context_control.json").write_text(json.dumps({"reports": mixed}))
+    (tmp_path / "context_control.json").write_text(json.dumps({"results": mixed}))
     assert claims.nca_improves_no_c(tmp_path).cell == ("not reproduced (1 seed pairs better, 2 "
                                                      "worse, 1 within the interval)")
 
@@ -292,7 +292,7 @@ def test_nca_prevents_pools_harm_over_seed_and_unit_clusters(tmp_path):
             reps[f"t_opd_s{s}"] = {"harm": h, "regime": "A", "win_c": 1 - h,
                                    "items": items(harmed)}
             reps[f"t_nca_s{s}"] = {"harm": 0.0, "regime": "C", "items": items(set())}
-        (tmp_path / "context_return.json").write_text(json.dumps({"reports": reps}))
+        (tmp_path / "context_return.json").write_text(json.dumps({"results": reps}))
         return claims.nca_prevents(tmp_path)
 
     many = write([{f"fact{i}" for i in range(8)}] * 8)  # 8 items of 48 in every seed
@@ -330,7 +330,7 @@ def test_pooled_claims_over_two_knowledge_bases(tmp_path):
                 reps[f"kb{kb}_nca_s{s}"] = {"regime": "C", "items": items(nca_lost)}
             (tmp_path / f"kb{kb}").mkdir(exist_ok=True)
             (tmp_path / f"kb{kb}" / "context_return.json").write_text(
-                json.dumps({"reports": reps}))
+                json.dumps({"results": reps}))
         return claims.pooled_claims(("kb0", "kb1"), tmp_path)
 
     breaks, prevents, reads, improves = write(opd_lost=4, nca_lost=0, regime_opd="C")
@@ -363,7 +363,7 @@ def test_pooled_claims_over_two_knowledge_bases(tmp_path):
                     for m in ("opd", "nca") for s in range(4)}
             reps["t_base"] = {"control": {"reads_c": teacher, "reads_c_ci95": [0.1, 0.7]}}
             (tmp_path / f"kb{kb}" / "context_control.json").write_text(
-                json.dumps({"reports": reps}))
+                json.dumps({"results": reps}))
         return claims.pooled_claims(("kb0", "kb1"), tmp_path)[2]
 
     assert control(-0.1).cell == ("not reproduced (NCA is blind to what c says; 0 of 8 seeds' "
@@ -392,7 +392,7 @@ def test_size_matched_control_separates_direction_from_size(tmp_path):
             cos = within if ka == kb else 0.9 if "opd" in (ka, kb) else cross
             pairs[f"{a[2:]}~{b[2:]}"] = {"global_cos": cos}
         (tmp_path / "param_delta.json").write_text(json.dumps(
-            {"per_checkpoint": per, "all_pairs": pairs}))
+            {"results": per, "all_pairs": pairs}))
         return claims.size_matched(tmp_path)
 
     apart = write(cross=0.3, within=0.6)
@@ -475,7 +475,7 @@ def test_referee_tally_groups_settings_by_verdict_word_and_skips_unmeasured(tmp_
     for name, patched in (("sokoban", True), ("frozenlake", False)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "context_return.json").write_text(json.dumps(
-            {"reports": {f"{name}_base": base, f"{name}_opd_s0": base, f"{name}_opd_s3": base,
+            {"results": {f"{name}_base": base, f"{name}_opd_s0": base, f"{name}_opd_s3": base,
                          f"{name}_nca_s0": base}}))
         if patched:
             (tmp_path / name / "patching.json").write_text(json.dumps(

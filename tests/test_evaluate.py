@@ -92,11 +92,11 @@ def test_control_view_is_played_and_paired(monkeypatch):
     monkeypatch.setattr(Task, "control_context",
                         lambda self, levels, i, kind: self.context(levels[i], kind))
     rep = evaluate.run([str(embedded("sokoban_opd"))], context="plan", n_levels=60,
-                       control=True)["reports"]["sokoban_opd"]
+                       control=True)["results"]["sokoban_opd"]
     assert rep["control"]["win"] == rep["win_c"] and rep["control"]["reads_c"] == 0
     monkeypatch.undo()
     rep = evaluate.run([str(embedded("sokoban_opd"))], context="plan", n_levels=60,
-                       control=True)["reports"]["sokoban_opd"]
+                       control=True)["results"]["sokoban_opd"]
     k = rep["control"]
     assert k["reads_c"] == pytest.approx(rep["win_c"] - k["win"])
     assert k["reads_c_ci95"][0] <= k["reads_c"] <= k["reads_c_ci95"][1]

@@ -291,12 +291,12 @@ def test_a_missing_folder_is_named_as_missing(tmp_path):
 def public_runs():
     from nca_interp import evaluate, grad_align, layer_sim, param_delta, patching, trajectory
 
-    return {"layer_sim": (layer_sim.run, "ckpts", {"n_levels": 4.5, "batch": "16"}),
-            "grad_align": (grad_align.run, "ckpts", {"batch": "16", "seed": 1.0}),
-            "param_delta": (param_delta.run, "ckpts", {"rows": 3}),
+    return {"layer_sim": (layer_sim.run, "ckpt", {"n_levels": 4.5, "batch": "16"}),
+            "grad_align": (grad_align.run, "ckpt", {"batch": "16", "seed": 1.0}),
+            "param_delta": (param_delta.run, "ckpt", {"rows": 3}),
             "patching": (patching.run, "ckpt", {"n_levels": 4.5, "max_cases": "8"}),
             "trajectory": (trajectory.run, "runs", {"n_levels": 4.5, "every": "2"}),
-            "evaluate": (evaluate.run, "ckpts", {"n_levels": 4.5, "seed": "0"})}
+            "evaluate": (evaluate.run, "ckpt", {"n_levels": 4.5, "seed": "0"})}
 
 
 @pytest.mark.parametrize("name", ["layer_sim", "grad_align", "param_delta", "patching",

@@ -58,7 +58,7 @@ def test_streamed_equals_in_memory(three):
     w0, a, b = three
     result, gram = param_delta.deltas(w0, [str(a), str(b)])
     rel, cos = reference(w0, [a, b])
-    got = result["per_checkpoint"][str(a)]["rel"]
+    got = result["results"][str(a)]["rel"]
     assert got.keys() == rel.keys()
     for k in rel:
         assert got[k] == pytest.approx(rel[k], rel=1e-10)
@@ -75,8 +75,8 @@ def test_chunked_rows_equal_whole_tensors(three, monkeypatch):
 
     monkeypatch.setattr(param_delta, "row_chunks", lambda shape: row_chunks(shape, 50))
     chunked, _ = param_delta.deltas(w0, [str(a)])
-    for k, v in whole["per_checkpoint"][str(a)]["rel"].items():
-        assert chunked["per_checkpoint"][str(a)]["rel"][k] == pytest.approx(v, rel=1e-10)
+    for k, v in whole["results"][str(a)]["rel"].items():
+        assert chunked["results"][str(a)]["rel"][k] == pytest.approx(v, rel=1e-10)
 
 
 def test_sharded_and_single_file_give_identical_tables(tok, tmp_path):
@@ -87,7 +87,7 @@ def test_sharded_and_single_file_give_identical_tables(tok, tmp_path):
     a = save(perturbed(build_model(cfg, tok, 0), 1), tok, tmp_path / "a", shard="20KB")
     r1, _ = param_delta.deltas(single, [str(a)])
     r2, _ = param_delta.deltas(shard, [str(a)])
-    assert r1["per_checkpoint"][str(a)] == r2["per_checkpoint"][str(a)]
+    assert r1["results"][str(a)] == r2["results"][str(a)]
 
 
 def test_bf16_weights_read_as_stored(tok, tmp_path):
@@ -96,7 +96,7 @@ def test_bf16_weights_read_as_stored(tok, tmp_path):
     a = save(perturbed(build_model(cfg, tok, 0), 1, 0.05), tok, tmp_path / "a",
              dtype=torch.bfloat16)
     r, _ = param_delta.deltas(w0, [str(a)])
-    assert 0 < r["per_checkpoint"][str(a)]["global_rel"] < 1
+    assert 0 < r["results"][str(a)]["global_rel"] < 1
 
 
 def test_tied_embedding_counted_once(tok, tmp_path):
@@ -119,15 +119,15 @@ def test_tied_embedding_counted_once(tok, tmp_path):
     result, gram = param_delta.deltas(w0, [str(a)])
     n_params = sum(p.numel() for p in m.parameters())  # shared matrix once
     assert gram.sizes["global"] == n_params
-    assert "all.lm_head" not in result["per_checkpoint"][str(a)]["rel"]
+    assert "all.lm_head" not in result["results"][str(a)]["rel"]
 
 
 def test_zero_delta_and_squares_sum(three):
     w0, a, _ = three
     same, _ = param_delta.deltas(w0, [str(w0)])
-    assert same["per_checkpoint"][str(w0)]["global_rel"] == 0
+    assert same["results"][str(w0)]["global_rel"] == 0
     r, _ = param_delta.deltas(w0, [str(a)])
-    t = r["per_checkpoint"][str(a)]
+    t = r["results"][str(a)]
     assert sum(t["share"].values()) == pytest.approx(1.0)
     assert {"q_proj", "k_proj", "embed", "lm_head"} <= t["per_module"].keys()
 
@@ -151,7 +151,7 @@ def test_control_and_adam_normalisation(tok, three, tmp_path):
     rep = param_delta.main([str(a), str(b), "--init", str(w0), "--control", f"{a},{b}",
                             "--out", str(tmp_path / "pd")])
     assert rep["control"]["global_cos"] == pytest.approx(rep["comparison"]["global_cos"])
-    t = rep["per_checkpoint"][str(a)]
+    t = rep["results"][str(a)]
     # ||dW|| / (10 x 1e-3 x sqrt(n)): perturbation 1e-2 per element -> 1e-2 / 1e-2 = 1
     assert t["global_adam"] == pytest.approx(1.0, rel=0.02)
     with pytest.raises(ValueError, match="--control"):

@@ -1,5 +1,7 @@
 """patching: properties any correct activation patching must have."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -238,11 +240,11 @@ def test_no_checkpoint_named_runs_the_stated_demo_scope(tmp_path, monkeypatch, c
 
     seen = []
 
-    def fake_run(ckpt, **kw):
-        seen.append(kw)
-        return {"checkpoint": "x/sokoban_opd"}
+    def fake_run_checkpoint(path, cfg):
+        seen.append(dataclasses.asdict(cfg))
+        return {"checkpoint": "x/sokoban_opd", "task": "sokoban", "context": "plan"}
 
-    monkeypatch.setattr(patching, "run", fake_run)
+    monkeypatch.setattr(patching, "run_checkpoint", fake_run_checkpoint)
     monkeypatch.setattr(patching, "format_report", lambda r: "")
     monkeypatch.setattr(patching, "figures", lambda r: {})
     patching.main(["--out", str(tmp_path / "p")])

@@ -124,6 +124,17 @@ def test_sweep_row_shares_the_teacher_and_times_every_stage(tmp_path):
         assert run["seconds"] > 0 and "--method opd" in run["command"]
     with pytest.raises(ValueError, match="--analyses false"):
         reproduce.main([*argv[:7], "true", *argv[8:]])
+    # students retrained (newer finals): --keep leaves the named steps' outputs as they are;
+    # without it the evaluation is stale and runs again
+    import os
+
+    final = runs / "sk_long_opd_s0" / "checkpoints" / "step_000004"
+    kept = {n: (out / n).stat().st_mtime for n in ("context_return.json", "trajectory.json")}
+    os.utime(final / "nca_checkpoint.json", (max(kept.values()) + 100,) * 2)
+    reproduce.main([*argv, "--keep", "context_return,over_training"])
+    assert {n: (out / n).stat().st_mtime for n in kept} == kept
+    reproduce.main(argv)
+    assert (out / "context_return.json").stat().st_mtime > kept["context_return.json"]
 
 
 def test_a_dose_preset_follows_every_seed_with_its_control_and_draws_harm_against_drift(

@@ -84,7 +84,7 @@ def test_harm_below_its_independence_baseline_does_not_make_opd_break(tmp_path):
                 **{f"t_opd_s{s}": {"harm": 0.06, "regime": opd_regime, "win_c": 0.85,
                                    "win_no_c": 0.8, "ci95": {"harm": [0.04, 0.08]}}
                    for s in range(3)}}
-        (tmp_path / "context_return.json").write_text(json.dumps({"reports": reps}))
+        (tmp_path / "context_return.json").write_text(json.dumps({"results": reps}))
         return claims.degrades(tmp_path)
 
     # harm 0.06 [0.04, 0.08] clears step 0's 0.01 but not 1 - 0.85 = 0.15, regimes B

@@ -32,7 +32,7 @@ def test_size_matched_opd_reruns_the_setting_command_at_scaled_lr(tmp_path, caps
         assert {k: v for k, v in sized.items() if k not in ("lr", "out", "threads", "git_commit")} \
             == {k: v for k, v in opd.items() if k not in ("lr", "out", "threads", "git_commit")}
     report = json.loads((figs / "sk_size" / "param_delta.json").read_text())
-    assert len(report["per_checkpoint"]) == 6
+    assert len(report["results"]) == 6
     capsys.readouterr()
     size_control.main(argv)
     assert "[run]" not in capsys.readouterr().out
@@ -51,7 +51,7 @@ def test_size_matched_opd_reruns_the_setting_command_at_scaled_lr(tmp_path, caps
     for seed in (0, 1):
         lr0 = read_run_config(runs / f"sk_opd_s{seed}")["lr"]
         assert abs(read_run_config(runs / f"sk_opdsized2_s{seed}")["lr"] - lr0 * m2) < 1e-3 * lr0
-    final = json.loads((figs / "sk_size" / "param_delta.json").read_text())["per_checkpoint"]
+    final = json.loads((figs / "sk_size" / "param_delta.json").read_text())["results"]
     assert sorted(Path(p).name for p in final if "sized" in p) == ["sk_opdsized2_s0",
                                                                   "sk_opdsized2_s1"]
     made = json.loads((figs / "sk_size" / "manifest.json").read_text())

@@ -18,9 +18,9 @@ def test_table_summarises_rows_from_their_json_and_lists_the_rest(tmp_path):
                "sokoban_long_opd_s1": report(0.8, 0.7, "A"),
                "sokoban_long_nca_s0": report(0.9, 0.9, "C")}
     (figs / "context_return.json").write_text(json.dumps(
-        {"config": {"context": "plan"}, "reports": reports}))
+        {"config": {"context": "plan"}, "results": reports}))
     (figs / "teacher_plan.json").write_text(json.dumps(
-        {"reports": {"sokoban_base": reports["sokoban_base"]}}))
+        {"results": {"sokoban_base": reports["sokoban_base"]}}))
     (figs / "trajectory.json").write_text(json.dumps({"results": {
         "sokoban_long_opd_s0": {"steps": [{"kl_ctx": 0.0}, {"kl_ctx": 1.5}]}}}))
     text = sweep.table(tmp_path)
@@ -33,7 +33,7 @@ def test_table_summarises_rows_from_their_json_and_lists_the_rest(tmp_path):
     remap = tmp_path / "sokoban_remap"
     remap.mkdir()
     (remap / "teacher_remap.json").write_text(json.dumps(
-        {"reports": {"b": report(0.3, 0.8, "B")}}))
+        {"results": {"b": report(0.3, 0.8, "B")}}))
     row = next(ln for ln in sweep.table(tmp_path).splitlines() if "| sokoban_remap |" in ln)
     assert "0.300 / 0.800" in row and "students not trained" in row
     assert "base" not in opd.split("|")[4]  # the teacher never counts as a seed
@@ -57,7 +57,7 @@ def write_setting(root, name, kl, teacher, teacher_report, opd_reports):
         reports[f"{name}_opd_s{seed}"] = r
         ckpts.append(str(run))
     (figs / "context_return.json").write_text(json.dumps(
-        {"config": {"context": "plan", "ckpt": ckpts}, "reports": reports}))
+        {"config": {"context": "plan", "ckpt": ckpts}, "results": reports}))
     (figs / "manifest.json").write_text(json.dumps({"files": files}))
 
 
@@ -99,7 +99,7 @@ def test_beta_sweep_reads_beta_from_training_commands_on_common_seeds(tmp_path, 
     def folder(name, runs, beta):
         (tmp_path / name).mkdir()
         reps = {"t_base": rep(0.0, 0.9, "B"), **runs}
-        (tmp_path / name / "context_return.json").write_text(json.dumps({"reports": reps}))
+        (tmp_path / name / "context_return.json").write_text(json.dumps({"results": reps}))
         files = {f"runs/{n}/checkpoints/step_000010": {"command": (
             f"python -m train.distill --method {n.split('_')[-2]} --out runs/{n} --beta {beta}")}
             for n in runs}
@@ -126,7 +126,7 @@ def test_beta_sweep_reads_beta_from_training_commands_on_common_seeds(tmp_path, 
     assert list(fig.data[0].x) == [0.8, 0.7]  # the left: help
     # a teacher right on nothing without c has no harm: '-' in the table, no star drawn
     reps = json.loads((tmp_path / "b" / "context_return.json").read_text())
-    reps["reports"]["t_base"]["harm"] = None
+    reps["results"]["t_base"]["harm"] = None
     (tmp_path / "b" / "context_return.json").write_text(json.dumps(reps))
     assert "| (teacher: step 0) | - | - | - | 0.100 |" in sweep.beta_table("b", tmp_path)
     assert "teacher" not in {t.legendgroup for t in sweep.beta_figure("b", tmp_path).data}

@@ -188,7 +188,7 @@ def test_every_stage_runs_on_sysprompt(tmp_path):
                       "1", "--eval-every", "2", "--eval-levels", "8", "--threads", "1"])
         assert read_run_config(tmp_path / method)["context"] == "system"
     ckpts = [str(base), str(tmp_path / "opd"), str(tmp_path / "nca")]
-    reports = evaluate.main([*ckpts, "--n-levels", "30"])
+    reports = evaluate.main([*ckpts, "--n-levels", "30"])["results"]
     assert all(r["metric"] == "accuracy" and r["n"] == 30 for r in reports.values())
     assert "acc_no_c" in evaluate.format_table(reports)
     ls = layer_sim.main([*ckpts, "--n-levels", "8", "--out", str(tmp_path / "ls")])

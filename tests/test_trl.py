@@ -112,7 +112,7 @@ def test_two_processes_equal_one_and_the_checkpoint_opens_in_the_analyses(tmp_pa
     for k in a:  # the tolerance of the package's own DDP test (tests/test_ddp.py)
         torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-5, msg=k)
     rep = evaluate.run([str(runs["two"])], context="plan", n_levels=20)
-    assert set(rep["reports"]) == {"two"}
+    assert set(rep["results"]) == {"two"}
     ls = layer_sim.run([str(runs["two"])], n_levels=4, baselines=False)
     assert len(ls["results"]["two"]["cos"]) == 5
     # every other analysis opens it too (its run config names its student and teacher)
@@ -122,7 +122,7 @@ def test_two_processes_equal_one_and_the_checkpoint_opens_in_the_analyses(tmp_pa
     assert set(ga["results"]) == {"two"}
     pt = patching.run(str(runs["two"]), n_levels=8, max_cases=2, ks=(1,), n_random=2,
                       n_random_generate=0)
-    assert pt["checkpoint"] == str(runs["two"])
+    assert pt["results"]["two"]["checkpoint"] == str(runs["two"])
 
 
 def test_without_trl_the_command_says_what_to_install(monkeypatch, capsys):

@@ -42,7 +42,8 @@ LAYERS = (
 
 FLOW = ("checkpoint (a folder: weights, tokenizer, run config)",
         "run (`train.distill`: method, seed, beta in its run config)",
-        "report (an analysis: `run(...)` -> JSON in figures/<setting>/)",
+        "report (an analysis: `run(config)` -> one report shape, `nca_interp.analysis`; its "
+        "one writer puts the JSON and figures in figures/<setting>/)",
         "claims (`train.claims`: typed verdicts by `train.rules`)",
         "pages (`train.report`, `train.summary`, `train.referee`, `train.sweep`, through "
         "`train.blocks`)")

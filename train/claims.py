@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nca_interp import analysis
 from nca_interp.identity import is_student, of_name, partner
 from train import rules
 from train.blocks import Block
@@ -66,11 +67,11 @@ def not_run(name: str, needs: str) -> Claim:
 
 
 def _runs(rep: dict, method: str) -> list[dict]:
-    return [r for n, r in rep["reports"].items() if is_student(n, method)]
+    return [r for n, r in rep["results"].items() if is_student(n, method)]
 
 
 def _base(rep: dict) -> dict:
-    return next(r for n, r in rep["reports"].items() if not is_student(n))
+    return next(r for n, r in rep["results"].items() if not is_student(n))
 
 
 def _spread(vals: list[float], pct: bool = False) -> str:
@@ -90,7 +91,7 @@ def _verdict(flags: list[bool], mean_on_side: bool = True, total: int | None = N
 def internalizes(figs: Path) -> Claim:
     """OPD raises accuracy without c above the step-0 null: every seed's interval lies above
     the initial checkpoint's point estimate."""
-    rep = json.loads((figs / "context_return.json").read_text())
+    rep = analysis.load(figs / "context_return.json")
     base, opd = _base(rep), _runs(rep, "opd")
     flags = [r["ci95"]["win_no_c"][0] > base["win_no_c"] for r in opd]
     return Claim("OPD internalizes c (right without c rises)",
@@ -101,7 +102,7 @@ def internalizes(figs: Path) -> Claim:
 def degrades(figs: Path) -> Claim:
     """Context-induced degradation after OPD: regime A (the interval of acc_c - acc_no_c below
     0) in every seed; partly: in some seeds, or harm's interval above the step-0 harm."""
-    rep = json.loads((figs / "context_return.json").read_text())
+    rep = analysis.load(figs / "context_return.json")
     base, opd = _base(rep), _runs(rep, "opd")
     if all(r["harm"] is None for r in opd):
         return Claim("OPD students break when c returns (harm, regime A)",
@@ -127,7 +128,7 @@ def _harm_is_own(r: dict, step0_harm: float) -> bool:
 def nca_prevents(figs: Path) -> Claim:
     """NCA removes the harm: in every seed pair NCA's harm is below OPD's and NCA is never in
     regime A. Only judged where OPD degrades in some seed."""
-    rep = json.loads((figs / "context_return.json").read_text())
+    rep = analysis.load(figs / "context_return.json")
     opd, nca = _runs(rep, "opd"), _runs(rep, "nca")
     measured = f"harm {_spread([r['harm'] for r in nca])}; regimes " + \
         " ".join(r["regime"] for r in nca)
@@ -161,7 +162,7 @@ def pooled_harm_gap(figs: Path) -> tuple[float, tuple[float, float], int] | None
     for src in (figs / "context_return.json", figs / "context_control.json"):
         if not src.exists():
             continue
-        reps = json.loads(src.read_text())["reports"]
+        reps = analysis.load(src)["results"]
         pairs = []
         for name, r in reps.items():
             found = partner(name, reps, "opd") if is_student(name, "nca") else None
@@ -215,8 +216,8 @@ def _items(root: Path, members: tuple[str, ...]) -> dict[str, np.ndarray | list]
     cols: dict[str, list] = {k: [] for k in ("o0", "o1", "n0", "n1", "b0", "b1", "cluster",
                                              "seed")}
     for member in members:
-        reps = json.loads((root / member / "context_return.json").read_text())["reports"]
-        base = _base({"reports": reps})
+        reps = analysis.load((root / member / "context_return.json"))["results"]
+        base = _base({"results": reps})
         for name, r in reps.items():
             found = partner(name, reps, "opd") if is_student(name, "nca") else None
             o = found[1] if found else None
@@ -273,9 +274,9 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
     def harm(key):
         return lambda i: _pooled_harm(a[key + "0"][i], a[key + "1"][i])
 
-    reps = {m: json.loads((root / m / "context_return.json").read_text())["reports"]
+    reps = {m: analysis.load((root / m / "context_return.json"))["results"]
             for m in members}
-    regimes = {meth: [r["regime"] for rep in reps.values() for r in _runs({"reports": rep},
+    regimes = {meth: [r["regime"] for rep in reps.values() for r in _runs({"results": rep},
                                                                          meth)]
                for meth in ("opd", "nca")}
     n_seeds = len(set(a["seed"]))
@@ -318,7 +319,7 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
     improves = "reproduced" if acc[1] > 0 else "not reproduced" if acc[2] < 0 or acc[0] <= 0 \
         else "partly"
     improves_why = "the interval reaches 0" if improves == "partly" else ""
-    ctl = {m: json.loads((root / m / "context_control.json").read_text())["reports"]
+    ctl = {m: analysis.load((root / m / "context_control.json"))["results"]
            for m in members if (root / m / "context_control.json").exists()}
     reads = {meth: [r["control"] for rep in ctl.values() for n, r in rep.items()
                     if is_student(n, meth)] for meth in ("opd", "nca")}
@@ -358,7 +359,7 @@ def nca_keeps_context(figs: Path) -> Claim:
     interval reaches the step-0 model's accuracy with c, and so does the pooled interval of
     NCA minus step 0 over all seeds, paired on the same items (rules: keeping). Failing it
     means NCA's anchor made the context view ignore c."""
-    rep = json.loads((figs / "context_return.json").read_text())
+    rep = analysis.load(figs / "context_return.json")
     base, nca = _base(rep), _runs(rep, "nca")
     flags = [r["ci95"]["win_c"][1] >= base["win_c"] for r in nca]
     gap = pooled_gain(base, nca) if nca and all("items" in r for r in (base, *nca)) else None
@@ -398,7 +399,7 @@ def pooled_gain(base: dict, runs: list[dict], key: str = "won_c"
 def longer(figs: Path) -> Claim:
     """Answers grow when c returns after OPD: every seed's interval of rel_len_both lies above
     0 and its point above the step-0 model's."""
-    rep = json.loads((figs / "context_return.json").read_text())
+    rep = analysis.load(figs / "context_return.json")
     base, opd = _base(rep), _runs(rep, "opd")
     vals = [r["rel_len_both"] for r in opd]
     if all(v is None for v in vals):
@@ -413,7 +414,7 @@ def longer(figs: Path) -> Claim:
 
 
 def _layer_cos(figs: Path, method: str) -> tuple[list[list[float]], list[float], list[float]]:
-    ls = json.loads((figs / "layer_sim.json").read_text())["results"]
+    ls = analysis.load(figs / "layer_sim.json")["results"]
     runs = [r["cos"][1:] for n, r in ls.items() if is_student(n, method)]
     base = next(r["cos"][1:] for n, r in ls.items()
                 if n != "random_init" and not is_student(n))
@@ -435,12 +436,12 @@ def nca_improves_no_c(figs: Path) -> Claim:
     from nca_interp.bootstrap import cluster_indices, percentile_ci
 
     src = next((f for f in (figs / "context_control.json", figs / "context_return.json")
-                if f.exists() and "items" in next(iter(json.loads(f.read_text())["reports"]
+                if f.exists() and "items" in next(iter(analysis.load(f)["results"]
                                                        .values()))), None)
     if src is None:
         return not_run("NCA improves accuracy without c (vs OPD, same seed)",
                        "needs per-item evaluation results")
-    reps = json.loads(src.read_text())["reports"]
+    reps = analysis.load(src)["results"]
     diffs, cis = [], []
     for name, r in reps.items():
         found = partner(name, reps, "opd") if is_student(name, "nca") else None
@@ -512,7 +513,7 @@ def nca_reads_context(figs: Path) -> Claim:
     if not f.exists():
         return not_run("NCA still reads c (not blind to it)",
                        "needs figures/<setting>/context_control.json (evaluate --control)")
-    reps = json.loads(f.read_text())["reports"]
+    reps = analysis.load(f)["results"]
 
     def cells(method):
         return [r["control"] for n, r in reps.items() if is_student(n, method)]
@@ -546,7 +547,7 @@ def _floor(figs: Path) -> float | None:
     """The anisotropy floor of the NCA runs' layer cosines: the highest per-layer mean cosine
     between views of *different* items (layer_sim's `cos_other`) over the NCA seeds; None where
     a layer_sim report has no `cos_other`."""
-    ls = json.loads((figs / "layer_sim.json").read_text())["results"]
+    ls = analysis.load(figs / "layer_sim.json")["results"]
     floors = [max(r["cos_other"][1:]) for n, r in ls.items()
               if is_student(n, "nca") and "cos_other" in r]
     return max(floors) if floors else None
@@ -616,7 +617,7 @@ def opd_gap(figs: Path) -> Claim:
     layers is below the step-0 model's in every seed (a gap the teacher already has is not
     OPD's), each seed judged by the 95% interval of its difference from step 0 (standard
     errors from layer_sim's per-layer spread over examples)."""
-    ls = json.loads((figs / "layer_sim.json").read_text())["results"]
+    ls = analysis.load(figs / "layer_sim.json")["results"]
     opd_rows = [r for n, r in ls.items() if is_student(n, "opd")]
     base_row = next(r for n, r in ls.items()
                     if n != "random_init" and not is_student(n))
@@ -643,7 +644,7 @@ def orthogonal(figs: Path) -> Claim:
     (no angle) or a floor reaches 75 degrees are not judged. Fewer than 3 seeds: said so."""
     from train.layout import grad_files
 
-    runs = {label: [r["global"] for r in json.loads(f.read_text())["results"].values()]
+    runs = {label: [r["global"] for r in analysis.load(f)["results"].values()]
             for label, f in grad_files(figs) if label.startswith("opd")}
     if not runs:  # a sweep row: no gradients aligned, no row (not an empty one)
         raise FileNotFoundError(figs / "grad_align_opd.json")
@@ -723,7 +724,7 @@ def nca_new_direction(figs: Path) -> Claim:
     (the NCA term pulls against OPD's) are counted apart. Fewer than 3 seeds: said so."""
     from train.layout import grad_files
 
-    runs = {label: [r["global"] for r in json.loads(f.read_text())["results"].values()]
+    runs = {label: [r["global"] for r in analysis.load(f)["results"].values()]
             for label, f in grad_files(figs) if label.startswith("nca")}
     if not runs:
         raise FileNotFoundError(figs / "grad_align_nca.json")
@@ -791,7 +792,7 @@ def heads_carry_harm(figs: Path) -> Claim:
     from nca_interp.patching import ABLATE_NOTE, ablate_of, kind_of
 
     claim = "OPD's harm runs through a few heads reading c (chosen on half the cases)"
-    results = json.loads((figs / "patching.json").read_text())["results"]
+    results = analysis.load(figs / "patching.json")["results"]
     name, r = next(((n, r) for n, r in results.items() if is_student(n, "opd")),
                    (None, None))
     if r is None:
@@ -837,7 +838,7 @@ def heads_carry_harm(figs: Path) -> Claim:
 
 
 def _adam(figs: Path) -> dict:
-    return json.loads((figs / "param_delta.json").read_text())
+    return analysis.load(figs / "param_delta.json")
 
 
 def shallow_qk(figs: Path) -> Claim:
@@ -850,7 +851,7 @@ def shallow_qk(figs: Path) -> Claim:
     flags, cells = [], []
     n = pd["n_layers"]
     third = max(1, n // 3)
-    for path, r in pd["per_checkpoint"].items():
+    for path, r in pd["results"].items():
         lay = r["per_layer_adam"]
         if lay.get("0") is None:
             return Claim("Updates concentrate in shallow layers, mostly k/q", "-", "-",
@@ -948,7 +949,7 @@ SIZE_MATCH = 1.1
 
 def _size_ratio(figs: Path) -> float | None:
     """Mean Adam-normalised update size of the NCA runs over that of the OPD runs."""
-    per = _adam(figs).get("per_checkpoint", {})
+    per = _adam(figs).get("results", {})
     size = {m: [v["global_adam"] for k, v in per.items() if is_student(k, m)
                 and v.get("global_adam") is not None] for m in ("opd", "nca")}
     if not size["opd"] or not size["nca"]:
@@ -959,7 +960,7 @@ def _size_ratio(figs: Path) -> float | None:
 def _update_sizes(figs: Path) -> str:
     """'; Adam-normalised update size NCA / OPD ...' from param_delta's per-checkpoint totals
     (a direction difference can hide a magnitude difference), or '' where absent."""
-    per = _adam(figs).get("per_checkpoint", {})
+    per = _adam(figs).get("results", {})
     size = {m: [v["global_adam"] for k, v in per.items() if is_student(k, m)
                 and v.get("global_adam") is not None] for m in ("opd", "nca")}
     if not size["opd"] or not size["nca"]:
@@ -982,11 +983,11 @@ def size_matched(figs: Path) -> Claim:
     groups and the exact label-permutation p <= 0.05, with the sizes matched within
     SIZE_MATCH; partly when the cross-group mean is below the within-group mean; the same
     seed's cos(d OPD, d sized OPD) says how far size alone turns an OPD update."""
-    rep = json.loads((figs / "param_delta.json").read_text())
+    rep = analysis.load(figs / "param_delta.json")
     # per_checkpoint is keyed by path, all_pairs by run name
-    kind = {Path(p).name: of_name(Path(p).name).method for p in rep["per_checkpoint"]
+    kind = {Path(p).name: of_name(Path(p).name).method for p in rep["results"]
             if of_name(Path(p).name).student}
-    size = {k: [v["global_sq"] ** 0.5 for p, v in rep["per_checkpoint"].items()
+    size = {k: [v["global_sq"] ** 0.5 for p, v in rep["results"].items()
                 if kind.get(Path(p).name) == k] for k in ("opd", "opdsized", "nca")}
     cross, within, same_seed, renamed = [], [], [], {}
     for key, v in rep["all_pairs"].items():

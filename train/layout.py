@@ -21,3 +21,24 @@ def grad_files(figs: Path) -> list[tuple[str, Path]]:
                        if (m := re.fullmatch(rf"grad_align_{method}_s(\d+)\.json", f.name)))
         out += [(f"{method} s{s}", f) for s, f in seeds]
     return [(label, f) for label, f in out if f.exists()]
+
+
+# the JSON files of a pipeline folder each analysis writes (their figures: analysis.figure_stem)
+ANALYSIS_FILES = {
+    "evaluate": ("teacher_*.json", "context_return.json", "context_control.json"),
+    "trajectory": ("trajectory.json", "trajectory_*steps.json"),
+    "layer_sim": tuple(f"{stem}.json" for stem in LAYER_SIM_STAGES.values()),
+    "grad_align": ("grad_align_opd.json", "grad_align_nca.json", "grad_align_*_s*.json"),
+    "param_delta": ("param_delta.json",),
+    "patching": ("patching.json",),
+}
+
+
+def analysis_files(figs: Path) -> list[tuple[str, Path]]:
+    """(analysis, JSON) of every analysis report in a pipeline folder, in ANALYSIS_FILES's
+    order."""
+    out: list[tuple[str, Path]] = []
+    for name, patterns in ANALYSIS_FILES.items():
+        for pattern in patterns:
+            out += [(name, f) for f in sorted(figs.glob(pattern)) if (name, f) not in out]
+    return out

@@ -12,12 +12,12 @@ verdicts and of the tests is written here; every number and verdict comes from t
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from nca_interp import analysis
 from nca_interp.cli import entry
 from nca_interp.identity import is_student, of_name
 from train import claims, rules
@@ -37,7 +37,7 @@ def size_matched(figs: Path) -> claims.Claim:
 
 def patched_runs(figs: Path) -> str:
     """The checkpoints a setting's patching read (the head verdict uses the first OPD one)."""
-    results = json.loads((figs / "patching.json").read_text())["results"]
+    results = analysis.load(figs / "patching.json")["results"]
     return "patched: " + ", ".join(results)
 
 
@@ -112,7 +112,7 @@ def published(root: Path) -> list[str]:
 
 def seeds_of(figs: Path) -> str:
     """`opd 0,1,2; nca 0,1,2`: the seeds of each method a setting's evaluation holds."""
-    reps = json.loads((figs / "context_return.json").read_text())["reports"]
+    reps = analysis.load((figs / "context_return.json"))["results"]
     out = []
     for method in ("opd", "nca"):
         seeds = sorted(of_name(n).seed for n in reps if is_student(n, method))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nca_interp import analysis
 from nca_interp.evaluate import label, metric_of
 from train.layout import grad_files
 
@@ -26,7 +27,7 @@ def metric(figs: Path) -> str:
     """`win` (games) or `accuracy` (QA), as the pipeline's evaluations recorded it."""
     for f in [figs / "context_return.json", *sorted(figs.glob("teacher_*.json"))]:
         if f.exists():
-            return metric_of(json.loads(f.read_text())["reports"])
+            return metric_of(analysis.load(f)["results"])
     return "win"
 
 
@@ -35,7 +36,7 @@ def teacher(figs: Path) -> str:
     rows = [f"| context kind | {m} without c | {m} with c | harm | help | regime |",
             "|---|---|---|---|---|---|"]
     for f in sorted(figs.glob("teacher_*.json")):
-        r = next(iter(json.loads(f.read_text())["reports"].values()))
+        r = next(iter(analysis.load(f)["results"].values()))
         cells = [with_ci(r, k) for k in ("win_no_c", "win_c", "harm", "help")]
         rows.append(f"| {f.stem.split('_', 1)[1]} | " + " | ".join(cells) +
                     f" | {r['regime']} |")
@@ -63,7 +64,7 @@ def context_return(figs: Path) -> str:
 
 
 def per_seed(figs: Path) -> str:
-    rep = json.loads((figs / "context_return.json").read_text())["reports"]
+    rep = analysis.load((figs / "context_return.json"))["results"]
     keys = ["win_no_c", "win_c", "harm", "help", "delta_c", "rel_len_both"]
     rows = ["| run | " + " | ".join(label(k, metric(figs)) for k in keys) +
             " | regime | resampled unit |", "|---" * (len(keys) + 3) + "|"]
@@ -80,7 +81,7 @@ def _group(name: str) -> str:
 
 
 def layer_sim(figs: Path, name: str = "layer_sim") -> str:
-    rep = json.loads((figs / f"{name}.json").read_text())
+    rep = analysis.load(figs / f"{name}.json")
     layers = rep["layers"][1:]
     out = [f"Positions: {rep.get('at', 'response')}; every model teacher-forced on "
            f"{rep.get('responses_from', 'its own greedy responses')}. Mean (min to max) over "
@@ -123,7 +124,7 @@ def grad_align(figs: Path) -> str:
     rows = ["| run | step | prompts | opd~ctx | opd~nca | nca~ctx | floor opd | floor ctx | "
             "floor nca | \\|ctx\\|/\\|opd\\| |", "|---" * 10 + "|"]
     for method, path in grad_files(figs):
-        rep = json.loads(path.read_text())
+        rep = analysis.load(path)
         steps = rep.get("steps") or [None] * len(rep["results"])
         for step, r in zip(steps, rep["results"].values()):
             g = r["global"]
@@ -163,7 +164,7 @@ def part_rows(figs: Path) -> str:
             "self-cos | ctx: noise scale; floor; self-cos |", "|---" * 8 + "|"]
     n = 0
     for method, path in grad_files(figs):
-        rep = json.loads(path.read_text())
+        rep = analysis.load(path)
         steps = rep.get("steps") or [None] * len(rep["results"])
         for step, r in zip(steps, rep["results"].values()):
             st = r["global"].get("parts")
@@ -184,9 +185,9 @@ def part_rows(figs: Path) -> str:
 
 
 def param_delta(figs: Path) -> str:
-    rep = json.loads((figs / "param_delta.json").read_text())
+    rep = analysis.load(figs / "param_delta.json")
     out = []
-    per = rep["per_checkpoint"]
+    per = rep["results"]
     names = [Path(p).name for p in per]
     modules = sorted(next(iter(per.values()))["per_module"])
     for key, title in (("per_module", "Relative delta per module type (||dW|| / ||W0||)"),
@@ -237,7 +238,7 @@ def param_delta(figs: Path) -> str:
 def patching(figs: Path) -> str:
     from nca_interp.patching import DIRECTIONS, FLIPPED, kind_of
 
-    rep = json.loads((figs / "patching.json").read_text())
+    rep = analysis.load(figs / "patching.json")
     out = []
     for name, r in rep["results"].items():
         c, kind = r["counts"], kind_of(r)
@@ -314,7 +315,7 @@ def heads_table(r: dict, kind: str, flipped: str) -> str:
 def context_control(figs: Path) -> str:
     from nca_interp.evaluate import format_control
 
-    reports = json.loads((figs / "context_control.json").read_text())["reports"]
+    reports = analysis.load((figs / "context_control.json"))["results"]
     return (format_control(reports) + "\n\nreads_c near 0 means the checkpoint answers the same "
             "with the right context and with a wrong one: it does not use what c says (a "
             "student that is 'not harmed' by c that way is blind to it, not robust). The harm "
@@ -337,7 +338,7 @@ def scorer_agreement(figs: Path) -> str:
 def trajectory_table(figs: Path) -> str:
     from nca_interp.trajectory import format_table
 
-    return "```\n" + format_table(json.loads((figs / "trajectory.json").read_text())["results"]) \
+    return "```\n" + format_table(analysis.load(figs / "trajectory.json")["results"]) \
         + "\n```"
 
 
@@ -388,7 +389,7 @@ def render(figs: Path) -> str:
                      f"(seeds {manifest['config']['seeds']}; {manifest.get('note', 'all stages')})"
                      ".\n")
     first = next(iter(sorted(figs.glob("teacher_*.json"))), None)
-    n = next(iter(json.loads(first.read_text())["reports"].values()))["n"] if first else "?"
+    n = next(iter(analysis.load(first)["results"].values()))["n"] if first else "?"
     unit = "questions" if metric(figs) == "accuracy" else "levels"
     lines.append(f"## Teacher, {n} held-out {unit}, greedy\n\n{teacher(figs)}\n")
     if not (figs / "context_return_summary.json").exists():
@@ -427,7 +428,7 @@ def render(figs: Path) -> str:
     if (figs / "param_delta.json").exists():
         sections.append(("Parameter deltas", param_delta))
     if (figs / "patching.json").exists():
-        patched = json.loads((figs / "patching.json").read_text())["results"]
+        patched = analysis.load(figs / "patching.json")["results"]
         kinds = {r.get("kind", "harm") for r in patched.values()}
         sections.append((f"Causal patching of the {' / '.join(sorted(kinds))} cases "
                          f"({', '.join(patched)})", patching))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nca_interp import evaluate, grad_align, layer_sim, param_delta, patching, trajectory
+from nca_interp import analysis, evaluate, grad_align, layer_sim, param_delta, patching, trajectory
 from nca_interp.checkpoint import git_commit, latest_step_checkpoint, read_run_config, verify_folder
 from nca_interp.cli import (
     argv_of,
@@ -465,7 +465,7 @@ def context_return(p: Pipeline) -> None:
           evaluate.EvalConfig(ckpt=p.ckpts(), **p.ckpt_kw, context=cfg.context,
                               n_levels=cfg.n_levels, out=str(ev_json), **p.threads),
           inputs=finals)
-    reports = json.loads(ev_json.read_text())["reports"]
+    reports = analysis.load(ev_json)["results"]
     (figs / "context_return.md").write_text(evaluate.format_markdown(reports) + "\n")
     write_json(figs / "context_return_summary.json", summarise(reports, cfg.seeds))
     p.manifest.record([str(figs / "context_return.md"),

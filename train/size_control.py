@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nca_interp import param_delta
+from nca_interp import analysis, param_delta
 from nca_interp.checkpoint import read_run_config
 from nca_interp.cli import RunError, entry, parse_config
 from nca_interp.identity import of_name
@@ -92,7 +92,7 @@ def sizes(report: dict) -> dict[str, list[float]]:
     """Raw update sizes ||dW|| (root of summed squares over every tensor) per method (every
     round's size-matched OPD counted as `opdsized`)."""
     out: dict[str, list[float]] = {"opd": [], "nca": [], SUFFIX: []}
-    for path, r in report["per_checkpoint"].items():
+    for path, r in report["results"].items():
         who = of_name(Path(path).name)
         if who.student:
             out[who.method].append(r["global_sq"] ** 0.5)
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
     stage("param_delta of OPD and NCA", manifest, [before], param_delta.execute,
           param_delta.ParamDeltaConfig(ckpt=both, init=init, out=str(before.with_suffix(""))),
           inputs=finals)
-    size = sizes(json.loads(before.read_text()))
+    size = sizes(analysis.load(before))
     ratio = mean(size["nca"]) / mean(size["opd"])
     points = [(1.0, mean(size["opd"]))]
     multiplier = ratio ** (1 / cfg.elasticity)
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> dict:
               param_delta.ParamDeltaConfig(ckpt=[str(o) for o, _, _ in sized.values()],
                                            init=init, out=str(measured.with_suffix(""))),
               inputs=[f for _, f, _ in sized.values()])
-        got = mean(sizes(json.loads(measured.read_text()))[SUFFIX])
+        got = mean(sizes(analysis.load(measured))[SUFFIX])
         rounds.append({"round": r, "runs": name, "lr_multiplier": round(multiplier, 4),
                        "size_sized": got, "size_nca": mean(size["nca"]),
                        "sized_over_nca": got / mean(size["nca"])})
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> dict:
           param_delta.execute,
           param_delta.ParamDeltaConfig(ckpt=three, init=init, out=str(figs / "param_delta")),
           inputs=[*finals, *(f for _, f, _ in sized.values())])
-    after = sizes(json.loads((figs / "param_delta.json").read_text()))
+    after = sizes(analysis.load(figs / "param_delta.json"))
     manifest.data["size_ratio_nca_over_opd"] = ratio
     manifest.data["rounds"] = rounds
     manifest.data["pipeline_seconds"] = round(manifest.data.get("pipeline_seconds", 0)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nca_interp import analysis
 from nca_interp.identity import is_student, of_name
 from train.blocks import Block
 from train.settings import load
@@ -49,7 +50,7 @@ def teacher_cell(figs: Path, ctx: str) -> str:
     f = figs / f"teacher_{ctx}.json"
     if not f.exists():
         return "-"
-    r = next(iter(json.loads(f.read_text())["reports"].values()))
+    r = next(iter(analysis.load(f)["results"].values()))
     return f"{r['win_no_c']:.3f} / {r['win_c']:.3f}"
 
 
@@ -58,7 +59,7 @@ def drift_cell(figs: Path, method: str) -> str:
     f = figs / "trajectory.json"
     if not f.exists():
         return "-"
-    runs = [r for n, r in json.loads(f.read_text())["results"].items()
+    runs = [r for n, r in analysis.load(f)["results"].items()
             if is_student(n, method)]
     if not runs:
         return "-"
@@ -92,8 +93,8 @@ def table(figures: Path = Path("figures")) -> str:
                              f"trained | 0 | - | - | - | - | - | {minutes(figs)} |")
             pending.append((name, what, cmd))
             continue
-        data = json.loads(ev.read_text())
-        reports, ctx = data["reports"], data["config"]["context"]
+        data = analysis.load(ev)
+        reports, ctx = data["results"], data["context"]
         for method in ("opd", "nca"):
             if not seed_cells(reports, method, "win_no_c"):
                 continue
@@ -223,7 +224,7 @@ def estimator_table(figures: Path = Path("figures")) -> str:
             pending.append(f"- {row} ({estimator_label(dict(zip(flags, flags[1:])))}, beside "
                            f"{full}): `{settings[row].command(row)}`")
             continue
-        rep = {name: json.loads((figures / name / "context_return.json").read_text())["reports"]
+        rep = {name: analysis.load((figures / name / "context_return.json"))["results"]
                for name in (full, row)}
         seeds = {str(of_name(n).seed) for n in rep[row] if is_student(n)}
         # the teacher is the one report not named <row>_<method>_s<seed> (`<task>_base`, or the
@@ -289,7 +290,7 @@ def beta_points(base: str, figures: Path = Path("figures")) -> tuple[list[dict],
         if not (figs / "context_return.json").exists():
             continue
         flags = _trained_with(figs)
-        for run, r in json.loads((figs / "context_return.json").read_text())["reports"].items():
+        for run, r in analysis.load((figs / "context_return.json"))["results"].items():
             who = of_name(run)
             if not is_student(run):
                 continue
@@ -303,7 +304,7 @@ def beta_points(base: str, figures: Path = Path("figures")) -> tuple[list[dict],
     betas = {p["beta"] for p in points}
     common = set.intersection(*({p["seed"] for p in points if p["beta"] == b} for b in betas)) \
         if betas else set()
-    rep = json.loads((figures / base / "context_return.json").read_text())["reports"] \
+    rep = analysis.load((figures / base / "context_return.json"))["results"] \
         if (figures / base / "context_return.json").exists() else {}
     teacher = next((r for n, r in rep.items() if not is_student(n)), None)
     return sorted((p for p in points if p["seed"] in common),

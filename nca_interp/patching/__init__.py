@@ -21,24 +21,16 @@ over hooks (`bridge.run_with_hooks` with `attention_mask`).
 from __future__ import annotations
 
 import dataclasses
-import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 
+from nca_interp import analysis
 from nca_interp.checkpoint import load_checkpoint, verify_folder
-from nca_interp.cli import (
-    UsageError,
-    check_api,
-    check_writable,
-    parse_config,
-    to_dict,
-    validate,
-    write_json,
-)
+from nca_interp.cli import as_paths, parse_config, validate
 from nca_interp.evaluate import TASK_OPTIONS_HELP
 from nca_interp.hooks import attached_hooks, boot_bridge
 from nca_interp.models import context_limit
@@ -113,34 +105,59 @@ def summarise(arr: np.ndarray) -> dict:
     return {"per_case": np.asarray(arr).tolist(), **interval(arr)}
 
 
-def run(ckpt: str | None = None, *, task: str | None = None, task_options=None,
-        context: str | None = None, kind: str = "harm", scope: str = "full",
-        n_levels: int = 1000, max_cases: int = 64, ks: tuple[int, ...] = (1, 2, 4),
-        n_random: int = 100, n_random_generate: int = 100, seed: int = 0,
-        ablate: str = "prefix") -> dict:
-    """The patching report of one checkpoint as a Python value (what `main` prints).
+def run(cfg: PatchingConfig | None = None, /, **fields) -> dict:
+    """The patching report of each checkpoint (an `analysis` report, results keyed by
+    checkpoint name; see `run_checkpoint` for each entry's fields). With no checkpoint named
+    and the scope left at its defaults: the embedded Sokoban OPD student at `DEMO_SCOPE`.
+    `run(PatchingConfig(...))` or `run(ckpt=[...], ...)`."""
+    cfg = demo_scope(analysis.config(PatchingConfig, cfg, fields))
+    validate(cfg)
+    paths = as_paths(cfg.ckpt)
+    if not paths:
+        from nca_interp.assets import embedded
+
+        paths = [str(embedded("sokoban_opd"))]
+    for p in paths:
+        verify_folder(p)
+    results, folders = {}, {}
+    for p in paths:
+        r = run_checkpoint(p, cfg)
+        name = analysis.label_of(r["checkpoint"], results)
+        results[name], folders[name] = r, p
+    first = next(iter(results.values()))
+    return analysis.make_report(cfg, task=first["task"], context=first["context"],
+                                paths=folders, results=results)
+
+
+def demo_scope(cfg: PatchingConfig) -> PatchingConfig:
+    """`cfg` at DEMO_SCOPE when it names no checkpoint and leaves the scope at its defaults."""
+    defaults = PatchingConfig()
+    if cfg.ckpt or any(getattr(cfg, k) != getattr(defaults, k) for k in DEMO_SCOPE):
+        return cfg
+    print("no checkpoint named: the embedded Sokoban OPD student, demo scope "
+          + ", ".join(f"{k}={v}" for k, v in DEMO_SCOPE.items())
+          + " (name checkpoints, or set any of these, for the full default)", flush=True)
+    return dataclasses.replace(cfg, **DEMO_SCOPE)
+
+
+def run_checkpoint(path: str, cfg: PatchingConfig) -> dict:
+    """The patching report of one checkpoint.
 
     Fields: checkpoint, task, context, kind, scope, ablate, counts (levels, right_no_c,
     right_c, harm, help, both), n_layers, n_heads; with cases: `<kind>` (n, t_star, ld_no_c,
     ld_c), forward and reverse (resid_groups, mlp; in the full scope also resid_offsets,
     heads), ablation (per head), heads (the held-out table of `patching.heads`), lens,
     control, cost."""
-    from nca_interp.assets import embedded
-
-    if isinstance(ckpt, (list, tuple)) and len(ckpt) == 1:
-        ckpt = ckpt[0]
-    if ckpt is not None and not isinstance(ckpt, (str, os.PathLike)):
-        raise UsageError(f"ckpt must be one checkpoint folder (str or Path), not "
-                         f"{type(ckpt).__name__} {ckpt!r}")
-    values = {k: v for k, v in locals().items() if k != "ckpt"}  # the CLI's ckpt is a list
-    check_api(PatchingConfig, **{**values, "ks": list(ks) if isinstance(ks, tuple) else ks})
-    path = str(verify_folder(ckpt or embedded("sokoban_opd")))
-    found, ctx = resolve_task_and_context([path], task, context, task_options)
+    kind, scope, ablate, seed = cfg.kind, cfg.scope, cfg.ablate, cfg.seed
+    max_cases, ks, n_random, n_random_generate = (cfg.max_cases, cfg.ks, cfg.n_random,
+                                                  cfg.n_random_generate)
+    path = str(verify_folder(path))
+    found, ctx = resolve_task_and_context([path], cfg.task, cfg.context, cfg.task_options)
     t0 = time.time()
     model, tok = load_checkpoint(path)
     found = found.for_tokenizer(tok)
     limit, stops = context_limit(model), stop_ids(tok, model)
-    levels = found.levels("test", n_levels, seed)
+    levels = found.levels("test", cfg.n_levels, seed)
     rows, control_rows, counts = find_cases(model, tok, found, ctx, levels, kind)
     bridge = boot_bridge(path, loaded=(model, tok))
     report = {"checkpoint": path, "task": found.name, "context": ctx, "kind": kind,
@@ -299,12 +316,18 @@ def format_heads(r: dict) -> str:
     return "\n".join(out)
 
 
+def show(report: dict) -> None:
+    for r in report["results"].values():
+        print(format_report(r) + "\n")
+
+
 def figures(report: dict) -> dict:
-    """{"positions", "heads", "lens"} of one checkpoint's `run` report (none without harm
-    cases)."""
+    """{"<checkpoint>_positions", "<checkpoint>_heads", "<checkpoint>_lens"} of each
+    checkpoint with cases (`plots.patching_figures`)."""
     from nca_interp.plots import patching_figures
 
-    return patching_figures(report)
+    return {f"{name}_{suffix}": fig for name, r in report["results"].items()
+            for suffix, fig in patching_figures(r).items()}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -320,34 +343,5 @@ DEMO_SCOPE = {"scope": "groups", "max_cases": 16, "ks": [1], "n_random": 20,
 
 def execute(cfg: PatchingConfig) -> dict:
     """The command on a config object (what `train.reproduce` calls; `main` parses the
-    command line into one): run, print the tables, write the JSON and figures."""
-    from nca_interp.plots import write_figure
-
-    defaults = PatchingConfig()
-    if not cfg.ckpt and all(getattr(cfg, k) == getattr(defaults, k) for k in DEMO_SCOPE):
-        cfg = dataclasses.replace(cfg, **DEMO_SCOPE)
-        print("no checkpoint named: the embedded Sokoban OPD student, demo scope "
-              + ", ".join(f"{k}={v}" for k, v in DEMO_SCOPE.items())
-              + " (name checkpoints, or set any of these, for the full default)", flush=True)
-    validate(cfg)
-    check_writable(cfg.out)
-    torch.set_num_threads(cfg.threads)
-    for p in cfg.ckpt:
-        verify_folder(p)
-    results, written = {}, []
-    for p in cfg.ckpt or [None]:
-        r = run(p, task=cfg.task, task_options=cfg.task_options, context=cfg.context,
-                kind=cfg.kind, scope=cfg.scope, n_levels=cfg.n_levels, max_cases=cfg.max_cases,
-                ks=cfg.ks, n_random=cfg.n_random, n_random_generate=cfg.n_random_generate,
-                seed=cfg.seed, ablate=cfg.ablate)
-        name = Path(r["checkpoint"]).name
-        results[name] = r
-        print(format_report(r) + "\n")
-        for suffix, fig in figures(r).items():
-            written += write_figure(fig, f"{cfg.out}_{name}_{suffix}", png=cfg.png)
-    report = {"config": to_dict(cfg), "results": results}
-    write_json(Path(cfg.out).with_suffix(".json"), report)
-    print("wrote", Path(cfg.out).with_suffix(".json"), *written)
-    return report
-
-
+    command line into one): see `analysis.execute`."""
+    return analysis.execute(sys.modules[__name__], cfg)
