@@ -1,4 +1,4 @@
-"""Parity of our Sokoban / FrozenLake executors and renderings with textarena 0.7.4, *running*.
+r"""Parity of our Sokoban / FrozenLake executors and renderings with textarena 0.7.4, *running*.
 
 textarena is not a dependency of the project; run this with a scratch venv that has it
 (`pip install --no-deps textarena==0.7.4` plus `nltk rich requests websockets

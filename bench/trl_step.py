@@ -1,8 +1,8 @@
-"""One NCA distillation step in our loop and in TRL's trainer (nca_interp.trl_nca), per KL
+r"""One NCA distillation step in our loop and in TRL's trainer (nca_interp.trl_nca), per KL
 estimator, side by side in one run: seconds per step, sampled tokens per second, peak RSS.
 
     python -m bench.trl_step                                   # embedded Sokoban base, tiny
-    python -m bench.trl_step --ckpt ~/.cache/nca_interp/models/smollm2-135m-instruct \\
+    python -m bench.trl_step --ckpt ~/.cache/nca_interp/models/smollm2-135m-instruct \
         --task facts --context facts --batch 8 --write          # the real model
 
 Each (loop, estimator) runs in its own process under /usr/bin/time -v (peak RSS is the

@@ -344,10 +344,19 @@ def command_name() -> str | None:
 def parse_config(cls, argv: list[str] | None, description: str | None = None,
                  positional: str | None = None):
     """Build `cls` from command-line `argv` (None: sys.argv). `positional` names a list field
-    that may also be given as bare arguments."""
+    that may also be given as bare arguments. Fields named in `cls.EXPERT` are left out of
+    `--help` (one line counts them) and listed by `--help-all`."""
     hints = typing.get_type_hints(cls)
-    parser = argparse.ArgumentParser(prog=command_name(), description=short_help(description),
-                                     formatter_class=_Formatter)
+    expert = [f for f in dataclasses.fields(cls) if f.name in getattr(cls, "EXPERT", ())]
+    show_all = "--help-all" in (sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog=command_name(), description=short_help(description), formatter_class=_Formatter,
+        epilog=None if show_all or not expert else
+        f"{len(expert)} options for experts (" + ", ".join(
+            "--" + f.name.replace("_", "-") for f in expert[:4]) + ", ...): --help-all")
+    if expert:
+        parser.add_argument("--help-all", action="help",
+                            help="show every option, with those for experts")
     for f in dataclasses.fields(cls):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         shown = ",".join(map(str, default)) if isinstance(default, (tuple, list)) else default
@@ -357,7 +366,7 @@ def parse_config(cls, argv: list[str] | None, description: str | None = None,
             text = f"{text} (default: {shown})".strip()
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name,
                             type=_parser_for(hints[f.name]), default=default, **flag,
-                            help=text)
+                            help=text if show_all or f not in expert else argparse.SUPPRESS)
     if positional:
         parser.add_argument("_positional", nargs="*", metavar=positional.upper(),
                             help=f"same as --{positional}")

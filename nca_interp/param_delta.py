@@ -1,4 +1,4 @@
-"""Where training moved the weights: parameter deltas against a common initial checkpoint.
+r"""Where training moved the weights: parameter deltas against a common initial checkpoint.
 
     python -m nca_interp.param_delta --init runs/base runs/opd runs/nca
     python -m nca_interp.param_delta --init runs/base runs/opd_s0 runs/nca_s0 runs/opd_s1 \

@@ -1,8 +1,8 @@
-"""OPD and NCA in TRL: `NCADistillationTrainer` on TRL's `DistillationTrainer` (trl==1.16.0, the
+r"""OPD and NCA in TRL: `NCADistillationTrainer` on TRL's `DistillationTrainer` (trl==1.16.0, the
 optional extra `pip install nca_interp[trl]`), so the loss runs wherever TRL runs (accelerate:
 DDP, FSDP, DeepSpeed; GPU configs in `train/accelerate/`, CPU processes through torchrun).
 
-    accelerate launch --config_file train/accelerate/ddp_cpu.yaml -m train.trl_distill \\
+    accelerate launch --config_file train/accelerate/ddp_cpu.yaml -m train.trl_distill \
         --student runs/sokoban_base --out runs/trl_nca --method nca
 
 The dataset has two prompt columns: `prompt`, the student's view x, and `teacher_prompt`, the

@@ -31,9 +31,10 @@ def test_positional_list():
 
 ANALYSES = ("nca_interp.layer_sim", "nca_interp.grad_align", "nca_interp.param_delta",
             "nca_interp.patching", "nca_interp.evaluate", "nca_interp.trajectory")
+TRAINING = ("train.distill", "train.sft", "train.reproduce")
 
 
-@pytest.mark.parametrize("module", ANALYSES)
+@pytest.mark.parametrize("module", ANALYSES + TRAINING)
 def test_help_names_the_command_states_defaults_once_and_fits_a_screen(module):
     import subprocess
     import sys
@@ -47,7 +48,17 @@ def test_help_names_the_command_states_defaults_once_and_fits_a_screen(module):
         assert not (re.search(r"\(default: ", entry) and re.search(r"[^(]default[: ]", entry)), \
             entry
     assert len(out.splitlines()) <= 60
+    if module in TRAINING:  # the options for experts: counted in one line, listed by --help-all
+        every = subprocess.run([sys.executable, "-m", module, "--help-all"],
+                               capture_output=True, text=True, check=True).stdout
+        hidden = re.search(r"(\d+) options for experts .*: --help-all", out)
+        assert hidden and "\n  --weight-decay" not in out or module == "train.reproduce", out
+        flags = set(re.findall(r"^  (--[a-z-]+)", every, re.M))
+        assert len(flags - set(re.findall(r"^  (--[a-z-]+)", out, re.M))) == int(hidden[1])
+        return
     if module != "nca_interp.param_delta":  # the one analysis without a context
         # one list of context kinds for every command (nca_interp.tasks.CONTEXT_CHOICES)
         assert "system (sysprompt," in out and "facts|rule" in out, module
     assert not re.search(r"20\d\d-\d\d-\d\d|model hub", out)
+    # example commands keep their line breaks (a docstring's backslash is not a continuation)
+    assert not re.search(r"\S {4,}--", out.split("options:")[0]), out

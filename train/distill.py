@@ -1,4 +1,4 @@
-"""On-policy distillation (OPD) and OPD + No-Context Anchoring (NCA).
+r"""On-policy distillation (OPD) and OPD + No-Context Anchoring (NCA).
 
     python -m train.distill --method opd --student runs/sokoban_base --context state \
         --out runs/sokoban_opd
@@ -70,6 +70,11 @@ from train.common import (
 
 @dataclass
 class DistillConfig:
+    # options --help leaves to --help-all (optimiser, estimator details, devices, memory)
+    EXPERT = ("schedule", "weight_decay", "clip", "temperature", "top_k", "renormalize", "kl_k",
+              "kl_support", "kl_tail", "kl_form", "nca_kl", "eval_every", "eval_levels",
+              "teacher_device", "precision", "micro_batch", "grad_checkpointing")
+
     student: str = field(default="runs/sokoban_base", metadata={"help": "initial checkpoint"})
     out: str = field(default="runs/sokoban_opd", metadata={"help": "run directory"})
     method: str = field(default="opd", metadata={"help": "opd|nca"})

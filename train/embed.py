@@ -1,4 +1,4 @@
-"""Copy trained checkpoints into the package as the embedded defaults every command falls back
+r"""Copy trained checkpoints into the package as the embedded defaults every command falls back
 on (small: ~4 MB each), rewriting run-config paths to `embedded:NAME` references.
 
     python -m train.embed runs/sokoban_base=sokoban_base runs/sokoban_opd_s0=sokoban_opd \

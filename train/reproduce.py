@@ -68,6 +68,11 @@ def estimator_args(cfg) -> list[str]:
 
 @dataclass
 class ReproduceConfig:
+    # options --help leaves to --help-all (estimator details, analysis sizes, folders)
+    EXPERT = ("student_from", "kl_k", "kl_support", "kl_tail", "kl_form", "nca_kl", "grad_batch",
+              "grad_seeds", "grad_every", "trajectory_every", "runs", "figures", "keep",
+              "teacher_only")
+
     task: str = field(default="sokoban", metadata={
         "help": "a preset: " + ", ".join(PRESETS) + " (train/settings.toml)"})
     name: str | None = field(default=None, metadata={

@@ -42,6 +42,12 @@ from train.common import Run, all_finite, check_out, eval_wins, lr_at, setup_tor
 
 @dataclass
 class SFTConfig:
+    # options --help leaves to --help-all (each task's fields, architecture details, optimiser)
+    EXPERT = ("dim_room", "num_boxes", "remap", "size", "num_holes", "kb", "n_entities",
+              "n_attributes", "layout", "word_len", "min_entities", "contexts", "p_no_context",
+              "pack", "follow_ups", "p_detour", "n_heads", "d_mlp", "schedule", "weight_decay",
+              "clip", "eval_every", "eval_levels", "precision")
+
     out: str = field(default="runs/sokoban_base", metadata={"help": "run directory"})
     task: str = field(default="sokoban", metadata={"help": "sokoban|frozenlake|sysprompt"})
     dim_room: tuple[int, ...] = field(default=(6, 6),

@@ -1,7 +1,7 @@
-"""OPD / NCA through TRL's DistillationTrainer (nca_interp.trl_nca), launchable with accelerate.
+r"""OPD / NCA through TRL's DistillationTrainer (nca_interp.trl_nca), launchable with accelerate.
 
     python -m train.trl_distill --student runs/sokoban_base --out runs/trl_nca --method nca
-    accelerate launch --config_file train/accelerate/ddp_cpu.yaml -m train.trl_distill \\
+    accelerate launch --config_file train/accelerate/ddp_cpu.yaml -m train.trl_distill \
         --student runs/sokoban_base --out runs/trl_nca --method nca --steps 100
     accelerate launch --config_file train/accelerate/fsdp_gpu.yaml -m train.trl_distill ...
 
