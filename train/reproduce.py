@@ -34,6 +34,7 @@ from nca_interp.cli import (
 )
 from nca_interp.errors import RunError, UsageError
 from nca_interp.identity import is_student, of_name
+from nca_interp.tasks import make_task
 from train import distill, dose, sft
 from train.common import DISK_REMEDY, disk_needed, weight_bytes
 from train.figures import render_figures
@@ -90,7 +91,8 @@ class ReproduceConfig:
         "help": "false: stop after the context-return evaluation and the trajectory (a sweep "
                 "row); true: every analysis and figure"})
     context: str | None = field(default=None, metadata={
-        "help": "context kind to distil (default: plan for games, system for sysprompt)"})
+        "help": "context kind to distil; default: the preset's (train/settings.toml), else "
+                "the task's, as for train.distill (plan for games)"})
     teacher_steps: int | None = field(default=None, metadata={
         "help": "teacher SFT steps (default: the preset's)"})
     distill_steps: int | None = field(default=None, metadata={
@@ -312,7 +314,7 @@ def apply_preset(cfg: ReproduceConfig) -> Preset:
                 "teacher_steps"):
         if getattr(cfg, key) is None:
             setattr(cfg, key, getattr(p, key))
-    cfg.context = cfg.context or p.context
+    cfg.context = cfg.context or p.context or make_task(p.task).default_context
     if cfg.trajectory_every is None:
         cfg.trajectory_every = 1 if p.dose else 2
     if cfg.quick:

@@ -36,7 +36,7 @@ class Preset:
     teacher_init: str | None = None  # the teacher is fine-tuned from this preset's teacher
     teacher_steps: int = 1000
     teacher_contexts: tuple[str, ...] = ("state", "plan")  # the teacher is evaluated with
-    context: str = "plan"  # the context distilled
+    context: str | None = None  # the context distilled (None: the task's default_context)
     task_options: tuple[str, ...] = ()  # KEY=VALUE task config (fetched teachers)
     distill_steps: int = 200
     batch: int = 128

@@ -106,7 +106,9 @@ class Task:
     chat: ChatFormat | None = None  # set by `for_tokenizer` for checkpoints with a template
 
     success = "win"  # what `Scored.won` means in reports
-    default_context = "state"  # the context kind commands use when none is named
+    # the context kind commands use when none is named (and none is recorded by the run): the
+    # one the published game settings distil (train/settings.toml)
+    default_context = "plan"
     context_kinds = CONTEXT_KINDS
     unit_name = "level"  # what the bootstrap resamples: the independent unit of `unit()`
 
