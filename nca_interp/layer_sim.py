@@ -349,8 +349,9 @@ def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
         elif at == "generating":
             sel0, sel1, m = slice(P - 1, P - 1 + N), slice(Pc - 1, Pc - 1 + N), rmask
         else:
-            sel0, sel1 = slice(0, P), slice(Pc - P, Pc)
-            m = shared_suffix_mask(x_ids, x_mask, cx_ids)
+            K = min(P, Pc)  # x may be the longer prompt (c replaced a default system message)
+            sel0, sel1 = slice(P - K, P), slice(Pc - K, Pc)
+            m = shared_suffix_mask(x_ids, x_mask, cx_ids)[:, P - K:]
         a = capture(bridge, torch.cat([x_ids, resp], 1), torch.cat([x_mask, rmask], 1))
         b = capture(bridge, torch.cat([cx_ids, resp], 1), torch.cat([cx_mask, rmask], 1),
                     patterns=True)

@@ -22,8 +22,11 @@ def shared_suffix_mask(x_ids: torch.Tensor, x_mask: torch.Tensor, cx_ids: torch.
                        ) -> torch.Tensor:
     """B P mask of the prompt x's tokens that the [c, x] prompt repeats at the same offset from
     the end (left padding aligns them): x itself when x is a token-level suffix of [c, x]; with
-    a chat template only the common tail."""
-    P = x_ids.shape[1]
-    same = (x_ids == cx_ids[:, -P:]) & x_mask.bool()
+    a chat template only the common tail. x may be the longer prompt (a chat model's default
+    system message replaced by a shorter c): then at most its last Q positions can match."""
+    P, Q = x_ids.shape[1], cx_ids.shape[1]
+    K = min(P, Q)
+    same = torch.zeros_like(x_ids, dtype=torch.bool)
+    same[:, P - K:] = (x_ids[:, P - K:] == cx_ids[:, Q - K:]) & x_mask[:, P - K:].bool()
     # keep a position only if every later position also matches (a contiguous common suffix)
     return same.flip(1).long().cumprod(1).flip(1)

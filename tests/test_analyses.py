@@ -132,6 +132,13 @@ def test_shared_suffix_mask():
     cx = torch.tensor([[1, 2, 5, 6, 7], [1, 2, 3, 6, 7]])  # row 1: only "6 7" is shared
     m = masks.shared_suffix_mask(x, xm, cx)
     assert m.tolist() == [[0, 1, 1, 1], [0, 0, 1, 1]]
+    # x the longer prompt (a chat model's default system message replaced by a shorter c):
+    # only its last len([c, x]) columns can be shared
+    long_x = torch.tensor([[4, 4, 4, 9, 6, 7], [0, 0, 4, 5, 6, 7]])
+    long_m = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1]])
+    short_cx = torch.tensor([[3, 6, 7], [5, 6, 7]])
+    got = masks.shared_suffix_mask(long_x, long_m, short_cx)
+    assert got.tolist() == [[0, 0, 0, 0, 1, 1], [0, 0, 0, 1, 1, 1]]
 
 
 def test_uniform_attention_reads_the_context_at_ratio_one():

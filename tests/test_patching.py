@@ -253,3 +253,31 @@ def test_no_checkpoint_named_runs_the_stated_demo_scope(tmp_path, monkeypatch, c
     assert "demo scope" in capsys.readouterr().out.splitlines()[0]
     patching.main(["--out", str(tmp_path / "p"), "--max-cases", "8"])
     assert seen[1]["scope"] == "full" and seen[1]["n_random"] == 100 and seen[1]["max_cases"] == 8
+
+
+def test_a_shorter_c_than_the_default_system_message_lines_up_its_shared_tail(setup, tok):
+    """A chat model's default system message replaced by a shorter c makes x the longer prompt:
+    only the shared tail is aligned, and layer_sim at prompt positions and both patching
+    sweeps run on it (they indexed [c, x]'s last len(x) columns before)."""
+    from nca_interp import layer_sim
+
+    bridge, _, _, folder = setup
+    task = make_task("sokoban")
+    plain = task.prompt
+    default = "You are a helpful assistant with a long default system message. "
+    object.__setattr__(task, "context", lambda lv, kind: "Be brief.")
+    object.__setattr__(task, "prompt", lambda lv, c=None: plain(lv, default if c is None else c))
+    levels = task.levels("test", 3)
+    ids = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    rows = [(lv, ids("UR") + [tok.eos_token_id], ids("DR"), t) for lv, t in zip(levels, (0, 1, 2))]
+    cases = patching.build_cases(tok, task, "state", rows, None)
+    assert cases.dst_ids.shape[1] < cases.src_ids.shape[1]
+    shared = [len(plain(lv, "")) for lv in levels]  # the prompt after the system text
+    assert all(0 < n <= s for n, s in zip(cases.groups["x"].sum(1).tolist(), shared))
+    stats = {"forwards": 0}
+    for direction in ("forward", "reverse"):
+        out = patching.sweep(bridge, cases, direction, stats, "groups")
+        assert out["mlp"].shape == (3, bridge.cfg.n_layers)  # (NaN where the views' LDs tie)
+    r = layer_sim.layer_similarity(folder, task, "state", levels, 3, "cpu", "prompt", None)
+    assert 0 < r["n_positions"] <= sum(shared)
+    assert attached_hooks(bridge) == 0

@@ -134,12 +134,15 @@ def sweep(bridge, cases: Cases, direction: str, stats: dict, scope: str = "full"
     ld_src, ld_dst = view_lds(bridge, cases)
     start, end = (ld_dst, ld_src) if fwd else (ld_src, ld_dst)
     W0 = cases.src_ids.shape[1]
+    # the aligned columns: the last A of both runs (all of x's run when [c, x] is the longer;
+    # a chat model's default system message replaced by a shorter c makes x's the longer)
+    A = min(W0, cases.dst_ids.shape[1])
 
     def effect(name, where, head=None):
-        src = other[name][:, -W0:]  # the aligned columns: all of x's run, [c, x]'s last W0
+        src = other[name][:, -A:]
         stats["forwards"] += 1
         ld = logit_diff(last_logits(bridge, run_ids, run_mask,
-                                    [(name, patch_hook(src, where, head))]), cases)
+                                    [(name, patch_hook(src, where[:, -A:], head))]), cases)
         return normalised(ld, start, end)
 
     out = {"ld_src": ld_src.tolist(), "ld_dst": ld_dst.tolist()}
