@@ -246,7 +246,8 @@ ANALYSIS_FILES = ("layer_sim", "grad_align", "param_delta", "patching")
 def test_every_published_setting_is_what_its_manifest_ran():
     """`SETTINGS` (read by the summary and the sweep) names the command that produced each
     committed figures/<setting>/: the manifest's pipeline command asks for the same config,
-    less the flags that do not change results (threads, jobs, PNG export; flag order aside),
+    less the flags that do not change results (threads, jobs, PNG export, --keep; flag order
+    aside),
     and a setting said to be analysed has analysis files (one run with --analyses false has
     none)."""
     import json
@@ -268,7 +269,10 @@ def test_every_published_setting_is_what_its_manifest_ran():
         assert ran, name
         cfg = parse_config(ReproduceConfig, shlex.split(setting.command(name))[3:])
         for command in ran:
-            assert same_config(cfg, shlex.split(command)[3:], ignore=("threads", "png", "jobs")), \
+            # --keep says which steps' outputs were kept (students retrained and shown
+            # identical); like threads and jobs it does not change what the config asks for
+            assert same_config(cfg, shlex.split(command)[3:],
+                               ignore=("threads", "png", "jobs", "keep")), \
                 f"{name}: SETTINGS says {setting.command(name)!r}, the manifest ran {command!r}"
         analysed = any(Path(p).name.startswith(ANALYSIS_FILES) for p in files)
         assert analysed == setting.analyses, \
