@@ -76,7 +76,7 @@ def config(cls, cfg=None, fields: dict | None = None):
 
 def run_identity(label: str, path: str | Path | None) -> dict:
     """A run's identity (from its run config when `path` has one) and its folder."""
-    rid = identity.of_path(path) if path is not None else identity.of_name(label)
+    rid = identity.of_path(path) if path is not None else identity.RunId(label)
     return {**rid.to_dict(), "path": None if path is None else str(path)}
 
 
@@ -170,7 +170,7 @@ def _legacy_identity(key: str, entry, folders: dict[str, str]) -> dict:
     p = Path(path) if path else Path(key)
     step = int(p.name[5:]) if p.name.startswith("step_") and p.name[5:].isdigit() else None
     run = p.parent.parent if step is not None else p
-    rid = dataclasses.replace(identity.of_name(run.name), step=step)
+    rid = dataclasses.replace(identity.legacy_of_name(run.name), step=step)
     own = entry.get("identity")
     if isinstance(own, dict):
         rid = dataclasses.replace(rid, **{k: v for k, v in own.items()

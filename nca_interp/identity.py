@@ -1,22 +1,26 @@
 """Who a run is: setting, method, seed, beta, estimator, step, read from its run config.
 
-A distillation run records its method, seed and effective beta in `run_config.json`; the
-pipeline names its folders `<setting>_<method>_s<seed>` and reports key their entries by that
-name. `of_config` reads a run config; `of_path` a checkpoint folder (its run's config, or a
-folder with none: a teacher, a fetched model, a user's checkpoint); `of_name` is the one reader
-of a report key, for reports that do not carry an `identity` of their own; `of` takes either.
-Nothing else in the package reads identity out of a name.
+A distillation run records its method, seed, effective beta and estimator in
+`run_config.json` (a size-controlled OPD run also its `role`, `opdsized`); `of_config` reads
+one, `of_path` a checkpoint folder (its run's config, or a folder with none: a teacher, a
+fetched model, a user's checkpoint: not a student). Every report carries the identity of each
+entry it measured (`runs`, written by `analysis.make_report` through `of_path`); readers take
+it from there with `roster`, `students`, `others` and `partner`. `legacy_of_name` reads a
+pipeline folder name (`<setting>_<method>[round]_s<seed>`) and serves only
+`analysis.migrate`, for report files written before reports carried `runs`.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 METHODS = ("opd", "nca", "opdsized")  # opdsized: OPD retrained at NCA's update size
-_NAME = re.compile(r"^(?P<setting>.+)_(?P<method>opdsized|opd|nca)(?P<round>\d*)_s(?P<seed>\d+)$")
+ROLES = ("opdsized",)  # what a run may be besides its loss's method (train.distill --role)
+_LEGACY_NAME = re.compile(
+    r"^(?P<setting>.+)_(?P<method>opdsized|opd|nca)(?P<round>\d*)_s(?P<seed>\d+)$")
 
 
 @dataclass(frozen=True)
@@ -33,13 +37,23 @@ class RunId:
     def student(self) -> bool:
         return self.method is not None
 
+    def of_method(self, method: str | None = None) -> bool:
+        """An OPD or NCA student (of `method` when given; the size-matched OPD only when asked
+        for by name)."""
+        return self.method == method if method else self.method in ("opd", "nca")
+
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> RunId:
+        return cls(**{f.name: d.get(f.name) for f in fields(cls) if f.name in d})
 
-def of_name(name: str) -> RunId:
-    """A report key `<setting>_<method>[round]_s<seed>` (anything else: not a student)."""
-    m = _NAME.match(name)
+
+def legacy_of_name(name: str) -> RunId:
+    """A pipeline folder name `<setting>_<method>[round]_s<seed>` (anything else: not a
+    student); only for report files without `runs` (`analysis.migrate`)."""
+    m = _LEGACY_NAME.match(name)
     if not m:
         return RunId(name)
     return RunId(name, m["setting"], m["method"], int(m["seed"]))
@@ -47,15 +61,24 @@ def of_name(name: str) -> RunId:
 
 def of_config(name: str, config: dict, step: int | None = None) -> RunId:
     """A distillation run's identity from its run config (`train.distill` records method,
-    seed, beta_effective and kl); the setting is the folder name without its method and seed."""
-    from_name = of_name(name)
-    return RunId(name, from_name.setting, config.get("method"), config.get("seed"),
+    role, seed, beta_effective and kl); the setting is the folder name less the
+    `_<method>_s<seed>` the pipeline appends (None for a folder named otherwise)."""
+    method = config.get("role") or config.get("method")
+    seed, setting = config.get("seed"), None
+    if seed is not None and name.endswith(f"_s{seed}"):
+        head = name[: -len(f"_s{seed}")]
+        for m in dict.fromkeys((method, config.get("method"))):
+            stem = head.rstrip("0123456789") if m in ROLES else head  # a size-control round
+            if m and stem.endswith(f"_{m}"):
+                setting = stem[: -len(m) - 1]
+                break
+    return RunId(name, setting, method, seed,
                  config.get("beta_effective", config.get("beta")), config.get("kl"), step)
 
 
 def of_path(path: str | Path) -> RunId:
     """A checkpoint folder's identity: its run's config (the folder, or the run two levels
-    up for `<run>/checkpoints/step_N`), else the name alone."""
+    up for `<run>/checkpoints/step_N`), else the name alone (not a student)."""
     p = Path(path)
     step = int(p.name[5:]) if re.fullmatch(r"step_\d+", p.name) else None
     run = p.parent.parent if step is not None else p
@@ -67,32 +90,46 @@ def of_path(path: str | Path) -> RunId:
     return RunId(run.name, step=step)
 
 
-def of(name: str, entry: dict | None = None) -> RunId:
-    """A report entry's identity: its own `identity` when it carries one, else its key's."""
-    if entry and isinstance(entry.get("identity"), dict) and "name" in entry["identity"]:
-        return RunId(**entry["identity"])
-    return of_name(name)
+def roster(report: dict) -> dict[str, RunId]:
+    """Each results key's identity as the report records it (`runs`); an entry carrying an
+    `identity` of its own (a trajectory's) adds what `runs` lacks (its beta)."""
+    if "runs" not in report:
+        raise ValueError("a report without `runs`: read report files with "
+                         "nca_interp.analysis.load")
+    out = {}
+    for key, entry in report["results"].items():
+        d = dict(report["runs"].get(key) or {"name": key})
+        own = entry.get("identity") if isinstance(entry, dict) else None
+        if isinstance(own, dict):
+            d.update({k: v for k, v in own.items() if v is not None})
+        d.setdefault("name", key)
+        out[key] = RunId.from_dict(d)
+    return out
 
 
-def students(entries: dict, method: str | None = None) -> list[tuple[str, dict]]:
-    """(key, entry) of every student of `method` (any method: None) in report `entries`."""
-    return [(k, v) for k, v in entries.items()
-            if (i := of(k, v if isinstance(v, dict) else None)).student
-            and (method is None or i.method == method)]
+def by_name(report: dict) -> dict[str, RunId]:
+    """The report's identities keyed by run folder name (param_delta's pairs are)."""
+    return {rid.name: rid for rid in roster(report).values()}
 
 
-def is_student(name: str, method: str | None = None) -> bool:
-    """Whether report key `name` is an OPD or NCA student (of `method` when given; the
-    size-matched OPD only when asked for by name)."""
-    i = of_name(name)
-    return i.method == method if method else i.method in ("opd", "nca")
+def students(report: dict, method: str | None = None) -> list[tuple[str, dict]]:
+    """(key, entry) of every OPD/NCA student (of `method` when given) in the report."""
+    who = roster(report)
+    return [(k, v) for k, v in report["results"].items() if who[k].of_method(method)]
 
 
-def partner(name: str, entries: dict, method: str) -> tuple[str, dict] | None:
-    """The entry of `method` with the same setting and seed as student `name` (None: absent)."""
-    me = of_name(name)
+def others(report: dict) -> list[tuple[str, dict]]:
+    """(key, entry) of every entry that is no student: teachers, base models, random inits."""
+    who = roster(report)
+    return [(k, v) for k, v in report["results"].items() if not who[k].student]
+
+
+def partner(report: dict, key: str, method: str) -> tuple[str, dict] | None:
+    """The entry of `method` with the same setting and seed as student `key` (None: absent)."""
+    who = roster(report)
+    me = who[key]
     if not me.student:
         return None
-    return next(((k, v) for k, v in entries.items()
-                 if (i := of(k, v if isinstance(v, dict) else None)).method == method
-                 and i.seed == me.seed and i.setting == me.setting), None)
+    return next(((k, v) for k, v in report["results"].items()
+                 if who[k].method == method and who[k].seed == me.seed
+                 and who[k].setting == me.setting), None)

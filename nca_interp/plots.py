@@ -15,7 +15,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from nca_interp.errors import RunError
-from nca_interp.identity import is_student, of_name
+from nca_interp.identity import RunId, roster
 
 PALETTE = {"random_init": "#9e9e9e", "base": "#1f77b4", "opd": "#d62728", "nca": "#2ca02c"}
 
@@ -23,24 +23,24 @@ PALETTE = {"random_init": "#9e9e9e", "base": "#1f77b4", "opd": "#d62728", "nca":
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 
 
-def _line(name: str, i: int) -> dict:
-    """One colour per method (base/opd/nca/random), a dash style per seed (`..._s1`; six
-    styles, so up to six seeds of one method stay distinguishable)."""
-    color = next((c for key, c in PALETTE.items() if key in name.lower()),
-                 qualitative.Plotly[i % len(qualitative.Plotly)])
-    seed = name.rsplit("_s", 1)[-1] if "_s" in name else ""
-    dash = DASHES[int(seed) % len(DASHES)] if seed.isdigit() else "solid"
+def _line(rid: RunId, i: int) -> dict:
+    """One colour per method (base/opd/nca/random; the size-matched OPD as OPD), a dash style
+    per seed (six styles, so up to six seeds of one method stay distinguishable)."""
+    role = "opd" if rid.method == "opdsized" else rid.method or next(
+        (k for k in ("random_init", "base") if k in rid.name.lower()), None)
+    color = PALETTE.get(role) or qualitative.Plotly[i % len(qualitative.Plotly)]
+    dash = DASHES[rid.seed % len(DASHES)] if rid.seed is not None else "solid"
     return {"color": color, "dash": dash}
 
 
-def runs_label(names) -> str:
+def runs_label(report: dict) -> str:
     """Which setting and seeds a figure's runs are: `sokoban_long_opd_s0 ... _nca_s4` ->
     'sokoban_long, seeds 0-4' (titles name them; a folder's figures are otherwise alike)."""
-    found = [of_name(n) for n in names if is_student(n)]
-    settings = sorted({i.setting for i in found})
+    found = [i for i in roster(report).values() if i.of_method()]
+    settings = sorted({i.setting for i in found if i.setting})
     seeds = sorted({i.seed for i in found})
     if not settings:
-        return ", ".join(names)
+        return ", ".join(report["results"])
     span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) \
         and len(seeds) > 2 else ", ".join(map(str, seeds))
     return f"{', '.join(settings)}, seed{'s' if len(seeds) > 1 else ''} {span}"
@@ -62,8 +62,9 @@ def layer_sim_figure(report: dict) -> go.Figure:
               "mean-centred cosine (pooled mean)", "linear CKA (faint: debiased)",
               "context reading: attention on c / c's share of keys (1 = uniform)"]
     fig = make_subplots(rows=2, cols=2, subplot_titles=titles)
+    who = roster(report)
     for i, (name, r) in enumerate(report["results"].items()):
-        kw = {"name": name, "legendgroup": name, "line": _line(name, i),
+        kw = {"name": name, "legendgroup": name, "line": _line(who[name], i),
               "mode": "lines+markers"}
         fig.add_trace(go.Scatter(x=layers, y=r["cos"], error_y={"array": r["cos_std"]}, **kw),
                       1, 1)
@@ -93,7 +94,7 @@ def layer_sim_figure(report: dict) -> go.Figure:
     where = {"generating": "positions generating the response (trained)",
              "prompt": "prompt x positions (untouched by the loss)"}.get(
         report.get("at"), "response positions")
-    fig.update_layout(title=f"{report['task']} ({runs_label(report['results'])}): hidden "
+    fig.update_layout(title=f"{report['task']} ({runs_label(report)}): hidden "
                             f"states with vs without context '{report['context']}'<br><sup>"
                             f"{where}; responses: {report.get('responses', 'own')}</sup>",
                       height=720, width=1000, margin={"t": 130})
@@ -117,7 +118,7 @@ def head_heatmaps(report: dict) -> go.Figure:
                                  hovertemplate="%{y}%{x}: %{z:.2f}<extra></extra>"),
                       i // cols + 1, i % cols + 1)
     fig.update_yaxes(autorange="reversed")
-    fig.update_layout(title=f"{report['task']} ({runs_label(names)}): context reading per "
+    fig.update_layout(title=f"{report['task']} ({runs_label(report)}): context reading per "
                             "head (context "
                             f"'{report['context']}'; random_init is the null)",
                       height=120 + 300 * rows, width=260 * cols + 160)
@@ -356,10 +357,11 @@ def evaluate_figure(report: dict) -> go.Figure:
     """Per checkpoint: right without c, with c, harm, help, both-right, with 95% intervals."""
     metrics = ["win_no_c", "win_c", "harm", "help", "both"]
     fig = go.Figure()
+    who = roster(report)
     for i, (name, r) in enumerate(report["results"].items()):
         vals = [r.get(m) for m in metrics]
         fig.add_trace(go.Bar(name=f"{name} ({r['regime']})", x=metrics, y=vals,
-                             marker_color=_line(name, i)["color"],
+                             marker_color=_line(who[name], i)["color"],
                              error_y=_ci_bars(vals, [r["ci95"].get(m) for m in metrics])))
     unit = next(iter(report["results"].values()))
     task = f"{report['task']}: " if report.get("task") else ""
@@ -379,9 +381,10 @@ def trajectory_figure(report: dict) -> go.Figure:
               "KL(g(.|x) || f(.|x,c)): the gap OPD closes",
               "KL(g(.|x,c) || f(.|x,c)): context-view drift"]
     fig = make_subplots(rows=2, cols=2, subplot_titles=titles)
+    who = roster(report)
     for i, (name, r) in enumerate(report["results"].items()):
         steps = [row["step"] for row in r["steps"]]
-        line = _line(name, i)
+        line = _line(who[name], i)
         col = lambda k, rows=r["steps"]: [row[k] for row in rows]  # noqa: E731
         kw = {"legendgroup": name, "mode": "lines+markers"}
         ci = lambda k, rows=r["steps"]: [row["ci95"].get(k) for row in rows]  # noqa: E731
@@ -409,7 +412,7 @@ def trajectory_figure(report: dict) -> go.Figure:
         fig.add_annotation(text="harm undefined at every step:<br>no item right without c",
                            x=0.5, y=0.5, xref="x2 domain", yref="y2 domain", showarrow=False)
     first = next(iter(report["results"].values()))
-    fig.update_layout(title=f"{first['task']} ({runs_label(report['results'])}): context "
+    fig.update_layout(title=f"{first['task']} ({runs_label(report)}): context "
                             f"return over training<br><sup>runs {', '.join(report['results'])}; "
                             f"context '{first['context']}'; step 0 = the initial checkpoint, "
                             "the null; whiskers: 95% intervals</sup>", height=700, width=1000)

@@ -75,12 +75,19 @@ def test_seeds_each_reaching_step_0_but_below_it_together_keep_c_only_partly(tmp
     assert claims.nca_keeps_context(write(tmp_path, reps)).verdict == "reproduced"
 
 
+def _measured(pairs: dict) -> dict:
+    """param_delta's per-run entries (keyed by path) for the runs its pairs name: who each run
+    is comes from there, not from the pair keys."""
+    return {f"r/{r}": {} for k in pairs for r in k.split("~")}
+
+
 def test_updates_differ_needs_cross_method_below_every_seed_pair(tmp_path):
     def pd(cross, within):
         pairs = {"x_opd_s0~x_nca_s0": cross[0], "x_opd_s1~x_nca_s1": cross[1],
                  "x_opd_s0~x_opd_s1": within[0], "x_nca_s0~x_nca_s1": within[1]}
         (tmp_path / "param_delta.json").write_text(json.dumps(
-            {"all_pairs": {k: {"global_cos": v} for k, v in pairs.items()}}))
+            {"all_pairs": {k: {"global_cos": v} for k, v in pairs.items()},
+             "results": _measured(pairs)}))
         return claims.updates_differ(tmp_path).cell
     # two seeds per method: complete separation, yet the exact permutation test cannot go
     # below 2/6, so only the direction counts
@@ -94,7 +101,8 @@ def test_updates_differ_needs_cross_method_below_every_seed_pair(tmp_path):
     runs = [f"x_{m}_s{i}" for m in ("opd", "nca") for i in range(4)]
     pairs = {f"{a}~{b}": {"global_cos": 0.9 if a.split("_")[1] == b.split("_")[1] else 0.5}
              for a, b in combinations(runs, 2)}
-    (tmp_path / "param_delta.json").write_text(json.dumps({"all_pairs": pairs}))
+    (tmp_path / "param_delta.json").write_text(json.dumps({"all_pairs": pairs,
+                                                           "results": _measured(pairs)}))
     c = claims.updates_differ(tmp_path)
     assert c.cell == "reproduced" and "p = 0.029 (exact, 70 labelings" in c.null
     # the same separation between updates of unequal size is a magnitude effect until a

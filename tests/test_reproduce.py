@@ -7,20 +7,25 @@ import pytest
 from train import reproduce
 
 
-def test_method_of_and_summary():
-    assert reproduce.method_of("sokoban_base") == "base"
-    assert reproduce.method_of("frozenlake_opd_s2") == "opd"
+def _report(results: dict, methods: dict) -> dict:
+    return {"results": results, "runs": {n: {"name": n, "method": methods.get(n),
+                                             "seed": int(n[-1]) if n in methods else None}
+                                         for n in results}}
+
+
+def test_summary_by_recorded_method():
     reports = {n: {"win_no_c": w, "win_c": w, "harm": 0.1, "help": 0.2, "harm_joint": 0.05,
                    "help_joint": 0.1, "both": 0.5, "rel_len": 0.0, "rel_len_both": 0.0,
                    "regime": "B"}
                for n, w in [("t_base", 0.5), ("t_opd_s0", 0.6), ("t_opd_s1", 0.8)]}
-    s = reproduce.summarise(reports, [0, 1])
+    methods = {"t_opd_s0": "opd", "t_opd_s1": "opd"}
+    s = reproduce.summarise(_report(reports, methods), [0, 1])
     assert s["opd"]["win_no_c"] == {"mean": 0.7, "min": 0.6, "max": 0.8, "n": 2}
     assert s["base"]["regimes"] == ["B"] and "nca" not in s and "teacher" not in s
     # cross-model: the students' start is evaluated first and is the null; the teacher apart
     cross = {"s_base": reports["t_base"], "xl_base": {**reports["t_base"], "win_no_c": 0.2},
              "xl_opd_s0": reports["t_opd_s0"]}
-    s = reproduce.summarise(cross, [0])
+    s = reproduce.summarise(_report(cross, methods), [0])
     assert s["base"]["win_no_c"]["mean"] == 0.5 and s["teacher"]["win_no_c"]["mean"] == 0.2
 
 
@@ -137,16 +142,13 @@ def test_sweep_row_shares_the_teacher_and_times_every_stage(tmp_path):
     assert (out / "context_return.json").stat().st_mtime > kept["context_return.json"]
 
 
-def test_a_dose_preset_follows_every_seed_with_its_control_and_draws_harm_against_drift(
-        tmp_path, monkeypatch):
-    """A preset with dose=True: the trajectory covers every run of every seed at every saved
-    checkpoint with reads_c, and harm against drift is computed from it and drawn."""
-    import dataclasses
-
+def test_dose_follows_every_seed_with_its_control_and_draws_harm_against_drift(tmp_path):
+    """--dose true (a preset's `dose` is its default): the trajectory covers every run of every
+    seed at every saved checkpoint with reads_c, and harm against drift is computed from it and
+    drawn."""
     from train import sft
 
-    monkeypatch.setitem(reproduce.PRESETS, "sokoban",
-                        dataclasses.replace(reproduce.PRESETS["sokoban"], dose=True))
+    assert not reproduce.PRESETS["sokoban"].dose  # the flag, not the preset, asks for it
     runs, figs = tmp_path / "runs", tmp_path / "figs"
     sft.main(["--out", str(runs / "sokoban_base"), *reproduce.PRESETS["sokoban"].sft_args,
               "--steps", "4", "--threads", "1", "--eval-every", "100", "--eval-levels", "8",
@@ -154,7 +156,7 @@ def test_a_dose_preset_follows_every_seed_with_its_control_and_draws_harm_agains
     reproduce.main(["--task", "sokoban", "--name", "sk_dose", "--analyses", "false", "--seeds",
                     "0,1", "--teacher-steps", "4", "--distill-steps", "4", "--save-every", "2",
                     "--batch", "8", "--n-levels", "16", "--jobs", "2", "--threads", "2",
-                    "--runs", str(runs), "--figures", str(figs)])
+                    "--runs", str(runs), "--figures", str(figs), "--dose", "true"])
     out = figs / "sk_dose"
     traj = json.loads((out / "trajectory.json").read_text())["results"]
     assert set(traj) == {f"sk_dose_{m}_s{s}" for m in ("opd", "nca") for s in (0, 1)}

@@ -29,8 +29,10 @@ def test_size_matched_opd_reruns_the_setting_command_at_scaled_lr(tmp_path, caps
         opd = read_run_config(runs / f"sk_opd_s{seed}")
         sized = read_run_config(runs / f"sk_opdsized_s{seed}")
         assert abs(sized["lr"] - opd["lr"] * ratio) < 1e-3 * opd["lr"]
-        assert {k: v for k, v in sized.items() if k not in ("lr", "out", "threads", "git_commit")} \
-            == {k: v for k, v in opd.items() if k not in ("lr", "out", "threads", "git_commit")}
+        free = ("lr", "out", "threads", "git_commit", "role")
+        assert {k: v for k, v in sized.items() if k not in free} \
+            == {k: v for k, v in opd.items() if k not in free}
+        assert sized["role"] == "opdsized" and opd["role"] is None  # read as its method
     report = json.loads((figs / "sk_size" / "param_delta.json").read_text())
     assert len(report["results"]) == 6
     capsys.readouterr()

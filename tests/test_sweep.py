@@ -135,6 +135,13 @@ def test_beta_sweep_reads_beta_from_training_commands_on_common_seeds(tmp_path, 
         sweep.beta_points("b", tmp_path)
 
 
+def _report(results: dict) -> dict:
+    """A report file's shape (its keys' identity as analysis.load reads a file without runs)."""
+    from nca_interp import analysis
+
+    return analysis.migrate({"config": {}, "results": results})
+
+
 def test_estimator_story_is_judged_per_seed_against_the_full_kl():
     """The story holds with an estimator when OPD is in regime A in every seed, NCA's harm is
     below OPD's on every same-seed pair and no NCA student is in regime A; a row where it fails
@@ -149,20 +156,20 @@ def test_estimator_story_is_judged_per_seed_against_the_full_kl():
                       "2": ((0.0, "C"), (0.5, "A"))})
     good = reps("x_k1", {"0": ((0.25, "A"), (0.02, "C")), "1": ((0.2, "A"), (0.05, "C"))})
     seeds = {"0", "1"}
-    st = sweep.story(full, seeds)
+    st = sweep.story(_report(full), seeds)
     assert st["holds"] and st["gaps"] == pytest.approx([0.19, 0.28]) and st["opd_n"] == 2
-    assert sweep.story(good, seeds)["holds"]
-    assert not sweep.story(full, {"0", "1", "2"})["holds"]
+    assert sweep.story(_report(good), seeds)["holds"]
+    assert not sweep.story(_report(full), {"0", "1", "2"})["holds"]
     nca_breaks = reps("x_k1", {"0": ((0.25, "A"), (0.02, "C")), "1": ((0.2, "A"), (0.1, "A"))})
-    line = sweep.story_line("x_k1", "sampled k1", sweep.story(nca_breaks, seeds), st, "x")
+    line = sweep.story_line("x_k1", "sampled k1", sweep.story(_report(nca_breaks), seeds), st, "x")
     assert "NCA regime A in 1 of 2" in line and "**the estimator changes the story**" in line
     worse = reps("x_k1", {"0": ((0.25, "A"), (0.3, "C")), "1": ((0.2, "A"), (0.05, "C"))})
-    assert not sweep.story(worse, seeds)["holds"]
+    assert not sweep.story(_report(worse), seeds)["holds"]
     opd_fine = reps("x_k1", {"0": ((0.25, "A"), (0.02, "C")), "1": ((0.0, "C"), (0.0, "C"))})
-    assert not sweep.story(opd_fine, seeds)["holds"]
+    assert not sweep.story(_report(opd_fine), seeds)["holds"]
     no_harm = reps("x", {"0": ((None, "C"), (None, "C"))})  # nothing right without c
-    line = sweep.story_line("x_k1", "topk", sweep.story(no_harm, {"0"}),
-                            sweep.story(no_harm, {"0"}), "x")
+    line = sweep.story_line("x_k1", "topk", sweep.story(_report(no_harm), {"0"}),
+                            sweep.story(_report(no_harm), {"0"}), "x")
     assert "harm undefined in 1 seed pairs (no item right without c)" in line  # not "no pair"
     assert "**not judged" in line
 
@@ -178,18 +185,18 @@ def test_estimator_story_needs_each_pair_clear_of_its_paired_interval():
                           "won_no_c": [True] * 300, "won_c": won_c}}
 
     clear = {"x_opd_s0": rep(90, "A"), "x_nca_s0": rep(0, "C")}
-    st = sweep.story(clear, {"0"})
+    st = sweep.story(_report(clear), {"0"})
     assert st["holds"] and st["clear"] == 1 and st["lows"][0] > 0.2
     close = {"x_opd_s0": rep(9, "A"), "x_nca_s0": rep(6, "C", first=100)}  # other levels
-    st = sweep.story(close, {"0"})
+    st = sweep.story(_report(close), {"0"})
     assert st["gaps"][0] == pytest.approx(0.01) and st["lows"][0] < 0
     assert not st["holds"] and st["clear"] == 0
-    line = sweep.story_line("x_k1", "topk", st, sweep.story(clear, {"0"}), "x")
+    line = sweep.story_line("x_k1", "topk", st, sweep.story(_report(clear), {"0"}), "x")
     assert "its paired interval above 0 in 0 of 1" in line
     assert "**the estimator changes the story**" in line
     other = {"x_opd_s0": rep(90, "A"), "x_nca_s0": rep(0, "C", [f"M{i}" for i in range(300)])}
     with pytest.raises(ValueError, match="not evaluated on the same items"):
-        sweep.story(other, {"0"})
+        sweep.story(_report(other), {"0"})
 
 
 def test_estimator_table_reads_a_fetched_teacher_and_undefined_rates(tmp_path):

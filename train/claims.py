@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from nca_interp import analysis
-from nca_interp.identity import is_student, of_name, partner
+from nca_interp.identity import by_name, others, partner, roster, students
 from train import rules
 from train.blocks import Block
 from train.settings import load
@@ -67,11 +67,12 @@ def not_run(name: str, needs: str) -> Claim:
 
 
 def _runs(rep: dict, method: str) -> list[dict]:
-    return [r for n, r in rep["results"].items() if is_student(n, method)]
+    return [r for _, r in students(rep, method)]
 
 
 def _base(rep: dict) -> dict:
-    return next(r for n, r in rep["results"].items() if not is_student(n))
+    """The report's first entry that is no student (the teacher, step 0)."""
+    return others(rep)[0][1]
 
 
 def _spread(vals: list[float], pct: bool = False) -> str:
@@ -162,13 +163,13 @@ def pooled_harm_gap(figs: Path) -> tuple[float, tuple[float, float], int] | None
     for src in (figs / "context_return.json", figs / "context_control.json"):
         if not src.exists():
             continue
-        reps = analysis.load(src)["results"]
-        pairs = []
-        for name, r in reps.items():
-            found = partner(name, reps, "opd") if is_student(name, "nca") else None
+        rep = analysis.load(src)
+        who, pairs = roster(rep), []
+        for name, r in students(rep, "nca"):
+            found = partner(rep, name, "opd")
             o = found[1] if found else None
             if o is not None and "items" in r and "items" in o:
-                pairs.append((f"s{of_name(name).seed}", o, r))
+                pairs.append((f"s{who[name].seed}", o, r))
         if pairs:
             return paired_harm_gap(pairs, where=f"{src}: ")
     return None
@@ -216,10 +217,10 @@ def _items(root: Path, members: tuple[str, ...]) -> dict[str, np.ndarray | list]
     cols: dict[str, list] = {k: [] for k in ("o0", "o1", "n0", "n1", "b0", "b1", "cluster",
                                              "seed")}
     for member in members:
-        reps = analysis.load((root / member / "context_return.json"))["results"]
-        base = _base({"results": reps})
-        for name, r in reps.items():
-            found = partner(name, reps, "opd") if is_student(name, "nca") else None
+        report = analysis.load(root / member / "context_return.json")
+        base, who = _base(report), roster(report)
+        for name, r in students(report, "nca"):
+            found = partner(report, name, "opd")
             o = found[1] if found else None
             if o is None:
                 continue
@@ -229,7 +230,7 @@ def _items(root: Path, members: tuple[str, ...]) -> dict[str, np.ndarray | list]
             for key, rep in (("o", o), ("n", r), ("b", base)):
                 cols[key + "0"] += rep["items"]["won_no_c"]
                 cols[key + "1"] += rep["items"]["won_c"]
-            seed = f"s{of_name(name).seed}"
+            seed = f"s{who[name].seed}"
             cols["cluster"] += [f"{member}|{seed}|{u}" for u in r["items"]["unit"]]
             cols["seed"] += [f"{member}|{seed}"] * len(r["items"]["unit"])
     return {k: (np.asarray(v, bool) if k not in ("cluster", "seed") else v)
@@ -274,10 +275,8 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
     def harm(key):
         return lambda i: _pooled_harm(a[key + "0"][i], a[key + "1"][i])
 
-    reps = {m: analysis.load((root / m / "context_return.json"))["results"]
-            for m in members}
-    regimes = {meth: [r["regime"] for rep in reps.values() for r in _runs({"results": rep},
-                                                                         meth)]
+    reps = {m: analysis.load(root / m / "context_return.json") for m in members}
+    regimes = {meth: [r["regime"] for rep in reps.values() for r in _runs(rep, meth)]
                for meth in ("opd", "nca")}
     n_seeds = len(set(a["seed"]))
     where = (f"{n_seeds} seeds over {len(members)} settings ({', '.join(members)}); 95% "
@@ -319,12 +318,11 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
     improves = "reproduced" if acc[1] > 0 else "not reproduced" if acc[2] < 0 or acc[0] <= 0 \
         else "partly"
     improves_why = "the interval reaches 0" if improves == "partly" else ""
-    ctl = {m: analysis.load((root / m / "context_control.json"))["results"]
+    ctl = {m: analysis.load(root / m / "context_control.json")
            for m in members if (root / m / "context_control.json").exists()}
-    reads = {meth: [r["control"] for rep in ctl.values() for n, r in rep.items()
-                    if is_student(n, meth)] for meth in ("opd", "nca")}
-    reads["base"] = [r["control"] for rep in ctl.values() for n, r in rep.items()
-                     if not is_student(n)]
+    reads = {meth: [r["control"] for rep in ctl.values() for r in _runs(rep, meth)]
+             for meth in ("opd", "nca")}
+    reads["base"] = [r["control"] for rep in ctl.values() for _, r in others(rep)]
     teachers = [c["reads_c"] for c in reads["base"]]
     read_verdict, read_why, clear, share = reads_c_verdict(
         reads["nca"], float(np.mean(teachers)) if teachers else None)
@@ -414,15 +412,15 @@ def longer(figs: Path) -> Claim:
 
 
 def _layer_cos(figs: Path, method: str) -> tuple[list[list[float]], list[float], list[float]]:
-    ls = analysis.load(figs / "layer_sim.json")["results"]
-    runs = [r["cos"][1:] for n, r in ls.items() if is_student(n, method)]
-    base = next(r["cos"][1:] for n, r in ls.items()
-                if n != "random_init" and not is_student(n))
-    return runs, base, ls["random_init"]["cos"][1:]
+    ls = analysis.load(figs / "layer_sim.json")
+    runs = [r["cos"][1:] for r in _runs(ls, method)]
+    base = next(r["cos"][1:] for n, r in others(ls) if n != "random_init")
+    return runs, base, ls["results"]["random_init"]["cos"][1:]
 
 
-def _seeds(reports: dict, method: str) -> str:
-    seeds = sorted(str(of_name(n).seed) for n in reports if is_student(n, method))
+def _seeds(rep: dict, method: str) -> str:
+    who = roster(rep)
+    seeds = sorted(str(who[n].seed) for n, _ in students(rep, method))
     return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(seeds)
 
 
@@ -441,10 +439,10 @@ def nca_improves_no_c(figs: Path) -> Claim:
     if src is None:
         return not_run("NCA improves accuracy without c (vs OPD, same seed)",
                        "needs per-item evaluation results")
-    reps = analysis.load(src)["results"]
+    rep = analysis.load(src)
     diffs, cis = [], []
-    for name, r in reps.items():
-        found = partner(name, reps, "opd") if is_student(name, "nca") else None
+    for name, r in students(rep, "nca"):
+        found = partner(rep, name, "opd")
         opd = found[1] if found else None
         if opd is None:
             continue
@@ -513,13 +511,13 @@ def nca_reads_context(figs: Path) -> Claim:
     if not f.exists():
         return not_run("NCA still reads c (not blind to it)",
                        "needs figures/<setting>/context_control.json (evaluate --control)")
-    reps = analysis.load(f)["results"]
+    reps = analysis.load(f)
 
     def cells(method):
-        return [r["control"] for n, r in reps.items() if is_student(n, method)]
+        return [r["control"] for r in _runs(reps, method)]
 
     nca, opd = cells("nca"), cells("opd")
-    base = [r["control"] for n, r in reps.items() if not is_student(n)]
+    base = [r["control"] for _, r in others(reps)]
     teacher = base[0]["reads_c"] if base else None  # step 0: the teacher but cross-model
     verdict, reason, flags, share = reads_c_verdict(nca, teacher)
     if len(base) > 1:  # cross-model: NCA is judged against its own start, not the teacher
@@ -547,9 +545,8 @@ def _floor(figs: Path) -> float | None:
     """The anisotropy floor of the NCA runs' layer cosines: the highest per-layer mean cosine
     between views of *different* items (layer_sim's `cos_other`) over the NCA seeds; None where
     a layer_sim report has no `cos_other`."""
-    ls = analysis.load(figs / "layer_sim.json")["results"]
-    floors = [max(r["cos_other"][1:]) for n, r in ls.items()
-              if is_student(n, "nca") and "cos_other" in r]
+    ls = analysis.load(figs / "layer_sim.json")
+    floors = [max(r["cos_other"][1:]) for r in _runs(ls, "nca") if "cos_other" in r]
     return max(floors) if floors else None
 
 
@@ -617,10 +614,10 @@ def opd_gap(figs: Path) -> Claim:
     layers is below the step-0 model's in every seed (a gap the teacher already has is not
     OPD's), each seed judged by the 95% interval of its difference from step 0 (standard
     errors from layer_sim's per-layer spread over examples)."""
-    ls = analysis.load(figs / "layer_sim.json")["results"]
-    opd_rows = [r for n, r in ls.items() if is_student(n, "opd")]
-    base_row = next(r for n, r in ls.items()
-                    if n != "random_init" and not is_student(n))
+    rep = analysis.load(figs / "layer_sim.json")
+    ls = rep["results"]
+    opd_rows = _runs(rep, "opd")
+    base_row = next(r for n, r in others(rep) if n != "random_init")
     half = (len(base_row["cos"]) - 1) // 2
     b, b_se = _later_half(base_row, half)
     late = [_later_half(r, half) for r in opd_rows]
@@ -792,8 +789,7 @@ def heads_carry_harm(figs: Path) -> Claim:
     from nca_interp.patching import ABLATE_NOTE, ablate_of, kind_of
 
     claim = "OPD's harm runs through a few heads reading c (chosen on half the cases)"
-    results = analysis.load(figs / "patching.json")["results"]
-    name, r = next(((n, r) for n, r in results.items() if is_student(n, "opd")),
+    name, r = next(iter(students(analysis.load(figs / "patching.json"), "opd")),
                    (None, None))
     if r is None:
         return Claim(claim, "no OPD run patched", "-", "not measurable")
@@ -872,17 +868,18 @@ def updates_differ(figs: Path) -> Claim:
     cross-method cosine cos(dOPD, dNCA) is below each within-method (seed-to-seed) cosine,
     a complete separation (with two seeds per method, the most extreme of the label
     permutations); partly: the cross-method mean is below the within-method mean."""
-    pairs = _adam(figs).get("all_pairs", {})
+    rep = _adam(figs)
+    pairs, who = rep.get("all_pairs", {}), by_name(rep)
     cross, within = [], []
     for key, v in pairs.items():
         a, b = key.split("~")
-        if not (is_student(a) and is_student(b)) or v["global_cos"] is None:
+        if not (who[a].of_method() and who[b].of_method()) or v["global_cos"] is None:
             continue
-        (within if of_name(a).method == of_name(b).method else cross).append(v["global_cos"])
+        (within if who[a].method == who[b].method else cross).append(v["global_cos"])
     if not cross or not within:
         return Claim("NCA's updates differ from OPD's", "-", "-", "not measurable",
                      "needs two seeds of each method")
-    p, p_min, n_labelings = label_permutation_p(pairs)
+    p, p_min, n_labelings = label_permutation_p(pairs, {n: i.method for n, i in who.items()})
     reason = ""
     if max(cross) < min(within) and p <= 0.05:
         verdict = "reproduced"
@@ -912,16 +909,18 @@ def updates_differ(figs: Path) -> Claim:
                  f"{p_min:.3f}){sizes}", verdict, reason)
 
 
-def label_permutation_p(pairs: dict) -> tuple[float, float, int]:
+def label_permutation_p(pairs: dict, method_of: dict[str, str | None]
+                        ) -> tuple[float, float, int]:
     """Exact permutation test of the method label over the runs in `pairs` (global cosines of
-    every pair of deltas): statistic = mean within-label cosine - mean cross-label cosine; the
-    p-value is the share of the relabelings with as many OPD runs (the observed one included)
-    whose statistic is at least the observed one. Also the smallest p these runs allow (a
-    labeling and its swap are the same partition when the methods have equal seeds)."""
+    every pair of deltas; `method_of`: each run name's method, opd or nca): statistic = mean
+    within-label cosine - mean cross-label cosine; the p-value is the share of the relabelings
+    with as many OPD runs (the observed one included) whose statistic is at least the observed
+    one. Also the smallest p these runs allow (a labeling and its swap are the same partition
+    when the methods have equal seeds)."""
     from itertools import combinations
 
     runs = sorted({r for k in pairs for r in k.split("~")
-                   if is_student(r)})
+                   if method_of.get(r) in ("opd", "nca")})
     cos = {frozenset(k.split("~")): v["global_cos"] for k, v in pairs.items()
            if v["global_cos"] is not None}
 
@@ -933,8 +932,8 @@ def label_permutation_p(pairs: dict) -> tuple[float, float, int]:
                 (within if (a in group) == (b in group) else cross).append(c)
         return float(np.mean(within) - np.mean(cross)) if within and cross else float("nan")
 
-    observed = stat({r for r in runs if is_student(r, "opd")})
-    n_opd = sum(1 for r in runs if is_student(r, "opd"))
+    observed = stat({r for r in runs if method_of[r] == "opd"})
+    n_opd = sum(1 for r in runs if method_of[r] == "opd")
     labelings = [set(g) for g in combinations(runs, n_opd)]
     stats = [stat(g) for g in labelings]
     top = max(stats)
@@ -949,9 +948,9 @@ SIZE_MATCH = 1.1
 
 def _size_ratio(figs: Path) -> float | None:
     """Mean Adam-normalised update size of the NCA runs over that of the OPD runs."""
-    per = _adam(figs).get("results", {})
-    size = {m: [v["global_adam"] for k, v in per.items() if is_student(k, m)
-                and v.get("global_adam") is not None] for m in ("opd", "nca")}
+    rep = _adam(figs)
+    size = {m: [v["global_adam"] for v in _runs(rep, m) if v.get("global_adam") is not None]
+            for m in ("opd", "nca")}
     if not size["opd"] or not size["nca"]:
         return None
     return float(np.mean(size["nca"]) / np.mean(size["opd"]))
@@ -960,20 +959,13 @@ def _size_ratio(figs: Path) -> float | None:
 def _update_sizes(figs: Path) -> str:
     """'; Adam-normalised update size NCA / OPD ...' from param_delta's per-checkpoint totals
     (a direction difference can hide a magnitude difference), or '' where absent."""
-    per = _adam(figs).get("results", {})
-    size = {m: [v["global_adam"] for k, v in per.items() if is_student(k, m)
-                and v.get("global_adam") is not None] for m in ("opd", "nca")}
+    rep = _adam(figs)
+    size = {m: [v["global_adam"] for v in _runs(rep, m) if v.get("global_adam") is not None]
+            for m in ("opd", "nca")}
     if not size["opd"] or not size["nca"]:
         return ""
     return (f"; update size (Adam-normalised) OPD {_spread(size['opd'])}, NCA "
             f"{_spread(size['nca'])}")
-
-
-def as_opd(name: str) -> str:
-    """A size-matched OPD's key as an OPD key of the same setting and seed (for the label
-    permutation, which compares OPD with NCA)."""
-    i = of_name(name)
-    return f"{i.setting}_opd_s{i.seed}" if i.method == "opdsized" else name
 
 
 def size_matched(figs: Path) -> Claim:
@@ -984,27 +976,28 @@ def size_matched(figs: Path) -> Claim:
     SIZE_MATCH; partly when the cross-group mean is below the within-group mean; the same
     seed's cos(d OPD, d sized OPD) says how far size alone turns an OPD update."""
     rep = analysis.load(figs / "param_delta.json")
-    # per_checkpoint is keyed by path, all_pairs by run name
-    kind = {Path(p).name: of_name(Path(p).name).method for p in rep["results"]
-            if of_name(Path(p).name).student}
-    size = {k: [v["global_sq"] ** 0.5 for p, v in rep["results"].items()
-                if kind.get(Path(p).name) == k] for k in ("opd", "opdsized", "nca")}
-    cross, within, same_seed, renamed = [], [], [], {}
+    # results are keyed by path, all_pairs by run name
+    who = by_name(rep)
+    kind = {n: i.method for n, i in who.items() if i.student}
+    size = {k: [v["global_sq"] ** 0.5 for v in _runs(rep, k)] for k in ("opd", "opdsized", "nca")}
+    cross, within, same_seed, sized = [], [], [], {}
     for key, v in rep["all_pairs"].items():
         a, b = key.split("~")
         ka, kb = kind.get(a), kind.get(b)
         if v["global_cos"] is None or not (ka and kb):
             continue
-        if {ka, kb} == {"opd", "opdsized"} and of_name(a).seed == of_name(b).seed:
+        if {ka, kb} == {"opd", "opdsized"} and who[a].seed == who[b].seed:
             same_seed.append(v["global_cos"])
         if "opd" in (ka, kb):
             continue
         (within if ka == kb else cross).append(v["global_cos"])
-        renamed["~".join(as_opd(x) for x in (a, b))] = v
+        sized[key] = v
     claim = "NCA's updates differ from a size-matched OPD's"
     if not cross or not within:
         return Claim(claim, "-", "-", "not measurable", "needs two seeds of each")
-    p, p_min, n_labelings = label_permutation_p(renamed)
+    # the permutation compares OPD with NCA: the size-matched OPD takes OPD's label
+    p, p_min, n_labelings = label_permutation_p(
+        sized, {n: "opd" if m == "opdsized" else m for n, m in kind.items()})
     ratio = float(np.mean(size["opdsized"]) / np.mean(size["nca"]))
     reason = ""
     if max(cross) < min(within) and p <= 0.05:

@@ -169,7 +169,7 @@ FREE_FLAGS = ("out", "steps", "threads", "eval_every", "eval_levels", "save_ever
 
 # Flags added after runs were recorded: a saved config without one ran with this value.
 ADDED_FLAGS = {"kl": "full", "kl_k": 256, "kl_support": "p", "kl_tail": "renorm",
-               "kl_form": "k1", "nca_kl": "same"}
+               "kl_form": "k1", "nca_kl": "same", "role": None}
 
 
 def check_out(out: str | Path, inputs: dict[str, str | Path | None]) -> None:

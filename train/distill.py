@@ -73,7 +73,7 @@ class DistillConfig:
     # options --help leaves to --help-all (optimiser, estimator details, devices, memory)
     EXPERT = ("schedule", "weight_decay", "clip", "temperature", "top_k", "renormalize", "kl_k",
               "kl_support", "kl_tail", "kl_form", "nca_kl", "eval_every", "eval_levels",
-              "teacher_device", "precision", "micro_batch", "grad_checkpointing")
+              "teacher_device", "precision", "micro_batch", "grad_checkpointing", "role")
 
     student: str = field(default="runs/sokoban_base", metadata={"help": "initial checkpoint"})
     out: str = field(default="runs/sokoban_opd", metadata={"help": "run directory"})
@@ -128,6 +128,10 @@ class DistillConfig:
         "help": "prompts per forward/backward on each rank (0: the whole slice at once)"})
     grad_checkpointing: bool = field(default=False, metadata={
         "help": "recompute activations in backward (less memory, ~1/3 more compute)"})
+    role: str | None = field(default=None, metadata={
+        "help": "what the run is in a study besides its method, recorded in its run config and "
+                "read by every report as its method: opdsized (OPD at NCA's update size, "
+                "train.size_control)", "check": "choice:opdsized"})
 
 
 def task_for(cfg: DistillConfig, student_dir: str):

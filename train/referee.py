@@ -19,7 +19,7 @@ from pathlib import Path
 
 from nca_interp import analysis
 from nca_interp.cli import entry
-from nca_interp.identity import is_student, of_name
+from nca_interp.identity import roster, students
 from train import claims, rules
 from train.blocks import Block
 from train.settings import load
@@ -112,10 +112,10 @@ def published(root: Path) -> list[str]:
 
 def seeds_of(figs: Path) -> str:
     """`opd 0,1,2; nca 0,1,2`: the seeds of each method a setting's evaluation holds."""
-    reps = analysis.load((figs / "context_return.json"))["results"]
-    out = []
+    rep = analysis.load(figs / "context_return.json")
+    who, out = roster(rep), []
     for method in ("opd", "nca"):
-        seeds = sorted(of_name(n).seed for n in reps if is_student(n, method))
+        seeds = sorted(who[n].seed for n, _ in students(rep, method))
         if seeds:
             out.append(f"{method} {','.join(map(str, seeds))}")
     return "; ".join(out)

@@ -14,6 +14,7 @@ import numpy as np
 
 from nca_interp import analysis
 from nca_interp.evaluate import label, metric_of
+from nca_interp.identity import RunId, roster
 from train.layout import grad_files
 
 
@@ -76,8 +77,9 @@ def per_seed(figs: Path) -> str:
     return "\n".join(rows)
 
 
-def _group(name: str) -> str:
-    return name.rsplit("_s", 1)[0] if name[-1].isdigit() and "_s" in name else name
+def _group(key: str, rid: RunId) -> str:
+    """A row of the seed-pooled tables: `<setting>_<method>` for a student, else its key."""
+    return f"{rid.setting}_{rid.method}" if rid.student and rid.setting else key
 
 
 def layer_sim(figs: Path, name: str = "layer_sim") -> str:
@@ -96,8 +98,9 @@ def layer_sim(figs: Path, name: str = "layer_sim") -> str:
         rows = [f"| {metric} | " + " | ".join(f"L{lab}" for lab in layers) + " |",
                 "|---" * (len(layers) + 1) + "|"]
         groups: dict[str, list[list[float]]] = {}
+        who = roster(rep)
         for run, r in rep["results"].items():
-            groups.setdefault(_group(run), []).append(r[metric][shift:])
+            groups.setdefault(_group(run, who[run]), []).append(r[metric][shift:])
         for key, vals in groups.items():
             v = np.array(vals)
             cells = [f"{m:.3f}" + (f" ({lo:.3f} to {hi:.3f})" if len(vals) > 1 else "")

@@ -33,7 +33,7 @@ from nca_interp.cli import (
     write_json,
 )
 from nca_interp.errors import RunError, UsageError
-from nca_interp.identity import is_student, of_name
+from nca_interp.identity import roster, students
 from nca_interp.tasks import make_task
 from train import distill, dose, sft
 from train.common import DISK_REMEDY, disk_needed, weight_bytes
@@ -126,8 +126,11 @@ class ReproduceConfig:
         "help": "grad_align: every k-th saved checkpoint, counted back from the final one "
                 "(which is always aligned)", "check": ">=1"})
     trajectory_every: int | None = field(default=None, metadata={
-        "help": "trajectory stage: every k-th saved checkpoint (default: 1 for a preset "
-                "measuring harm against drift, else 2)", "check": ">=1"})
+        "help": "trajectory stage: every k-th saved checkpoint (default: 1 with --dose, "
+                "else 2)", "check": ">=1"})
+    dose: bool | None = field(default=None, metadata={
+        "help": "harm against drift: the trajectory over every seed with the control "
+                "context, then train.dose (default: the preset's)"})
     quick: bool = field(default=False, metadata={"help": "one seed, 40 distill steps, 300 levels"})
     runs: str = field(default="runs", metadata={"help": "where run directories go"})
     figures: str = field(default="figures", metadata={"help": "where figures go"})
@@ -135,8 +138,8 @@ class ReproduceConfig:
     threads: int = field(default=2, metadata={"help": "torch threads"})
     keep: list[str] | None = field(default=None, metadata={
         "help": "steps whose outputs stay as they are although checkpoints are newer (students "
-                "retrained and shown identical): context_return, over_training",
-        "check": "choice:context_return|over_training"})
+                "retrained and shown identical): context_return, over_training, analyses",
+        "check": "choice:context_return|over_training|analyses"})
     teacher_only: bool = field(default=False, metadata={
         "help": "stop after the teacher and its per-context evaluation"})
     jobs: int = field(default=2, metadata={
@@ -256,25 +259,20 @@ def grad_checkpoints(run: Path, every: int) -> list[str]:
     return steps[::-1][::every][::-1]
 
 
-def method_of(run_name: str) -> str:
-    """`sokoban_opd_s1` -> opd; anything else (`sokoban_base`, a fetched teacher such as
-    `smollm2-135m-instruct`) -> base."""
-    return of_name(run_name).method if is_student(run_name) else "base"
-
-
 SUMMARY_KEYS = ["win_no_c", "win_c", "harm", "help", "harm_joint", "help_joint", "both",
                 "rel_len_both", "rel_len"]
 
 
-def summarise(reports: dict[str, dict], seeds: list[int]) -> dict[str, dict]:
-    """Mean over seeds and the seed range, per method. `base` is the students' step 0, the
-    first checkpoint evaluated that is not a student (the teacher in self-distillation); a
-    cross-model teacher evaluated after it is `teacher`."""
+def summarise(report: dict, seeds: list[int]) -> dict[str, dict]:
+    """Mean over seeds and the seed range, per method, of a context-return report. `base` is
+    the students' step 0, the first checkpoint evaluated that is not a student (the teacher in
+    self-distillation); a cross-model teacher evaluated after it is `teacher`."""
     out = {}
-    others = [r for name, r in reports.items() if method_of(name) == "base"]
+    who = roster(report)
+    others = [r for k, r in report["results"].items() if not who[k].of_method()]
     for method in ("base", "teacher", "opd", "nca"):
         runs = others[:1] if method == "base" else others[1:2] if method == "teacher" else \
-            [r for name, r in reports.items() if method_of(name) == method]
+            [r for _, r in students(report, method)]
         if not runs:
             continue
         out[method] = {}
@@ -315,8 +313,10 @@ def apply_preset(cfg: ReproduceConfig) -> Preset:
         if getattr(cfg, key) is None:
             setattr(cfg, key, getattr(p, key))
     cfg.context = cfg.context or p.context or make_task(p.task).default_context
+    if cfg.dose is None:
+        cfg.dose = p.dose
     if cfg.trajectory_every is None:
-        cfg.trajectory_every = 1 if p.dose else 2
+        cfg.trajectory_every = 1 if cfg.dose else 2
     if cfg.quick:
         cfg.seeds, cfg.distill_steps = cfg.seeds[:1], min(cfg.distill_steps, 40)
         cfg.n_levels, cfg.grad_batch = min(cfg.n_levels, 300), min(cfg.grad_batch, 256)
@@ -472,9 +472,9 @@ def context_return(p: Pipeline) -> None:
           evaluate.EvalConfig(ckpt=p.ckpts(), **p.ckpt_kw, context=cfg.context,
                               n_levels=cfg.n_levels, out=str(ev_json), **p.threads),
           inputs=finals)
-    reports = analysis.load(ev_json)["results"]
-    (figs / "context_return.md").write_text(evaluate.format_markdown(reports) + "\n")
-    write_json(figs / "context_return_summary.json", summarise(reports, cfg.seeds))
+    report = analysis.load(ev_json)
+    (figs / "context_return.md").write_text(evaluate.format_markdown(report["results"]) + "\n")
+    write_json(figs / "context_return_summary.json", summarise(report, cfg.seeds))
     p.manifest.record([str(figs / "context_return.md"),
                        str(figs / "context_return_summary.json")], p.command(), 0.0)
     ctrl_json = figs / "context_control.json"
@@ -486,17 +486,17 @@ def context_return(p: Pipeline) -> None:
 
 def over_training(p: Pipeline) -> None:
     """Context return over training: every run of the first seed (every seed with one method,
-    or when the preset measures harm against drift), then harm against drift."""
-    cfg, figs, preset = p.cfg, p.figs, p.preset
+    or with --dose), then harm against drift."""
+    cfg, figs = p.cfg, p.figs
     traj_runs = [str(r) for k, r in p.students.items()
-                 if preset.dose or len(cfg.methods) == 1 or k.endswith(f"_s{cfg.seeds[0]}")]
+                 if cfg.dose or len(cfg.methods) == 1 or k.endswith(f"_s{cfg.seeds[0]}")]
     stage("trajectory", p.manifest, [figs / "trajectory.json"], trajectory.execute,
           trajectory.TrajectoryConfig(
               runs=traj_runs, context=cfg.context, n_levels=min(cfg.n_levels, 500),
               drift_levels=min(cfg.n_levels, 256), every=cfg.trajectory_every,
-              control=preset.dose, out=str(figs / "trajectory"), png=cfg.png, **p.threads),
+              control=cfg.dose, out=str(figs / "trajectory"), png=cfg.png, **p.threads),
           inputs=p.final_of(*traj_runs), positional="runs")
-    if preset.dose:
+    if cfg.dose:
         stage("harm against drift", p.manifest, [figs / "harm_drift.json"], dose.execute,
               dose.DoseConfig(trajectory=[str(figs / "trajectory.json")],
                               out=str(figs / "harm_drift"), png=cfg.png),
@@ -565,14 +565,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"teacher {p.base} evaluated; --teacher-only: stopping")
         return
     train_students(p)
-    for step in (context_return, over_training):
+    for step in (context_return, over_training, *([analyses] if cfg.analyses else [])):
         if step.__name__ in (cfg.keep or ()):
             print(f"[keep] {step.__name__}: its outputs are kept as they are (--keep)")
             p.manifest.skipped.append(f"{step.__name__} (kept by --keep)")
         else:
             step(p)
-    if cfg.analyses:
-        analyses(p)
     total = publish(p, t_start)
     print(f"reproduce {p.name}: " + (f"done in {total / 60:.1f} min" if cfg.analyses else
                                      "sweep row done (--analyses false)")

@@ -33,7 +33,7 @@ from pathlib import Path
 from nca_interp import analysis, param_delta
 from nca_interp.checkpoint import read_run_config
 from nca_interp.cli import RunError, entry, parse_config
-from nca_interp.identity import of_name
+from nca_interp.identity import roster
 from train.claims import SIZE_MATCH
 from train.reproduce import Manifest, record_training_time, run_parallel, stage
 
@@ -92,10 +92,10 @@ def sizes(report: dict) -> dict[str, list[float]]:
     """Raw update sizes ||dW|| (root of summed squares over every tensor) per method (every
     round's size-matched OPD counted as `opdsized`)."""
     out: dict[str, list[float]] = {"opd": [], "nca": [], SUFFIX: []}
-    for path, r in report["results"].items():
-        who = of_name(Path(path).name)
-        if who.student:
-            out[who.method].append(r["global_sq"] ** 0.5)
+    who = roster(report)
+    for key, r in report["results"].items():
+        if who[key].student:
+            out[who[key].method].append(r["global_sq"] ** 0.5)
     return out
 
 
@@ -193,6 +193,7 @@ def train_round(cfg: SizeControlConfig, runs: Path, commands: dict, name: str,
         args = with_flag(with_flag(argv0, "--out", str(out)), "--lr",
                          f"{float(flag(argv0, '--lr')) * multiplier:.4g}")
         args = with_flag(args, "--threads", str(max(1, cfg.threads // cfg.jobs)))
+        args += ["--role", SUFFIX]  # every report reads the run as the size-matched OPD
         final = out / "checkpoints" / f"step_{int(flag(args, '--steps')):06d}"
         if final.exists() and read_run_config(out).get("lr") != float(flag(args, "--lr")):
             raise RunError(f"{out} was trained at lr {read_run_config(out).get('lr')}, not "

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from nca_interp import analysis
-from nca_interp.identity import is_student, of_name
+from nca_interp.identity import others, roster, students
 from train.blocks import Block
 from train.settings import load
 
@@ -33,9 +33,8 @@ def rows() -> list[tuple[str, str, str]]:
     return [(name, settings[name].sweep, settings[name].command(name)) for name in SWEEP]
 
 
-def seed_cells(reports: dict, method: str, key: str) -> list[float]:
-    return [r[key] for name, r in reports.items()
-            if is_student(name, method) and r.get(key) is not None]
+def seed_cells(report: dict, method: str, key: str) -> list[float]:
+    return [r[key] for _, r in students(report, method) if r.get(key) is not None]
 
 
 def fmt(vals: list[float]) -> str:
@@ -59,8 +58,7 @@ def drift_cell(figs: Path, method: str) -> str:
     f = figs / "trajectory.json"
     if not f.exists():
         return "-"
-    runs = [r for n, r in analysis.load(f)["results"].items()
-            if is_student(n, method)]
+    runs = [r for _, r in students(analysis.load(f), method)]
     if not runs:
         return "-"
     rows = runs[0]["steps"]
@@ -93,13 +91,12 @@ def table(figures: Path = Path("figures")) -> str:
                              f"trained | 0 | - | - | - | - | - | {minutes(figs)} |")
             pending.append((name, what, cmd))
             continue
-        data = analysis.load(ev)
-        reports, ctx = data["results"], data["context"]
+        reports = analysis.load(ev)
+        ctx = reports["context"]
         for method in ("opd", "nca"):
             if not seed_cells(reports, method, "win_no_c"):
                 continue
-            regimes = "".join(r["regime"] for n, r in reports.items()
-                              if is_student(n, method))
+            regimes = "".join(r["regime"] for _, r in students(reports, method))
             lines.append(
                 f"| {name} | {what} | {teacher_cell(figs, ctx)} | {method} | "
                 f"{len(regimes)} | {fmt(seed_cells(reports, method, 'win_no_c'))} | "
@@ -157,7 +154,7 @@ def estimator_of(figs: Path) -> str:
     return ", ".join(sorted(kinds)) or "not recorded"
 
 
-def story(reports: dict[str, dict], seeds: set[str]) -> dict:
+def story(report: dict, seeds: set[str]) -> dict:
     """Does the paper's story hold in one setting's students on `seeds`? OPD's regime per seed
     (A: c hurts, from the interval of win_c - win_no_c) and OPD - NCA harm per seed pair (the
     same seed: same levels, same sampling seed) with its paired 95% interval over the held-out
@@ -166,8 +163,9 @@ def story(reports: dict[str, dict], seeds: set[str]) -> dict:
     end where measured, else the point) and no NCA seed is in regime A."""
     from train.claims import paired_harm_gap
 
-    by = {(of_name(n).method, str(of_name(n).seed)): r for n, r in reports.items()
-          if is_student(n) and str(of_name(n).seed) in seeds}
+    who = roster(report)
+    by = {(who[n].method, str(who[n].seed)): r for n, r in students(report)
+          if str(who[n].seed) in seeds}
     both = [s for (meth, s) in by if meth == "opd" and ("nca", s) in by]
     pairs = sorted(s for s in both if by["opd", s].get("harm") is not None
                    and by["nca", s].get("harm") is not None)
@@ -224,12 +222,11 @@ def estimator_table(figures: Path = Path("figures")) -> str:
             pending.append(f"- {row} ({estimator_label(dict(zip(flags, flags[1:])))}, beside "
                            f"{full}): `{settings[row].command(row)}`")
             continue
-        rep = {name: analysis.load((figures / name / "context_return.json"))["results"]
+        rep = {name: analysis.load(figures / name / "context_return.json")
                for name in (full, row)}
-        seeds = {str(of_name(n).seed) for n in rep[row] if is_student(n)}
-        # the teacher is the one report not named <row>_<method>_s<seed> (`<task>_base`, or the
-        # fetched model's folder name for a real-model task)
-        base = next(r for n, r in rep[row].items() if not is_student(n))
+        seeds = {str(roster(rep[row])[n].seed) for n, _ in students(rep[row])}
+        # the teacher: the one entry that is no student (`<task>_base`, or the fetched model)
+        base = others(rep[row])[0][1]
         items.setdefault(f"{base['n']} items", []).append(row)
         stories.append(story_line(row, estimator_of(figures / row), story(rep[row], seeds),
                                   story(rep[full], seeds), full))
@@ -237,8 +234,9 @@ def estimator_table(figures: Path = Path("figures")) -> str:
                      + f" | {base['regime']} |")
         for method in ("opd", "nca"):
             for name in (full, row):
-                runs = {n: r for n, r in rep[name].items() if is_student(n, method)
-                        and str(of_name(n).seed) in seeds}
+                who = roster(rep[name])
+                runs = {n: r for n, r in students(rep[name], method)
+                        if str(who[n].seed) in seeds}
                 if not runs:
                     continue
                 est = estimator_of(figures / name)
@@ -290,23 +288,24 @@ def beta_points(base: str, figures: Path = Path("figures")) -> tuple[list[dict],
         if not (figs / "context_return.json").exists():
             continue
         flags = _trained_with(figs)
-        for run, r in analysis.load((figs / "context_return.json"))["results"].items():
-            who = of_name(run)
-            if not is_student(run):
-                continue
-            if who.method == "nca" and run not in flags:
+        rep = analysis.load(figs / "context_return.json")
+        for run, r in students(rep):
+            who = roster(rep)[run]
+            if who.method == "nca" and who.beta is None and run not in flags:
                 raise ValueError(f"{figs}/manifest.json records no training command for {run}, "
                                  "so its beta is unknown; re-run its pipeline")
-            beta = 0.0 if who.method == "opd" else float(flags[run].get("--beta", 1.0))
+            # the run config's beta where the report records it, else its training command's
+            beta = 0.0 if who.method == "opd" else who.beta if who.beta is not None else \
+                float(flags[run].get("--beta", 1.0))
             points.append({"beta": beta, "seed": who.seed, "run": run,
                            **{k: r[k] for k in ("harm", "help", "win_no_c", "win_c", "regime")},
                            "harm_ci": r["ci95"]["harm"], "help_ci": r["ci95"]["help"]})
     betas = {p["beta"] for p in points}
     common = set.intersection(*({p["seed"] for p in points if p["beta"] == b} for b in betas)) \
         if betas else set()
-    rep = analysis.load((figures / base / "context_return.json"))["results"] \
-        if (figures / base / "context_return.json").exists() else {}
-    teacher = next((r for n, r in rep.items() if not is_student(n)), None)
+    rep = analysis.load(figures / base / "context_return.json") \
+        if (figures / base / "context_return.json").exists() else None
+    teacher = others(rep)[0][1] if rep and others(rep) else None
     return sorted((p for p in points if p["seed"] in common),
                   key=lambda p: (p["beta"], p["seed"])), teacher
 
