@@ -22,7 +22,7 @@ import tomllib
 from nca_interp.errors import UsageError
 
 FILE = Path(__file__).with_name("settings.toml")
-VARIANTS = ("estimator", "beta", "kb")
+VARIANTS = ("estimator", "beta", "kb", "replicate")  # replicate: the recipe retrained
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,8 @@ class Setting:
     seeds: tuple[int, ...] = (0, 1, 2)
     analyses: bool = True
     sweep: str | None = None  # its row's description in the Sokoban sweep (None: not a row)
-    variant_of: str | None = None  # the setting this one varies (same task, teacher, seeds)
+    variant_of: str | None = None  # the setting this one varies (same task; same teacher
+    # and seeds, except a replicate, which retrains the recipe from scratch)
     variant: str | None = None  # what it varies: one of VARIANTS
     size_control: bool = False  # figures/<name>_size holds OPD retrained at NCA's update size
 
