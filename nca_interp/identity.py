@@ -91,8 +91,9 @@ def of_path(path: str | Path) -> RunId:
 
 
 def roster(report: dict) -> dict[str, RunId]:
-    """Each results key's identity as the report records it (`runs`); an entry carrying an
-    `identity` of its own (a trajectory's) adds what `runs` lacks (its beta)."""
+    """Each results key's identity as the report records it (`runs`); where an entry carries
+    an `identity` of its own (a trajectory's, read from the same run config), each value it
+    records wins (so its beta fills a `runs` entry written without one)."""
     if "runs" not in report:
         raise ValueError("a report without `runs`: read report files with "
                          "nca_interp.analysis.load")

@@ -95,6 +95,10 @@ def test_updates_differ_needs_cross_method_below_every_seed_pair(tmp_path):
                                                    "permutation p 0.33")
     assert pd((0.5, 0.95), (0.9, 0.92)).startswith("partly")
     assert pd((0.95, 0.96), (0.9, 0.92)) == "not reproduced"
+    # pairs of runs the report has no entry (no identity) for are not judged, not a KeyError
+    (tmp_path / "param_delta.json").write_text(json.dumps(
+        {"all_pairs": {"x_opd_s0~x_nca_s0": {"global_cos": 0.5}}, "results": {}}))
+    assert claims.updates_differ(tmp_path).verdict == "not measurable"
     # four seeds per method, every cross pair below every within pair: p = 2/70
     from itertools import combinations
 

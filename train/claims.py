@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from nca_interp import analysis
-from nca_interp.identity import by_name, others, partner, roster, students
+from nca_interp.identity import RunId, by_name, others, partner, roster, students
 from train import rules
 from train.blocks import Block
 from train.settings import load
@@ -873,9 +873,10 @@ def updates_differ(figs: Path) -> Claim:
     cross, within = [], []
     for key, v in pairs.items():
         a, b = key.split("~")
-        if not (who[a].of_method() and who[b].of_method()) or v["global_cos"] is None:
+        ia, ib = who.get(a, RunId(a)), who.get(b, RunId(b))  # unmeasured: no student
+        if not (ia.of_method() and ib.of_method()) or v["global_cos"] is None:
             continue
-        (within if who[a].method == who[b].method else cross).append(v["global_cos"])
+        (within if ia.method == ib.method else cross).append(v["global_cos"])
     if not cross or not within:
         return Claim("NCA's updates differ from OPD's", "-", "-", "not measurable",
                      "needs two seeds of each method")
