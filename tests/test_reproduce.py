@@ -529,3 +529,80 @@ def test_a_disk_without_room_for_every_student_is_refused_before_the_first(tmp_p
                         "--batch", "4", "--n-levels", "4", "--jobs", "1", "--threads", "1",
                         "--runs", str(runs), "--figures", str(figs)])
     assert sorted(p.name for p in runs.iterdir()) == ["sokoban_base"]  # no student begun
+
+
+def _planned(tmp_path, *argv):
+    from nca_interp.cli import parse_config
+
+    cfg = parse_config(reproduce.ReproduceConfig, [
+        "--task", "sokoban", "--seeds", "0,1,2", "--grad-seeds", "2", "--runs",
+        str(tmp_path / "runs"), "--figures", str(tmp_path / "figs"), *argv])
+    p = reproduce.plan(cfg, list(argv))
+    p.base = p.student_init = p.teacher_final = tmp_path / "teacher"
+    return p
+
+
+def test_keep_trains_only_the_students_the_steps_left_to_run_read(tmp_path, monkeypatch):
+    """--keep may name one analysis; students no step left to run reads are not trained (a
+    grad_align or patching rerun after a machine lost its runs trains two or four, not all),
+    and a kept analysis's stage is not run."""
+    launched, staged = [], []
+    monkeypatch.setattr(reproduce, "run_parallel",
+                        lambda pending, jobs, m: launched.extend(n for n, *_ in pending))
+    monkeypatch.setattr(reproduce, "verify_folder", lambda c: c)
+    monkeypatch.setattr(reproduce, "check_disk", lambda *a: None)
+    monkeypatch.setattr(reproduce, "weight_bytes", lambda *a: 0)
+    monkeypatch.setattr(reproduce, "stage", lambda name, *a, **k: staged.append(name))
+
+    def trained(*keep):
+        launched.clear()
+        p = _planned(tmp_path, *(["--keep", ",".join(keep)] if keep else []))
+        reproduce.train_students(p)
+        return p, sorted(launched)
+
+    every = sorted(f"{m} seed {s}" for m in ("opd", "nca") for s in (0, 1, 2))
+    assert trained()[1] == every
+    assert trained("context_return", "over_training", "layer_sim")[1] == every  # param_delta
+    _, grads = trained("context_return", "over_training", "layer_sim", "param_delta")
+    assert grads == ["nca seed 0", "nca seed 1", "opd seed 0", "opd seed 1"]
+    _, patch = trained("context_return", "over_training", "layer_sim", "param_delta",
+                       "grad_align")
+    assert patch == ["nca seed 0", "opd seed 0"]
+    assert trained("context_return", "over_training", "analyses")[1] == []
+    assert trained("context_return", "analyses")[1] == ["nca seed 0", "opd seed 0"]  # trajectory
+    p, _ = trained("context_return", "over_training", "layer_sim", "param_delta", "grad_align")
+    staged.clear()
+    reproduce.analyses(p)
+    assert staged == ["patching"]
+    p, _ = trained("context_return", "over_training", "patching")
+    staged.clear()
+    reproduce.analyses(p)
+    assert staged == ["layer_sim at response positions", "layer_sim at generating positions",
+                      "layer_sim at prompt positions", "grad_align opd seed 0",
+                      "grad_align nca seed 0", "grad_align opd seed 1", "grad_align nca seed 1",
+                      "param_delta"]
+
+
+def test_patching_scope_of_a_preset_overrides_the_levels_and_adds_task_options(tmp_path):
+    """A preset's patching_kw may widen the question pool (its task options come after the
+    pipeline's) and set its own number of levels; an option patching lacks is refused before
+    any work."""
+    import dataclasses
+
+    from nca_interp.errors import UsageError
+
+    p = _planned(tmp_path, "--task-options", "kb=1")
+    assert reproduce.patching_fields(p) == {"n_levels": p.cfg.n_levels,
+                                            **dict(p.preset.patching_kw),
+                                            "task_options": ["kb=1"]}
+    p.preset = dataclasses.replace(p.preset, patching_kw=(
+        ("kind", "help"), ("n_levels", 192), ("task_options", ["n_entities=16"])))
+    assert reproduce.patching_fields(p) == {"n_levels": 192, "kind": "help",
+                                            "task_options": ["kb=1", "n_entities=16"]}
+    bad = dataclasses.replace(reproduce.PRESETS["sokoban"], patching_kw=(("cases", 3),))
+    presets = {**reproduce.PRESETS, "sokoban": bad}
+    import unittest.mock
+
+    with unittest.mock.patch.object(reproduce, "PRESETS", presets), \
+            pytest.raises(UsageError, match="patching_kw names cases"):
+        _planned(tmp_path)

@@ -67,6 +67,11 @@ def estimator_args(cfg) -> list[str]:
             for a in (f"--{name.replace('_', '-')}", str(getattr(cfg, name)))]
 
 
+# what --keep may name: the steps after training, and each analysis within `analyses`
+KEEPABLE = ("context_return", "over_training", "analyses", "layer_sim", "grad_align",
+            "param_delta", "patching")
+
+
 @dataclass
 class ReproduceConfig:
     # options --help leaves to --help-all (estimator details, analysis sizes, folders)
@@ -138,8 +143,10 @@ class ReproduceConfig:
     threads: int = field(default=2, metadata={"help": "torch threads"})
     keep: list[str] | None = field(default=None, metadata={
         "help": "steps whose outputs stay as they are although checkpoints are newer (students "
-                "retrained and shown identical): context_return, over_training, analyses",
-        "check": "choice:context_return|over_training|analyses"})
+                "retrained and shown identical): context_return, over_training, analyses, or "
+                "one analysis (layer_sim, grad_align, param_delta, patching); only the "
+                "students the other steps read are trained",
+        "check": "choice:" + "|".join(KEEPABLE)})
     teacher_only: bool = field(default=False, metadata={
         "help": "stop after the teacher and its per-context evaluation"})
     jobs: int = field(default=2, metadata={
@@ -366,12 +373,45 @@ class Pipeline:
     def command(self) -> list[str]:
         return ["python", "-m", "train.reproduce", *self.argv]
 
+    def kept(self, step: str) -> bool:
+        """Whether --keep leaves `step` (a step, or an analysis within `analyses`) as it is."""
+        keep = set(self.cfg.keep or ())
+        return step in keep or (step in KEEPABLE[3:] and "analyses" in keep)
+
+    def needed(self) -> set[str]:
+        """The students ("opd_s0", ...) the steps left to run read: all of them unless --keep
+        leaves every step that reads all of them (the context return, layer_sim, param_delta)
+        as it is; then those of the trajectory, the aligned gradients and patching."""
+        cfg, analysing = self.cfg, self.cfg.analyses
+        every = set(self.students)
+        if not self.kept("context_return") or analysing and not (
+                self.kept("layer_sim") and self.kept("param_delta")):
+            return every
+        need = set()
+        if not self.kept("over_training"):
+            need |= {k for k in every if trajectory_run(cfg, k)}
+        if analysing and not self.kept("grad_align"):
+            need |= {f"{m}_s{s}" for m, s, _ in aligned_runs(cfg.seeds, cfg.grad_seeds)}
+        if analysing and not self.kept("patching") and not self.preset.patching:
+            need |= {f"{m}_s{cfg.seeds[0]}" for m in ("opd", "nca")}
+        return need
+
+
+def trajectory_run(cfg: ReproduceConfig, key: str) -> bool:
+    """Whether the trajectory follows student `key` ("opd_s0"): every run of the first seed,
+    every seed with one method or with --dose."""
+    return cfg.dose or len(cfg.methods) == 1 or key.endswith(f"_s{cfg.seeds[0]}")
+
 
 def plan(cfg: ReproduceConfig, argv: list[str]) -> Pipeline:
     preset = apply_preset(cfg)
     if cfg.analyses and set(cfg.methods) != {"opd", "nca"}:
         raise ValueError("the analyses compare OPD with NCA: pass --methods opd,nca, or "
                          "--analyses false for a sweep row")
+    unknown = set(dict(preset.patching_kw)) - {f.name for f in fields(patching.PatchingConfig)}
+    if unknown:
+        raise UsageError(f"preset {cfg.task}: patching_kw names {', '.join(sorted(unknown))}, "
+                         f"not an option of nca_interp.patching; fix train/settings.toml")
     name = cfg.name or cfg.task
     runs, figs = Path(cfg.runs), Path(cfg.figures) / name
     figs.mkdir(parents=True, exist_ok=True)
@@ -448,6 +488,12 @@ def train_students(p: Pipeline) -> None:
                 p.manifest.skipped.append(f"{method} seed {seed}")
             else:
                 pending.append((f"{method} seed {seed}", final, out, args))
+    needed = p.needed()
+    for item in list(pending):
+        if item[2] not in {p.students[k] for k in needed}:
+            print(f"[keep] {item[0]}: not trained, every step that reads it is kept (--keep)")
+            p.manifest.skipped.append(f"{item[0]} (not needed: --keep)")
+            pending.remove(item)
     if pending:  # all of them, before the first: a full disk kills a run at a save
         weights = weight_bytes(p.student_init)
         needs = [disk_needed(weights, cfg.distill_steps, cfg.save_every,
@@ -459,7 +505,7 @@ def train_students(p: Pipeline) -> None:
     for key, run in p.students.items():
         final = run / "checkpoints" / f"step_{cfg.distill_steps:06d}"
         record_training_time(p.manifest, run, final, p.student_args[key], "train.distill")
-    for c in p.ckpts():
+    for c in [p.student_init, *(p.students[k] for k in needed)]:
         verify_folder(c)
 
 
@@ -488,8 +534,7 @@ def over_training(p: Pipeline) -> None:
     """Context return over training: every run of the first seed (every seed with one method,
     or with --dose), then harm against drift."""
     cfg, figs = p.cfg, p.figs
-    traj_runs = [str(r) for k, r in p.students.items()
-                 if cfg.dose or len(cfg.methods) == 1 or k.endswith(f"_s{cfg.seeds[0]}")]
+    traj_runs = [str(r) for k, r in p.students.items() if trajectory_run(cfg, k)]
     stage("trajectory", p.manifest, [figs / "trajectory.json"], trajectory.execute,
           trajectory.TrajectoryConfig(
               runs=traj_runs, context=cfg.context, n_levels=min(cfg.n_levels, 500),
@@ -504,15 +549,21 @@ def over_training(p: Pipeline) -> None:
 
 
 def analyses(p: Pipeline) -> None:
-    """layer_sim at three position sets, grad_align over training, param_delta, patching."""
+    """layer_sim at three position sets, grad_align over training, param_delta, patching
+    (each left as it is when --keep names it)."""
     cfg, figs, preset, students = p.cfg, p.figs, p.preset, p.students
     finals = p.final_of(*students.values())
-    for at, stem in LAYER_SIM_STAGES.items():  # PNGs: rendered from the JSON at the end
+    for name in KEEPABLE[3:]:
+        if p.kept(name):
+            print(f"[keep] {name}: its outputs are kept as they are (--keep)")
+            p.manifest.skipped.append(f"{name} (kept by --keep)")
+    for at, stem in LAYER_SIM_STAGES.items() if not p.kept("layer_sim") else ():
         stage(f"layer_sim at {at} positions", p.manifest, [figs / f"{stem}.json"],
-              layer_sim.execute,
+              layer_sim.execute,  # PNGs: rendered from the JSON at the end
               layer_sim.LayerSimConfig(ckpt=p.ckpts(), **p.ckpt_kw, context=cfg.context, at=at,
                                        out=str(figs / stem), **p.threads), inputs=finals)
-    for method, seed, suffix in aligned_runs(cfg.seeds, cfg.grad_seeds):
+    for method, seed, suffix in aligned_runs(cfg.seeds, cfg.grad_seeds) \
+            if not p.kept("grad_align") else ():
         run = students[f"{method}_s{seed}"]
         stem = f"grad_align_{method}{suffix}"
         stage(f"grad_align {method} seed {seed}", p.manifest, [figs / f"{stem}.json"],
@@ -523,24 +574,35 @@ def analyses(p: Pipeline) -> None:
                   parts=preset.grad_parts, out=str(figs / stem), **p.threads),
               inputs=p.final_of(run))
     s0 = cfg.seeds[0]
-    delta_runs = [str(students[f"{m}_s{s}"]) for s in cfg.seeds for m in ("opd", "nca")]
-    control = [delta_runs[0], delta_runs[2]] if len(cfg.seeds) > 1 else None
-    stage("param_delta", p.manifest, [figs / "param_delta.json"], param_delta.execute,
-          param_delta.ParamDeltaConfig(
-              ckpt=delta_runs, init=str(p.base), control=control,
-              pair=[str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"])],
-              out=str(figs / "param_delta")), inputs=p.final_of(*delta_runs))
+    if not p.kept("param_delta"):
+        delta_runs = [str(students[f"{m}_s{s}"]) for s in cfg.seeds for m in ("opd", "nca")]
+        control = [delta_runs[0], delta_runs[2]] if len(cfg.seeds) > 1 else None
+        stage("param_delta", p.manifest, [figs / "param_delta.json"], param_delta.execute,
+              param_delta.ParamDeltaConfig(
+                  ckpt=delta_runs, init=str(p.base), control=control,
+                  pair=[str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"])],
+                  out=str(figs / "param_delta")), inputs=p.final_of(*delta_runs))
     if preset.patching:
         p.manifest.data["patching"] = preset.patching
         print(f"[skip] patching: {preset.patching}")
         return
-    stage("patching", p.manifest, [figs / "patching.json"], patching.execute,
-          patching.PatchingConfig(
-              ckpt=[str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"]),
-                    *([str(p.base)] if preset.patching_base else [])],
-              **p.ckpt_kw, context=cfg.context, n_levels=cfg.n_levels,
-              out=str(figs / "patching"), **dict(preset.patching_kw), **p.threads),
-          inputs=p.final_of(students[f"opd_s{s0}"], students[f"nca_s{s0}"]))
+    if not p.kept("patching"):
+        stage("patching", p.manifest, [figs / "patching.json"], patching.execute,
+              patching.PatchingConfig(
+                  ckpt=[str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"]),
+                        *([str(p.base)] if preset.patching_base else [])],
+                  context=cfg.context, out=str(figs / "patching"),
+                  **patching_fields(p), **p.threads),
+              inputs=p.final_of(students[f"opd_s{s0}"], students[f"nca_s{s0}"]))
+
+
+def patching_fields(p: Pipeline) -> dict:
+    """The patching stage's task and scope: the pipeline's task options and held-out levels,
+    then the preset's `patching_kw` (its levels replace the evaluation's; its task options
+    come after the pipeline's, e.g. a wider pool of questions to find enough cases in)."""
+    kw = dict(p.preset.patching_kw)
+    options = [*(p.ckpt_kw.get("task_options") or []), *kw.pop("task_options", [])]
+    return {"n_levels": p.cfg.n_levels, **kw, **({"task_options": options} if options else {})}
 
 
 def publish(p: Pipeline, t_start: float) -> float:
