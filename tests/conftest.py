@@ -45,11 +45,13 @@ def pytest_sessionfinish(session, exitstatus):
     from pathlib import Path
 
     out = os.environ.get("NCA_TEST_RECORD")
-    if not out or exitstatus != 0 or not _START:
-        return
+    if not out or exitstatus != 0 or not _START or hasattr(session.config, "workerinput"):
+        return  # recorded once, by the run that started the workers (pytest -n)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     Path(out).write_text(json.dumps({
         "seconds": round(time.time() - _START[0], 1), "tests": session.testscollected,
-        "cpus": os.cpu_count(), "load_before": round(_START[1], 1), "commit": commit,
+        "cpus": os.cpu_count(), "workers": getattr(session.config.option, "numprocesses",
+                                                   None) or 1,
+        "load_before": round(_START[1], 1), "commit": commit,
         "date": time.strftime("%Y-%m-%d", time.gmtime())}, indent=1) + "\n")

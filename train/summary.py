@@ -109,8 +109,11 @@ def test_time_line(record: Path = TEST_RECORD) -> str:
     r = json.loads(record.read_text())
     busy = "" if "load_before" not in r else \
         f", 1-minute load average {r['load_before']:.1f} at its start"
+    workers = r.get("workers", 1)
+    split = f", {workers} test processes" if workers > 1 else ""
     return (f"`make test` runs {r['tests']} tests in {r['seconds'] / 60:.0f} min on {r['cpus']} "
-            f"CPU cores (measured {r['date']} at {r['commit']} by `make test-time`{busy}).")
+            f"CPU cores{split} (measured {r['date']} at {r['commit']} by `make test-time`"
+            f"{busy}).")
 
 
 def main(argv: list[str] | None = None) -> None:
