@@ -163,3 +163,19 @@ def test_every_generated_page_is_on_the_docs_site():
         name = readme.parent.name
         assert name in embedded, f"figures/{name}/README.md has no docs/results page"
         assert f"results/{embedded[name]}" in nav, f"docs/results/{embedded[name]} not in nav"
+
+
+def test_the_test_time_line_names_the_processes_of_a_parallel_run(tmp_path):
+    """A record made with pytest -n says how many test processes shared the cores; a record
+    without the field (one process) says nothing of them."""
+    import json
+
+    from train import summary
+
+    rec = {"seconds": 300.0, "tests": 10, "cpus": 2, "load_before": 0.5, "commit": "abc",
+           "date": "2026-12-03"}
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    one.write_text(json.dumps(rec))
+    two.write_text(json.dumps({**rec, "workers": 2}))
+    assert "process" not in summary.test_time_line(one)
+    assert "on 2 CPU cores, 2 test processes (measured" in summary.test_time_line(two)

@@ -602,6 +602,8 @@ def test_patching_scope_of_a_preset_overrides_the_levels_and_adds_task_options(t
         ("kind", "help"), ("n_levels", 192), ("task_options", ["n_entities=16"])))
     assert reproduce.patching_fields(p) == {"n_levels": 192, "kind": "help",
                                             "task_options": ["kb=1", "n_entities=16"]}
+    with pytest.raises(UsageError, match="--keep layer_sim: --analyses false"):
+        _planned(tmp_path, "--analyses", "false", "--keep", "over_training,layer_sim")
     bad = dataclasses.replace(reproduce.PRESETS["sokoban"], patching_kw=(("cases", 3),))
     presets = {**reproduce.PRESETS, "sokoban": bad}
     import unittest.mock

@@ -408,6 +408,10 @@ def plan(cfg: ReproduceConfig, argv: list[str]) -> Pipeline:
     if cfg.analyses and set(cfg.methods) != {"opd", "nca"}:
         raise ValueError("the analyses compare OPD with NCA: pass --methods opd,nca, or "
                          "--analyses false for a sweep row")
+    idle = [k for k in cfg.keep or () if k in KEEPABLE[2:] and not cfg.analyses]
+    if idle:
+        raise UsageError(f"--keep {','.join(idle)}: --analyses false runs no analysis to keep; "
+                         "drop it from --keep")
     unknown = set(dict(preset.patching_kw)) - {f.name for f in fields(patching.PatchingConfig)}
     if unknown:
         raise UsageError(f"preset {cfg.task}: patching_kw names {', '.join(sorted(unknown))}, "
