@@ -537,3 +537,43 @@ def test_the_later_layer_gap_is_judged_by_each_seeds_interval(tmp_path):
     assert tight.verdict == "reproduced" and "-0.050 [" in tight.measured
     wide = write(0.5)  # se 0.05: the interval reaches 0
     assert wide.verdict == "not reproduced"
+
+
+def _dose(tmp_path, per_seed, half, t95, reports):
+    write(tmp_path, reports)
+    h = {"per_seed": per_seed, "half": half, "pairs": 3 * len(per_seed), "n": len(per_seed),
+         "mean": sum(per_seed.values()) / len(per_seed), "min": min(per_seed.values()),
+         "max": max(per_seed.values()), "t95": t95,
+         "below_0": sum(v < 0 for v in per_seed.values()), "seeds": sorted(per_seed)}
+    (tmp_path / "harm_drift.json").write_text(json.dumps({"matched": {"nca - opd": {
+        "harm": h}}}))
+    return tmp_path
+
+
+def test_harm_at_matched_drift_is_judged_per_seed_and_only_where_opd_is_harmed(tmp_path):
+    base = report(0.9, 0.95, 0.01, "B")
+    harmed = report(0.9, 0.7, 0.2, "A", ci_harm=(0.1, 0.3))
+    runs = {"t_base": base, "t_opd_s0": harmed, "t_opd_s1": harmed}
+    figs = _dose(tmp_path, {"0": -0.1, "1": -0.08}, {"0": 0.05, "1": 0.05}, [-0.2, -0.01], runs)
+    assert claims.harm_not_drift(figs).cell == "reproduced"
+    # one seed's mean inside its half-width, and the t interval reaching 0: partly
+    figs = _dose(tmp_path, {"0": -0.1, "1": -0.02}, {"0": 0.05, "1": 0.05}, [-0.5, 0.4], runs)
+    assert claims.harm_not_drift(figs).cell == "partly"
+    # a pooled interval clear of 0 with a majority of seeds clear: reproduced
+    three = {**runs, "t_opd_s2": harmed}
+    figs = _dose(tmp_path, {"0": -0.1, "1": -0.1, "2": -0.02}, {"0": 0.05, "1": 0.05, "2": 0.05},
+                 [-0.2, -0.01], three)
+    assert claims.harm_not_drift(figs).cell == "reproduced"
+    # the mean above 0: not reproduced, whatever one seed shows
+    figs = _dose(tmp_path, {"0": -0.1, "1": 0.3}, {"0": 0.05, "1": 0.05}, [-2.0, 2.0], runs)
+    assert claims.harm_not_drift(figs).cell == "not reproduced"
+    # OPD's harm not its own (under step 0's, not regime A): nothing to attribute
+    unharmed = report(0.9, 0.9, 0.05, "C", ci_harm=(0.0, 0.1))
+    figs = _dose(tmp_path, {"0": -0.1, "1": -0.08}, {"0": 0.05, "1": 0.05}, [-0.2, -0.01],
+                 {"t_base": report(0.9, 0.95, 0.2, "B"), "t_opd_s0": unharmed,
+                  "t_opd_s1": unharmed})
+    assert claims.harm_not_drift(figs).verdict == "not measurable"
+    # a beta variant trains no OPD: no claim at all
+    (tmp_path / "harm_drift.json").write_text(json.dumps({"matched": {}}))
+    assert claims.harm_not_drift(tmp_path) is None
+    assert all("matched drift" not in c.name for c in claims.claims(tmp_path))

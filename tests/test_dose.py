@@ -75,3 +75,42 @@ def test_the_command_writes_table_json_and_figure(tmp_path):
     assert "matched drift" in (tmp_path / "hd.md").read_text()
     assert json.loads((tmp_path / "hd.json").read_text())["matched"]
     assert (tmp_path / "hd.html").exists()
+
+
+def with_ci(s, half):
+    """A step whose quantities carry a 95% interval of half-width `half`."""
+    s["ci95"] = {q: [s[q] - half, s[q] + half] for q in dose.MATCHED if s[q] is not None}
+    return s
+
+
+def test_each_seeds_half_width_combines_both_runs_without_narrowing_over_checkpoints():
+    t = trajectory()
+    for name, half in (("opd_s0", 0.04), ("nca_s0", 0.03), ("opd_s1", 0.05), ("nca_s1", 0.01)):
+        for s in t["results"][name]["steps"]:
+            with_ci(s, half)
+    harm = dose.run(t)["matched"]["nca - opd"]["harm"]
+    # one matched checkpoint per seed: the two half-widths in quadrature
+    assert harm["half"] == {0: pytest.approx(0.05), 1: pytest.approx(0.0509902)}
+    assert dose.clear_seeds(harm) == (1, 1)  # seed 0: -0.3 + 0.05 < 0; seed 1: 0.1 - 0.051 > 0
+    lo, hi = harm["t95"]  # two seeds: t with 1 degree of freedom, 12.706 * sd / sqrt(2)
+    assert (lo + hi) / 2 == pytest.approx(-0.1)
+    assert (hi - lo) / 2 == pytest.approx(12.706 * 0.4 / 2)
+    assert harm["seeds"] == [0, 1]
+
+
+def test_a_seed_without_intervals_is_not_clear_either_way():
+    harm = dose.run(trajectory())["matched"]["nca - opd"]["harm"]
+    assert harm["half"] == {} and dose.clear_seeds(harm) == (0, 0)
+
+
+def test_the_t_quantiles_are_students():
+    """The table's 0.975 quantiles against Student's t cdf integrated numerically."""
+    from math import gamma, pi, sqrt
+
+    import numpy as np
+
+    for df, q in enumerate(dose.T975, start=1):
+        x = np.linspace(0, q, 200_001)  # the density is symmetric: cdf(q) = 1/2 + int_0^q
+        pdf = gamma((df + 1) / 2) / (sqrt(df * pi) * gamma(df / 2)) * (1 + x**2 / df) ** (
+            -(df + 1) / 2)
+        assert 0.5 + np.trapezoid(pdf, x) == pytest.approx(0.975, abs=1e-4)

@@ -24,7 +24,7 @@ import numpy as np
 
 from nca_interp import analysis
 from nca_interp.identity import RunId, by_name, others, partner, roster, students
-from train import rules
+from train import dose, rules
 from train.blocks import Block
 from train.settings import load
 
@@ -154,6 +154,40 @@ def nca_prevents(figs: Path) -> Claim:
             verdict, reason = "partly", "the pooled paired interval reaches 0"
     return Claim("NCA prevents the harm", measured, control, verdict, reason,
                  coverage=(len(flags), len(opd)))
+
+
+def harm_not_drift(figs: Path) -> Claim | None:
+    """OPD's harm is OPD's, not any drift's: at matched drift from step 0 (train.dose), NCA's
+    harm lies below OPD's; a seed is clear when its mean difference plus its conservative
+    half-width lies below 0, the pooled interval is the t interval over seeds (rules: matched
+    drift, every seed). Judged only where OPD's harm is its own in some seed; None where the
+    setting trained no OPD beside NCA (a beta variant)."""
+    m = json.loads((figs / "harm_drift.json").read_text())["matched"].get("nca - opd")
+    if m is None:
+        return None
+    rep = analysis.load(figs / "context_return.json")
+    opd, base = _runs(rep, "opd"), _base(rep)["harm"] or 0.0
+    name = "OPD's harm is its own, not drift's (NCA's harm below OPD's at matched drift)"
+    own = sum(_harm_is_own(o, base) for o in opd)
+    h = m.get("harm")
+    if not h or not h["n"]:
+        return Claim(name, "no NCA checkpoint inside OPD's drift range", "-", "not measurable")
+    below, _ = dose.clear_seeds(h)
+    measured = (f"NCA - OPD harm {h['mean']:+.3f}" + (
+        f" (seed range {h['min']:+.3f} to {h['max']:+.3f}, t interval [{h['t95'][0]:+.3f}, "
+        f"{h['t95'][1]:+.3f}])" if h.get("t95") else "") + f", {h['pairs']} checkpoints")
+    null = (f"0 (same seed, same prompts, only the loss differs): below 0 in {h['below_0']} of "
+            f"{h['n']} seeds, clear of it in {below}; OPD's harm its own (harm rule) in {own} "
+            f"of {len(opd)} seeds")
+    if not own:
+        return Claim(name, measured, null, "not measurable",
+                     "OPD's final harm is its own in no seed: no harm of OPD's to attribute")
+    flags = [v + h["half"][k] < 0 for k, v in h["per_seed"].items() if k in h["half"]]
+    on_side = h["mean"] < 0
+    verdict = _verdict(flags, on_side, total=len(h["seeds"]))
+    if verdict in ("partly", "not reproduced"):
+        verdict = rules.pooled(bool(h.get("t95")) and h["t95"][1] < 0, flags, on_side)
+    return Claim(name, measured, null, verdict, coverage=(len(flags), len(h["seeds"])))
 
 
 def pooled_harm_gap(figs: Path) -> tuple[float, tuple[float, float], int] | None:
@@ -1025,7 +1059,8 @@ def size_matched(figs: Path) -> Claim:
             f"NCA {ratio:.2f})", verdict, reason)
 
 
-CLAIMS: tuple[Callable[[Path], Claim], ...] = (internalizes, degrades, nca_prevents,
+CLAIMS: tuple[Callable[[Path], Claim | None], ...] = (internalizes, degrades, nca_prevents,
+                                               harm_not_drift,
                                                nca_keeps_context, nca_reads_context,
                                                nca_improves_no_c, longer,
                                                nca_identical,
@@ -1039,9 +1074,11 @@ def claims(figs: Path) -> list[Claim]:
     out = []
     for fn in CLAIMS:
         try:
-            out.append(fn(figs))
+            claim = fn(figs)
         except FileNotFoundError:
             continue
+        if claim is not None:
+            out.append(claim)
     if (figs.parent / f"{figs.name}_size" / "param_delta.json").exists():
         out.append(size_matched(figs.parent / f"{figs.name}_size"))
     return out

@@ -11,7 +11,11 @@ Reads a trajectory report over every checkpoint of every seed (`nca_interp.traje
 - the methods at matched drift: for every checkpoint of an NCA run, OPD's value at the same
   drift, interpolated along the OPD run of the same seed (only inside the drift range that run
   covers), and NCA - OPD averaged per seed; the seeds' spread and how many seeds fall below 0
-  are the null (the same student, the same prompts, only the loss differs);
+  are the null (the same student, the same prompts, only the loss differs). Each seed's mean
+  carries a conservative 95% half-width: at each checkpoint the two runs' bootstrap half-widths
+  combined in quadrature (they answer the same items, so their errors correlate and the true
+  paired one is smaller), averaged over the checkpoints (which share their items, so averaging
+  does not narrow it); the seeds' means a t interval. `train.claims` judges the harm row;
 - a figure of harm and help against drift, one line per run.
 
 A harm is undefined at a checkpoint with nothing right without c (it is printed as "-").
@@ -59,8 +63,29 @@ def rows_of(report: dict) -> list[dict]:
                         "step": r["step"], "drift": r["drift"], "win_no_c": r["win_no_c"],
                         "win_c": r["win_c"], "harm": r["harm"], "baseline": 1.0 - r["win_c"],
                         "help": r["help"], "rel_len_both": r.get("rel_len_both"),
-                        "reads_c": r.get("reads_c"), "n_right_no_c": r["n_right_no_c"]})
+                        "reads_c": r.get("reads_c"), "n_right_no_c": r["n_right_no_c"],
+                        "half": {q: half_width(r, q) for q in MATCHED}})
     return out
+
+
+def half_width(step: dict, q: str) -> float | None:
+    """Half the width of a checkpoint's 95% interval of `q` (None where it has none)."""
+    ci = step.get("ci95", {}).get(q)
+    return None if step.get(q) is None or ci is None else (ci[1] - ci[0]) / 2
+
+
+# the 0.975 quantile of Student's t with df = 1..10 degrees of freedom (the seeds' mean)
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+
+
+def t_interval(vals: list[float]) -> tuple[float, float] | None:
+    """The 95% t interval of the mean of `vals` (None under two values; beyond 11 values the
+    normal quantile's 1.96 is close enough)."""
+    if len(vals) < 2:
+        return None
+    t = T975[len(vals) - 2] if len(vals) - 1 <= len(T975) else 1.96
+    m, se = float(np.mean(vals)), float(np.std(vals, ddof=1) / np.sqrt(len(vals)))
+    return m - t * se, m + t * se
 
 
 def stat(vals: list) -> dict | None:
@@ -98,32 +123,52 @@ def matched(rows: list[dict], method: str = "nca", reference: str = "opd") -> di
     """`method` - `reference` at matched drift, per quantity: per seed the mean difference
     over `method`'s checkpoints (after step 0) that fall inside the reference run's drift range
     where both values are defined; then the mean over seeds, the seed range and the seeds
-    below 0."""
+    below 0. Each seed's `half` is its conservative 95% half-width (module docstring), `t95`
+    the t interval of the seeds' means, `seeds` the seeds `method` ran."""
     by_run = defaultdict(list)
     for r in rows:
         by_run[(r["method"], r["seed"])].append(r)
     out = {}
     for q in MATCHED:
-        per_seed, pairs = {}, 0
+        per_seed, half, pairs = {}, {}, 0
         for (m, seed), rs in sorted(by_run.items(), key=lambda kv: str(kv[0])):
             ref = by_run.get((reference, seed))
             if m != method or not ref:
                 continue
-            curve = [(r["drift"], r[q]) for r in ref if r[q] is not None]
-            diffs = []
+            defined = [r for r in ref if r[q] is not None]
+            curve = [(r["drift"], r[q]) for r in defined]
+            widths = [(r["drift"], r["half"][q]) for r in defined
+                      if r.get("half", {}).get(q) is not None]
+            diffs, halves = [], []
             for r in rs:
                 if r["step"] == 0 or r[q] is None:
                     continue
                 at = interpolate(curve, r["drift"])
-                if at is not None:
-                    diffs.append(r[q] - at)
+                if at is None:
+                    continue
+                diffs.append(r[q] - at)
+                h_ref = interpolate(widths, r["drift"]) if len(widths) == len(curve) else None
+                h = r.get("half", {}).get(q)
+                halves.append(None if h is None or h_ref is None else float(np.hypot(h, h_ref)))
             if diffs:
                 per_seed[seed] = float(np.mean(diffs))
                 pairs += len(diffs)
+                if None not in halves:
+                    half[seed] = float(np.mean(halves))
         vals = list(per_seed.values())
-        out[q] = {"per_seed": per_seed, "pairs": pairs, **(stat(vals) or {"n": 0}),
-                  "below_0": sum(v < 0 for v in vals)}
+        out[q] = {"per_seed": per_seed, "half": half, "pairs": pairs,
+                  **(stat(vals) or {"n": 0}), "below_0": sum(v < 0 for v in vals),
+                  "t95": t_interval(vals),
+                  "seeds": sorted({s for m, s in by_run if m == method}, key=str)}
     return out
+
+
+def clear_seeds(s: dict) -> tuple[int, int]:
+    """How many seeds' matched differences lie clear below 0 and clear above it (mean and its
+    conservative half-width, `matched`)."""
+    pairs = [(v, s.get("half", {}).get(k)) for k, v in s["per_seed"].items()]
+    return (sum(h is not None and v + h < 0 for v, h in pairs),
+            sum(h is not None and v - h > 0 for v, h in pairs))
 
 
 def fmt(s: dict | None, digits: int = 3, sign: bool = False) -> str:
@@ -153,12 +198,18 @@ def markdown(result: dict) -> str:
     for name, m in result["matched"].items():
         lines += ["", f"{name} at matched drift: for each of its checkpoints, the reference "
                   "run of the same seed interpolated at the same drift; mean over seeds (seed "
-                  "range).", "",
-                  "| quantity | difference | seeds below 0 | checkpoints matched |",
-                  "|---|---|---|---|"]
+                  "range); its 95% t interval over seeds; the seeds whose mean lies below 0 "
+                  "and those clear of 0 (mean + its conservative half-width below 0, or mean - "
+                  "half-width above it).", "",
+                  "| quantity | difference | t interval over seeds | seeds below 0 | "
+                  "seeds clear below / above 0 | checkpoints matched |",
+                  "|---|---|---|---|---|---|"]
         for q, s in m.items():
-            lines.append(f"| {q} | {fmt(s if s['n'] else None, sign=True)} | "
-                         f"{s['below_0']} of {s['n']} | {s['pairs']} |")
+            t95 = "-" if not s.get("t95") else f"[{s['t95'][0]:+.3f}, {s['t95'][1]:+.3f}]"
+            below, above = clear_seeds(s)
+            lines.append(f"| {q} | {fmt(s if s['n'] else None, sign=True)} | {t95} | "
+                         f"{s['below_0']} of {s['n']} | {below} / {above} of {s['n']} | "
+                         f"{s['pairs']} |")
     return "\n".join(lines)
 
 

@@ -37,6 +37,14 @@ RULES = (
      "needs every seed clear *and* the 95% interval of the seeds' mean (t over seeds) reaching "
      "the null too; every seed clear but the seeds' mean interval below the null is **partly** "
      "(each seed alone is too noisy to show the loss that the seeds together show)."),
+    ("matched drift",
+     "a comparison of the methods *at matched drift* (NCA - OPD: each NCA checkpoint against "
+     "OPD's run of the same seed interpolated at the same drift from step 0) counts seeds: a "
+     "seed is clear when its mean difference lies beyond 0 by more than its conservative 95% "
+     "half-width (the two runs' checkpoint intervals combined in quadrature, averaged over the "
+     "checkpoints without narrowing); the pooled interval is the t interval of the seeds' "
+     "means. A harm is compared only where OPD's harm is its own (the harm rule) in some "
+     "seed."),
     ("reading c",
      "NCA *reads* c when its reads_c (accuracy with c minus with a wrong c of the same form) "
      "is at least half the teacher's (step 0's, across models); a student clear of 0 but under "
