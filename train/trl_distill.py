@@ -53,6 +53,12 @@ class TRLDistillConfig:
         "help": "renorm|bucket|none", "check": "choice:renorm|bucket|none"})
     kl_form: str = field(default="k1", metadata={"help": "k1|k3", "check": "choice:k1|k3"})
     seed: int = field(default=0, metadata={"help": "data and sampling seed"})
+    precision: str = field(default="auto", metadata={
+        "help": "auto|fp32|bf16 autocast (auto: bf16 on GPU, fp32 on CPU, as train.distill)",
+        "check": "choice:auto|fp32|bf16"})
+
+
+BF16 = {"auto": None, "fp32": False, "bf16": True}  # TRL's bf16 flag (None: by device)
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -78,7 +84,7 @@ def main(argv: list[str] | None = None) -> str:
     args = NCADistillationConfig(
         output_dir=cfg.out + ".trl", per_device_train_batch_size=cfg.batch // world,
         max_steps=cfg.steps, learning_rate=cfg.lr, lr_scheduler_type="constant", optim=cfg.optim,
-        max_grad_norm=cfg.clip,
+        max_grad_norm=cfg.clip, bf16=BF16[cfg.precision],
         max_completion_length=view.max_response_tokens(), temperature=cfg.temperature,
         generation_kwargs={"do_sample": False} if cfg.greedy else None,
         nca_beta=cfg.beta if cfg.method == "nca" else 0.0, kl=cfg.kl, kl_k=cfg.kl_k,
