@@ -573,6 +573,12 @@ def test_harm_at_matched_drift_is_judged_per_seed_and_only_where_opd_is_harmed(t
                  {"t_base": report(0.9, 0.95, 0.2, "B"), "t_opd_s0": unharmed,
                   "t_opd_s1": unharmed})
     assert claims.harm_not_drift(figs).verdict == "not measurable"
+    # a file written before the per-seed intervals: said so, never a KeyError
+    figs = _dose(tmp_path, {"0": -0.1, "1": -0.08}, {}, None, runs)
+    old = json.loads((figs / "harm_drift.json").read_text())
+    del old["matched"]["nca - opd"]["harm"]["half"]
+    (figs / "harm_drift.json").write_text(json.dumps(old))
+    assert "rerun" in claims.harm_not_drift(figs).reason
     # a beta variant trains no OPD: no claim at all
     (tmp_path / "harm_drift.json").write_text(json.dumps({"matched": {}}))
     assert claims.harm_not_drift(tmp_path) is None

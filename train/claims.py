@@ -182,6 +182,9 @@ def harm_not_drift(figs: Path) -> Claim | None:
     if not own:
         return Claim(name, measured, null, "not measurable",
                      "OPD's final harm is its own in no seed: no harm of OPD's to attribute")
+    if "half" not in h:
+        return Claim(name, measured, null, "not measurable", "harm_drift.json has no per-seed "
+                     "intervals: rerun the python -m train.dose command in harm_drift.md")
     flags = [v + h["half"][k] < 0 for k, v in h["per_seed"].items() if k in h["half"]]
     on_side = h["mean"] < 0
     verdict = _verdict(flags, on_side, total=len(h["seeds"]))
