@@ -26,6 +26,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from nca_interp.faults import fault_point
+from nca_interp.fsio import is_temporary, old_path, read_json, regular_file, temp_path, write_text
 
 MANIFEST = "nca_checkpoint.json"
 RUN_CONFIG = "run_config.json"
@@ -93,11 +94,9 @@ def _write_manifest(folder: Path, skip: tuple[str, ...] = ()) -> None:
     """Size and sha256 of every file (but `skip` and temporaries), written last, atomically."""
     files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)}
              for p in sorted(folder.iterdir())
-             if p.is_file() and p.name not in (MANIFEST, *skip) and not p.name.endswith(".tmp")
-             and not p.name.startswith(".")}  # .lock and other run-directory state
-    tmp = folder / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps({"files": files}, indent=1))
-    os.replace(tmp, folder / MANIFEST)
+             if p.is_file() and p.name not in (MANIFEST, *skip)
+             and not p.name.startswith(".")}  # .lock, temporaries and other run state
+    write_text(folder / MANIFEST, json.dumps({"files": files}, indent=1))
 
 
 def _write_folder(folder: Path, model, tokenizer, run_config: dict | None,
@@ -121,7 +120,7 @@ def save_checkpoint(path: str | Path, model, tokenizer, run_config: dict | None 
     An existing folder at `path` is replaced only once the new one is complete."""
     path = Path(path).resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    tmp = temp_path(path)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         _write_folder(tmp, model, tokenizer, run_config, trainer_state)
@@ -130,7 +129,7 @@ def save_checkpoint(path: str | Path, model, tokenizer, run_config: dict | None 
         shutil.rmtree(tmp, ignore_errors=True)  # a full disk keeps no half-written folder
         raise
     if path.exists():
-        old = path.parent / f".{path.name}.old-{os.getpid()}"
+        old = old_path(path)
         os.rename(path, old)
         os.rename(tmp, path)
         shutil.rmtree(old)
@@ -143,8 +142,8 @@ def same_weights(src: str | Path, run_dir: str | Path) -> bool:
     """Whether `run_dir`'s published files are checkpoint `src`'s (by the sha256s their
     manifests record): False when a kill fell between a step's save and its publish."""
     try:
-        step = json.loads((Path(src) / MANIFEST).read_text())["files"]
-        root = json.loads((Path(run_dir) / MANIFEST).read_text())["files"]
+        step = read_json(Path(src) / MANIFEST)["files"]
+        root = read_json(Path(run_dir) / MANIFEST)["files"]
     except (OSError, ValueError, KeyError):
         return False
     return all(root.get(name, {}).get("sha256") == meta["sha256"] for name, meta in step.items()
@@ -160,12 +159,52 @@ def publish(src: str | Path, run_dir: str | Path) -> None:
     for f in sorted(src.iterdir()):
         if f.is_file() and f.name not in (MANIFEST, "trainer_state.safetensors",
                                           "trainer_state.json"):
-            tmp = run_dir / (f.name + ".tmp")
+            tmp = temp_path(run_dir / f.name)
             shutil.copyfile(f, tmp)
             os.replace(tmp, run_dir / f.name)
             fault_point("publish")
     # metrics.jsonl keeps growing after a publish; it is not part of the weights' manifest.
     _write_manifest(run_dir, skip=("metrics.jsonl",))
+
+
+def weight_files(path: Path) -> list[Path]:
+    """The safetensors weight files of a checkpoint folder: one set, or a CheckpointError
+    naming both (a `model.safetensors` beside shards and their index: transformers reads one,
+    a reader of every `*.safetensors` the other)."""
+    files = sorted(f for f in path.glob("*.safetensors")
+                   if f.name != "trainer_state.safetensors" and not is_temporary(f.name))
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        try:
+            listed = set(read_json(index, "checkpoint index")["weight_map"].values())
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CheckpointError(f"{index} is corrupt ({e}); restore it") from e
+        extra = [f.name for f in files if f.name not in listed]
+        if extra:
+            raise CheckpointError(f"{path} holds two weight sets: the shards its "
+                                  f"{index.name} lists and {', '.join(extra[:3])}; keep one "
+                                  "(move the other to its own folder)")
+        return files
+    if len(files) > 1:
+        raise CheckpointError(f"{path} holds {len(files)} weight files "
+                              f"({', '.join(f.name for f in files[:3])}) and no "
+                              "model.safetensors.index.json saying which belong together; keep "
+                              "one weight set per folder")
+    return files
+
+
+def _remedy(path: Path) -> str:
+    """What to do about a damaged folder: fetch again (a registry model in the cache) or
+    restore it."""
+    prov = path / "PROVENANCE.json"
+    if prov.is_file():
+        try:
+            name = read_json(prov, "provenance").get("model")
+        except (ValueError, AttributeError):
+            name = None
+        return (f"it is a fetched model: run `python -m nca_interp.fetch {name or 'MODEL'}`, "
+                "which repairs the cache")
+    return "restore it or use an earlier checkpoint"
 
 
 def verify_folder(path: str | Path) -> Path:
@@ -183,34 +222,40 @@ def verify_folder(path: str | Path) -> Path:
         if (path / "checkpoints").is_dir():
             hint = f" (its step checkpoints are under {path / 'checkpoints'})"
         raise CheckpointError(f"{path} is not a checkpoint folder: no config.json{hint}")
-    weights = sorted(path.glob("*.safetensors"))
-    weights = [w for w in weights if w.name != "trainer_state.safetensors"]
+    regular_file(path / "config.json", "checkpoint file")  # a FIFO would block the load
+    weights = weight_files(path)
     if not weights:
         if list(path.glob("*.bin")) or list(path.glob("*.pt")):
             raise CheckpointError(f"{path} holds only pickled weights (*.bin/*.pt); nca_interp "
                                   "never unpickles. Convert them to safetensors first.")
         raise CheckpointError(f"{path} has config.json but no *.safetensors weights")
+    for f in weights:
+        regular_file(f, "checkpoint file")
     if not any((path / n).is_file() for n in ("tokenizer.json", "tokenizer.model",
                                               "vocab.json", "vocab.txt")):
         raise CheckpointError(f"{path} holds no tokenizer files (tokenizer.json, "
                               "tokenizer.model or vocab.json); copy the tokenizer the model was "
                               "trained with into the folder")
+    for n in ("tokenizer.json", "tokenizer_config.json"):
+        if (path / n).exists():
+            regular_file(path / n, "checkpoint file")
     manifest = path / MANIFEST
     if manifest.exists():
         try:
-            files = json.loads(manifest.read_text())["files"]
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            files = read_json(manifest, "checkpoint manifest")["files"]
+            if not isinstance(files, dict):
+                raise TypeError("'files' is not a mapping")
+        except (ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"{manifest} is corrupt ({e}); restore it, or delete it to "
                                   "load the folder without its integrity check") from e
         seen = _file_stats(path, [MANIFEST, *files])
         if _HASHED is None or _HASHED.get(path) != seen:
             for name, meta in files.items():
                 f = path / name
-                if not f.exists() or f.stat().st_size != meta["bytes"] or \
+                if not f.is_file() or f.stat().st_size != meta["bytes"] or \
                         _sha256(f) != meta["sha256"]:
                     raise CheckpointError(f"{f} is missing, truncated or corrupt (does not "
-                                          f"match {MANIFEST}); restore it or use an earlier "
-                                          "checkpoint")
+                                          f"match {MANIFEST}); {_remedy(path)}")
             if _HASHED is not None:
                 _HASHED[path] = seen
     elif (path / RUN_CONFIG).exists():
@@ -233,8 +278,8 @@ SUPPORTED = ("qwen3", "qwen2", "llama")  # share the module names every analysis
 def check_architecture(path: Path) -> dict:
     """The folder's config, if its architecture is one nca_interp analyses correctly."""
     try:
-        config = json.loads((path / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        config = read_json(path / "config.json", "model config")
+    except (OSError, ValueError) as e:
         raise CheckpointError(f"{path / 'config.json'} is not readable JSON ({e}); restore it "
                               "from the checkpoint's source") from e
     arch = config.get("model_type")
@@ -306,7 +351,12 @@ def check_same_tokenizer(tok_a, tok_b, a: str, b: str) -> None:
 
 def read_run_config(path: str | Path) -> dict:
     f = Path(path) / RUN_CONFIG
-    return json.loads(f.read_text()) if f.exists() else {}
+    if not f.exists():
+        return {}
+    config = read_json(f, "run config")
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{f} is not a JSON object; restore it from the run")
+    return config
 
 
 def load_trainer_state(folder: str | Path) -> tuple[dict[str, torch.Tensor], dict] | None:
@@ -317,7 +367,7 @@ def load_trainer_state(folder: str | Path) -> tuple[dict[str, torch.Tensor], dic
         raise CheckpointError(f"{folder} no longer holds its optimizer state (only a run's "
                               "newest step checkpoint keeps it); resume from the newest")
     return (load_file(folder / "trainer_state.safetensors"),
-            json.loads((folder / "trainer_state.json").read_text()))
+            read_json(folder / "trainer_state.json", "trainer state"))
 
 
 def load_weights_into(model, folder: str | Path) -> None:
@@ -327,9 +377,8 @@ def load_weights_into(model, folder: str | Path) -> None:
     folder = Path(folder)
     device = str(next(model.parameters()).device)
     state: dict[str, torch.Tensor] = {}
-    for f in sorted(folder.glob("*.safetensors")):
-        if f.name != "trainer_state.safetensors":
-            state.update(load_file(f, device=device))
+    for f in weight_files(folder):
+        state.update(load_file(f, device=device))
     params = model.state_dict(keep_vars=True)
     shapes = [k for k, v in state.items() if k in params and params[k].shape != v.shape]
     missing = [k for k in params if k not in state]
@@ -350,11 +399,9 @@ def drop_optimizer_state(folder: str | Path) -> None:
     take them out of its manifest. Its weights and trainer_state.json (the step, which
     param_delta's lr budget reads) stay; only resuming needs the moments, from the newest."""
     folder = Path(folder)
-    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest = read_json(folder / MANIFEST, "checkpoint manifest")
     manifest["files"].pop("trainer_state.safetensors", None)
-    tmp = folder / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1))
-    os.replace(tmp, folder / MANIFEST)
+    write_text(folder / MANIFEST, json.dumps(manifest, indent=1))
     (folder / "trainer_state.safetensors").unlink(missing_ok=True)
 
 
@@ -364,3 +411,30 @@ def latest_step_checkpoint(run_dir: str | Path) -> Path | None:
     steps = sorted(p for p in root.glob("step_*") if (p / MANIFEST).exists()) \
         if root.is_dir() else []
     return steps[-1] if steps else None
+
+
+def content_digest(path: str | Path) -> str:
+    """A sha256 that changes whenever what a checkpoint folder (or data file) holds changes:
+    of its verified manifest where it has one (which records every file's sha256), else of its
+    config, weights and tokenizer files, else of the file itself. A run records it for each
+    input, so a resume against a retrained teacher is refused."""
+    import hashlib
+
+    path = Path(path).expanduser().resolve()
+    if path.is_file():
+        return _sha256(regular_file(path, "input file"))
+    folder = verify_folder(path)
+    if (folder / MANIFEST).exists():
+        return hashlib.sha256((folder / MANIFEST).read_bytes()).hexdigest()
+    h = hashlib.sha256()
+    for f in ["config.json", *(w.name for w in weight_files(folder)),
+              *(n for n in ("tokenizer.json", "tokenizer_config.json", "vocab.json",
+                            "merges.txt", "tokenizer.model") if (folder / n).is_file())]:
+        h.update(f.encode() + b"\0" + _sha256(folder / f).encode())
+    return h.hexdigest()
+
+
+def step_number(folder: str | Path) -> int | None:
+    """N of a `step_N` checkpoint folder."""
+    name = Path(folder).name
+    return int(name[5:]) if name.startswith("step_") and name[5:].isdigit() else None

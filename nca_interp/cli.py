@@ -224,30 +224,19 @@ def finite_json(obj):
 
 def write_json(path: str | Path, obj, indent: int = 1) -> Path:
     """Strict JSON (no NaN or Infinity, which other readers reject), written atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(finite_json(obj), indent=indent, allow_nan=False, default=str))
-    os.replace(tmp, path)
-    return path
+    from nca_interp.fsio import write_text
+
+    return write_text(path, json.dumps(finite_json(obj), indent=indent, allow_nan=False,
+                                       default=str))
 
 
 def write_atomic(path: str | Path, text: str, fault: str | None = None) -> Path:
     """Write `text` to a temporary file beside `path`, then rename it over `path`: a reader
-    (or a kill) sees the old file or the new one, never a part. `fault` names the moment for
-    fault-injection tests (nca_interp.faults)."""
-    from nca_interp.faults import fault_point
+    (or a kill) sees the old file or the new one, never a part (`nca_interp.fsio`). `fault`
+    names the moment for fault-injection tests (nca_interp.faults)."""
+    from nca_interp.fsio import write_text
 
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    if fault:
-        fault_point(fault)
-    os.replace(tmp, path)
-    return path
+    return write_text(path, text, fault)
 
 
 def entry(main, argv: list[str] | None = None) -> int:

@@ -8,3 +8,8 @@ class UsageError(ValueError):
 
 class RunError(RuntimeError):
     """A run that cannot go on (a failed stage, a missing tool); the message says what to do."""
+
+
+class InputError(ValueError):
+    """A file the command reads that cannot be used (missing, not a regular file, not UTF-8,
+    not valid JSON); the message names the file and what to do."""

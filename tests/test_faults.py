@@ -104,12 +104,29 @@ def test_a_folder_holding_only_hidden_files_is_not_empty(base, tmp_path):
 
 def test_the_leftovers_a_kill_leaves_do_not_make_a_folder_someone_elses(base, tmp_path):
     run = tmp_path / "run"
-    (run / "checkpoints" / ".step_000001.tmp-99999").mkdir(parents=True)
-    for name in (".lock", ".run_config.json.tmp-4242", "model.safetensors.tmp"):
+    (run / "checkpoints" / ".step_000001.nca-tmp-99999").mkdir(parents=True)
+    for name in (".lock", ".run_config.json.tmp-4242", ".model.safetensors.nca-tmp-99998"):
         (run / name).write_text("")
     distill.main(args(base, run, steps=1))
     assert (run / "checkpoints" / "step_000001").is_dir()
-    assert not (run / "model.safetensors.tmp").exists()
+    assert not (run / ".model.safetensors.nca-tmp-99998").exists()
+    assert not (run / "checkpoints" / ".step_000001.nca-tmp-99999").exists()
+
+
+@pytest.mark.parametrize("command", ["distill", "sft"])
+def test_a_users_tmp_files_in_out_are_never_taken_for_temporaries(base, tmp_path, command):
+    from train import sft
+
+    run = tmp_path / "run"
+    (run / "backup.tmp").mkdir(parents=True)
+    (run / "backup.tmp" / "weights.bin").write_text("mine")
+    (run / "notes.tmp").write_text("my notes")
+    before = snapshot(run)
+    argv = args(base, run, steps=1) if command == "distill" else \
+        ["--out", str(run), "--steps", "1", "--batch", "2", "--eval-levels", "2", "--threads", "1"]
+    with pytest.raises(UsageError, match="did not make"):
+        (distill.main if command == "distill" else sft.main)(argv)
+    assert snapshot(run) == before
 
 
 def test_an_empty_folder_and_a_failed_start_are_the_runs_own(base, tmp_path):

@@ -22,6 +22,7 @@ from nca_interp.cli import check_writable, finite_json, write_atomic
 from nca_interp.errors import RunError, UsageError
 from nca_interp.evaluate import play_levels
 from nca_interp.faults import fault_point
+from nca_interp.fsio import pid_alive, read_json, read_jsonl
 from nca_interp.models import resolve_device
 from nca_interp.runlock import RunLock
 from nca_interp.runs import lr_at  # noqa: F401 - the schedule lives with the run readers
@@ -167,6 +168,9 @@ FREE_FLAGS = ("out", "steps", "threads", "eval_every", "eval_levels", "save_ever
               "teacher_device", "micro_batch", "grad_checkpointing", "git_commit")
 
 
+# Entries of a run config compared on resume by checks of their own (with their own message).
+CHECKED_APART = ("inputs", "resume_from")
+
 # Flags added after runs were recorded: a saved config without one ran with this value.
 ADDED_FLAGS = {"kl": "full", "kl_k": 256, "kl_support": "p", "kl_tail": "renorm",
                "kl_form": "k1", "nca_kl": "same", "role": None}
@@ -188,9 +192,10 @@ def check_out(out: str | Path, inputs: dict[str, str | Path | None]) -> None:
 
 
 # What this package leaves in a run directory besides a run's files: its lock, and the
-# temporaries of a write killed half-way (`.name.tmp-PID`, `.name.old-PID`, `name.tmp`). Any
-# other entry, hidden ones included (a `.git`), is something the run did not make.
-_LEFTOVER = re.compile(r"^(?:\.lock|\..+\.(?:tmp|old)-\d+|[^.].*\.tmp)$")
+# temporaries of a write killed half-way (`.name.nca-tmp-PID`, `.name.nca-old-PID`; earlier
+# versions wrote `.name.tmp-PID`). Any other entry, hidden ones included (a `.git`, a user's
+# `notes.tmp`), is something the run did not make, and is never deleted.
+_LEFTOVER = re.compile(r"^(?:\.lock|\..+\.(?:nca-)?(?:tmp|old)-\d+)$")
 
 
 def check_own(folder: Path, run_config: dict) -> bool:
@@ -220,11 +225,11 @@ def check_own(folder: Path, run_config: dict) -> bool:
         raise UsageError(refuse + "choose a new --out (a run writes only into a new folder or "
                          "its own)")
     try:
-        old = json.loads(saved.read_text())
+        old = read_json(saved, "run config")
     except (OSError, ValueError) as e:
         raise UsageError(refuse + f"its {ckpt.RUN_CONFIG} is unreadable ({e}); choose a new "
                          "--out") from None
-    diff = sorted(k for k in run_config if k not in FREE_FLAGS
+    diff = sorted(k for k in run_config if k not in FREE_FLAGS and k not in CHECKED_APART
                   and old.get(k, ADDED_FLAGS.get(k)) != run_config[k])
     if diff:
         raise UsageError(f"--out {folder} holds a run with a different config ({diff[:6]}); "
@@ -238,38 +243,138 @@ def check_own(folder: Path, run_config: dict) -> bool:
     return steps
 
 
+_TEMP_OF_KILLED = re.compile(r"^\..+\.(?:nca-)?(?:tmp|old)-(\d+)$")
+
+
+def _intact(folder: Path) -> bool:
+    try:
+        ckpt.verify_folder(folder)
+        return True
+    except (ckpt.CheckpointError, OSError, ValueError):
+        return False
+
+
+def data_inputs(task_record: dict) -> dict[str, str]:
+    """The data files a task reads (OPCD's questions, a system-prompt file), by option: inputs
+    of a run like its checkpoints."""
+    return {f"task option {k}": v for k, v in task_record.items()
+            if isinstance(v, str) and v and Path(v).expanduser().is_file()}
+
+
+def check_inputs_unchanged(run_dir: Path, recorded: dict | None, now: dict) -> None:
+    """Refuse a resume whose inputs (by flag) hold other content than when the run started
+    (a teacher retrained in place); runs recorded before digests were kept are not checked."""
+    for flag, was in (recorded or {}).items():
+        cur = now.get(flag)
+        if cur is None or not isinstance(was, dict):
+            continue
+        if cur["sha256"] != was.get("sha256"):
+            raise UsageError(f"{flag} {cur['path']} has changed since {run_dir} started (its "
+                             "content digest differs from the one the run recorded); resuming "
+                             "would train against other weights or data. Restore it, or start "
+                             "a new --out")
+
+
+def check_steps(run_dir: Path, steps: int | None, last: Path | None) -> None:
+    """Refuse --steps below what the run already holds (its folder would keep later weights
+    than the command asks for)."""
+    held = ckpt.step_number(last) if last is not None else None
+    if steps is not None and held is not None and steps < held:
+        raise UsageError(f"--steps {steps} is fewer than the {held} steps {run_dir} already "
+                         f"holds; load {run_dir}/checkpoints/step_{steps:06d} if it was saved, "
+                         "or start a new --out")
+
+
 class Run:
     """A run directory: `run_config.json`, `metrics.jsonl`, `checkpoints/step_*`, and the
     latest weights published at its root. Construct it once the run can start (arguments
     checked, models loaded): it checks the directory is new or this run's own (never
-    another run's or a model's), takes its lock, clears temporaries of killed saves,
-    republishes the newest checkpoint at the root if a kill left the root behind it, and
-    writes the config."""
+    another run's or a model's), takes its lock, clears temporaries of killed saves, and
+    writes the config (with a content digest of every input). Resuming, it refuses before any
+    step: a newest checkpoint that does not match its manifest (`resume_from` names an earlier
+    one to fall back to), inputs whose content changed, and fewer --steps than the run holds;
+    then it republishes the newest checkpoint at the root if a kill left the root behind it."""
 
     def __init__(self, out: str | Path, run_config: dict, writer: bool = True,
-                 inputs: dict[str, str | Path | None] | None = None):
+                 inputs: dict[str, str | Path | None] | None = None,
+                 resume_from: str | Path | None = None):
         """`writer=False` (data-parallel ranks other than 0) reads the directory, never writes.
-        `inputs`: the run's input checkpoints by flag, which --out must keep clear of."""
+        `inputs`: the run's input checkpoints and data files by flag, which --out must keep
+        clear of and whose content a resume must find unchanged. `resume_from`: a step
+        checkpoint of this run to go on from instead of the newest (the later ones are moved
+        to `checkpoints/discarded/`)."""
         self.dir = Path(out).resolve()
         self.writer = writer
         self.config = {**run_config, "git_commit": ckpt.git_commit()}
         self._t0 = time.time()
+        self._fresh_optimizer = False
         if not writer:
             return
-        check_out(self.dir, inputs or {})
+        inputs = {k: v for k, v in (inputs or {}).items() if v is not None}
+        check_out(self.dir, inputs)
         check_own(self.dir, run_config)  # before the lock file is written into it
         check_writable(self.dir, "run")
+        digests = {flag: {"path": str(Path(p).expanduser().resolve()),
+                          "sha256": ckpt.content_digest(p)} for flag, p in inputs.items()}
         self.dir.mkdir(parents=True, exist_ok=True)
         self.lock = RunLock(self.dir)
+        try:
+            self._open(run_config, digests, resume_from)
+        except BaseException:
+            self.lock.release()  # a refused resume leaves the folder as it found it
+            raise
+
+    def _open(self, run_config: dict, digests: dict, resume_from: str | Path | None) -> None:
         started = check_own(self.dir, run_config)  # again, now that no one else writes
         self._clear_temporaries()
+        if resume_from is not None and not started:
+            raise UsageError(f"--resume-from {resume_from}: {self.dir} holds no step "
+                             "checkpoint to resume from; drop --resume-from")
         if started:
-            old = json.loads((self.dir / ckpt.RUN_CONFIG).read_text())
+            old = read_json(self.dir / ckpt.RUN_CONFIG, "run config")
+            check_inputs_unchanged(self.dir, old.get("inputs"), digests)
+            self._verify_resume_point(resume_from)
+            check_steps(self.dir, run_config.get("steps"), self.resume_point())
             self.config = {**old, **{k: v for k, v in self.config.items() if k in FREE_FLAGS}}
             if not ckpt.same_weights(self.resume_point(), self.dir):  # killed before publishing
                 ckpt.publish(self.resume_point(), self.dir)
         else:  # nothing saved yet: a failed start leaves nothing that blocks a corrected one
+            self.config["inputs"] = digests
             write_atomic(self.dir / ckpt.RUN_CONFIG, json.dumps(self.config, indent=1))
+
+    def _verify_resume_point(self, resume_from: str | Path | None) -> None:
+        """The checkpoint to resume from matches its manifest (weights, optimizer and trainer
+        state), or the run stops here naming the damaged file and the intact one to fall back
+        to; with `resume_from`, that one is checked and every later step moved aside."""
+        steps = sorted(p for p in (self.dir / "checkpoints").glob("step_*")
+                       if (p / ckpt.MANIFEST).exists())
+        if resume_from is not None:
+            target = Path(resume_from).expanduser().resolve()
+            if target not in steps:
+                raise UsageError(f"--resume-from {resume_from} is not a step checkpoint of "
+                                 f"{self.dir} (those are {', '.join(p.name for p in steps)})")
+            ckpt.verify_folder(target)
+            later = [p for p in steps if p.name > target.name]
+            if later:
+                aside = self.dir / "checkpoints" / "discarded"
+                aside.mkdir(exist_ok=True)
+                for p in later:
+                    os.replace(p, aside / f"{p.name}-{int(time.time())}")
+                print(f"resuming from {target.name}; moved {', '.join(p.name for p in later)} "
+                      f"to {aside}")
+            self._fresh_optimizer = not (target / "trainer_state.safetensors").exists()
+            return
+        if not steps:
+            return
+        try:
+            ckpt.verify_folder(steps[-1])
+        except (ckpt.CheckpointError, OSError, ValueError) as e:
+            intact = next((p for p in reversed(steps[:-1]) if _intact(p)), None)
+            how = (f"to go on from the last intact one, rerun with --resume-from {intact} "
+                   "(its optimizer moments start afresh where it no longer holds them)"
+                   if intact else "no earlier intact checkpoint exists: choose a new --out")
+            raise RunError(f"the run's newest checkpoint is damaged: {e}. Nothing was trained "
+                           f"on it; {how}") from None
 
     def close(self) -> None:
         """Release the directory's lock (also done at exit if a run dies)."""
@@ -277,16 +382,21 @@ class Run:
             self.lock.release()
 
     def _clear_temporaries(self) -> None:
-        """Folders and files of saves that were killed half-way (never loaded: no manifest)."""
-        for p in [*(self.dir / "checkpoints").glob(".step_*"), *self.dir.glob(".*.tmp-*"),
-                  *self.dir.glob("*.tmp")]:
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        """Files and folders of saves that were killed half-way (never loaded: no manifest),
+        named as this package names its temporaries, of processes that are gone."""
+        for folder in (self.dir, self.dir / "checkpoints"):
+            for p in folder.iterdir() if folder.is_dir() else []:
+                m = _TEMP_OF_KILLED.match(p.name)
+                if m and not pid_alive(int(m.group(1))):
+                    shutil.rmtree(p, ignore_errors=True) if p.is_dir() else \
+                        p.unlink(missing_ok=True)
 
     def resume_point(self) -> Path | None:
         return ckpt.latest_step_checkpoint(self.dir)
 
     def resume(self, model, opt: torch.optim.Optimizer) -> int:
-        """Load weights and optimizer state of the last step checkpoint; the step to start at."""
+        """Load weights and optimizer state of the last step checkpoint (verified when the run
+        was opened); the step to start at."""
         last = self.resume_point()
         if last is None:
             if self.writer:
@@ -294,11 +404,19 @@ class Run:
             return 0
         device = next(model.parameters()).device
         ckpt.load_weights_into(model, last)
-        tensors, meta = ckpt.load_trainer_state(last)
-        load_optimizer_state(opt, {k: v.to(device) if v.dim() else v
-                                   for k, v in tensors.items()}, meta)
+        if self._fresh_optimizer:  # asked for with --resume-from: its moments were dropped
+            meta = read_json(last / "trainer_state.json", "trainer state")
+            print(f"{last} no longer holds its optimizer moments; Adam starts afresh from it "
+                  "(the run will not equal an uninterrupted one)")
+        else:
+            tensors, meta = ckpt.load_trainer_state(last)
+            load_optimizer_state(opt, {k: v.to(device) if v.dim() else v
+                                       for k, v in tensors.items()}, meta)
         if self.writer:
             self.truncate_log(meta["step"])
+            if self._fresh_optimizer:
+                self.log({"step": meta["step"], "event": f"resumed from {last.name} with "
+                          "fresh optimizer moments"})
             print(f"resumed from {last} at step {meta['step']}")
         return meta["step"]
 
@@ -313,9 +431,9 @@ class Run:
         """Drop records after `step` (written before a kill, then redone after resume); the
         rewrite is atomic, so a kill during it keeps every earlier line."""
         f = self.dir / "metrics.jsonl"
-        if f.exists():
-            keep = [ln for ln in f.read_text().splitlines()
-                    if ln and json.loads(ln).get("step", 0) <= step]
+        if f.exists():  # a line half-written by a kill is not a record (read_jsonl drops it)
+            keep = [json.dumps(rec) for _, rec in read_jsonl(f, "metrics log", log=True)
+                    if isinstance(rec, dict) and rec.get("step", 0) <= step]
             write_atomic(f, "".join(ln + "\n" for ln in keep), fault="metrics-rewrite")
 
     def save(self, step: int, model, tokenizer, opt: torch.optim.Optimizer,

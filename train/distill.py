@@ -59,6 +59,7 @@ from train.common import (
     all_finite,
     check_out,
     close_distributed,
+    data_inputs,
     disk_needed,
     eval_wins,
     exit_worker,
@@ -73,7 +74,8 @@ class DistillConfig:
     # options --help leaves to --help-all (optimiser, estimator details, devices, memory)
     EXPERT = ("schedule", "weight_decay", "clip", "temperature", "top_k", "renormalize", "kl_k",
               "kl_support", "kl_tail", "kl_form", "nca_kl", "eval_every", "eval_levels",
-              "teacher_device", "precision", "micro_batch", "grad_checkpointing", "role")
+              "teacher_device", "precision", "micro_batch", "grad_checkpointing", "role",
+              "resume_from")
 
     student: str = field(default="runs/sokoban_base", metadata={"help": "initial checkpoint"})
     out: str = field(default="runs/sokoban_opd", metadata={"help": "run directory"})
@@ -115,6 +117,9 @@ class DistillConfig:
     nca_kl: str = field(default="same", metadata={
         "help": "the NCA term's estimator: same (as --kl) or full", "check": "choice:same|full"})
     save_every: int = field(default=25, metadata={"help": "checkpoint interval (steps)"})
+    resume_from: str | None = field(default=None, metadata={
+        "help": "a step checkpoint of this run (OUT/checkpoints/step_N) to go on from when the "
+                "newest is damaged; later ones are moved to OUT/checkpoints/discarded/"})
     eval_every: int = field(default=50, metadata={"help": "held-out greedy eval interval"})
     eval_levels: int = field(default=200, metadata={"help": "held-out levels per eval"})
     seed: int = field(default=0, metadata={"help": "data and sampling seed"})
@@ -205,7 +210,9 @@ def main(argv: list[str] | None = None) -> None:
     task = task.for_tokenizer(tok)
     cfg.context = cfg.context or task.default_context
     run = Run(cfg.out, {**to_dict(cfg), "kind": "distill", "beta_effective": beta,
-                        "task": task_record(task)}, writer=dist.main, inputs=inputs)
+                        "task": task_record(task)}, writer=dist.main,
+              inputs={**inputs, **data_inputs(task_record(task))},
+              resume_from=cfg.resume_from)
     try:  # a failed run releases its directory (a run in this process may follow)
         opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         dist.barrier()  # rank 0 has checked the run directory

@@ -37,7 +37,15 @@ from nca_interp.models import (
 from nca_interp.rollout import encode, response_logits, segment_batch
 from nca_interp.tasks import QATask, Task, make_task, task_record
 from nca_interp.tokenizer import EOS, build_char_tokenizer
-from train.common import Run, all_finite, check_out, eval_wins, lr_at, setup_torch
+from train.common import (
+    Run,
+    all_finite,
+    check_out,
+    data_inputs,
+    eval_wins,
+    lr_at,
+    setup_torch,
+)
 
 
 @dataclass
@@ -46,7 +54,7 @@ class SFTConfig:
     EXPERT = ("dim_room", "num_boxes", "remap", "size", "num_holes", "kb", "n_entities",
               "n_attributes", "layout", "word_len", "min_entities", "contexts", "p_no_context",
               "pack", "follow_ups", "p_detour", "n_heads", "d_mlp", "schedule", "weight_decay",
-              "clip", "eval_every", "eval_levels", "precision")
+              "clip", "eval_every", "eval_levels", "precision", "resume_from")
 
     out: str = field(default="runs/sokoban_base", metadata={"help": "run directory"})
     task: str = field(default="sokoban", metadata={"help": "sokoban|frozenlake|sysprompt"})
@@ -104,6 +112,9 @@ class SFTConfig:
     eval_every: int = field(default=250, metadata={"help": "held-out eval interval (steps)"})
     eval_levels: int = field(default=200, metadata={"help": "held-out levels per eval"})
     save_every: int = field(default=250, metadata={"help": "checkpoint interval (steps)"})
+    resume_from: str | None = field(default=None, metadata={
+        "help": "a step checkpoint of this run (OUT/checkpoints/step_N) to go on from when the "
+                "newest is damaged; later ones are moved to OUT/checkpoints/discarded/"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
     device: str = field(default="auto", metadata={"help": "auto|cpu|cuda"})
     precision: str = field(default="auto", metadata={
@@ -201,7 +212,8 @@ def execute(cfg: SFTConfig) -> None:
         model = build_model(ModelConfig(cfg.arch, cfg.n_layers, cfg.d_model, cfg.n_heads,
                                         cfg.n_heads, cfg.d_mlp), tok, cfg.seed).to(device)
     run = Run(cfg.out, {**to_dict(cfg), "kind": "sft", "task": task_record(recorded)},
-              inputs={"--init": cfg.init})
+              inputs={"--init": cfg.init, **data_inputs(task_record(recorded))},
+              resume_from=cfg.resume_from)
     try:  # a failed run releases its directory (a run in this process may follow)
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         start = run.resume(model, opt)
