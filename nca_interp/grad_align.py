@@ -44,7 +44,6 @@ import torch
 from nca_interp import analysis
 from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint
 from nca_interp.cli import (
-    as_paths,
     entry,
     parse_config,
     validate,
@@ -371,7 +370,7 @@ def run(cfg: GradAlignConfig | None = None, /, **fields) -> dict:
     if batch % parts or batch // parts < 1:
         raise UsageError(f"--batch {batch} must split into --parts {parts} equal parts; pass a "
                          "multiple of --parts")
-    ckpts = as_paths(cfg.ckpt) or default_checkpoints()
+    ckpts = analysis.checkpoint_paths(cfg)
     found, context = resolve_task_and_context(ckpts, cfg.task, cfg.context, cfg.task_options)
     dev = str(resolve_device(cfg.device))
     dt = DTYPES[cfg.dtype] if cfg.dtype else "stored"
@@ -401,10 +400,7 @@ def run(cfg: GradAlignConfig | None = None, /, **fields) -> dict:
                                 steps=steps if all(s is not None for s in steps) else None)
 
 
-def default_checkpoints() -> list[str]:
-    from nca_interp.assets import embedded
-
-    return [str(embedded("sokoban_opd"))]
+DEMO = ("sokoban_opd",)  # what the bare command line aligns
 
 
 def show(report: dict) -> None:
@@ -426,7 +422,8 @@ def figures(report: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    return execute(parse_config(GradAlignConfig, argv, __doc__, positional="ckpt"))
+    cfg = parse_config(GradAlignConfig, argv, __doc__, positional="ckpt")
+    return execute(analysis.command_defaults(sys.modules[__name__], cfg))
 
 
 def execute(cfg: GradAlignConfig) -> dict:

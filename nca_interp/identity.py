@@ -12,7 +12,6 @@ pipeline folder name (`<setting>_<method>[round]_s<seed>`) and serves only
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -84,7 +83,9 @@ def of_path(path: str | Path) -> RunId:
     run = p.parent.parent if step is not None else p
     cfg = run / "run_config.json"
     if cfg.exists():
-        config = json.loads(cfg.read_text())
+        from nca_interp.fsio import read_json
+
+        config = read_json(cfg, "run config")
         if config.get("method") in METHODS:
             return of_config(run.name, config, step)
     return RunId(run.name, step=step)

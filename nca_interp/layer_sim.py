@@ -63,7 +63,6 @@ from safetensors.torch import save_file
 from nca_interp import analysis
 from nca_interp.checkpoint import load_checkpoint, save_checkpoint, verify_folder
 from nca_interp.cli import (
-    as_paths,
     entry,
     parse_config,
     validate,
@@ -419,10 +418,7 @@ class LayerSimConfig:
                 "greedy response) | own (each model its own greedy response)"})
 
 
-def default_checkpoints() -> list[str]:
-    from nca_interp.assets import embedded
-
-    return [str(embedded(n)) for n in ("sokoban_base", "sokoban_opd", "sokoban_nca")]
+DEMO = ("sokoban_base", "sokoban_opd", "sokoban_nca")  # what the bare command line compares
 
 
 LEGEND = """Rows: checkpoints (random_init: the same architecture untrained, the floor of what
@@ -465,7 +461,7 @@ def run(cfg: LayerSimConfig | None = None, /, **fields) -> dict:
     `run(ckpt=[...], task=..., ...)`."""
     cfg = analysis.config(LayerSimConfig, cfg, fields)
     validate(cfg)
-    paths = with_initial_checkpoints(as_paths(cfg.ckpt) or default_checkpoints())
+    paths = with_initial_checkpoints(analysis.checkpoint_paths(cfg))
     found, ctx = resolve_task_and_context(paths, cfg.task, cfg.context, cfg.task_options)
     check_same_tokenizers(paths)
     levels = found.levels("test", cfg.n_levels, cfg.seed)
@@ -525,7 +521,8 @@ def figures(report: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    return execute(parse_config(LayerSimConfig, argv, __doc__, positional="ckpt"))
+    cfg = parse_config(LayerSimConfig, argv, __doc__, positional="ckpt")
+    return execute(analysis.command_defaults(sys.modules[__name__], cfg))
 
 
 def execute(cfg: LayerSimConfig) -> dict:

@@ -30,7 +30,6 @@ Checkpoints must match the initial one in architecture, parameter names and shap
 
 from __future__ import annotations
 
-import json
 import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ from nca_interp.cli import (
     parse_config,
     validate,
 )
+from nca_interp.fsio import read_json
 from nca_interp.names import MODULES
 from nca_interp.reduce import Gram, stream_by_name
 from nca_interp.runs import check_same_tokenizers, initial_of, lr_at
@@ -58,7 +58,7 @@ ARCH_KEYS = ("model_type", "num_hidden_layers", "hidden_size", "vocab_size",
 
 
 def read_config(path: Path) -> dict:
-    return json.loads((path / "config.json").read_text())
+    return read_json(path / "config.json", "model config")
 
 
 def weight_names(folder: TensorFolder, config: dict) -> list[str]:
@@ -95,7 +95,7 @@ def lr_budget(path: str | Path) -> float | None:
     if "lr" not in run:
         return None
     state = Path(path) / "trainer_state.json"
-    steps = json.loads(state.read_text())["step"] if state.exists() else run.get("steps")
+    steps = read_json(state, "trainer state")["step"] if state.exists() else run.get("steps")
     if not steps:
         return None
     return float(sum(lr_at(t, run["lr"], run.get("warmup", 0), run["steps"],
@@ -300,13 +300,9 @@ def run(cfg: ParamDeltaConfig | None = None, /, **fields) -> dict:
     pair). `run(ParamDeltaConfig(...))` or `run(ckpt=[...], ...)`."""
     cfg = analysis.config(ParamDeltaConfig, cfg, fields)
     validate(cfg)
-    ckpts = as_paths(cfg.ckpt)
+    ckpts = analysis.checkpoint_paths(cfg)
     pair, control = as_paths(cfg.pair, "pair") or [], as_paths(cfg.control, "control") or []
     init, rows, task, task_options = cfg.init, cfg.rows, cfg.task, cfg.task_options
-    if not ckpts:
-        from nca_interp.assets import embedded
-
-        ckpts = [str(embedded("sokoban_opd")), str(embedded("sokoban_nca"))]
     for name, two in (("pair", pair), ("control", control)):
         if two and (len(two) != 2 or not set(two) <= set(ckpts)):
             raise ValueError(f"--{name} takes two of the checkpoints given (A,B), not {two}")
@@ -378,7 +374,11 @@ def figures(report: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    return execute(parse_config(ParamDeltaConfig, argv, __doc__, positional="ckpt"))
+    cfg = parse_config(ParamDeltaConfig, argv, __doc__, positional="ckpt")
+    return execute(analysis.command_defaults(sys.modules[__name__], cfg))
+
+
+DEMO = ("sokoban_opd", "sokoban_nca")  # what the bare command line compares
 
 
 def show(report: dict) -> None:

@@ -427,26 +427,49 @@ def notebook_renderer() -> None:
     pio.renderers.default = "plotly_mimetype+notebook"
 
 
+def ensure_plotly_bundle(folder: Path) -> Path:
+    """`folder/plotly.min.js`, the bundle the pages load, checked by size and sha256 against
+    plotly's own and written atomically when missing or different (plotly's writer keeps any
+    file of that name: a kill while it wrote one left a 0-byte bundle for every later page)."""
+    import hashlib
+
+    from plotly.offline import get_plotlyjs
+
+    from nca_interp.fsio import write_bytes
+
+    want = get_plotlyjs().encode("utf-8")
+    target = folder / "plotly.min.js"
+    if target.is_file() and not target.is_symlink() and target.stat().st_size == len(want) \
+            and hashlib.sha256(target.read_bytes()).digest() == hashlib.sha256(want).digest():
+        return target
+    return write_bytes(target, want)
+
+
 def write_figure(fig: go.Figure, stem: str | Path, png: bool = False) -> list[str]:
     """Write `stem.html` (and `stem.png` when asked); return the paths written.
 
     The HTML renders offline: plotly.js is written once per folder (`plotly.min.js`, beside
     the pages that load it; git stores the identical copies once) instead of a CDN link, and
     the page takes the browser's width (the layout's fixed width is kept for the PNG only)."""
+    from nca_interp.fsio import write_text
+
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     page = go.Figure(fig)
     page.update_layout(width=None, autosize=True)
-    page.write_html(stem.with_suffix(".html"), include_plotlyjs="directory",
-                    config={"responsive": True}, default_width="100%",
-                    div_id=f"fig-{stem.name}")  # not a random id: a redraw of the same data
-    # leaves the committed page unchanged
+    ensure_plotly_bundle(stem.parent)
+    write_text(stem.with_suffix(".html"), page.to_html(
+        include_plotlyjs="directory", config={"responsive": True}, default_width="100%",
+        div_id=f"fig-{stem.name}"))  # not a random id: a redraw of the same data leaves the
+    # committed page unchanged; written atomically, as every published file
     written = [str(stem.with_suffix(".html"))]
     if png:
         if "BROWSER_PATH" not in os.environ and Path("/usr/bin/chromium").exists():
             os.environ["BROWSER_PATH"] = "/usr/bin/chromium"
         try:
-            fig.write_image(stem.with_suffix(".png"), scale=1.5)
+            from nca_interp.fsio import write_bytes
+
+            write_bytes(stem.with_suffix(".png"), fig.to_image(format="png", scale=1.5))
         except Exception as e:  # noqa: BLE001 - kaleido/chromium missing shows up in many ways
             raise RunError(f"PNG export failed ({e}). Install kaleido (`pip install "
                                "kaleido`) and Debian chromium (`apt-get install -y chromium`), "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nca_interp.fsio import write_text
 from nca_interp.tasks.facts import ATTRIBUTES, RULES, follows_rule, french_by_words
 
 
@@ -138,6 +139,6 @@ if __name__ == "__main__":
         flag = "--measure"
     print(text)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out + ".json").write_text(json.dumps(result, indent=1, default=str))
-    Path(out + ".md").write_text(f"<!-- python -m nca_interp.sizing {flag} -->\n" + text
+    write_text(Path(out + ".json"), json.dumps(result, indent=1, default=str))
+    write_text(Path(out + ".md"), f"<!-- python -m nca_interp.sizing {flag} -->\n" + text
                                  + "\n")

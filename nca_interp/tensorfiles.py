@@ -78,7 +78,9 @@ def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...], int, int]]:
                              f"{size}-byte file); re-save or re-download it")
         try:
             header = json.loads(f.read(n))
-        except ValueError as e:
+            if not isinstance(header, dict):
+                raise ValueError("not a JSON object")
+        except (ValueError, RecursionError) as e:
             raise ValueError(f"{path}: unreadable safetensors header ({e}); re-save or "
                              "re-download it") from e
     header.pop("__metadata__", None)
@@ -117,7 +119,9 @@ class TensorFolder:
         files = [self.path] if self.path.is_file() else sorted(
             f for f in self.path.glob("*.safetensors") if f.name != "trainer_state.safetensors")
         if self.path.is_dir() and index.exists():
-            weight_map = json.loads(index.read_text())["weight_map"]
+            from nca_interp.fsio import read_json
+
+            weight_map = read_json(index, "checkpoint index")["weight_map"]
             files = sorted({self.path / f for f in weight_map.values()})
         self.entries: dict[str, tuple[Path, str, tuple[int, ...], int, int]] = {}
         for f in files:

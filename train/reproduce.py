@@ -12,6 +12,7 @@ commit, seeds and wall time that produced it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 import sys
@@ -33,6 +34,7 @@ from nca_interp.cli import (
     write_json,
 )
 from nca_interp.errors import RunError, UsageError
+from nca_interp.fsio import write_text
 from nca_interp.identity import roster, students
 from nca_interp.tasks import make_task
 from train import distill, dose, sft
@@ -41,6 +43,7 @@ from train.figures import render_figures
 from train.layout import LAYER_SIM_STAGES
 from train.settings import Preset, load
 
+FIGURES = Path(__file__).resolve().parents[1] / "figures"  # the published settings' folders
 CATALOGUE = load()  # train/settings.toml
 PRESETS, SETTINGS = CATALOGUE.presets, CATALOGUE.settings
 
@@ -77,7 +80,7 @@ class ReproduceConfig:
     # options --help leaves to --help-all (estimator details, analysis sizes, folders)
     EXPERT = ("student_from", "kl_k", "kl_support", "kl_tail", "kl_form", "nca_kl", "grad_batch",
               "grad_seeds", "grad_every", "trajectory_every", "runs", "figures", "keep",
-              "teacher_only")
+              "teacher_only", "publish")
 
     task: str = field(default="sokoban", metadata={
         "help": "a preset: " + ", ".join(PRESETS) + " (train/settings.toml)"})
@@ -147,6 +150,10 @@ class ReproduceConfig:
                 "one analysis (layer_sim, grad_align, param_delta, patching); only the "
                 "students the other steps read are trained",
         "check": "choice:" + "|".join(KEEPABLE)})
+    publish: bool = field(default=False, metadata={
+        "help": "replace a published setting's files (figures/NAME) with a run whose command "
+                "differs from the setting's (other seeds, --quick, other steps); without it "
+                "such a run goes to RUNS/figures/NAME_<tag>, its students to RUNS/NAME_<tag>_*"})
     teacher_only: bool = field(default=False, metadata={
         "help": "stop after the teacher and its per-context evaluation"})
     jobs: int = field(default=2, metadata={
@@ -171,7 +178,7 @@ class Manifest:
             if seconds_from:
                 self.data["files"][str(f)]["seconds_from"] = seconds_from
         self.data["config"] = to_dict(self.cfg)
-        self.path.write_text(json.dumps(self.data, indent=1))
+        write_text(self.path, json.dumps(self.data, indent=1))
 
 
 def done(run_dir: Path, steps: int) -> bool:
@@ -418,6 +425,19 @@ def plan(cfg: ReproduceConfig, argv: list[str]) -> Pipeline:
                          f"not an option of nca_interp.patching; fix train/settings.toml")
     name = cfg.name or cfg.task
     runs, figs = Path(cfg.runs), Path(cfg.figures) / name
+    changes, setting = published_changes(cfg, name), name
+    if changes and not cfg.publish:
+        tag = "quick" if cfg.quick else "custom_" + hashlib.sha1(
+            json.dumps(changes, sort_keys=True, default=str).encode()).hexdigest()[:6]
+        name = f"{name}_{tag}"
+        figs = runs / "figures" / name
+        print(f"[own folder] this command differs from the published setting {setting} "
+              f"({describe(changes)}): its figures go to {figs}, its students to "
+              f"{runs}/{name}_*; the published files are left as they are (--publish "
+              "replaces them)", flush=True)
+    elif changes:
+        print(f"[publish] replacing the published files of {figs} with a run that differs "
+              f"from its setting: {describe(changes)}", flush=True)
     figs.mkdir(parents=True, exist_ok=True)
     # a fetched teacher has no run config naming its task: its evaluation and the students'
     # training are told; --task-options reach those and every analysis (after the preset's)
@@ -429,6 +449,28 @@ def plan(cfg: ReproduceConfig, argv: list[str]) -> Pipeline:
         task_kw={**({"task": preset.task} if preset.fetched else {}),
                  **({"task_options": options} if options else {})},
         ckpt_kw={"task_options": cfg.task_options} if cfg.task_options else {})
+
+
+# Flags that change how a pipeline runs or where, not what it publishes.
+_NOT_PUBLISHED = ("threads", "jobs", "png", "keep", "runs", "figures", "publish",
+                  "teacher_only")
+
+
+def published_changes(cfg: ReproduceConfig, name: str) -> dict[str, tuple]:
+    """What this pipeline's config changes of the published setting `name` (field -> (the
+    setting's value, this one's)) when it would write into the repository's figures/NAME;
+    empty when it is the setting's own command, no published setting, or another --figures."""
+    setting = SETTINGS.get(name)
+    if setting is None or Path(cfg.figures).resolve() != FIGURES.resolve():
+        return {}
+    published = parse_config(ReproduceConfig, shlex.split(setting.command(name))[3:])
+    apply_preset(published)
+    old, new = to_dict(published), to_dict(cfg)
+    return {k: (old[k], new[k]) for k in new if k not in _NOT_PUBLISHED and old[k] != new[k]}
+
+
+def describe(changes: dict[str, tuple]) -> str:
+    return "; ".join(f"--{k.replace('_', '-')} {a} -> {b}" for k, (a, b) in changes.items())
 
 
 def make_teacher(p: Pipeline) -> None:
@@ -523,7 +565,7 @@ def context_return(p: Pipeline) -> None:
                               n_levels=cfg.n_levels, out=str(ev_json), **p.threads),
           inputs=finals)
     report = analysis.load(ev_json)
-    (figs / "context_return.md").write_text(evaluate.format_markdown(report["results"]) + "\n")
+    write_text((figs / "context_return.md"), evaluate.format_markdown(report["results"]) + "\n")
     write_json(figs / "context_return_summary.json", summarise(report, cfg.seeds))
     p.manifest.record([str(figs / "context_return.md"),
                        str(figs / "context_return_summary.json")], p.command(), 0.0)
@@ -580,7 +622,7 @@ def analyses(p: Pipeline) -> None:
     s0 = cfg.seeds[0]
     if not p.kept("param_delta"):
         delta_runs = [str(students[f"{m}_s{s}"]) for s in cfg.seeds for m in ("opd", "nca")]
-        control = [delta_runs[0], delta_runs[2]] if len(cfg.seeds) > 1 else None
+        control = [delta_runs[0], delta_runs[2]] if len(cfg.seeds) > 1 else []
         stage("param_delta", p.manifest, [figs / "param_delta.json"], param_delta.execute,
               param_delta.ParamDeltaConfig(
                   ckpt=delta_runs, init=str(p.base), control=control,
@@ -618,7 +660,7 @@ def publish(p: Pipeline, t_start: float) -> float:
     prune_figures(p.figs, written, p.manifest)
     p.manifest.record(written, p.command(), 0.0)
     total = finish(p.manifest, t_start, p.cfg)  # before the README, which shows the time
-    (p.figs / "README.md").write_text(report.render(p.figs) + "\n")
+    write_text((p.figs / "README.md"), report.render(p.figs) + "\n")
     return total
 
 
@@ -677,7 +719,7 @@ def finish(manifest: Manifest, t_start: float, cfg: ReproduceConfig) -> float:
                  *([f"resumed from a checkpoint made before it: "
                     f"{', '.join(manifest.resumed)}"] if manifest.resumed else []),
                  "each run's own training time is in manifest.json"])
-    manifest.path.write_text(json.dumps(manifest.data, indent=1))
+    write_text(manifest.path, json.dumps(manifest.data, indent=1))
     return total
 
 
@@ -753,7 +795,7 @@ def record_training_time(manifest: Manifest, run: Path, final: Path, args: list[
         "seeds": manifest.cfg.seeds, "seconds": round(seconds, 1),
         "seconds_from": f"{how} (trained outside this invocation)",
         "date": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime(final)))}
-    manifest.path.write_text(json.dumps(manifest.data, indent=1))
+    write_text(manifest.path, json.dumps(manifest.data, indent=1))
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from pathlib import Path
 from nca_interp import analysis, param_delta
 from nca_interp.checkpoint import read_run_config
 from nca_interp.cli import RunError, entry, parse_config
+from nca_interp.fsio import write_text
 from nca_interp.identity import roster
 from train.claims import SIZE_MATCH
 from train.reproduce import Manifest, record_training_time, run_parallel, stage
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> dict:
     manifest.data["rounds"] = rounds
     manifest.data["pipeline_seconds"] = round(manifest.data.get("pipeline_seconds", 0)
                                               + time.time() - t0, 1)
-    manifest.path.write_text(json.dumps(manifest.data, indent=1))
+    write_text(manifest.path, json.dumps(manifest.data, indent=1))
     print(f"NCA / OPD update size {ratio:.3f}; OPD trained at lr x {multiplier:.3f} (round "
           f"{len(rounds)}): sizes "
           + ", ".join(f"{k} {sum(v) / len(v):.4g}" for k, v in after.items() if v))

@@ -30,7 +30,7 @@ import numpy as np
 
 from nca_interp import analysis
 from nca_interp.checkpoint import load_checkpoint, verify_folder
-from nca_interp.cli import as_paths, parse_config, validate
+from nca_interp.cli import parse_config, validate
 from nca_interp.evaluate import TASK_OPTIONS_HELP
 from nca_interp.hooks import attached_hooks, boot_bridge
 from nca_interp.models import context_limit
@@ -107,16 +107,12 @@ def summarise(arr: np.ndarray) -> dict:
 
 def run(cfg: PatchingConfig | None = None, /, **fields) -> dict:
     """The patching report of each checkpoint (an `analysis` report, results keyed by
-    checkpoint name; see `run_checkpoint` for each entry's fields). With no checkpoint named
-    and the scope left at its defaults: the embedded Sokoban OPD student at `DEMO_SCOPE`.
-    `run(PatchingConfig(...))` or `run(ckpt=[...], ...)`."""
-    cfg = demo_scope(analysis.config(PatchingConfig, cfg, fields))
+    checkpoint name; see `run_checkpoint` for each entry's fields); at least one checkpoint
+    (the bare command line, naming none, patches the embedded Sokoban OPD student at
+    `DEMO_SCOPE`). `run(PatchingConfig(...))` or `run(ckpt=[...], ...)`."""
+    cfg = analysis.config(PatchingConfig, cfg, fields)
     validate(cfg)
-    paths = as_paths(cfg.ckpt)
-    if not paths:
-        from nca_interp.assets import embedded
-
-        paths = [str(embedded("sokoban_opd"))]
+    paths = analysis.checkpoint_paths(cfg)
     for p in paths:
         verify_folder(p)
     results, folders = {}, {}
@@ -331,7 +327,11 @@ def figures(report: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    return execute(parse_config(PatchingConfig, argv, __doc__, positional="ckpt"))
+    cfg = demo_scope(parse_config(PatchingConfig, argv, __doc__, positional="ckpt"))
+    return execute(analysis.command_defaults(sys.modules[__name__], cfg))
+
+
+DEMO = ("sokoban_opd",)  # what the bare command line patches (at DEMO_SCOPE)
 
 
 # with no checkpoint named and the scope left at its defaults: the embedded OPD student with

@@ -20,6 +20,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from nca_interp.fsio import read_text
 from nca_interp.tasks.sysprompt import LETTERS
 
 KINDS = ("mcq", "yesno")
@@ -69,6 +70,8 @@ def parse_line(line: str, where: str, kind: str) -> Item:
         row = json.loads(line)
     except json.JSONDecodeError as e:
         raise _fail(where, f"not valid JSON ({e.msg})") from None
+    except RecursionError:
+        raise _fail(where, "JSON nested too deeply to read") from None
     if not isinstance(row, dict):
         raise _fail(where, "not a JSON object")
     question, answer = row.get("question"), row.get("answer")
@@ -100,11 +103,12 @@ def parse_line(line: str, where: str, kind: str) -> Item:
 def load(path: str, kind: str = "mcq") -> tuple[Item, ...]:
     """Every question of an OPCD-format JSONL file (blank lines are allowed)."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise FileNotFoundError(f"OPCD data file {path} not found; pass the path of a JSONL "
                                 "file you have (nothing is downloaded)")
     items = tuple(parse_line(line, f"{p}:{n}", kind)
-                  for n, line in enumerate(p.read_text().splitlines(), 1) if line.strip())
+                  for n, line in enumerate(read_text(p, "OPCD data file").splitlines(), 1)
+                  if line.strip())
     if not items:
         raise DataFormatError(f"{p} holds no questions")
     return items
@@ -124,16 +128,26 @@ def write(path: str | Path, items: list[Item]) -> None:
 
 def read_system_prompt(path: str) -> str:
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise FileNotFoundError(f"system-prompt file {path} not found")
-    text = p.read_text().strip()
+    text = read_text(p, "system-prompt file").strip()
     if not text:
         raise DataFormatError(f"system-prompt file {path} is empty")
     return text
 
 
+def check_split(cfg: OPCDConfig) -> None:
+    """The train and test files are two files (one file for both would test on what was
+    trained)."""
+    if cfg.train and cfg.test and Path(cfg.train).exists() and Path(cfg.test).exists() and \
+            Path(cfg.train).resolve().samefile(Path(cfg.test).resolve()):
+        raise DataFormatError(f"train={cfg.train} and test={cfg.test} are the same file; "
+                              "the held-out questions must be another file (split yours in two)")
+
+
 def generate_level(seed: int | str, cfg: OPCDConfig, split: str = "train") -> Item:
     """A question drawn (seeded) from the train file, or from the test file for `test`."""
+    check_split(cfg)
     items = load(cfg.test if split == "test" else cfg.train, cfg.kind)
     return items[random.Random(f"opcd-{seed}").randrange(len(items))]
 

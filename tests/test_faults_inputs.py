@@ -1,0 +1,238 @@
+"""No analysis writes into its inputs, no input file hangs or crashes a command, an empty list is
+not "the embedded checkpoints", one weight set per folder, and a report says how its prompts
+were written. Each case was LOST, SILENT, a TRACEBACK or a HANG in the fault probe of #49."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nca_interp import analysis, evaluate, grad_align, layer_sim, param_delta, patching
+from nca_interp.checkpoint import CheckpointError, save_checkpoint, verify_folder
+from nca_interp.errors import InputError, UsageError
+from nca_interp.fsio import read_json, read_jsonl, read_text
+from tests.conftest import tiny
+from tests.test_bad_input import digest, refused
+from tests.test_faults import TASK
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def base(tok, tmp_path):
+    return save_checkpoint(tmp_path / "base", tiny(tok), tok, {"task": TASK})
+
+
+@pytest.fixture
+def student(tok, tmp_path, base):
+    """A student whose run config names its initial checkpoint and teacher (base)."""
+    return save_checkpoint(tmp_path / "student", tiny(tok, seed=1), tok,
+                           {"task": TASK, "student": str(base), "method": "opd", "seed": 0})
+
+
+# -- --out never lands in an input -----------------------------------------------------------
+
+@pytest.mark.parametrize("main, out", [
+    (evaluate.main, "config.json"), (layer_sim.main, "tokenizer"),
+    (param_delta.main, "sub/delta"), (grad_align.main, "model.safetensors")])
+def test_an_out_inside_a_checkpoint_is_refused_before_any_work(student, capsys, main, out):
+    before = digest(student)
+    err = refused(main, [str(student), "--out", str(student / out)], capsys)
+    assert "never writes into its inputs" in err and str(student) in err
+    assert digest(student) == before
+
+
+def test_an_out_inside_the_recorded_initial_checkpoint_is_refused(student, base, capsys):
+    before = digest(base)
+    err = refused(layer_sim.main, [str(student), "--out", str(base / "ls")], capsys)
+    assert "student" in err and str(base) in err
+    assert digest(base) == before
+
+
+def test_an_out_over_a_task_data_file_is_refused(tmp_path, capsys):
+    data = tmp_path / "questions.json"
+    data.write_text("{}")
+    cfg = evaluate.EvalConfig(ckpt=[], task="opcd", task_options=[f"test={data}"],
+                              out=str(tmp_path / "questions"))
+    with pytest.raises(UsageError, match="would write over task option"):
+        analysis.check_out_clear(cfg, cfg.out)
+
+
+def test_an_out_beside_the_inputs_is_fine(student, tmp_path):
+    analysis.check_out_clear(evaluate.EvalConfig(ckpt=[str(student)]), tmp_path / "rep")
+
+
+# -- empty inputs are refused by the Python API -------------------------------------------
+
+@pytest.mark.parametrize("mod", [evaluate, layer_sim, grad_align, param_delta, patching])
+def test_an_empty_list_is_refused_not_the_embedded_checkpoints(mod):
+    with pytest.raises(UsageError, match="no checkpoint given"):
+        mod.run([])
+
+
+def test_the_bare_command_line_still_runs_the_demo(capsys, tmp_path):
+    cfg = evaluate.EvalConfig(out=None)
+    cfg = analysis.command_defaults(evaluate, cfg)
+    assert [Path(p).name for p in cfg.ckpt] == ["sokoban_base"]
+    assert "embedded demo checkpoints" in capsys.readouterr().out
+
+
+# -- the one reader -----------------------------------------------------------------------
+
+def test_a_fifo_named_config_json_is_refused_without_blocking(base, tmp_path):
+    """Run as a command in a process of its own: a blocked open would hang it (timeout)."""
+    (base / "config.json").unlink()
+    os.mkfifo(base / "config.json")
+    done = subprocess.run([sys.executable, "-m", "nca_interp.evaluate", str(base), "--out",
+                           str(tmp_path / "rep")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "NCA_INTERP_QUIET": "1"})
+    assert done.returncode == 2, done.stderr
+    assert "not a regular file" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("name", ["config.json", "nca_checkpoint.json", "run_config.json"])
+def test_json_nested_100k_deep_is_one_line(base, tmp_path, capsys, name):
+    from nca_interp.checkpoint import _write_manifest
+
+    (base / name).write_text("[" * 100_000 + "]" * 100_000)
+    if name != "nca_checkpoint.json":
+        _write_manifest(base)  # a manifest that agrees: the file itself is read
+    err = refused(evaluate.main, [str(base), "--out", str(tmp_path / "rep")], capsys)
+    assert "nested too deeply" in err and name in err, err
+
+
+def test_an_opcd_line_nested_100k_deep_names_file_and_line(tmp_path):
+    from nca_interp.tasks import opcd
+
+    f = tmp_path / "q.jsonl"
+    f.write_text('{"question": "a?", "answer": "yes"}\n' + "[" * 100_000 + "\n")
+    with pytest.raises(opcd.DataFormatError, match=rf"{f}:2: JSON nested too deeply"):
+        opcd.load(str(f), "yesno")
+
+
+@pytest.mark.parametrize("what", ["config.json", "nca_checkpoint.json"])
+def test_non_utf8_files_are_named(base, tmp_path, capsys, what):
+    from nca_interp.checkpoint import _write_manifest
+
+    (base / what).write_bytes(b'{"a": "\xff\xfe"}')
+    if what == "config.json":
+        _write_manifest(base)
+    err = refused(evaluate.main, [str(base), "--out", str(tmp_path / "rep")], capsys)
+    assert what in err and ("not UTF-8" in err or "corrupt" in err), err
+
+
+def test_non_utf8_data_and_system_prompt_files_are_named(tmp_path):
+    from nca_interp.tasks import opcd
+
+    data, prompt = tmp_path / "q.jsonl", tmp_path / "s.txt"
+    data.write_bytes(b'{"question": "caf\xe9?", "answer": "yes"}\n')
+    prompt.write_bytes(b"Be \xff careful")
+    with pytest.raises(InputError, match=rf"{data} is not UTF-8 text \(byte \d+, line 1\)"):
+        opcd.load(str(data), "yesno")
+    with pytest.raises(InputError, match=rf"{prompt} is not UTF-8"):
+        opcd.read_system_prompt(str(prompt))
+
+
+def test_reader_refusals(tmp_path):
+    (tmp_path / "d").mkdir()
+    with pytest.raises(InputError, match="is a folder, not a file"):
+        read_json(tmp_path / "d")
+    with pytest.raises(InputError, match="does not exist"):
+        read_text(tmp_path / "missing")
+    (tmp_path / "big").write_bytes(b"x" * 2048)
+    with pytest.raises(InputError, match="MiB"):
+        read_text(tmp_path / "big", limit=1024)
+    (tmp_path / "bad.json").write_text('{"a": 1,}')
+    with pytest.raises(InputError, match=r"bad.json: not valid JSON \(line 1"):
+        read_json(tmp_path / "bad.json")
+
+
+def test_a_log_is_read_to_its_last_whole_line_and_data_is_not(tmp_path):
+    f = tmp_path / "m.jsonl"
+    f.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')
+    assert [v["step"] for _, v in read_jsonl(f, log=True)] == [1, 2]
+    with pytest.raises(InputError, match=r"m.jsonl:3"):
+        read_jsonl(f)
+    f.write_text('{"step": 1}\n{"st\n{"step": 3}\n')  # a bad line in the middle is damage
+    with pytest.raises(InputError, match=r"m.jsonl:2"):
+        read_jsonl(f, log=True)
+
+
+def test_opcd_train_equal_to_test_is_named(tmp_path):
+    from nca_interp.tasks import opcd
+
+    f = tmp_path / "q.jsonl"
+    f.write_text('{"question": "a?", "answer": "yes"}\n')
+    cfg = opcd.OPCDConfig(train=str(f), test=str(f), kind="yesno")
+    with pytest.raises(opcd.DataFormatError, match="are the same file"):
+        opcd.generate_level(0, cfg)
+
+
+# -- one weight set per folder -------------------------------------------------------------
+
+def test_a_single_file_beside_shards_is_refused_by_every_reader(tok, tmp_path, capsys):
+    a = save_checkpoint(tmp_path / "a", tiny(tok, seed=1), tok, {"task": TASK})
+    b = tmp_path / "b"
+    tiny(tok, seed=2).save_pretrained(b, max_shard_size="20KB")
+    assert (b / "model.safetensors.index.json").exists()
+    for f in ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(a / f, b / f) if f == "model.safetensors" or not (b / f).exists() else None
+    (b / "run_config.json").write_text(json.dumps({"task": TASK}))
+    with pytest.raises(CheckpointError, match="two weight sets"):
+        verify_folder(b)
+    for main in (evaluate.main, param_delta.main):
+        err = refused(main, [str(b), str(a), "--out", str(tmp_path / "r")], capsys)
+        assert "two weight sets" in err
+
+
+def test_two_unindexed_weight_files_are_refused(base):
+    shutil.copy(base / "model.safetensors", base / "other.safetensors")
+    with pytest.raises(CheckpointError, match="2 weight files"):
+        verify_folder(base)
+
+
+# -- the prompt format is recorded, a mixed set named ---------------------------------------
+
+def test_every_report_records_its_prompt_format_and_a_mixed_set_is_named(base, tmp_path,
+                                                                         capsys):
+    assert analysis.prompt_format(base) == "plain"
+    chat = tmp_path / "chat"
+    chat.mkdir()
+    (chat / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ x }}"}))
+    assert analysis.prompt_format(chat) == "chat template"
+    analysis.check_prompt_formats([str(base), str(chat)])
+    out = capsys.readouterr().out
+    assert f"{base} has no chat template" in out
+    analysis.check_prompt_formats([str(base), str(base)])
+    assert capsys.readouterr().out == ""
+    assert analysis.run_identity("base", base)["prompt_format"] == "plain"
+
+
+# -- the one writer ------------------------------------------------------------------------
+
+def test_an_empty_plotly_bundle_is_rewritten(tmp_path):
+    import plotly.graph_objects as go
+
+    from nca_interp.plots import write_figure
+
+    (tmp_path / "plotly.min.js").write_text("")  # a kill as plotly's writer made it
+    write_figure(go.Figure(go.Scatter(x=[1], y=[1])), tmp_path / "f")
+    from plotly.offline import get_plotlyjs
+
+    assert (tmp_path / "plotly.min.js").read_text() == get_plotlyjs()
+
+
+def test_a_report_records_its_figures_and_names_stale_ones(tmp_path):
+    import plotly.graph_objects as go
+
+    report = {"config": {}, "task": "t", "context": None, "runs": {}, "results": {}}
+    figs = {"": go.Figure(go.Scatter(x=[1], y=[2])), "b": go.Figure(go.Bar(x=[1], y=[2]))}
+    written = analysis.write(report, tmp_path / "rep", figs)
+    assert written[0].endswith("rep.json")  # the JSON is written last, named first
+    assert analysis.stale_figures(tmp_path / "rep.json") == []
+    (tmp_path / "rep_b.html").write_text("an older drawing")
+    assert analysis.stale_figures(tmp_path / "rep.json") == ["rep_b.html"]
