@@ -217,7 +217,8 @@ def input_paths(cfg) -> dict[str, Path]:
             found.setdefault(str(Path(p).expanduser().resolve()), what)
 
     for name in (*PATH_FIELDS, "pair", "control"):
-        for p in getattr(cfg, name, None) or []:
+        value = getattr(cfg, name, None)  # evaluate's `control` is a flag, not folders
+        for p in value if isinstance(value, (list, tuple)) else []:
             add(f"checkpoint {p}", p)
             try:
                 run = read_run_config(p) if Path(p).is_dir() else {}

@@ -331,3 +331,19 @@ def test_every_public_run_refuses_wrong_types_by_name(name, tmp_path):
     for arg, value in wrong.items():
         with pytest.raises(UsageError, match=f"^{arg} must be"):
             fn(**{paths: str(gone), arg: value})
+
+
+def test_a_kill_trial_resumes_to_the_clean_runs_weights(tmp_path):
+    """One trial of `python -m tests.faults` (a kill at a fault point, then the same command
+    until done) ends at the clean run's weights, every checkpoint intact, no temporaries."""
+    from tests import faults
+
+    results = faults.trials(1, seed=1, workdir=tmp_path, steps=3)
+    assert [p for _, p in results] == [[]], results
+
+
+@pytest.mark.slow
+def test_eight_kill_trials():
+    from tests import faults
+
+    assert faults.main(["--trials", "8"]) == 0
