@@ -19,13 +19,15 @@ import os
 import re
 import shutil
 import stat
+from contextlib import contextmanager
 from pathlib import Path
 
 from nca_interp.errors import InputError
 
 __all__ = ["InputError", "MAX_JSON_BYTES", "MAX_TEXT_BYTES", "clear_temporaries",
            "is_temporary", "old_path", "pid_alive", "read_bytes", "read_json", "read_jsonl",
-           "read_text", "regular_file", "temp_path", "write_bytes", "write_text"]
+           "read_text", "regular_file", "spill_folder", "temp_path", "write_bytes",
+           "write_text"]
 
 MAX_JSON_BYTES = 1 << 30  # a report of a 1.7B model's per-module table is tens of MB
 MAX_TEXT_BYTES = 64 << 20  # prompts, system prompts, data files of questions
@@ -154,6 +156,26 @@ def clear_temporaries(folder: str | Path) -> list[Path]:
                 else p.unlink(missing_ok=True)
             removed.append(p)
     return removed
+
+
+SPILL_PREFIX = "nca_interp-spill-"
+
+
+@contextmanager
+def spill_folder(what: str):
+    """A temporary folder for tensors spilled to disk (grad_align's gradients: gigabytes at
+    1.7B), named `nca_interp-spill-WHAT-PID-*` in the system's temporary folder and removed on
+    exit. A process killed with SIGKILL cannot remove its own: the next spill removes every
+    spill folder whose process is gone."""
+    import tempfile
+
+    base = Path(tempfile.gettempdir())
+    for p in base.glob(f"{SPILL_PREFIX}*"):
+        m = re.match(rf"^{SPILL_PREFIX}[A-Za-z_]+-(\d+)-", p.name)
+        if m and p.is_dir() and not p.is_symlink() and not pid_alive(int(m.group(1))):
+            shutil.rmtree(p, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=f"{SPILL_PREFIX}{what}-{os.getpid()}-") as tmp:
+        yield Path(tmp)
 
 
 def write_bytes(path: str | Path, data: bytes, fault: str | None = None) -> Path:

@@ -33,7 +33,6 @@ from __future__ import annotations
 import itertools
 import math
 import sys
-import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +49,7 @@ from nca_interp.cli import (
 )
 from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
+from nca_interp.fsio import spill_folder
 from nca_interp.losses import TERMS, loss_terms
 from nca_interp.models import context_limit, resolve_device
 from nca_interp.progress import bar
@@ -293,8 +293,8 @@ def angle_deg(cos: float | None) -> float | None:
 
 def checkpoint_alignment(student, teacher, halves: list[list[Batch]], terms=TERMS,
                          temperature: float = 1.0) -> dict:
-    with tempfile.TemporaryDirectory(prefix="grad_align_") as tmp:
-        tokens = spill_term_gradients(student, teacher, halves, terms, Path(tmp), temperature)
+    with spill_folder("grad_align") as tmp:
+        tokens = spill_term_gradients(student, teacher, halves, terms, tmp, temperature)
         gram = stream_gram(Path(tmp), [label(t, h) for t in terms
                                        for h in range(1, len(halves) + 1)])
     return alignment(gram, list(terms), tokens)

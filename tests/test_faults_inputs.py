@@ -236,3 +236,22 @@ def test_a_report_records_its_figures_and_names_stale_ones(tmp_path):
     assert analysis.stale_figures(tmp_path / "rep.json") == []
     (tmp_path / "rep_b.html").write_text("an older drawing")
     assert analysis.stale_figures(tmp_path / "rep.json") == ["rep_b.html"]
+
+
+def test_a_killed_spill_is_removed_by_the_next_and_a_live_ones_kept(tmp_path, monkeypatch):
+    import tempfile
+
+    from nca_interp.fsio import spill_folder
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()  # a pid now gone
+    killed = tmp_path / f"nca_interp-spill-grad_align-{dead}-abc"
+    live = tmp_path / f"nca_interp-spill-grad_align-{os.getppid()}-abc"
+    mine = tmp_path / "grad_align_notes"  # a user's folder of a similar name
+    for d in (killed, live, mine):
+        (d / "g.safetensors").parent.mkdir()
+        (d / "g.safetensors").write_bytes(b"x")
+    with spill_folder("grad_align") as tmp:
+        assert tmp.parent == tmp_path and tmp.is_dir()
+    assert not killed.exists() and live.exists() and mine.exists() and not tmp.exists()

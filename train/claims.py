@@ -14,7 +14,6 @@ a rule uses one; ranges over seeds are written "lo-hi" (a spread, not an interva
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from nca_interp import analysis
-from nca_interp.fsio import write_text
+from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import RunId, by_name, others, partner, roster, students
 from train import dose, rules
 from train.blocks import Block
@@ -163,7 +162,7 @@ def harm_not_drift(figs: Path) -> Claim | None:
     half-width lies below 0, the pooled interval is the t interval over seeds (rules: matched
     drift, every seed). Judged only where OPD's harm is its own in some seed; None where the
     setting trained no OPD beside NCA (a beta variant)."""
-    m = json.loads((figs / "harm_drift.json").read_text())["matched"].get("nca - opd")
+    m = read_json((figs / "harm_drift.json"))["matched"].get("nca - opd")
     if m is None:
         return None
     rep = analysis.load(figs / "context_return.json")
@@ -1049,7 +1048,7 @@ def size_matched(figs: Path) -> Claim:
         verdict = "not reproduced"
     if not 1 / SIZE_MATCH <= ratio <= SIZE_MATCH:
         verdict, reason = "not measurable", f"sizes not matched: sized OPD / NCA {ratio:.2f}"
-    made = json.loads((figs / "manifest.json").read_text()) \
+    made = read_json((figs / "manifest.json")) \
         if (figs / "manifest.json").exists() else {}
     if made.get("rounds"):  # how the sizes were matched: lr multiplier of the last round
         last = made["rounds"][-1]

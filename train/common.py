@@ -311,7 +311,9 @@ class Run:
         if not writer:
             return
         inputs = {k: v for k, v in (inputs or {}).items() if v is not None}
-        check_out(self.dir, inputs)
+        from nca_interp.fetch import default_cache
+
+        check_out(self.dir, {**inputs, "the model cache": default_cache() / "models"})
         check_own(self.dir, run_config)  # before the lock file is written into it
         check_writable(self.dir, "run")
         digests = {flag: {"path": str(Path(p).expanduser().resolve()),

@@ -23,7 +23,6 @@ A harm is undefined at a checkpoint with nothing right without c (it is printed 
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ import numpy as np
 
 from nca_interp.cli import entry, parse_config, write_json
 from nca_interp.errors import UsageError
-from nca_interp.fsio import write_text
+from nca_interp.fsio import read_json, write_text
 
 QUANTITIES = ("drift", "win_no_c", "win_c", "harm", "baseline", "help", "rel_len_both",
               "reads_c")
@@ -296,7 +295,7 @@ def execute(cfg: DoseConfig) -> dict:
         if not path.is_file():
             raise UsageError(f"{path}: no such trajectory JSON; make one with python -m "
                              "nca_interp.trajectory RUN... --control --out STEM")
-        merged["results"].update(json.loads(path.read_text())["results"])
+        merged["results"].update(read_json(path)["results"])
     result = run(merged)
     text = markdown(result)
     print(text)

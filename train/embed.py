@@ -16,6 +16,7 @@ from pathlib import Path
 from nca_interp import checkpoint as ck
 from nca_interp.assets import ROOT
 from nca_interp.cli import entry
+from nca_interp.fsio import read_json
 
 
 def embed(src: str, name: str, renames: dict[str, str]) -> Path:
@@ -27,7 +28,7 @@ def embed(src: str, name: str, renames: dict[str, str]) -> Path:
             if f.is_file() and f.name not in (ck.MANIFEST, "metrics.jsonl") \
                     and not f.name.startswith("trainer_state"):
                 shutil.copyfile(f, dst / f.name)
-        cfg = json.loads((dst / ck.RUN_CONFIG).read_text()) if (dst / ck.RUN_CONFIG).exists() \
+        cfg = read_json((dst / ck.RUN_CONFIG)) if (dst / ck.RUN_CONFIG).exists() \
             else {}
         for key in ("student", "teacher", "out"):
             if cfg.get(key) and str(Path(cfg[key]).resolve()) in renames:

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from nca_interp import analysis
+from nca_interp.fsio import read_json
 from train import dose
 from train.layout import analysis_files
 
@@ -28,11 +28,11 @@ def render_figures(figs: Path, png: bool) -> list[str]:
     if (figs / "context_return.json").exists() and summary.exists():
         rep = analysis.load(figs / "context_return.json")
         written += plots.write_figure(
-            plots.context_return_figure(json.loads(summary.read_text()), figs.name,
+            plots.context_return_figure(read_json(summary), figs.name,
                                         rep["context"], evaluate.metric_of(rep["results"])),
             figs / "context_return_seeds", png)
     if (hd := figs / "harm_drift.json").exists():
-        written += plots.write_figure(dose.figure(json.loads(hd.read_text())["rows"],
+        written += plots.write_figure(dose.figure(read_json(hd)["rows"],
                                                   f"harm against drift: {figs.name}"),
                                       figs / "harm_drift", png)
     return written

@@ -29,7 +29,7 @@ from nca_interp.checkpoint import load_checkpoint
 from nca_interp.cli import check_writable, entry, parse_config
 from nca_interp.errors import UsageError
 from nca_interp.forward import response_logits
-from nca_interp.fsio import write_text
+from nca_interp.fsio import read_json, write_text
 from nca_interp.rollout import encode, segment_batch
 from nca_interp.runs import task_for_checkpoints
 from nca_interp.trajectory import checkpoints_of
@@ -146,7 +146,7 @@ class KnowledgeConfig:
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(KnowledgeConfig, argv, __doc__, positional="run")
     if cfg.render:
-        data = json.loads(Path(cfg.render + ".json").read_text())
+        data = read_json(Path(cfg.render + ".json"))
         text = markdown(data["summary"], data["run"])
         write_text(Path(cfg.render + ".md"),
             f"<!-- python -m train.knowledge {data['run']} --out {cfg.render} -->\n{text}\n")

@@ -7,14 +7,13 @@ typed by hand), and written to figures/<task>/README.md with --write.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
 from nca_interp import analysis
 from nca_interp.evaluate import label, metric_of
-from nca_interp.fsio import write_text
+from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import RunId, roster
 from train.layout import grad_files
 
@@ -53,7 +52,7 @@ def with_ci(r: dict, k: str) -> str:
 
 
 def context_return(figs: Path) -> str:
-    s = json.loads((figs / "context_return_summary.json").read_text())
+    s = read_json((figs / "context_return_summary.json"))
     keys = ["win_no_c", "win_c", "harm", "help", "both", "rel_len_both", "rel_len"]
     rows = ["| model | " + " | ".join(label(k, metric(figs)) for k in keys) +
             " | regime per seed |",
@@ -330,13 +329,13 @@ def context_control(figs: Path) -> str:
 def harm_drift(figs: Path) -> str:
     from train.dose import markdown
 
-    return markdown(json.loads((figs / "harm_drift.json").read_text()))
+    return markdown(read_json((figs / "harm_drift.json")))
 
 
 def scorer_agreement(figs: Path) -> str:
     from nca_interp.sizing import agreement_table
 
-    return agreement_table(json.loads((figs / "scorer_agreement.json").read_text()))
+    return agreement_table(read_json((figs / "scorer_agreement.json")))
 
 
 def trajectory_table(figs: Path) -> str:
@@ -349,7 +348,7 @@ def trajectory_table(figs: Path) -> str:
 def stage_times(figs: Path) -> str:
     """Every file the manifest records, with the seconds of the stage that wrote it (training
     stages from their run directories when they ran outside the pipeline)."""
-    files = json.loads((figs / "manifest.json").read_text())["files"]
+    files = read_json((figs / "manifest.json"))["files"]
     rows = ["| output | minutes | how measured |", "|---|---|---|"]
     for path, v in files.items():
         if v["seconds"] or "checkpoints/step_" in path:
@@ -381,7 +380,7 @@ def figures_section(figs: Path) -> str:
 
 def render(figs: Path) -> str:
     """The whole generated report of one pipeline folder, as markdown."""
-    manifest = json.loads((figs / "manifest.json").read_text())
+    manifest = read_json((figs / "manifest.json"))
     task = figs.name
     lines = [f"<!-- python -m train.report --task {task} -->",
              f"# {task}: generated tables\n",

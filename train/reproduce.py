@@ -34,7 +34,7 @@ from nca_interp.cli import (
     write_json,
 )
 from nca_interp.errors import RunError, UsageError
-from nca_interp.fsio import write_text
+from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import roster, students
 from nca_interp.tasks import make_task
 from train import distill, dose, sft
@@ -164,7 +164,7 @@ class ReproduceConfig:
 class Manifest:
     def __init__(self, path: Path, cfg: ReproduceConfig):
         self.path, self.cfg = path, cfg
-        self.data = json.loads(path.read_text()) if path.exists() else {"files": {}}
+        self.data = read_json(path) if path.exists() else {"files": {}}
         self.ran = 0  # stages that did work in this invocation
         self.skipped: list[str] = []  # stages whose outputs this invocation found up to date
         self.resumed: list[str] = []  # training stages it resumed from an earlier checkpoint

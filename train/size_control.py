@@ -33,7 +33,7 @@ from pathlib import Path
 from nca_interp import analysis, param_delta
 from nca_interp.checkpoint import read_run_config
 from nca_interp.cli import RunError, entry, parse_config
-from nca_interp.fsio import write_text
+from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import roster
 from train.claims import SIZE_MATCH
 from train.reproduce import Manifest, record_training_time, run_parallel, stage
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> dict:
     runs, src = Path(cfg.runs), Path(cfg.figures) / cfg.setting
     if not (src / "manifest.json").exists():
         raise RunError(f"{src}/manifest.json is missing: run the setting's pipeline first")
-    made = json.loads((src / "manifest.json").read_text())
+    made = read_json((src / "manifest.json"))
     pairs = {s: (runs / f"{cfg.setting}_opd_s{s}", runs / f"{cfg.setting}_nca_s{s}")
              for s in cfg.seeds}
     commands = {s: distill_command(made, opd) for s, (opd, _) in pairs.items()}

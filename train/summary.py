@@ -16,10 +16,10 @@ block equals this output.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from pathlib import Path
 
+from nca_interp.fsio import read_json
 from train.blocks import Block
 from train.settings import load
 
@@ -44,7 +44,7 @@ def row(figs: Path) -> str | None:
     f = figs / "context_return_summary.json"
     if not f.exists():
         return None
-    s = json.loads(f.read_text())
+    s = read_json(f)
     base = s.get("base", {})
     teacher = f"{_cell(base.get('win_no_c'))} / {_cell(base.get('win_c'))}; harm " \
               f"{_cell(base.get('harm'))}"
@@ -93,7 +93,7 @@ def reproduce_table(root: Path = Path("figures"), names: tuple[str, ...] = FRONT
         f = root / name / "manifest.json"
         if not f.exists():
             continue
-        m = json.loads(f.read_text())
+        m = read_json(f)
         train = sum(v.get("seconds", 0) for v in m["files"].values()
                     if re.search(r"-m train\.(sft|distill) ", v["command"]))
         rest = sum(v.get("seconds", 0) for v in m["files"].values()) - train
@@ -106,7 +106,7 @@ def reproduce_table(root: Path = Path("figures"), names: tuple[str, ...] = FRONT
 def test_time_line(record: Path = TEST_RECORD) -> str:
     if not record.exists():
         return "`make test-time` has not recorded the default run's time yet."
-    r = json.loads(record.read_text())
+    r = read_json(record)
     busy = "" if "load_before" not in r else \
         f", 1-minute load average {r['load_before']:.1f} at its start"
     workers = r.get("workers", 1)

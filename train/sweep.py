@@ -13,13 +13,12 @@ time). A row not yet run is listed as such, with the command that runs it.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
 from nca_interp import analysis
-from nca_interp.fsio import write_text
+from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import others, roster, students
 from train.blocks import Block
 from train.settings import load
@@ -70,7 +69,7 @@ def minutes(figs: Path) -> str:
     f = figs / "manifest.json"
     if not f.exists():
         return "-"
-    files = json.loads(f.read_text())["files"]
+    files = read_json(f)["files"]
     train = sum(v["seconds"] for k, v in files.items() if "checkpoints/step_" in k)
     other = sum(v["seconds"] for k, v in files.items() if "checkpoints/step_" not in k)
     return f"{train / 60:.0f} + {other / 60:.0f}"
@@ -148,7 +147,7 @@ def estimator_of(figs: Path) -> str:
     """The estimator a row's students were trained with, read from the distillation commands
     its manifest records (committed, so a fresh clone without runs/ reads the same); a command
     without --kl trained with the full KL."""
-    files = json.loads((figs / "manifest.json").read_text())["files"].values()
+    files = read_json((figs / "manifest.json"))["files"].values()
     kinds = set()
     for cmd in (f["command"].split() for f in files if "train.distill" in f["command"]):
         kinds.add(estimator_label({k: v for k, v in zip(cmd, cmd[1:]) if k.startswith("--")}))
@@ -271,7 +270,7 @@ BETA_SWEEPS = {base: v for base in CATALOGUE.settings
 def _trained_with(figs: Path) -> dict[str, dict[str, str]]:
     """Run name -> the flags of the train.distill command its manifest records."""
     out = {}
-    for f in json.loads((figs / "manifest.json").read_text())["files"].values():
+    for f in read_json((figs / "manifest.json"))["files"].values():
         cmd = f["command"].split()
         if "train.distill" in cmd:
             flags = dict(zip(cmd, cmd[1:]))
