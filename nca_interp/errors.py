@@ -13,3 +13,8 @@ class RunError(RuntimeError):
 class InputError(ValueError):
     """A file the command reads that cannot be used (missing, not a regular file, not UTF-8,
     not valid JSON); the message names the file and what to do."""
+
+
+class MissingInputError(InputError, FileNotFoundError):
+    """An input file that does not exist: an InputError (one line for the user) that callers
+    which treat a missing file as "not made yet" still catch as FileNotFoundError."""

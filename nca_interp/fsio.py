@@ -22,7 +22,7 @@ import stat
 from contextlib import contextmanager
 from pathlib import Path
 
-from nca_interp.errors import InputError
+from nca_interp.errors import InputError, MissingInputError
 
 __all__ = ["InputError", "MAX_JSON_BYTES", "MAX_TEXT_BYTES", "clear_temporaries",
            "is_temporary", "old_path", "pid_alive", "read_bytes", "read_json", "read_jsonl",
@@ -42,7 +42,7 @@ def regular_file(path: str | Path, what: str = "file", limit: int | None = None)
     try:
         st = p.stat()
     except FileNotFoundError:
-        raise InputError(f"{what} {p} does not exist; check the path") from None
+        raise MissingInputError(f"{what} {p} does not exist; check the path") from None
     except OSError as e:
         raise InputError(f"{what} {p} cannot be read ({e.strerror})") from None
     if stat.S_ISDIR(st.st_mode):

@@ -201,18 +201,21 @@ def test_streamed_similarity_equals_in_memory(tmp_path):
 
 def test_every_analysis_has_run_and_figures():
     """The Python API: run(...) returns the report, figures(report) its plotly figures; the
-    CLI is a wrapper (embedded Sokoban checkpoints, tiny sizes)."""
+    CLI is a wrapper (the embedded Sokoban checkpoints named, tiny sizes)."""
     import plotly.graph_objects as go
 
     from nca_interp import evaluate, grad_align, param_delta, patching, trajectory
 
     for mod in (evaluate, grad_align, param_delta, trajectory, layer_sim, patching):
         assert callable(mod.run) and callable(mod.figures), mod.__name__
-    ev = evaluate.run(n_levels=6)
+    from nca_interp.assets import embedded
+
+    base, opd, nca = (str(embedded(n)) for n in ("sokoban_base", "sokoban_opd", "sokoban_nca"))
+    ev = evaluate.run([base], n_levels=6)
     assert list(ev)[:5] == ["config", "task", "context", "runs", "results"]
-    pd = param_delta.run()
+    pd = param_delta.run([opd, nca])
     assert pd["comparison"]["global_cos"] is not None
-    ga = grad_align.run(batch=4, micro_batch=2, parts=2)
+    ga = grad_align.run([opd], batch=4, micro_batch=2, parts=2)
     for report, mod in ((ev, evaluate), (pd, param_delta), (ga, grad_align)):
         figs = mod.figures(report)
         assert figs and all(isinstance(f, go.Figure) for f in figs.values())
