@@ -44,6 +44,17 @@ def module(name: str):
     return importlib.import_module(f"nca_interp.{name}")
 
 
+def task_options_list(options) -> list[str] | None:
+    """Task options as the commands take them (["KEY=VALUE", ...]) from a dict, a list of
+    `KEY=VALUE` or the command line's comma string; anything else is left for the type check
+    to name."""
+    if isinstance(options, dict):
+        return [f"{k}={v}" for k, v in options.items()]
+    if isinstance(options, str):
+        return [o for o in options.split(",") if o]
+    return options
+
+
 def config(cls, cfg=None, fields: dict | None = None):
     """The config of a `run` call: `cfg` as given, or `cls(**fields)`, where a first positional
     checkpoint folder or list of them stands for the checkpoint field (`ckpt`, trajectory's
@@ -52,6 +63,8 @@ def config(cls, cfg=None, fields: dict | None = None):
     from nca_interp.cli import as_paths
 
     fields = dict(fields or {})
+    if "task_options" in fields:
+        fields["task_options"] = task_options_list(fields["task_options"])
     names = [f.name for f in dataclasses.fields(cls)]
     where = next(n for n in PATH_FIELDS if n in names)
     if cfg is not None and not isinstance(cfg, cls):
@@ -154,6 +167,19 @@ def make_report(cfg, *, task: str, context: str | None, paths: dict[str, str | P
     return {"config": to_dict(cfg), "task": task, "context": context,
             "runs": {k: run_identity(k, paths.get(k)) for k in results}, "results": results,
             **extra}
+
+
+def short_labels(paths: list[str]) -> dict[str, str]:
+    """A column name for each path: its folder name, or as many trailing parts as make it
+    unique (`opd/final` and `nca/final`, not two columns called `final`)."""
+    parts = {p: Path(p).parts for p in paths}
+    out = {}
+    for p in paths:
+        k = 1
+        while k < len(parts[p]) and sum(q[-k:] == parts[p][-k:] for q in parts.values()) > 1:
+            k += 1
+        out[p] = "/".join(parts[p][-k:])
+    return out
 
 
 def label_of(path: str | Path, taken) -> str:

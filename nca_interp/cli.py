@@ -361,8 +361,12 @@ def parse_config(cls, argv: list[str] | None, description: str | None = None,
                             help=f"same as --{positional}")
     ns = vars(parser.parse_args(argv))  # argparse prints its own usage error (exit 2)
     extra = ns.pop("_positional", None)
-    if extra:
-        ns[positional] = extra
+    if extra:  # `--ckpt A B`: A by the flag, B as a bare argument; both are kept, in order
+        given = ns.get(positional) or []
+        default = next(f for f in dataclasses.fields(cls) if f.name == positional)
+        flagged = [] if given == (default.default_factory() if default.default_factory
+                                  is not dataclasses.MISSING else default.default) else given
+        ns[positional] = [*flagged, *extra]
     cfg = cls(**ns)
     validate(cfg)
     return cfg

@@ -50,9 +50,20 @@ from nca_interp.runs import (  # noqa: F401 - check_context, task_for_checkpoint
 )
 from nca_interp.tasks import CONTEXT_CHOICES, TASK_CHOICES, Task
 
+_SAID: set = set()
+
 
 def max_response_tokens(task: Task) -> int:
-    return task.max_response_tokens()
+    """The task's response budget in tokens, said once per process and task config (every
+    command prints it among its first lines: a budget too small cuts answers, one too large
+    costs minutes)."""
+    n = task.max_response_tokens()
+    key = (task.name, repr(task.config), task.fmt)
+    if key not in _SAID:
+        _SAID.add(key)
+        how = "; task option max_new= sets it" if hasattr(task.config, "max_new") else ""
+        print(f"response budget: {n} tokens ({task.name}{how})", flush=True)
+    return n
 
 
 @torch.no_grad()
@@ -63,7 +74,7 @@ def play_levels(model, tokenizer, task: Task, levels: list, context: str | list[
     text per level (controls)."""
     dev = model_device(model)
     gen = torch.Generator(dev).manual_seed(seed)
-    won, length, parsed, responses = [], [], [], []
+    won, length, parsed, responses, resp_ids, hit = [], [], [], [], [], []
     max_new = max_response_tokens(task)
     for i in bar(range(0, len(levels), batch), "evaluate", unit="batch"):
         chunk = levels[i: i + batch]
@@ -76,14 +87,69 @@ def play_levels(model, tokenizer, task: Task, levels: list, context: str | list[
         resp, rmask = sample(model, ids.to(dev), mask.to(dev), max_new,
                              stop_ids(tokenizer, model), pad_id(tokenizer), temperature, gen)
         outs, lens = decode_responses(tokenizer, resp.cpu(), rmask.cpu())
-        for lv, text, n in zip(chunk, outs, lens):
+        eos = tokenizer.eos_token_id
+        for lv, text, n, row in zip(chunk, outs, lens, resp.cpu().tolist()):
             s = task.score(lv, text)
             won.append(s.won)
             parsed.append(s.parsed)
             length.append(n)
             responses.append(text)
+            resp_ids.append(row[:n])
+            hit.append(n >= max_new and (not row[:n] or row[n - 1] != eos))
     return {"won": np.array(won), "length": np.array(length, float), "parsed": np.array(parsed),
-            "texts": responses}
+            "texts": responses, "ids": resp_ids, "hit_budget": np.array(hit, bool)}
+
+
+@torch.no_grad()
+def views_kl(model, tokenizer, task: Task, levels: list, context: str,
+             responses: list[list[int]], units: list[str], batch: int = 64, n_boot: int = 2000,
+             seed: int = 0) -> dict:
+    """Mean token KL(g(.|x) || g(.|x,c)) over `responses` (the greedy no-context ones), in
+    nats per response token, with its 95% cluster-bootstrap interval over `units`: how far the
+    two views are apart, measurable with no scorer."""
+    from nca_interp.forward import response_logits
+    from nca_interp.losses import position_kl
+    from nca_interp.rollout import encode
+
+    dev = model_device(model)
+    limit = context_limit(model)
+    sums, toks = [], []
+    for i in range(0, len(levels), batch):
+        chunk, rows = levels[i: i + batch], responses[i: i + batch]
+        n = max(1, max(len(r) for r in rows))
+        resp = torch.full((len(rows), n), pad_id(tokenizer), dtype=torch.long)
+        mask = torch.zeros((len(rows), n), dtype=torch.long)
+        for j, r in enumerate(rows):
+            resp[j, :len(r)], mask[j, :len(r)] = torch.tensor(r, dtype=torch.long), 1
+        x_ids, x_mask = encode(tokenizer, [task.prompt(lv) for lv in chunk], limit, n)
+        c_ids, c_mask = encode(tokenizer, [task.prompt(lv, task.context(lv, context))
+                                           for lv in chunk], limit, n)
+        resp, mask = resp.to(dev), mask.to(dev)
+        g = response_logits(model, x_ids.to(dev), x_mask.to(dev), resp, mask)
+        g_c = response_logits(model, c_ids.to(dev), c_mask.to(dev), resp, mask)
+        sums.append((position_kl(g, g_c) * mask).sum(1).double().cpu().numpy())
+        toks.append(mask.sum(1).double().cpu().numpy())
+    s, t = np.concatenate(sums), np.concatenate(toks)
+    boots = [s[idx].sum() / max(t[idx].sum(), 1) for idx in cluster_indices(units, n_boot, seed)]
+    return {"kl_views": float(s.sum() / max(t.sum(), 1)),
+            "kl_views_ci95": [float(v) for v in percentile_ci(np.array(boots))]}
+
+
+def unscored_report(no_c: dict, with_c: dict, units: list[str], unit_name: str,
+                    n_boot: int = 2000, seed: int = 0) -> dict:
+    """What a context return shows without a scorer: the response lengths both ways and their
+    relative change, with 95% cluster-bootstrap intervals."""
+    l0, l1 = no_c["length"].astype(float), with_c["length"].astype(float)
+    point = {"len_no_c": l0.mean(), "len_c": l1.mean(), "rel_len": l1.mean() / l0.mean() - 1}
+    idx = cluster_indices(units, n_boot, seed)
+    boots = {"len_no_c": [l0[i].mean() for i in idx], "len_c": [l1[i].mean() for i in idx],
+             "rel_len": [l1[i].mean() / l0[i].mean() - 1 for i in idx]}
+    return {"n": len(l0), "unit": unit_name, "n_units": n_units(units), "scored": False,
+            **{k: float(v) for k, v in point.items()},
+            "ci95": {k: [float(v) for v in percentile_ci(np.array(b))]
+                     for k, b in boots.items()},
+            "note": "accuracy, harm, help and the regime need a scorer: pass scorer= (or "
+                    "answers in the data) in --task-options"}
 
 
 def _cond(num: np.ndarray, den: np.ndarray) -> float:
@@ -151,9 +217,27 @@ def evaluate_checkpoint(model, tokenizer, task: Task, context: str, n_levels: in
     units = [task.unit(lv) for lv in levels]
     no_c = play_levels(model, tokenizer, task, levels, None, temperature, seed)
     with_c = play_levels(model, tokenizer, task, levels, context, temperature, seed)
+    budget = {"hit_budget_no_c": float(no_c["hit_budget"].mean()),
+              "hit_budget_c": float(with_c["hit_budget"].mean()),
+              "max_new": max_response_tokens(task)}
+    if not getattr(task, "scored", True):  # own data without a scorer
+        report = {**unscored_report(no_c, with_c, units, task.unit_name), **budget,
+                  **views_kl(model, tokenizer, task, levels, context, no_c["ids"], units),
+                  "metric": task.success,
+                  "items": {"unit": units, "response_no_c": no_c["texts"],
+                            "response_c": with_c["texts"]}}
+        if control:
+            wrong = [task.control_context(levels, i, context) for i in range(len(levels))]
+            ctrl = play_levels(model, tokenizer, task, levels, wrong, temperature, seed)
+            report["control"] = {"len": float(ctrl["length"].mean()),
+                                 "note": "reads_c needs a scorer"}
+        return report
     report = {**paired_report(no_c, with_c, units, task.unit_name), "metric": task.success,
+              **budget,
               "items": {"unit": units, "won_no_c": no_c["won"].astype(int).tolist(),
                         "won_c": with_c["won"].astype(int).tolist()}}
+    if getattr(task, "name", None) == "jsonl":  # own data: what was fed in and answered
+        report["items"].update(response_no_c=no_c["texts"], response_c=with_c["texts"])
     if control:
         wrong = [task.control_context(levels, i, context) for i in range(len(levels))]
         ctrl = play_levels(model, tokenizer, task, levels, wrong, temperature, seed)
@@ -193,17 +277,22 @@ def metric_of(reports: dict[str, dict]) -> str:
     return next(iter(reports.values())).get("metric", "win") if reports else "win"
 
 
+REGIMES = ("regime: A = context hurts (95% interval of win_c - win_no_c below 0), B = context "
+           "still needed (above 0), C = context irrelevant (interval spans 0); parse_fail: share "
+           "of responses the scorer could not read")
+
+
 def format_table(reports: dict[str, dict], columns: list[str] = COLUMNS) -> str:
     name_w = max(12, *(len(n) for n in reports))
     metric = metric_of(reports)
     w = max(9, *(len(label(c, metric)) for c in columns))
     lines = [f"{'checkpoint':<{name_w}} " + " ".join(f"{label(c, metric):>{w}}" for c in columns)]
     for name, r in reports.items():
-        cells = [f"{r[c]:>{w}.3f}" if isinstance(r[c], float) else f"{r[c]!s:>{w}}"
-                 for c in columns]
+        cells = [f"{r.get(c):>{w}.3f}" if isinstance(r.get(c), float) else
+                 f"{'-' if r.get(c) is None else r.get(c)!s:>{w}}" for c in columns]
         lines.append(f"{name:<{name_w}} " + " ".join(cells))
     r = next(iter(reports.values()), None)
-    if r is not None and "unit" in r:
+    if r is not None and "unit" in r and r.get("scored") is not False:
         lines.append(f"(intervals resample {r['n_units']} {r['unit']}s over {r['n']} items; "
                      "harm = P(lost with c | won without c); regime from the interval of "
                      "win_c - win_no_c)")
@@ -300,21 +389,39 @@ def run(cfg: EvalConfig | None = None, /, **fields) -> dict:
                                 results=reports)
 
 
+UNSCORED = ["len_no_c", "len_c", "rel_len", "kl_views"]
+
+
 def show(report: dict) -> None:
-    """The paired table (and the control's, when measured)."""
+    """The paired table (and the control's, when measured); without a scorer, what can be
+    measured and what cannot."""
     reports, cfg = report["results"], report["config"]
-    n = next(iter(reports.values()))["n"]
-    print(f"task={report['task']} context={report['context']} levels={n} seed={cfg['seed']} "
-          f"temperature={cfg['temperature']}")
-    print(format_table(reports))
-    if cfg.get("control"):
-        print(format_control(reports))
+    first = next(iter(reports.values()))
+    print(f"task={report['task']} context={report['context']} levels={first['n']} "
+          f"seed={cfg['seed']} temperature={cfg['temperature']} "
+          f"response budget={first.get('max_new', '-')} tokens")
+    if first.get("scored") is False:
+        print(format_table(reports, UNSCORED))
+        print(f"(kl_views = mean token KL(g(.|x) || g(.|x,c)) on the no-context responses; "
+              f"{first['note']})")
+    else:
+        print(format_table(reports, [*COLUMNS, "parse_fail_no_c", "parse_fail_c"]))
+        print(REGIMES)
+        if cfg.get("control"):
+            print(format_control(reports))
+    for name, r in reports.items():
+        hit = max(r.get("hit_budget_no_c", 0), r.get("hit_budget_c", 0))
+        if hit > 0.5:
+            print(f"note: {name}: {hit:.0%} of responses stopped at the response budget of "
+                  f"{r['max_new']} tokens; raise it with --task-options max_new=N")
 
 
 def figures(report: dict) -> dict:
     """{"": Figure}: per checkpoint, the paired rates with 95% intervals."""
-    from nca_interp.plots import evaluate_figure
+    from nca_interp.plots import evaluate_figure, unscored_figure
 
+    if next(iter(report["results"].values())).get("scored") is False:
+        return {"": unscored_figure(report)}
     return {"": evaluate_figure(report)}
 
 

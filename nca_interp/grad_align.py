@@ -403,11 +403,39 @@ def run(cfg: GradAlignConfig | None = None, /, **fields) -> dict:
 DEMO = ("sokoban_opd",)  # what the bare command line aligns
 
 
+def format_corrected(results: dict[str, dict]) -> str:
+    """The noise-corrected angles (P independent parts) with their 95% jackknife intervals;
+    empty when the report has no parts beyond two halves."""
+    rows = {n: r["global"].get("parts") for n, r in results.items()}
+    rows = {n: p for n, p in rows.items() if p}
+    if not rows:
+        return ""
+    pairs = list(next(iter(rows.values()))["pairs"])
+    w = max(12, *(len(n) for n in rows))
+
+    def cell(p: dict) -> str:
+        a, ci = p["angle_corrected_deg"], p["angle_ci95_deg"]
+        if a is None:
+            return f"{'-':>22}"
+        return f"{a:>6.1f} [{ci[0]:5.1f}, {ci[1]:5.1f}]" if ci else f"{a:>6.1f} [  -  ,   -  ]"
+
+    lines = [f"{'corrected (deg)':<{w}} " + " ".join(f"{p:>22}" for p in pairs)]
+    for name, parts in rows.items():
+        lines.append(f"{name:<{w}} " + " ".join(cell(parts["pairs"][p]) for p in pairs))
+    lines.append(f"(noise-corrected angle over {next(iter(rows.values()))['n_parts']} "
+                 "independent parts, with its 95% jackknife interval; '-': no signal)")
+    return "\n".join(lines)
+
+
 def show(report: dict) -> None:
     batch = report["batch"]
-    print(f"task={report['task']} context={report['context']} batch={batch} (two halves "
-          f"of {batch // 2})")
+    parts = report["config"].get("parts") or 2
+    print(f"task={report['task']} context={report['context']} batch={batch} ({parts} parts "
+          f"of {batch // parts}; floors from two halves of {batch // 2})")
     print(format_table(report["results"]))
+    corrected = format_corrected(report["results"])
+    if corrected:
+        print(corrected)
 
 
 def figures(report: dict) -> dict:

@@ -262,11 +262,12 @@ class ParamDeltaConfig:
 
 def format_table(per_ckpt: dict[str, dict], key: str) -> str:
     names = list(per_ckpt)
+    label = analysis.short_labels(names)  # two folders called `final` stay two columns
     rows = sorted({k for r in per_ckpt.values() for k in r[key]},
                   key=lambda k: (not k.isdigit(), int(k) if k.isdigit() else 0, k))
-    w = max(14, *(len(Path(n).name) for n in names))
+    w = max(14, *(len(label[n]) for n in names))
     kw = max(16, *(len(k) + 1 for k in rows))
-    lines = [f"{key:<{kw}} " + " ".join(f"{Path(n).name:>{w}}" for n in names)]
+    lines = [f"{key:<{kw}} " + " ".join(f"{label[n]:>{w}}" for n in names)]
     for k in rows:
         vals = [per_ckpt[n][key].get(k) for n in names]
         lines.append(f"{k:<{kw}} " + " ".join(f"{v:>{w}.5f}" if v is not None else f"{'-':>{w}}"

@@ -427,6 +427,35 @@ def notebook_renderer() -> None:
     pio.renderers.default = "plotly_mimetype+notebook"
 
 
+def unscored_figure(report: dict) -> go.Figure:
+    """Own data without a scorer: per checkpoint, the mean response length without and with c
+    and the views' token KL, with 95% intervals."""
+    from plotly.subplots import make_subplots
+
+    reps = report["results"]
+    names = list(reps)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(
+        "response length (tokens)", "KL(g(.|x) || g(.|x,c)) per token"))
+    for key, colour in (("len_no_c", "#4c78a8"), ("len_c", "#f58518")):
+        fig.add_bar(x=names, y=[reps[n][key] for n in names], name=key, marker_color=colour,
+                    error_y=_interval([reps[n][key] for n in names],
+                                      [reps[n]["ci95"][key] for n in names]), row=1, col=1)
+    fig.add_bar(x=names, y=[reps[n]["kl_views"] for n in names], name="kl_views",
+                marker_color="#54a24b", error_y=_interval(
+                    [reps[n]["kl_views"] for n in names],
+                    [reps[n]["kl_views_ci95"] for n in names]), row=1, col=2)
+    fig.update_layout(title=f"{report['task']}: context return without a scorer", width=900,
+                      height=420, barmode="group")
+    return fig
+
+
+def _interval(values: list[float], cis: list) -> dict:
+    """plotly error bars from (lo, hi) intervals around `values`."""
+    return {"type": "data", "symmetric": False,
+            "array": [hi - v for v, (lo, hi) in zip(values, cis)],
+            "arrayminus": [v - lo for v, (lo, hi) in zip(values, cis)]}
+
+
 def ensure_plotly_bundle(folder: Path) -> Path:
     """`folder/plotly.min.js`, the bundle the pages load, checked by size and sha256 against
     plotly's own and written atomically when missing or different (plotly's writer keeps any

@@ -21,20 +21,20 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
 from types import ModuleType
 
-from nca_interp.tasks import facts, frozenlake, opcd, sokoban, sysprompt
+from nca_interp.tasks import facts, frozenlake, jsonl, opcd, sokoban, sysprompt
 from nca_interp.tasks.sokoban import Outcome
 
 CONTEXT_KINDS = ("state", "plan", "rules", "remap")  # games; QA tasks: one kind, "system"
-TASKS = ("sokoban", "frozenlake", "sysprompt", "opcd", "facts")
+TASKS = ("sokoban", "frozenlake", "sysprompt", "opcd", "facts", "jsonl")
 # every command's help lists the same choices, from here
 TASK_CHOICES = "|".join(TASKS)
 CONTEXT_CHOICES = ("|".join(CONTEXT_KINDS) + " (sokoban, frozenlake), system (sysprompt, opcd), "
-                   "facts|rule (facts: the kind its options name)")
+                   "facts|rule (facts: the kind its options name), context (jsonl)")
 _CONFIGS = {"sokoban": sokoban.SokobanConfig, "frozenlake": frozenlake.FrozenLakeConfig,
             "sysprompt": sysprompt.SyspromptConfig, "opcd": opcd.OPCDConfig,
-            "facts": facts.FactsConfig}
+            "facts": facts.FactsConfig, "jsonl": jsonl.JsonlConfig}
 _MODULES = {"sokoban": sokoban, "frozenlake": frozenlake, "sysprompt": sysprompt,
-            "opcd": opcd, "facts": facts}
+            "opcd": opcd, "facts": facts, "jsonl": jsonl}
 FORMATS = ("compact", "textarena")
 _CHAT_MOVE = re.compile(r"\[\s*(up|down|left|right|w|a|s|d)\s*\]", re.IGNORECASE)
 _CHAT_TO_MOVE = {"up": "U", "w": "U", "down": "D", "s": "D", "left": "L", "a": "L",
@@ -447,6 +447,100 @@ class FactsTask(Task):
         return Scored(ok, True, response.strip()[:80], 0)
 
 
+@dataclass(frozen=True)
+class JsonlTask(Task):
+    """A researcher's own prompts and contexts from a JSONL file (`nca_interp.tasks.jsonl`):
+    the prompts used exactly as written, c placed as `context_as` says, responses scored by the
+    named scorer (or not at all: `scored` is False)."""
+
+    budget_tokenizer: object = field(default=None, compare=False, repr=False)
+    success = "accuracy"
+    unit_name = "item"
+    default_context = "context"
+    context_kinds = jsonl.KINDS
+
+    @property
+    def scored(self) -> bool:
+        return jsonl.scored(self.config)
+
+    def unit(self, level) -> str:
+        return level.key
+
+    def level(self, seed: int | str, split: str = "train"):
+        return jsonl.generate_level(seed, self.config, split)
+
+    def levels(self, split: str, n: int, seed: int = 0) -> list:
+        """Held-out: the test items in file order, the first `n`; training: seeded draws."""
+        if split == "test":
+            return jsonl.all_test_questions(self.config, seed)[:n]
+        return [self.level(f"{split}-{seed}-{i}") for i in range(n)]
+
+    def sample_levels(self, stream: str, n: int, exclude: set[str]) -> list:
+        return [self.level(f"{stream}-{i}") for i in range(n)]  # train items only
+
+    def render(self, level) -> str:
+        return level.text()
+
+    def context(self, level, kind: str) -> str:
+        if kind not in jsonl.KINDS:
+            raise ValueError(f"jsonl has one context kind, context (the item's c), not "
+                             f"{kind!r}")
+        return jsonl.shared_context(self.config) or level.context
+
+    def control_context(self, levels: list, i: int, kind: str) -> str:
+        """Another item's c (the next one whose c differs); with one shared c, its words
+        shuffled."""
+        own = self.context(levels[i], kind)
+        if self.config.context_file:
+            return shuffled_words(own, i)
+        pool = [it for it in jsonl.items(self.config) if it.context != own]
+        if not pool:
+            return shuffled_words(own, i)
+        order = [it.id for it in jsonl.items(self.config)]
+        here = order.index(levels[i].id)
+        return min(pool, key=lambda it: (order.index(it.id) - here - 1) % len(order)).context
+
+    def for_tokenizer(self, tokenizer, context_as: str | None = None,
+                      template_kwargs: tuple = (("enable_thinking", False),)) -> Task:
+        task = super().for_tokenizer(tokenizer, "system", template_kwargs)
+        return replace(task, budget_tokenizer=tokenizer)
+
+    def prompt(self, level, context: str | None = None) -> str:
+        """x exactly as written (a chat checkpoint: through its template); c as `context_as`
+        places it."""
+        where = self.config.context_as
+        if self.chat is not None:
+            text = self.chat.tokenizer.apply_chat_template(
+                jsonl.chat_messages(level, context, where), tokenize=False,
+                add_generation_prompt=True, **dict(self.chat.template_kwargs))
+            return f"{context}\n{text}" if context is not None and where == "prefix" else text
+        x = level.text()
+        return x if context is None else f"{context}\n{x}"
+
+    def max_response_tokens(self) -> int:
+        """`max_new`, else the longest reference answer in tokens (of the checkpoint's
+        tokenizer once known; characters before) plus a margin, else DEFAULT_BUDGET."""
+        if self.config.max_new:
+            return self.config.max_new
+        answers = [it.answer for it in jsonl.items(self.config) if it.answer]
+        if not answers:
+            return jsonl.DEFAULT_BUDGET
+        tok = self.budget_tokenizer
+        longest = max(len(tok.encode(a, add_special_tokens=False)) if tok is not None
+                      else len(a) for a in answers)
+        return longest + jsonl.BUDGET_MARGIN
+
+    def target(self, level) -> str:
+        if level.answer is None:
+            raise ValueError(f"item {level.id!r} has no answer, so there is no reference "
+                             "response: pass --responses own or base (layer_sim)")
+        return level.answer
+
+    def score(self, level, response: str) -> Scored:
+        ok = jsonl.score(self.config, level, response)
+        return Scored(bool(ok), ok is not None, response.strip()[:80], 0)
+
+
 def make_task(name: str, fmt: str = "compact", plan_k: int = 3, **config) -> Task:
     """`make_task("sokoban", dim_room=(8, 8))`, `make_task("frozenlake", size=3, num_holes=2)`,
     `make_task("sysprompt", kb=0)`, `make_task("opcd", "textarena", train=..., test=...,
@@ -455,7 +549,8 @@ def make_task(name: str, fmt: str = "compact", plan_k: int = 3, **config) -> Tas
         raise ValueError(f"unknown format {fmt!r}; choose one of {FORMATS}")
     if name not in _CONFIGS:
         raise ValueError(f"unknown task {name!r}; choose one of {TASKS}")
-    cls = {"sysprompt": SyspromptTask, "opcd": OPCDTask, "facts": FactsTask}.get(name, Task)
+    cls = {"sysprompt": SyspromptTask, "opcd": OPCDTask, "facts": FactsTask,
+           "jsonl": JsonlTask}.get(name, Task)
     return cls(name, _MODULES[name], _CONFIGS[name](**config), fmt, plan_k)
 
 
@@ -487,6 +582,8 @@ def parse_task_options(name: str, options: list[str] | None) -> dict:
                 out[key] = None
             elif isinstance(default, bool):
                 out[key] = value.lower() in ("1", "true", "yes")
+            elif isinstance(default, float):
+                out[key] = float(value)
             elif isinstance(default, int) or key == "kb":
                 out[key] = int(value)
             elif isinstance(default, tuple):

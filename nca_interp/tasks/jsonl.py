@@ -1,0 +1,321 @@
+"""Your own data: prompts and privileged contexts from a JSONL file, scored by a rule you name.
+
+    --task jsonl --task-options data=mine.jsonl,scorer=startswith,pattern=Ahoy
+    --task jsonl --task-options data=mine.jsonl,context_file=persona.txt,scorer=score.py:fn
+
+One JSON object per line:
+
+- `prompt` (x): text, or a list of chat messages (`{"role": ..., "content": ...}`) used as
+  written; nothing is appended to it;
+- `context` (c): per item, or one text shared by every item from `context_file=`;
+- `answer` (optional): the reference a scorer compares with, and the response budget's length;
+- `split` (optional): `train` or `test`; items without one are split by a seeded draw
+  (`test_share`, `split_seed`);
+- `id` (optional): the item's name in every report (default: its line number).
+
+Where c goes (`context_as`): `system` (the system message; without c the chat template's own
+default system message stays), `user` (c, a blank line, then the user's first message) or
+`prefix` (c and a newline before the whole prompt text). A checkpoint without a chat template
+always gets `c\\nx`.
+
+Scorers (`scorer=`): `exact`, `contains`, `startswith` (against `pattern=` when given, else the
+item's `answer`; case and surrounding space ignored), `regex` (`pattern=`, or `pattern=@FILE`),
+`language` (`language=fr|de|...`: the identifier of the `french` rule), or your function
+`scorer=path/to/file.py:fn` (or `module:fn`), called as `fn(item: dict, response: str)` on the raw
+response and returning a bool, or a float read as right when >= 0.5. Without a scorer, an
+item's `answer` is scored `exact`; with neither, nothing is scored, and `evaluate` reports what
+needs no score (the views' KL, the length change).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nca_interp.errors import InputError, UsageError
+from nca_interp.fsio import parse_json, read_text
+
+CONTEXT_AS = ("system", "user", "prefix")
+SCORERS = ("exact", "contains", "startswith", "regex", "language")
+KINDS = ("context",)  # the one context kind: the item's c (or the shared file's)
+DEFAULT_BUDGET = 64  # response tokens when no item has an answer
+BUDGET_MARGIN = 8  # tokens past the longest answer
+
+
+@dataclass(frozen=True)
+class JsonlConfig:
+    data: str = ""  # the JSONL file
+    context_file: str = ""  # one c shared by every item (else each item's `context`)
+    context_as: str = "system"  # system | user | prefix
+    scorer: str = ""  # exact | contains | startswith | regex | language | FILE.py:fn | module:fn
+    pattern: str = ""  # for regex (or @FILE), or a fixed text for exact/contains/startswith
+    language: str = ""  # for scorer=language
+    test_share: float = 0.25  # held-out share of the items that name no split
+    split_seed: int = 0
+    max_new: int = 0  # response budget in tokens; 0: from the data (longest answer + margin)
+
+    def __post_init__(self):
+        if not self.data:
+            raise UsageError("task jsonl needs data=FILE.jsonl (one JSON object per line with "
+                             "prompt and context); see docs/own_data.md")
+        if self.context_as not in CONTEXT_AS:
+            raise UsageError(f"context_as must be one of {', '.join(CONTEXT_AS)}, not "
+                             f"{self.context_as!r}")
+        if not 0 < self.test_share < 1:
+            raise UsageError(f"test_share must lie between 0 and 1, not {self.test_share}")
+        if self.max_new < 0:
+            raise UsageError(f"max_new must be >= 0 (0: from the data), not {self.max_new}")
+        builtin = self.scorer in SCORERS
+        if self.scorer and not builtin and ":" not in self.scorer:
+            raise UsageError(f"scorer={self.scorer!r}: choose one of {', '.join(SCORERS)}, or "
+                             "your function as path/to/file.py:fn or module:fn")
+        if self.scorer == "regex" and not self.pattern:
+            raise UsageError("scorer=regex needs pattern=REGEX (or pattern=@FILE)")
+        if self.scorer == "language" and not self.language:
+            raise UsageError("scorer=language needs language=CODE (fr, de, es, ...)")
+
+
+@dataclass(frozen=True)
+class Item:
+    id: str
+    prompt: str | tuple  # text, or chat messages as ((role, content), ...)
+    context: str | None
+    answer: str | None
+    split: str
+    source: str  # file:line, for messages
+    raw: dict = field(compare=False, repr=False, hash=False)
+
+    @property
+    def key(self) -> str:
+        return self.id
+
+    @property
+    def solution(self) -> str | None:
+        return self.answer
+
+    def text(self) -> str:
+        """The prompt as one text (a message list: its contents, one per line)."""
+        if isinstance(self.prompt, str):
+            return self.prompt
+        return "\n".join(content for _, content in self.prompt)
+
+
+def _fail(where: str, why: str) -> InputError:
+    return InputError(f"{where}: {why}; every line must be one JSON object with \"prompt\" (text "
+                      "or chat messages) and \"context\" (unless context_file= is given)")
+
+
+def _messages(value, where: str) -> tuple:
+    out = []
+    for m in value:
+        if not (isinstance(m, dict) and isinstance(m.get("role"), str)
+                and isinstance(m.get("content"), str)):
+            raise _fail(where, "a chat message must be {\"role\": ..., \"content\": ...}")
+        out.append((m["role"], m["content"]))
+    if not out or out[-1][0] != "user":
+        raise _fail(where, "a message list must end with a user message")
+    return tuple(out)
+
+
+def parse_line(line: str, where: str, shared: bool, n: int) -> Item:
+    try:
+        row = parse_json(line, where)
+    except InputError as e:
+        raise _fail(where, str(e).split(": ", 1)[-1]) from None
+    if not isinstance(row, dict):
+        raise _fail(where, "not a JSON object")
+    prompt = row.get("prompt")
+    if isinstance(prompt, list):
+        prompt = _messages(prompt, where)
+    elif not isinstance(prompt, str) or not prompt.strip():
+        raise _fail(where, "\"prompt\" is missing or empty")
+    context = row.get("context")
+    if not shared and (not isinstance(context, str) or not context.strip()):
+        raise _fail(where, "\"context\" is missing or empty")
+    if context is not None and not isinstance(context, str):
+        raise _fail(where, "\"context\" must be text")
+    answer = row.get("answer")
+    if answer is not None and not isinstance(answer, str):
+        answer = str(answer) if isinstance(answer, (int, float)) else None
+        if answer is None:
+            raise _fail(where, "\"answer\" must be text or a number")
+    split = row.get("split", "")
+    if split not in ("", "train", "test"):
+        raise _fail(where, f"\"split\" must be train or test, not {split!r}")
+    ident = row.get("id", n)
+    return Item(str(ident), prompt, context, answer, split, where, row)
+
+
+@functools.lru_cache(maxsize=8)
+def load(path: str, shared: bool, test_share: float, split_seed: int,
+         stamp: tuple = ()) -> tuple[Item, ...]:
+    """Every item of a JSONL file, each with its split (blank lines allowed; any other bad line
+    is an error naming file and line: nothing is dropped). `stamp` (the file's size and
+    modification time) keys the cache, so an edited file is read again."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"data file {path} not found; pass data=FILE.jsonl, a file you have")
+    items = [parse_line(line, f"{p}:{n}", shared, n)
+             for n, line in enumerate(read_text(p, "data file").splitlines(), 1)
+             if line.strip()]
+    if not items:
+        raise InputError(f"{p} holds no items")
+    seen: dict[str, str] = {}
+    for it in items:
+        if it.id in seen:
+            raise InputError(f"{it.source}: id {it.id!r} repeats the one at {seen[it.id]}; "
+                             "give every item its own id")
+        seen[it.id] = it.source
+    free = [i for i, it in enumerate(items) if not it.split]  # a seeded share held out
+    random.Random(f"jsonl-split-{split_seed}").shuffle(free)
+    held = set(free[: max(1, round(test_share * len(free)))] if free else [])
+    out = tuple(it if it.split else
+                Item(it.id, it.prompt, it.context, it.answer,
+                     "test" if i in held else "train", it.source, it.raw)
+                for i, it in enumerate(items))
+    for split in ("train", "test"):
+        if not any(it.split == split for it in out):
+            raise InputError(f"{p}: no {split} item (of {len(out)}); mark some items "
+                             f"\"split\": \"{split}\" or change test_share")
+    return out
+
+
+def items(cfg: JsonlConfig) -> tuple[Item, ...]:
+    p = Path(cfg.data)
+    stamp = (p.stat().st_size, p.stat().st_mtime_ns) if p.exists() else ()
+    return load(cfg.data, bool(cfg.context_file), cfg.test_share, cfg.split_seed, stamp)
+
+
+def shared_context(cfg: JsonlConfig) -> str | None:
+    if not cfg.context_file:
+        return None
+    p = Path(cfg.context_file)
+    if not p.exists():
+        raise InputError(f"context file {p} not found")
+    text = read_text(p, "context file").strip()
+    if not text:
+        raise InputError(f"context file {p} is empty")
+    return text
+
+
+def generate_level(seed: int | str, cfg: JsonlConfig, split: str = "train") -> Item:
+    pool = [it for it in items(cfg) if it.split == split]
+    return pool[random.Random(f"jsonl-{seed}").randrange(len(pool))]
+
+
+def all_test_questions(cfg: JsonlConfig, seed: int = 0) -> list[Item]:
+    """The held-out items, in file order."""
+    return [it for it in items(cfg) if it.split == "test"]
+
+
+# -- scoring -----------------------------------------------------------------------------------
+
+def _norm(text: str) -> str:
+    return " ".join(text.strip().lower().split())
+
+
+def _pattern(cfg: JsonlConfig) -> str:
+    if cfg.pattern.startswith("@"):
+        return read_text(cfg.pattern[1:], "pattern file").strip()
+    return cfg.pattern
+
+
+@functools.lru_cache(maxsize=8)
+def user_scorer(spec: str):
+    """`path/to/file.py:fn` or `module:fn`, imported once; an error names what is missing."""
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise UsageError(f"scorer={spec!r}: give your function as path/to/file.py:fn or "
+                         "module:fn")
+    if where.endswith(".py"):
+        path = Path(where).expanduser()
+        if not path.is_file():
+            raise UsageError(f"scorer file {path} not found (scorer={spec})")
+        module_spec = importlib.util.spec_from_file_location(f"nca_user_scorer_{path.stem}",
+                                                             path)
+        module = importlib.util.module_from_spec(module_spec)
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as e:  # noqa: BLE001 - the user's code: its error, named
+            raise UsageError(f"scorer file {path} failed to import: {type(e).__name__}: "
+                             f"{e}") from None
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as e:
+            raise UsageError(f"scorer module {where!r} cannot be imported ({e})") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise UsageError(f"scorer {spec}: {where} has no function {name!r}")
+    return fn
+
+
+def scored(cfg: JsonlConfig) -> bool:
+    """Whether responses to this data can be scored (a scorer, or answers to compare with)."""
+    return bool(cfg.scorer) or any(it.answer is not None for it in items(cfg))
+
+
+def score(cfg: JsonlConfig, item: Item, response: str) -> bool | None:
+    """Whether `response` is right for `item`; None when nothing can score it. A user scorer's
+    exception is an error naming the item."""
+    kind = cfg.scorer or ("exact" if item.answer is not None else "")
+    if not kind:
+        return None
+    if kind in ("exact", "contains", "startswith"):
+        ref = cfg.pattern or item.answer
+        if ref is None:
+            raise UsageError(f"{item.source}: scorer={kind} needs the item's \"answer\" or "
+                             "pattern=")
+        got, want = _norm(response), _norm(ref)
+        return {"exact": got == want, "contains": want in got,
+                "startswith": got.startswith(want)}[kind]
+    if kind == "regex":
+        return re.search(_pattern(cfg), response) is not None
+    if kind == "language":
+        from nca_interp.tasks.language import LANGUAGES, language
+
+        langs = LANGUAGES if cfg.language in LANGUAGES else (*LANGUAGES, cfg.language)
+        return language(response, langs) == cfg.language
+    fn = user_scorer(kind)
+    try:
+        value = fn(dict(item.raw, id=item.id), response)
+    except Exception as e:  # noqa: BLE001 - the user's code: its error, named by item
+        raise UsageError(f"scorer {kind} raised {type(e).__name__}: {e} on item {item.id!r} "
+                         f"({item.source})") from None
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return float(value) >= 0.5
+    raise UsageError(f"scorer {kind} returned {type(value).__name__} {value!r} for item "
+                     f"{item.id!r}; return a bool or a number")
+
+
+# -- prompts -------------------------------------------------------------------------------
+
+def chat_messages(item: Item, context: str | None, context_as: str) -> list[dict]:
+    """The item's chat messages with c placed as `context_as` says (`prefix` is placed by the
+    caller, before the templated text)."""
+    msgs = [{"role": "user", "content": item.prompt}] if isinstance(item.prompt, str) else \
+        [{"role": r, "content": c} for r, c in item.prompt]
+    if context is None or context_as == "prefix":
+        return msgs
+    if context_as == "system":
+        if msgs[0]["role"] == "system":
+            return [{"role": "system", "content": f"{context}\n\n{msgs[0]['content']}"},
+                    *msgs[1:]]
+        return [{"role": "system", "content": context}, *msgs]
+    first = next(i for i, m in enumerate(msgs) if m["role"] == "user")
+    msgs[first] = {"role": "user", "content": f"{context}\n\n{msgs[first]['content']}"}
+    return msgs
+
+
+def render_compact(item: Item) -> str:
+    return item.text()
+
+
+render_chat = render_compact

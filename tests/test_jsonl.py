@@ -1,0 +1,261 @@
+"""Your own data (`--task jsonl`): prompts used as written, c placed where asked, scorers by
+name or your own function, a budget from the data, bad lines named by file and line, and
+`evaluate` without a scorer reporting what it can measure."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nca_interp import evaluate
+from nca_interp.checkpoint import save_checkpoint
+from nca_interp.errors import InputError, UsageError
+from nca_interp.tasks import jsonl, task_from_record
+from tests.conftest import tiny
+
+
+def write(path: Path, rows) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def rows(n=12, answer=True):
+    return [{"prompt": f"what is {i} plus one", "context": f"you always answer {i + 1}",
+             **({"answer": str(i + 1)} if answer else {}), "id": f"q{i}"} for i in range(n)]
+
+
+def task(tmp_path, *options, data=None):
+    data = data or write(tmp_path / "d.jsonl", rows())
+    return task_from_record(None, "jsonl", None, [f"data={data}", *options])
+
+
+# -- the data --------------------------------------------------------------------------------
+
+def test_items_keep_their_prompt_context_answer_and_a_seeded_split(tmp_path):
+    t = task(tmp_path, "test_share=0.25")
+    test = t.levels("test", 100)
+    assert len(test) == 3 and all(it.split == "test" for it in test)
+    again = task(tmp_path, "test_share=0.25")
+    assert [it.id for it in again.levels("test", 100)] == [it.id for it in test]
+    other = task(tmp_path, "test_share=0.25", "split_seed=1")
+    assert [it.id for it in other.levels("test", 100)] != [it.id for it in test]
+    lv = test[0]
+    assert t.prompt(lv) == lv.prompt  # exactly as written: nothing appended
+    assert t.prompt(lv, t.context(lv, "context")) == f"{lv.context}\n{lv.prompt}"
+    train = {it.id for it in t.sample_levels("s", 50, set())}
+    assert not train & {it.id for it in test}
+
+
+def test_an_explicit_split_is_kept(tmp_path):
+    data = rows(4)
+    data[0]["split"], data[1]["split"] = "test", "train"
+    data[2]["split"] = data[3]["split"] = "train"
+    t = task(tmp_path, data=write(tmp_path / "d.jsonl", data))
+    assert [it.id for it in t.levels("test", 10)] == ["q0"]
+
+
+def test_a_shared_context_file_and_the_wrong_c_control(tmp_path):
+    persona = tmp_path / "persona.txt"
+    persona.write_text("You are Captain Quill; begin every answer with Ahoy!\n")
+    data = write(tmp_path / "d.jsonl", [{"prompt": f"tell me about {w}"} for w in
+                                        ("tides", "maps", "rum", "stars")])
+    t = task(tmp_path, f"context_file={persona}", "test_share=0.5", data=data)
+    lv = t.levels("test", 10)
+    assert t.context(lv[0], "context") == persona.read_text().strip()
+    wrong = t.control_context(lv, 0, "context")
+    assert wrong != t.context(lv[0], "context") and sorted(wrong.split()) == sorted(
+        t.context(lv[0], "context").split())
+    own = task(tmp_path)  # per-item contexts: another item's c
+    levels = own.levels("test", 10)
+    c0 = own.control_context(levels, 0, "context")
+    assert c0 != levels[0].context and c0 in {it.context for it in jsonl.items(own.config)}
+
+
+@pytest.mark.parametrize("line, why", [
+    ('{"prompt": "a", "context": "c"', "not valid JSON"),
+    ('["a"]', "not a JSON object"),
+    ('{"context": "c"}', '"prompt" is missing'),
+    ('{"prompt": "a"}', '"context" is missing'),
+    ('{"prompt": [{"role": "assistant", "content": "x"}], "context": "c"}', "end with a user"),
+    ('{"prompt": "a", "context": "c", "split": "dev"}', "train or test"),
+])
+def test_a_malformed_line_names_file_and_line_and_nothing_is_dropped(tmp_path, line, why):
+    data = write(tmp_path / "bad.jsonl", [rows(2)[0], line, rows(3)[2]])
+    with pytest.raises(InputError, match=rf"bad.jsonl:2: .*{why}"):
+        task(tmp_path, data=data).levels("test", 5)
+
+
+def test_a_repeated_id_and_a_missing_file_are_named(tmp_path):
+    data = rows(3)
+    data[2]["id"] = "q0"
+    with pytest.raises(InputError, match=r"d.jsonl:3: id 'q0' repeats the one at .*d.jsonl:1"):
+        task(tmp_path, data=write(tmp_path / "d.jsonl", data)).levels("test", 5)
+    with pytest.raises(InputError, match="not found"):
+        task(tmp_path, data=tmp_path / "none.jsonl").levels("test", 5)
+    with pytest.raises(UsageError, match="needs data="):
+        task_from_record(None, "jsonl", None, [])
+
+
+# -- scorers -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("options, response, right", [
+    ([], "5", True), ([], " 5 ", True), ([], "55", False),
+    (["scorer=contains"], "it is 5!", True), (["scorer=startswith"], "5 is it", True),
+    (["scorer=startswith", "pattern=Ahoy"], "ahoy, 5", True),
+    (["scorer=startswith", "pattern=Ahoy"], "5", False),
+    (["scorer=regex", "pattern=^[0-9]+$"], "5", True),
+    (["scorer=regex", "pattern=^[0-9]+$"], "five", False),
+])
+def test_builtin_scorers(tmp_path, options, response, right):
+    t = task(tmp_path, *options)
+    item = next(it for it in jsonl.items(t.config) if it.id == "q4")
+    assert t.score(item, response).won is right
+
+
+def test_a_regex_pattern_from_a_file_and_the_language_scorer(tmp_path):
+    (tmp_path / "p.txt").write_text("^Ahoy\n")
+    t = task(tmp_path, "scorer=regex", f"pattern=@{tmp_path / 'p.txt'}")
+    item = jsonl.items(t.config)[0]
+    assert t.score(item, "Ahoy there").won and not t.score(item, "hello").won
+    fr = task(tmp_path, "scorer=language", "language=fr")
+    assert fr.score(item, "La capitale de la France est Paris.").won
+    assert not fr.score(item, "The capital of France is Paris.").won
+
+
+def test_your_scorer_gets_the_item_and_the_raw_response(tmp_path):
+    (tmp_path / "score.py").write_text(
+        "def fn(item, response):\n"
+        "    return response.startswith('Ahoy') and item['id'] != 'q1'\n"
+        "def half(item, response):\n    return 0.5\n"
+        "def broken(item, response):\n    raise KeyError('gold')\n")
+    t = task(tmp_path, f"scorer={tmp_path / 'score.py'}:fn")
+    items = {it.id: it for it in jsonl.items(t.config)}
+    assert t.score(items["q0"], "Ahoy!").won and not t.score(items["q1"], "Ahoy!").won
+    assert task(tmp_path, f"scorer={tmp_path / 'score.py'}:half").score(items["q0"], "").won
+    with pytest.raises(UsageError, match=r"raised KeyError: 'gold' on item 'q3' \(.*d.jsonl:4\)"):
+        task(tmp_path, f"scorer={tmp_path / 'score.py'}:broken").score(items["q3"], "x")
+    with pytest.raises(UsageError, match="scorer file .*nope.py not found"):
+        task(tmp_path, f"scorer={tmp_path / 'nope.py'}:fn").score(items["q0"], "x")
+    with pytest.raises(UsageError, match="has no function 'other'"):
+        task(tmp_path, f"scorer={tmp_path / 'score.py'}:other").score(items["q0"], "x")
+
+
+def test_no_scorer_and_no_answers_is_unscored(tmp_path):
+    t = task(tmp_path, data=write(tmp_path / "d.jsonl", rows(answer=False)))
+    assert not t.scored
+    assert t.max_response_tokens() == jsonl.DEFAULT_BUDGET
+    assert task(tmp_path).max_response_tokens() == len("12") + jsonl.BUDGET_MARGIN
+
+
+# -- chat placement ---------------------------------------------------------------------------
+
+TEMPLATE = ("{% if messages[0]['role'] != 'system' %}<s>default</s>{% endif %}"
+            "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</{{ m['role'] }}>"
+            "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}")
+
+
+@pytest.mark.parametrize("where, expect_c, expect_x", [
+    ("system", "<system>C</system><user>hi</user><assistant>",
+     "<s>default</s><user>hi</user><assistant>"),
+    ("user", "<s>default</s><user>C\n\nhi</user><assistant>",
+     "<s>default</s><user>hi</user><assistant>"),
+    ("prefix", "C\n<s>default</s><user>hi</user><assistant>",
+     "<s>default</s><user>hi</user><assistant>"),
+])
+def test_where_c_goes_in_a_chat_template(tmp_path, tok, where, expect_c, expect_x):
+    import copy
+
+    chat_tok = copy.deepcopy(tok)
+    chat_tok.chat_template = TEMPLATE
+    data = write(tmp_path / "d.jsonl", [{"prompt": "hi", "context": "C", "split": "test"},
+                                        {"prompt": "yo", "context": "D", "split": "train"}])
+    t = task(tmp_path, f"context_as={where}", data=data).for_tokenizer(chat_tok)
+    lv = t.levels("test", 1)[0]
+    assert t.prompt(lv, "C") == expect_c and t.prompt(lv) == expect_x
+
+
+# -- evaluate on your data ----------------------------------------------------------------------
+
+@pytest.fixture
+def student(tok, tmp_path):
+    return save_checkpoint(tmp_path / "student", tiny(tok), tok)
+
+
+def test_evaluate_scores_your_data_and_records_what_it_fed_in(student, tmp_path, capsys):
+    data = write(tmp_path / "d.jsonl", rows())
+    report = evaluate.execute(evaluate.EvalConfig(
+        ckpt=[str(student)], task="jsonl", task_options=[f"data={data}", "scorer=startswith",
+                                                           "pattern=ahoy"],
+        n_levels=8, out=str(tmp_path / "rep")))
+    r = report["results"]["student"]
+    assert r["n"] == 3 and r["metric"] == "accuracy" and r["parse_fail_no_c"] == 0.0
+    assert len(r["items"]["response_no_c"]) == 3 and r["max_new"] == 2 + jsonl.BUDGET_MARGIN
+    out = capsys.readouterr().out
+    assert "acc_no_c" in out and "parse_fail_no_c" in out and "regime: A = context hurts" in out
+    assert "response budget: 10 tokens" in out
+
+
+def test_evaluate_without_a_scorer_reports_lengths_and_the_views_kl(student, tmp_path,
+                                                                    capsys):
+    data = write(tmp_path / "d.jsonl", rows(answer=False))
+    report = evaluate.execute(evaluate.EvalConfig(
+        ckpt=[str(student)], task="jsonl", task_options=[f"data={data}"], n_levels=8,
+        control=True, out=str(tmp_path / "rep")))
+    r = report["results"]["student"]
+    assert r["scored"] is False and "win_no_c" not in r
+    assert r["kl_views"] > 0 and r["kl_views_ci95"][0] <= r["kl_views"] <= r["kl_views_ci95"][1]
+    assert r["len_no_c"] == jsonl.DEFAULT_BUDGET or r["len_no_c"] > 0
+    out = capsys.readouterr().out
+    assert "need a scorer" in out and "kl_views" in out
+    assert (tmp_path / "rep.html").exists()
+
+
+def test_the_views_kl_is_zero_when_c_changes_nothing(student, tmp_path, tok):
+    """A property: with c equal to nothing the model reads (an empty-weight attention is not
+    available, so: the same prompt both ways), KL(g(.|x) || g(.|x,c)) is 0."""
+    from nca_interp.checkpoint import load_checkpoint
+
+    data = write(tmp_path / "d.jsonl", rows(answer=False))
+    t = task(tmp_path, data=data)
+    model, tk = load_checkpoint(student)
+    levels = t.levels("test", 3)
+
+    class Same(type(t)):
+        def prompt(self, level, context=None):
+            return level.text()
+
+    same = Same(**{f: getattr(t, f) for f in ("name", "game", "config", "fmt", "plan_k")})
+    resp = [[tk.convert_tokens_to_ids(c) for c in "12"] for _ in levels]
+    got = evaluate.views_kl(model, tk, same, levels, "context", resp, [lv.id for lv in levels])
+    assert got["kl_views"] == pytest.approx(0.0, abs=1e-6)
+    differ = evaluate.views_kl(model, tk, t, levels, "context", resp, [lv.id for lv in levels])
+    assert differ["kl_views"] > 1e-4
+
+
+def test_task_options_as_a_dict_a_list_or_a_comma_string(tmp_path):
+    from nca_interp import analysis
+
+    data = write(tmp_path / "d.jsonl", rows())
+    for given in ({"data": str(data), "scorer": "exact"}, [f"data={data}", "scorer=exact"],
+                  f"data={data},scorer=exact"):
+        cfg = analysis.config(evaluate.EvalConfig, None, {"ckpt": ["x"], "task_options": given})
+        assert cfg.task_options == [f"data={data}", "scorer=exact"]
+
+
+def test_ckpt_by_flag_and_bare_arguments_keeps_both():
+    from nca_interp.cli import parse_config
+
+    cfg = parse_config(evaluate.EvalConfig, ["--ckpt", "base", "opd"], positional="ckpt")
+    assert cfg.ckpt == ["base", "opd"]
+    assert parse_config(evaluate.EvalConfig, ["opd", "nca"], positional="ckpt").ckpt == \
+        ["opd", "nca"]
+    assert parse_config(evaluate.EvalConfig, ["--ckpt", "a,b"], positional="ckpt").ckpt == \
+        ["a", "b"]
+
+
+def test_two_folders_of_one_name_get_two_labels():
+    from nca_interp import analysis
+
+    got = analysis.short_labels(["runs/opd/final", "runs/nca/final", "runs/base"])
+    assert got == {"runs/opd/final": "opd/final", "runs/nca/final": "nca/final",
+                   "runs/base": "base"}
