@@ -88,10 +88,14 @@ def check_compatible(f0: TensorFolder, c0: dict, f1: TensorFolder, c1: dict, nam
                                   f"has {f0.shape(k)}")
 
 
-def lr_budget(path: str | Path) -> float | None:
+def lr_budget(path: str | Path, given: dict | None = None) -> float | None:
     """sum_t lr_t over the optimizer steps that produced `path` (from its run config and, for a
-    step folder, its trainer state); None for a checkpoint that does not record them."""
+    step folder, its trainer state; for a checkpoint not trained here, from `given`: the
+    command's --lr / --steps / --warmup / --schedule); None when neither says."""
     run = read_run_config(path)
+    if "lr" not in run and given and given.get("lr") and given.get("steps"):
+        run = {"lr": given["lr"], "steps": given["steps"], "warmup": given.get("warmup") or 0,
+               "schedule": given.get("schedule") or "constant"}
     if "lr" not in run:
         return None
     state = Path(path) / "trainer_state.json"
@@ -216,7 +220,8 @@ def task_rows(init: Path, task_name: str | None, options: list[str] | None,
 
 
 def deltas(init: str | Path, ckpts: list[str], rows: str = "all", task: str | None = None,
-           task_options: list[str] | None = None) -> tuple[dict, Gram]:
+           task_options: list[str] | None = None, schedule: dict | None = None
+           ) -> tuple[dict, Gram]:
     """Per-checkpoint tables and the Gram matrix behind them (index 0: W0, i: checkpoint i)."""
     init = verify_folder(init)
     paths = [verify_folder(p) for p in ckpts]
@@ -226,7 +231,7 @@ def deltas(init: str | Path, ckpts: list[str], rows: str = "all", task: str | No
         ids = task_rows(init, task, task_options)
         keep = {"model.embed_tokens.weight": ids, "lm_head.weight": ids}
     gram = stream_deltas(init, paths, keep)
-    per = {p: module_table(gram, i + 1, lr_budget(p)) for i, p in enumerate(ckpts)}
+    per = {p: module_table(gram, i + 1, lr_budget(p, schedule)) for i, p in enumerate(ckpts)}
     return {"results": per, "n_layers": read_config(init).get("num_hidden_layers"),
             "rows": rows, "n_task_rows": None if keep is None else
             len(keep["lm_head.weight"])}, gram
@@ -257,7 +262,19 @@ class ParamDeltaConfig:
                                                             "from the run config"})
     task_options: list[str] | None = field(default=None, metadata={"help": "for --rows task"})
     out: str = field(default="runs/param_delta_demo/param_delta", metadata={"help": "output stem"})
+    lr: float | None = field(default=None, metadata={
+        "help": "peak learning rate of checkpoints not trained here (their run config records "
+                "none), for the Adam-normalised view; with --steps", "check": ">0"})
+    steps: int | None = field(default=None, metadata={
+        "help": "optimizer steps of those checkpoints (with --lr)", "check": ">=1"})
+    warmup: int = field(default=0, metadata={"help": "their warm-up steps (with --lr)"})
+    schedule: str = field(default="constant", metadata={"help": "their schedule: constant|cosine"})
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
+
+
+LEGEND = ("(rel = ||W - W0|| / ||W0||; adam = ||W - W0|| / (sum_t lr_t x sqrt(n)), the share of "
+          "Adam's step budget used; per_module / per_layer: root of summed squares over the "
+          "group; '-': not defined)")
 
 
 def format_table(per_ckpt: dict[str, dict], key: str) -> str:
@@ -313,7 +330,9 @@ def run(cfg: ParamDeltaConfig | None = None, /, **fields) -> dict:
     if not init:
         raise ValueError(f"{ckpts[0]} does not name its initial checkpoint; pass --init")
     check_same_tokenizers([init, *ckpts])
-    result, gram = deltas(init, ckpts, rows, task, task_options)
+    result, gram = deltas(init, ckpts, rows, task, task_options,
+                          {"lr": cfg.lr, "steps": cfg.steps, "warmup": cfg.warmup,
+                           "schedule": cfg.schedule})
     recorded = read_run_config(ckpts[0])
     named = recorded.get("task")  # a run config records its task's fields, name among them
     report = analysis.make_report(cfg, task=task or (named.get("name") if isinstance(named, dict)
@@ -387,6 +406,13 @@ def show(report: dict) -> None:
     print(f"initial checkpoint: {report['init']}  (rows: {report['rows']})")
     for key in ("per_module", "per_module_adam", "per_layer", "per_layer_adam"):
         print(format_table(per, key) + "\n")
+    print(LEGEND)
+    blind = [p for p, r in per.items() if not r.get("lr_budget")]
+    if blind:
+        names = analysis.short_labels(list(per))
+        print(f"adam columns '-' for {', '.join(names[p] for p in blind)}: no learning rate "
+              "and steps recorded (a checkpoint not trained here); pass --lr "
+              "and --steps (and --warmup, --schedule) to get them")
     if "comparison" in report:
         cmp = report["comparison"]
         print(format_cos(cmp, report.get("control")))

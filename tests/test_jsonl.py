@@ -259,3 +259,25 @@ def test_two_folders_of_one_name_get_two_labels():
     got = analysis.short_labels(["runs/opd/final", "runs/nca/final", "runs/base"])
     assert got == {"runs/opd/final": "opd/final", "runs/nca/final": "nca/final",
                    "runs/base": "base"}
+
+
+def test_param_delta_takes_the_schedule_of_checkpoints_not_trained_here(tok, tmp_path,
+                                                                        capsys):
+    """A foreign pair (no run config): the Adam-normalised view is '-' with the reason said,
+    and --lr / --steps supply the budget sum_t lr_t (constant: lr x steps)."""
+    from nca_interp import param_delta
+
+    base = tmp_path / "base"
+    for name, seed in (("base", 0), ("a", 1), ("b", 2)):
+        tiny(tok, seed=seed).save_pretrained(tmp_path / name)
+        tok.save_pretrained(tmp_path / name)
+    argv = [str(tmp_path / "a"), str(tmp_path / "b"), "--init", str(base),
+            "--out", str(tmp_path / "out" / "pd")]
+    report = param_delta.main(argv)
+    assert report["results"][str(tmp_path / "a")]["lr_budget"] is None
+    assert "adam columns '-' for a, b: no learning rate" in capsys.readouterr().out
+    report = param_delta.main([*argv, "--lr", "0.001", "--steps", "20"])
+    r = report["results"][str(tmp_path / "a")]
+    assert r["lr_budget"] == pytest.approx(0.02)
+    assert r["global_adam"] == pytest.approx(r["global_adam"]) and r["global_adam"] > 0
+    assert "adam columns '-'" not in capsys.readouterr().out
