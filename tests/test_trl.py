@@ -175,3 +175,43 @@ def test_without_trl_the_command_says_what_to_install(monkeypatch, capsys):
     assert entry(trl_distill.main, ["--student", "nca_interp/assets/sokoban_base"]) != 0
     err = capsys.readouterr().err
     assert "nca_interp[trl]" in err and "Traceback" not in err
+
+
+def test_the_context_return_callback_logs_what_evaluate_measures(tok, tmp_path):
+    """Inside trainer.train(): every step the callback logs the context return of the live
+    student through the trainer's loggers, and each logged number equals
+    `nca_interp.evaluate --control` on the checkpoint the trainer saved at that step."""
+    from nca_interp import evaluate
+    from nca_interp.trl_callbacks import ContextReturnCallback
+
+    from nca_interp.assets import embedded
+    from nca_interp.checkpoint import load_checkpoint
+    from nca_interp.trl_nca import NCADistillationConfig, NCADistillationTrainer
+
+    task = make_task("sokoban")
+    # a trained student, so that the numbers are not all 0: the embedded Sokoban base (it wins
+    # most levels and reads the plan), distilled on-policy from itself
+    student, stok = load_checkpoint(embedded("sokoban_base"))
+    teacher, _ = load_checkpoint(embedded("sokoban_base"))
+    args = NCADistillationConfig(
+        output_dir=str(tmp_path / "out"), per_device_train_batch_size=4,
+        max_completion_length=8, use_cpu=True, report_to=[], max_steps=2, logging_steps=1,
+        save_strategy="steps", save_steps=1, seed=0, learning_rate=0.003, nca_beta=1.0)
+    trainer = NCADistillationTrainer(model=student.train(), teacher_model=teacher, args=args,
+                                     train_dataset=dataset(), processing_class=stok)
+    cb = ContextReturnCallback(task, context="plan", every=1, n_items=24, trainer=trainer)
+    trainer.add_callback(cb)
+    trainer.train()
+    assert [h["step"] for h in cb.history] == [1, 2]
+    logged = [r for r in trainer.state.log_history if "context_return/win_c" in r]
+    assert len(logged) == 2 and all("context_return/reads_c" in r for r in logged)
+    for h in cb.history:
+        ckpt = tmp_path / "out" / f"checkpoint-{h['step']}"
+        rep = evaluate.run([str(ckpt)], task="sokoban", context="plan", n_levels=24,
+                           control=True)["results"][ckpt.name]
+        assert 0 < rep["win_no_c"] < 1 and rep["control"]["reads_c"] > 0  # a real signal
+        for k in ("win_no_c", "win_c", "harm", "help", "both", "rel_len", "regime"):
+            assert h[k] == rep[k], (h["step"], k)
+        assert h["reads_c"] == rep["control"]["reads_c"]
+        assert h["harm_baseline"] == pytest.approx(1 - rep["win_c"])
+    assert cb.history[0]["kl_views"] != cb.history[1]["kl_views"]  # the student moved

@@ -1,0 +1,121 @@
+"""A context-return monitor for any Hugging Face / TRL trainer.
+
+    from nca_interp.trl_callbacks import ContextReturnCallback
+    from nca_interp.tasks import make_task
+
+    task = make_task("jsonl", data="mine.jsonl", scorer="startswith", pattern="Ahoy")
+    trainer.add_callback(ContextReturnCallback(task, every=50, n_items=64, trainer=trainer))
+
+Every `every` optimizer steps the live student answers a fixed set of held-out items greedily,
+without c, with c and with a wrong c (the task's control), and the callback logs through the
+trainer's loggers (`trainer.log`: the console, TensorBoard, W&B, `state.log_history`), under
+`context_return/`: accuracy both ways, harm with its independence baseline (1 - accuracy with
+c: what harm would be if c scrambled answers independently of x), help, the regime, reads_c
+(accuracy with c minus with the wrong c), the mean token KL(g(.|x) || g(.|x,c)) on the
+no-context responses, and the relative length change. The same items and greedy decoding each
+time, so two logs compare; the numbers are those `python -m nca_interp.evaluate --control` gives
+for a checkpoint saved at that step (tested inside `trainer.train()`).
+
+Training anchors that never look at the context's return (TRL's distillation trainers, GKD,
+SFT, GRPO with a privileged-context column) get the warning the paper is about while it
+happens: a student whose accuracy with c falls below its accuracy without c is breaking.
+"""
+
+from __future__ import annotations
+
+from transformers import TrainerCallback
+
+from nca_interp.evaluate import (
+    control_report,
+    paired_report,
+    play_levels,
+    unscored_report,
+    views_kl,
+)
+
+__all__ = ["ContextReturnCallback", "measure"]
+
+KEYS = ("win_no_c", "win_c", "harm", "help", "both", "rel_len", "delta_c")
+
+
+def measure(model, tokenizer, task, context: str | None = None, n_items: int = 64,
+            seed: int = 0, control: bool = True) -> dict:
+    """The context return of `model` on the first `n_items` held-out items (greedy): a flat
+    dict of numbers (None where undefined), the regime a letter."""
+    was_training = model.training
+    model.eval()
+    try:
+        task = task.for_tokenizer(tokenizer)
+        context = context or task.default_context
+        levels = task.levels("test", n_items, seed)
+        units = [task.unit(lv) for lv in levels]
+        no_c = play_levels(model, tokenizer, task, levels, None, 0.0, seed)
+        with_c = play_levels(model, tokenizer, task, levels, context, 0.0, seed)
+        out = views_kl(model, tokenizer, task, levels, context, no_c["ids"], units)
+        out = {"kl_views": out["kl_views"]}
+        if not getattr(task, "scored", True):
+            rep = unscored_report(no_c, with_c, units, task.unit_name)
+            return {**out, "rel_len": rep["rel_len"], "len_no_c": rep["len_no_c"],
+                    "len_c": rep["len_c"]}
+        rep = paired_report(no_c, with_c, units, task.unit_name)
+        out.update({k: rep[k] for k in KEYS})
+        out["harm_baseline"] = None if rep["win_c"] is None else 1 - rep["win_c"]
+        out["regime"] = rep["regime"]
+        if control:
+            wrong = [task.control_context(levels, i, context) for i in range(len(levels))]
+            ctrl = play_levels(model, tokenizer, task, levels, wrong, 0.0, seed)
+            out["reads_c"] = control_report(no_c, with_c, ctrl, units, task.unit_name)["reads_c"]
+        return out
+    finally:
+        model.train(was_training)
+
+
+class ContextReturnCallback(TrainerCallback):
+    """Measure the context return every `every` steps (and at the end of training) and log it
+    (see the module docstring). `trainer`: where to log (its `log`, so every logger sees it);
+    without it the numbers go to `state.log_history` and `history`. `history` keeps every
+    measurement with its step."""
+
+    def __init__(self, task, context: str | None = None, every: int = 50, n_items: int = 64,
+                 control: bool = True, seed: int = 0, trainer=None, tokenizer=None,
+                 prefix: str = "context_return/"):
+        if every < 1 or n_items < 1:
+            raise ValueError(f"every and n_items must be >= 1, not {every} and {n_items}")
+        self.task, self.context, self.every, self.n_items = task, context, every, n_items
+        self.control, self.seed, self.trainer, self.tokenizer = control, seed, trainer, tokenizer
+        self.prefix = prefix
+        self.history: list[dict] = []
+        self._last = None
+
+    def _tokenizer(self, kwargs):
+        tok = self.tokenizer or kwargs.get("processing_class") or kwargs.get("tokenizer")
+        if tok is None and self.trainer is not None:
+            tok = getattr(self.trainer, "processing_class", None)
+        if tok is None:
+            raise ValueError("ContextReturnCallback needs the tokenizer: pass tokenizer= (the "
+                             "trainer did not hand one to its callbacks)")
+        return tok
+
+    def _measure(self, state, model, kwargs) -> None:
+        if model is None or self._last == state.global_step:
+            return
+        self._last = state.global_step
+        numbers = measure(model, self._tokenizer(kwargs), self.task, self.context,
+                          self.n_items, self.seed, self.control)
+        self.history.append({"step": state.global_step, **numbers})
+        logs = {self.prefix + k: v for k, v in numbers.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        logs[self.prefix + "regime_A"] = float(numbers.get("regime") == "A")
+        if self.trainer is not None:
+            self.trainer.log(logs)
+        else:
+            state.log_history.append({**logs, "step": state.global_step})
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step % self.every == 0:
+            self._measure(state, model, kwargs)
+        return control
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        self._measure(state, model, kwargs)
+        return control
