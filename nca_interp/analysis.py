@@ -113,6 +113,10 @@ def checkpoint_paths(cfg) -> list[str]:
     if not paths:
         raise UsageError(f"no checkpoint given ({where} is empty); name the checkpoint folders "
                          "to analyse")
+    from nca_interp.checkpoint import check_architecture, verify_folder
+
+    for p in paths:  # the user's folders are named, before any baseline is made from them
+        check_architecture(verify_folder(p))
     return paths
 
 

@@ -272,21 +272,53 @@ def verify_folder(path: str | Path) -> Path:
     return path
 
 
-SUPPORTED = ("qwen3", "qwen2", "llama")  # share the module names every analysis keys on
+SUPPORTED = ("qwen3", "qwen2", "llama")  # the families every published number was measured on
+
+
+def bridge_architectures() -> set[str]:
+    """The Hugging Face model classes TransformerLens 4's bridge has an adapter for."""
+    from transformer_lens.tools.model_registry import HF_SUPPORTED_ARCHITECTURES
+
+    return set(HF_SUPPORTED_ARCHITECTURES)
+
+
+def causal_lm_class(config: dict) -> str | None:
+    """The causal-LM class a config names (`architectures`), else the one transformers maps
+    its model_type to."""
+    named = [a for a in config.get("architectures") or [] if isinstance(a, str)]
+    if named:
+        return named[0]
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(config.get("model_type"))
 
 
 def check_architecture(path: Path) -> dict:
-    """The folder's config, if its architecture is one nca_interp analyses correctly."""
+    """The folder's config, if its architecture can be analysed: a causal LM that
+    TransformerLens 4's bridge has an adapter for (module names, head layout and embedding ties
+    are read from the model and its config, not from a list of families). Otherwise one line
+    naming the folder and the reason, before any work."""
     try:
         config = read_json(path / "config.json", "model config")
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{path / 'config.json'} is not readable JSON ({e}); restore it "
                               "from the checkpoint's source") from e
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path / 'config.json'} is not a JSON object; restore it")
     arch = config.get("model_type")
-    if arch not in SUPPORTED:
-        raise CheckpointError(f"{path}: model_type {arch!r} is not supported; nca_interp "
-                              f"analyses {', '.join(SUPPORTED)} checkpoints (their layer and "
-                              "module names key every table)")
+    if arch in SUPPORTED:
+        return config
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    cls = causal_lm_class(config)
+    if cls is None or cls not in set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()):
+        raise CheckpointError(f"{path}: model_type {arch!r} ({cls or 'no model class'}) is not "
+                              "a causal language model transformers knows; nca_interp analyses "
+                              "causal LMs")
+    if cls not in bridge_architectures():
+        raise CheckpointError(f"{path}: {cls} (model_type {arch!r}) is not supported: "
+                              "TransformerLens 4's bridge has no adapter for it, and every "
+                              "hook-based analysis reads the model through the bridge")
     return config
 
 
@@ -296,7 +328,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu", dtype: torch.dtype | 
     strictly: a supported architecture, every tensor present with its shape and none extra,
     finite weights, a tokenizer that fits the embedding. `dtype`: None keeps float32 (what
     every number here was measured in); "stored" keeps the folder's dtype."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one "Loading weights" bar per load clutters every table
@@ -315,9 +347,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu", dtype: torch.dtype | 
         dtype = "auto"
     hf_logging.set_verbosity_error()  # missing/unexpected weights are reported below instead
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(
-            path, local_files_only=True, use_safetensors=True, trust_remote_code=False,
-            dtype=dtype or torch.float32, attn_implementation="sdpa", output_loading_info=True)
+        model, info = _from_pretrained(path, dtype or torch.float32)
     except RuntimeError as e:  # transformers' report of tensors whose shapes do not match
         if not any(w in str(e) for w in ("size mismatch", "shape", "mismatched")):
             raise  # not a shape report (out of threads or memory): its own message is the fact
@@ -338,6 +368,21 @@ def load_checkpoint(path: str | Path, device: str = "cpu", dtype: torch.dtype | 
                                   "is broken - use an earlier one")
     model.to(device).eval()
     return model, tokenizer
+
+
+def _from_pretrained(path: Path, dtype):
+    """The model through PyTorch's fused attention, or eager attention for an architecture
+    that does not offer it (Gemma 2)."""
+    from transformers import AutoModelForCausalLM
+
+    kw = dict(local_files_only=True, use_safetensors=True, trust_remote_code=False, dtype=dtype,
+              output_loading_info=True)
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa", **kw)
+    except ValueError as e:
+        if "attention implementation" not in str(e):
+            raise
+        return AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", **kw)
 
 
 def check_same_tokenizer(tok_a, tok_b, a: str, b: str) -> None:

@@ -11,7 +11,9 @@ import re
 MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
            "q_norm", "k_norm", "input_layernorm", "post_attention_layernorm")
 GLOBAL_MODULES = ("embed", "final_norm", "lm_head")
-_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.(.+)$")
+# a block's parameters: `model.layers.3.` (Llama, Qwen, Mistral, Gemma, OLMo, Phi-3),
+# `gpt_neox.layers.3.`, `transformer.h.3.` (GPT-2)
+_LAYER = re.compile(r"(?:^|\.)(?:layers|h)\.(\d+)\.(.+)$")
 
 
 def hf_name(name: str) -> str:
@@ -25,11 +27,14 @@ def module_of(param_name: str) -> tuple[int | None, str]:
     m = _LAYER.search(name)
     if m:
         return int(m.group(1)), m.group(2).split(".")[-1]
-    if "embed_tokens" in name:
+    last = name.split(".")[-1]
+    if "embed_tokens" in name or last in ("wte", "embed_in"):
         return None, "embed"
-    if name.endswith("lm_head"):
+    if last == "wpe":
+        return None, "pos_embed"
+    if name.endswith("lm_head") or last == "embed_out":
         return None, "lm_head"
-    if name.endswith("norm"):
+    if name.endswith("norm") or last == "ln_f":
         return None, "final_norm"
     return None, name.split(".")[-1]
 

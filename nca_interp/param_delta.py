@@ -232,14 +232,24 @@ def deltas(init: str | Path, ckpts: list[str], rows: str = "all", task: str | No
         keep = {"model.embed_tokens.weight": ids, "lm_head.weight": ids}
     gram = stream_deltas(init, paths, keep)
     per = {p: module_table(gram, i + 1, lr_budget(p, schedule)) for i, p in enumerate(ckpts)}
-    return {"results": per, "n_layers": read_config(init).get("num_hidden_layers"),
+    config = read_config(init)
+    n_layers = next((config[k] for k in ("num_hidden_layers", "n_layer", "num_layers")
+                     if isinstance(config.get(k), int)), None)
+    return {"results": per, "n_layers": n_layers,
             "rows": rows, "n_task_rows": None if keep is None else
             len(keep["lm_head.weight"])}, gram
 
 
-def layer_module_grid(cells: dict[str, float | None], n_layers: int
+def layer_module_grid(cells: dict[str, float | None], n_layers: int | None
                       ) -> tuple[list[list[float | None]], list[str], list[str]]:
-    cols = [m for m in MODULES if any(k.endswith("." + m) for k in cells)]
+    """Layers x modules of `cells` ("3.k_proj" -> value): the modules every family shares in
+    their usual order, then any other module a family names (GPT-2's c_attn, ...); the
+    layers from the cells when the config does not say how many."""
+    found = {k.split(".", 1)[1] for k in cells if "." in k and k.split(".", 1)[0].isdigit()}
+    cols = [m for m in MODULES if m in found] + sorted(found - set(MODULES))
+    if n_layers is None:
+        n_layers = 1 + max((int(k.split(".", 1)[0]) for k in cells
+                            if k.split(".", 1)[0].isdigit()), default=-1)
     grid = [[cells.get(f"{i}.{m}") for m in cols] for i in range(n_layers)]
     return grid, [str(i) for i in range(n_layers)], cols
 

@@ -182,10 +182,9 @@ def test_the_context_return_callback_logs_what_evaluate_measures(tok, tmp_path):
     student through the trainer's loggers, and each logged number equals
     `nca_interp.evaluate --control` on the checkpoint the trainer saved at that step."""
     from nca_interp import evaluate
-    from nca_interp.trl_callbacks import ContextReturnCallback
-
     from nca_interp.assets import embedded
     from nca_interp.checkpoint import load_checkpoint
+    from nca_interp.trl_callbacks import ContextReturnCallback
     from nca_interp.trl_nca import NCADistillationConfig, NCADistillationTrainer
 
     task = make_task("sokoban")
