@@ -295,8 +295,11 @@ def execute(mod, cfg) -> dict:
     validate(cfg)
     out = getattr(cfg, "out", None)
     if out:
+        from nca_interp.plots import check_bundle
+
         check_out_clear(cfg, out)
         check_writable(figure_stem(out, "").with_suffix(".json"))
+        check_bundle(figure_stem(Path(out).expanduser(), "").parent)
     if getattr(cfg, "threads", None):
         torch.set_num_threads(cfg.threads)
     where = next(n for n in PATH_FIELDS if hasattr(cfg, n))

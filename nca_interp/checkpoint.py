@@ -179,6 +179,11 @@ def weight_files(path: Path) -> list[Path]:
             listed = set(read_json(index, "checkpoint index")["weight_map"].values())
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CheckpointError(f"{index} is corrupt ({e}); restore it") from e
+        missing = sorted(n for n in listed if not (path / n).is_file())
+        if missing:
+            raise CheckpointError(f"{path}: {index.name} lists {len(missing)} shard(s) the "
+                                  f"folder lacks ({', '.join(missing[:3])}); restore them from "
+                                  "where the checkpoint came from")
         extra = [f.name for f in files if f.name not in listed]
         if extra:
             raise CheckpointError(f"{path} holds two weight sets: the shards its "
@@ -204,7 +209,10 @@ def _remedy(path: Path) -> str:
             name = None
         return (f"it is a fetched model: run `python -m nca_interp.fetch {name or 'MODEL'}`, "
                 "which repairs the cache")
-    return "restore it or use an earlier checkpoint"
+    if path.name.startswith("step_") and (path.parent.parent / RUN_CONFIG).exists():
+        return (f"restore it, or rerun the run with --resume-from an earlier step under "
+                f"{path.parent}")
+    return "restore it from where the folder came from, or use an earlier checkpoint"
 
 
 def verify_folder(path: str | Path) -> Path:
@@ -246,8 +254,7 @@ def verify_folder(path: str | Path) -> Path:
             if not isinstance(files, dict):
                 raise TypeError("'files' is not a mapping")
         except (ValueError, KeyError, TypeError) as e:
-            raise CheckpointError(f"{manifest} is corrupt ({e}); restore it, or delete it to "
-                                  "load the folder without its integrity check") from e
+            raise CheckpointError(f"{manifest} is corrupt ({e}); {_remedy(path)}") from e
         seen = _file_stats(path, [MANIFEST, *files])
         if _HASHED is None or _HASHED.get(path) != seen:
             for name, meta in files.items():
@@ -255,7 +262,8 @@ def verify_folder(path: str | Path) -> Path:
                 if not f.is_file() or f.stat().st_size != meta["bytes"] or \
                         _sha256(f) != meta["sha256"]:
                     raise CheckpointError(f"{f} is missing, truncated or corrupt (does not "
-                                          f"match {MANIFEST}); {_remedy(path)}")
+                                          f"match {MANIFEST}: the file or the manifest is "
+                                          f"damaged); {_remedy(path)}")
             if _HASHED is not None:
                 _HASHED[path] = seen
     elif (path / RUN_CONFIG).exists():

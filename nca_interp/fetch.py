@@ -236,6 +236,7 @@ def fetch(name: str, cache: Path | None = None, verify: bool = False) -> Path:
         hit = cached(name, cache, verify)
         if hit is not None:
             return hit
+        check_only_ours(out)
         print(f"the cached {name} in {out} is damaged ({damage(out, verify)}); fetching it "
               "again", file=sys.stderr, flush=True)
     check_disk(cache, src.disk_bytes, "the fetch", "free space or pass --cache on another disk")
@@ -262,6 +263,31 @@ def fetch(name: str, cache: Path | None = None, verify: bool = False) -> Path:
     if damage(out, full=True) is not None:  # records the quick digests of the new folder
         raise RunError(f"{out} fails its own check right after the fetch; report it")
     return out
+
+
+def check_only_ours(folder: Path) -> None:
+    """Refuse to replace a damaged cached folder that holds files the fetch did not write (a
+    user's notes): they would go with it. What the fetch wrote is what its manifest lists (or,
+    the manifest unreadable, what the quick record names)."""
+    from nca_interp.checkpoint import MANIFEST
+
+    known = None
+    for record, key in ((folder / MANIFEST, "files"), (quick_record(folder), None)):
+        try:
+            data = read_json(record, "record")
+            known = set(data[key] if key else data)
+            break
+        except (ValueError, KeyError, TypeError):
+            continue
+    present = {p.name for p in folder.iterdir()}
+    if known is None:
+        raise RunError(f"the cached {folder} is damaged and its manifest unreadable, so the "
+                       "fetch cannot tell its files from yours; move the folder away (keep "
+                       "what is yours) and fetch again")
+    theirs = sorted(present - known - {MANIFEST})
+    if theirs:
+        raise RunError(f"the cached {folder} is damaged and holds files the fetch did not "
+                       f"write ({', '.join(theirs[:3])}); move them out, then fetch again")
 
 
 def swap_in(fresh: Path, out: Path) -> None:

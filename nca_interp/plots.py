@@ -456,22 +456,53 @@ def _interval(values: list[float], cis: list) -> dict:
             "arrayminus": [v - lo for v, (lo, hi) in zip(values, cis)]}
 
 
-def ensure_plotly_bundle(folder: Path) -> Path:
-    """`folder/plotly.min.js`, the bundle the pages load, checked by size and sha256 against
-    plotly's own and written atomically when missing or different (plotly's writer keeps any
-    file of that name: a kill while it wrote one left a 0-byte bundle for every later page)."""
+def bundle_state(folder: Path) -> str:
+    """What `folder/plotly.min.js` is: "ok" (plotly's own, checked by size and sha256),
+    "missing", "partial" (a prefix of it: a write killed half-way, e.g. plotly's own writer's
+    0-byte file) or "foreign" (a file of that name that is not plotly's: someone else's)."""
     import hashlib
 
     from plotly.offline import get_plotlyjs
 
+    target = Path(folder) / "plotly.min.js"
+    if not target.exists() and not target.is_symlink():
+        return "missing"
+    if not target.is_file() or target.is_symlink():
+        return "foreign"
+    want = get_plotlyjs().encode("utf-8")
+    size = target.stat().st_size
+    if size == len(want):
+        same = hashlib.sha256(target.read_bytes()).digest() == hashlib.sha256(want).digest()
+        return "ok" if same else "foreign"
+    if size < len(want) and target.read_bytes() == want[:size]:
+        return "partial"
+    return "foreign"
+
+
+def check_bundle(folder: Path) -> None:
+    """Refuse, before any work, a folder whose plotly.min.js is not plotly's (it would be
+    replaced: it is someone's file)."""
+    if bundle_state(folder) == "foreign":
+        raise RunError(f"{Path(folder) / 'plotly.min.js'} is not plotly's bundle and the "
+                       "figures would replace it; move it away or write the figures to "
+                       "another folder")
+
+
+def ensure_plotly_bundle(folder: Path) -> Path:
+    """`folder/plotly.min.js`, the bundle the pages load, checked by size and sha256 against
+    plotly's own and written atomically when missing or cut short (plotly's writer keeps any
+    file of that name: a kill while it wrote one left a 0-byte bundle for every later page);
+    a file of that name that is not plotly's is never replaced (`check_bundle`)."""
+    from plotly.offline import get_plotlyjs
+
     from nca_interp.fsio import write_bytes
 
-    want = get_plotlyjs().encode("utf-8")
-    target = folder / "plotly.min.js"
-    if target.is_file() and not target.is_symlink() and target.stat().st_size == len(want) \
-            and hashlib.sha256(target.read_bytes()).digest() == hashlib.sha256(want).digest():
+    state = bundle_state(folder)
+    target = Path(folder) / "plotly.min.js"
+    if state == "ok":
         return target
-    return write_bytes(target, want)
+    check_bundle(folder)
+    return write_bytes(target, get_plotlyjs().encode("utf-8"))
 
 
 def write_figure(fig: go.Figure, stem: str | Path, png: bool = False) -> list[str]:

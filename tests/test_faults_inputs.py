@@ -255,3 +255,25 @@ def test_a_killed_spill_is_removed_by_the_next_and_a_live_ones_kept(tmp_path, mo
     with spill_folder("grad_align") as tmp:
         assert tmp.parent == tmp_path and tmp.is_dir()
     assert not killed.exists() and live.exists() and mine.exists() and not tmp.exists()
+
+
+def test_a_plotly_min_js_that_is_not_plotlys_is_refused_before_work(base, tmp_path, capsys,
+                                                                     monkeypatch):
+    (tmp_path / "plotly.min.js").write_text("// my own build")
+    monkeypatch.setattr(evaluate, "run", lambda cfg: pytest.fail("evaluated anyway"))
+    err = refused(evaluate.main, [str(base), "--n-levels", "2", "--out",
+                                  str(tmp_path / "rep")], capsys)
+    assert "not plotly's bundle" in err
+    assert (tmp_path / "plotly.min.js").read_text() == "// my own build"
+    assert not (tmp_path / "rep.json").exists()
+
+
+def test_a_missing_shard_is_named(tok, tmp_path):
+    b = tmp_path / "b"
+    tiny(tok, seed=2).save_pretrained(b, max_shard_size="20KB")
+    tok.save_pretrained(b)
+    shard = sorted(b.glob("model-*.safetensors"))[-1]
+    shard.unlink()
+    with pytest.raises(CheckpointError, match=rf"lists 1 shard\(s\) the folder lacks "
+                                              rf"\({shard.name}\)"):
+        verify_folder(b)

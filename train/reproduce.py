@@ -139,9 +139,14 @@ class ReproduceConfig:
     dose: bool | None = field(default=None, metadata={
         "help": "harm against drift: the trajectory over every seed with the control "
                 "context, then train.dose (default: the preset's)"})
-    quick: bool = field(default=False, metadata={"help": "one seed, 40 distill steps, 300 levels"})
+    quick: bool = field(default=False, metadata={
+        "help": "one seed, 40 distill steps, 300 levels; like any command that differs from "
+                "a published setting's, it writes to RUNS/figures/NAME_quick, not figures/"})
     runs: str = field(default="runs", metadata={"help": "where run directories go"})
-    figures: str = field(default="figures", metadata={"help": "where figures go"})
+    figures: str = field(default="figures", metadata={
+        "help": "where figures go (the repository's figures/ holds published settings: a "
+                "command other than a setting's goes to RUNS/figures/ instead, unless "
+                "--publish)"})
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
     keep: list[str] | None = field(default=None, metadata={
@@ -153,7 +158,9 @@ class ReproduceConfig:
     publish: bool = field(default=False, metadata={
         "help": "replace a published setting's files (figures/NAME) with a run whose command "
                 "differs from the setting's (other seeds, --quick, other steps); without it "
-                "such a run goes to RUNS/figures/NAME_<tag>, its students to RUNS/NAME_<tag>_*"})
+                "such a run goes to RUNS/figures/NAME_<tag>, its students to RUNS/NAME_<tag>_* "
+                "and a teacher of other --teacher-steps to RUNS/TASK_base_<tag> (tag: quick, or "
+                "custom_ and a hash of the differing flags)"})
     teacher_only: bool = field(default=False, metadata={
         "help": "stop after the teacher and its per-context evaluation"})
     jobs: int = field(default=2, metadata={
@@ -356,6 +363,7 @@ class Pipeline:
     task_flags: list[str]  # train.distill's task flags (a fetched teacher names no task)
     task_kw: dict  # the teacher evaluation's task fields
     ckpt_kw: dict  # every later analysis's task options
+    teacher_tag: str = ""  # a teacher of other --teacher-steps than the published setting's
     base: Path = Path()
     teacher_final: Path = Path()
     student_init: Path = Path()
@@ -426,11 +434,14 @@ def plan(cfg: ReproduceConfig, argv: list[str]) -> Pipeline:
     name = cfg.name or cfg.task
     runs, figs = Path(cfg.runs), Path(cfg.figures) / name
     changes, setting = published_changes(cfg, name), name
+    teacher_tag = ""
     if changes and not cfg.publish:
         tag = "quick" if cfg.quick else "custom_" + hashlib.sha1(
             json.dumps(changes, sort_keys=True, default=str).encode()).hexdigest()[:6]
         name = f"{name}_{tag}"
         figs = runs / "figures" / name
+        if "teacher_steps" in changes:  # never train the published setting's teacher further
+            teacher_tag = f"_{tag}"
         print(f"[own folder] this command differs from the published setting {setting} "
               f"({describe(changes)}): its figures go to {figs}, its students to "
               f"{runs}/{name}_*; the published files are left as they are (--publish "
@@ -448,7 +459,8 @@ def plan(cfg: ReproduceConfig, argv: list[str]) -> Pipeline:
                     *(["--task-options", ",".join(options)] if options else [])],
         task_kw={**({"task": preset.task} if preset.fetched else {}),
                  **({"task_options": options} if options else {})},
-        ckpt_kw={"task_options": cfg.task_options} if cfg.task_options else {})
+        ckpt_kw={"task_options": cfg.task_options} if cfg.task_options else {},
+        teacher_tag=teacher_tag)
 
 
 # Flags that change how a pipeline runs or where, not what it publishes.
@@ -476,7 +488,7 @@ def describe(changes: dict[str, tuple]) -> str:
 def make_teacher(p: Pipeline) -> None:
     """Train the teacher (a fetched one is used as it is) and evaluate it in each context."""
     cfg, preset = p.cfg, p.preset
-    p.base = teacher_folder(preset, p.runs, cfg.task)
+    p.base = teacher_folder(preset, p.runs, cfg.task + p.teacher_tag)
     if preset.fetched:
         p.teacher_final = p.base  # the registry weights, as fetched
     else:
