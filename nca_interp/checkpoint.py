@@ -26,7 +26,14 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from nca_interp.faults import fault_point
-from nca_interp.fsio import is_temporary, old_path, read_json, regular_file, temp_path, write_text
+from nca_interp.fsio import (
+    is_temporary,
+    read_json,
+    regular_file,
+    replace_folder,
+    temp_path,
+    write_text,
+)
 
 MANIFEST = "nca_checkpoint.json"
 RUN_CONFIG = "run_config.json"
@@ -128,14 +135,7 @@ def save_checkpoint(path: str | Path, model, tokenizer, run_config: dict | None 
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # a full disk keeps no half-written folder
         raise
-    if path.exists():
-        old = old_path(path)
-        os.rename(path, old)
-        os.rename(tmp, path)
-        shutil.rmtree(old)
-    else:
-        os.rename(tmp, path)
-    return path
+    return replace_folder(tmp, path)
 
 
 def same_weights(src: str | Path, run_dir: str | Path) -> bool:

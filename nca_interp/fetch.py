@@ -31,7 +31,7 @@ from pathlib import Path
 from nca_interp.cli import check_disk, entry, parse_config
 from nca_interp.errors import RunError, UsageError
 from nca_interp.faults import fault_point
-from nca_interp.fsio import old_path, read_json, temp_path, write_text
+from nca_interp.fsio import pid_alive, read_json, replace_folder, temp_path, write_text
 
 PROVENANCE = "PROVENANCE.json"
 
@@ -293,24 +293,8 @@ def check_only_ours(folder: Path) -> None:
 def swap_in(fresh: Path, out: Path) -> None:
     """Put the complete folder `fresh` at `out`: a damaged copy there (ours: it has
     PROVENANCE.json) is moved aside first and removed once the new one is in place."""
-    if out.exists():
-        aside = old_path(out)
-        os.rename(out, aside)
-        os.rename(fresh, out)
-        shutil.rmtree(aside)
-    else:
-        os.rename(fresh, out)
+    replace_folder(fresh, out)
     quick_record(out).unlink(missing_ok=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def clear_leftovers(cache: Path) -> None:
@@ -320,7 +304,7 @@ def clear_leftovers(cache: Path) -> None:
     for folder in (cache, cache / "models"):
         for p in folder.glob(".*") if folder.is_dir() else []:
             m = pattern.match(p.name)
-            if m and not _pid_alive(int(m.group(1) or m.group(2))):
+            if m and not pid_alive(int(m.group(1) or m.group(2))):
                 shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
 

@@ -26,8 +26,8 @@ from nca_interp.errors import InputError, MissingInputError
 
 __all__ = ["InputError", "MAX_JSON_BYTES", "MAX_TEXT_BYTES", "clear_temporaries",
            "is_temporary", "old_path", "pid_alive", "read_bytes", "read_json", "read_jsonl",
-           "read_text", "regular_file", "spill_folder", "temp_path", "write_bytes",
-           "write_text"]
+           "read_text", "regular_file", "replace_folder", "spill_folder", "temp_path",
+           "write_bytes", "write_text"]
 
 MAX_JSON_BYTES = 1 << 30  # a report of a 1.7B model's per-module table is tens of MB
 MAX_TEXT_BYTES = 64 << 20  # prompts, system prompts, data files of questions
@@ -176,6 +176,19 @@ def spill_folder(what: str):
             shutil.rmtree(p, ignore_errors=True)
     with tempfile.TemporaryDirectory(prefix=f"{SPILL_PREFIX}{what}-{os.getpid()}-") as tmp:
         yield Path(tmp)
+
+
+def replace_folder(fresh: Path, path: Path) -> Path:
+    """Put the complete folder `fresh` at `path`: an existing one is moved aside first and
+    removed once the new one is in place (a reader sees the old folder or the new one)."""
+    if path.exists():
+        aside = old_path(path)
+        os.rename(path, aside)
+        os.rename(fresh, path)
+        shutil.rmtree(aside)
+    else:
+        os.rename(fresh, path)
+    return path
 
 
 def write_bytes(path: str | Path, data: bytes, fault: str | None = None) -> Path:
