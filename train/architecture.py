@@ -26,7 +26,7 @@ LAYERS = (
     ("analyses", "each reads checkpoints and writes a JSON report (and its figures)",
      ("nca_interp.evaluate", "nca_interp.layer_sim", "nca_interp.grad_align",
       "nca_interp.param_delta", "nca_interp.patching", "nca_interp.trajectory",
-      "nca_interp.sizing", "nca_interp.trl_nca")),
+      "nca_interp.sizing", "nca_interp.trl_nca", "nca_interp.trl_callbacks")),
     ("training", "produces runs: a teacher, OPD and NCA students, with their run configs",
      ("train.common", "train.sft", "train.distill", "train.trl_distill", "train.embed")),
     ("data", "what the pipeline and pages agree on: settings, file layout, rules, blocks",
