@@ -311,6 +311,41 @@ def execute(mod, cfg) -> dict:
     return report
 
 
+def to_frame(report: dict):
+    """One tidy table of any analysis's report (pandas, the `frames` extra): a row per number,
+    with the run it belongs to (`run`, and its `method`, `seed`, `beta`, `step` from the
+    report's identities), the `metric` (the key path inside the run's entry, dots joining
+    nested keys) and, for per-layer or per-item lists, its `index`. Strings (regimes, responses)
+    and booleans are left out; filter `metric` for the table you want, e.g.
+    `df[df.metric == "win_c"]` or `df[df.metric.str.startswith("cos")]`."""
+    try:
+        import pandas as pd
+    except ImportError as e:
+        raise ImportError("to_frame needs pandas: pip install 'nca_interp[frames]'") from e
+    report = migrate(report)
+    rows = []
+
+    def walk(run: str, value, path: str, index=None) -> None:
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            return
+        if isinstance(value, (int, float)):
+            rows.append({"run": run, "metric": path, "index": index, "value": float(value)})
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(run, v, f"{path}.{k}" if path else str(k), index)
+        elif isinstance(value, (list, tuple)) and index is None:
+            for i, v in enumerate(value):
+                walk(run, v, path, i)
+
+    for run, entry in report.get("results", {}).items():
+        walk(run, entry, "")
+    frame = pd.DataFrame(rows, columns=["run", "metric", "index", "value"])
+    ids = report.get("runs", {})
+    for key in ("method", "seed", "beta", "step"):
+        frame.insert(1, key, [(ids.get(r) or {}).get(key) for r in frame["run"]])
+    return frame
+
+
 def migrate(report: dict) -> dict:
     """A report file written before the shared shape, in it: `results` for `reports` /
     `per_checkpoint`, and task, context and runs filled from its config and entries (the

@@ -281,3 +281,20 @@ def test_param_delta_takes_the_schedule_of_checkpoints_not_trained_here(tok, tmp
     assert r["lr_budget"] == pytest.approx(0.02)
     assert r["global_adam"] == pytest.approx(r["global_adam"]) and r["global_adam"] > 0
     assert "adam columns '-'" not in capsys.readouterr().out
+
+
+def test_to_frame_gives_one_tidy_row_per_number():
+    """Every number of a report is one row (run, metric, index, value), with the run's
+    identity; a per-layer list becomes indexed rows and strings stay out."""
+    from nca_interp import analysis
+
+    report = {"config": {}, "task": "t", "context": "c",
+              "runs": {"a": {"method": "opd", "seed": 0, "beta": 0.0, "step": None}},
+              "results": {"a": {"win_c": 0.5, "regime": "A", "ci95": {"win_c": [0.4, 0.6]},
+                                "layers": {"cos": [0.9, 0.8]}}}}
+    df = analysis.to_frame(report)
+    assert set(df.metric) == {"win_c", "ci95.win_c", "layers.cos"}
+    assert df[df.metric == "win_c"].value.tolist() == [0.5]
+    assert df[df.metric == "layers.cos"].sort_values("index").value.tolist() == [0.9, 0.8]
+    assert (df.method == "opd").all() and (df.seed == 0).all()
+    assert len(df) == 5
