@@ -51,23 +51,6 @@ def test_pipeline_end_to_end_and_skips(tmp_path):
     assert (figs / "layer_sim.json").stat().st_mtime == before
 
 
-def test_a_one_seed_pipeline_runs_to_its_end(tmp_path, capsys):
-    """The documented one-seed pipeline (what --quick runs) at tiny sizes: every analysis,
-    param_delta without a seed-to-seed control (it once got control=None and stopped after all
-    training), every figure drawn."""
-    argv = ["--task", "frozenlake", "--seeds", "0", "--teacher-steps", "4",
-            "--distill-steps", "2", "--save-every", "2", "--batch", "4", "--n-levels", "8",
-            "--grad-batch", "8", "--threads", "1", "--jobs", "1",
-            "--runs", str(tmp_path / "runs"), "--figures", str(tmp_path / "figs")]
-    reproduce.main(argv)
-    figs = tmp_path / "figs" / "frozenlake"
-    for name in ("context_return.json", "layer_sim.json", "grad_align_opd.json",
-                 "param_delta.json", "README.md", "manifest.json"):
-        assert (figs / name).exists(), name
-    delta = json.loads((figs / "param_delta.json").read_text())
-    assert delta["config"]["control"] == []
-
-
 def test_a_command_other_than_a_published_settings_writes_its_own_folder(tmp_path,
                                                                        monkeypatch):
     """`--quick` (one seed, fewer steps) and any other change of a published setting's command
