@@ -106,7 +106,6 @@ def checkpoint_paths(cfg) -> list[str]:
     """The checkpoint folders of a config, at least one (an empty list is refused: it is not
     "the embedded checkpoints", which only the bare command line falls back to)."""
     from nca_interp.cli import as_paths
-    from nca_interp.errors import UsageError
 
     where = next(n for n in PATH_FIELDS if hasattr(cfg, n))
     paths = as_paths(getattr(cfg, where), where)

@@ -330,6 +330,41 @@ def command_name() -> str | None:
     return f"python -m {name}"
 
 
+def merge_repeated(cls, argv: list[str]) -> list[str]:
+    """A flag given twice: a list flag's values are joined (`--ckpt a --ckpt b` is `--ckpt
+    a,b`); any other is refused, naming both values (argparse would keep the last one without
+    a word)."""
+    hints = typing.get_type_hints(cls)
+    flags = {"--" + f.name.replace("_", "-"): f.name for f in dataclasses.fields(cls)}
+    seen: dict[str, list[tuple[int, str | None]]] = {}
+    for i, a in enumerate(argv):
+        flag, eq, value = a.partition("=")
+        if flag in flags:
+            if eq:
+                seen.setdefault(flag, []).append((i, value))
+            else:
+                nxt = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") \
+                    else None
+                seen.setdefault(flag, []).append((i, nxt))
+    out = list(argv)
+    drop: set[int] = set()
+    for flag, uses in seen.items():
+        if len(uses) < 2:
+            continue
+        tp = hints[flags[flag]]
+        inner = [t for t in typing.get_args(tp) if t is not type(None)] or [tp]
+        if typing.get_origin(tp) is not list and typing.get_origin(inner[0]) is not list:
+            given = " and ".join(str(v) for _, v in uses)
+            raise UsageError(f"{flag} is given {len(uses)} times ({given}); give it once")
+        for i, value in uses:  # every use and its value token go; one joined use stays
+            drop.add(i)
+            if "=" not in argv[i] and value is not None:
+                drop.add(i + 1)
+        out[uses[0][0]] = f"{flag}={','.join(v for _, v in uses if v is not None)}"
+        drop.discard(uses[0][0])
+    return [a for i, a in enumerate(out) if i not in drop]
+
+
 def parse_config(cls, argv: list[str] | None, description: str | None = None,
                  positional: str | None = None):
     """Build `cls` from command-line `argv` (None: sys.argv). `positional` names a list field
@@ -359,6 +394,7 @@ def parse_config(cls, argv: list[str] | None, description: str | None = None,
     if positional:
         parser.add_argument("_positional", nargs="*", metavar=positional.upper(),
                             help=f"same as --{positional}")
+    argv = merge_repeated(cls, sys.argv[1:] if argv is None else list(argv))
     ns = vars(parser.parse_args(argv))  # argparse prints its own usage error (exit 2)
     extra = ns.pop("_positional", None)
     if extra:  # `--ckpt A B`: A by the flag, B as a bare argument; both are kept, in order

@@ -101,12 +101,15 @@ def play_levels(model, tokenizer, task: Task, levels: list, context: str | list[
 
 
 @torch.no_grad()
-def views_kl(model, tokenizer, task: Task, levels: list, context: str,
+def views_kl(model, tokenizer, task: Task, levels: list, context: str | list[str],
              responses: list[list[int]], units: list[str], batch: int = 64, n_boot: int = 2000,
              seed: int = 0) -> dict:
     """Mean token KL(g(.|x) || g(.|x,c)) over `responses` (the greedy no-context ones), in
     nats per response token, with its 95% cluster-bootstrap interval over `units`: how far the
-    two views are apart, measurable with no scorer."""
+    two views are apart, measurable with no scorer. `context`: a context kind, or one context
+    text per level (the wrong-c control: its KL is the null the views' KL is read against)."""
+    texts = context if isinstance(context, list) else \
+        [task.context(lv, context) for lv in levels]
     from nca_interp.forward import response_logits
     from nca_interp.losses import position_kl
     from nca_interp.rollout import encode
@@ -115,15 +118,15 @@ def views_kl(model, tokenizer, task: Task, levels: list, context: str,
     limit = context_limit(model)
     sums, toks = [], []
     for i in range(0, len(levels), batch):
-        chunk, rows = levels[i: i + batch], responses[i: i + batch]
+        chunk, rows, cs = levels[i: i + batch], responses[i: i + batch], texts[i: i + batch]
         n = max(1, max(len(r) for r in rows))
         resp = torch.full((len(rows), n), pad_id(tokenizer), dtype=torch.long)
         mask = torch.zeros((len(rows), n), dtype=torch.long)
         for j, r in enumerate(rows):
             resp[j, :len(r)], mask[j, :len(r)] = torch.tensor(r, dtype=torch.long), 1
         x_ids, x_mask = encode(tokenizer, [task.prompt(lv) for lv in chunk], limit, n)
-        c_ids, c_mask = encode(tokenizer, [task.prompt(lv, task.context(lv, context))
-                                           for lv in chunk], limit, n)
+        c_ids, c_mask = encode(tokenizer, [task.prompt(lv, c) for lv, c in zip(chunk, cs)],
+                               limit, n)
         resp, mask = resp.to(dev), mask.to(dev)
         g = response_logits(model, x_ids.to(dev), x_mask.to(dev), resp, mask)
         g_c = response_logits(model, c_ids.to(dev), c_mask.to(dev), resp, mask)
@@ -229,8 +232,12 @@ def evaluate_checkpoint(model, tokenizer, task: Task, context: str, n_levels: in
         if control:
             wrong = [task.control_context(levels, i, context) for i in range(len(levels))]
             ctrl = play_levels(model, tokenizer, task, levels, wrong, temperature, seed)
+            null = views_kl(model, tokenizer, task, levels, wrong, no_c["ids"], units)
             report["control"] = {"len": float(ctrl["length"].mean()),
+                                 "kl_views": null["kl_views"],
+                                 "kl_views_ci95": null["kl_views_ci95"],
                                  "note": "reads_c needs a scorer"}
+            report["kl_views_control"] = null["kl_views"]
         return report
     report = {**paired_report(no_c, with_c, units, task.unit_name), "metric": task.success,
               **budget,
@@ -389,7 +396,7 @@ def run(cfg: EvalConfig | None = None, /, **fields) -> dict:
                                 results=reports)
 
 
-UNSCORED = ["len_no_c", "len_c", "rel_len", "kl_views"]
+UNSCORED = ["len_no_c", "len_c", "rel_len", "kl_views", "kl_views_control"]
 
 
 def show(report: dict) -> None:
@@ -403,7 +410,8 @@ def show(report: dict) -> None:
     if first.get("scored") is False:
         print(format_table(reports, UNSCORED))
         print(f"(kl_views = mean token KL(g(.|x) || g(.|x,c)) on the no-context responses; "
-              f"{first['note']})")
+              f"kl_views_control: the same with a wrong c', the null it is read against "
+              f"(--control); {first['note']})")
     else:
         print(format_table(reports, [*COLUMNS, "parse_fail_no_c", "parse_fail_c"]))
         print(REGIMES)

@@ -444,6 +444,12 @@ def unscored_figure(report: dict) -> go.Figure:
                 marker_color="#54a24b", error_y=_interval(
                     [reps[n]["kl_views"] for n in names],
                     [reps[n]["kl_views_ci95"] for n in names]), row=1, col=2)
+    if all("kl_views" in (reps[n].get("control") or {}) for n in names):  # the wrong-c null
+        ctrl = [reps[n]["control"] for n in names]
+        fig.add_bar(x=names, y=[c["kl_views"] for c in ctrl], name="kl_views with wrong c'",
+                    marker_color="#bab0ac", error_y=_interval(
+                        [c["kl_views"] for c in ctrl], [c["kl_views_ci95"] for c in ctrl]),
+                    row=1, col=2)
     fig.update_layout(title=f"{report['task']}: context return without a scorer", width=900,
                       height=420, barmode="group")
     return fig

@@ -204,6 +204,8 @@ def test_evaluate_without_a_scorer_reports_lengths_and_the_views_kl(student, tmp
     r = report["results"]["student"]
     assert r["scored"] is False and "win_no_c" not in r
     assert r["kl_views"] > 0 and r["kl_views_ci95"][0] <= r["kl_views"] <= r["kl_views_ci95"][1]
+    assert r["kl_views_control"] == r["control"]["kl_views"] > 0  # the wrong-c null beside it
+    assert r["kl_views_control"] != r["kl_views"]
     assert r["len_no_c"] == jsonl.DEFAULT_BUDGET or r["len_no_c"] > 0
     out = capsys.readouterr().out
     assert "need a scorer" in out and "kl_views" in out
@@ -298,3 +300,31 @@ def test_to_frame_gives_one_tidy_row_per_number():
     assert df[df.metric == "layers.cos"].sort_values("index").value.tolist() == [0.9, 0.8]
     assert (df.method == "opd").all() and (df.seed == 0).all()
     assert len(df) == 5
+
+
+def test_a_repeated_flag_is_joined_for_lists_and_refused_otherwise():
+    from nca_interp.cli import parse_config
+
+    cfg = parse_config(evaluate.EvalConfig, ["--ckpt", "a", "--ckpt", "b", "--task-options",
+                                             "x=1", "--task-options=y=2"], positional="ckpt")
+    assert cfg.ckpt == ["a", "b"] and cfg.task_options == ["x=1", "y=2"]
+    with pytest.raises(UsageError, match=r"--n-levels is given 2 times \(4 and 5\)"):
+        parse_config(evaluate.EvalConfig, ["--n-levels", "4", "--n-levels", "5"])
+
+
+def test_a_bad_regex_or_language_is_refused_before_any_response(tmp_path):
+    with pytest.raises(UsageError, match=r"'\(' is not a regular expression"):
+        task(tmp_path, "scorer=regex", "pattern=(")
+    with pytest.raises(UsageError, match="language='xx' is not a language code"):
+        task(tmp_path, "scorer=language", "language=xx")
+    with pytest.raises(ValueError, match="test_share takes a number"):
+        task(tmp_path, "test_share=half")
+
+
+def test_patching_without_a_score_is_one_line(student, tmp_path):
+    from nca_interp import patching
+
+    data = write(tmp_path / "d.jsonl", rows(answer=False))
+    with pytest.raises(UsageError, match="patching follows harm or help cases, which need a "
+                                         "score"):
+        patching.run([str(student)], task="jsonl", task_options=[f"data={data}"])

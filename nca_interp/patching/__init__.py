@@ -31,6 +31,7 @@ import numpy as np
 from nca_interp import analysis
 from nca_interp.checkpoint import load_checkpoint, verify_folder
 from nca_interp.cli import parse_config, validate
+from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP
 from nca_interp.hooks import attached_hooks, boot_bridge
 from nca_interp.models import context_limit
@@ -149,6 +150,10 @@ def run_checkpoint(path: str, cfg: PatchingConfig) -> dict:
                                                   cfg.n_random_generate)
     path = str(verify_folder(path))
     found, ctx = resolve_task_and_context([path], cfg.task, cfg.context, cfg.task_options)
+    if not getattr(found, "scored", True):
+        raise UsageError(f"patching follows harm or help cases, which need a score: {path}'s "
+                         "data has no scorer and no answers; pass scorer= (or answers) in "
+                         "--task-options")
     t0 = time.time()
     model, tok = load_checkpoint(path)
     found = found.for_tokenizer(tok)

@@ -591,7 +591,8 @@ def parse_task_options(name: str, options: list[str] | None) -> dict:
             else:
                 out[key] = value
         except ValueError:
-            want = "an integer" if not isinstance(default, tuple) else "integers like 6x6"
+            want = ("integers like 6x6" if isinstance(default, tuple) else
+                    "a number" if isinstance(default, float) else "an integer")
             raise ValueError(f"task option {key}={value!r}: {key} takes {want} for {name} "
                              f"(default {default})") from None
     return out

@@ -78,6 +78,16 @@ class JsonlConfig:
             raise UsageError("scorer=regex needs pattern=REGEX (or pattern=@FILE)")
         if self.scorer == "language" and not self.language:
             raise UsageError("scorer=language needs language=CODE (fr, de, es, ...)")
+        if self.scorer == "language":
+            from nca_interp.tasks.language import language
+
+            try:  # an unknown code fails here, not after the responses are generated
+                language("a test", (self.language,))
+            except ValueError:
+                raise UsageError(f"language={self.language!r} is not a language code the "
+                                 "identifier knows (fr, de, es, it, pt, nl, ...)") from None
+        if self.scorer == "regex" and not self.pattern.startswith("@"):
+            check_regex(self.pattern)
 
 
 @dataclass(frozen=True)
@@ -219,9 +229,20 @@ def _norm(text: str) -> str:
     return " ".join(text.strip().lower().split())
 
 
+def check_regex(pattern: str, where: str = "pattern") -> str:
+    """`pattern` if it compiles; a UsageError naming it otherwise (re.error is no ValueError:
+    it would end in a traceback)."""
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        raise UsageError(f"{where} {pattern!r} is not a regular expression ({e})") from None
+    return pattern
+
+
 def _pattern(cfg: JsonlConfig) -> str:
     if cfg.pattern.startswith("@"):
-        return read_text(cfg.pattern[1:], "pattern file").strip()
+        return check_regex(read_text(cfg.pattern[1:], "pattern file").strip(),
+                           f"pattern file {cfg.pattern[1:]}")
     return cfg.pattern
 
 
