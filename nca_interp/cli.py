@@ -331,9 +331,9 @@ def command_name() -> str | None:
 
 
 def merge_repeated(cls, argv: list[str]) -> list[str]:
-    """A flag given twice: a list flag's values are joined (`--ckpt a --ckpt b` is `--ckpt
-    a,b`); any other is refused, naming both values (argparse would keep the last one without
-    a word)."""
+    """A list flag given twice has its values joined (`--ckpt a --ckpt b` is `--ckpt a,b`:
+    argparse kept only the last list); a one-value flag given twice keeps the last, the
+    override the pipeline and the tests extend commands with."""
     hints = typing.get_type_hints(cls)
     flags = {"--" + f.name.replace("_", "-"): f.name for f in dataclasses.fields(cls)}
     seen: dict[str, list[tuple[int, str | None]]] = {}
@@ -354,8 +354,7 @@ def merge_repeated(cls, argv: list[str]) -> list[str]:
         tp = hints[flags[flag]]
         inner = [t for t in typing.get_args(tp) if t is not type(None)] or [tp]
         if typing.get_origin(tp) is not list and typing.get_origin(inner[0]) is not list:
-            given = " and ".join(str(v) for _, v in uses)
-            raise UsageError(f"{flag} is given {len(uses)} times ({given}); give it once")
+            continue  # one value: the last one given overrides (how commands are extended)
         for i, value in uses:  # every use and its value token go; one joined use stays
             drop.add(i)
             if "=" not in argv[i] and value is not None:

@@ -302,14 +302,14 @@ def test_to_frame_gives_one_tidy_row_per_number():
     assert len(df) == 5
 
 
-def test_a_repeated_flag_is_joined_for_lists_and_refused_otherwise():
+def test_a_repeated_list_flag_keeps_every_value():
     from nca_interp.cli import parse_config
 
     cfg = parse_config(evaluate.EvalConfig, ["--ckpt", "a", "--ckpt", "b", "--task-options",
                                              "x=1", "--task-options=y=2"], positional="ckpt")
     assert cfg.ckpt == ["a", "b"] and cfg.task_options == ["x=1", "y=2"]
-    with pytest.raises(UsageError, match=r"--n-levels is given 2 times \(4 and 5\)"):
-        parse_config(evaluate.EvalConfig, ["--n-levels", "4", "--n-levels", "5"])
+    assert parse_config(evaluate.EvalConfig, ["--n-levels", "4", "--n-levels", "5"]).n_levels \
+        == 5  # a one-value flag: the last overrides
 
 
 def test_a_bad_regex_or_language_is_refused_before_any_response(tmp_path):
