@@ -172,6 +172,35 @@ def make_report(cfg, *, task: str, context: str | None, paths: dict[str, str | P
             **extra}
 
 
+def data_record(task, levels: list) -> dict:
+    """What an analysis fed in, so that a reader can check it: the task's options, the sha256
+    of every data file they name (a JSONL, a context file, a question file), each item's unit
+    in order, and the sha256 of the prompts as the task renders them (x without c), one per
+    line. Own data (`jsonl`) also keeps the prompts themselves."""
+    import hashlib
+
+    from nca_interp.tasks import task_record
+
+    record = task_record(task)
+    files = {}
+    for key, value in record.items():
+        if isinstance(value, str) and value and Path(value).expanduser().is_file():
+            digest = hashlib.sha256(Path(value).expanduser().read_bytes()).hexdigest()
+            files[key] = {"path": value, "sha256": digest}
+    prompts = [task.render(lv) for lv in levels]
+    out = {"task_options": record, "files": files, "units": [task.unit(lv) for lv in levels],
+           "prompts_sha256": hashlib.sha256("\n".join(prompts).encode()).hexdigest()}
+    if task.name == "jsonl":
+        out["prompts"] = prompts
+    return out
+
+
+def decoded(tok, ids, mask) -> list[str]:
+    """Each row's kept tokens (`mask`) as text: the responses a report analysed."""
+    return [tok.decode(row[m.bool()].tolist(), skip_special_tokens=True)
+            for row, m in zip(ids, mask)]
+
+
 def short_labels(paths: list[str]) -> dict[str, str]:
     """A column name for each path: its folder name, or as many trailing parts as make it
     unique (`opd/final` and `nca/final`, not two columns called `final`)."""

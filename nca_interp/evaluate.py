@@ -393,7 +393,8 @@ def run(cfg: EvalConfig | None = None, /, **fields) -> dict:
             reports[name] = evaluate_checkpoint(model, tok, found, context, cfg.n_levels,
                                                 cfg.seed, cfg.temperature, cfg.control)
     return analysis.make_report(cfg, task=found.name, context=context, paths=folders,
-                                results=reports)
+                                results=reports, data=analysis.data_record(
+                                    found, found.levels("test", cfg.n_levels, cfg.seed)))
 
 
 UNSCORED = ["len_no_c", "len_c", "rel_len", "kl_views", "kl_views_control"]

@@ -393,10 +393,13 @@ def run(cfg: GradAlignConfig | None = None, /, **fields) -> dict:
         folders[name] = path
         results[name] = checkpoint_alignment(student, teacher_model, halves, TERMS,
                                              cfg.temperature)
+        results[name]["responses"] = [text for part in halves for b in part
+                                      for text in analysis.decoded(tok, b.resp, b.resp_mask)]
         del student, teacher_model
     steps = [step_of(p) for p in ckpts]
     return analysis.make_report(cfg, task=found.name, context=context, paths=folders,
                                 results=results, batch=batch,
+                                data=analysis.data_record(found, levels[:parts * (batch // parts)]),
                                 steps=steps if all(s is not None for s in steps) else None)
 
 

@@ -374,6 +374,7 @@ def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
     out["n_examples"] = len(levels)
     out["n_positions"] = n_positions
     out["mean_response_tokens"] = float(responses[1].float().sum(1).mean())
+    out["responses"] = analysis.decoded(tok, responses[0], responses[1])
     return out
 
 
@@ -493,7 +494,8 @@ def run(cfg: LayerSimConfig | None = None, /, **fields) -> dict:
         responses_from={"reference": f"the task's answers ({found.name} target)",
                         "base": f"greedy responses of {paths[0]}",
                         "own": "each model's own greedy responses"}[cfg.responses],
-        layers=["embed"] + [str(i) for i in range(n_layers)], checkpoints=paths)
+        layers=["embed"] + [str(i) for i in range(n_layers)], checkpoints=paths,
+        data=analysis.data_record(found, levels))
 
 
 def show(report: dict) -> None:

@@ -328,3 +328,31 @@ def test_patching_without_a_score_is_one_line(student, tmp_path):
     with pytest.raises(UsageError, match="patching follows harm or help cases, which need a "
                                          "score"):
         patching.run([str(student)], task="jsonl", task_options=[f"data={data}"])
+
+
+def test_every_report_records_the_data_file_the_prompts_and_the_responses(student, tmp_path):
+    """A reader can check what was fed in: the sha256 of the data file (computed here
+    independently), the test items' ids and prompts in order, and each response analysed."""
+    import hashlib
+
+    from nca_interp import grad_align, layer_sim
+
+    data = write(tmp_path / "d.jsonl", rows())
+    digest = hashlib.sha256(data.read_bytes()).hexdigest()
+    opts = [f"data={data}", "scorer=startswith", "pattern=ahoy"]
+    held_out = task(tmp_path, data=data).levels("test", 8)
+    ev = evaluate.run([str(student)], task="jsonl", task_options=opts, n_levels=8)
+    ls = layer_sim.run([str(student)], task="jsonl", task_options=opts, n_levels=8,
+                       baselines=False)
+    ga = grad_align.run([str(student)], task="jsonl", task_options=opts, teacher=str(student),
+                        batch=4, micro_batch=2, parts=2)
+    for report in (ev, ls, ga):
+        d = report["data"]
+        assert d["files"]["data"] == {"path": str(data), "sha256": digest}
+    for report in (ev, ls):
+        assert report["data"]["units"] == [lv.id for lv in held_out]
+        assert report["data"]["prompts"] == [lv.prompt for lv in held_out]
+    assert len(ls["results"]["student"]["responses"]) == len(held_out)
+    assert len(ga["results"]["student"]["responses"]) == 4 == len(ga["data"]["units"])
+    assert ev["data"]["prompts_sha256"] == hashlib.sha256(
+        "\n".join(lv.prompt for lv in held_out).encode()).hexdigest()

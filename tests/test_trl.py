@@ -214,3 +214,40 @@ def test_the_context_return_callback_logs_what_evaluate_measures(tok, tmp_path):
         assert h["reads_c"] == rep["control"]["reads_c"]
         assert h["harm_baseline"] == pytest.approx(1 - rep["win_c"])
     assert cb.history[0]["kl_views"] != cb.history[1]["kl_views"]  # the student moved
+
+
+def test_the_callback_rides_in_trls_own_sft_trainer(tmp_path):
+    """The monitor is a plain `TrainerCallback`: inside TRL's own `SFTTrainer` (not the
+    package's subclass) it logs the context return of the live model each step, and the logged
+    numbers equal `nca_interp.evaluate --control` on the checkpoint saved at that step."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from nca_interp import evaluate
+    from nca_interp.assets import embedded
+    from nca_interp.checkpoint import load_checkpoint
+    from nca_interp.trl_callbacks import ContextReturnCallback
+
+    task = make_task("sokoban")
+    student, tok = load_checkpoint(embedded("sokoban_base"))
+    view = task.for_tokenizer(tok)
+    ds = Dataset.from_list([{"prompt": view.prompt(lv), "completion": view.target(lv)}
+                            for lv in task.levels("train", 16)])
+    args = SFTConfig(output_dir=str(tmp_path / "sft"), per_device_train_batch_size=4,
+                     max_steps=2, logging_steps=1, save_strategy="steps", save_steps=1,
+                     report_to=[], use_cpu=True, learning_rate=3e-3, seed=0)
+    trainer = SFTTrainer(model=student.train(), args=args, train_dataset=ds,
+                         processing_class=tok)
+    cb = ContextReturnCallback(task, context="plan", every=1, n_items=24, trainer=trainer)
+    trainer.add_callback(cb)
+    trainer.train()
+    logged = [r for r in trainer.state.log_history if "context_return/win_c" in r]
+    assert [r["step"] for r in logged] == [h["step"] for h in cb.history] == [1, 2]
+    for h in cb.history:
+        ckpt = tmp_path / "sft" / f"checkpoint-{h['step']}"
+        rep = evaluate.run([str(ckpt)], task="sokoban", context="plan", n_levels=24,
+                           control=True)["results"][ckpt.name]
+        for k in ("win_no_c", "win_c", "harm", "help", "rel_len", "regime"):
+            assert h[k] == rep[k], (h["step"], k)
+        assert h["reads_c"] == rep["control"]["reads_c"]
+    assert cb.history[0]["win_no_c"] != cb.history[1]["win_no_c"]  # SFT moved the model

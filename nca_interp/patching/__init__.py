@@ -163,7 +163,7 @@ def run_checkpoint(path: str, cfg: PatchingConfig) -> dict:
     bridge = boot_bridge(path, loaded=(model, tok))
     report = {"checkpoint": path, "task": found.name, "context": ctx, "kind": kind,
               "scope": scope, "ablate": ablate, "counts": counts, "n_layers": bridge.cfg.n_layers,
-              "n_heads": bridge.cfg.n_heads}
+              "n_heads": bridge.cfg.n_heads, "data": analysis.data_record(found, levels)}
     control = build_cases(tok, found, ctx, control_rows[:max_cases], limit, ablate) \
         if control_rows else None
     if control is not None:
@@ -174,6 +174,9 @@ def run_checkpoint(path: str, cfg: PatchingConfig) -> dict:
         report["note"] = f"no {kind} case ({what[kind]}) among these levels"
         return report
     cases = build_cases(tok, found, ctx, rows[:max_cases], limit, ablate)
+    report["cases"] = [{"unit": found.unit(lv), "right": tok.decode(right),
+                        "wrong": tok.decode(wrong), "t_star": t}
+                       for lv, right, wrong, t in rows[:max_cases]]
     stats = {"forwards": 0}
     t1 = time.time()
     fwd = sweep(bridge, cases, "forward", stats, scope)
