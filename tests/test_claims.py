@@ -9,10 +9,13 @@ from train import claims
 
 
 def report(win_no_c, win_c, harm, regime, ci_no_c=(0.0, 1.0), ci_harm=(0.0, 1.0),
-           ci_c=(0.0, 1.0)):
+           ci_c=(0.0, 1.0), ci_delta=None):
+    d = win_c - win_no_c
     return {"win_no_c": win_no_c, "win_c": win_c, "harm": harm, "regime": regime,
-            "rel_len_both": None, "ci95": {"win_no_c": list(ci_no_c), "harm": list(ci_harm),
-                                           "win_c": list(ci_c), "rel_len_both": [None, None]}}
+            "delta_c": d, "rel_len_both": None,
+            "ci95": {"win_no_c": list(ci_no_c), "harm": list(ci_harm), "win_c": list(ci_c),
+                     "delta_c": list(ci_delta or (d - 0.05, d + 0.05)),
+                     "rel_len_both": [None, None]}}
 
 
 def write(tmp_path, reports):
@@ -20,16 +23,17 @@ def write(tmp_path, reports):
     return tmp_path
 
 
-def test_degradation_needs_regime_a_in_every_seed(tmp_path):
+def test_degradation_is_judged_on_the_seeds_pooled_drop(tmp_path):
     base = report(0.9, 0.95, 0.01, "B")
     a = report(0.9, 0.7, 0.2, "A", ci_harm=(0.1, 0.3))
-    c = report(0.9, 0.9, 0.02, "C", ci_harm=(0.0, 0.05))
+    c = report(0.9, 0.9, 0.02, "C", ci_harm=(0.0, 0.05), ci_delta=(-0.01, 0.01))
     figs = write(tmp_path, {"t_base": base, "t_opd_s0": a, "t_opd_s1": a})
-    assert claims.degrades(figs).cell == "reproduced"
+    assert claims.degrades(figs).verdict == "reproduced"
+    # one seed drops, one does not: the seeds' t interval reaches 0 and -0.2 alike
     figs = write(tmp_path, {"t_base": base, "t_opd_s0": a, "t_opd_s1": c})
-    assert claims.degrades(figs).cell == "partly"
-    figs = write(tmp_path, {"t_base": base, "t_opd_s0": c, "t_opd_s1": c})
-    assert claims.degrades(figs).cell == "not reproduced"
+    assert claims.degrades(figs).verdict == "inconclusive"
+    figs = write(tmp_path, {"t_base": base, "t_opd_s0": c, "t_opd_s1": c, "t_opd_s2": c})
+    assert claims.degrades(figs).verdict == "not reproduced"
     none = report(0.0, 0.4, None, "B")
     figs = write(tmp_path, {"t_base": base, "t_opd_s0": none})
     assert claims.degrades(figs).cell == "not measurable"
@@ -47,16 +51,20 @@ def test_internalizing_is_judged_against_the_step_zero_null(tmp_path):
 def test_nca_blind_to_c_fails_the_keeps_context_claim(tmp_path):
     base = report(0.0, 0.44, None, "B")
     blind = report(0.0, 0.02, None, "C", ci_c=(0.0, 0.06))
-    keeps = report(0.0, 0.42, None, "B", ci_c=(0.3, 0.55))
-    assert claims.nca_keeps_context(write(tmp_path, {"b": base, "t_nca_s0": blind})).cell == \
-        "not reproduced"
-    assert claims.nca_keeps_context(write(tmp_path, {"b": base, "t_nca_s0": keeps})).cell == \
-        "reproduced"
+    keeps = report(0.0, 0.435, None, "B", ci_c=(0.425, 0.445))
+    wide = report(0.0, 0.42, None, "B", ci_c=(0.3, 0.55))
+    assert claims.nca_keeps_context(write(tmp_path, {"b": base, "t_nca_s0": blind})).verdict \
+        == "not reproduced"
+    assert claims.nca_keeps_context(write(tmp_path, {"b": base, "t_nca_s0": keeps})).verdict \
+        == "reproduced"
+    # an interval that only reaches step 0 shows no keeping (the margin is 0.02)
+    assert claims.nca_keeps_context(write(tmp_path, {"b": base, "t_nca_s0": wide})).verdict \
+        == "inconclusive"
 
 
-def test_seeds_each_reaching_step_0_but_below_it_together_keep_c_only_partly(tmp_path):
-    """Five seeds, each 4 of 20 units short of step 0 on the same items: each seed's interval
-    reaches step 0's accuracy, the pooled paired difference does not."""
+def test_seeds_each_short_of_step_0_lose_what_c_gives_together(tmp_path):
+    """Five seeds, each 4 of 20 units short of step 0 on the same items: the pooled paired
+    difference, -0.2, lies beyond the keeping margin: not kept."""
     units = [f"u{i}" for i in range(20)]
     base = report(0.0, 0.8, None, "B")
     base["items"] = {"unit": units, "won_c": [1] * 16 + [0] * 4, "won_no_c": [0] * 20}
@@ -69,7 +77,7 @@ def test_seeds_each_reaching_step_0_but_below_it_together_keep_c_only_partly(tmp
         r["items"] = {"unit": units, "won_c": won, "won_no_c": [0] * 20}
         reps[f"t_nca_s{s}"] = r
     claim = claims.nca_keeps_context(write(tmp_path, reps))
-    assert claim.verdict == "partly" and "pooled over 5 seeds -0.200" in claim.reason
+    assert claim.verdict == "not reproduced" and "-0.200" in claim.measured
     for s in range(5):  # the same seeds equal to step 0 item by item: kept
         reps[f"t_nca_s{s}"]["items"]["won_c"] = base["items"]["won_c"]
     assert claims.nca_keeps_context(write(tmp_path, reps)).verdict == "reproduced"
@@ -187,8 +195,9 @@ def test_identical_views_are_not_judged_when_different_items_reach_the_threshold
     assert c.verdict == "reproduced" and "different-item floor up to 0.700" in c.null
     # the paper's 0.997 beside the threshold scaled to this model: 0.7 + 0.997 * 0.3 = 0.9991,
     # which NCA's lowest layer (0.998) misses while staying above OPD at every layer
-    assert c.also == (("threshold scaled to this model (0.9991)", "partly",
-                       "above OPD at every layer, below 0.9991"),)
+    assert c.also == (("threshold scaled to this model (0.9991)", "not reproduced",
+                       "no seed reaches 0.9991; above OPD at every layer, which is a different "
+                       "claim"),)
     assert claims.nca_identical(write_ls([0.1, 0.2])).also[0][1] == "reproduced"
     high = claims.nca_identical(write_ls([0.998, 0.999]))
     assert high.verdict == "not measurable" and "different items already reach" in high.reason
@@ -209,9 +218,14 @@ def test_orthogonality_on_the_corrected_angle_needs_its_interval_inside_the_band
 
     assert claims.orthogonal(write_ga([cell(90, 80, 100), cell(88, 76, 99)])).cell.startswith(
         "reproduced")
+    # the mean angle (65 deg) outside the band: not reproduced, whatever one checkpoint shows
     assert claims.orthogonal(write_ga([cell(90, 80, 100), cell(40, 30, 50)])).cell.startswith(
-        "partly")
-    assert claims.orthogonal(write_ga([cell(90, 60, 120)])).cell.startswith("not measurable")
+        "not reproduced")
+    # a straddling interval is not clear: with one clear checkpoint, partly
+    assert claims.orthogonal(write_ga([cell(90, 80, 100), cell(100, 70, 104)])).cell.startswith(
+        "partly (1 of 2 checkpoints' intervals inside 75-105 deg, 1 straddling")
+    # nothing clear and nothing against: the data cannot tell
+    assert claims.orthogonal(write_ga([cell(90, 60, 120)])).cell.startswith("inconclusive")
 
 
 def test_nca_improves_no_c_uses_paired_intervals_per_seed(tmp_path):
@@ -268,10 +282,12 @@ def test_orthogonality_pools_the_opd_seeds(tmp_path):
     ga("grad_align_opd_s1", [91, 89])
     ga("grad_align_opd_s2", [92, 87])
     c = claims.orthogonal(tmp_path)
-    assert c.cell == "reproduced (6 of 6 checkpoints judged, 3 seeds)"
+    assert c.cell == ("reproduced (6 of 6 checkpoints' intervals inside 75-105 deg, 0 "
+                      "straddling a bound, mean 90 deg, 3 seeds)")
     assert c.measured == "noise-corrected opd~ctx s0: 90 88; s1: 91 89; s2: 92 87 deg over training"
     ga("grad_align_opd_s2", [92, 40])
-    assert claims.orthogonal(tmp_path).cell.startswith("partly (6 of 6 checkpoints judged")
+    assert claims.orthogonal(tmp_path).cell.startswith(
+        "partly (5 of 6 checkpoints' intervals inside")
     # an older grad_align (no parts): seed 0's raw angle, and the verdict says what it lacks
     raw = {f"step_{i}": {"global": {"angle_xfit_deg": {"opd~ctx": 90},
                                     "self_angle_deg": {"opd": 30, "ctx": 30}}} for i in range(2)}
@@ -301,7 +317,8 @@ def test_nca_prevents_pools_harm_over_seed_and_unit_clusters(tmp_path):
         reps = {"t_base": {"harm": 0.0, "regime": "B"}}
         for s, harmed in enumerate(harm_per_seed):
             h = len(harmed) / len(units)
-            reps[f"t_opd_s{s}"] = {"harm": h, "regime": "A", "win_c": 1 - h,
+            reps[f"t_opd_s{s}"] = {"harm": h, "regime": "A", "win_c": 1 - h, "win_no_c": 1.0,
+                                   "delta_c": -h, "ci95": {"delta_c": [-h - 0.03, -h + 0.03]},
                                    "items": items(harmed)}
             reps[f"t_nca_s{s}"] = {"harm": 0.0, "regime": "C", "items": items(set())}
         (tmp_path / "context_return.json").write_text(json.dumps({"results": reps}))
@@ -309,11 +326,11 @@ def test_nca_prevents_pools_harm_over_seed_and_unit_clusters(tmp_path):
 
     many = write([{f"fact{i}" for i in range(8)}] * 8)  # 8 items of 48 in every seed
     assert many.cell == "reproduced" and "pooled over 8 seed pairs: +0.167 [+" in many.null
-    # one lost item per seed in 3 seeds: every seed's point favours NCA, the pooled interval
-    # still reaches 0
+    # one lost item per seed in 3 seeds: a drop of 0.02 the data cannot tell from none:
+    # OPD's break is not shown, so there is nothing for NCA to prevent
     few = write([{"fact0"}, {"fact3"}, {"fact5"}])
-    lo = float(few.null.split("[")[1].split(",")[0])
-    assert lo <= 0 and few.cell == "partly (the pooled paired interval reaches 0)"
+    assert few.cell == ("not measurable (OPD's break is inconclusive here: nothing shown to "
+                        "prevent)")
 
 
 def test_pooled_claims_over_two_knowledge_bases(tmp_path):
@@ -421,8 +438,9 @@ def test_size_matched_control_separates_direction_from_size(tmp_path):
 
 
 def test_nca_new_direction_needs_opd_nca_clear_of_alignment(tmp_path):
-    """opd~nca in the NCA runs: intervals wholly above 75 deg count for a new direction, wholly
-    below against, straddling ones are not judged; beyond 105 deg is counted as opposed."""
+    """opd~nca in the NCA runs: an interval inside 75-105 deg counts for a new direction; one
+    wholly below 75 (aligned) or wholly beyond 105 (opposing OPD's term) against; a straddling
+    one is not clear."""
     def ga(name, cells):
         res = {f"step_{i}": {"global": {"parts": {"pairs": {"opd~nca": {
             "angle_corrected_deg": (lo + hi) / 2, "angle_ci95_deg": [lo, hi]}}}}}
@@ -431,13 +449,18 @@ def test_nca_new_direction_needs_opd_nca_clear_of_alignment(tmp_path):
 
     ga("grad_align_nca", [(80, 100), (110, 130), (60, 90)])
     c = claims.nca_new_direction(tmp_path)
-    assert c.verdict == "reproduced" and c.coverage == (2, 3)
-    assert c.reason == ("2 of 3 checkpoints judged, 1 seed; 3 needed to generalise; in 1 the "
-                        "NCA term pulls against OPD's (beyond 105 deg)")
+    assert c.verdict == "partly" and c.coverage == (3, 3)
+    assert c.reason == ("1 of 3 checkpoints' intervals inside 75-105 deg, 1 straddling a bound, "
+                        "1 seed; 3 needed to generalise; in 1 the NCA term opposes OPD's (wholly "
+                        "beyond 105 deg), which is not a new direction")
     ga("grad_align_nca_s1", [(10, 30)])
     ga("grad_align_nca_s2", [(85, 95)])
     assert claims.nca_new_direction(tmp_path).cell.startswith(
-        "partly (4 of 5 checkpoints judged, 3 seeds;")
+        "partly (2 of 5 checkpoints' intervals inside 75-105 deg, 1 straddling a bound, 3 seeds;")
+    ga("grad_align_nca", [(110, 130), (120, 140)])  # only opposing: no new direction
+    ga("grad_align_nca_s1", [(110, 130)])
+    ga("grad_align_nca_s2", [(106, 150)])
+    assert claims.nca_new_direction(tmp_path).verdict == "not reproduced"
 
 
 def test_heads_verdict_needs_one_stable_head_clear_of_random_heads_on_held_out_cases(tmp_path):

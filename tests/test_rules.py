@@ -39,13 +39,6 @@ def test_a_pooled_interval_needs_a_majority_of_units_to_be_reproduced():
     assert rules.pooled(True, [True, True], mean_on_side=False) == "not reproduced"
 
 
-def test_keeping_needs_every_seed_and_the_pooled_interval_to_reach_the_null():
-    assert rules.kept([True, True, True], pooled_reaches=True) == "reproduced"
-    assert rules.kept([True, True, True], pooled_reaches=False) == "partly"
-    assert rules.kept([True, True, False], pooled_reaches=True) == "partly"
-    assert rules.kept([False, False], pooled_reaches=True) == "not reproduced"
-
-
 def test_reading_c_needs_half_the_teachers_reads_c():
     assert rules.reads_c(0.31, 0.6)
     assert rules.reads_c(0.30, 0.6)
@@ -71,23 +64,34 @@ def test_a_harm_is_opds_own_only_clear_of_step_0_and_of_chance_or_in_regime_a():
     # never without clearing step 0's harm, regime A or not
     assert not rules.harm_is_own(0.04, 0.05, win_c=0.99, regime_a=True)
     assert not rules.harm_is_own(None, 0.0, win_c=0.5, regime_a=True)
+    # an undefined step-0 harm is no harm of 0: only the independence baseline can decide
+    assert not rules.harm_is_own(0.15, None, win_c=0.8, regime_a=True)
+    assert rules.harm_is_own(0.25, None, win_c=0.8, regime_a=False)
     assert rules.independence_harm(0.75) == 0.25
 
 
-def test_harm_below_its_independence_baseline_does_not_make_opd_break(tmp_path):
+def test_breaking_is_accuracy_with_c_below_without_and_chance_is_said_apart(tmp_path):
     import json
 
     from train import claims
 
-    def write(opd_regime: str):
+    def write(win_c: float, ci: tuple, harm_ci=(0.04, 0.08), seeds=3):
         reps = {"t_base": {"harm": 0.01, "regime": "B", "win_no_c": 0.6, "win_c": 0.9},
-                **{f"t_opd_s{s}": {"harm": 0.06, "regime": opd_regime, "win_c": 0.85,
-                                   "win_no_c": 0.8, "ci95": {"harm": [0.04, 0.08]}}
-                   for s in range(3)}}
+                **{f"t_opd_s{s}": {"harm": 0.06, "regime": "A" if ci[1] < 0 else "C",
+                                   "win_c": win_c, "win_no_c": 0.8, "delta_c": win_c - 0.8,
+                                   "ci95": {"harm": list(harm_ci), "delta_c": list(ci)}}
+                   for s in range(seeds)}}
         (tmp_path / "context_return.json").write_text(json.dumps({"results": reps}))
         return claims.degrades(tmp_path)
 
-    # harm 0.06 [0.04, 0.08] clears step 0's 0.01 but not 1 - 0.85 = 0.15, regimes B
-    chance = write("B")
-    assert chance.verdict == "not reproduced" and "independence baseline" in chance.null
-    assert write("A").verdict == "reproduced"
+    # accuracy with c is above accuracy without: no break, and enough data to exclude one
+    up = write(0.85, (0.03, 0.07))
+    assert up.verdict == "not reproduced" and "independence baseline" in up.null
+    assert "beyond chance (harm rule) in 0 of 3" in up.reason  # 0.06 < 1 - 0.85
+    # a clear drop in every seed
+    assert write(0.5, (-0.4, -0.2)).verdict == "reproduced"
+    # a large drop too noisy to tell (one seed of 8 facts): inconclusive, not "no"
+    noisy = write(0.45, (-0.8, 0.1), seeds=1)
+    assert noisy.verdict == "inconclusive" and "would decide" in noisy.reason
+    # three such seeds together show it, though none does alone
+    assert write(0.45, (-0.8, 0.1)).verdict == "partly"

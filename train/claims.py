@@ -24,7 +24,7 @@ import numpy as np
 from nca_interp import analysis
 from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import RunId, by_name, others, partner, roster, students
-from train import dose, rules
+from train import dose, judge, rules
 from train.blocks import Block
 from train.settings import load
 
@@ -101,26 +101,77 @@ def internalizes(figs: Path) -> Claim:
 
 
 def degrades(figs: Path) -> Claim:
-    """Context-induced degradation after OPD: regime A (the interval of acc_c - acc_no_c below
-    0) in every seed; partly: in some seeds, or harm's interval above the step-0 harm."""
+    """Context-induced degradation after OPD, as the paper states it: accuracy with c below
+    accuracy without c, paired on the same items. The seed is the unit; the pooled estimate
+    is the paired difference over the seeds' items, its interval the wider of (seed, unit)
+    and unit clusters (`rules.BREAK_MARGIN` is the
+    smallest drop the claim is about; `judge.effect`). Beside it, apart: whether the harm is
+    beyond chance (the harm rule: above step 0's harm and the independence baseline)."""
     rep = analysis.load(figs / "context_return.json")
     base, opd = _base(rep), _runs(rep, "opd")
+    name = "OPD students break when c returns (harm, regime A)"
     if all(r["harm"] is None for r in opd):
-        return Claim("OPD students break when c returns (harm, regime A)",
-                     "no item right without c", "-", "not measurable")
-    null = base["harm"] if base["harm"] is not None else 0.0
-    flags = [r["regime"] == "A" for r in opd]
-    own = [_harm_is_own(r, null) for r in opd]
-    verdict = _verdict(flags) if any(flags) else ("partly" if any(own) else "not reproduced")
+        return Claim(name, "no item right without c", "-", "not measurable")
+    units = [_estimate(r, "delta_c") for r in opd]
+    pooled = _pooled(opd, lambda it: np.asarray(it["won_c"], float) -
+                     np.asarray(it["won_no_c"], float), units)
+    j = judge.effect(units, pooled, 0.0, -1, rules.BREAK_MARGIN)
+    step0 = base["harm"]
+    own = [_harm_is_own(r, step0) for r in opd]
+    beyond = f"harm beyond chance (harm rule) in {sum(own)} of {len(opd)} seeds" + (
+        ", against the independence baseline alone: step 0 has nothing right without c"
+        if step0 is None else "")
     regimes = " ".join(r["regime"] for r in opd)
-    return Claim("OPD students break when c returns (harm, regime A)",
-                 f"harm {_spread([r['harm'] for r in opd])}; regimes {regimes}",
-                 f"step-0 harm {null:.3f}; independence baseline (1 - accuracy with c) "
-                 f"{_spread([rules.independence_harm(r['win_c']) for r in opd])}", verdict,
-                 coverage=(len(flags), len(opd)))
+    return Claim(name,
+                 f"accuracy with c - without {_spread([u.point for u in units])}"
+                 + (f", pooled {pooled}" if pooled is not None and len(opd) > 1 else "")
+                 + f"; harm {_spread([r['harm'] for r in opd])}; regimes {regimes}",
+                 f"0 (no change); step-0 harm "
+                 f"{'-' if step0 is None else f'{step0:.3f}'}; independence baseline "
+                 f"(1 - accuracy with c) "
+                 f"{_spread([rules.independence_harm(r['win_c']) for r in opd])}",
+                 j.verdict, "; ".join(x for x in (j.reason, beyond) if x),
+                 coverage=(len(units), len(opd)))
 
 
-def _harm_is_own(r: dict, step0_harm: float) -> bool:
+def _estimate(r: dict, key: str, minus: float = 0.0) -> judge.Estimate:
+    """One report's `key` and its 95% interval (less `minus`) as a judge estimate."""
+    lo, hi = r["ci95"][key]
+    return judge.Estimate(r[key] - minus, min(lo, r[key]) - minus, max(hi, r[key]) - minus)
+
+
+def _pooled(runs: list[dict], per_item, units: list[judge.Estimate]) -> judge.Estimate | None:
+    """The per-item quantity `per_item(items)` pooled over `runs` with a 95% bootstrap interval
+    over (run, unit) clusters; where the reports keep no items, the t interval of the units'
+    points (None for a single run: the run decides)."""
+    from nca_interp.bootstrap import cluster_indices, percentile_ci
+
+    if len(runs) == 1:
+        return None
+    if all("items" in r for r in runs):
+        vals, seed_unit, unit = [], [], []
+        for i, r in enumerate(runs):
+            vals += list(per_item(r["items"]))
+            seed_unit += [f"{i}|{u}" for u in r["items"]["unit"]]
+            unit += [str(u) for u in r["items"]["unit"]]
+        v, m = np.asarray(vals, float), float(np.mean(vals))
+        # (seed, unit) clusters, and unit clusters (the seeds share their items): the wider
+        lo, hi = m, m
+        for cluster in (seed_unit, unit):
+            boots = np.array([v[idx].mean() for idx in cluster_indices(cluster, 2000, 0)])
+            b_lo, b_hi = percentile_ci(boots)
+            lo, hi = min(lo, float(b_lo)), max(hi, float(b_hi))
+        return judge.Estimate(m, lo, hi, len(runs))
+    pts = [u.point for u in units]
+    m = float(np.mean(pts))
+    lo, hi = dose.t_interval(pts)
+    # never narrower than the seeds' own intervals allow (seeds that agree by chance)
+    within = judge.Z95 * float(np.sqrt(np.mean([u.se ** 2 for u in units]) / len(units)))
+    half = max((hi - lo) / 2, within)
+    return judge.Estimate(m, m - half, m + half, len(pts))
+
+
+def _harm_is_own(r: dict, step0_harm: float | None) -> bool:
     """The rule book's harm rule on one report (train/rules.py)."""
     lo = r.get("ci95", {}).get("harm", [r["harm"]])[0] if r["harm"] is not None else None
     return rules.harm_is_own(lo, step0_harm, r["win_c"], r["regime"] == "A")
@@ -134,10 +185,11 @@ def nca_prevents(figs: Path) -> Claim:
     measured = f"harm {_spread([r['harm'] for r in nca])}; regimes " + \
         " ".join(r["regime"] for r in nca)
     control = f"OPD harm {_spread([r['harm'] for r in opd])}"
-    if not any(r["regime"] == "A" for r in opd):
+    breaks = degrades(figs)
+    if breaks.verdict not in ("reproduced", "partly"):
         return Claim("NCA prevents the harm", measured, control, "not measurable",
-                     "OPD does not degrade here")
-    base = _base(rep)["harm"] or 0.0
+                     f"OPD's break is {breaks.verdict} here: nothing shown to prevent")
+    base = _base(rep)["harm"]  # None: undefined at step 0 (the harm rule says what then)
     harmed = [_harm_is_own(o, base) for o in opd]
     flags = [(n["harm"] or 0) < (o["harm"] or 0) and n["regime"] != "A"
              for o, n, h in zip(opd, nca, harmed) if h]
@@ -166,7 +218,7 @@ def harm_not_drift(figs: Path) -> Claim | None:
     if m is None:
         return None
     rep = analysis.load(figs / "context_return.json")
-    opd, base = _runs(rep, "opd"), _base(rep)["harm"] or 0.0
+    opd, base = _runs(rep, "opd"), _base(rep)["harm"]
     name = "OPD's harm is its own, not drift's (NCA's harm below OPD's at matched drift)"
     own = sum(_harm_is_own(o, base) for o in opd)
     h = m.get("harm")
@@ -390,25 +442,39 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
 
 
 def nca_keeps_context(figs: Path) -> Claim:
-    """NCA keeps what c gives (robust, not blind to c): with c, every NCA seed's accuracy
-    interval reaches the step-0 model's accuracy with c, and so does the pooled interval of
-    NCA minus step 0 over all seeds, paired on the same items (rules: keeping). Failing it
-    means NCA's anchor made the context view ignore c."""
+    """NCA keeps what c gives: its accuracy with c does not fall below the step-0 model's by
+    more than `rules.KEEP_MARGIN`, paired on the same items (`judge.equivalent`, one-sided:
+    the 90% interval of NCA - step 0 above -margin). The seed is the unit; the pooled estimate
+    is the paired difference over (seed, unit) clusters. Failing it means NCA's anchor made
+    the context view ignore c."""
     rep = analysis.load(figs / "context_return.json")
     base, nca = _base(rep), _runs(rep, "nca")
-    flags = [r["ci95"]["win_c"][1] >= base["win_c"] for r in nca]
-    gap = pooled_gain(base, nca) if nca and all("items" in r for r in (base, *nca)) else None
-    v = rules.kept(flags, gap is None or gap[1][1] >= 0)
-    why = ""
-    if gap is not None:
-        d, (lo, hi) = gap
-        why = (f"every seed's interval reaches step 0's {base['win_c']:.3f}, NCA - step 0 "
-               f"pooled over {len(nca)} seeds {d:+.3f} [{lo:+.3f}, {hi:+.3f}] lies below 0"
-               if v == "partly" and all(flags) else "")
-    return Claim("NCA keeps what c gives (accuracy with c)", _spread([r["win_c"] for r in nca]),
+    if not nca:
+        return Claim("NCA keeps what c gives (accuracy with c)", "-", "-", "not measurable",
+                     "no NCA run")
+    paired = all("items" in r for r in (base, *nca))
+    if paired:
+        units = []
+        for r in nca:
+            d, (lo, hi) = pooled_gain(base, [r])
+            units.append(judge.Estimate(d, min(lo, d), max(hi, d)))
+        pooled = None
+        if len(nca) > 1:
+            d, (lo, hi) = pooled_gain(base, nca)
+            pooled = judge.Estimate(d, min(lo, d), max(hi, d), len(nca))
+    else:  # older reports: each seed's interval less step 0's point
+        units = [_estimate(r, "win_c", base["win_c"]) for r in nca]
+        pooled = _pooled(nca, None, units) if len(nca) > 1 else None
+    j = judge.equivalent(units, pooled, 0.0, rules.KEEP_MARGIN, sides="lower")
+    shown = pooled if pooled is not None else units[0]
+    return Claim("NCA keeps what c gives (accuracy with c)",
+                 f"{_spread([r['win_c'] for r in nca])}; NCA - step 0 "
+                 + ("paired " if paired else "") + f"{shown}"
+                 + (f" pooled over {len(nca)} seeds" if pooled is not None else ""),
                  f"step 0 with c: {base['win_c']:.3f}; OPD "
-                 f"{_spread([r['win_c'] for r in _runs(rep, 'opd')])}", v, why,
-                 coverage=(len(flags), len(nca)))
+                 f"{_spread([r['win_c'] for r in _runs(rep, 'opd')])}; margin "
+                 f"{rules.KEEP_MARGIN:g}", j.verdict, j.reason,
+                 coverage=(len(units), len(nca)))
 
 
 def pooled_gain(base: dict, runs: list[dict], key: str = "won_c"
@@ -603,8 +669,9 @@ def _identical_verdict(nca: list[list[float]], opd: list[list[float]], threshold
     flags = [m >= threshold for m in mins]
     if any(flags):
         return _verdict(flags), ""
-    if all(all(a > b for a, b in zip(n, o)) for n, o in zip(nca, opd)):
-        return "partly", f"above OPD at every layer, below {threshold:.4g}"
+    if all(all(a > b for a, b in zip(n, o)) for n, o in zip(nca, opd)):  # another claim
+        return "not reproduced", (f"no seed reaches {threshold:.4g}; above OPD at every "
+                                  "layer, which is a different claim")
     return "not reproduced", ""
 
 
@@ -704,30 +771,49 @@ def orthogonal(figs: Path) -> Claim:
                  coverage=(len(judged), len(ang)))
 
 
+def _band_verdict(status: list[str], mean_on_side: bool, total: int) -> str:
+    """An angle claim's verdict from its checkpoints' status: `clear` (the interval inside the
+    band), `against` (wholly outside), `straddles` (across a bound): the rule book's unit rule,
+    except that when no checkpoint is clear and none is against, the data cannot tell:
+    inconclusive, not "not reproduced"."""
+    if not status or 2 * len(status) < total:
+        return "not measurable"
+    if not mean_on_side:
+        return "not reproduced"
+    if any(s == "clear" for s in status) or any(s == "against" for s in status):
+        return _verdict([s == "clear" for s in status], total=total)
+    return "inconclusive"
+
+
+def _band(lo: float, hi: float) -> str:
+    return "clear" if 75 <= lo and hi <= 105 else \
+        "against" if hi < 75 or lo > 105 else "straddles"
+
+
 def orthogonal_corrected(runs: dict[str, list[dict]]) -> Claim:
     """The same claim on the noise-corrected angle (grad_align --parts >= 4), pooled over the
     OPD seeds in `runs` (label -> cells over training): a checkpoint counts as near-orthogonal
     when the 95% jackknife interval of the corrected angle lies inside 75-105 degrees, as not
     when it lies wholly outside; checkpoints whose interval straddles a bound, or where a term
     has no signal, are not judged."""
-    judged = []
+    judged, angles = [], []
     for c in (c for cells in runs.values() for c in cells):
         ci = c.get("angle_ci95_deg")
         if c["angle_corrected_deg"] is None or not ci:
-            continue
-        if 75 <= ci[0] and ci[1] <= 105:
-            judged.append(True)
-        elif ci[1] < 75 or ci[0] > 105:
-            judged.append(False)
+            continue  # a term without signal: no angle to judge
+        angles.append(c["angle_corrected_deg"])
+        judged.append(_band(*ci))  # straddling a bound is not clear
     n_cells = sum(len(cells) for cells in runs.values())
     seeds = f"{len(runs)} seed" + ("s" if len(runs) > 1 else "")
     if judged:
-        verdict = _verdict(judged, total=n_cells)
-        reason = f"{len(judged)} of {n_cells} checkpoints judged, {seeds}" \
-            + ("; 3 needed to generalise" if len(runs) < 3 else "")
+        mean = float(np.mean(angles))
+        verdict = _band_verdict(judged, 75 <= mean <= 105, n_cells)
+        reason = (f"{judged.count('clear')} of {len(judged)} checkpoints' intervals inside "
+                  f"75-105 deg, {judged.count('straddles')} straddling a bound, mean "
+                  f"{mean:.0f} deg, {seeds}" + ("; 3 needed to generalise" if len(runs) < 3
+                                                else ""))
     else:
-        verdict, reason = "not measurable", ("intervals straddle 75/105 deg, or a term has no "
-                                             "signal")
+        verdict, reason = "not measurable", "a term has no signal at any checkpoint"
 
     def fmt(c: dict) -> str:
         return "-" if c["angle_corrected_deg"] is None else f"{c['angle_corrected_deg']:.0f}"
@@ -778,22 +864,22 @@ def nca_new_direction(figs: Path) -> Claim:
             cells.append(a)
             if lo is None:
                 continue
-            if lo > 75:
-                judged.append(True)
-                opposed += lo > 105
-            elif hi < 75:
-                judged.append(False)
+            # a new direction is near-orthogonal: an interval wholly beyond 105 deg opposes
+            # OPD's term instead, and one straddling 75 or 105 deg is not clear of either
+            judged.append(_band(lo, hi))
+            opposed += lo > 105
     seeds = f"{len(runs)} seed" + ("s" if len(runs) > 1 else "")
     if not judged:
-        verdict, reason = "not measurable", ("intervals straddle 75 deg, or a term has no "
-                                             "signal")
+        verdict, reason = "not measurable", "a term has no signal at any checkpoint"
     else:
-        verdict = _verdict(judged, total=len(cells))
-        reason = f"{len(judged)} of {len(cells)} checkpoints judged, {seeds}" \
+        verdict = _band_verdict(judged, True, len(cells))
+        reason = (f"{judged.count('clear')} of {len(judged)} checkpoints' intervals inside "
+                  f"75-105 deg, {judged.count('straddles')} straddling a bound, {seeds}") \
             + (", raw angle" if raw else "") \
             + ("; 3 needed to generalise" if len(runs) < 3 else "")
         if opposed:
-            reason += f"; in {opposed} the NCA term pulls against OPD's (beyond 105 deg)"
+            reason += (f"; in {opposed} the NCA term opposes OPD's (wholly beyond 105 deg), "
+                       "which is not a new direction")
     fmt = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
     return Claim("NCA adds a direction OPD's gradient lacks (opd~nca in NCA runs)",
                  ("raw" if raw else "noise-corrected") + " opd~nca " + " ".join(map(fmt, cells))
@@ -907,13 +993,15 @@ def updates_differ(figs: Path) -> Claim:
     permutations); partly: the cross-method mean is below the within-method mean."""
     rep = _adam(figs)
     pairs, who = rep.get("all_pairs", {}), by_name(rep)
-    cross, within = [], []
+    cross, within, by_method = [], [], {"opd": [], "nca": []}
     for key, v in pairs.items():
         a, b = key.split("~")
         ia, ib = who.get(a, RunId(a)), who.get(b, RunId(b))  # unmeasured: no student
         if not (ia.of_method() and ib.of_method()) or v["global_cos"] is None:
             continue
         (within if ia.method == ib.method else cross).append(v["global_cos"])
+        if ia.method == ib.method and ia.method in by_method:
+            by_method[ia.method].append(v["global_cos"])
     if not cross or not within:
         return Claim("NCA's updates differ from OPD's", "-", "-", "not measurable",
                      "needs two seeds of each method")
@@ -921,7 +1009,9 @@ def updates_differ(figs: Path) -> Claim:
     reason = ""
     if max(cross) < min(within) and p <= 0.05:
         verdict = "reproduced"
-    elif np.mean(cross) < np.mean(within):
+    elif all(np.mean(cross) < np.mean(w) for w in by_method.values() if w):
+        # below each method's own seed-to-seed cosine: OPD's seeds agree more with each
+        # other than with NCA's, and NCA's likewise
         verdict = "partly"
         if p > 0.05:
             reason = (f"the direction only: permutation p {p:.2f}, at best {p_min:.2f} with "

@@ -10,7 +10,15 @@ angle within its noise).
 
 from __future__ import annotations
 
-VERDICTS = ("reproduced", "partly", "not reproduced", "not measurable")
+VERDICTS = ("reproduced", "partly", "inconclusive", "not reproduced", "not measurable")
+
+# The smallest change of accuracy the "breaks" and "keeps" claims are about: two points. The
+# paper counts accuracy changes from 0.6 points up as effects (NCA's gains without c: 0.6-3.6
+# points in 7 of 12 settings), so a margin must sit inside that range, not above it; two points
+# is the middle of it. A change below the margin is "no change" for these claims, so that an
+# absence can be shown (`train.judge`) instead of assumed from an interval that reaches 0.
+BREAK_MARGIN = 0.02
+KEEP_MARGIN = 0.02
 
 RULES = (
     ("every seed",
@@ -24,6 +32,21 @@ RULES = (
     ("coverage",
      "a verdict that judges fewer than half of its units is **not measurable**, so a verdict is "
      "never stronger because fewer units could be judged."),
+    ("effect or absence",
+     "a claim that c *changes* something (OPD breaks: accuracy with c below accuracy without "
+     "c, paired on the same items) is judged on the seeds' pooled estimate (a bootstrap over "
+     "(seed, unit) clusters): **reproduced** when its 95% interval lies clear of no change on "
+     "the claimed side and a majority of seeds are clear on their own (a minority: **partly**); "
+     "**not reproduced** when the interval excludes every change as large as the claim's "
+     f"margin ({BREAK_MARGIN:g} of accuracy); **inconclusive** when it reaches both, with the "
+     "number of seeds that would decide (`train/judge.py`)."),
+    ("equivalence",
+     "a claim that something is *kept* (NCA's accuracy with c against step 0's, on the same "
+     "items) is an equivalence claim, tested TOST-style: **reproduced** when the 90% interval "
+     f"of the pooled difference lies above -{KEEP_MARGIN:g} (and a majority of seeds' do); "
+     "**not reproduced** when the 95% interval lies wholly below it; **inconclusive** "
+     "otherwise. An interval that merely reaches 0 keeps nothing: fewer items no longer make "
+     "keeping easier."),
     ("harm",
      "a harm (P(wrong with c | right without c)) is OPD's own when its interval clears the "
      "step-0 model's harm on the same items *and* either accuracy with c lies below accuracy "
@@ -31,12 +54,6 @@ RULES = (
      "with c of the same student: what harm is when being right with c does not depend on "
      "being right without it (a student right without c by chance is 'harmed' that much). "
      "The baseline is printed beside every harm."),
-    ("keeping",
-     "a claim that something is *kept* (NCA's accuracy with c against step 0's) is judged the "
-     "other way round: a unit is clear when its 95% interval reaches the null. **reproduced** "
-     "needs every seed clear *and* the 95% interval of the seeds' mean (t over seeds) reaching "
-     "the null too; every seed clear but the seeds' mean interval below the null is **partly** "
-     "(each seed alone is too noisy to show the loss that the seeds together show)."),
     ("matched drift",
      "a comparison of the methods *at matched drift* (NCA - OPD: each NCA checkpoint against "
      "OPD's run of the same seed interpolated at the same drift from step 0) counts seeds: a "
@@ -96,8 +113,13 @@ def harm_is_own(harm_lo: float | None, step0_harm: float | None, win_c: float,
                 regime_a: bool) -> bool:
     """The harm rule: the harm's interval (lower end `harm_lo`) clears step 0's harm, and
     either the student is in regime A or the interval also clears the independence
-    baseline."""
-    if harm_lo is None or not harm_lo > (step0_harm or 0.0):
+    baseline. Where step 0's harm is undefined (nothing right without c at step 0) there is
+    no step-0 null: the independence baseline alone decides, never a harm of 0 assumed."""
+    if harm_lo is None:
+        return False
+    if step0_harm is None:
+        return harm_lo > independence_harm(win_c)
+    if not harm_lo > step0_harm:
         return False
     return regime_a or harm_lo > independence_harm(win_c)
 
@@ -110,10 +132,3 @@ def reads_c(mean: float, teacher: float | None, share: float = 0.5) -> bool:
 def markdown() -> str:
     """The rule book as a list (docs/method.md)."""
     return "\n".join(f"- *{name}*: {text}" for name, text in RULES)
-
-
-def kept(flags: list[bool], pooled_reaches: bool) -> str:
-    """A non-inferiority verdict: `flags` per seed (True: its interval reaches the null),
-    `pooled_reaches` whether the seeds' mean interval reaches it too."""
-    v = verdict(flags)
-    return "partly" if v == "reproduced" and not pooled_reaches else v

@@ -1,0 +1,90 @@
+"""The rule book's two tests on synthetic data whose right verdict is known: a clear effect,
+an absence shown within the margin, an underpowered sample, a collapse that few units cannot
+show alone, a loss beyond a keeping margin."""
+
+import numpy as np
+import pytest
+
+from train.judge import Estimate, effect, equivalent, more_data
+
+
+def seeds(true: float, sd_item: float, n_items: int, n_seeds: int, rng) -> tuple:
+    """Per-seed means of `n_items` noisy items and the pooled estimate over all of them, each
+    with its 95% normal interval."""
+    units, pooled = [], []
+    for _ in range(n_seeds):
+        x = rng.normal(true, sd_item, n_items)
+        se = x.std(ddof=1) / np.sqrt(n_items)
+        units.append(Estimate(x.mean(), x.mean() - 1.96 * se, x.mean() + 1.96 * se))
+        pooled.append(x)
+    x = np.concatenate(pooled)
+    se = x.std(ddof=1) / np.sqrt(len(x))
+    return units, Estimate(x.mean(), x.mean() - 1.96 * se, x.mean() + 1.96 * se, n_seeds)
+
+
+@pytest.mark.parametrize("true, n_items, want", [
+    (-0.30, 400, "reproduced"),       # a clear drop, every seed shows it
+    (0.00, 4000, "not reproduced"),   # no effect, enough data to exclude a 0.05 one
+    (-0.30, 2, "inconclusive"),       # a large drop on 2 items a seed: the data cannot tell
+])
+def test_effect_separates_shown_absent_and_underpowered(true, n_items, want):
+    rng = np.random.default_rng(0)
+    units, pooled = seeds(true, 1.0, n_items, 4, rng)
+    got = effect(units, pooled, null=0.0, direction=-1, margin=0.05)
+    assert got.verdict == want, got
+    if want == "inconclusive":
+        assert "would decide" in got.reason
+
+
+def test_a_pooled_effect_with_a_minority_of_seeds_clear_is_partly():
+    units = [Estimate(-0.1, -0.2, -0.01), Estimate(-0.1, -0.25, 0.05),
+             Estimate(-0.1, -0.22, 0.02)]
+    got = effect(units, Estimate(-0.1, -0.15, -0.05, 3), 0.0, -1, 0.05)
+    assert got.verdict == "partly" and "1 of 3" in got.reason
+
+
+def test_the_wrong_side_is_not_reproduced_whatever_the_margin():
+    got = effect([Estimate(0.2, 0.1, 0.3)], None, 0.0, -1, 0.05)
+    assert got.verdict == "not reproduced"
+
+
+def test_equivalence_needs_the_90_interval_inside_the_margin():
+    shown = equivalent([Estimate(0.0, -0.01, 0.01)], None, 0.0, 0.05)
+    assert shown.verdict == "reproduced"
+    lost = equivalent([Estimate(-0.2, -0.25, -0.15)], None, 0.0, 0.05, sides="lower")
+    assert lost.verdict == "not reproduced"
+    wide = equivalent([Estimate(0.0, -0.3, 0.3)], None, 0.0, 0.05)
+    assert wide.verdict == "inconclusive" and "would decide" in wide.reason
+    # "keeps" is one-sided: a gain is not a failure to keep
+    assert equivalent([Estimate(0.2, 0.15, 0.25)], None, 0.0, 0.05,
+                      sides="lower").verdict == "reproduced"
+    assert equivalent([Estimate(0.2, 0.15, 0.25)], None, 0.0, 0.05).verdict == "not reproduced"
+
+
+def test_an_interval_that_only_reaches_the_null_does_not_keep():
+    """The old `kept` rule: an interval reaching the null was 'kept', so fewer items kept
+    more easily. Equivalence asks the interval to lie inside the margin instead."""
+    few = equivalent([Estimate(-0.1, -0.4, 0.2)], None, 0.0, 0.05, sides="lower")
+    assert few.verdict == "inconclusive"
+
+
+def test_more_data_grows_with_noise_and_shrinks_with_the_distance():
+    e = Estimate(0.0, -0.2, 0.2, 4)
+    assert more_data(e, 0.05) > more_data(e, 0.1) > 1
+    assert more_data(Estimate(0.0, -0.4, 0.4, 4), 0.1) > more_data(e, 0.1)
+    # a large drop with a wide interval needs a few times the data, not thousands of seeds
+    wide = Estimate(-0.35, -0.75, 0.1, 4)
+    assert 2 < more_data(wide, 0.35) < 5
+
+
+def test_a_simulated_null_is_rarely_called_an_effect():
+    """Calibration: with no effect, 'reproduced' comes up in about 2.5% of samples or less
+    (the one-sided error of a 95% interval); with a real effect of twice the margin on
+    enough items, in nearly all."""
+    rng = np.random.default_rng(1)
+    null_hits = sum(effect(*seeds(0.0, 1.0, 50, 3, rng), 0.0, 1, 0.2).verdict == "reproduced"
+                    for _ in range(400))
+    assert null_hits / 400 < 0.04
+    real = sum(effect(*seeds(0.4, 1.0, 200, 3, rng), 0.0, 1, 0.2).verdict == "reproduced"
+               for _ in range(100))
+    assert real >= 95

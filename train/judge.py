@@ -1,0 +1,145 @@
+"""The rule book's statistical tests: a verdict word comes from one of two tests, applied to
+the per-seed estimates (the seed is the unit of replication; items and checkpoints are nested
+inside it) and to the estimate pooled over seeds.
+
+- `effect`: is the quantity clear of its null on the side the paper claims? Three answers:
+  shown (the 95% interval clear of the null), absent (the interval excludes every effect as
+  large as the claim's smallest effect of interest, `margin`: an absence shown, not assumed),
+  or **inconclusive** (the interval reaches both the null and an effect of that size), with
+  the number of seeds that would decide.
+- `equivalent`: is the quantity within `margin` of its null (a "keeps", "near-identical" or
+  "no harm" claim)? A TOST-style test: shown when the 90% interval (two one-sided 5% tests)
+  lies inside the margin, refuted when the 95% interval lies wholly beyond it, inconclusive
+  otherwise.
+
+Where the pooled estimate is shown, **reproduced** also needs a majority of the seeds shown on
+their own; a minority makes it **partly**. Every margin is stated by the claim that uses it,
+with where it comes from (`train/rules.py`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+Z95 = 1.959963984540054  # two-sided 95%
+Z90 = 1.6448536269514722  # two-sided 90% (each side 5%: the TOST interval)
+Z_POWER = 0.8416212335729143  # 80% power
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate and its 95% interval; `n`: the units (seeds, or clusters) behind it."""
+
+    point: float
+    lo: float
+    hi: float
+    n: int = 1
+
+    def __post_init__(self):
+        if not self.lo <= self.point <= self.hi:
+            raise ValueError(f"interval [{self.lo}, {self.hi}] does not hold {self.point}")
+
+    @property
+    def se(self) -> float:
+        """The standard error a symmetric 95% interval of this width has."""
+        return (self.hi - self.lo) / (2 * Z95)
+
+    def at90(self) -> tuple[float, float]:
+        """The 90% interval of the same width's normal approximation, around the point."""
+        return self.point - Z90 * self.se, self.point + Z90 * self.se
+
+    def __str__(self) -> str:
+        return f"{self.point:+.3f} [{self.lo:+.3f}, {self.hi:+.3f}]"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdict: str  # a word of rules.VERDICTS
+    reason: str = ""
+
+
+def more_data(est: Estimate, target: float) -> float | None:
+    """How many times the data behind `est` (seeds, or items per seed where the items' spread
+    dominates) a 95% interval needs to stand `target` away from where it must clear, with 80%
+    power: ((z95 + z80) se / target)^2 (the interval narrows as one over the root of the
+    data)."""
+    if target <= 0 or est.se <= 0:
+        return None
+    return max(1.0, ((Z95 + Z_POWER) * est.se / target) ** 2)
+
+
+def _more(est: Estimate, target: float) -> str:
+    k = more_data(est, target)
+    return "" if k is None else f"; about {k:.1f}x the data (seeds or items) would decide"
+
+
+def _side(est: Estimate, null: float, direction: int) -> str:
+    lo, hi = (est.lo - null, est.hi - null) if direction > 0 else (null - est.hi, null - est.lo)
+    return "clear" if lo > 0 else "against" if hi < 0 else "straddles"
+
+
+def effect(units: list[Estimate], pooled: Estimate | None, null: float, direction: int,
+           margin: float, what: str = "seeds") -> Judgement:
+    """The claim "the quantity lies beyond `null` in `direction` (+1 above, -1 below)".
+    `pooled` (over `units`) decides; where there is none, the single unit does. `margin`: the
+    smallest effect the claim is about (an effect below it is absent for the claim's
+    purpose)."""
+    if direction not in (1, -1):
+        raise ValueError(f"direction must be +1 or -1, not {direction}")
+    if margin <= 0:
+        raise ValueError(f"margin must be > 0, not {margin}")
+    decide = pooled if pooled is not None else (units[0] if len(units) == 1 else None)
+    if decide is None:
+        raise ValueError("several units need their pooled estimate")
+    clear = sum(_side(u, null, direction) == "clear" for u in units)
+    of = f"{clear} of {len(units)} {what} clear on their own"
+    side = _side(decide, null, direction)
+    if side == "clear":
+        if 2 * clear > len(units) or len(units) == 1:
+            return Judgement("reproduced", of if len(units) > 1 else "")
+        return Judgement("partly", f"pooled clear, {of}; a majority is needed")
+    beyond = decide.hi - null if direction > 0 else null - decide.lo  # the largest effect left
+    if beyond < margin:
+        return Judgement("not reproduced", f"the interval excludes an effect of {margin:g}"
+                         + ("; it lies on the other side" if side == "against" else ""))
+    point = abs(decide.point - null)
+    # to decide, clear the null when the point lies past the margin, else exclude the margin
+    target = point if point >= margin else margin - point
+    return Judgement("inconclusive", f"the interval reaches both no effect and {margin:g}"
+                     + _more(decide, target))
+
+
+def equivalent(units: list[Estimate], pooled: Estimate | None, null: float, margin: float,
+               sides: str = "both", what: str = "seeds") -> Judgement:
+    """The claim "the quantity stays within `margin` of `null`" (`sides`: both, or `lower`
+    for "does not fall below null - margin", a non-inferiority claim). TOST: shown when the
+    90% interval lies inside the margin; refuted when the 95% interval lies wholly beyond it;
+    else inconclusive."""
+    if sides not in ("both", "lower"):
+        raise ValueError(f"sides must be both or lower, not {sides!r}")
+    if margin <= 0:
+        raise ValueError(f"margin must be > 0, not {margin}")
+    decide = pooled if pooled is not None else (units[0] if len(units) == 1 else None)
+    if decide is None:
+        raise ValueError("several units need their pooled estimate")
+
+    def inside(e: Estimate) -> bool:
+        lo, hi = e.at90()
+        return lo > null - margin and (sides == "lower" or hi < null + margin)
+
+    def beyond(e: Estimate) -> bool:
+        return e.hi < null - margin or (sides == "both" and e.lo > null + margin)
+
+    shown = sum(inside(u) for u in units)
+    of = f"{shown} of {len(units)} {what} within {margin:g} on their own"
+    if inside(decide):
+        if 2 * shown > len(units) or len(units) == 1:
+            return Judgement("reproduced", of if len(units) > 1 else "")
+        return Judgement("partly", f"pooled within {margin:g}, {of}; a majority is needed")
+    if beyond(decide):
+        return Judgement("not reproduced", f"the interval lies beyond the margin {margin:g}")
+    room = margin - abs(decide.point - null)
+    return Judgement("inconclusive", f"the interval reaches past the margin {margin:g}"
+                     + (_more(decide, room * Z95 / Z90) if room > 0 else
+                        "; the estimate itself lies at or past the margin"))
