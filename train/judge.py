@@ -19,7 +19,6 @@ with where it comes from (`train/rules.py`).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 Z95 = 1.959963984540054  # two-sided 95%
@@ -74,6 +73,15 @@ def _more(est: Estimate, target: float) -> str:
     return "" if k is None else f"; about {k:.1f}x the data (seeds or items) would decide"
 
 
+def _decider(units: list[Estimate], pooled: Estimate | None, margin: float) -> Estimate:
+    """The estimate a verdict rests on: the pooled one, or the single unit where none."""
+    if margin <= 0:
+        raise ValueError(f"margin must be > 0, not {margin}")
+    if pooled is None and len(units) != 1:
+        raise ValueError("several units need their pooled estimate")
+    return pooled if pooled is not None else units[0]
+
+
 def _side(est: Estimate, null: float, direction: int) -> str:
     lo, hi = (est.lo - null, est.hi - null) if direction > 0 else (null - est.hi, null - est.lo)
     return "clear" if lo > 0 else "against" if hi < 0 else "straddles"
@@ -87,11 +95,7 @@ def effect(units: list[Estimate], pooled: Estimate | None, null: float, directio
     purpose)."""
     if direction not in (1, -1):
         raise ValueError(f"direction must be +1 or -1, not {direction}")
-    if margin <= 0:
-        raise ValueError(f"margin must be > 0, not {margin}")
-    decide = pooled if pooled is not None else (units[0] if len(units) == 1 else None)
-    if decide is None:
-        raise ValueError("several units need their pooled estimate")
+    decide = _decider(units, pooled, margin)
     clear = sum(_side(u, null, direction) == "clear" for u in units)
     of = f"{clear} of {len(units)} {what} clear on their own"
     side = _side(decide, null, direction)
@@ -118,11 +122,7 @@ def equivalent(units: list[Estimate], pooled: Estimate | None, null: float, marg
     else inconclusive."""
     if sides not in ("both", "lower"):
         raise ValueError(f"sides must be both or lower, not {sides!r}")
-    if margin <= 0:
-        raise ValueError(f"margin must be > 0, not {margin}")
-    decide = pooled if pooled is not None else (units[0] if len(units) == 1 else None)
-    if decide is None:
-        raise ValueError("several units need their pooled estimate")
+    decide = _decider(units, pooled, margin)
 
     def inside(e: Estimate) -> bool:
         lo, hi = e.at90()
