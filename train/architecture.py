@@ -30,7 +30,7 @@ LAYERS = (
     ("training", "produces runs: a teacher, OPD and NCA students, with their run configs",
      ("train.common", "train.sft", "train.distill", "train.trl_distill", "train.embed")),
     ("data", "what the pipeline and pages agree on: settings, file layout, rules, blocks",
-     ("train.settings", "train.layout", "train.rules", "train.blocks")),
+     ("train.settings", "train.layout", "train.rules", "train.judge", "train.blocks")),
     ("verdicts", "typed claims from the reports, judged by the rule book",
      ("train.dose", "train.claims")),
     ("pages", "generated Markdown and figures from the reports and claims",
