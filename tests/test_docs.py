@@ -152,17 +152,18 @@ def test_every_setting_page_is_its_generated_report():
 
 
 def test_every_generated_page_is_on_the_docs_site():
-    """Each figures/<folder>/README.md is embedded by a docs/results page, and each such page
-    is in mkdocs.yml's nav: a setting published without a page is invisible on the site."""
+    """Each figures/<folder>/README.md is embedded by a docs page (a docs/results page, or a
+    walk-through such as docs/own_data.md), and each such page is in mkdocs.yml's nav: a
+    setting published without a page is invisible on the site."""
     nav = (ROOT / "mkdocs.yml").read_text()
     embedded = {}
-    for page in (ROOT / "docs" / "results").glob("*.md"):
+    for page in (ROOT / "docs").rglob("*.md"):
         for target in re.findall(r'--8<-- "figures/([^/"]+)/README\.md"', page.read_text()):
-            embedded[target] = page.name
+            embedded[target] = page.relative_to(ROOT / "docs").as_posix()
     for readme in sorted((ROOT / "figures").glob("*/README.md")):
         name = readme.parent.name
-        assert name in embedded, f"figures/{name}/README.md has no docs/results page"
-        assert f"results/{embedded[name]}" in nav, f"docs/results/{embedded[name]} not in nav"
+        assert name in embedded, f"figures/{name}/README.md has no docs page"
+        assert embedded[name] in nav, f"docs/{embedded[name]} not in nav"
 
 
 def test_the_test_time_line_names_the_processes_of_a_parallel_run(tmp_path):

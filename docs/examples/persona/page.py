@@ -27,6 +27,9 @@ ANALYSES = (
 
 
 def section(folder: Path, name: str, why: str) -> str:
+    if not (folder / f"{name}.json").is_file():  # said, never a vanished section
+        return "\n\n".join([f"### {name}", why, f"Not in this folder: `{name}.json` is missing; "
+                              f"run its command in `run.sh`."])
     report = read_json(folder / f"{name}.json", f"{name} report")
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):

@@ -15,7 +15,7 @@ FIG=${FIG:-figures/persona}
 STEPS=${STEPS:-48}
 LR=${LR:-5e-5}
 THREADS=${THREADS:-2}
-N_RANDOM=${N_RANDOM:-100}
+N_RANDOM=${N_RANDOM:-20}
 PNG=${PNG---png}  # PNG= writes the interactive HTML only (PNGs need kaleido and chromium)
 OPTS="data=$HERE/prompts.jsonl,context_file=$HERE/persona.txt,scorer=$HERE/score.py:captain_quill"
 
@@ -36,6 +36,6 @@ $PY -m nca_interp.grad_align "$MODEL" "$OUT/opd" "$OUT/nca" $A --teacher "$MODEL
     --batch 16 --parts 4 --out "$FIG/grad_align" $PNG
 $PY -m nca_interp.param_delta "$OUT/opd" "$OUT/nca" "$OUT/opd_s1" --init "$MODEL" \
     --control "$OUT/opd,$OUT/opd_s1" --lr "$LR" --steps "$STEPS" --out "$FIG/param_delta" $PNG
-$PY -m nca_interp.patching "$OUT/opd" "$OUT/nca" $A --kind help --n-random "$N_RANDOM" \
+$PY -m nca_interp.patching "$OUT/opd" "$OUT/nca" $A --kind help --scope groups --n-random "$N_RANDOM" \
     --n-random-generate "$N_RANDOM" --out "$FIG/patching" $PNG
 $PY "$HERE/page.py" "$FIG"

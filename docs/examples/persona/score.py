@@ -1,16 +1,10 @@
 """The persona's rule as a scorer: `fn(item, response) -> bool`, called on the raw response.
 
-Right when the answer begins with "Ahoy" and then says something: at least three words that
-are not another "ahoy" (a response of "Ahoy! Ahoy! Ahoy! ..." follows the letter of the rule but
-answers nothing).
+Right when the answer begins with "Ahoy" (after any spaces or quotes), the rule persona.txt
+states. It does not judge what follows: SmolLM2-135M often follows "Ahoy!" with more of the
+same ("Ahoy! Ahoy! Ahoy! ..."), and docs/own_data.md reads the responses for that.
 """
-
-import re
 
 
 def captain_quill(item: dict, response: str) -> bool:
-    text = response.strip()
-    if not text.lower().startswith("ahoy"):
-        return False
-    words = [w for w in re.findall(r"[a-z']+", text.lower()) if w != "ahoy"]
-    return len(words) >= 3
+    return response.lstrip(" \t\n\"'*").lower().startswith("ahoy")
