@@ -362,7 +362,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 def run(cfg: GradAlignConfig | None = None, /, **fields) -> dict:
     """Gradient angles between the loss terms at each checkpoint (see the module docstring),
     an `analysis` report: `results[name]["global"]` holds `angle_xfit_deg`, `self_angle_deg`
-    (the noise floors), `snr` and norms; `per_module` the same per layer x module; `steps` the
+    (the noise floors), `snr` and norms; `modules` the same per layer x module; `steps` the
     training steps. `run(GradAlignConfig(...))` or `run(ckpt=[...], ...)`."""
     cfg = analysis.config(GradAlignConfig, cfg, fields)
     validate(cfg)
@@ -443,11 +443,11 @@ def show(report: dict) -> None:
 
 def figures(report: dict) -> dict:
     """{"": angles and floors per checkpoint, "steps": over training (with more than one
-    checkpoint)}."""
-    from nca_interp.plots import grad_align_figure, grad_align_over_steps
+    checkpoint of one run; checkpoints of different runs have no course to draw)}."""
+    from nca_interp.plots import _grad_x, grad_align_figure, grad_align_over_steps
 
     out = {"": grad_align_figure(report)}
-    if len(report["results"]) > 1:
+    if len(report["results"]) > 1 and _grad_x(report)[1]:  # one run's course over training
         out["steps"] = grad_align_over_steps(report)
     return out
 

@@ -113,15 +113,23 @@ def _hsic_parts(sxx: float, dxx: float, sx: float, axa: float, n: int) -> float:
     return ((sxx - dxx) + sx / ((n - 1) * (n - 2)) - 2 / (n - 2) * axa) / (n * (n - 3))
 
 
+def defined_cos(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cosine over the last dim and where it is defined: a zero vector (a random init's
+    zeroed padding-token embedding) has no direction, and torch's 0 for it would read as
+    orthogonal views; those positions are left out (cosine 0, defined False)."""
+    defined = (a.norm(dim=-1) > 0) & (b.norm(dim=-1) > 0)
+    return torch.nn.functional.cosine_similarity(a, b, dim=-1) * defined, defined
+
+
 def other_item_cos(rows0: list[torch.Tensor], rows1: list[torch.Tensor]) -> list[float]:
     """Per item i: the mean cosine of its no-context token k with token k of the *next* item's
     context view (cyclically; the first min(length) tokens): the anisotropy floor."""
-    cos = torch.nn.functional.cosine_similarity
     out = []
     for i, a in enumerate(rows0):
         b = rows1[(i + 1) % len(rows1)]
         k = min(len(a), len(b))
-        out.append(float(cos(a[:k], b[:k], dim=-1).mean()) if k else float("nan"))
+        c, ok = defined_cos(a[:k], b[:k]) if k else (None, None)
+        out.append(float(c.sum() / ok.sum()) if k and ok.any() else float("nan"))
     return out
 
 
@@ -137,7 +145,9 @@ def similarity_by_layer(h0_L_B_N_D: torch.Tensor, h1_L_B_N_D: torch.Tensor,
     out: dict[str, list[float]] = {k: [] for k in STATS}
     cos = torch.nn.functional.cosine_similarity
     for h0, h1 in zip(h0_L_B_N_D.double(), h1_L_B_N_D.double()):
-        ex = (cos(h0, h1, dim=-1) * m).sum(1) / per_ex
+        c, ok = defined_cos(h0, h1)
+        ok = ok & m
+        ex = (c * ok).sum(1) / ok.sum(1).clamp(min=1).double()
         m0, m1 = h0[m].mean(0), h1[m].mean(0)
         mu = (m0 + m1) / 2
         cc = cos(h0 - mu, h1 - mu, dim=-1)
@@ -207,6 +217,7 @@ class StreamedSimilarity:
             Sxx, Syy, Syx = (torch.zeros(D, D, dtype=torch.float64) for _ in range(3))
             per_ex = torch.zeros(self.n_ex, dtype=torch.float64)
             count = torch.zeros(self.n_ex, dtype=torch.float64)
+            count_cos = torch.zeros(self.n_ex, dtype=torch.float64)  # positions with a cosine
             diag = torch.zeros(3, dtype=torch.float64)  # sum |x|^2|y|^2, |x|^4, |y|^4
             sq = torch.zeros(2, dtype=torch.float64)  # sum |x|^2, |y|^2
             other = []
@@ -217,7 +228,9 @@ class StreamedSimilarity:
                 Sxx += h0.T @ h0
                 Syy += h1.T @ h1
                 Syx += h1.T @ h0
-                per_ex.index_add_(0, ex, cos(h0, h1, dim=-1))
+                c, ok = defined_cos(h0, h1)
+                per_ex.index_add_(0, ex, c)
+                count_cos.index_add_(0, ex, ok.double())
                 count.index_add_(0, ex, torch.ones(len(ex), dtype=torch.float64))
                 n0, n1 = h0.pow(2).sum(1), h1.pow(2).sum(1)
                 diag += torch.stack([(n0 * n1).sum(), (n0 * n0).sum(), (n1 * n1).sum()])
@@ -243,7 +256,7 @@ class StreamedSimilarity:
             hxy = _hsic_parts(float(Syx.norm() ** 2), float(diag[0]), ox * oy, float(cross[0]), n)
             hxx = _hsic_parts(float(Sxx.norm() ** 2), float(diag[1]), ox * ox, float(cross[1]), n)
             hyy = _hsic_parts(float(Syy.norm() ** 2), float(diag[2]), oy * oy, float(cross[2]), n)
-            ex_cos = per_ex / count.clamp(min=1)
+            ex_cos = per_ex / count_cos.clamp(min=1)
             within = (Cxx.trace() + Cyy.trace()) / (2 * n)
             out["cos"].append(float(ex_cos.mean()))
             out["cos_std"].append(float(ex_cos.std()) if self.n_ex > 1 else 0.0)

@@ -137,14 +137,34 @@ def heatmap(values: list[list[float]], rows: list[str], cols: list[str], title: 
     return fig
 
 
+def _grad_x(report: dict) -> tuple[list, bool]:
+    """The x of a grad_align report's checkpoints and whether they are one run's course over
+    training (distinct recorded steps, one run folder): steps, joined by lines; else the
+    checkpoints' names as categories, never joined (different runs have no course)."""
+    names = list(report["results"])
+    steps = report.get("steps")
+    ckpts = (report.get("config") or {}).get("ckpt") or []
+    runs = {Path(str(c)).parent.parent for c in ckpts}
+    if steps and len(set(steps)) == len(names) and len(runs) <= 1:
+        return list(steps), True
+    return [Path(str(n)).name for n in names], False
+
+
+def _grad_run(report: dict) -> str:
+    first = (report.get("config") or {}).get("ckpt") or \
+        [r.get("path") for r in report.get("runs", {}).values()] or [None]
+    return Path(str(first[0])).parent.parent.name if first[0] else ""
+
+
 def grad_align_figure(report: dict) -> go.Figure:
     """One panel per pair of loss terms: their cross-fitted angle at each checkpoint (solid)
     beside the noise floors of the two terms it joins (dotted: the angle between each term's
     two half-batch gradients; an angle is only read where it stands clear of both)."""
     names = list(report["results"])
-    steps = report.get("steps") or list(range(len(names)))
+    steps, over_training = _grad_x(report)
     first = report["results"][names[0]]["global"]
     pairs = list(first["angle_xfit_deg"])
+    line = "lines+markers" if over_training else "markers"
     fig = make_subplots(rows=1, cols=len(pairs), shared_yaxes=True,
                         subplot_titles=[p.replace("~", " vs ") for p in pairs])
     colours = {"opd": PALETTE["opd"], "nca": PALETTE["nca"], "ctx": PALETTE["base"]}
@@ -152,7 +172,7 @@ def grad_align_figure(report: dict) -> go.Figure:
         val = lambda n, k, key: report["results"][n]["global"][key].get(k)  # noqa: E731
         fig.add_trace(go.Scatter(x=steps, y=[val(n, pair, "angle_xfit_deg") for n in names],
                                  name="cross-fitted angle (two halves)", legendgroup="angle",
-                                 showlegend=col == 1, mode="lines+markers",
+                                 showlegend=col == 1, mode=line,
                                  line={"color": "#222"}), 1, col)
         cells = [report["results"][n]["global"].get("parts", {}).get("pairs", {}).get(pair)
                  for n in names]
@@ -170,16 +190,16 @@ def grad_align_figure(report: dict) -> go.Figure:
                                      name=f"noise floor of {term}", legendgroup=term,
                                      showlegend=term not in {t for p in pairs[:col - 1]
                                                              for t in p.split("~")},
-                                     mode="lines", line={"dash": "dot",
-                                                         "color": colours.get(term, "#888")}),
+                                     mode="lines" if over_training else "markers",
+                                     marker={"symbol": "line-ew-open", "size": 14,
+                                             "color": colours.get(term, "#888")},
+                                     line={"dash": "dot", "color": colours.get(term, "#888")}),
                           1, col)
         fig.add_hline(y=90, line_dash="dash", line_color="#aaa", row=1, col=col,
                       annotation_text="90 deg: orthogonal", annotation_position="top left")
-    fig.update_xaxes(title_text="distillation step")
+    fig.update_xaxes(title_text="distillation step" if over_training else "checkpoint")
     fig.update_yaxes(title_text="degrees", range=[0, 180], col=1)
-    first = (report.get("config") or {}).get("ckpt") or \
-        [r.get("path") for r in report.get("runs", {}).values()] or [None]
-    run = Path(str(first[0])).parent.parent.name if first[0] else ""
+    run = _grad_run(report) if over_training else f"{len(names)} checkpoints"
     fig.update_layout(title=f"{report.get('task', '')} {run}: angles between loss-term "
                             "gradients<br><sup>dotted: each term's noise floor (its two half "
                             "batches' angle); a missing point: the term is within its own noise "
@@ -356,18 +376,25 @@ def context_return_figure(summary: dict, task: str, context: str,
 def evaluate_figure(report: dict) -> go.Figure:
     """Per checkpoint: right without c, with c, harm, help, both-right, with 95% intervals."""
     metrics = ["win_no_c", "win_c", "harm", "help", "both"]
+    unit = next(iter(report["results"].values()))
+    # a QA task's success is accuracy: its bars say so, as its tables do
+    names = [m.replace("win", "acc", 1) if unit.get("metric") == "accuracy" else m
+             for m in metrics]
     fig = go.Figure()
     who = roster(report)
     for i, (name, r) in enumerate(report["results"].items()):
         vals = [r.get(m) for m in metrics]
-        fig.add_trace(go.Bar(name=f"{name} ({r['regime']})", x=metrics, y=vals,
+        fig.add_trace(go.Bar(name=f"{name} ({r['regime']})", x=names, y=vals,
                              marker_color=_line(who[name], i)["color"],
                              error_y=_ci_bars(vals, [r["ci95"].get(m) for m in metrics])))
-    unit = next(iter(report["results"].values()))
     task = f"{report['task']}: " if report.get("task") else ""
+    # items cluster into units (a fact's questions, a level's seeds); where each item is its
+    # own unit, say the count once
+    count = f"{unit['n']} items" if unit["unit"] == "item" and unit["n_units"] == unit["n"] \
+        else f"{unit['n']} items, {unit['n_units']} {unit['unit']}s"
     fig.update_layout(title=f"{task}context return per checkpoint (context "
-                            f"'{report['context']}'; {unit['n']} items, {unit['n_units']} "
-                            f"{unit['unit']}s)<br><sup>whiskers: 95% cluster-bootstrap "
+                            f"'{report['context']}'; {count})<br><sup>whiskers: 95% "
+                            "cluster-bootstrap "
                             "intervals; legend: regime</sup>",
                       barmode="group", yaxis=dict(range=[0, 1], title="rate"), height=450,
                       width=900)

@@ -57,6 +57,20 @@ def test_identical_views_have_cosine_one():
         assert all(abs(v - 1) < 1e-9 for v in r[key])
 
 
+def test_zero_vectors_have_no_cosine_and_do_not_read_as_orthogonal(tmp_path):
+    """A random init zeroes its padding token's embedding: where that token sits in both
+    views the states are identical (zero), and the cosine must not count them as 0. In memory
+    and streamed alike, identical views with zero rows give cosine 1 everywhere."""
+    h = torch.randn(2, 4, 5, 16)
+    h[:, :, 3] = 0.0  # one position of every item is the zeroed token
+    r = layer_sim.similarity_by_layer(h, h.clone(), torch.ones(4, 5))
+    assert r["cos"] == pytest.approx([1.0, 1.0], abs=1e-12)
+    assert all(v < 1 for v in r["cos_other"])  # different items: still a floor below 1
+    stream = layer_sim.StreamedSimilarity(tmp_path)
+    stream.add(h, h.clone(), torch.ones(4, 5, dtype=torch.long))
+    assert stream.result()["cos"] == pytest.approx([1.0, 1.0], abs=1e-12)
+
+
 def test_a_view_offset_drives_the_pooled_centred_cosine_to_minus_one():
     """Two views with the same token variation plus a large constant offset between them
     (what a random-init model's views look like): pooled centring gives -1, per-view centring

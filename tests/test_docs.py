@@ -69,7 +69,7 @@ def test_markdown_tables_are_well_formed(doc):
 
 def test_generated_blocks_equal_their_generators():
     """README and docs blocks are exactly what `train.claims` / `train.summary` /
-    `train.sweep` write now."""
+    `train.sweep` / `train.paper` write now."""
     from train import claims, summary, sweep
 
     for doc in claims.DOCS:
@@ -86,8 +86,12 @@ def test_generated_blocks_equal_their_generators():
         == readme, "README: the reproduce block is stale; run python -m train.summary --write"
     assert summary.TEST_TIME.replace(readme, summary.test_time_line(ROOT / summary.TEST_RECORD)) \
         == readme, "README: the make-test time is stale; run python -m train.summary --write"
-    from train import referee
+    from train import paper, referee
 
+    for doc in paper.DOCS:
+        text = (ROOT / doc).read_text()
+        assert paper.BLOCK.replace(text, paper.table(ROOT / "figures")) == text, \
+            f"{doc}: the paper-beside-us block is stale; run python -m train.paper --write"
     page = (ROOT / referee.PAGE).read_text()
     assert referee.refresh(page, ROOT / "figures") == page, \
         f"{referee.PAGE}: the referee block is stale; run python -m train.referee --write"

@@ -100,3 +100,23 @@ def test_control_view_is_played_and_paired(monkeypatch):
     k = rep["control"]
     assert k["reads_c"] == pytest.approx(rep["win_c"] - k["win"])
     assert k["reads_c_ci95"][0] <= k["reads_c"] <= k["reads_c_ci95"][1]
+
+
+def test_the_evaluate_figure_names_accuracy_for_qa_tasks_and_counts_items_once():
+    """A QA task's bars read acc_no_c / acc_c like its tables; a game's win_no_c / win_c; an
+    item that is its own unit is counted once in the title."""
+    from nca_interp.plots import evaluate_figure
+
+    def report(metric, unit, n_units):
+        r = {"n": 16, "unit": unit, "n_units": n_units, "metric": metric, "regime": "B",
+             "win_no_c": 0.2, "win_c": 0.5, "harm": None, "help": 0.4, "both": 0.1,
+             "ci95": {}}
+        return {"task": "jsonl", "context": "persona", "results": {"base": r},
+                "runs": {"base": {"name": "base", "path": "/m/base"}}}
+
+    qa = evaluate_figure(report("accuracy", "item", 16))
+    assert list(qa.data[0].x)[:2] == ["acc_no_c", "acc_c"]
+    assert "16 items)" in qa.layout.title.text and "16 items, 16 items" not in qa.layout.title.text
+    game = evaluate_figure(report("win", "level", 4))
+    assert list(game.data[0].x)[:2] == ["win_no_c", "win_c"]
+    assert "16 items, 4 levels" in game.layout.title.text

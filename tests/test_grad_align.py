@@ -199,3 +199,32 @@ def test_angles_over_training_draw_what_the_claims_judge():
     fig = plots.grad_align_over_steps(report)
     assert list(next(t for t in fig.data if t.name == "opd~ctx").y) == [60.0, 50.0]
     assert "uncorrected" in fig.layout.title.text
+
+
+def test_checkpoints_of_different_runs_are_categories_not_a_course_over_training():
+    """grad_align on an OPD and an NCA checkpoint (the notebook's call): no 'distillation
+    step' axis with made-up ticks, no lines joining the two runs' floors, no over-training
+    figure; one run's saved steps keep their course."""
+    from nca_interp import grad_align
+
+    def cell():
+        return {"global": {"angle_xfit_deg": {"opd~ctx": 80.0},
+                           "self_angle_deg": {"opd": 20.0, "ctx": 30.0}}}
+
+    two_runs = {"task": "sokoban", "config": {"ckpt": ["/m/opd", "/m/nca"]},
+                "results": {"/m/opd": cell(), "/m/nca": cell()}}
+    figs = grad_align.figures(two_runs)
+    assert set(figs) == {""}
+    fig = figs[""]
+    assert fig.layout.xaxis.title.text == "checkpoint"
+    assert {tuple(t.x) for t in fig.data} == {("opd", "nca")}
+    assert all("lines" not in t.mode for t in fig.data)
+    assert "2 checkpoints" in fig.layout.title.text
+    one_run = {"task": "sokoban", "steps": [50, 100],
+               "config": {"ckpt": ["runs/x/checkpoints/step_50", "runs/x/checkpoints/step_100"]},
+               "results": {"step_50": cell(), "step_100": cell()}}
+    figs = grad_align.figures(one_run)
+    assert set(figs) == {"", "steps"}
+    assert figs[""].layout.xaxis.title.text == "distillation step"
+    assert list(figs[""].data[0].x) == [50, 100] and "lines" in figs[""].data[0].mode
+    assert figs[""].layout.title.text.startswith("sokoban x: angles")

@@ -5,7 +5,7 @@ show alone, a loss beyond a keeping margin."""
 import numpy as np
 import pytest
 
-from train.judge import Estimate, effect, equivalent, more_data
+from train.judge import Z95, Estimate, detectable, effect, equivalent, more_data, within_band
 
 
 def seeds(true: float, sd_item: float, n_items: int, n_seeds: int, rng) -> tuple:
@@ -88,3 +88,48 @@ def test_a_simulated_null_is_rarely_called_an_effect():
     real = sum(effect(*seeds(0.4, 1.0, 200, 3, rng), 0.0, 1, 0.2).verdict == "reproduced"
                for _ in range(100))
     assert real >= 95
+
+
+def test_an_angle_band_is_shown_refuted_straddled_or_underpowered():
+    """within_band on synthetic seeds whose right verdict is known: inside 75-105, wholly
+    outside, straddling with a clear seed (partly), straddling with none (inconclusive), and
+    a straddling interval whose point lies outside the band (not reproduced)."""
+    def seeds(*cells):
+        units = [Estimate(a, lo, hi) for a, lo, hi in cells]
+        return units, Estimate(np.mean([u.point for u in units]), min(u.lo for u in units),
+                               max(u.hi for u in units), len(units))
+
+    inside = [(90, 85, 95)] * 3
+    assert within_band(*seeds(*inside), 75, 105).verdict == "reproduced"
+    assert within_band(*seeds(*[(40, 30, 50)] * 3), 75, 105).verdict == "not reproduced"
+    units, _ = seeds((90, 85, 95), (95, 70, 104), (90, 72, 103))
+    straddle = Estimate(92, 72, 104, 3)
+    assert within_band(units, straddle, 75, 105).verdict == "partly"
+    units, _ = seeds((90, 60, 120), (92, 62, 118), (88, 58, 121))
+    j = within_band(units, Estimate(90, 60, 120, 3), 75, 105)
+    assert j.verdict == "inconclusive" and "would decide" in j.reason
+    assert within_band(units, Estimate(70, 60, 80, 3), 75, 105).verdict == "not reproduced"
+
+
+def test_every_judgement_carries_its_minimum_detectable_effect():
+    """(z95 + z80) se of the deciding interval: a 95% interval of half-width 0.1 detects a
+    true effect of 0.143 four times in five."""
+    e = Estimate(0.0, -0.1, 0.1)
+    assert detectable(e) == pytest.approx(0.1 / Z95 * (Z95 + 0.8416), rel=1e-4)
+    assert effect([e], None, 0.0, 1, 0.05).mde == pytest.approx(0.143, abs=1e-3)
+    assert equivalent([e], None, 0.0, 0.05).mde == detectable(e)
+    assert within_band([Estimate(90, 80, 100)], None, 75, 105).mde > 0
+
+
+def test_a_verdict_on_the_bootstraps_edge_takes_the_wider_reading_and_says_so():
+    """An interval whose end sits within the resampling's own error of the null: its verdict
+    must not depend on the bootstrap seed, so the wider (outer) reading decides, said as 'on
+    the edge'; where the outer ends change nothing, nothing is said."""
+    unit = Estimate(-0.3, -0.5, -0.1)
+    edge = Estimate(-0.24, -0.5, -0.029, 4, outer=(-0.52, 0.0))
+    j = effect([unit] * 4, edge, 0.0, -1, 0.02)
+    assert j.verdict == "inconclusive" and "on the edge" in j.reason
+    assert "would be reproduced" in j.reason
+    firm = Estimate(-0.24, -0.5, -0.1, 4, outer=(-0.52, -0.09))
+    j = effect([unit] * 4, firm, 0.0, -1, 0.02)
+    assert j.verdict == "reproduced" and "edge" not in j.reason

@@ -39,19 +39,12 @@ def test_a_pooled_interval_needs_a_majority_of_units_to_be_reproduced():
     assert rules.pooled(True, [True, True], mean_on_side=False) == "not reproduced"
 
 
-def test_reading_c_needs_half_the_teachers_reads_c():
-    assert rules.reads_c(0.31, 0.6)
-    assert rules.reads_c(0.30, 0.6)
-    assert not rules.reads_c(0.29, 0.6)
-    assert not rules.reads_c(0.007, 0.617)  # sokoban_long's NCA: 1% of the teacher's
-    assert rules.reads_c(0.01, None) and rules.reads_c(0.01, 0.0)  # no teacher to compare
-
-
 def test_the_method_page_states_the_rules_the_code_applies():
     text = (Path(__file__).resolve().parents[1] / "docs" / "method.md").read_text()
     assert rules.markdown() in text
     assert {name for name, _ in rules.RULES} >= {"every seed", "partly", "coverage",
-                                                  "reading c"}
+                                                  "reading c", "angles", "the gap",
+                                                  "the paper's thresholds", "not run"}
 
 
 def test_a_harm_is_opds_own_only_clear_of_step_0_and_of_chance_or_in_regime_a():
@@ -95,3 +88,15 @@ def test_breaking_is_accuracy_with_c_below_without_and_chance_is_said_apart(tmp_
     assert noisy.verdict == "inconclusive" and "would decide" in noisy.reason
     # three such seeds together show it, though none does alone
     assert write(0.45, (-0.8, 0.1)).verdict == "partly"
+    # collapse to chance (sysprompt_kb0: 0.724 -> 0.375 with c in every seed): harm sits at
+    # the independence baseline, yet accuracy with c falls clear below without: it breaks,
+    # and the harm is said not to be beyond chance
+    reps = {"t_base": {"harm": 0.14, "regime": "B", "win_no_c": 0.29, "win_c": 0.72},
+            **{f"t_opd_s{s}": {"harm": 0.647, "regime": "C", "win_c": 0.375, "win_no_c": 0.724,
+                               "delta_c": -0.349, "ci95": {"harm": [0.55, 0.74],
+                                                           "delta_c": [-0.45, -0.25]}}
+               for s in range(4)}}
+    (tmp_path / "context_return.json").write_text(json.dumps({"results": reps}))
+    chance = claims.degrades(tmp_path)
+    assert chance.verdict == "reproduced"
+    assert "harm beyond chance (harm rule) in 0 of 4 seeds" in chance.reason

@@ -35,7 +35,7 @@ LAYERS = (
      ("train.dose", "train.claims")),
     ("pages", "generated Markdown and figures from the reports and claims",
      ("train.figures", "train.report", "train.summary", "train.sweep", "train.referee",
-      "train.architecture", "train.knowledge")),
+      "train.architecture", "train.knowledge", "train.paper")),
     ("pipeline", "from nothing to a published setting: runs, reports, pages",
      ("train.reproduce", "train.size_control")),
 )

@@ -19,7 +19,7 @@ with where it comes from (`train/rules.py`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 Z95 = 1.959963984540054  # two-sided 95%
 Z90 = 1.6448536269514722  # two-sided 90% (each side 5%: the TOST interval)
@@ -34,10 +34,18 @@ class Estimate:
     lo: float
     hi: float
     n: int = 1
+    # a bootstrap interval's ends moved out by the resampling's own error (train.claims.stats:
+    # EDGE): where the verdict differs between the two, it sits on the edge of the bootstrap
+    outer: tuple[float, float] | None = None
 
     def __post_init__(self):
         if not self.lo <= self.point <= self.hi:
             raise ValueError(f"interval [{self.lo}, {self.hi}] does not hold {self.point}")
+
+    def widened(self) -> Estimate:
+        """The same estimate with its interval at the outer ends."""
+        lo, hi = self.outer or (self.lo, self.hi)
+        return Estimate(self.point, min(lo, self.lo), max(hi, self.hi), self.n)
 
     @property
     def se(self) -> float:
@@ -56,6 +64,13 @@ class Estimate:
 class Judgement:
     verdict: str  # a word of rules.VERDICTS
     reason: str = ""
+    mde: float | None = None  # the smallest effect the deciding interval detects (80% power)
+
+
+def detectable(est: Estimate) -> float:
+    """The minimum detectable effect of `est`'s data: (z95 + z80) se, the true effect a 95%
+    interval of this width clears its null with 80% probability."""
+    return (Z95 + Z_POWER) * est.se
 
 
 def more_data(est: Estimate, target: float) -> float | None:
@@ -87,7 +102,7 @@ def _side(est: Estimate, null: float, direction: int) -> str:
     return "clear" if lo > 0 else "against" if hi < 0 else "straddles"
 
 
-def effect(units: list[Estimate], pooled: Estimate | None, null: float, direction: int,
+def _effect(units: list[Estimate], pooled: Estimate | None, null: float, direction: int,
            margin: float, what: str = "seeds") -> Judgement:
     """The claim "the quantity lies beyond `null` in `direction` (+1 above, -1 below)".
     `pooled` (over `units`) decides; where there is none, the single unit does. `margin`: the
@@ -114,7 +129,7 @@ def effect(units: list[Estimate], pooled: Estimate | None, null: float, directio
                      + _more(decide, target))
 
 
-def equivalent(units: list[Estimate], pooled: Estimate | None, null: float, margin: float,
+def _equivalent(units: list[Estimate], pooled: Estimate | None, null: float, margin: float,
                sides: str = "both", what: str = "seeds") -> Judgement:
     """The claim "the quantity stays within `margin` of `null`" (`sides`: both, or `lower`
     for "does not fall below null - margin", a non-inferiority claim). TOST: shown when the
@@ -143,3 +158,61 @@ def equivalent(units: list[Estimate], pooled: Estimate | None, null: float, marg
     return Judgement("inconclusive", f"the interval reaches past the margin {margin:g}"
                      + (_more(decide, room * Z95 / Z90) if room > 0 else
                         "; the estimate itself lies at or past the margin"))
+
+
+def _band_side(e: Estimate, lo: float, hi: float) -> str:
+    if lo <= e.lo and e.hi <= hi:
+        return "clear"
+    return "against" if e.hi < lo or e.lo > hi else "straddles"
+
+
+def _within_band(units: list[Estimate], pooled: Estimate | None, lo: float, hi: float,
+                what: str = "seeds") -> Judgement:
+    """The claim "the quantity lies inside [lo, hi]" (an angle near 90 degrees). Shown when
+    the deciding interval (pooled, or the single unit) lies inside the band; refuted when it
+    lies wholly outside, or straddles a bound with its point outside (the mean on the wrong
+    side); when it straddles with its point inside, **partly** if some unit is clear on its
+    own, else **inconclusive**."""
+    if not lo < hi:
+        raise ValueError(f"an empty band [{lo}, {hi}]")
+    decide = _decider(units, pooled, hi - lo)
+    status = [_band_side(u, lo, hi) for u in units]
+    clear = status.count("clear")
+    of = (f"{clear} of {len(units)} {what} inside {lo:g}-{hi:g} on their own, "
+          f"{status.count('straddles')} straddling a bound")
+    side = _band_side(decide, lo, hi)
+    if side == "clear":
+        if 2 * clear > len(units) or len(units) == 1:
+            return Judgement("reproduced", of if len(units) > 1 else "")
+        return Judgement("partly", f"pooled inside, {of}; a majority is needed")
+    if side == "against":
+        return Judgement("not reproduced", f"the interval lies outside {lo:g}-{hi:g}; {of}")
+    if not lo <= decide.point <= hi:
+        return Judgement("not reproduced", f"the estimate lies outside {lo:g}-{hi:g}; {of}")
+    if clear:
+        return Judgement("partly", f"the pooled interval straddles a bound; {of}")
+    room = min(decide.point - lo, hi - decide.point)
+    return Judgement("inconclusive", f"the interval straddles a bound; {of}"
+                     + (_more(decide, room) if room > 0 else ""))
+
+
+def _with_mde(judge_fn):
+    def run(units, pooled, *args, **kw) -> Judgement:
+        j = judge_fn(units, pooled, *args, **kw)
+        decide = pooled if pooled is not None else units[0]
+        if decide.outer is not None:  # a bootstrap interval: is the verdict on its edge?
+            wide = decide.widened()
+            edge = judge_fn(units, wide, *args, **kw) if pooled is not None else \
+                judge_fn([wide], None, *args, **kw)
+            if edge.verdict != j.verdict:  # the conservative (wider) reading, said so
+                j = replace(edge, reason="; ".join(x for x in (
+                    edge.reason, f"on the edge: with the interval's ends moved by the "
+                    f"bootstrap's own error the verdict would be {j.verdict}") if x))
+        return replace(j, mde=detectable(decide))
+    run.__doc__, run.__name__ = judge_fn.__doc__, judge_fn.__name__.lstrip("_")
+    return run
+
+
+effect = _with_mde(_effect)
+equivalent = _with_mde(_equivalent)
+within_band = _with_mde(_within_band)

@@ -4,7 +4,7 @@ replaced it and judged, from the JSON, on every published setting that measures 
     python -m train.referee              # print the block
     python -m train.referee --write      # regenerate it in docs/results/referee.md
 
-A verdict names the claim rules (train/claims.py) that now judge it; each row is one rule on
+A verdict names the claim rules (train/claims/) that now judge it; each row is one rule on
 one setting's figures/<setting>/ JSON, beside the seeds it read. Only the wording of the old
 verdicts and of the tests is written here; every number and verdict comes from the rules.
 """
@@ -89,8 +89,9 @@ VERDICTS = (
             "`claims.pooled_claims`)", pooled="sysprompt_kbs"),
     Verdict("sokoban_long: NCA prevents the harm (robust, or blind to c?)",
             "beside the paired OPD - NCA harm interval, every student also given a wrong "
-            "context of the same form: reads_c = accuracy with c - with the wrong c, and NCA "
-            "counts as reading c only at >= 50% of the teacher's reads_c (rules "
+            "context of the same form: reads_c = accuracy with c - with the wrong c, judged "
+            "as an effect above 0 (blind when the interval excludes the rule book's margin), "
+            "its share of the teacher's printed beside it (rules "
             "`claims.nca_prevents`, `claims.nca_reads_context`)",
             (claims.nca_prevents, claims.nca_reads_context)),
 )
@@ -100,7 +101,8 @@ ALSO = (
             "held-out items (rule `claims.nca_improves_no_c`)", (claims.nca_improves_no_c,)),
     Verdict("cos >= 0.997 at every layer (raw cosine, inflated by anisotropy)",
             "the same cosine between views of *different* items (the anisotropy floor) beside "
-            "it: the threshold is not judged where that floor reaches it (rule "
+            "it: the threshold is not judged where that floor reaches it; beside it, the share "
+            "of step 0's distance to 1 that NCA closes against the paper's own (rule "
             "`claims.nca_identical`)", (claims.nca_identical,)),
 )
 

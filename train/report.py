@@ -398,7 +398,7 @@ def render(figs: Path) -> str:
     if not (figs / "context_return_summary.json").exists():
         return "\n".join(lines)
     sections = [(f"Verdicts (`python -m train.claims {task}`: each claim's null and seeds are in "
-                 "train/claims.py, the verdict words follow the rule book in train/rules.py)",
+                 "train/claims/, the verdict words follow the rule book in train/rules.py)",
                  verdicts),
                 ("Context return (mean (min to max) over seeds, a spread not an interval; harm = "
                   "P(lost with c | won "

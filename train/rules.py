@@ -10,7 +10,8 @@ angle within its noise).
 
 from __future__ import annotations
 
-VERDICTS = ("reproduced", "partly", "inconclusive", "not reproduced", "not measurable")
+VERDICTS = ("reproduced", "partly", "inconclusive", "not reproduced", "not measurable",
+            "not run")
 
 # The smallest change of accuracy the "breaks" and "keeps" claims are about: two points. The
 # paper counts accuracy changes from 0.6 points up as effects (NCA's gains without c: 0.6-3.6
@@ -19,6 +20,55 @@ VERDICTS = ("reproduced", "partly", "inconclusive", "not reproduced", "not measu
 # absence can be shown (`train.judge`) instead of assumed from an interval that reaches 0.
 BREAK_MARGIN = 0.02
 KEEP_MARGIN = 0.02
+# reads_c (accuracy with c minus with a wrong c of c's form) is an accuracy difference too: the
+# same two points decide whether NCA still reads c or is blind to it.
+READ_MARGIN = 0.02
+
+# The paper's own numbers (Qwen3-4B on Sokoban, hidden-state cosine between the views over all
+# 36 layers): the base model, OPD and NCA. The near-identical threshold is the paper's, kept
+# as stated; the scale-free comparison is the share of step 0's distance to 1 that a method
+# closes, (cos - cos_step0) / (1 - cos_step0): the paper's OPD closes 68%, its NCA at least 94%.
+PAPER_COS = {"base": 0.953, "opd": 0.985, "nca": 0.997}
+PAPER_COS_THRESHOLD = PAPER_COS["nca"]
+
+
+def closed_share(cos: float, cos_step0: float) -> float:
+    """The share of step 0's distance to 1 that `cos` closes (1: identical views, 0: step 0's
+    gap kept, below 0: a wider gap)."""
+    return (cos - cos_step0) / (1.0 - cos_step0)
+
+
+PAPER_CLOSED = {m: closed_share(PAPER_COS[m], PAPER_COS["base"]) for m in ("opd", "nca")}
+
+# Two gradients are near-orthogonal when their angle lies within 15 degrees of 90: |cos| <=
+# cos 75 deg = 0.26, so either carries under 7% of its squared norm along the other (cos^2 =
+# 0.067). Beyond 105 degrees the NCA term pulls against OPD's by more than that share: it
+# opposes OPD's term, which is not the new (orthogonal) direction the paper describes.
+ORTHO_BAND = (75.0, 105.0)
+# An angle says something about two gradients only where their supports overlap: given each
+# module's gradient norm, the largest cosine the two can reach is sum_m |a_m| |b_m| / (|a| |b|)
+# (equality when they align inside every module). Where that bound is below cos 75 deg, the
+# angle lies in the band by the supports alone, and the checkpoint is not judged.
+SUPPORT_MIN = 0.2588190451025208  # cos 75 deg
+
+# A test's one-sided error: a permutation or random-draw p-value at or under it is clear (the
+# same 5% per side as the 95% intervals everywhere else).
+ALPHA = 0.05
+# Seeds a claim needs before it generalises beyond the seeds run: with 2, a t interval over
+# seeds is 12.7 standard errors wide; with 3, 4.3.
+MIN_SEEDS = 3
+# "Shallow" and "deep" are the first and last third of the layers.
+DEPTH_THIRDS = 3
+
+# The head claim chooses heads on half the harm cases and judges them on the other half: 10
+# cases a half is the fewest whose answers-flipped share can clear a 20-draw random-head null.
+HEADS_MIN_CASES = 20
+
+# Update sizes within this factor count as magnitude-matched (a direction difference between
+# updates of unequal size can be a magnitude effect: a longer Adam path bends further). The
+# seed-to-seed spread of a method's update size is 1.01-1.05x in every published setting but
+# FrozenLake (1.17-1.33x); a tenth is twice the usual spread.
+SIZE_MATCH = 1.1
 
 RULES = (
     ("every seed",
@@ -64,13 +114,47 @@ RULES = (
      "seed."),
     ("reading c",
      "NCA *reads* c when its reads_c (accuracy with c minus with a wrong c of the same form) "
-     "is at least half the teacher's (step 0's, across models); a student clear of 0 but under "
-     "that share is close to blind, and the claim is **not reproduced** for it."),
-    ("8B thresholds",
-     "a threshold taken from the paper's 8B models (views near-identical at cos >= 0.997) is "
-     "judged as stated *and* scaled to this model: the same share of the way from this "
-     "model's different-item floor (the cosine two different items already have) to 1, "
-     "(cos - floor) / (1 - floor) >= 0.997. Both verdicts are printed."),
+     "is an effect above 0 by the effect test: **reproduced** when the pooled interval lies "
+     "above 0 (and a majority of seeds' do), **not reproduced** (blind) when it excludes a "
+     f"reads_c of {READ_MARGIN:g}, **inconclusive** otherwise. Its size beside the teacher's is "
+     "printed as a description; how much of what c gives NCA keeps is the equivalence claim's "
+     "question."),
+    ("the paper's thresholds",
+     "a threshold taken from the paper (views near-identical at cos >= "
+     f"{PAPER_COS_THRESHOLD:g} at every layer) is judged as stated, and beside it scale-free: "
+     "the share of step 0's distance to 1 a method closes on the layers' mean cosine, "
+     "(cos - cos_step0) / (1 - cos_step0), against the paper's own "
+     f"({PAPER_CLOSED['opd']:.0%} for OPD, >= "
+     f"{PAPER_CLOSED['nca']:.0%} for NCA, from its Qwen3-4B cosines {PAPER_COS['base']:g}, "
+     f"{PAPER_COS['opd']:g}, {PAPER_COS['nca']:g}). Views of different items that already "
+     "reach the threshold make it **not measurable**."),
+    ("the gap",
+     "OPD *leaves a gap* where NCA closes it: per seed, OPD's mean cosine over the later half "
+     "of the layers lies below NCA's of the same seed and below 1, each by more than its 95% "
+     "item noise; whether OPD widened step 0's gap is printed apart."),
+    ("angles",
+     "an angle claim takes the seed as its unit: a seed's checkpoints' noise-corrected angles "
+     "are averaged, their 95% jackknife intervals averaged without narrowing, and the seeds "
+     f"pooled (t interval). *Near-orthogonal* is inside {ORTHO_BAND[0]:g}-{ORTHO_BAND[1]:g} "
+     "degrees (|cos| <= 0.26: under 7% of a squared norm along the other); an interval "
+     "straddling a bound is not clear (**partly** with a clear seed, else **inconclusive**); "
+     "a point outside the band is **not reproduced**; wholly beyond the upper bound, the NCA "
+     "term *opposes* OPD's, which is not a new direction. A checkpoint whose two gradients' "
+     "module norms cannot reach cos 0.26 (their supports barely overlap) is not judged: its "
+     "angle is set by where the gradients live."),
+    ("detectable",
+     "beside every verdict a test of `train/judge.py` decides, the table prints the minimum "
+     "detectable effect of the deciding interval, (1.96 + 0.84) x its standard error: the "
+     "smallest true effect (or distance from a band's bound, for angles) it shows four times "
+     "in five. An absence below it is not shown by these data."),
+    ("stable to the bootstrap",
+     "a verdict must not depend on the bootstrap's seed: where it changes when a bootstrap "
+     "interval's ends move out by the resampling's own error (the 1.5% and 98.5% percentiles "
+     "in place of 2.5% and 97.5%), the wider reading decides and the reason says the verdict "
+     "sits on the edge (`python -m train.claims --stability 5` checks every setting)."),
+    ("not run",
+     "a claim whose input file this setting lacks is a row **not run** naming the command that "
+     "makes it, never a vanished row."),
     ("closed set",
      "a verdict is one of " + ", ".join(f"**{v}**" for v in VERDICTS) + "; its reason is "
      "written beside it, never in place of it."),
@@ -122,11 +206,6 @@ def harm_is_own(harm_lo: float | None, step0_harm: float | None, win_c: float,
     if not harm_lo > step0_harm:
         return False
     return regime_a or harm_lo > independence_harm(win_c)
-
-
-def reads_c(mean: float, teacher: float | None, share: float = 0.5) -> bool:
-    """Whether a mean reads_c counts as reading c: at least `share` of the teacher's."""
-    return teacher is None or teacher <= 0 or mean >= share * teacher
 
 
 def markdown() -> str:

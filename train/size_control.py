@@ -10,7 +10,7 @@ as large as NCA's might point elsewhere than a shorter OPD update of the same se
    --elasticity), every other flag as the setting's own distillation command (read from its
    manifest), into RUNS/<setting>_opdsized_s<seed>: OPD run to NCA's total movement;
 3. an update does not grow one to one with Adam's lr (a larger lr converges sooner), so when
-   the sized OPD's mean size is not within `claims.SIZE_MATCH` of NCA's, a further round
+   the sized OPD's mean size is not within `rules.SIZE_MATCH` of NCA's, a further round
    trains RUNS/<setting>_opdsized<r>_s<seed> at the lr the measured size-vs-lr elasticity
    (d log size / d log lr between the last two rounds) predicts, up to --rounds rounds;
 4. param_delta over OPD, the last round's sized OPD and NCA of every seed writes
@@ -35,8 +35,8 @@ from nca_interp.checkpoint import read_run_config
 from nca_interp.cli import RunError, entry, parse_config
 from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import roster
-from train.claims import SIZE_MATCH
 from train.reproduce import Manifest, record_training_time, run_parallel, stage
+from train.rules import SIZE_MATCH
 
 SUFFIX = "opdsized"
 

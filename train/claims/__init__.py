@@ -1,0 +1,231 @@
+"""The paper's claims as code: each is a function from a pipeline folder's JSON to (measured,
+null or control, verdict), its rule written once in the rule book (`train/rules.py`) and its
+statistics in `train.judge` and `train.claims.stats`. One module per claim family:
+
+- `harm`: accuracy when c returns (internalizes, breaks, prevents, keeps, reads c, improves,
+  longer answers);
+- `views`: the two views' hidden states (near-identical, the later-layer gap);
+- `gradients`: the loss terms' gradients (near-orthogonal, a new direction);
+- `updates`: the parameter updates (shallow k/q, NCA's differ from OPD's);
+- `heads`: the heads that carry the harm.
+
+    python -m train.claims facts                 # one setting's claims table
+    python -m train.claims --write               # regenerate the blocks in README.md / docs
+
+Verdicts are the words of `rules.VERDICTS`; numbers are per-seed point estimates with each
+run's 95% cluster-bootstrap interval where a rule uses one; ranges over seeds are written
+"lo-hi" (a spread, not an interval). A claim whose input this setting lacks is a row "not run"
+with the command that makes it, never a vanished row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from nca_interp.fsio import write_text
+from train import rules
+from train.blocks import Block
+from train.claims.claim import Claim, not_run
+from train.claims.gradients import nca_new_direction, orthogonal, orthogonal_corrected
+from train.claims.harm import (
+    POOLED,
+    degrades,
+    harm_not_drift,
+    internalizes,
+    longer,
+    nca_improves_no_c,
+    nca_keeps_context,
+    nca_prevents,
+    nca_reads_context,
+    pooled_claims,
+    pooled_harm_gap,
+    reads_c_verdict,
+)
+from train.claims.heads import heads_carry_harm
+from train.claims.stats import label_permutation_p, paired_harm_gap, pooled_gain
+from train.claims.updates import shallow_qk, size_matched, updates_differ
+from train.claims.views import nca_identical, opd_gap
+from train.settings import load
+
+__all__ = ["Claim", "CLAIMS", "DOCS", "POOLED", "claims", "degrades", "harm_not_drift",
+           "heads_carry_harm", "internalizes", "label_permutation_p", "longer", "main",
+           "nca_identical", "nca_improves_no_c", "nca_keeps_context", "nca_new_direction",
+           "nca_prevents", "nca_reads_context", "not_run", "opd_gap", "orthogonal",
+           "orthogonal_corrected", "paired_harm_gap", "pooled_claims", "pooled_gain",
+           "pooled_harm_gap", "reads_c_verdict", "refresh", "shallow_qk", "size_matched",
+           "table", "updates_differ"]
+
+
+# Each claim with its name, the report it reads and the command that writes it: a setting
+# without the report gets the row "not run" naming the command, never a vanished row.
+EVALUATE = ("context_return.json", "python -m nca_interp.evaluate")
+CONTROL = ("context_control.json", "python -m nca_interp.evaluate --control")
+LAYERS = ("layer_sim.json", "python -m nca_interp.layer_sim")
+GRADS = ("grad_align_<method>.json", "python -m nca_interp.grad_align --parts 4")
+UPDATES = ("param_delta.json", "python -m nca_interp.param_delta")
+CLAIMS: tuple[tuple[Callable[[Path], Claim | None], str, tuple[str, str]], ...] = (
+    (internalizes, "OPD internalizes c (right without c rises)", EVALUATE),
+    (degrades, "OPD students break when c returns (harm, regime A)", EVALUATE),
+    (nca_prevents, "NCA prevents the harm", EVALUATE),
+    (harm_not_drift, "OPD's harm is its own, not drift's (NCA's harm below OPD's at matched "
+     "drift)", ("harm_drift.json",
+                "python -m train.dose {figs}/trajectory.json --out {figs}/harm_drift")),
+    (nca_keeps_context, "NCA keeps what c gives (accuracy with c)", EVALUATE),
+    (nca_reads_context, "NCA still reads c (not blind to it)", CONTROL),
+    (nca_improves_no_c, "NCA improves accuracy without c (vs OPD, same seed)", CONTROL),
+    (longer, "OPD answers get longer with c (rel_len_both)", EVALUATE),
+    (nca_identical, "NCA keeps the views near-identical", LAYERS),
+    (opd_gap, "OPD leaves a gap in middle / late layers", LAYERS),
+    (orthogonal, "OPD's gradient is near-orthogonal to the context view's", GRADS),
+    (nca_new_direction, "NCA adds a direction OPD's gradient lacks", GRADS),
+    (shallow_qk, "Updates concentrate in shallow layers, mostly k/q", UPDATES),
+    (updates_differ, "NCA's updates differ from OPD's", UPDATES),
+    (heads_carry_harm, "OPD's harm runs through a few heads reading c",
+     ("patching.json", "python -m nca_interp.patching --kind harm")),
+)
+
+
+def claims(figs: Path) -> list[Claim]:
+    """Every claim of `CLAIMS` on `figs`: judged where its report exists, else "not run" with
+    the command that writes the report; the size-matched comparison where
+    `<setting>_size` exists beside it."""
+    out = []
+    for fn, name, (file, command) in CLAIMS:
+        try:
+            claim = fn(figs)
+        except FileNotFoundError as e:
+            missing = Path(e.filename).name if e.filename else file
+            claim = not_run(name, missing, command.format(figs=figs))
+        if claim is not None:
+            out.append(claim)
+    if (figs.parent / f"{figs.name}_size" / "param_delta.json").exists():
+        out.append(size_matched(figs.parent / f"{figs.name}_size"))
+    return out
+
+
+def table(figs: Path) -> str:
+    if figs.name in POOLED:
+        settings = load().settings
+        try:
+            found = pooled_claims(POOLED[figs.name], figs.parent)
+            found += [size_matched(figs.parent / f"{m}_size") for m in POOLED[figs.name]
+                      if (figs.parent / f"{m}_size" / "param_delta.json").exists()]
+        except FileNotFoundError:  # a member not run yet: say how to run it
+            found = [not_run("harm verdicts pooled over " + ", ".join(POOLED[figs.name]),
+                             "context_return.json of every member",
+                             "; ".join(settings[m].command(m) for m in POOLED[figs.name]))]
+    else:
+        found = claims(figs)
+    rows = ["| claim | measured | null / control | detectable (80% power) | verdict |",
+            "|---|---|---|---|---|"]
+    rows += [f"| {c.name} | {c.measured} | {c.null} | {c.detectable or '-'} | **{c.cell}** |"
+             for c in found]
+    return "\n".join(rows)
+
+
+
+def words(claim: Claim) -> tuple[str, ...]:
+    """A claim's verdict words: its own, then each other threshold's."""
+    return (claim.verdict, *(w for _, w, _ in claim.also))
+
+
+def judged(figs: Path) -> list[Claim]:
+    """The claims a setting's table shows (pooled where the setting pools its members)."""
+    if figs.name not in POOLED:
+        return claims(figs)
+    found = pooled_claims(POOLED[figs.name], figs.parent)
+    return found + [size_matched(figs.parent / f"{m}_size") for m in POOLED[figs.name]
+                    if (figs.parent / f"{m}_size" / "param_delta.json").exists()]
+
+
+def settings_judged(root: Path = Path("figures")) -> list[Path]:
+    """Every folder of `root` with an evaluation, and every pooled setting."""
+    found = sorted(p.parent for p in root.glob("*/context_return.json"))
+    return found + [root / name for name in POOLED if (root / name) not in found]
+
+
+def flips(root: Path = Path("figures"), seeds: int = 5) -> list[str]:
+    """Every verdict that changes with the claims' bootstrap seed (0 .. seeds - 1), as
+    'setting: claim: word, word, ...'; none is the stability the rule book asks."""
+    from train.claims.stats import bootstrap_seed
+
+    out = []
+    for figs in settings_judged(root):
+        runs = []
+        for seed in range(seeds):
+            with bootstrap_seed(seed):
+                runs.append({c.name: words(c) for c in judged(figs)})
+        for name in runs[0]:
+            seen = [r.get(name) for r in runs]
+            if len(set(seen)) > 1:
+                out.append(f"{figs.name}: {name}: " + ", ".join("/".join(w) for w in seen))
+    return out
+
+
+def claims_block(name: str) -> Block:
+    return Block.named(f"claims:{name}", "python -m train.claims --write")
+
+
+
+RULES = Block.named("rules", "python -m train.claims --write; train/rules.py")
+
+
+
+def verdict_line(figs: Path) -> str:
+    """The setting's verdicts as one sentence, claims grouped by verdict word: what prose
+    beside a table may say of the verdicts, generated so it cannot contradict the table."""
+    found = judged(figs) if (figs / "context_return.json").exists() or figs.name in POOLED \
+        else []
+    groups: dict[str, list[str]] = {}
+    for c in found:
+        groups.setdefault(c.verdict, []).append(c.name.split(" (")[0])
+    parts = [f"**{word}**: " + "; ".join(groups[word]) for word in rules.VERDICTS
+             if word in groups]
+    return "Verdicts here: " + ". ".join(parts) + "."
+
+
+def verdicts_block(name: str) -> Block:
+    return Block.named(f"verdicts:{name}", "python -m train.claims --write")
+
+
+def refresh(text: str, root: Path = Path("figures")) -> str:
+    """`text` with every claims block, verdict line and the rule book's block regenerated."""
+    for name in re.findall(r"<!-- claims:([\w-]+):begin", text):
+        text = claims_block(name).replace(text, table(root / name), f"claims block {name}")
+    for name in re.findall(r"<!-- verdicts:([\w-]+):begin", text):
+        text = verdicts_block(name).replace(text, verdict_line(root / name),
+                                            f"verdicts block {name}")
+    return RULES.replace(text, rules.markdown(), optional=True)
+
+
+
+DOCS = ("README.md", "docs/index.md", "docs/real_model.md", "docs/results/sysprompt_kbs.md",
+        "docs/method.md")
+
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("settings", nargs="*", default=[])
+    ap.add_argument("--figures", default="figures")
+    ap.add_argument("--write", action="store_true",
+                    help="regenerate every claims block of " + ", ".join(DOCS))
+    ap.add_argument("--stability", type=int, metavar="K",
+                    help="judge every setting under K bootstrap seeds; exit 1 on any verdict "
+                         "that changes")
+    args = ap.parse_args(argv)
+    if args.stability:
+        changed = flips(Path(args.figures), args.stability)
+        print("\n".join(changed) or f"no verdict changes over {args.stability} bootstrap seeds")
+        if changed:
+            raise SystemExit(1)
+    for name in args.settings:
+        print(f"{name}\n{table(Path(args.figures) / name)}\n")
+    if args.write:
+        for doc in map(Path, DOCS):
+            if doc.exists():
+                write_text(doc, refresh(doc.read_text(), Path(args.figures)))

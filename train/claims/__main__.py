@@ -1,0 +1,3 @@
+from train.claims import main
+
+main()

@@ -1,0 +1,486 @@
+"""Claims about accuracy when c returns: OPD internalizes c, breaks when c returns (harm), NCA
+prevents the harm, keeps what c gives, still reads c, improves accuracy without c; answers grow
+longer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from nca_interp import analysis
+from nca_interp.fsio import read_json
+from nca_interp.identity import others, partner, roster, students
+from train import dose, judge, rules
+from train.claims.claim import Claim, _base, _runs, _seeds, _spread, _verdict, not_run
+from train.claims.stats import (
+    _estimate,
+    _pooled,
+    _pooled_harm,
+    gain_estimate,
+    interval,
+    paired_harm_gap,
+    pool_units,
+    resample,
+)
+from train.settings import load
+
+
+def internalizes(figs: Path) -> Claim:
+    """OPD raises accuracy without c above the step-0 null: every seed's interval lies above
+    the initial checkpoint's point estimate."""
+    rep = analysis.load(figs / "context_return.json")
+    base, opd = _base(rep), _runs(rep, "opd")
+    flags = [r["ci95"]["win_no_c"][0] > base["win_no_c"] for r in opd]
+    return Claim("OPD internalizes c (right without c rises)",
+                 _spread([r["win_no_c"] for r in opd]), f"step 0: {base['win_no_c']:.3f}",
+                 _verdict(flags), coverage=(len(flags), len(opd)))
+
+
+
+def degrades(figs: Path) -> Claim:
+    """Context-induced degradation after OPD, as the paper states it: accuracy with c below
+    accuracy without c, paired on the same items. The seed is the unit; the pooled estimate
+    is the paired difference over the seeds' items, its interval the wider of (seed, unit)
+    and unit clusters (`rules.BREAK_MARGIN` is the
+    smallest drop the claim is about; `judge.effect`). Beside it, apart: whether the harm is
+    beyond chance (the harm rule: above step 0's harm and the independence baseline)."""
+    rep = analysis.load(figs / "context_return.json")
+    base, opd = _base(rep), _runs(rep, "opd")
+    name = "OPD students break when c returns (harm, regime A)"
+    if all(r["harm"] is None for r in opd):
+        return Claim(name, "no item right without c", "-", "not measurable")
+    units = [_estimate(r, "delta_c") for r in opd]
+    pooled = _pooled(opd, lambda it: np.asarray(it["won_c"], float) -
+                     np.asarray(it["won_no_c"], float), units)
+    j = judge.effect(units, pooled, 0.0, -1, rules.BREAK_MARGIN)
+    step0 = base["harm"]
+    own = [_harm_is_own(r, step0) for r in opd]
+    beyond = f"harm beyond chance (harm rule) in {sum(own)} of {len(opd)} seeds" + (
+        ", against the independence baseline alone: step 0 has nothing right without c"
+        if step0 is None else "")
+    regimes = " ".join(r["regime"] for r in opd)
+    return Claim(name,
+                 f"accuracy with c - without {_spread([u.point for u in units])}"
+                 + (f", pooled {pooled}" if pooled is not None and len(opd) > 1 else "")
+                 + f"; harm {_spread([r['harm'] for r in opd])}; regimes {regimes}",
+                 f"0 (no change); step-0 harm "
+                 f"{'-' if step0 is None else f'{step0:.3f}'}; independence baseline "
+                 f"(1 - accuracy with c) "
+                 f"{_spread([rules.independence_harm(r['win_c']) for r in opd])}",
+                 j.verdict, "; ".join(x for x in (j.reason, beyond) if x),
+                 coverage=(len(units), len(opd)), detectable=f"{j.mde:.3f}")
+
+
+
+def _harm_is_own(r: dict, step0_harm: float | None) -> bool:
+    """The rule book's harm rule on one report (train/rules.py)."""
+    lo = r.get("ci95", {}).get("harm", [r["harm"]])[0] if r["harm"] is not None else None
+    return rules.harm_is_own(lo, step0_harm, r["win_c"], r["regime"] == "A")
+
+
+
+def nca_prevents(figs: Path) -> Claim:
+    """NCA removes the harm: in every seed pair NCA's harm is below OPD's and NCA is never in
+    regime A. Only judged where OPD degrades in some seed."""
+    rep = analysis.load(figs / "context_return.json")
+    opd, nca = _runs(rep, "opd"), _runs(rep, "nca")
+    measured = f"harm {_spread([r['harm'] for r in nca])}; regimes " + \
+        " ".join(r["regime"] for r in nca)
+    control = f"OPD harm {_spread([r['harm'] for r in opd])}"
+    breaks = degrades(figs)
+    if breaks.verdict not in ("reproduced", "partly"):
+        return Claim("NCA prevents the harm", measured, control, "not measurable",
+                     f"OPD's break is {breaks.verdict} here: nothing shown to prevent")
+    base = _base(rep)["harm"]  # None: undefined at step 0 (the harm rule says what then)
+    harmed = [_harm_is_own(o, base) for o in opd]
+    flags = [(n["harm"] or 0) < (o["harm"] or 0) and n["regime"] != "A"
+             for o, n, h in zip(opd, nca, harmed) if h]
+    verdict, reason = _verdict(flags, total=len(opd)), ""
+    if verdict == "not measurable":
+        reason = (f"OPD's harm is its own, by the harm rule, in {sum(harmed)} of {len(opd)} "
+                  "seeds: nothing of OPD's to prevent")
+    if (gap := pooled_harm_gap(figs)) is not None:
+        d, (lo, hi), n_pairs = gap
+        control += (f"; OPD - NCA harm pooled over {n_pairs} seed pair"
+                    f"{'s' * (n_pairs != 1)}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}] (paired, "
+                    "(seed, unit) clusters)")
+        if verdict == "reproduced" and not lo > 0:
+            verdict, reason = "partly", "the pooled paired interval reaches 0"
+    return Claim("NCA prevents the harm", measured, control, verdict, reason,
+                 coverage=(len(flags), len(opd)))
+
+
+
+def harm_not_drift(figs: Path) -> Claim:
+    """OPD's harm is OPD's, not any drift's: at matched drift from step 0 (train.dose), NCA's
+    harm lies below OPD's; a seed is clear when its mean difference plus its conservative
+    half-width lies below 0, the pooled interval is the t interval over seeds (rules: matched
+    drift, every seed). Judged only where OPD's harm is its own in some seed; None where the
+    setting trained no OPD beside NCA (a beta variant)."""
+    m = read_json((figs / "harm_drift.json"))["matched"].get("nca - opd")
+    name = "OPD's harm is its own, not drift's (NCA's harm below OPD's at matched drift)"
+    if m is None:
+        return Claim(name, "-", "-", "not measurable", "no OPD run trained beside NCA here")
+    rep = analysis.load(figs / "context_return.json")
+    opd, base = _runs(rep, "opd"), _base(rep)["harm"]
+    own = sum(_harm_is_own(o, base) for o in opd)
+    h = m.get("harm")
+    if not h or not h["n"]:
+        return Claim(name, "no NCA checkpoint inside OPD's drift range", "-", "not measurable")
+    below, _ = dose.clear_seeds(h)
+    measured = (f"NCA - OPD harm {h['mean']:+.3f}" + (
+        f" (seed range {h['min']:+.3f} to {h['max']:+.3f}, t interval [{h['t95'][0]:+.3f}, "
+        f"{h['t95'][1]:+.3f}])" if h.get("t95") else "") + f", {h['pairs']} checkpoints")
+    null = (f"0 (same seed, same prompts, only the loss differs): below 0 in {h['below_0']} of "
+            f"{h['n']} seeds, clear of it in {below}; OPD's harm its own (harm rule) in {own} "
+            f"of {len(opd)} seeds")
+    if not own:
+        return Claim(name, measured, null, "not measurable",
+                     "OPD's final harm is its own in no seed: no harm of OPD's to attribute")
+    if "half" not in h:
+        return Claim(name, measured, null, "not measurable", "harm_drift.json has no per-seed "
+                     "intervals: rerun the python -m train.dose command in harm_drift.md")
+    flags = [v + h["half"][k] < 0 for k, v in h["per_seed"].items() if k in h["half"]]
+    on_side = h["mean"] < 0
+    verdict = _verdict(flags, on_side, total=len(h["seeds"]))
+    if verdict in ("partly", "not reproduced"):
+        verdict = rules.pooled(bool(h.get("t95")) and h["t95"][1] < 0, flags, on_side)
+    return Claim(name, measured, null, verdict, coverage=(len(flags), len(h["seeds"])))
+
+
+
+def pooled_harm_gap(figs: Path) -> tuple[float, tuple[float, float], int] | None:
+    """OPD's harm minus NCA's, pooled over the seeds and paired by seed on the same held-out
+    items (`paired_harm_gap`). None without per-item results (evaluate records them) for OPD
+    and NCA of one seed."""
+    for src in (figs / "context_return.json", figs / "context_control.json"):
+        if not src.exists():
+            continue
+        rep = analysis.load(src)
+        who, pairs = roster(rep), []
+        for name, r in students(rep, "nca"):
+            found = partner(rep, name, "opd")
+            o = found[1] if found else None
+            if o is not None and "items" in r and "items" in o:
+                pairs.append((f"s{who[name].seed}", o, r))
+        if pairs:
+            return paired_harm_gap(pairs, where=f"{src}: ")
+    return None
+
+
+
+# Settings judged together (train/settings.toml [pooled]): one claim table over every member's
+# seeds (same task and teacher, e.g. two fixed knowledge bases), pooled with the member as
+# part of each cluster.
+POOLED = load().pooled
+
+
+
+def _items(root: Path, members: tuple[str, ...]) -> dict[str, np.ndarray | list]:
+    """Per-item results of every seed of every member, stacked: won without / with c for OPD,
+    NCA and the member's teacher (step 0) on the same items, and the cluster of each item
+    (member | seed | unit: a resample keeps a seed's unit together, OPD and NCA paired)."""
+    cols: dict[str, list] = {k: [] for k in ("o0", "o1", "n0", "n1", "b0", "b1", "cluster",
+                                             "seed")}
+    for member in members:
+        report = analysis.load(root / member / "context_return.json")
+        base, who = _base(report), roster(report)
+        for name, r in students(report, "nca"):
+            found = partner(report, name, "opd")
+            o = found[1] if found else None
+            if o is None:
+                continue
+            if not (r["items"]["unit"] == o["items"]["unit"] == base["items"]["unit"]):
+                raise ValueError(f"{member}: {name}, its OPD seed and the teacher were not "
+                                 "evaluated on the same items; re-run the evaluation")
+            for key, rep in (("o", o), ("n", r), ("b", base)):
+                cols[key + "0"] += rep["items"]["won_no_c"]
+                cols[key + "1"] += rep["items"]["won_c"]
+            seed = f"s{who[name].seed}"
+            cols["cluster"] += [f"{member}|{seed}|{u}" for u in r["items"]["unit"]]
+            cols["seed"] += [f"{member}|{seed}"] * len(r["items"]["unit"])
+    return {k: (np.asarray(v, bool) if k not in ("cluster", "seed") else v)
+            for k, v in cols.items()}
+
+
+
+def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> list[Claim]:
+    """The harm verdicts over every seed of several settings (e.g. two knowledge bases x 4
+    seeds), each with two 95% bootstrap intervals: over (setting, seed, unit) clusters (seeds
+    as independent replicates) and over (setting, unit) clusters (a fact drawn with all its
+    seeds: the wider, when facts differ more than seeds do). A verdict needs both to clear:
+    - OPD breaks (the rule of `degrades`, pooled): accuracy with c below without c, judged by
+      `judge.effect` on the wider pooled interval with each seed's own interval as a unit;
+      whether the harm clears the teachers' harm and the independence baseline (beyond
+      chance) is said apart.
+    - NCA prevents the harm: only judged where OPD breaks (reproduced or partly); reproduced
+      when the paired OPD - NCA harm interval lies above 0 and no NCA seed is in A.
+    - NCA still reads c: each seed's reads_c (accuracy with c minus with a wrong c of the same
+      form, `evaluate --control`) with its own interval, as `nca_reads_context` judges it.
+    - NCA improves accuracy without c: `judge.effect` on the paired NCA - OPD difference
+      (the wider pooled interval, each seed pair's cluster-bootstrap interval a unit)."""
+
+    a = _items(root, members)
+    by_seed = resample(a["cluster"])
+    by_fact = resample([f"{c.split('|')[0]}|{c.split('|', 2)[2]}" for c in a["cluster"]])
+    every = np.arange(len(a["cluster"]))
+
+    def stat(fn) -> tuple:
+        """(point, the wider interval's lo and hi, the seed-cluster lo and hi, the wider
+        interval's outer ends)."""
+        s_lo, s_hi, s_out = interval(np.array([fn(i) for i in by_seed]))
+        f_lo, f_hi, f_out = interval(np.array([fn(i) for i in by_fact]))
+        return (fn(every), min(s_lo, f_lo), max(s_hi, f_hi), s_lo, s_hi,
+                (min(s_out[0], f_out[0]), max(s_out[1], f_out[1])))
+
+    def harm(key):
+        return lambda i: _pooled_harm(a[key + "0"][i], a[key + "1"][i])
+
+    reps = {m: analysis.load(root / m / "context_return.json") for m in members}
+    regimes = {meth: [r["regime"] for rep in reps.values() for r in _runs(rep, meth)]
+               for meth in ("opd", "nca")}
+    n_seeds = len(set(a["seed"]))
+    where = (f"{n_seeds} seeds over {len(members)} settings ({', '.join(members)}); 95% "
+             "intervals over (setting, seed, unit) clusters, then the wider of those and "
+             "(setting, unit) clusters")
+    opd, nca, base = stat(harm("o")), stat(harm("n")), stat(harm("b"))
+    gap = stat(lambda i: harm("o")(i) - harm("n")(i))
+    acc = stat(lambda i: float(a["n0"][i].mean() - a["o0"][i].mean()))
+    delta = stat(lambda i: float(a["o1"][i].mean() - a["o0"][i].mean()))
+    base_delta = stat(lambda i: float(a["b1"][i].mean() - a["b0"][i].mean()))
+    def fmt(v, sign: str = "") -> str:
+        f = f"{{:{sign}.3f}}"
+        return (f"{f.format(v[0])} [{f.format(v[3])}, {f.format(v[4])}], wider "
+                f"[{f.format(v[1])}, {f.format(v[2])}]")
+
+    independence = rules.independence_harm(float(a["o1"].mean()))
+    # beyond chance (the harm rule, said apart): clear of the teachers' harm, and of the
+    # independence baseline unless accuracy with c lies below accuracy without
+    established = opd[1] > base[0] and (delta[2] < 0 or opd[1] > independence)
+    seed_a = [r == "A" for r in regimes["opd"]]
+
+    def per_seed(fn) -> list[judge.Estimate]:
+        """Each seed's estimate of `fn` with its own cluster-bootstrap interval."""
+        out = []
+        for seed in dict.fromkeys(a["seed"]):
+            idx = np.array([i for i, s in enumerate(a["seed"]) if s == seed])
+            boots = np.array([fn(idx[j]) for j in resample([a["cluster"][i] for i in idx])])
+            lo, hi, outer = interval(boots)
+            v = fn(idx)
+            out.append(judge.Estimate(v, min(lo, v), max(hi, v), outer=outer))
+        return out
+
+    def est(v) -> judge.Estimate:
+        return judge.Estimate(v[0], v[1], v[2], n_seeds, outer=v[5])
+
+    brk = judge.effect(per_seed(lambda i: float(a["o1"][i].mean() - a["o0"][i].mean())),
+                       est(delta), 0.0, -1, rules.BREAK_MARGIN)
+    breaks = brk.verdict
+    breaks_why = "; ".join(x for x in (
+        brk.reason, f"{sum(seed_a)} of {len(seed_a)} seeds in A",
+        "harm beyond chance (above the teachers' and the independence baseline)" if established
+        else "harm not beyond chance (does not clear the teachers' harm or the independence "
+        "baseline)") if x)
+    if breaks not in ("reproduced", "partly"):
+        prevents, prevents_why = "not measurable", f"OPD's break is {breaks} here"
+    else:
+        prevents = "reproduced" if gap[1] > 0 and "A" not in regimes["nca"] else \
+            "partly" if gap[0] > 0 else "not reproduced"
+        prevents_why = ""
+    imp = judge.effect(per_seed(lambda i: float(a["n0"][i].mean() - a["o0"][i].mean())),
+                       est(acc), 0.0, 1, rules.BREAK_MARGIN, what="seed pairs")
+    improves, improves_why = imp.verdict, imp.reason
+    ctl = {m: analysis.load(root / m / "context_control.json")
+           for m in members if (root / m / "context_control.json").exists()}
+    reads = {meth: [r["control"] for rep in ctl.values() for r in _runs(rep, meth)]
+             for meth in ("opd", "nca")}
+    reads["base"] = [r["control"] for rep in ctl.values() for _, r in others(rep)]
+    teachers = [c["reads_c"] for c in reads["base"]]
+    read_verdict, read_why, clear, share, read_mde = reads_c_verdict(
+        reads["nca"], float(np.mean(teachers)) if teachers else None)
+    share = share.replace("the teacher's", "the teachers' mean")
+    read_why = "; ".join(x for x in (read_why, share) if x)
+    return [
+        Claim("OPD students break when c returns (pooled)",
+         f"OPD: accuracy with c - without {fmt(delta, '+')}; harm {fmt(opd)}; per-seed "
+         f"regimes {''.join(regimes['opd'])}",
+         f"independence baseline (1 - OPD's accuracy with c) {independence:.3f}; "
+         f"teachers (step 0) on the same items: with c - without {fmt(base_delta, '+')}; harm "
+         f"{fmt(base)}; {where}", breaks, breaks_why, (len(seed_a), len(seed_a)),
+         detectable=f"{brk.mde:.3f}"),
+        Claim("NCA prevents the harm (pooled, paired by seed)",
+         f"NCA harm {fmt(nca)}; regimes {''.join(regimes['nca'])}",
+         f"OPD - NCA harm {fmt(gap, '+')}", prevents, prevents_why),
+        Claim("NCA still reads c (not blind to it)",
+         f"NCA reads_c {_spread([c['reads_c'] for c in reads['nca']])}",
+         f"teachers {_spread([c['reads_c'] for c in reads['base']])}; OPD "
+         f"{_spread([c['reads_c'] for c in reads['opd']])} (accuracy with c - with a wrong c "
+         "of the same form; per-seed 95% intervals)", read_verdict, read_why,
+         (len(clear), len(reads["nca"])), detectable=read_mde),
+        Claim("NCA improves accuracy without c (pooled, paired by seed)",
+         f"NCA - OPD {fmt(acc, '+')}", where, improves, improves_why,
+         detectable=f"{imp.mde:.3f}"),
+    ]
+
+
+
+def nca_keeps_context(figs: Path) -> Claim:
+    """NCA keeps what c gives: its accuracy with c does not fall below the step-0 model's by
+    more than `rules.KEEP_MARGIN`, paired on the same items (`judge.equivalent`, one-sided:
+    the 90% interval of NCA - step 0 above -margin). The seed is the unit; the pooled estimate
+    is the paired difference over (seed, unit) clusters. Failing it means NCA's anchor made
+    the context view ignore c."""
+    rep = analysis.load(figs / "context_return.json")
+    base, nca = _base(rep), _runs(rep, "nca")
+    if not nca:
+        return Claim("NCA keeps what c gives (accuracy with c)", "-", "-", "not measurable",
+                     "no NCA run")
+    paired = all("items" in r for r in (base, *nca))
+    if paired:
+        units = [gain_estimate(base, [r]) for r in nca]
+        pooled = gain_estimate(base, nca) if len(nca) > 1 else None
+    else:  # older reports: each seed's interval less step 0's point
+        units = [_estimate(r, "win_c", base["win_c"]) for r in nca]
+        pooled = _pooled(nca, None, units) if len(nca) > 1 else None
+    j = judge.equivalent(units, pooled, 0.0, rules.KEEP_MARGIN, sides="lower")
+    shown = pooled if pooled is not None else units[0]
+    return Claim("NCA keeps what c gives (accuracy with c)",
+                 f"{_spread([r['win_c'] for r in nca])}; NCA - step 0 "
+                 + ("paired " if paired else "") + f"{shown}"
+                 + (f" pooled over {len(nca)} seeds" if pooled is not None else ""),
+                 f"step 0 with c: {base['win_c']:.3f}; OPD "
+                 f"{_spread([r['win_c'] for r in _runs(rep, 'opd')])}; margin "
+                 f"{rules.KEEP_MARGIN:g}", j.verdict, j.reason,
+                 coverage=(len(units), len(nca)), detectable=f"{j.mde:.3f}")
+
+
+
+def longer(figs: Path) -> Claim:
+    """Answers grow when c returns after OPD: every seed's interval of rel_len_both lies above
+    0 and its point above the step-0 model's."""
+    rep = analysis.load(figs / "context_return.json")
+    base, opd = _base(rep), _runs(rep, "opd")
+    vals = [r["rel_len_both"] for r in opd]
+    if all(v is None for v in vals):
+        return Claim("OPD answers get longer with c (rel_len_both)", "no item right both ways",
+                     "-", "not measurable")
+    b = base["rel_len_both"]
+    flags = [r["rel_len_both"] is not None and (r["ci95"]["rel_len_both"][0] or 0) > 0 and
+             (b is None or r["rel_len_both"] > b) for r in opd]
+    return Claim("OPD answers get longer with c (rel_len_both)", _spread(vals, pct=True),
+                 "step 0: " + ("-" if b is None else f"{100 * b:+.1f}%"), _verdict(flags),
+                 coverage=(len(flags), len(opd)))
+
+
+
+def nca_improves_no_c(figs: Path) -> Claim:
+    """The paper's claim that NCA also improves accuracy without c: NCA minus OPD (the same
+    seed) on the same held-out items, an effect above 0 (`judge.effect`, margin
+    `rules.BREAK_MARGIN`): each seed pair with its paired cluster-bootstrap interval over the
+    task's units, pooled over the pairs with the wider of (pair, unit) and unit clusters (needs
+    per-item results: context_control.json, or a context_return.json written since evaluate
+    records them)."""
+
+    name = "NCA improves accuracy without c (vs OPD, same seed)"
+    src = next((f for f in (figs / "context_control.json", figs / "context_return.json")
+                if f.exists() and "items" in next(iter(analysis.load(f)["results"]
+                                                       .values()))), None)
+    if src is None:
+        return not_run(name,
+                       "per-item evaluation results (an evaluation since items were recorded)",
+                       "python -m nca_interp.evaluate --control")
+    rep = analysis.load(src)
+    units, diff, by_pair, by_unit = [], [], [], []
+    for key, r in students(rep, "nca"):
+        found = partner(rep, key, "opd")
+        if found is None:
+            continue
+        d = np.array(r["items"]["won_no_c"], float) - \
+            np.array(found[1]["items"]["won_no_c"], float)
+        lo, hi, outer = interval(np.array([d[i].mean() for i in resample(r["items"]["unit"])]))
+        m = float(d.mean())
+        units.append(judge.Estimate(m, min(lo, m), max(hi, m), outer=outer))
+        diff += list(d)
+        by_pair += [f"{len(units)}|{u}" for u in r["items"]["unit"]]
+        by_unit += [str(u) for u in r["items"]["unit"]]
+    if not units:
+        return Claim(name, "-", "-", "not measurable", "needs OPD and NCA of the same seed")
+    pooled = None
+    if len(units) > 1:
+        v, m = np.asarray(diff), float(np.mean(diff))
+        lo, hi, olo, ohi = m, m, m, m
+        for clusters in (by_pair, by_unit):  # the wider: seeds share their items
+            b_lo, b_hi, (o_lo, o_hi) = interval(np.array([v[i].mean()
+                                                           for i in resample(clusters)]))
+            lo, hi, olo, ohi = min(lo, b_lo), max(hi, b_hi), min(olo, o_lo), max(ohi, o_hi)
+        pooled = judge.Estimate(m, lo, hi, len(units), outer=(olo, ohi))
+    j = judge.effect(units, pooled, 0.0, 1, rules.BREAK_MARGIN, what="seed pairs")
+    few = "" if len(units) >= rules.MIN_SEEDS else \
+        f"{len(units)} seed pair{'s' * (len(units) != 1)}; {rules.MIN_SEEDS} needed to generalise"
+    return Claim(name,
+                 f"NCA - OPD {_spread([u.point for u in units])} ({len(units)} seed "
+                 f"pair{'s' * (len(units) != 1)})" + (f", pooled {pooled}" if pooled else ""),
+                 "0 (no change); 95% paired intervals " + ", ".join(
+                     f"[{u.lo:+.3f}, {u.hi:+.3f}]" for u in units),
+                 j.verdict, "; ".join(x for x in (j.reason, few) if x),
+                 coverage=(len(units), len(units)), detectable=f"{j.mde:.3f}")
+
+
+def reads_c_verdict(nca: list[dict], teacher: float | None
+                    ) -> tuple[str, str, list[bool], str, str]:
+    """The verdict on NCA reading c from its seeds' control cells (reads_c with its 95%
+    interval): an effect claim (`judge.effect`, margin `rules.READ_MARGIN`): reproduced when
+    the pooled reads_c lies clear above 0 and a majority of seeds do on their own; not
+    reproduced when the interval excludes a reads_c as large as the margin (blind to c);
+    inconclusive otherwise. Returns the verdict word, its reason, each seed's flag (clear
+    above 0), how large NCA's reads_c is beside the teacher's (description, no rule), and
+    the minimum detectable reads_c."""
+    flags = [c["reads_c_ci95"][0] is not None and c["reads_c_ci95"][0] > 0 for c in nca]
+    units = [judge.Estimate(c["reads_c"], min(c["reads_c_ci95"][0], c["reads_c"]),
+                            max(c["reads_c_ci95"][1], c["reads_c"]))
+             for c in nca if c["reads_c_ci95"][0] is not None]
+    if not units:
+        return "not measurable", "not measured here", flags, "", ""
+    j = judge.effect(units, pool_units(units), 0.0, 1, rules.READ_MARGIN)
+    reason = j.reason
+    if j.verdict == "not reproduced":
+        reason = "NCA is blind to what c says: " + reason
+    mean = float(np.mean([u.point for u in units]))
+    share = (f"NCA reads_c {mean:.3f} is {mean / teacher:.0%} of the teacher's {teacher:.3f}"
+             if teacher else "")
+    return j.verdict, reason, flags, share, f"{j.mde:.3f}"
+
+
+def nca_reads_context(figs: Path) -> Claim:
+    """Robust, not blind: NCA still uses what c says. Each checkpoint is evaluated with c and
+    with a control context of c's form that is wrong for the item (`evaluate --control`);
+    reads_c = accuracy with c - with the control, judged as an effect above 0
+    (`reads_c_verdict`). Its size beside the teacher's (step 0's, across models) is printed
+    as a description: whether NCA keeps what c gives is the keeps claim's question."""
+    f = figs / "context_control.json"
+    if not f.exists():
+        raise FileNotFoundError(f)
+    reps = analysis.load(f)
+
+    def cells(method):
+        return [r["control"] for r in _runs(reps, method)]
+
+    nca, opd = cells("nca"), cells("opd")
+    base = [r["control"] for _, r in others(reps)]
+    teacher = base[0]["reads_c"] if base else None  # step 0: the teacher but cross-model
+    verdict, reason, flags, share, mde = reads_c_verdict(nca, teacher)
+    if len(base) > 1:  # cross-model: NCA beside its own start, not the teacher
+        share = share.replace("the teacher's", "step 0's")
+    why = [x for x in (reason, share) if x]
+    if nca and len(nca) < rules.MIN_SEEDS:
+        why.append(f"in {_seeds(reps, 'nca')}; {rules.MIN_SEEDS} seeds needed to generalise")
+    return Claim("NCA still reads c (not blind to it)",
+            f"NCA reads_c {_spread([c['reads_c'] for c in nca])} "
+            f"({_seeds(reps, 'nca')} with the control run)",
+            (f"step 0 {base[0]['reads_c']:.3f}; teacher {base[1]['reads_c']:.3f}" if len(base) > 1
+             else f"teacher {_spread([c['reads_c'] for c in base])}") + "; OPD "
+            f"{_spread([c['reads_c'] for c in opd])} (accuracy with c - with a wrong c of the "
+            "same form)", verdict, "; ".join(why), coverage=(len(flags), len(nca)),
+            detectable=mde)

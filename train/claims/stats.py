@@ -1,0 +1,193 @@
+"""The statistics the claims share: estimates from a report's intervals, pooling over seeds with
+(seed, unit) and unit cluster bootstraps, paired harm gaps, the exact label permutation. The
+tests that turn them into verdict words are train.judge's and train.rules'.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+
+from train import dose, judge
+
+# The claims' cluster bootstrap: resamples and seed. Enough resamples that no published
+# verdict changes with the seed (python -m train.claims --stability 5 checks every setting).
+BOOTSTRAP = {"n": 2000, "seed": 0}
+
+
+# How far a percentile interval's ends move between resamplings: about three Monte-Carlo
+# standard errors of the 2.5% quantile's probability at 2000 resamples (sqrt(.025 .975 / 2000)
+# = 0.0035). A verdict that changes when the ends sit at 1.5% / 98.5% is on the edge.
+EDGE = 0.01
+
+
+def interval(boots: np.ndarray) -> tuple[float, float, tuple[float, float]]:
+    """The 95% percentile interval of bootstrap statistics (NaNs ignored) and its outer ends
+    (`EDGE` further out)."""
+    q = np.nanpercentile(boots, [100 * (0.025 - EDGE), 2.5, 97.5, 100 * (0.975 + EDGE)])
+    return float(q[1]), float(q[2]), (float(q[0]), float(q[3]))
+
+
+def resample(clusters: list) -> list[np.ndarray]:
+    """Index sets of a cluster bootstrap of `clusters` (`BOOTSTRAP` resamples and seed)."""
+    from nca_interp.bootstrap import cluster_indices
+
+    return cluster_indices(clusters, BOOTSTRAP["n"], BOOTSTRAP["seed"])
+
+
+@contextmanager
+def bootstrap_seed(seed: int):
+    """Run the claims under another bootstrap seed (the stability check)."""
+    old = dict(BOOTSTRAP)
+    BOOTSTRAP["seed"] = seed
+    try:
+        yield
+    finally:
+        BOOTSTRAP.update(old)
+
+
+def _estimate(r: dict, key: str, minus: float = 0.0) -> judge.Estimate:
+    """One report's `key` and its 95% interval (less `minus`) as a judge estimate."""
+    lo, hi = r["ci95"][key]
+    return judge.Estimate(r[key] - minus, min(lo, r[key]) - minus, max(hi, r[key]) - minus)
+
+
+
+def _pooled(runs: list[dict], per_item, units: list[judge.Estimate]) -> judge.Estimate | None:
+    """The per-item quantity `per_item(items)` pooled over `runs` with a 95% bootstrap interval
+    over (run, unit) clusters; where the reports keep no items, the t interval of the units'
+    points (None for a single run: the run decides)."""
+
+    if len(runs) == 1:
+        return None
+    if all("items" in r for r in runs):
+        vals, seed_unit, unit = [], [], []
+        for i, r in enumerate(runs):
+            vals += list(per_item(r["items"]))
+            seed_unit += [f"{i}|{u}" for u in r["items"]["unit"]]
+            unit += [str(u) for u in r["items"]["unit"]]
+        v, m = np.asarray(vals, float), float(np.mean(vals))
+        # (seed, unit) clusters, and unit clusters (the seeds share their items): the wider
+        lo, hi, olo, ohi = m, m, m, m
+        for cluster in (seed_unit, unit):
+            b_lo, b_hi, (o_lo, o_hi) = interval(np.array([v[idx].mean()
+                                                           for idx in resample(cluster)]))
+            lo, hi, olo, ohi = min(lo, b_lo), max(hi, b_hi), min(olo, o_lo), max(ohi, o_hi)
+        return judge.Estimate(m, lo, hi, len(runs), outer=(olo, ohi))
+    return pool_units(units)
+
+
+def pool_units(units: list[judge.Estimate]) -> judge.Estimate | None:
+    """The units' mean with the t interval over them, never narrower than the units' own
+    intervals allow (units that agree by chance); None for fewer than two units."""
+    if len(units) < 2:
+        return None
+    pts = [u.point for u in units]
+    m = float(np.mean(pts))
+    lo, hi = dose.t_interval(pts)
+    within = judge.Z95 * float(np.sqrt(np.mean([u.se ** 2 for u in units]) / len(units)))
+    half = max((hi - lo) / 2, within)
+    return judge.Estimate(m, m - half, m + half, len(pts))
+
+
+def average(estimates: list[judge.Estimate]) -> judge.Estimate:
+    """Checkpoints nested in one seed as one unit: the mean point, and the mean of the ends of
+    their intervals (averaging without narrowing: checkpoints of one run are not independent)."""
+    return judge.Estimate(float(np.mean([e.point for e in estimates])),
+                          float(np.mean([e.lo for e in estimates])),
+                          float(np.mean([e.hi for e in estimates])), 1)
+
+
+
+def pooled_gain(base: dict, runs: list[dict], key: str = "won_c"
+                ) -> tuple[float, tuple[float, float]]:
+    """Accuracy of `runs` minus the step-0 model's on the same items (`key`: won_c or
+    won_no_c), pooled over the runs, with a 95% bootstrap interval over (run, unit) clusters:
+    a resample keeps a run's unit together with step 0's answers on the same items."""
+    e = gain_estimate(base, runs, key)
+    return e.point, (e.lo, e.hi)
+
+
+def gain_estimate(base: dict, runs: list[dict], key: str = "won_c") -> judge.Estimate:
+    """`pooled_gain` as an estimate, with its bootstrap interval's outer ends (`interval`)."""
+    diff, cluster = [], []
+    for i, r in enumerate(runs):
+        if r["items"]["unit"] != base["items"]["unit"]:
+            raise ValueError("a student and step 0 were not evaluated on the same items; "
+                             "re-run the evaluation")
+        diff += list(np.asarray(r["items"][key], float) - np.asarray(base["items"][key], float))
+        cluster += [f"{i}|{u}" for u in r["items"]["unit"]]
+    d = np.asarray(diff)
+    lo, hi, outer = interval(np.array([d[i].mean() for i in resample(cluster)]))
+    m = float(d.mean())
+    return judge.Estimate(m, min(lo, m), max(hi, m), len(runs), outer=outer)
+
+
+
+def paired_harm_gap(pairs: list[tuple[str, dict, dict]], where: str = "",
+                    ) -> tuple[float, tuple[float, float], int]:
+    """OPD's harm minus NCA's over (seed, OPD report, NCA report) pairs evaluated on the same
+    held-out items, with a 95% bootstrap interval over (seed, unit) clusters: a resample draws
+    the clusters with replacement and takes every item of each for both methods, so a seed's
+    facts (or levels) move together and OPD and NCA stay paired. Harm pooled = items lost with
+    c among those won without c, over all pairs. One pair gives that seed pair's own interval."""
+    from nca_interp.bootstrap import percentile_ci
+
+    cols: dict[str, list] = {"o0": [], "o1": [], "n0": [], "n1": [], "cluster": []}
+    for seed, o, n in pairs:
+        if n["items"]["unit"] != o["items"]["unit"]:
+            raise ValueError(f"{where}OPD and NCA of seed {seed} were not evaluated on the "
+                             "same items; re-run the evaluation")
+        cols["o0"] += o["items"]["won_no_c"]
+        cols["o1"] += o["items"]["won_c"]
+        cols["n0"] += n["items"]["won_no_c"]
+        cols["n1"] += n["items"]["won_c"]
+        cols["cluster"] += [f"{seed}|{u}" for u in n["items"]["unit"]]
+    a = {k: np.asarray(v, bool) for k, v in cols.items() if k != "cluster"}
+
+    def gap(i) -> float:
+        return _pooled_harm(a["o0"][i], a["o1"][i]) - _pooled_harm(a["n0"][i], a["n1"][i])
+
+    boots = np.array([gap(i) for i in resample(cols["cluster"])])
+    lo, hi = percentile_ci(boots, nan=True)
+    return gap(np.arange(len(cols["cluster"]))), (float(lo), float(hi)), len(pairs)
+
+
+
+def _pooled_harm(w0: np.ndarray, w1: np.ndarray) -> float:
+    """Items lost with c among those won without c, pooled."""
+    return float((w0 & ~w1).sum() / w0.sum()) if w0.any() else float("nan")
+
+
+
+def label_permutation_p(pairs: dict, method_of: dict[str, str | None]
+                        ) -> tuple[float, float, int]:
+    """Exact permutation test of the method label over the runs in `pairs` (global cosines of
+    every pair of deltas; `method_of`: each run name's method, opd or nca): statistic = mean
+    within-label cosine - mean cross-label cosine; the p-value is the share of the relabelings
+    with as many OPD runs (the observed one included) whose statistic is at least the observed
+    one. Also the smallest p these runs allow (a labeling and its swap are the same partition
+    when the methods have equal seeds)."""
+    from itertools import combinations
+
+    runs = sorted({r for k in pairs for r in k.split("~")
+                   if method_of.get(r) in ("opd", "nca")})
+    cos = {frozenset(k.split("~")): v["global_cos"] for k, v in pairs.items()
+           if v["global_cos"] is not None}
+
+    def stat(group: set) -> float:
+        within, cross = [], []
+        for a, b in combinations(runs, 2):
+            c = cos.get(frozenset((a, b)))
+            if c is not None:
+                (within if (a in group) == (b in group) else cross).append(c)
+        return float(np.mean(within) - np.mean(cross)) if within and cross else float("nan")
+
+    observed = stat({r for r in runs if method_of[r] == "opd"})
+    n_opd = sum(1 for r in runs if method_of[r] == "opd")
+    labelings = [set(g) for g in combinations(runs, n_opd)]
+    stats = [stat(g) for g in labelings]
+    top = max(stats)
+    return (sum(s >= observed - 1e-12 for s in stats) / len(stats),
+            sum(s >= top - 1e-12 for s in stats) / len(stats), len(stats))

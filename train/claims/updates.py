@@ -1,0 +1,183 @@
+"""Claims about the parameter updates (param_delta): shallow layers and k/q first, NCA's updates
+differ from OPD's (and from a size-matched OPD's).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from nca_interp import analysis
+from nca_interp.fsio import read_json
+from nca_interp.identity import RunId, by_name
+from train import rules
+from train.claims.claim import Claim, _runs, _spread, _verdict
+from train.claims.stats import (
+    label_permutation_p,
+)
+
+
+def _adam(figs: Path) -> dict:
+    return analysis.load(figs / "param_delta.json")
+
+
+
+def shallow_qk(figs: Path) -> Claim:
+    """Updates concentrate in shallow layers, mostly k_proj / q_proj (Adam-normalised size,
+    which removes the learning-rate budget): for every checkpoint, the first third of the layers
+    moves more than the last third, and k_proj and q_proj rank first among the projection
+    and MLP matrices."""
+    pd = _adam(figs)
+    mats = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    flags, cells = [], []
+    n = pd["n_layers"]
+    third = max(1, n // rules.DEPTH_THIRDS)
+    for path, r in pd["results"].items():
+        lay = r["per_layer_adam"]
+        if lay.get("0") is None:
+            return Claim("Updates concentrate in shallow layers, mostly k/q", "-", "-",
+                         "not measurable", "no learning-rate record")
+        shallow = np.mean([lay[str(i)] for i in range(third)])
+        deep = np.mean([lay[str(i)] for i in range(n - third, n)])
+        mod = r["per_module_adam"]
+        top2 = sorted(mats, key=lambda m: -(mod.get(m) or 0))[:2]
+        flags.append(shallow > deep and set(top2) == {"q_proj", "k_proj"})
+        cells.append(f"{Path(path).name}: shallow/deep {shallow / deep:.2f}, top {'+'.join(top2)}")
+    return Claim("Updates concentrate in shallow layers, mostly k/q", "; ".join(cells),
+                 "ratio 1 = uniform over depth; 7 matrix types", _verdict(flags),
+                 coverage=(len(flags), len(flags)))
+
+
+
+def updates_differ(figs: Path) -> Claim:
+    """NCA's updates differ from OPD's: over every pair of runs in param_delta.json, each
+    cross-method cosine cos(dOPD, dNCA) is below each within-method (seed-to-seed) cosine,
+    a complete separation (with two seeds per method, the most extreme of the label
+    permutations); partly: the cross-method mean is below the within-method mean."""
+    rep = _adam(figs)
+    pairs, who = rep.get("all_pairs", {}), by_name(rep)
+    cross, within, by_method = [], [], {"opd": [], "nca": []}
+    for key, v in pairs.items():
+        a, b = key.split("~")
+        ia, ib = who.get(a, RunId(a)), who.get(b, RunId(b))  # unmeasured: no student
+        if not (ia.of_method() and ib.of_method()) or v["global_cos"] is None:
+            continue
+        (within if ia.method == ib.method else cross).append(v["global_cos"])
+        if ia.method == ib.method and ia.method in by_method:
+            by_method[ia.method].append(v["global_cos"])
+    if not cross or not within:
+        return Claim("NCA's updates differ from OPD's", "-", "-", "not measurable",
+                     "needs two seeds of each method")
+    p, p_min, n_labelings = label_permutation_p(pairs, {n: i.method for n, i in who.items()})
+    reason = ""
+    if max(cross) < min(within) and p <= rules.ALPHA:
+        verdict = "reproduced"
+    elif all(np.mean(cross) < np.mean(w) for w in by_method.values() if w):
+        # below each method's own seed-to-seed cosine: OPD's seeds agree more with each
+        # other than with NCA's, and NCA's likewise
+        verdict = "partly"
+        if p > rules.ALPHA:
+            reason = (f"the direction only: permutation p {p:.2f}, at best {p_min:.2f} with "
+                      "these seeds")
+    else:
+        verdict = "not reproduced"
+    sizes = _update_sizes(figs)
+    ratio = _size_ratio(figs)
+    if ratio is not None and not 1 / rules.SIZE_MATCH <= ratio <= rules.SIZE_MATCH:
+        if verdict != "not reproduced":
+            sized = (figs.parent / f"{figs.name}_size" / "param_delta.json").exists()
+            verdict = "partly"
+            reason = (f"NCA's update is {ratio:.2f}x OPD's in size: the direction difference "
+                      "may come from the larger step; "
+                      + ("the size-matched OPD row decides" if sized else
+                         "needs an OPD run matched to NCA's size: python -m "
+                         f"train.size_control --setting {figs.name}"))
+    elif ratio is not None:
+        sizes += f" (sizes matched: NCA / OPD {ratio:.2f})"
+    return Claim("NCA's updates differ from OPD's", f"cos(dOPD, dNCA) {_spread(cross)}",
+                 f"seed-to-seed (same method) {_spread(within)}; method-label permutation p = "
+                 f"{p:.3f} (exact, {n_labelings} labelings; smallest possible "
+                 f"{p_min:.3f}){sizes}", verdict, reason)
+
+
+
+
+def _size_ratio(figs: Path) -> float | None:
+    """Mean Adam-normalised update size of the NCA runs over that of the OPD runs."""
+    rep = _adam(figs)
+    size = {m: [v["global_adam"] for v in _runs(rep, m) if v.get("global_adam") is not None]
+            for m in ("opd", "nca")}
+    if not size["opd"] or not size["nca"]:
+        return None
+    return float(np.mean(size["nca"]) / np.mean(size["opd"]))
+
+
+
+def _update_sizes(figs: Path) -> str:
+    """'; Adam-normalised update size NCA / OPD ...' from param_delta's per-checkpoint totals
+    (a direction difference can hide a magnitude difference), or '' where absent."""
+    rep = _adam(figs)
+    size = {m: [v["global_adam"] for v in _runs(rep, m) if v.get("global_adam") is not None]
+            for m in ("opd", "nca")}
+    if not size["opd"] or not size["nca"]:
+        return ""
+    return (f"; update size (Adam-normalised) OPD {_spread(size['opd'])}, NCA "
+            f"{_spread(size['nca'])}")
+
+
+
+def size_matched(figs: Path) -> Claim:
+    """NCA's update differs from OPD's in direction, not only in size (`train.size_control`:
+    OPD retrained with its lr scaled to NCA's total movement). Over every pair of runs:
+    reproduced when each cos(d sized OPD, d NCA) is below each seed-to-seed cosine of the two
+    groups and the exact label-permutation p <= 0.05, with the sizes matched within
+    rules.SIZE_MATCH; partly when the cross-group mean is below the within-group mean; the same
+    seed's cos(d OPD, d sized OPD) says how far size alone turns an OPD update."""
+    rep = analysis.load(figs / "param_delta.json")
+    # results are keyed by path, all_pairs by run name
+    who = by_name(rep)
+    kind = {n: i.method for n, i in who.items() if i.student}
+    size = {k: [v["global_sq"] ** 0.5 for v in _runs(rep, k)] for k in ("opd", "opdsized", "nca")}
+    cross, within, same_seed, sized = [], [], [], {}
+    for key, v in rep["all_pairs"].items():
+        a, b = key.split("~")
+        ka, kb = kind.get(a), kind.get(b)
+        if v["global_cos"] is None or not (ka and kb):
+            continue
+        if {ka, kb} == {"opd", "opdsized"} and who[a].seed == who[b].seed:
+            same_seed.append(v["global_cos"])
+        if "opd" in (ka, kb):
+            continue
+        (within if ka == kb else cross).append(v["global_cos"])
+        sized[key] = v
+    claim = "NCA's updates differ from a size-matched OPD's"
+    if not cross or not within:
+        return Claim(claim, "-", "-", "not measurable", "needs two seeds of each")
+    # the permutation compares OPD with NCA: the size-matched OPD takes OPD's label
+    p, p_min, n_labelings = label_permutation_p(
+        sized, {n: "opd" if m == "opdsized" else m for n, m in kind.items()})
+    ratio = float(np.mean(size["opdsized"]) / np.mean(size["nca"]))
+    reason = ""
+    if max(cross) < min(within) and p <= rules.ALPHA:
+        verdict = "reproduced"
+    elif np.mean(cross) < np.mean(within):
+        verdict = "partly"
+        if p > rules.ALPHA:
+            reason = f"permutation p {p:.2f}, at best {p_min:.2f} with these seeds"
+    else:
+        verdict = "not reproduced"
+    if not 1 / rules.SIZE_MATCH <= ratio <= rules.SIZE_MATCH:
+        verdict, reason = "not measurable", f"sizes not matched: sized OPD / NCA {ratio:.2f}"
+    made = read_json((figs / "manifest.json")) \
+        if (figs / "manifest.json").exists() else {}
+    if made.get("rounds"):  # how the sizes were matched: lr multiplier of the last round
+        last = made["rounds"][-1]
+        claim += (f" (OPD at lr x{last['lr_multiplier']:.2f}, round {last['round']} of size "
+                  "matching)")
+    return Claim(claim, f"cos(d sized OPD, d NCA) {_spread(cross)}",
+            f"seed-to-seed (same group) {_spread(within)}; permutation p = {p:.3f} (exact, "
+            f"{n_labelings} labelings; smallest possible {p_min:.3f}); size alone: cos(d OPD, "
+            f"d sized OPD) same seed {_spread(same_seed)}; update norm OPD {_spread(size['opd'])}, "
+            f"sized OPD {_spread(size['opdsized'])}, NCA {_spread(size['nca'])} (sized OPD / "
+            f"NCA {ratio:.2f})", verdict, reason)
