@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-.PHONY: demo test test-time test-real test-examples model docs check-figures check-site lab
+.PHONY: demo test test-time test-real test-examples check-verdicts model docs check-figures check-site lab
 demo: $(STAMP)
 	$(PY) -m nca_interp.layer_sim
 
@@ -32,6 +32,10 @@ test-real: $(STAMP)
 # the docs' walk-throughs (docs/own_data.md's persona example) end to end on tiny models
 test-examples: $(STAMP)
 	$(PY) -m pytest -q -m example tests/test_persona_example.py
+
+# every published verdict judged under 5 bootstrap seeds: none may change (train/rules.py)
+check-verdicts: $(STAMP)
+	$(PY) -m train.claims --stability 5
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict

@@ -641,3 +641,78 @@ def test_harm_at_matched_drift_is_judged_per_seed_and_only_where_opd_is_harmed(t
     (tmp_path / "harm_drift.json").unlink()
     row = next(c for c in claims.claims(tmp_path) if "matched drift" in c.name)
     assert row.verdict == "not run" and "python -m train.dose" in row.reason
+
+
+def test_power_judges_the_same_seeds_on_both_item_sets(tmp_path):
+    """more_items/ holds the same students on more questions: each accuracy claim is judged
+    on the published items restricted to the seeds both evaluated, and on the larger set,
+    with its detectable effect; four times the items roughly halve it."""
+    from train.claims import power
+
+    def rep(n_items, seeds, drop):
+        units = [f"f{i // 4}" for i in range(n_items)]
+        won = [1] * n_items
+        rng = __import__("numpy").random.default_rng(n_items)
+        lost = [0 if drop and rng.random() < 0.25 else 1 for _ in range(n_items)]
+        r = {"t_base": {"harm": 0.0, "regime": "B", "win_c": 1.0, "win_no_c": 1.0,
+                        "items": {"unit": units, "won_no_c": won, "won_c": won}}}
+        for s in seeds:
+            for m in ("opd", "nca"):
+                w_c = lost if m == "opd" else won
+                r[f"t_{m}_s{s}"] = {
+                    "harm": 0.25 if m == "opd" else 0.0, "regime": "A" if m == "opd" else "C",
+                    "win_c": sum(w_c) / n_items, "win_no_c": 1.0,
+                    "delta_c": sum(w_c) / n_items - 1.0,
+                    "ci95": {"harm": [0.1, 0.4], "delta_c": [-0.4, -0.1], "win_c": [0.6, 0.9]},
+                    "items": {"unit": units, "won_no_c": won, "won_c": w_c}}
+        return {"results": r}
+
+    (tmp_path / power.MORE).mkdir()
+    (tmp_path / "context_return.json").write_text(json.dumps(rep(16, range(5), True)))
+    (tmp_path / power.MORE / "context_return.json").write_text(json.dumps(rep(64, range(3),
+                                                                              True)))
+    found = power.rows(tmp_path)
+    assert [(n_a, n_b) for _, _, n_a, n_b in found] == [(16, 64)] * 4
+    breaks_a, breaks_b = found[0][0], found[0][1]
+    assert breaks_a.coverage == (3, 3) and breaks_b.coverage == (3, 3)  # seeds 0-2 both sides
+    assert float(breaks_b.detectable) < float(breaks_a.detectable)
+    assert "seeds 0, 1, 2" in power.table(tmp_path)
+    assert power.table(tmp_path / "nowhere") == ""
+
+
+def test_the_stability_check_names_every_verdict_that_changes_with_the_bootstrap_seed(
+        tmp_path, monkeypatch):
+    """`flips` judges each setting under several bootstrap seeds and names a claim whose
+    verdict word changes; the seed really reaches the claims' bootstrap."""
+    from train.claims import stats
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "context_return.json").write_text("{}")
+    monkeypatch.setattr(claims, "pooled_settings", lambda: {})
+
+    def judged(figs):
+        word = "reproduced" if stats.BOOTSTRAP["seed"] < 3 else "inconclusive"
+        return [claims.Claim("edge", "-", "-", word), claims.Claim("firm", "-", "-", "partly")]
+
+    monkeypatch.setattr(claims, "judged", judged)
+    assert claims.flips(tmp_path, seeds=5) == [
+        "a: edge: reproduced, reproduced, reproduced, inconclusive, inconclusive"]
+    assert stats.BOOTSTRAP["seed"] == 0  # restored
+
+
+def test_the_vectorised_cluster_bootstrap_equals_the_index_sets_it_replaces():
+    """boot_mean and the paired harm gap read per-cluster sums over the very draws of
+    `resample`: the same statistics as the index sets, to rounding."""
+    import numpy as np
+
+    from train.claims import stats
+
+    rng = np.random.default_rng(3)
+    v = rng.random(500)
+    clusters = [f"u{i % 37}" for i in range(500)]
+    slow = np.array([v[i].mean() for i in stats.resample(clusters)])
+    assert np.abs(stats.boot_mean(v, clusters) - slow).max() < 1e-12
+    w0, w1 = rng.random(500) < 0.7, rng.random(500) < 0.6
+    lost, won = stats.cluster_sums([w0 & ~w1, w0], clusters)
+    ratio = np.array([stats._pooled_harm(w0[i], w1[i]) for i in stats.resample(clusters)])
+    assert np.abs(lost / won - ratio).max() < 1e-12

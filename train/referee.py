@@ -55,7 +55,7 @@ class Verdict:
     was: str  # the verdict as published before the review
     test: str  # what judges it now
     rules: tuple[Rule, ...] = ()  # claim rules applied to each published setting
-    pooled: str | None = None  # or: the pooled claims of claims.POOLED[pooled]
+    pooled: str | None = None  # or: the pooled claims of claims.pooled_settings()[pooled]
     seeds: Callable[[Path], str] | None = None  # what the rules read (default: every seed)
 
 
@@ -153,7 +153,7 @@ def table(rows: list[tuple[str, str, claims.Claim]]) -> str:
 def section(i: int, v: Verdict, root: Path) -> str:
     out = [f"### {i}. Was: {v.was}", "", f"Tested now by: {v.test}."]
     if v.pooled:
-        members = claims.POOLED[v.pooled]
+        members = claims.pooled_settings()[v.pooled]
         seeds = " + ".join(f"{m}: {seeds_of(root / m)}" for m in members)
         rows = [(v.pooled, seeds, c) for c in claims.pooled_claims(members, root)]
         out += ["", table(rows), "", "Verdicts: " + "; ".join(f"{c.name}: **{c.cell}**"

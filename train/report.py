@@ -365,6 +365,13 @@ def verdicts(figs: Path) -> str:
     return claims.table(figs)
 
 
+def power_section(figs: Path) -> str:
+    """Each accuracy claim on the published items and on `more_items/` ('' without it)."""
+    from train.claims import power
+
+    return power.table(figs)
+
+
 def figures_section(figs: Path) -> str:
     """Every figure of the folder: its PNG inline, a link to its interactive HTML (an HTML
     drawn without a PNG: the link alone)."""
@@ -400,6 +407,8 @@ def render(figs: Path) -> str:
     sections = [(f"Verdicts (`python -m train.claims {task}`: each claim's null and seeds are in "
                  "train/claims/, the verdict words follow the rule book in train/rules.py)",
                  verdicts),
+                ("Power: the same students on more held-out items (`more_items/`)",
+                 power_section),
                 ("Context return (mean (min to max) over seeds, a spread not an interval; harm = "
                   "P(lost with c | won "
                  "without c))", context_return),
@@ -440,7 +449,9 @@ def render(figs: Path) -> str:
         sections.append(("Figures (drawn from this folder's JSON; each links its interactive "
                          "HTML)", figures_section))
     for title, fn in sections:
-        lines.append(f"## {title}\n\n{fn(figs)}\n")
+        body = fn(figs)
+        if body or fn is not power_section:  # the power section only where more items ran
+            lines.append(f"## {title}\n\n{body}\n")
     return "\n".join(lines)
 
 

@@ -31,7 +31,6 @@ from train.blocks import Block
 from train.claims.claim import Claim, not_run
 from train.claims.gradients import nca_new_direction, orthogonal, orthogonal_corrected
 from train.claims.harm import (
-    POOLED,
     degrades,
     harm_not_drift,
     internalizes,
@@ -42,6 +41,7 @@ from train.claims.harm import (
     nca_reads_context,
     pooled_claims,
     pooled_harm_gap,
+    pooled_settings,
     reads_c_verdict,
 )
 from train.claims.heads import heads_carry_harm
@@ -50,7 +50,7 @@ from train.claims.updates import shallow_qk, size_matched, updates_differ
 from train.claims.views import nca_identical, opd_gap
 from train.settings import load
 
-__all__ = ["Claim", "CLAIMS", "DOCS", "POOLED", "claims", "degrades", "harm_not_drift",
+__all__ = ["Claim", "CLAIMS", "DOCS", "pooled_settings", "claims", "degrades", "harm_not_drift",
            "heads_carry_harm", "internalizes", "label_permutation_p", "longer", "main",
            "nca_identical", "nca_improves_no_c", "nca_keeps_context", "nca_new_direction",
            "nca_prevents", "nca_reads_context", "not_run", "opd_gap", "orthogonal",
@@ -98,7 +98,8 @@ def claims(figs: Path) -> list[Claim]:
             claim = fn(figs)
         except FileNotFoundError as e:
             missing = Path(e.filename).name if e.filename else file
-            claim = not_run(name, missing, command.format(figs=figs))
+            claim = not_run(name, missing,
+                            command.format(figs=f"{figs.parent.name}/{figs.name}"))
         if claim is not None:
             out.append(claim)
     if (figs.parent / f"{figs.name}_size" / "param_delta.json").exists():
@@ -107,16 +108,15 @@ def claims(figs: Path) -> list[Claim]:
 
 
 def table(figs: Path) -> str:
-    if figs.name in POOLED:
-        settings = load().settings
+    members = pooled_settings().get(figs.name)
+    if members:
         try:
-            found = pooled_claims(POOLED[figs.name], figs.parent)
-            found += [size_matched(figs.parent / f"{m}_size") for m in POOLED[figs.name]
-                      if (figs.parent / f"{m}_size" / "param_delta.json").exists()]
+            found = judged(figs)
         except FileNotFoundError:  # a member not run yet: say how to run it
-            found = [not_run("harm verdicts pooled over " + ", ".join(POOLED[figs.name]),
+            settings = load().settings
+            found = [not_run("harm verdicts pooled over " + ", ".join(members),
                              "context_return.json of every member",
-                             "; ".join(settings[m].command(m) for m in POOLED[figs.name]))]
+                             "; ".join(settings[m].command(m) for m in members))]
     else:
         found = claims(figs)
     rows = ["| claim | measured | null / control | detectable (80% power) | verdict |",
@@ -134,17 +134,17 @@ def words(claim: Claim) -> tuple[str, ...]:
 
 def judged(figs: Path) -> list[Claim]:
     """The claims a setting's table shows (pooled where the setting pools its members)."""
-    if figs.name not in POOLED:
+    if figs.name not in pooled_settings():
         return claims(figs)
-    found = pooled_claims(POOLED[figs.name], figs.parent)
-    return found + [size_matched(figs.parent / f"{m}_size") for m in POOLED[figs.name]
+    found = pooled_claims(pooled_settings()[figs.name], figs.parent)
+    return found + [size_matched(figs.parent / f"{m}_size") for m in pooled_settings()[figs.name]
                     if (figs.parent / f"{m}_size" / "param_delta.json").exists()]
 
 
 def settings_judged(root: Path = Path("figures")) -> list[Path]:
     """Every folder of `root` with an evaluation, and every pooled setting."""
     found = sorted(p.parent for p in root.glob("*/context_return.json"))
-    return found + [root / name for name in POOLED if (root / name) not in found]
+    return found + [root / name for name in pooled_settings() if (root / name) not in found]
 
 
 def flips(root: Path = Path("figures"), seeds: int = 5) -> list[str]:
@@ -177,8 +177,8 @@ RULES = Block.named("rules", "python -m train.claims --write; train/rules.py")
 def verdict_line(figs: Path) -> str:
     """The setting's verdicts as one sentence, claims grouped by verdict word: what prose
     beside a table may say of the verdicts, generated so it cannot contradict the table."""
-    found = judged(figs) if (figs / "context_return.json").exists() or figs.name in POOLED \
-        else []
+    pooled = figs.name in pooled_settings()
+    found = judged(figs) if (figs / "context_return.json").exists() or pooled else []
     groups: dict[str, list[str]] = {}
     for c in found:
         groups.setdefault(c.verdict, []).append(c.name.split(" (")[0])

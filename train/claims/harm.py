@@ -18,6 +18,7 @@ from train.claims.stats import (
     _estimate,
     _pooled,
     _pooled_harm,
+    boot_mean,
     gain_estimate,
     interval,
     paired_harm_gap,
@@ -174,7 +175,10 @@ def pooled_harm_gap(figs: Path) -> tuple[float, tuple[float, float], int] | None
 # Settings judged together (train/settings.toml [pooled]): one claim table over every member's
 # seeds (same task and teacher, e.g. two fixed knowledge bases), pooled with the member as
 # part of each cluster.
-POOLED = load().pooled
+def pooled_settings() -> dict[str, tuple[str, ...]]:
+    """Settings judged together (train/settings.toml [pooled]), read when asked (nothing is
+    parsed at import)."""
+    return load().pooled
 
 
 
@@ -399,7 +403,7 @@ def nca_improves_no_c(figs: Path) -> Claim:
             continue
         d = np.array(r["items"]["won_no_c"], float) - \
             np.array(found[1]["items"]["won_no_c"], float)
-        lo, hi, outer = interval(np.array([d[i].mean() for i in resample(r["items"]["unit"])]))
+        lo, hi, outer = interval(boot_mean(d, r["items"]["unit"]))
         m = float(d.mean())
         units.append(judge.Estimate(m, min(lo, m), max(hi, m), outer=outer))
         diff += list(d)
@@ -412,8 +416,7 @@ def nca_improves_no_c(figs: Path) -> Claim:
         v, m = np.asarray(diff), float(np.mean(diff))
         lo, hi, olo, ohi = m, m, m, m
         for clusters in (by_pair, by_unit):  # the wider: seeds share their items
-            b_lo, b_hi, (o_lo, o_hi) = interval(np.array([v[i].mean()
-                                                           for i in resample(clusters)]))
+            b_lo, b_hi, (o_lo, o_hi) = interval(boot_mean(v, clusters))
             lo, hi, olo, ohi = min(lo, b_lo), max(hi, b_hi), min(olo, o_lo), max(ohi, o_hi)
         pooled = judge.Estimate(m, lo, hi, len(units), outer=(olo, ohi))
     j = judge.effect(units, pooled, 0.0, 1, rules.BREAK_MARGIN, what="seed pairs")

@@ -1,0 +1,85 @@
+"""Power where it is cheap: the same students evaluated on more held-out items
+(`figures/<setting>/more_items/`, written by `python -m nca_interp.evaluate ... --out
+figures/<setting>/more_items/context_return.json`), each accuracy claim judged on the
+published items and on the larger set, over the same seeds, with the minimum detectable
+effect of each.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from nca_interp import analysis
+from nca_interp.identity import roster
+from train.claims.claim import Claim, not_run
+from train.claims.harm import degrades, nca_improves_no_c, nca_keeps_context, nca_reads_context
+
+MORE = "more_items"
+CLAIMS = (degrades, nca_keeps_context, nca_reads_context, nca_improves_no_c)
+FILES = ("context_return.json", "context_control.json")
+
+
+def seeds_of(figs: Path) -> set[int]:
+    rep = analysis.load(figs / "context_return.json")
+    who = roster(rep)
+    return {who[k].seed for k in rep["results"] if who[k].student}
+
+
+def view(figs: Path, seeds: set[int], dst: Path) -> Path:
+    """A read-only copy of `figs`'s evaluations holding only the students of `seeds` (and
+    every non-student entry), in `dst`."""
+    for name in FILES:
+        if not (figs / name).exists():
+            continue
+        rep = json.loads((figs / name).read_text())
+        who = roster(analysis.load(figs / name))
+        rep["results"] = {k: v for k, v in rep["results"].items()
+                          if not who[k].student or who[k].seed in seeds}
+        (dst / name).write_text(json.dumps(rep))
+    return dst
+
+
+def _items(figs: Path) -> int:
+    rep = analysis.load(figs / "context_return.json")
+    first = next(iter(rep["results"].values()))
+    return first["n"] if "n" in first else len(first["items"]["unit"])
+
+
+def rows(figs: Path) -> list[tuple[Claim, Claim, int, int]]:
+    """(claim on the published items, on more items, their item counts) for each accuracy
+    claim, over the seeds both evaluated; [] without `more_items`."""
+    more = figs / MORE
+    if not (more / "context_return.json").exists():
+        return []
+    seeds = seeds_of(more) & seeds_of(figs)
+    with tempfile.TemporaryDirectory() as tmp:
+        published = view(figs, seeds, Path(tmp))
+        return [(_judge(fn, published), _judge(fn, more), _items(published), _items(more))
+                for fn in CLAIMS]
+
+
+def _judge(fn, figs: Path) -> Claim:
+    try:
+        return fn(figs)
+    except FileNotFoundError as e:
+        return not_run(fn.__name__.replace("_", " "), Path(e.filename or FILES[1]).name,
+                       "python -m nca_interp.evaluate --control")
+
+
+def table(figs: Path) -> str:
+    """The power table of a setting ('' without `more_items`)."""
+    found = rows(figs)
+    if not found:
+        return ""
+    seeds = sorted(seeds_of(figs / MORE) & seeds_of(figs))
+    lines = ["| claim | items | verdict | detectable (80% power) | items | verdict | "
+             "detectable (80% power) |", "|---|---|---|---|---|---|---|"]
+    for a, b, n_a, n_b in found:
+        lines.append(f"| {a.name} | {n_a} | **{a.cell}** | {a.detectable or '-'} | {n_b} | "
+                     f"**{b.cell}** | {b.detectable or '-'} |")
+    return "\n".join(lines) + (
+        f"\n\nThe same students (seeds {', '.join(map(str, seeds))}) judged on the published "
+        f"held-out items (left) and on `{MORE}/` (right); the detectable effect is the "
+        "smallest true effect each interval shows four times in five.")
