@@ -230,16 +230,22 @@ def _grad(tmp_path, name, pair, cells, modules=None):
     return tmp_path
 
 
+def _seeds_of_grads(tmp_path, method, pair, seeds):
+    """grad_align reports of `method` for seeds 0.. (each a list of checkpoint cells), any
+    earlier ones removed."""
+    for f in tmp_path.glob("grad_align_*.json"):
+        f.unlink()
+    for i, cells in enumerate(seeds):
+        _grad(tmp_path, f"grad_align_{method}" + (f"_s{i}" if i else ""), pair, cells)
+    return tmp_path
+
+
 def test_angle_claims_take_the_seed_as_unit_and_need_its_interval_inside_the_band(tmp_path):
     """A seed's checkpoints are one unit (their intervals averaged, not narrowed); the seeds
     pooled decide: inside 75-105 reproduced, a straddling pooled interval partly with a clear
     seed and inconclusive without, a point outside the band not reproduced."""
     def ortho(*seeds):
-        for f in tmp_path.glob("grad_align_*.json"):
-            f.unlink()
-        for i, cells in enumerate(seeds):
-            _grad(tmp_path, "grad_align_opd" + (f"_s{i}" if i else ""), "opd~ctx", cells)
-        return claims.orthogonal(tmp_path)
+        return claims.orthogonal(_seeds_of_grads(tmp_path, "opd", "opd~ctx", seeds))
 
     inside = [(90, 80, 100), (88, 78, 99)]
     c = ortho(inside, inside, inside)
@@ -471,11 +477,7 @@ def test_a_new_direction_is_near_orthogonal_and_an_opposing_term_is_said_apart(t
     """opd~nca in the NCA runs, seeds as units: inside 75-105 a new direction; wholly beyond
     105 the NCA term opposes OPD's, which is no new direction, and the reason says so."""
     def direction(*seeds):
-        for f in tmp_path.glob("grad_align_*.json"):
-            f.unlink()
-        for i, cells in enumerate(seeds):
-            _grad(tmp_path, "grad_align_nca" + (f"_s{i}" if i else ""), "opd~nca", cells)
-        return claims.nca_new_direction(tmp_path)
+        return claims.nca_new_direction(_seeds_of_grads(tmp_path, "nca", "opd~nca", seeds))
 
     new = [(90, 82, 98)]
     assert direction(new, new, new).verdict == "reproduced"
