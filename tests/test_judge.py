@@ -129,7 +129,7 @@ def test_a_verdict_on_the_bootstraps_edge_takes_the_wider_reading_and_says_so():
     edge = Estimate(-0.24, -0.5, -0.029, 4, outer=(-0.52, 0.0))
     j = effect([unit] * 4, edge, 0.0, -1, 0.02)
     assert j.verdict == "inconclusive" and "on the edge" in j.reason
-    assert "would be reproduced" in j.reason
+    assert "the 95% interval alone gives reproduced" in j.reason
     firm = Estimate(-0.24, -0.5, -0.1, 4, outer=(-0.52, -0.09))
     j = effect([unit] * 4, firm, 0.0, -1, 0.02)
     assert j.verdict == "reproduced" and "edge" not in j.reason

@@ -206,8 +206,9 @@ def _with_mde(judge_fn):
                 judge_fn([wide], None, *args, **kw)
             if edge.verdict != j.verdict:  # the conservative (wider) reading, said so
                 j = replace(edge, reason="; ".join(x for x in (
-                    edge.reason, f"on the edge: with the interval's ends moved by the "
-                    f"bootstrap's own error the verdict would be {j.verdict}") if x))
+                    edge.reason, f"on the edge: the 95% interval alone gives {j.verdict}, "
+                    f"with its ends moved out by the bootstrap's own error {edge.verdict}, "
+                    "the reading taken here") if x))
         return replace(j, mde=detectable(decide))
     run.__doc__, run.__name__ = judge_fn.__doc__, judge_fn.__name__.lstrip("_")
     return run

@@ -134,9 +134,11 @@ def cosine_rows(root: Path) -> list[str]:
         rows.append(
             f"| hidden-state cosine, views with and without c (`{f.parent.name}`, "
             f"{len(b)} layers) | base {paper['base']:g}, OPD {paper['opd']:g}, NCA >= "
-            f"{paper['nca']:g}; closes OPD {closed['opd']:.0%}, NCA >= {closed['nca']:.0%} | "
+            f"{paper['nca']:g}; closes OPD {100 * closed['opd']:.1f}%, NCA >= "
+            f"{100 * closed['nca']:.1f}% | "
             f"lowest layer: step 0 {min(b):.3f}, OPD {low(opd):.3f}, NCA {low(nca):.3f}; closes "
-            f"(layers' mean) OPD {share(opd):.0%}, NCA {share(nca):.0%} | random init "
+            f"(layers' mean) OPD {100 * share(opd):.1f}%, NCA {100 * share(nca):.1f}% | "
+            "random init "
             f"{rnd:.3f}" + (f"; different items up to {max(floor):.3f}" if floor else "") + " |")
     return rows
 

@@ -72,20 +72,24 @@ SIZE_MATCH = 1.1
 
 RULES = (
     ("every seed",
-     "**reproduced** needs the effect's 95% interval clear of its null in every unit (seed, "
-     "checkpoint), or a pooled interval clear of it *and* a majority of the units clear on "
-     "their own; anything less is at most **partly**."),
+     "a claim judged by counting units (seeds, checkpoints, cases) is **reproduced** when the "
+     "effect's 95% interval is clear of its null in every unit, or a pooled interval is clear "
+     "of it *and* a majority of the units are clear on their own; anything less is at most "
+     "**partly**. A claim judged by a test of `train/judge.py` (effect, equivalence, band) is "
+     "decided by its pooled interval first, as its own rule below says."),
     ("partly",
-     "**partly** needs the effect on the claimed side of its null on average and at least one "
-     "unit clear; a mean on the wrong side of the null is **not reproduced**, whatever single "
+     "for a claim judged by counting units, **partly** needs the effect on the claimed side of "
+     "its null on average and at least one unit clear; a mean on the wrong side of the null is "
+     "**not reproduced**, whatever single "
      "units show."),
     ("coverage",
      "a verdict that judges fewer than half of its units is **not measurable**, so a verdict is "
      "never stronger because fewer units could be judged."),
     ("effect or absence",
      "a claim that c *changes* something (OPD breaks: accuracy with c below accuracy without "
-     "c, paired on the same items) is judged on the seeds' pooled estimate (a bootstrap over "
-     "(seed, unit) clusters): **reproduced** when its 95% interval lies clear of no change on "
+     "c, paired on the same items) is judged on the seeds' pooled estimate (a cluster bootstrap, "
+     "the wider of its (seed, unit) and unit intervals: the seeds share their items): "
+     "**reproduced** when its 95% interval lies clear of no change on "
      "the claimed side and a majority of seeds are clear on their own (a minority: **partly**); "
      "**not reproduced** when the interval excludes every change as large as the claim's "
      f"margin ({BREAK_MARGIN:g} of accuracy); **inconclusive** when it reaches both, with the "
@@ -124,8 +128,8 @@ RULES = (
      f"{PAPER_COS_THRESHOLD:g} at every layer) is judged as stated, and beside it scale-free: "
      "the share of step 0's distance to 1 a method closes on the layers' mean cosine, "
      "(cos - cos_step0) / (1 - cos_step0), against the paper's own "
-     f"({PAPER_CLOSED['opd']:.0%} for OPD, >= "
-     f"{PAPER_CLOSED['nca']:.0%} for NCA, from its Qwen3-4B cosines {PAPER_COS['base']:g}, "
+     f"({100 * PAPER_CLOSED['opd']:.1f}% for OPD, >= "
+     f"{100 * PAPER_CLOSED['nca']:.1f}% for NCA, from its Qwen3-4B cosines {PAPER_COS['base']:g}, "
      f"{PAPER_COS['opd']:g}, {PAPER_COS['nca']:g}). Views of different items that already "
      "reach the threshold make it **not measurable**."),
     ("the gap",
@@ -137,8 +141,9 @@ RULES = (
      "are averaged, their 95% jackknife intervals averaged without narrowing, and the seeds "
      f"pooled (t interval). *Near-orthogonal* is inside {ORTHO_BAND[0]:g}-{ORTHO_BAND[1]:g} "
      "degrees (|cos| <= 0.26: under 7% of a squared norm along the other); an interval "
-     "straddling a bound is not clear (**partly** with a clear seed, else **inconclusive**); "
-     "a point outside the band is **not reproduced**; wholly beyond the upper bound, the NCA "
+     "straddling a bound is not clear: with its point inside the band, **partly** with a clear "
+     "seed, else **inconclusive**; with its point outside the band (straddling or not), **not "
+     "reproduced**; wholly beyond the upper bound, the NCA "
      "term *opposes* OPD's, which is not a new direction. A checkpoint whose two gradients' "
      "module norms cannot reach cos 0.26 (their supports barely overlap) is not judged: its "
      "angle is set by where the gradients live."),
@@ -152,6 +157,25 @@ RULES = (
      "interval's ends move out by the resampling's own error (the 1.5% and 98.5% percentiles "
      "in place of 2.5% and 97.5%), the wider reading decides and the reason says the verdict "
      "sits on the edge (`python -m train.claims --stability 5` checks every setting)."),
+    ("updates differ",
+     "NCA's updates differ from OPD's when, over every pair of runs, each cross-method cosine "
+     "of the updates lies below each seed-to-seed (same-method) cosine and the exact "
+     f"method-label permutation p is at most {ALPHA:g} (**reproduced**); **partly** when the "
+     "cross-method mean lies below *each* method's own seed-to-seed mean (OPD's seeds agree "
+     "more with each other than with NCA's, and NCA's likewise); **inconclusive** when that "
+     f"fails but the seeds allow no p at or under {ALPHA:g} (three seeds a method: the "
+     "smallest possible p is 0.1); else **not reproduced**. A size ratio outside "
+     f"{SIZE_MATCH:g}x caps it at **partly** until a size-matched OPD decides."),
+    ("the other counted claims",
+     "counting units: OPD *internalizes* c when each OPD seed's interval of accuracy without c "
+     "lies above step 0's; answers grow *longer* when each seed's interval of the length "
+     "change (answers right both ways) lies above 0 and above step 0's; updates are *shallow, "
+     "k/q first* when in each checkpoint the first third of the layers moves more than the "
+     "last third (Adam-normalised) and q_proj and k_proj are the two largest matrix types; a "
+     "few *heads carry the harm* when one head chosen on each half of the harm cases is the "
+     "same and stands clear of random heads on the other half (teacher-forced effect and "
+     f"answers flipped, one-sided p <= {ALPHA:g}, at least {HEADS_MIN_CASES} cases), **partly** "
+     "when only several heads together do or the halves choose different heads."),
     ("not run",
      "a claim whose input file this setting lacks is a row **not run** naming the command that "
      "makes it, never a vanished row."),

@@ -120,25 +120,30 @@ def average(estimates: list[judge.Estimate]) -> judge.Estimate:
 def pooled_gain(base: dict, runs: list[dict], key: str = "won_c"
                 ) -> tuple[float, tuple[float, float]]:
     """Accuracy of `runs` minus the step-0 model's on the same items (`key`: won_c or
-    won_no_c), pooled over the runs, with a 95% bootstrap interval over (run, unit) clusters:
-    a resample keeps a run's unit together with step 0's answers on the same items."""
+    won_no_c), pooled over the runs, with a 95% bootstrap interval (`gain_estimate`)."""
     e = gain_estimate(base, runs, key)
     return e.point, (e.lo, e.hi)
 
 
 def gain_estimate(base: dict, runs: list[dict], key: str = "won_c") -> judge.Estimate:
-    """`pooled_gain` as an estimate, with its bootstrap interval's outer ends (`interval`)."""
-    diff, cluster = [], []
+    """`pooled_gain` as an estimate: the wider of the (run, unit) and unit cluster bootstraps
+    (the runs share their items, and step 0's answers repeat in every run), with the outer
+    ends of its interval (`interval`)."""
+    diff, by_run, by_unit = [], [], []
     for i, r in enumerate(runs):
         if r["items"]["unit"] != base["items"]["unit"]:
             raise ValueError("a student and step 0 were not evaluated on the same items; "
                              "re-run the evaluation")
         diff += list(np.asarray(r["items"][key], float) - np.asarray(base["items"][key], float))
-        cluster += [f"{i}|{u}" for u in r["items"]["unit"]]
+        by_run += [f"{i}|{u}" for u in r["items"]["unit"]]
+        by_unit += [str(u) for u in r["items"]["unit"]]
     d = np.asarray(diff)
-    lo, hi, outer = interval(boot_mean(d, cluster))
     m = float(d.mean())
-    return judge.Estimate(m, min(lo, m), max(hi, m), len(runs), outer=outer)
+    lo, hi, olo, ohi = m, m, m, m
+    for clusters in (by_run, by_unit):
+        b_lo, b_hi, (o_lo, o_hi) = interval(boot_mean(d, clusters))
+        lo, hi, olo, ohi = min(lo, b_lo), max(hi, b_hi), min(olo, o_lo), max(ohi, o_hi)
+    return judge.Estimate(m, lo, hi, len(runs), outer=(olo, ohi))
 
 
 
