@@ -16,6 +16,9 @@ STEPS=${STEPS:-48}
 LR=${LR:-5e-5}
 THREADS=${THREADS:-2}
 N_RANDOM=${N_RANDOM:-20}
+# random-head draws that also generate (the answers-flipped null): 0 as facts_rule publishes;
+# 20 ran for over two and a half hours on 2 cores without finishing
+N_GENERATE=${N_GENERATE:-0}
 PNG=${PNG---png}  # PNG= writes the interactive HTML only (PNGs need kaleido and chromium)
 OPTS="data=$HERE/prompts.jsonl,context_file=$HERE/persona.txt,scorer=$HERE/score.py:captain_quill"
 
@@ -37,5 +40,5 @@ $PY -m nca_interp.grad_align "$MODEL" "$OUT/opd" "$OUT/nca" $A --teacher "$MODEL
 $PY -m nca_interp.param_delta "$OUT/opd" "$OUT/nca" "$OUT/opd_s1" --init "$MODEL" \
     --control "$OUT/opd,$OUT/opd_s1" --lr "$LR" --steps "$STEPS" --out "$FIG/param_delta" $PNG
 $PY -m nca_interp.patching "$OUT/opd" "$OUT/nca" $A --kind help --scope groups --n-random "$N_RANDOM" \
-    --n-random-generate "$N_RANDOM" --out "$FIG/patching" $PNG
+    --n-random-generate "$N_GENERATE" --out "$FIG/patching" $PNG
 $PY "$HERE/page.py" "$FIG"
