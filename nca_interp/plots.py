@@ -201,7 +201,8 @@ def grad_align_figure(report: dict) -> go.Figure:
     fig.update_yaxes(title_text="degrees", range=[0, 180], col=1)
     run = _grad_run(report) if over_training else f"{len(names)} checkpoints"
     fig.update_layout(title=f"{report.get('task', '')} {run}: angles between loss-term "
-                            "gradients<br><sup>dotted: each term's noise floor (its two half "
+                            "gradients<br><sup>dotted (a dash per checkpoint): each term's "
+                            "noise floor (its two half "
                             "batches' angle); a missing point: the term is within its own noise "
                             "there</sup>",
                       height=430, autosize=True)
