@@ -40,7 +40,7 @@ def module(name: str):
     import importlib
 
     if name not in ANALYSES:
-        raise ValueError(f"{name!r} is not an analysis; one of {', '.join(ANALYSES)}")
+        raise UsageError(f"{name!r} is not an analysis; one of {', '.join(ANALYSES)}")
     return importlib.import_module(f"nca_interp.{name}")
 
 

@@ -25,6 +25,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from nca_interp.errors import UsageError
 from nca_interp.faults import fault_point
 from nca_interp.fsio import (
     is_temporary,
@@ -39,7 +40,7 @@ MANIFEST = "nca_checkpoint.json"
 RUN_CONFIG = "run_config.json"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UsageError):
     """A path that cannot be used as a checkpoint; the message says what to do."""
 
 

@@ -33,6 +33,7 @@ from nca_interp import analysis
 from nca_interp.bootstrap import cluster_indices, n_units, percentile_ci
 from nca_interp.checkpoint import load_checkpoint, verify_folder
 from nca_interp.cli import entry, parse_config, validate
+from nca_interp.errors import UsageError
 from nca_interp.models import autocast, context_limit, resolve_device
 from nca_interp.progress import bar
 from nca_interp.rollout import (
@@ -196,7 +197,7 @@ def paired_report(no_c: dict[str, np.ndarray], with_c: dict[str, np.ndarray],
     n = len(w0)
     units = [str(i) for i in range(n)] if units is None else list(units)
     if len(units) != n:
-        raise ValueError(f"{len(units)} unit labels for {n} items")
+        raise UsageError(f"{len(units)} unit labels for {n} items")
     point = context_return_stats(w0, w1, l0, l1)
     boots = [context_return_stats(w0[idx], w1[idx], l0[idx], l1[idx])
              for idx in cluster_indices(units, n_boot, seed)]

@@ -15,6 +15,8 @@ import errno
 import os
 import signal
 
+from nca_interp.errors import UsageError
+
 
 def fault_point(name: str) -> None:
     spec = os.environ.get("NCA_INTERP_FAULT")
@@ -27,4 +29,4 @@ def fault_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if action == "enospc":
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f"(injected at {name})")
-    raise ValueError(f"NCA_INTERP_FAULT={spec}: the action must be kill or enospc")
+    raise UsageError(f"NCA_INTERP_FAULT={spec}: the action must be kill or enospc")

@@ -16,6 +16,8 @@ import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from nca_interp.errors import UsageError
+
 METHODS = ("opd", "nca", "opdsized")  # opdsized: OPD retrained at NCA's update size
 ROLES = ("opdsized",)  # what a run may be besides its loss's method (train.distill --role)
 _LEGACY_NAME = re.compile(
@@ -96,7 +98,7 @@ def roster(report: dict) -> dict[str, RunId]:
     an `identity` of its own (a trajectory's, read from the same run config), each value it
     records wins (so its beta fills a `runs` entry written without one)."""
     if "runs" not in report:
-        raise ValueError("a report without `runs`: read report files with "
+        raise UsageError("a report without `runs`: read report files with "
                          "nca_interp.analysis.load")
     out = {}
     for key, entry in report["results"].items():

@@ -67,6 +67,7 @@ from nca_interp.cli import (
     parse_config,
     validate,
 )
+from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.hooks import boot_bridge, capture
 from nca_interp.masks import context_token_mask, shared_suffix_mask
@@ -335,7 +336,7 @@ def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
     `prompt` (the tokens of x, which both views share and no loss touches directly). Hooked
     passes on `device`; statistics on the CPU."""
     if at not in POSITIONS:
-        raise ValueError(f"at must be one of {POSITIONS}, not {at!r}")
+        raise UsageError(f"at must be one of {POSITIONS}, not {at!r}")
     bridge = boot_bridge(path, device, "stored")
     tok = bridge.tokenizer
     task = task.for_tokenizer(tok)

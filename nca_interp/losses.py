@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
+from nca_interp.errors import UsageError
 from nca_interp.prefix import PrefixCache, view_logits
 from nca_interp.rollout import Batch, model_device, response_logits
 
@@ -86,10 +87,10 @@ class Estimator:
               "form": ("k1", "k3")}
         for name, allowed in ok.items():
             if getattr(self, name) not in allowed:
-                raise ValueError(f"estimator {name} must be one of {', '.join(allowed)}, not "
+                raise UsageError(f"estimator {name} must be one of {', '.join(allowed)}, not "
                                  f"{getattr(self, name)!r}")
         if self.k < 1:
-            raise ValueError(f"estimator k must be >= 1, not {self.k}")
+            raise UsageError(f"estimator k must be >= 1, not {self.k}")
 
     @property
     def label(self) -> str:
@@ -183,9 +184,9 @@ def loss_terms(student, teacher, batch: Batch, terms: tuple[str, ...] = ("opd", 
     whole."""
     unknown = set(terms) - set(TERMS)
     if unknown:
-        raise ValueError(f"unknown loss terms {sorted(unknown)}; choose from {TERMS}")
+        raise UsageError(f"unknown loss terms {sorted(unknown)}; choose from {TERMS}")
     if not temperature > 0 or temperature != temperature or temperature == float("inf"):
-        raise ValueError(f"temperature must be a positive finite number, not {temperature}; "
+        raise UsageError(f"temperature must be a positive finite number, not {temperature}; "
                          "greedy (0) rollouts are not on-policy samples")
     b, out = batch, {}
     g = g_c = f_c = None

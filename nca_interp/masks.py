@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import torch
 
+from nca_interp.errors import UsageError
+
 
 def context_token_mask(tokenizer, text: str, context: str) -> list[bool]:
     """Which tokens of `text` (tokenized as `encode` does) overlap the context string; found
     by character offsets, so it works wherever a chat template puts the context."""
     start = text.find(context)
     if start < 0:
-        raise ValueError("context string not found in the prompt")
+        raise UsageError("context string not found in the prompt")
     end = start + len(context)
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     return [a < end and b > start for a, b in enc["offset_mapping"]]

@@ -18,6 +18,8 @@ from transformers import (
     Qwen3Config,
 )
 
+from nca_interp.errors import UsageError
+
 ARCHS = {"qwen3": Qwen3Config, "qwen2": Qwen2Config, "llama": LlamaConfig}
 
 
@@ -35,7 +37,7 @@ class ModelConfig:
 def build_model(cfg: ModelConfig, tokenizer, seed: int = 0) -> PreTrainedModel:
     """A randomly initialised model of `cfg` for `tokenizer`; same seed, same weights."""
     if cfg.arch not in ARCHS:
-        raise ValueError(f"unknown arch {cfg.arch!r}; choose one of {sorted(ARCHS)}")
+        raise UsageError(f"unknown arch {cfg.arch!r}; choose one of {sorted(ARCHS)}")
     hf_cfg = ARCHS[cfg.arch](
         vocab_size=len(tokenizer), hidden_size=cfg.d_model, intermediate_size=cfg.d_mlp,
         num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads,
@@ -57,11 +59,11 @@ def context_limit(model: PreTrainedModel) -> int:
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     """`auto` is the GPU when there is one, else the CPU; `cuda` without a GPU is an error."""
     if name not in ("auto", "cpu", "cuda") and not name.startswith("cuda:"):
-        raise ValueError(f"--device must be auto, cpu, cuda or cuda:N, not {name!r}")
+        raise UsageError(f"--device must be auto, cpu, cuda or cuda:N, not {name!r}")
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--device {name} asked for, but torch sees no GPU "
+        raise UsageError(f"--device {name} asked for, but torch sees no GPU "
                          f"(torch {torch.__version__}); use --device cpu")
     return torch.device(f"cuda:{local_rank}" if name == "cuda" else name)
 
@@ -70,7 +72,7 @@ def autocast(device: torch.device, precision: str):
     """bf16 autocast (fp32 master weights; the KL is computed in fp32) or nothing. `auto` is
     bf16 on a GPU and fp32 on the CPU, where every number in this repository was measured."""
     if precision not in ("auto", "fp32", "bf16"):
-        raise ValueError(f"--precision must be auto, fp32 or bf16, not {precision!r}")
+        raise UsageError(f"--precision must be auto, fp32 or bf16, not {precision!r}")
     bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
     if not bf16:
         return contextlib.nullcontext()

@@ -47,6 +47,7 @@ from nca_interp.cli import (
     parse_config,
     validate,
 )
+from nca_interp.errors import UsageError
 from nca_interp.fsio import read_json
 from nca_interp.names import MODULES
 from nca_interp.reduce import Gram, stream_by_name
@@ -333,12 +334,12 @@ def run(cfg: ParamDeltaConfig | None = None, /, **fields) -> dict:
     init, rows, task, task_options = cfg.init, cfg.rows, cfg.task, cfg.task_options
     for name, two in (("pair", pair), ("control", control)):
         if two and (len(two) != 2 or not set(two) <= set(ckpts)):
-            raise ValueError(f"--{name} takes two of the checkpoints given (A,B), not {two}")
+            raise UsageError(f"--{name} takes two of the checkpoints given (A,B), not {two}")
     for p in ckpts:
         verify_folder(p)  # a missing folder is named as such, not as a missing --init
     init = init or initial_of(ckpts[0])
     if not init:
-        raise ValueError(f"{ckpts[0]} does not name its initial checkpoint; pass --init")
+        raise UsageError(f"{ckpts[0]} does not name its initial checkpoint; pass --init")
     check_same_tokenizers([init, *ckpts])
     result, gram = deltas(init, ckpts, rows, task, task_options,
                           {"lr": cfg.lr, "steps": cfg.steps, "warmup": cfg.warmup,

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
+from nca_interp.errors import UsageError
 from nca_interp.names import module_of
 from nca_interp.tensorfiles import prefetch
 
@@ -88,7 +89,7 @@ class Gram:
         with single_thread(), ThreadPoolExecutor(workers) as pool:
             for vecs in chunks:
                 if len(vecs) != k:
-                    raise ValueError(f"{param_name}: {len(vecs)} vectors for {k} labels")
+                    raise UsageError(f"{param_name}: {len(vecs)} vectors for {k} labels")
                 flat = [v.reshape(-1) for v in vecs]
                 m = flat[0].numel()
                 starts = list(range(0, m, BLOCK_ELEMENTS))
@@ -101,7 +102,7 @@ class Gram:
         G = sum(parts).numpy()
         bad = [lab for lab, v in zip(self.labels, np.diag(G)) if not np.isfinite(v)]
         if bad:  # a NaN or Inf anywhere in a vector makes its squared norm non-finite
-            raise ValueError(f"{bad[0]}: {param_name} holds NaN or Inf values; that "
+            raise UsageError(f"{bad[0]}: {param_name} holds NaN or Inf values; that "
                              "checkpoint (or gradient) is broken - use an earlier checkpoint")
         for key in group_keys(param_name):
             self.mats[key] = self.mats.get(key, np.zeros((k, k))) + G

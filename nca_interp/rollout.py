@@ -11,10 +11,11 @@ from dataclasses import dataclass
 import torch
 
 from nca_interp.decode import Decoder
+from nca_interp.errors import UsageError
 from nca_interp.forward import is_hf, positions, response_logits  # noqa: F401 - re-exported
 
 
-class ContextOverflowError(ValueError):
+class ContextOverflowError(UsageError):
     """A prompt (+ response budget) longer than the model's context window."""
 
 
@@ -33,7 +34,7 @@ def encode(tokenizer, texts: list[str], limit: int | None = None,
     for t, r in zip(texts, rows):
         if unk is not None and unk in r and tokenizer.unk_token not in t:
             bad = sorted({ch for ch in t if tokenizer.convert_tokens_to_ids(ch) == unk})
-            raise ValueError(f"characters {bad} are not in the tokenizer's vocabulary; "
+            raise UsageError(f"characters {bad} are not in the tokenizer's vocabulary; "
                              "remove them from the prompt or context")
     longest = max(len(r) for r in rows)
     if limit and longest + reserve > limit:

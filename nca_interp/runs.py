@@ -122,7 +122,7 @@ def teacher_of(path: str, override: str | None) -> str:
     run = read_run_config(path)
     t = override or resolve(run.get("teacher")) or resolve(run.get("student"))
     if not t:
-        raise ValueError(f"{path} does not name its teacher in run_config.json; pass --teacher")
+        raise UsageError(f"{path} does not name its teacher in run_config.json; pass --teacher")
     return t
 
 

@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from safetensors import safe_open
 
+from nca_interp.errors import UsageError
+
 CHUNK_ELEMENTS = 1 << 22  # per vector and read: 4M elements (8 MB in bf16)
 
 
@@ -74,14 +76,14 @@ def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...], int, int]]:
     with open(path, "rb") as f:
         n = int.from_bytes(f.read(8), "little")
         if size < 8 or not 0 < n <= size - 8:
-            raise ValueError(f"{path} is not a safetensors file (header of {n} bytes in a "
+            raise UsageError(f"{path} is not a safetensors file (header of {n} bytes in a "
                              f"{size}-byte file); re-save or re-download it")
         try:
             header = json.loads(f.read(n))
             if not isinstance(header, dict):
-                raise ValueError("not a JSON object")
+                raise UsageError("not a JSON object")
         except (ValueError, RecursionError) as e:
-            raise ValueError(f"{path}: unreadable safetensors header ({e}); re-save or "
+            raise UsageError(f"{path}: unreadable safetensors header ({e}); re-save or "
                              "re-download it") from e
     header.pop("__metadata__", None)
     out = {}
@@ -90,14 +92,14 @@ def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...], int, int]]:
             a, b = (8 + n + int(o) for o in h["data_offsets"])
             dtype, shape = h["dtype"], tuple(int(d) for d in h["shape"])
         except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"{path}: malformed safetensors header entry for {name!r} ({e!r}); "
+            raise UsageError(f"{path}: malformed safetensors header entry for {name!r} ({e!r}); "
                              "re-save or re-download it") from e
         if not 8 + n <= a <= b <= size:
-            raise ValueError(f"{path}: {name} lies outside the file (truncated?); re-save or "
+            raise UsageError(f"{path}: {name} lies outside the file (truncated?); re-save or "
                              "re-download it")
         if dtype in ST_DTYPES and \
                 int(np.prod(shape)) * ST_DTYPES[dtype].itemsize != b - a:
-            raise ValueError(f"{path}: {name} holds {b - a} bytes, not what its shape {shape} "
+            raise UsageError(f"{path}: {name} holds {b - a} bytes, not what its shape {shape} "
                              f"and dtype {dtype} need; re-save or re-download it")
         out[name] = (dtype, shape, a, b)
     return out
@@ -130,7 +132,7 @@ class TensorFolder:
         if self.path.is_dir() and index.exists():
             missing = set(weight_map) - set(self.entries)
             if missing:
-                raise ValueError(f"{index} names {len(missing)} tensors its shards do not hold "
+                raise UsageError(f"{index} names {len(missing)} tensors its shards do not hold "
                                  f"(e.g. {sorted(missing)[0]}); re-save the checkpoint")
             self.entries = {n: self.entries[n] for n in weight_map}
 
@@ -165,7 +167,7 @@ class TensorFolder:
                 while got < need:
                     k = h.readinto(view[got:])
                     if not k:
-                        raise ValueError(f"{f}: {name} ends early (truncated?); re-save or "
+                        raise UsageError(f"{f}: {name} ends early (truncated?); re-save or "
                                          "re-download it")
                     got += k
         return out

@@ -42,6 +42,7 @@ from nca_interp.checkpoint import (
     verify_folder,
 )
 from nca_interp.cli import as_paths, entry, parse_config, validate
+from nca_interp.errors import UsageError
 from nca_interp.evaluate import evaluate_checkpoint
 from nca_interp.losses import position_kl
 from nca_interp.models import context_limit
@@ -101,12 +102,12 @@ def checkpoints_of(run: str) -> list[tuple[int, str]]:
     saved step."""
     init = initial_of(run)
     if not init:
-        raise ValueError(f"{run} does not record the checkpoint it started from "
+        raise UsageError(f"{run} does not record the checkpoint it started from "
                          "(run_config.json `student`); is it a distillation run?")
     steps = sorted((step_of(str(p)), str(p)) for p in (Path(run) / "checkpoints").glob("step_*")
                    if (p / "nca_checkpoint.json").exists())
     if not steps:
-        raise ValueError(f"{run} has no saved checkpoints under checkpoints/step_*")
+        raise UsageError(f"{run} has no saved checkpoints under checkpoints/step_*")
     return [(0, init)] + steps
 
 
@@ -160,7 +161,7 @@ def run(cfg: TrajectoryConfig | None = None, /, **fields) -> dict:
     validate(cfg)
     runs = as_paths(cfg.runs, "runs")
     if not runs:
-        raise ValueError("name at least one distillation run directory")
+        raise UsageError("name at least one distillation run directory")
     teacher, n_levels, drift_levels, seed = cfg.teacher, cfg.n_levels, cfg.drift_levels, cfg.seed
     plan = {}
     for run_dir in runs:

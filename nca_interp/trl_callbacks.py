@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from transformers import TrainerCallback
 
+from nca_interp.errors import UsageError
 from nca_interp.evaluate import (
     control_report,
     paired_report,
@@ -80,7 +81,7 @@ class ContextReturnCallback(TrainerCallback):
                  control: bool = True, seed: int = 0, trainer=None, tokenizer=None,
                  prefix: str = "context_return/"):
         if every < 1 or n_items < 1:
-            raise ValueError(f"every and n_items must be >= 1, not {every} and {n_items}")
+            raise UsageError(f"every and n_items must be >= 1, not {every} and {n_items}")
         self.task, self.context, self.every, self.n_items = task, context, every, n_items
         self.control, self.seed, self.trainer, self.tokenizer = control, seed, trainer, tokenizer
         self.prefix = prefix
@@ -92,7 +93,7 @@ class ContextReturnCallback(TrainerCallback):
         if tok is None and self.trainer is not None:
             tok = getattr(self.trainer, "processing_class", None)
         if tok is None:
-            raise ValueError("ContextReturnCallback needs the tokenizer: pass tokenizer= (the "
+            raise UsageError("ContextReturnCallback needs the tokenizer: pass tokenizer= (the "
                              "trainer did not hand one to its callbacks)")
         return tok
 

@@ -67,7 +67,7 @@ class NCADistillationConfig(DistillationConfig):
             self.bf16 = not self.use_cpu and torch.cuda.is_available()
         super().__post_init__()
         if not self.nca_beta >= 0:
-            raise ValueError(f"nca_beta must be >= 0, not {self.nca_beta}")
+            raise UsageError(f"nca_beta must be >= 0, not {self.nca_beta}")
         self.estimator  # noqa: B018 - validates the estimator fields
 
     @property

@@ -78,3 +78,38 @@ def test_hook_names_come_from_names_py():
                     and id(node) not in docs:
                 assert not re.search(r"(^|\.)hook_(resid|mlp|embed|z|pattern)", node.value), \
                     f"{f.name}: {node.value!r}"
+
+
+def user_error_problems(root: Path = ROOT) -> list[str]:
+    """Places that raise a bare ValueError, and error classes outside the two families
+    (`UsageError` for what the caller can fix, `RunError` for a run that cannot go on)."""
+    import ast
+
+    from nca_interp.errors import RunError
+    found = []
+    for path in sorted([*(root / "nca_interp").rglob("*.py"), *(root / "train").rglob("*.py")]):
+        tree = ast.parse(path.read_text())
+        where = path.relative_to(root)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and \
+                    getattr(node.exc.func, "id", None) == "ValueError":
+                found.append(f"{where}:{node.lineno} raises ValueError")
+            if isinstance(node, ast.ClassDef) and node.name.endswith("Error") and \
+                    node.name not in ("UsageError", "RunError"):
+                module = ".".join(where.with_suffix("").parts).removesuffix(".__init__")
+                cls = getattr(__import__(module, fromlist=[node.name]), node.name)
+                if not issubclass(cls, (UsageError, RunError)):
+                    found.append(f"{where}:{node.lineno} {node.name} is neither a UsageError "
+                                 "nor a RunError")
+    return found
+
+
+def test_one_user_error_type():
+    assert user_error_problems() == []
+
+
+def test_the_user_error_check_sees_a_bare_value_error(tmp_path):
+    (tmp_path / "nca_interp").mkdir()
+    (tmp_path / "train").mkdir()
+    (tmp_path / "nca_interp" / "bad.py").write_text("def f():\n    raise ValueError('x')\n")
+    assert user_error_problems(tmp_path) == ["nca_interp/bad.py:2 raises ValueError"]

@@ -142,7 +142,7 @@ class DistillConfig:
 def task_for(cfg: DistillConfig, student_dir: str):
     verify_folder(student_dir)  # a missing folder is named as such, not as a missing task
     if cfg.task is None and not read_run_config(student_dir).get("task"):
-        raise ValueError(f"{student_dir} has no run_config.json naming its task; pass --task")
+        raise UsageError(f"{student_dir} has no run_config.json naming its task; pass --task")
     return task_for_checkpoints([student_dir], cfg.task, options=cfg.task_options)
 
 
@@ -186,12 +186,12 @@ def accumulate(student, teacher, batch: Batch, terms_needed: tuple[str, ...], be
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(DistillConfig, argv, __doc__)
     if cfg.method not in ("opd", "nca"):
-        raise ValueError(f"--method must be opd or nca, not {cfg.method!r}")
+        raise UsageError(f"--method must be opd or nca, not {cfg.method!r}")
     beta = cfg.beta if cfg.method == "nca" else 0.0
     setup_torch(cfg.threads)
     dist, device = init_distributed(cfg.device)
     if cfg.batch % dist.world:
-        raise ValueError(f"--batch {cfg.batch} does not split evenly over {dist.world} ranks")
+        raise UsageError(f"--batch {cfg.batch} does not split evenly over {dist.world} ranks")
     inputs = {"--student": cfg.student, "--teacher": cfg.teacher}
     check_out(cfg.out, inputs)
     if cfg.teacher:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from nca_interp.errors import UsageError
+
 Z95 = 1.959963984540054  # two-sided 95%
 Z90 = 1.6448536269514722  # two-sided 90% (each side 5%: the TOST interval)
 Z_POWER = 0.8416212335729143  # 80% power
@@ -40,7 +42,7 @@ class Estimate:
 
     def __post_init__(self):
         if not self.lo <= self.point <= self.hi:
-            raise ValueError(f"interval [{self.lo}, {self.hi}] does not hold {self.point}")
+            raise UsageError(f"interval [{self.lo}, {self.hi}] does not hold {self.point}")
 
     def widened(self) -> Estimate:
         """The same estimate with its interval at the outer ends."""
@@ -91,9 +93,9 @@ def _more(est: Estimate, target: float) -> str:
 def _decider(units: list[Estimate], pooled: Estimate | None, margin: float) -> Estimate:
     """The estimate a verdict rests on: the pooled one, or the single unit where none."""
     if margin <= 0:
-        raise ValueError(f"margin must be > 0, not {margin}")
+        raise UsageError(f"margin must be > 0, not {margin}")
     if pooled is None and len(units) != 1:
-        raise ValueError("several units need their pooled estimate")
+        raise UsageError("several units need their pooled estimate")
     return pooled if pooled is not None else units[0]
 
 
@@ -109,7 +111,7 @@ def _effect(units: list[Estimate], pooled: Estimate | None, null: float, directi
     smallest effect the claim is about (an effect below it is absent for the claim's
     purpose)."""
     if direction not in (1, -1):
-        raise ValueError(f"direction must be +1 or -1, not {direction}")
+        raise UsageError(f"direction must be +1 or -1, not {direction}")
     decide = _decider(units, pooled, margin)
     clear = sum(_side(u, null, direction) == "clear" for u in units)
     of = f"{clear} of {len(units)} {what} clear on their own"
@@ -136,7 +138,7 @@ def _equivalent(units: list[Estimate], pooled: Estimate | None, null: float, mar
     90% interval lies inside the margin; refuted when the 95% interval lies wholly beyond it;
     else inconclusive."""
     if sides not in ("both", "lower"):
-        raise ValueError(f"sides must be both or lower, not {sides!r}")
+        raise UsageError(f"sides must be both or lower, not {sides!r}")
     decide = _decider(units, pooled, margin)
 
     def inside(e: Estimate) -> bool:
@@ -174,7 +176,7 @@ def _within_band(units: list[Estimate], pooled: Estimate | None, lo: float, hi: 
     side); when it straddles with its point inside, **partly** if some unit is clear on its
     own, else **inconclusive**."""
     if not lo < hi:
-        raise ValueError(f"an empty band [{lo}, {hi}]")
+        raise UsageError(f"an empty band [{lo}, {hi}]")
     decide = _decider(units, pooled, hi - lo)
     status = [_band_side(u, lo, hi) for u in units]
     clear = status.count("clear")

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from nca_interp import analysis
+from nca_interp.errors import UsageError
 from nca_interp.evaluate import label, metric_of
 from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import RunId, roster
@@ -132,7 +133,7 @@ def grad_align(figs: Path) -> str:
         for step, r in zip(steps, rep["results"].values()):
             g = r["global"]
             if "angle_xfit_deg" not in g:
-                raise ValueError(f"{path} predates noise floors; re-run the grad_align stage")
+                raise UsageError(f"{path} predates noise floors; re-run the grad_align stage")
             x, f = g["angle_xfit_deg"], g["self_angle_deg"]
             ratio = g["norm_ratio"].get("ctx/opd")
             rows.append(f"| {method} | {step} | {rep['config']['batch']} | {ang(x['opd~ctx'])} | "

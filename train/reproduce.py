@@ -421,7 +421,7 @@ def trajectory_run(cfg: ReproduceConfig, key: str) -> bool:
 def plan(cfg: ReproduceConfig, argv: list[str]) -> Pipeline:
     preset = apply_preset(cfg)
     if cfg.analyses and set(cfg.methods) != {"opd", "nca"}:
-        raise ValueError("the analyses compare OPD with NCA: pass --methods opd,nca, or "
+        raise UsageError("the analyses compare OPD with NCA: pass --methods opd,nca, or "
                          "--analyses false for a sweep row")
     idle = [k for k in cfg.keep or () if k in KEEPABLE[2:] and not cfg.analyses]
     if idle:

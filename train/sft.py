@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint
 from nca_interp.cli import entry, parse_config, to_dict, validate
+from nca_interp.errors import UsageError
 from nca_interp.models import (
     ModelConfig,
     autocast,
@@ -126,7 +127,7 @@ def task_of(cfg: SFTConfig) -> tuple[Task, Task]:
     trains on (the same, except that sysprompt trains on fresh random knowledge bases)."""
     if cfg.task == "sokoban":
         if cfg.remap == "random":
-            raise ValueError("--remap random: name the fixed permutation distillation will use "
+            raise UsageError("--remap random: name the fixed permutation distillation will use "
                              "(e.g. --remap LRUD); the teacher trains on random ones")
         task = make_task("sokoban", dim_room=tuple(cfg.dim_room), num_boxes=cfg.num_boxes,
                          remap=cfg.remap)
@@ -141,7 +142,7 @@ def task_of(cfg: SFTConfig) -> tuple[Task, Task]:
         return task, replace(task, config=replace(task.config, kb=None,
                                                   min_entities=cfg.min_entities))
     else:
-        raise ValueError(f"train.sft trains sokoban, frozenlake or sysprompt, not {cfg.task!r} "
+        raise UsageError(f"train.sft trains sokoban, frozenlake or sysprompt, not {cfg.task!r} "
                          "(opcd data is for real chat checkpoints: distil them directly)")
     return task, task
 
@@ -155,7 +156,7 @@ def batch_for_step(task, cfg: SFTConfig, step: int, held_out: set[str]):
     packed follow-up questions) are seen by the model but carry no loss. Deterministic in
     (seed, step): the same batch after a resume."""
     if cfg.follow_ups not in ("full", "open"):
-        raise ValueError(f"--follow-ups must be full or open, not {cfg.follow_ups!r}")
+        raise UsageError(f"--follow-ups must be full or open, not {cfg.follow_ups!r}")
     rng = random.Random(f"sft-{cfg.seed}-{step}")
     n = cfg.batch // cfg.pack if isinstance(task, QATask) else cfg.batch
     levels = task.sample_levels(f"train-{cfg.seed}-{step}", n, held_out)

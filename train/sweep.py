@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from nca_interp import analysis
+from nca_interp.errors import UsageError
 from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import others, roster, students
 from train.blocks import Block
@@ -292,7 +293,7 @@ def beta_points(base: str, figures: Path = Path("figures")) -> tuple[list[dict],
         for run, r in students(rep):
             who = roster(rep)[run]
             if who.method == "nca" and who.beta is None and run not in flags:
-                raise ValueError(f"{figs}/manifest.json records no training command for {run}, "
+                raise UsageError(f"{figs}/manifest.json records no training command for {run}, "
                                  "so its beta is unknown; re-run its pipeline")
             # the run config's beta where the report records it, else its training command's
             beta = 0.0 if who.method == "opd" else who.beta if who.beta is not None else \

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from nca_interp.checkpoint import load_checkpoint, save_checkpoint
 from nca_interp.cli import RunError, entry, parse_config, to_dict
+from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP
 from nca_interp.runs import resolve_task_and_context
 from nca_interp.tasks import task_record
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> str:
                                                  for lv in levels]})
     world = int(os.environ.get("WORLD_SIZE", "1"))  # set by accelerate launch and torchrun
     if cfg.batch % world:
-        raise ValueError(f"--batch {cfg.batch} does not split over {world} processes")
+        raise UsageError(f"--batch {cfg.batch} does not split over {world} processes")
     args = NCADistillationConfig(
         output_dir=cfg.out + ".trl", per_device_train_batch_size=cfg.batch // world,
         max_steps=cfg.steps, learning_rate=cfg.lr, lr_scheduler_type="constant", optim=cfg.optim,

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from nca_interp.errors import UsageError
 from nca_interp.masks import context_token_mask, shared_suffix_mask
 from nca_interp.models import context_limit
 from nca_interp.rollout import encode, pad_id, sample, stop_ids
@@ -98,7 +99,7 @@ def find_cases(model, tok, task: Task, context: str, levels: list, kind: str = "
     """Greedy both views over `levels`: rows (level, right response, wrong response, t*) of
     the `kind` cases and of the both-right controls, and the counts."""
     if kind not in KINDS:
-        raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
+        raise UsageError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
     y0 = greedy_tokens(model, tok, task, levels, None)
     y1 = greedy_tokens(model, tok, task, levels, context)
     counts = {"levels": len(levels), "right_no_c": 0, "right_c": 0, "harm": 0, "help": 0,
@@ -126,7 +127,7 @@ def build_cases(tok, task: Task, context: str, rows: list, limit: int | None,
     """Rows (level, right response, wrong response, t*) as aligned teacher-forced batches;
     `ablate` picks the context columns (module docstring)."""
     if ablate not in ABLATE:
-        raise ValueError(f"ablate must be one of {', '.join(ABLATE)}, not {ablate!r}")
+        raise UsageError(f"ablate must be one of {', '.join(ABLATE)}, not {ablate!r}")
     pad = pad_id(tok)
     src_text, dst_text, contexts, prefixes = [], [], [], []
     for lv, right, _wrong, t in rows:

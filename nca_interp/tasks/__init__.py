@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
 from types import ModuleType
 
+from nca_interp.errors import UsageError
 from nca_interp.tasks import facts, frozenlake, jsonl, opcd, sokoban, sysprompt
 from nca_interp.tasks.sokoban import Outcome
 
@@ -66,7 +67,7 @@ class ChatFormat:
 
     def __call__(self, x_text: str, context: str | None) -> str:
         if self.context_as not in ("user", "system"):
-            raise ValueError(f"context_as must be user or system, not {self.context_as!r}")
+            raise UsageError(f"context_as must be user or system, not {self.context_as!r}")
         messages = []
         if context is not None and self.context_as == "system":
             messages.append({"role": "system", "content": context})
@@ -139,7 +140,7 @@ class Task:
             if lv.key not in exclude:
                 out.append(lv)
             if i > 100 * n + 1000:
-                raise ValueError(f"{self.name}: almost every level is held out; use a larger "
+                raise UsageError(f"{self.name}: almost every level is held out; use a larger "
                                    "board so training and test levels can differ")
         return out
 
@@ -181,7 +182,7 @@ class Task:
                 return self.rules_text
             return resources.files("nca_interp.tasks").joinpath(f"rules/{self.name}.txt") \
                 .read_text().strip()
-        raise ValueError(f"unknown context kind {kind!r}; choose one of {CONTEXT_KINDS}")
+        raise UsageError(f"unknown context kind {kind!r}; choose one of {CONTEXT_KINDS}")
 
     def control_context(self, levels: list, i: int, kind: str) -> str:
         """A context of the same kind and form for item `i` that does not fit it (the control
@@ -267,7 +268,7 @@ class QATask(Task):
 
     def context(self, level, kind: str) -> str:
         if kind != "system":
-            raise ValueError(f"{self.name} has one context kind, system (its system prompt), "
+            raise UsageError(f"{self.name} has one context kind, system (its system prompt), "
                              f"not {kind!r}")
         return self._system_prompt(level)
 
@@ -402,7 +403,7 @@ class FactsTask(Task):
 
     def context(self, level, kind: str) -> str:
         if kind != self.config.kind:
-            raise ValueError(f"this facts task distils the {self.config.kind!r} context, not "
+            raise UsageError(f"this facts task distils the {self.config.kind!r} context, not "
                              f"{kind!r}; pass --task-options kind={kind} for the other one")
         if kind == "facts":
             return level.kb.render(self.config.n_attributes)
@@ -483,7 +484,7 @@ class JsonlTask(Task):
 
     def context(self, level, kind: str) -> str:
         if kind not in jsonl.KINDS:
-            raise ValueError(f"jsonl has one context kind, context (the item's c), not "
+            raise UsageError(f"jsonl has one context kind, context (the item's c), not "
                              f"{kind!r}")
         return jsonl.shared_context(self.config) or level.context
 
@@ -532,7 +533,7 @@ class JsonlTask(Task):
 
     def target(self, level) -> str:
         if level.answer is None:
-            raise ValueError(f"item {level.id!r} has no answer, so there is no reference "
+            raise UsageError(f"item {level.id!r} has no answer, so there is no reference "
                              "response: pass --responses own or base (layer_sim)")
         return level.answer
 
@@ -546,9 +547,9 @@ def make_task(name: str, fmt: str = "compact", plan_k: int = 3, **config) -> Tas
     `make_task("sysprompt", kb=0)`, `make_task("opcd", "textarena", train=..., test=...,
     system_prompt=...)`."""
     if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r}; choose one of {FORMATS}")
+        raise UsageError(f"unknown format {fmt!r}; choose one of {FORMATS}")
     if name not in _CONFIGS:
-        raise ValueError(f"unknown task {name!r}; choose one of {TASKS}")
+        raise UsageError(f"unknown task {name!r}; choose one of {TASKS}")
     cls = {"sysprompt": SyspromptTask, "opcd": OPCDTask, "facts": FactsTask,
            "jsonl": JsonlTask}.get(name, Task)
     return cls(name, _MODULES[name], _CONFIGS[name](**config), fmt, plan_k)
@@ -568,13 +569,13 @@ def parse_task_options(name: str, options: list[str] | None) -> dict:
     """`["kb=3", "word_len=3"]` or `["train=a.jsonl", "test=b.jsonl", "system_prompt=s.txt"]`
     into typed config values of task `name` (`none` is None)."""
     if name not in _CONFIGS:
-        raise ValueError(f"unknown task {name!r}; choose one of {TASKS}")
+        raise UsageError(f"unknown task {name!r}; choose one of {TASKS}")
     defaults = {f.name: f.default for f in fields(_CONFIGS[name])}
     out = {}
     for opt in options or []:
         key, sep, value = opt.partition("=")
         if not sep or key not in defaults:
-            raise ValueError(f"task option {opt!r}: expected KEY=VALUE with KEY one of "
+            raise UsageError(f"task option {opt!r}: expected KEY=VALUE with KEY one of "
                              f"{sorted(defaults)} for {name}")
         default = defaults[key]
         try:
@@ -593,7 +594,7 @@ def parse_task_options(name: str, options: list[str] | None) -> dict:
         except ValueError:
             want = ("integers like 6x6" if isinstance(default, tuple) else
                     "a number" if isinstance(default, float) else "an integer")
-            raise ValueError(f"task option {key}={value!r}: {key} takes {want} for {name} "
+            raise UsageError(f"task option {key}={value!r}: {key} takes {want} for {name} "
                              f"(default {default})") from None
     return out
 
@@ -608,7 +609,7 @@ def task_from_record(record: dict | None, name: str | None = None,
     if record.get("name") != name:
         record = {}
     if name not in _CONFIGS:
-        raise ValueError(f"unknown task {name!r}; choose one of {TASKS}")
+        raise UsageError(f"unknown task {name!r}; choose one of {TASKS}")
     known = {f.name for f in fields(_CONFIGS[name])}
     config = {k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k in known}
     if name == "sysprompt" and record and "layout" not in record:

@@ -35,6 +35,7 @@ import random
 import re
 from dataclasses import dataclass
 
+from nca_interp.errors import UsageError
 from nca_interp.tasks.language import is_french
 
 ATTRIBUTES = ("capital", "founder", "year")
@@ -75,16 +76,16 @@ class FactsConfig:
 
     def __post_init__(self):
         if not 1 <= self.n_attributes <= len(ATTRIBUTES):
-            raise ValueError(f"n_attributes must be 1..{len(ATTRIBUTES)}, not "
+            raise UsageError(f"n_attributes must be 1..{len(ATTRIBUTES)}, not "
                              f"{self.n_attributes}")
         if not 2 <= self.n_entities <= 40:
-            raise ValueError(f"n_entities must be 2..40, not {self.n_entities}")
+            raise UsageError(f"n_entities must be 2..40, not {self.n_entities}")
         if self.kind not in ("facts", "rule"):
-            raise ValueError(f"kind must be facts or rule, not {self.kind!r}")
+            raise UsageError(f"kind must be facts or rule, not {self.kind!r}")
         if self.rule not in RULES:
-            raise ValueError(f"rule must be one of {', '.join(RULES)}, not {self.rule!r}")
+            raise UsageError(f"rule must be one of {', '.join(RULES)}, not {self.rule!r}")
         if self.max_new < 4:
-            raise ValueError(f"max_new must be >= 4 tokens, not {self.max_new}")
+            raise UsageError(f"max_new must be >= 4 tokens, not {self.max_new}")
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,7 @@ def follows_rule(response: str, rule: str, kb: KB | None = None) -> bool:
         return is_french(body, invented_words(kb) if kb is not None else ())
     if rule == "brackets":
         return re.search(r"\[[^\[\]]+\]", body) is not None
-    raise ValueError(f"unknown rule {rule!r}")
+    raise UsageError(f"unknown rule {rule!r}")
 
 
 def french_by_words(response: str) -> bool:

@@ -11,6 +11,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
+from nca_interp.errors import UsageError
 from nca_interp.tasks.sokoban import MOVES, Outcome
 
 Pos = tuple[int, int]
@@ -65,14 +66,14 @@ def generate_level(seed: int | str, cfg: FrozenLakeConfig = FrozenLakeConfig()) 
     start, goal = (0, 0), (n - 1, n - 1)
     cells = [(r, c) for r in range(n) for c in range(n) if (r, c) not in (start, goal)]
     if not 0 <= cfg.num_holes <= len(cells) - 1:
-        raise ValueError(f"num_holes={cfg.num_holes} impossible on a {n}x{n} grid")
+        raise UsageError(f"num_holes={cfg.num_holes} impossible on a {n}x{n} grid")
     for _ in range(10_000):
         holes = frozenset(rng.sample(cells, cfg.num_holes))
         level = FrozenLakeLevel(n, holes, start, goal)
         plan = solve(level)
         if plan is not None and cfg.min_solution <= len(plan) <= cfg.max_solution:
             return FrozenLakeLevel(n, holes, start, goal, plan)
-    raise ValueError(f"no solvable grid passed the filter for seed {seed!r}")
+    raise UsageError(f"no solvable grid passed the filter for seed {seed!r}")
 
 
 def play(level: FrozenLakeLevel, moves: str, max_invalid: int = 1) -> Outcome:
@@ -128,7 +129,7 @@ def parse_board(text: str) -> FrozenLakeLevel:
     rows = text.strip("\n").split("\n")
     n = len(rows)
     if n < 2 or any(len(r) != n for r in rows):
-        raise ValueError("malformed FrozenLake board: need a square grid of at least 2x2")
+        raise UsageError("malformed FrozenLake board: need a square grid of at least 2x2")
     holes, start, goal = set(), None, None
     for r, row in enumerate(rows):
         for c, ch in enumerate(row):
@@ -139,13 +140,13 @@ def parse_board(text: str) -> FrozenLakeLevel:
             elif ch == "G":
                 goal = (r, c)
             elif ch != "_":
-                raise ValueError(f"malformed FrozenLake board: unknown symbol {ch!r} at ({r}, {c})")
+                raise UsageError(f"malformed FrozenLake board: unknown symbol {ch!r} at ({r}, {c})")
     if start is None or goal is None:
-        raise ValueError("malformed FrozenLake board: needs one P and one G")
+        raise UsageError("malformed FrozenLake board: needs one P and one G")
     level = FrozenLakeLevel(n, frozenset(holes), start, goal)
     plan = solve(level)
     if plan is None:
-        raise ValueError("FrozenLake board has no hole-free path to the goal")
+        raise UsageError("FrozenLake board has no hole-free path to the goal")
     return FrozenLakeLevel(n, level.holes, start, goal, plan)
 
 

@@ -20,13 +20,14 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from nca_interp.errors import InputError, UsageError
 from nca_interp.fsio import read_text
 from nca_interp.tasks.sysprompt import LETTERS
 
 KINDS = ("mcq", "yesno")
 
 
-class DataFormatError(ValueError):
+class DataFormatError(InputError):
     """A line of an OPCD-format file that does not follow the schema."""
 
 
@@ -40,7 +41,7 @@ class OPCDConfig:
 
     def __post_init__(self):
         if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, not {self.kind!r}")
+            raise UsageError(f"kind must be one of {KINDS}, not {self.kind!r}")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
+from nca_interp.errors import UsageError
+
 MOVES = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
 IDENTITY = "UDLR"  # key order of a remap: the letters typed for up, down, left, right
 # textarena 0.7.4 Sokoban-v0 symbols: 0 wall, 1 floor, 2 target, 3 box on target, 4 box,
@@ -46,7 +48,7 @@ class SokobanConfig:
     def __post_init__(self):
         if self.remap is not None and self.remap != "random" and \
                 sorted(self.remap) != sorted(IDENTITY):
-            raise ValueError(f"remap {self.remap!r}: use none, random, or a permutation of "
+            raise UsageError(f"remap {self.remap!r}: use none, random, or a permutation of "
                              f"{IDENTITY} (the letters typed for up, down, left, right)")
 
 
@@ -102,7 +104,7 @@ def generate_level(seed: int | str, cfg: SokobanConfig = SokobanConfig()) -> Sok
     rng = random.Random(f"sokoban-{seed}")
     h, w = cfg.dim_room
     if h < 4 or w < 4:
-        raise ValueError(f"dim_room {cfg.dim_room} too small: need at least 4x4 with walls")
+        raise UsageError(f"dim_room {cfg.dim_room} too small: need at least 4x4 with walls")
     for _ in range(10_000):
         floor = _topology(rng, h, w)
         if len(floor) < 2 * cfg.num_boxes + 1:
@@ -119,7 +121,7 @@ def generate_level(seed: int | str, cfg: SokobanConfig = SokobanConfig()) -> Sok
         if plan is not None and cfg.min_solution <= len(plan) <= cfg.max_solution:
             return SokobanLevel(h, w, walls, level.targets, level.boxes, player, plan,
                                 keys_for(seed, cfg))
-    raise ValueError(f"no level passed the filter for seed {seed!r}; widen min/max_solution")
+    raise UsageError(f"no level passed the filter for seed {seed!r}; widen min/max_solution")
 
 
 def keys_for(seed: int | str, cfg: SokobanConfig) -> str:
@@ -172,7 +174,7 @@ def solve(level: SokobanLevel, max_states: int = 200_000) -> str | None:
                 parent[key] = (state, m)
                 queue.append(key)
         if len(parent) > max_states:
-            raise ValueError("solver state budget exceeded; room too large for exact BFS")
+            raise UsageError("solver state budget exceeded; room too large for exact BFS")
     return None
 
 
@@ -236,7 +238,7 @@ def parse_board(text: str) -> SokobanLevel:
     """Inverse of `render_compact` (walls added around); raises ValueError on a malformed board."""
     rows = text.strip("\n").split("\n")
     if not rows or len({len(r) for r in rows}) != 1:
-        raise ValueError("malformed Sokoban board: rows must be non-empty and of equal length")
+        raise UsageError("malformed Sokoban board: rows must be non-empty and of equal length")
     h, w = len(rows) + 2, len(rows[0]) + 2
     inv = {v: k for k, v in SYMBOLS.items()}
     walls = {(r, c) for r in range(h) for c in range(w) if r in (0, h - 1) or c in (0, w - 1)}
@@ -245,7 +247,7 @@ def parse_board(text: str) -> SokobanLevel:
         for c, ch in enumerate(row, start=1):
             kind = inv.get(ch)
             if kind is None:
-                raise ValueError(f"malformed Sokoban board: unknown symbol {ch!r} at ({r}, {c})")
+                raise UsageError(f"malformed Sokoban board: unknown symbol {ch!r} at ({r}, {c})")
             if kind == "wall":
                 walls.add((r, c))
             if kind in ("target", "box_on_target", "player_on_target"):
@@ -255,13 +257,13 @@ def parse_board(text: str) -> SokobanLevel:
             if kind in ("player", "player_on_target"):
                 players.append((r, c))
     if len(players) != 1 or len(boxes) != len(targets) or not boxes:
-        raise ValueError(f"malformed Sokoban board: {len(players)} players, {len(boxes)} boxes, "
+        raise UsageError(f"malformed Sokoban board: {len(players)} players, {len(boxes)} boxes, "
                          f"{len(targets)} targets (need 1 player and as many boxes as targets)")
     level = SokobanLevel(h, w, frozenset(walls), tuple(sorted(targets)), tuple(sorted(boxes)),
                          players[0])
     plan = solve(level)
     if plan is None:
-        raise ValueError("Sokoban board is unsolvable")
+        raise UsageError("Sokoban board is unsolvable")
     return SokobanLevel(h, w, level.walls, level.targets, level.boxes, level.player, plan)
 
 

@@ -49,6 +49,8 @@ import random
 import re
 from dataclasses import dataclass
 
+from nca_interp.errors import UsageError
+
 ATTRIBUTES = ("town", "lake", "tint", "rock", "dish", "game")  # equal lengths: fixed layout
 PHRASINGS = ("{a} of {e}?",)
 LETTERS = "ABCDEFGH"
@@ -74,18 +76,18 @@ class SyspromptConfig:
 
     def __post_init__(self):
         if not 2 <= self.n_options <= min(self.n_entities, len(LETTERS)):
-            raise ValueError(f"n_options must be 2..min(n_entities, {len(LETTERS)}), "
+            raise UsageError(f"n_options must be 2..min(n_entities, {len(LETTERS)}), "
                              f"not {self.n_options}: distractors are other entities' values")
         if not 1 <= self.n_attributes <= len(ATTRIBUTES):
-            raise ValueError(f"n_attributes must be 1..{len(ATTRIBUTES)}")
+            raise UsageError(f"n_attributes must be 1..{len(ATTRIBUTES)}")
         if self.word_len not in (1, 3):
-            raise ValueError("word_len must be 1 (single characters) or 3 (invented words)")
+            raise UsageError("word_len must be 1 (single characters) or 3 (invented words)")
         if self.layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {LAYOUTS}, not {self.layout!r}")
+            raise UsageError(f"layout must be one of {LAYOUTS}, not {self.layout!r}")
         if self.response not in RESPONSES:
-            raise ValueError(f"response must be one of {RESPONSES}, not {self.response!r}")
+            raise UsageError(f"response must be one of {RESPONSES}, not {self.response!r}")
         if self.word_len == 1 and self.n_entities > len(_NAMES_1):
-            raise ValueError(f"word_len 1 allows at most {len(_NAMES_1)} entities")
+            raise UsageError(f"word_len 1 allows at most {len(_NAMES_1)} entities")
 
 
 @dataclass(frozen=True)
@@ -225,7 +227,7 @@ def follow_up(q: Question, seed: int | str, cfg: SyspromptConfig) -> Question:
 def all_test_questions(cfg: SyspromptConfig, seed: int = 0) -> list[Question]:
     """Every distinct held-out question about the fixed KB, in a seeded random order."""
     if cfg.kb is None:
-        raise ValueError("a random-KB task has no finite held-out set; set kb")
+        raise UsageError("a random-KB task has no finite held-out set; set kb")
     kb = knowledge_base(cfg.kb, cfg)
     out = []
     for e, a, ph in itertools.product(range(cfg.n_entities), range(cfg.n_attributes),

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from nca_interp.errors import UsageError
 from nca_interp.identity import others, roster, students
 from train import rules
 
@@ -35,7 +36,7 @@ class Claim:
     def __post_init__(self):
         for word in (self.verdict, *(v for _, v, _ in self.also)):
             if word not in rules.VERDICTS:
-                raise ValueError(f"verdict {word!r} is not one of {', '.join(rules.VERDICTS)}")
+                raise UsageError(f"verdict {word!r} is not one of {', '.join(rules.VERDICTS)}")
 
     @property
     def cell(self) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from nca_interp import analysis
+from nca_interp.errors import UsageError
 from train import judge, rules
 from train.claims.claim import Claim
 from train.claims.stats import average, pool_units
@@ -47,7 +48,7 @@ def _gather(figs: Path, method: str, pair: str) -> dict[str, list[dict]]:
         for r in analysis.load(f)["results"].values():
             parts = r["global"].get("parts")
             if not parts:
-                raise ValueError(f"{f} has no noise-corrected angles: rerun python -m "
+                raise UsageError(f"{f} has no noise-corrected angles: rerun python -m "
                                  "nca_interp.grad_align with --parts 4")
             cells.append({**parts["pairs"][pair],
                           "support": support_bound(r.get("modules") or {}, *terms)})

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from nca_interp import analysis
+from nca_interp.errors import UsageError
 from nca_interp.fsio import read_json
 from nca_interp.identity import others, partner, roster, students
 from train import dose, judge, rules
@@ -197,7 +198,7 @@ def _items(root: Path, members: tuple[str, ...]) -> dict[str, np.ndarray | list]
             if o is None:
                 continue
             if not (r["items"]["unit"] == o["items"]["unit"] == base["items"]["unit"]):
-                raise ValueError(f"{member}: {name}, its OPD seed and the teacher were not "
+                raise UsageError(f"{member}: {name}, its OPD seed and the teacher were not "
                                  "evaluated on the same items; re-run the evaluation")
             for key, rep in (("o", o), ("n", r), ("b", base)):
                 cols[key + "0"] += rep["items"]["won_no_c"]

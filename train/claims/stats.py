@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from nca_interp.errors import UsageError
 from train import dose, judge
 
 # The claims' cluster bootstrap: resamples and seed. Enough resamples that no published
@@ -132,7 +133,7 @@ def gain_estimate(base: dict, runs: list[dict], key: str = "won_c") -> judge.Est
     diff, by_run, by_unit = [], [], []
     for i, r in enumerate(runs):
         if r["items"]["unit"] != base["items"]["unit"]:
-            raise ValueError("a student and step 0 were not evaluated on the same items; "
+            raise UsageError("a student and step 0 were not evaluated on the same items; "
                              "re-run the evaluation")
         diff += list(np.asarray(r["items"][key], float) - np.asarray(base["items"][key], float))
         by_run += [f"{i}|{u}" for u in r["items"]["unit"]]
@@ -158,7 +159,7 @@ def paired_harm_gap(pairs: list[tuple[str, dict, dict]], where: str = "",
     cols: dict[str, list] = {"o0": [], "o1": [], "n0": [], "n1": [], "cluster": []}
     for seed, o, n in pairs:
         if n["items"]["unit"] != o["items"]["unit"]:
-            raise ValueError(f"{where}OPD and NCA of seed {seed} were not evaluated on the "
+            raise UsageError(f"{where}OPD and NCA of seed {seed} were not evaluated on the "
                              "same items; re-run the evaluation")
         cols["o0"] += o["items"]["won_no_c"]
         cols["o1"] += o["items"]["won_c"]
