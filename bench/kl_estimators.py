@@ -25,9 +25,10 @@ from pathlib import Path
 import torch
 
 from nca_interp.checkpoint import load_checkpoint
+from nca_interp.forward import response_logits
 from nca_interp.losses import Estimator, estimated_kl
 from nca_interp.models import context_limit
-from nca_interp.rollout import onpolicy_batch, response_logits
+from nca_interp.rollout import onpolicy_batch
 from nca_interp.runs import resolve_task_and_context, teacher_of
 
 

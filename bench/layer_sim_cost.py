@@ -10,8 +10,9 @@ import torch
 
 from bench.common import parse_args, timeit
 from nca_interp.checkpoint import load_checkpoint
+from nca_interp.forward import positions
 from nca_interp.hooks import boot_bridge, capture
-from nca_interp.rollout import encode, positions
+from nca_interp.rollout import encode
 from nca_interp.tasks import make_task
 
 

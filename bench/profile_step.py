@@ -29,9 +29,10 @@ def _median(fn, repeat: int) -> float:
 
 def phases(student, teacher, tok, task, batch, repeat: int, cached: bool) -> dict[str, float]:
     """Seconds of each phase of an NCA step (OPD's are the subset without the context view)."""
+    from nca_interp.forward import response_logits
     from nca_interp.losses import combine, loss_terms
     from nca_interp.prefix import PrefixCache, view_logits
-    from nca_interp.rollout import pad_id, response_logits, sample, stop_ids
+    from nca_interp.rollout import pad_id, sample, stop_ids
 
     b = batch
     cache = PrefixCache() if cached else None

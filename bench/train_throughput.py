@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from bench.common import matmul_peak_gflops, timeit
+from nca_interp.forward import response_logits
 from nca_interp.models import ModelConfig, build_model
-from nca_interp.rollout import encode, response_logits, target_batch
+from nca_interp.rollout import encode, target_batch
 from nca_interp.tasks import make_task
 from nca_interp.tokenizer import build_char_tokenizer
 

@@ -2,6 +2,8 @@
 
 import os
 
+__all__ = []
+
 # No hub here: every load is from a local folder. Set before transformers is imported.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = ["cluster_indices", "iid_indices", "n_units", "percentile_ci"]
+
 
 def iid_indices(n: int, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
     """(n_boot, n) item indices drawn with replacement."""

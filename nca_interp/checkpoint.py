@@ -36,6 +36,10 @@ from nca_interp.fsio import (
     write_text,
 )
 
+__all__ = ["MANIFEST", "CheckpointError", "check_architecture", "check_same_tokenizer",
+           "git_commit", "hash_once", "latest_step_checkpoint", "load_checkpoint",
+           "read_run_config", "save_checkpoint", "verify_folder", "write_manifest"]
+
 MANIFEST = "nca_checkpoint.json"
 RUN_CONFIG = "run_config.json"
 
@@ -98,7 +102,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _write_manifest(folder: Path, skip: tuple[str, ...] = ()) -> None:
+def write_manifest(folder: Path, skip: tuple[str, ...] = ()) -> None:
     """Size and sha256 of every file (but `skip` and temporaries), written last, atomically."""
     files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)}
              for p in sorted(folder.iterdir())
@@ -119,7 +123,7 @@ def _write_folder(folder: Path, model, tokenizer, run_config: dict | None,
         save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()},
                   folder / "trainer_state.safetensors")
         (folder / "trainer_state.json").write_text(json.dumps(meta, indent=1))
-    _write_manifest(folder)
+    write_manifest(folder)
 
 
 def save_checkpoint(path: str | Path, model, tokenizer, run_config: dict | None = None,
@@ -165,7 +169,7 @@ def publish(src: str | Path, run_dir: str | Path) -> None:
             os.replace(tmp, run_dir / f.name)
             fault_point("publish")
     # metrics.jsonl keeps growing after a publish; it is not part of the weights' manifest.
-    _write_manifest(run_dir, skip=("metrics.jsonl",))
+    write_manifest(run_dir, skip=("metrics.jsonl",))
 
 
 def weight_files(path: Path) -> list[Path]:

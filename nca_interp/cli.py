@@ -16,7 +16,11 @@ import types
 import typing
 from pathlib import Path
 
-from nca_interp.errors import RunError, UsageError  # noqa: F401 - re-exported
+from nca_interp.errors import RunError, UsageError
+
+__all__ = ["argv_of", "as_paths", "check_arguments", "check_disk", "check_writable", "entry",
+           "finite_json", "parse_config", "same_config", "to_dict", "validate", "write_atomic",
+           "write_json"]
 
 # Ranges of the numeric flags every entry point shares, by field name (a field's own
 # `metadata["check"]` overrides). ">0": positive; ">=0"; ">=1"; "choice:a|b|c".

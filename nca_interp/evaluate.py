@@ -44,12 +44,15 @@ from nca_interp.rollout import (
     sample,
     stop_ids,
 )
-from nca_interp.runs import (  # noqa: F401 - check_context, task_for_checkpoints re-exported
-    check_context,
+from nca_interp.runs import (
     resolve_task_and_context,
-    task_for_checkpoints,
 )
 from nca_interp.tasks import CONTEXT_CHOICES, TASK_CHOICES, Task
+
+__all__ = ["DEMO", "TASK_OPTIONS_HELP", "EvalConfig", "control_report", "evaluate_checkpoint",
+           "execute", "figures", "format_control", "format_markdown", "label", "main",
+           "max_response_tokens", "metric_of", "paired_report", "play_levels", "run", "show",
+           "unscored_report", "views_kl"]
 
 _SAID: set = set()
 

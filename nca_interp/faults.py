@@ -17,6 +17,8 @@ import signal
 
 from nca_interp.errors import UsageError
 
+__all__ = ["fault_point"]
+
 
 def fault_point(name: str) -> None:
     spec = os.environ.get("NCA_INTERP_FAULT")

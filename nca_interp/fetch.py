@@ -33,6 +33,8 @@ from nca_interp.errors import RunError, UsageError
 from nca_interp.faults import fault_point
 from nca_interp.fsio import pid_alive, read_json, replace_folder, temp_path, write_text
 
+__all__ = ["FetchConfig", "default_cache", "fetch", "gguf_to_hf", "main"]
+
 PROVENANCE = "PROVENANCE.json"
 
 
@@ -141,9 +143,9 @@ def write_folder(gguf: Path, out: Path, provenance: dict) -> Path:
     model, tok = gguf_to_hf(gguf)
     out = save_checkpoint(out, model, tok, run_config=None)
     write_text(out / PROVENANCE, json.dumps(provenance, indent=1))
-    from nca_interp.checkpoint import _write_manifest  # provenance joins the manifest
+    from nca_interp.checkpoint import write_manifest  # provenance joins the manifest
 
-    _write_manifest(out)
+    write_manifest(out)
     return out
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import torch
 
+__all__ = ["is_hf", "positions", "response_logits"]
+
 
 def positions(mask_B_T: torch.Tensor) -> torch.Tensor:
     return (mask_B_T.cumsum(-1) - 1).clamp(min=0)

@@ -24,10 +24,10 @@ from pathlib import Path
 
 from nca_interp.errors import InputError, MissingInputError
 
-__all__ = ["InputError", "MAX_JSON_BYTES", "MAX_TEXT_BYTES", "clear_temporaries",
-           "is_temporary", "old_path", "pid_alive", "read_bytes", "read_json", "read_jsonl",
-           "read_text", "regular_file", "replace_folder", "spill_folder", "temp_path",
-           "write_bytes", "write_text"]
+__all__ = ["MAX_JSON_BYTES", "MAX_TEXT_BYTES", "clear_temporaries", "is_temporary", "old_path",
+           "parse_json", "pid_alive", "read_bytes", "read_json", "read_jsonl", "read_text",
+           "regular_file", "replace_folder", "spill_folder", "temp_path", "write_bytes",
+           "write_text"]
 
 MAX_JSON_BYTES = 1 << 30  # a report of a 1.7B model's per-module table is tens of MB
 MAX_TEXT_BYTES = 64 << 20  # prompts, system prompts, data files of questions

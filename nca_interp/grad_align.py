@@ -64,6 +64,8 @@ from nca_interp.runs import (
 from nca_interp.tasks import CONTEXT_CHOICES
 from nca_interp.tensorfiles import TensorFolder, row_chunks, save_sharded
 
+__all__ = ["DEMO", "GradAlignConfig", "execute", "figures", "format_table", "main", "run", "show"]
+
 HALVES = (1, 2)
 
 
@@ -444,10 +446,10 @@ def show(report: dict) -> None:
 def figures(report: dict) -> dict:
     """{"": angles and floors per checkpoint, "steps": over training (with more than one
     checkpoint of one run; checkpoints of different runs have no course to draw)}."""
-    from nca_interp.plots import _grad_x, grad_align_figure, grad_align_over_steps
+    from nca_interp.plots import grad_align_figure, grad_align_over_steps, grad_x
 
     out = {"": grad_align_figure(report)}
-    if len(report["results"]) > 1 and _grad_x(report)[1]:  # one run's course over training
+    if len(report["results"]) > 1 and grad_x(report)[1]:  # one run's course over training
         out["steps"] = grad_align_over_steps(report)
     return out
 

@@ -15,6 +15,8 @@ import torch
 from nca_interp.checkpoint import load_checkpoint
 from nca_interp.names import EMBED_HOOK, pattern_hook, resid_hook
 
+__all__ = ["attached", "attached_hooks", "boot_bridge", "capture"]
+
 
 def boot_bridge(path: str | Path, device: str = "cpu", dtype=None, loaded=None):
     """A TransformerBridge over the checkpoint at `path`, loaded once and strictly by

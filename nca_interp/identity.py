@@ -18,6 +18,9 @@ from pathlib import Path
 
 from nca_interp.errors import UsageError
 
+__all__ = ["RunId", "by_name", "legacy_of_name", "of_path", "others", "partner", "roster",
+           "students"]
+
 METHODS = ("opd", "nca", "opdsized")  # opdsized: OPD retrained at NCA's update size
 ROLES = ("opdsized",)  # what a run may be besides its loss's method (train.distill --role)
 _LEGACY_NAME = re.compile(

@@ -81,6 +81,9 @@ from nca_interp.runs import (
 )
 from nca_interp.tasks import CONTEXT_CHOICES, Task
 
+__all__ = ["DEMO", "LayerSimConfig", "execute", "figures", "format_heads", "format_table", "main",
+           "run", "show", "similarity_by_layer"]
+
 
 def linear_cka(X_M_D: torch.Tensor, Y_M_D: torch.Tensor) -> float:
     """Linear CKA (Kornblith et al. 2019) between two sets of M token representations."""

@@ -48,8 +48,11 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from nca_interp.errors import UsageError
+from nca_interp.forward import response_logits
 from nca_interp.prefix import PrefixCache, view_logits
-from nca_interp.rollout import Batch, model_device, response_logits
+from nca_interp.rollout import Batch, model_device
+
+__all__ = ["TERMS", "Estimator", "combine", "estimated_kl", "loss_terms", "position_kl"]
 
 TERMS = ("opd", "nca", "ctx")
 

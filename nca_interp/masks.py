@@ -8,6 +8,8 @@ import torch
 
 from nca_interp.errors import UsageError
 
+__all__ = ["context_token_mask", "shared_suffix_mask"]
+
 
 def context_token_mask(tokenizer, text: str, context: str) -> list[bool]:
     """Which tokens of `text` (tokenized as `encode` does) overlap the context string; found

@@ -20,6 +20,8 @@ from transformers import (
 
 from nca_interp.errors import UsageError
 
+__all__ = ["ModelConfig", "autocast", "build_model", "context_limit", "resolve_device"]
+
 ARCHS = {"qwen3": Qwen3Config, "qwen2": Qwen2Config, "llama": LlamaConfig}
 
 

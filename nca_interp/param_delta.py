@@ -54,6 +54,9 @@ from nca_interp.reduce import Gram, stream_by_name
 from nca_interp.runs import check_same_tokenizers, initial_of, lr_at
 from nca_interp.tensorfiles import TensorFolder, row_chunks
 
+__all__ = ["DEMO", "ParamDeltaConfig", "execute", "figures", "format_cos", "format_table",
+           "layer_module_grid", "main", "run", "show"]
+
 ARCH_KEYS = ("model_type", "num_hidden_layers", "hidden_size", "vocab_size",
              "num_attention_heads", "num_key_value_heads", "intermediate_size")
 

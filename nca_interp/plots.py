@@ -17,6 +17,11 @@ from plotly.subplots import make_subplots
 from nca_interp.errors import RunError
 from nca_interp.identity import RunId, roster
 
+__all__ = ["PALETTE", "check_bundle", "context_return_figure", "evaluate_figure",
+           "grad_align_figure", "grad_align_over_steps", "grad_x", "head_heatmaps", "heatmap",
+           "layer_sim_figure", "notebook_renderer", "patching_figures", "trajectory_figure",
+           "unscored_figure", "write_figure"]
+
 PALETTE = {"random_init": "#9e9e9e", "base": "#1f77b4", "opd": "#d62728", "nca": "#2ca02c"}
 
 
@@ -137,7 +142,7 @@ def heatmap(values: list[list[float]], rows: list[str], cols: list[str], title: 
     return fig
 
 
-def _grad_x(report: dict) -> tuple[list, bool]:
+def grad_x(report: dict) -> tuple[list, bool]:
     """The x of a grad_align report's checkpoints and whether they are one run's course over
     training (distinct recorded steps, one run folder): steps, joined by lines; else the
     checkpoints' names as categories, never joined (different runs have no course)."""
@@ -161,7 +166,7 @@ def grad_align_figure(report: dict) -> go.Figure:
     beside the noise floors of the two terms it joins (dotted: the angle between each term's
     two half-batch gradients; an angle is only read where it stands clear of both)."""
     names = list(report["results"])
-    steps, over_training = _grad_x(report)
+    steps, over_training = grad_x(report)
     first = report["results"][names[0]]["global"]
     pairs = list(first["angle_xfit_deg"])
     line = "lines+markers" if over_training else "markers"

@@ -29,6 +29,8 @@ from transformers import DynamicCache
 
 from nca_interp.forward import is_hf, positions, response_logits
 
+__all__ = ["PrefixCache", "prefill", "view_logits"]
+
 MIN_PREFIX = 8  # shorter shared prefixes are not worth a second model call
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import sys
 
+__all__ = ["bar"]
+
 
 def quiet() -> bool:
     return os.environ.get("NCA_INTERP_QUIET") == "1"

@@ -23,6 +23,8 @@ from nca_interp.errors import UsageError
 from nca_interp.names import module_of
 from nca_interp.tensorfiles import prefetch
 
+__all__ = ["Gram", "cosine", "stream_by_name"]
+
 BLOCK_ELEMENTS = 1 << 15  # per vector and reduction block: 256 KB in float64, cache-resident
 
 

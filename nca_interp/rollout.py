@@ -12,7 +12,10 @@ import torch
 
 from nca_interp.decode import Decoder
 from nca_interp.errors import UsageError
-from nca_interp.forward import is_hf, positions, response_logits  # noqa: F401 - re-exported
+from nca_interp.forward import is_hf, positions
+
+__all__ = ["Batch", "decode_responses", "encode", "model_device", "onpolicy_batch", "pad_id",
+           "sample", "segment_batch", "stop_ids", "target_batch"]
 
 
 class ContextOverflowError(UsageError):

@@ -23,6 +23,8 @@ from pathlib import Path
 
 from nca_interp.errors import RunError
 
+__all__ = ["RunLock"]
+
 
 def _cmdline(pid: int) -> str:
     try:

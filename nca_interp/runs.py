@@ -12,6 +12,10 @@ from nca_interp.checkpoint import read_run_config
 from nca_interp.errors import UsageError
 from nca_interp.tasks import Task, task_from_record
 
+__all__ = ["check_context", "check_same_tokenizers", "initial_of", "lr_at",
+           "resolve_task_and_context", "step_of", "task_for_checkpoints", "teacher_of",
+           "with_initial_checkpoints"]
+
 
 def task_for_checkpoints(paths: list[str], name: str | None = None,
                          fmt: str | None = None, options: list[str] | None = None) -> Task:

@@ -16,6 +16,8 @@ import numpy as np
 from nca_interp.fsio import write_text
 from nca_interp.tasks.facts import ATTRIBUTES, RULES, follows_rule, french_by_words
 
+__all__ = ["agreement_table"]
+
 
 def measure(sizes: tuple[int, ...] = (4, 5, 6, 8), rules: tuple[str, ...] = tuple(RULES),
             model: str = "smollm2-135m-instruct") -> dict:

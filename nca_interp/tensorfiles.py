@@ -18,6 +18,8 @@ from safetensors import safe_open
 
 from nca_interp.errors import UsageError
 
+__all__ = ["TensorFolder", "prefetch", "read_header", "row_chunks", "save_sharded"]
+
 CHUNK_ELEMENTS = 1 << 22  # per vector and read: 4M elements (8 MB in bf16)
 
 

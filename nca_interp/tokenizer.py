@@ -11,6 +11,8 @@ import string
 from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast
 
+__all__ = ["EOS", "build_char_tokenizer"]
+
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 CHARS = sorted(set(string.printable) - set("\t\r\x0b\x0c")) + ["√"]
 

@@ -44,12 +44,16 @@ from nca_interp.checkpoint import (
 from nca_interp.cli import as_paths, entry, parse_config, validate
 from nca_interp.errors import UsageError
 from nca_interp.evaluate import evaluate_checkpoint
+from nca_interp.forward import response_logits
 from nca_interp.losses import position_kl
 from nca_interp.models import context_limit
 from nca_interp.progress import bar
-from nca_interp.rollout import onpolicy_batch, response_logits
+from nca_interp.rollout import onpolicy_batch
 from nca_interp.runs import initial_of, resolve_task_and_context, step_of, teacher_of
 from nca_interp.tasks import CONTEXT_CHOICES
+
+__all__ = ["TrajectoryConfig", "checkpoints_of", "execute", "figures", "format_table", "main",
+           "run", "show"]
 
 KL_TERMS = ("kl_opd", "kl_ctx", "kl_nca", "drift")
 REPORT_KEYS = ("win_no_c", "win_c", "harm", "help", "delta_c", "rel_len_both", "regime",

@@ -36,6 +36,8 @@ from nca_interp.models import context_limit
 from nca_interp.prefix import PrefixCache
 from nca_interp.rollout import Batch
 
+__all__ = ["NCADistillationConfig", "NCADistillationTrainer"]
+
 try:
     from trl import DistillationConfig, DistillationTrainer
 except ImportError as e:  # pragma: no cover - the optional extra is missing

@@ -113,3 +113,65 @@ def test_the_user_error_check_sees_a_bare_value_error(tmp_path):
     (tmp_path / "train").mkdir()
     (tmp_path / "nca_interp" / "bad.py").write_text("def f():\n    raise ValueError('x')\n")
     assert user_error_problems(tmp_path) == ["nca_interp/bad.py:2 raises ValueError"]
+
+
+def api_problems(root: Path = ROOT) -> list[str]:
+    """Modules of nca_interp/ and train/ without `__all__` or naming in it what they do not
+    define; and code of the package or bench/ that imports from one of them a name outside its
+    `__all__` (a helper reached by an odd route: import it from the module that defines it, or
+    add it to that module's `__all__` as part of its interface). A package's `__init__` may
+    name in its `__all__` what it imports from its modules (its facade)."""
+    import ast
+
+    def tree(p):
+        return ast.parse(p.read_text())
+
+    mods = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in sorted([*(root / "nca_interp").rglob("*.py"), *(root / "train").rglob("*.py")])
+            if p.name != "__main__.py"}
+    exported, found = {}, []
+    for m, p in mods.items():
+        body = tree(p).body
+        top = set()
+        for n in body:
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                top.add(n.name)
+            for t in getattr(n, "targets", [getattr(n, "target", None)]):
+                top |= {e.id for e in (t.elts if isinstance(t, ast.Tuple) else [t])
+                        if isinstance(e, ast.Name)}
+            if p.name == "__init__.py" and isinstance(n, ast.ImportFrom):  # a package's facade
+                top |= {a.asname or a.name for a in n.names}
+        alls = [n.value for n in body if isinstance(n, ast.Assign)
+                and any(getattr(t, "id", "") == "__all__" for t in n.targets)]
+        if not alls:
+            found.append(f"{m}: no __all__")
+            continue
+        exported[m] = [ast.literal_eval(e) for e in alls[0].elts]
+        found += [f"{m}: __all__ names {x}, which it does not define"
+                  for x in exported[m] if x not in top]
+    users = [*(root / "nca_interp").rglob("*.py"), *(root / "train").rglob("*.py"),
+             *(root / "bench").rglob("*.py")]
+    for p in users:
+        for n in ast.walk(tree(p)):
+            if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module in exported:
+                found += [f"{p.relative_to(root)}:{n.lineno} imports {a.name} from "
+                          f"{n.module}, outside its __all__" for a in n.names
+                          if a.name not in exported[n.module]
+                          and f"{n.module}.{a.name}" not in mods]
+    return found
+
+
+def test_every_module_declares_its_interface_and_is_reached_through_it():
+    assert api_problems() == []
+
+
+def test_the_interface_check_sees_a_missing_all_and_an_odd_route(tmp_path):
+    for d in ("nca_interp", "train", "bench"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "nca_interp" / "a.py").write_text("__all__ = ['f', 'g']\n\ndef f():\n    pass\n\n"
+                                                  "def helper():\n    pass\n")
+    (tmp_path / "nca_interp" / "b.py").write_text("from nca_interp.a import helper\n")
+    (tmp_path / "bench" / "c.py").write_text("from nca_interp.a import f\n")
+    assert api_problems(tmp_path) == [
+        "nca_interp.a: __all__ names g, which it does not define", "nca_interp.b: no __all__",
+        "nca_interp/b.py:1 imports helper from nca_interp.a, outside its __all__"]

@@ -103,7 +103,7 @@ def test_opcd_files_through_evaluate_and_distill(chat_folders, tmp_path):
     message, answers are read from the last <answer> tag, and distillation runs on it."""
     from pathlib import Path
 
-    from nca_interp import evaluate
+    from nca_interp import evaluate, runs
     from train import distill
 
     fix = Path(__file__).parent / "fixtures" / "opcd"
@@ -115,7 +115,7 @@ def test_opcd_files_through_evaluate_and_distill(chat_folders, tmp_path):
     (r,) = reports.values()
     assert r["n"] == 2 and r["metric"] == "accuracy"  # the whole two-question test file
     _, tok = load_checkpoint(folder)
-    task = evaluate.task_for_checkpoints([folder], "opcd", options=opts.split(","))
+    task = runs.task_for_checkpoints([folder], "opcd", options=opts.split(","))
     task = task.for_tokenizer(tok)
     q = task.levels("test", 1)[0]
     assert task.prompt(q, task.context(q, "system")).startswith(
@@ -124,4 +124,4 @@ def test_opcd_files_through_evaluate_and_distill(chat_folders, tmp_path):
                   str(tmp_path / "d"), "--batch", "4", "--steps", "1", "--eval-every", "5",
                   "--save-every", "1", "--threads", "1", "--method", "nca"])
     with pytest.raises(ValueError, match="KEY=VALUE with KEY one of"):
-        evaluate.task_for_checkpoints([folder], "opcd", options=["trian=x"])
+        runs.task_for_checkpoints([folder], "opcd", options=["trian=x"])

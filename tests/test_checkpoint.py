@@ -39,7 +39,7 @@ def test_atomic_save_under_crash(tok, tiny_model, tmp_path, monkeypatch):
     def boom(folder):
         raise RuntimeError("simulated crash while writing")
 
-    monkeypatch.setattr(ck, "_write_manifest", boom)
+    monkeypatch.setattr(ck, "write_manifest", boom)
     other = tiny(tok, seed=1)
     with pytest.raises(RuntimeError, match="simulated"):
         ck.save_checkpoint(tmp_path / "c", other, tok)

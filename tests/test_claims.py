@@ -724,5 +724,5 @@ def test_the_vectorised_cluster_bootstrap_equals_the_index_sets_it_replaces():
     assert np.abs(stats.boot_mean(v, clusters) - slow).max() < 1e-12
     w0, w1 = rng.random(500) < 0.7, rng.random(500) < 0.6
     lost, won = stats.cluster_sums([w0 & ~w1, w0], clusters)
-    ratio = np.array([stats._pooled_harm(w0[i], w1[i]) for i in stats.resample(clusters)])
+    ratio = np.array([stats.pooled_harm_rate(w0[i], w1[i]) for i in stats.resample(clusters)])
     assert np.abs(lost / won - ratio).max() < 1e-12

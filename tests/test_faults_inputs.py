@@ -96,11 +96,11 @@ def test_a_fifo_named_config_json_is_refused_without_blocking(base, tmp_path):
 
 @pytest.mark.parametrize("name", ["config.json", "nca_checkpoint.json", "run_config.json"])
 def test_json_nested_100k_deep_is_one_line(base, tmp_path, capsys, name):
-    from nca_interp.checkpoint import _write_manifest
+    from nca_interp.checkpoint import write_manifest
 
     (base / name).write_text("[" * 100_000 + "]" * 100_000)
     if name != "nca_checkpoint.json":
-        _write_manifest(base)  # a manifest that agrees: the file itself is read
+        write_manifest(base)  # a manifest that agrees: the file itself is read
     err = refused(evaluate.main, [str(base), "--out", str(tmp_path / "rep")], capsys)
     assert "nested too deeply" in err and name in err, err
 
@@ -116,11 +116,11 @@ def test_an_opcd_line_nested_100k_deep_names_file_and_line(tmp_path):
 
 @pytest.mark.parametrize("what", ["config.json", "nca_checkpoint.json"])
 def test_non_utf8_files_are_named(base, tmp_path, capsys, what):
-    from nca_interp.checkpoint import _write_manifest
+    from nca_interp.checkpoint import write_manifest
 
     (base / what).write_bytes(b'{"a": "\xff\xfe"}')
     if what == "config.json":
-        _write_manifest(base)
+        write_manifest(base)
     err = refused(evaluate.main, [str(base), "--out", str(tmp_path / "rep")], capsys)
     assert what in err and ("not UTF-8" in err or "corrupt" in err), err
 

@@ -186,7 +186,7 @@ NAME = "smollm2-135m-instruct"
 def fake_fetched(folder: Path, seed: int = 0) -> Path:
     """A cache entry as a fetch writes it (checkpoint, PROVENANCE.json, manifest), from a
     tiny model instead of the real conversion."""
-    from nca_interp.checkpoint import _write_manifest, save_checkpoint
+    from nca_interp.checkpoint import save_checkpoint, write_manifest
     from nca_interp.tokenizer import build_char_tokenizer
     from tests.conftest import tiny
 
@@ -194,7 +194,7 @@ def fake_fetched(folder: Path, seed: int = 0) -> Path:
     save_checkpoint(folder, tiny(tok, seed=seed), tok)
     (folder / fetch.PROVENANCE).write_text(json.dumps(
         {"model": NAME, "gguf_sha256": fetch.MODELS[NAME].sha256}))
-    _write_manifest(folder)
+    write_manifest(folder)
     return folder
 
 

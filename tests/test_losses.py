@@ -71,8 +71,8 @@ def test_nca_gradient_reaches_only_the_context_view(batch):
     student, b = batch
     import copy
 
+    from nca_interp.forward import response_logits
     from nca_interp.losses import token_kl as kl
-    from nca_interp.rollout import response_logits
 
     no_c, with_c = student, copy.deepcopy(student)
     g = response_logits(no_c, b.x_ids, b.x_mask, b.resp, b.resp_mask)
@@ -271,8 +271,8 @@ def test_estimator_path_full_equals_the_plain_path_and_keeps_the_anchor(batch, t
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
     student.zero_grad(set_to_none=True)
     # the anchor: through a stop-gradient the sampled NCA term reaches the context view only
+    from nca_interp.forward import response_logits
     from nca_interp.losses import estimated_kl
-    from nca_interp.rollout import response_logits
 
     no_c, with_c = student, copy.deepcopy(student)
     g = response_logits(no_c, b.x_ids, b.x_mask, b.resp, b.resp_mask)

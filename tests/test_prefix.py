@@ -4,9 +4,10 @@ gradients, on each architecture; a cache never serves a model's old weights."""
 import pytest
 import torch
 
+from nca_interp.forward import response_logits
 from nca_interp.losses import combine, loss_terms
 from nca_interp.prefix import PrefixCache, shared_prefix_len, split_prefix, view_logits
-from nca_interp.rollout import Batch, encode, response_logits
+from nca_interp.rollout import Batch, encode
 from tests.conftest import tiny
 
 CONTEXT = "rules: push every box onto a goal\n"

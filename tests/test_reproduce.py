@@ -138,7 +138,7 @@ def test_sweep_row_shares_the_teacher_and_times_every_stage(tmp_path):
             "--threads", "2", "--runs", str(runs), "--figures", str(figs), "--kl", "sampled"]
     reproduce.main(argv)
     out = figs / "sk_long"
-    from nca_interp.runs import read_run_config
+    from nca_interp.checkpoint import read_run_config
 
     assert read_run_config(runs / "sk_long_opd_s1")["kl"] == "sampled"  # the row's estimator
     summary = json.loads((out / "context_return_summary.json").read_text())
@@ -198,7 +198,7 @@ def test_task_options_reach_students_and_every_evaluation(tmp_path):
     """--task-options kb=1: the students internalize knowledge base 1 from the shared teacher
     (recorded with kb 0), and every evaluation asks KB 1's questions (without the option the
     first checkpoint's KB 0 would be used for all: evaluate refuses that mix)."""
-    from nca_interp.runs import read_run_config
+    from nca_interp.checkpoint import read_run_config
     from train import sft
 
     runs, figs = tmp_path / "runs", tmp_path / "figs"
@@ -221,7 +221,7 @@ def test_task_options_reach_students_and_every_evaluation(tmp_path):
 def test_cross_model_row_distils_the_small_student_from_the_large_teacher(tmp_path):
     """--student-from: students start from the other task's base and learn from this task's
     teacher (both trained here outside the pipeline, tiny, so the pipeline skips them)."""
-    from nca_interp.runs import read_run_config
+    from nca_interp.checkpoint import read_run_config
     from train import sft
 
     runs, figs = tmp_path / "runs", tmp_path / "figs"
@@ -249,8 +249,8 @@ def test_cross_model_row_distils_the_small_student_from_the_large_teacher(tmp_pa
 def test_remap_teacher_starts_from_the_plain_teacher(tmp_path):
     """sokoban_remap's teacher is fine-tuned from sokoban's (train.sft --init): refused with
     the command to run when that teacher is missing, started from its weights otherwise."""
+    from nca_interp.checkpoint import read_run_config
     from nca_interp.errors import RunError
-    from nca_interp.runs import read_run_config
     from train import sft
 
     runs, figs = tmp_path / "runs", tmp_path / "figs"

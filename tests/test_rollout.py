@@ -1,13 +1,8 @@
 import pytest
 import torch
 
-from nca_interp.rollout import (
-    ContextOverflowError,
-    decode_responses,
-    encode,
-    response_logits,
-    sample,
-)
+from nca_interp.forward import response_logits
+from nca_interp.rollout import ContextOverflowError, decode_responses, encode, sample
 
 
 def test_left_padding_matches_unpadded(tok, tiny_model):

@@ -70,7 +70,7 @@ def test_next_multiplier_hits_a_power_law_target():
     assert abs(size_control.next_multiplier(points, size(1.6)) - 1.6) < 1e-9
     import pytest
 
-    from nca_interp.cli import RunError
+    from nca_interp.errors import RunError
 
     with pytest.raises(RunError, match="did not grow with lr"):
         size_control.next_multiplier([(1.0, 0.3), (1.2, 0.29)], 0.4)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from train.blocks import Block
 
+__all__ = ["main"]
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # lowest first: (name, what the layer does, module prefixes)

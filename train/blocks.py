@@ -15,6 +15,8 @@ from pathlib import Path
 from nca_interp.errors import UsageError
 from nca_interp.fsio import write_text
 
+__all__ = ["Block"]
+
 
 @dataclass(frozen=True)
 class Block:

@@ -25,7 +25,10 @@ from nca_interp.faults import fault_point
 from nca_interp.fsio import pid_alive, read_json, read_jsonl
 from nca_interp.models import resolve_device
 from nca_interp.runlock import RunLock
-from nca_interp.runs import lr_at  # noqa: F401 - the schedule lives with the run readers
+
+__all__ = ["DISK_REMEDY", "Dist", "Run", "all_finite", "check_out", "close_distributed",
+           "data_inputs", "disk_needed", "eval_wins", "exit_worker", "init_distributed",
+           "setup_torch", "weight_bytes"]
 
 
 def setup_torch(threads: int) -> None:

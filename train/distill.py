@@ -45,12 +45,12 @@ from nca_interp.checkpoint import (
 )
 from nca_interp.cli import check_disk, check_writable, entry, parse_config, to_dict
 from nca_interp.errors import UsageError
-from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens, task_for_checkpoints
+from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.losses import Estimator, combine, loss_terms
 from nca_interp.models import autocast, context_limit
 from nca_interp.prefix import PrefixCache
 from nca_interp.rollout import Batch, onpolicy_batch
-from nca_interp.runs import check_context
+from nca_interp.runs import check_context, lr_at, task_for_checkpoints
 from nca_interp.tasks import CONTEXT_CHOICES, TASK_CHOICES, task_record
 from train.common import (
     DISK_REMEDY,
@@ -64,9 +64,10 @@ from train.common import (
     eval_wins,
     exit_worker,
     init_distributed,
-    lr_at,
     setup_torch,
 )
+
+__all__ = ["DistillConfig", "main"]
 
 
 @dataclass

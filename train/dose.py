@@ -34,6 +34,9 @@ from nca_interp.cli import entry, parse_config, write_json
 from nca_interp.errors import UsageError
 from nca_interp.fsio import read_json, write_text
 
+__all__ = ["DoseConfig", "clear_seeds", "execute", "figure", "main", "markdown", "run",
+           "t_interval"]
+
 QUANTITIES = ("drift", "win_no_c", "win_c", "harm", "baseline", "help", "rel_len_both",
               "reads_c")
 MATCHED = ("harm", "help", "win_no_c")

@@ -18,6 +18,8 @@ from nca_interp.assets import ROOT
 from nca_interp.cli import entry
 from nca_interp.fsio import read_json
 
+__all__ = ["main"]
+
 
 def embed(src: str, name: str, renames: dict[str, str]) -> Path:
     src_path = ck.verify_folder(src)
@@ -34,7 +36,7 @@ def embed(src: str, name: str, renames: dict[str, str]) -> Path:
             if cfg.get(key) and str(Path(cfg[key]).resolve()) in renames:
                 cfg[key] = "embedded:" + renames[str(Path(cfg[key]).resolve())]
         (dst / ck.RUN_CONFIG).write_text(json.dumps(cfg, indent=1))
-        ck._write_manifest(dst)
+        ck.write_manifest(dst)
         final = ROOT / name
         if final.exists():
             shutil.rmtree(final)

@@ -10,6 +10,8 @@ from nca_interp.fsio import read_json
 from train import dose
 from train.layout import analysis_files
 
+__all__ = ["render_figures"]
+
 
 def render_figures(figs: Path, png: bool) -> list[str]:
     """Every figure of a pipeline folder, drawn from its JSON (so figures never drift from

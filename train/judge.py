@@ -23,6 +23,8 @@ from dataclasses import dataclass, replace
 
 from nca_interp.errors import UsageError
 
+__all__ = ["Z95", "Estimate", "Judgement", "effect", "equivalent", "within_band"]
+
 Z95 = 1.959963984540054  # two-sided 95%
 Z90 = 1.6448536269514722  # two-sided 90% (each side 5%: the TOST interval)
 Z_POWER = 0.8416212335729143  # 80% power

@@ -34,6 +34,8 @@ from nca_interp.rollout import encode, segment_batch
 from nca_interp.runs import task_for_checkpoints
 from nca_interp.trajectory import checkpoints_of
 
+__all__ = ["KnowledgeConfig", "main"]
+
 
 def value_logprobs(model, tok, task, levels: list, values: list[str], context: str | None,
                    batch: int = 16) -> np.ndarray:

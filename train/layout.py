@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+__all__ = ["LAYER_SIM_STAGES", "analysis_files", "grad_files"]
+
 # layer_sim position sets: y's tokens, the positions producing y (what the losses train), and
 # x's tokens (untouched by the losses: the control)
 LAYER_SIM_STAGES = {"response": "layer_sim", "generating": "layer_sim_generating",

@@ -21,11 +21,13 @@ from nca_interp.fsio import read_json
 from nca_interp.identity import others
 from train import rules
 from train.blocks import Block
-from train.claims import nca_improves_no_c, pooled_harm_gap
-from train.claims.claim import _runs
-from train.claims.views import _closed
+from train.claims.claim import runs_of
+from train.claims.harm import nca_improves_no_c, pooled_harm_gap
+from train.claims.views import closed_shares
 from train.settings import load
 from train.sweep import BETA_SWEEPS, beta_points
+
+__all__ = ["main"]
 
 BLOCK = Block.named("paper", "python -m train.paper --write")
 DOCS = ("README.md", "docs/results/index.md")
@@ -118,7 +120,7 @@ def cosine_rows(root: Path) -> list[str]:
     for f in sorted(root.glob("*/layer_sim.json")):
         rep = analysis.load(f)
         base = next((r for n, r in others(rep) if n != "random_init"), None)
-        opd, nca = _runs(rep, "opd"), _runs(rep, "nca")
+        opd, nca = runs_of(rep, "opd"), runs_of(rep, "nca")
         if base is None or not opd or not nca or "random_init" not in rep["results"]:
             continue
         b = base["cos"][1:]
@@ -127,7 +129,7 @@ def cosine_rows(root: Path) -> list[str]:
             return float(np.mean([min(r["cos"][1:]) for r in runs]))
 
         def share(runs, b=b):
-            return float(np.mean(_closed([r["cos"][1:] for r in runs], b)))
+            return float(np.mean(closed_shares([r["cos"][1:] for r in runs], b)))
 
         floor = [max(r["cos_other"][1:]) for r in nca if "cos_other" in r]
         rnd = min(rep["results"]["random_init"]["cos"][1:])

@@ -25,6 +25,8 @@ from train import claims, rules
 from train.blocks import Block
 from train.settings import load
 
+__all__ = ["main"]
+
 Rule = Callable[[Path], claims.Claim]
 
 

@@ -18,6 +18,8 @@ from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import RunId, roster
 from train.layout import grad_files
 
+__all__ = ["context_return", "main", "render", "teacher"]
+
 
 def fmt_range(r: dict) -> str:
     if r["min"] == r["max"]:

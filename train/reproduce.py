@@ -43,6 +43,8 @@ from train.figures import render_figures
 from train.layout import LAYER_SIM_STAGES
 from train.settings import Preset, load
 
+__all__ = ["Manifest", "ReproduceConfig", "main", "record_training_time", "run_parallel", "stage"]
+
 FIGURES = Path(__file__).resolve().parents[1] / "figures"  # the published settings' folders
 CATALOGUE = load()  # train/settings.toml
 PRESETS, SETTINGS = CATALOGUE.presets, CATALOGUE.settings

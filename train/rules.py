@@ -10,6 +10,11 @@ angle within its noise).
 
 from __future__ import annotations
 
+__all__ = ["ALPHA", "BREAK_MARGIN", "DEPTH_THIRDS", "HEADS_MIN_CASES", "KEEP_MARGIN", "MIN_SEEDS",
+           "ORTHO_BAND", "PAPER_CLOSED", "PAPER_COS", "PAPER_COS_THRESHOLD", "READ_MARGIN",
+           "SIZE_MATCH", "SUPPORT_MIN", "VERDICTS", "closed_share", "harm_is_own",
+           "independence_harm", "markdown", "pooled", "verdict"]
+
 VERDICTS = ("reproduced", "partly", "inconclusive", "not reproduced", "not measurable",
             "not run")
 

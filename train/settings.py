@@ -21,6 +21,8 @@ import tomllib
 
 from nca_interp.errors import UsageError
 
+__all__ = ["Preset", "load"]
+
 FILE = Path(__file__).with_name("settings.toml")
 VARIANTS = ("estimator", "beta", "kb", "replicate")  # replicate: the recipe retrained
 

@@ -28,6 +28,7 @@ from tqdm import tqdm
 from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint
 from nca_interp.cli import entry, parse_config, to_dict, validate
 from nca_interp.errors import UsageError
+from nca_interp.forward import response_logits
 from nca_interp.models import (
     ModelConfig,
     autocast,
@@ -35,18 +36,13 @@ from nca_interp.models import (
     context_limit,
     resolve_device,
 )
-from nca_interp.rollout import encode, response_logits, segment_batch
+from nca_interp.rollout import encode, segment_batch
+from nca_interp.runs import lr_at
 from nca_interp.tasks import QATask, Task, make_task, task_record
 from nca_interp.tokenizer import EOS, build_char_tokenizer
-from train.common import (
-    Run,
-    all_finite,
-    check_out,
-    data_inputs,
-    eval_wins,
-    lr_at,
-    setup_torch,
-)
+from train.common import Run, all_finite, check_out, data_inputs, eval_wins, setup_torch
+
+__all__ = ["SFTConfig", "execute", "main"]
 
 
 @dataclass

@@ -32,11 +32,14 @@ from pathlib import Path
 
 from nca_interp import analysis, param_delta
 from nca_interp.checkpoint import read_run_config
-from nca_interp.cli import RunError, entry, parse_config
+from nca_interp.cli import entry, parse_config
+from nca_interp.errors import RunError
 from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import roster
 from train.reproduce import Manifest, record_training_time, run_parallel, stage
 from train.rules import SIZE_MATCH
+
+__all__ = ["SizeControlConfig", "main"]
 
 SUFFIX = "opdsized"
 

@@ -23,6 +23,8 @@ from nca_interp.fsio import read_json
 from train.blocks import Block
 from train.settings import load
 
+__all__ = ["main"]
+
 DOCS = ("README.md", "docs/results/index.md")
 VARIANTS_IN = {"README.md": False, "docs/results/index.md": True}  # which pages list variants
 BLOCK = Block.named("summary", "python -m train.summary --write")

@@ -24,6 +24,8 @@ from nca_interp.identity import others, roster, students
 from train.blocks import Block
 from train.settings import load
 
+__all__ = ["BETA_SWEEPS", "beta_points", "main", "table"]
+
 CATALOGUE = load()  # train/settings.toml
 SWEEP = CATALOGUE.sweep_rows
 
@@ -162,7 +164,7 @@ def story(report: dict, seeds: set[str]) -> dict:
     items (claims.paired_harm_gap), where both carry per-item results. The story holds when
     OPD is in regime A in every seed, every pair's gap stands above 0 (its interval's lower
     end where measured, else the point) and no NCA seed is in regime A."""
-    from train.claims import paired_harm_gap
+    from train.claims.stats import paired_harm_gap
 
     who = roster(report)
     by = {(who[n].method, str(who[n].seed)): r for n, r in students(report)

@@ -18,12 +18,14 @@ import sys
 from dataclasses import dataclass, field
 
 from nca_interp.checkpoint import load_checkpoint, save_checkpoint
-from nca_interp.cli import RunError, entry, parse_config, to_dict
-from nca_interp.errors import UsageError
+from nca_interp.cli import entry, parse_config, to_dict
+from nca_interp.errors import RunError, UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP
 from nca_interp.runs import resolve_task_and_context
 from nca_interp.tasks import task_record
 from train.common import Dist, close_distributed, exit_worker
+
+__all__ = ["TRLDistillConfig", "main"]
 
 
 @dataclass

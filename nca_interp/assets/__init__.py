@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+__all__ = ["ROOT", "embedded", "pipeline_or_embedded", "resolve"]
+
 ROOT = Path(__file__).parent
 
 

@@ -62,6 +62,9 @@ from nca_interp.rollout import stop_ids
 from nca_interp.runs import resolve_task_and_context
 from nca_interp.tasks import CONTEXT_CHOICES
 
+__all__ = ["ABLATE_NOTE", "DEMO", "DIRECTIONS", "FLIPPED", "PatchingConfig", "ablate_of",
+           "execute", "figures", "format_report", "kind_of", "main", "run", "show"]
+
 
 @dataclass
 class PatchingConfig:

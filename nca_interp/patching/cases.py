@@ -34,6 +34,8 @@ from nca_interp.models import context_limit
 from nca_interp.rollout import encode, pad_id, sample, stop_ids
 from nca_interp.tasks import Task
 
+__all__ = ["ABLATE", "KINDS", "Cases", "build_cases", "find_cases", "score"]
+
 KINDS = ("harm", "help")
 RIGHT_VIEW = {"harm": "no_c", "help": "c"}  # the view that answers right in a case
 ABLATE = ("prefix", "context")  # what removing attention to the context removes (see above)

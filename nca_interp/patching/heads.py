@@ -23,6 +23,8 @@ from nca_interp.patching.cases import Cases, score
 from nca_interp.patching.interventions import ablation_effect, ablation_hooks, greedy
 from nca_interp.rollout import pad_id
 
+__all__ = ["held_out_heads", "interval"]
+
 
 def interval(per_case: np.ndarray, n_boot: int = 2000, seed: int = 0) -> dict:
     """Mean over cases per cell and its 95% bootstrap interval (cases resampled)."""

@@ -21,6 +21,10 @@ from nca_interp.hooks import attached
 from nca_interp.names import EMBED_HOOK, head_z_hook, mlp_out_hook, pattern_hook, resid_hook
 from nca_interp.patching.cases import Cases
 
+__all__ = ["GROUPS", "SCOPES", "ablate_context_hook", "ablation", "ablation_effect",
+           "ablation_hooks", "cache_of", "greedy", "last_logits", "logit_diff", "logit_lens",
+           "normalised", "patch_hook", "sweep"]
+
 GROUPS = ("all", "x", "response", "decide")
 SCOPES = ("full", "groups")
 

@@ -25,6 +25,9 @@ from nca_interp.errors import UsageError
 from nca_interp.tasks import facts, frozenlake, jsonl, opcd, sokoban, sysprompt
 from nca_interp.tasks.sokoban import Outcome
 
+__all__ = ["CONTEXT_CHOICES", "TASKS", "TASK_CHOICES", "QATask", "Task", "make_task",
+           "task_from_record", "task_record"]
+
 CONTEXT_KINDS = ("state", "plan", "rules", "remap")  # games; QA tasks: one kind, "system"
 TASKS = ("sokoban", "frozenlake", "sysprompt", "opcd", "facts", "jsonl")
 # every command's help lists the same choices, from here

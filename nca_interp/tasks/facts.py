@@ -38,6 +38,9 @@ from dataclasses import dataclass
 from nca_interp.errors import UsageError
 from nca_interp.tasks.language import is_french
 
+__all__ = ["ATTRIBUTES", "RULES", "FactsConfig", "all_test_questions", "answered", "follows_rule",
+           "french_by_words", "generate_level", "render", "styled"]
+
 ATTRIBUTES = ("capital", "founder", "year")
 PHRASINGS = {  # (training phrasings, held-out phrasings)
     "capital": (("What is the capital of {e}?", "Which city is the capital of {e}?",

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from nca_interp.errors import UsageError
 from nca_interp.tasks.sokoban import MOVES, Outcome
 
+__all__ = ["FrozenLakeConfig", "FrozenLakeLevel", "generate_level", "play", "render_textarena"]
+
 Pos = tuple[int, int]
 
 

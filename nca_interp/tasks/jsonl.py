@@ -40,6 +40,9 @@ from pathlib import Path
 from nca_interp.errors import InputError, UsageError
 from nca_interp.fsio import parse_json, read_text
 
+__all__ = ["BUDGET_MARGIN", "DEFAULT_BUDGET", "KINDS", "JsonlConfig", "all_test_questions",
+           "chat_messages", "generate_level", "items", "score", "scored", "shared_context"]
+
 CONTEXT_AS = ("system", "user", "prefix")
 SCORERS = ("exact", "contains", "startswith", "regex", "language")
 KINDS = ("context",)  # the one context kind: the item's c (or the shared file's)

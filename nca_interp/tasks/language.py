@@ -18,6 +18,8 @@ import re
 from collections.abc import Iterable
 from functools import lru_cache
 
+__all__ = ["LANGUAGES", "is_french", "language"]
+
 LANGUAGES = ("en", "fr", "es", "de", "it", "pt", "nl")
 MIN_LETTERS = 3
 

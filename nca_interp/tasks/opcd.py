@@ -24,6 +24,8 @@ from nca_interp.errors import InputError, UsageError
 from nca_interp.fsio import read_text
 from nca_interp.tasks.sysprompt import LETTERS
 
+__all__ = ["OPCDConfig", "allowed", "read_system_prompt"]
+
 KINDS = ("mcq", "yesno")
 
 

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 
 from nca_interp.errors import UsageError
 
+__all__ = ["MOVES", "Outcome", "SokobanConfig", "SokobanLevel", "generate_level", "play",
+           "render_textarena", "step"]
+
 MOVES = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
 IDENTITY = "UDLR"  # key order of a remap: the letters typed for up, down, left, right
 # textarena 0.7.4 Sokoban-v0 symbols: 0 wall, 1 floor, 2 target, 3 box on target, 4 box,

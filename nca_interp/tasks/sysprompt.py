@@ -51,6 +51,9 @@ from dataclasses import dataclass
 
 from nca_interp.errors import UsageError
 
+__all__ = ["LETTERS", "SyspromptConfig", "compact_target", "cue", "parse_answer", "parse_compact",
+           "system_prompt"]
+
 ATTRIBUTES = ("town", "lake", "tint", "rock", "dish", "game")  # equal lengths: fixed layout
 PHRASINGS = ("{a} of {e}?",)
 LETTERS = "ABCDEFGH"

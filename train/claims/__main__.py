@@ -1,3 +1,5 @@
 from train.claims import main
 
+__all__ = []
+
 main()

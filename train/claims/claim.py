@@ -12,6 +12,8 @@ from nca_interp.errors import UsageError
 from nca_interp.identity import others, roster, students
 from train import rules
 
+__all__ = ["Claim", "base_of", "count_verdict", "not_run", "runs_of", "seeds_text", "spread_text"]
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -54,18 +56,18 @@ def not_run(name: str, needs: str, command: str) -> Claim:
     return Claim(name, "not run", f"needs {needs}", "not run", f"`{command}`")
 
 
-def _runs(rep: dict, method: str) -> list[dict]:
+def runs_of(rep: dict, method: str) -> list[dict]:
     return [r for _, r in students(rep, method)]
 
 
 
-def _base(rep: dict) -> dict:
+def base_of(rep: dict) -> dict:
     """The report's first entry that is no student (the teacher, step 0)."""
     return others(rep)[0][1]
 
 
 
-def _spread(vals: list[float], pct: bool = False) -> str:
+def spread_text(vals: list[float], pct: bool = False) -> str:
     vals = [v for v in vals if v is not None]
     if not vals:
         return "-"
@@ -75,13 +77,13 @@ def _spread(vals: list[float], pct: bool = False) -> str:
 
 
 
-def _verdict(flags: list[bool], mean_on_side: bool = True, total: int | None = None) -> str:
+def count_verdict(flags: list[bool], mean_on_side: bool = True, total: int | None = None) -> str:
     """The rule book's verdict (train/rules.py, stated in docs/method.md)."""
     return rules.verdict(flags, mean_on_side, total)
 
 
 
-def _seeds(rep: dict, method: str) -> str:
+def seeds_text(rep: dict, method: str) -> str:
     who = roster(rep)
     seeds = sorted(str(who[n].seed) for n, _ in students(rep, method))
     return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(seeds)

@@ -21,6 +21,8 @@ from train import judge, rules
 from train.claims.claim import Claim
 from train.claims.stats import average, pool_units
 
+__all__ = ["nca_new_direction", "orthogonal", "orthogonal_corrected"]
+
 
 def support_bound(modules: dict, a: str, b: str) -> float | None:
     """The largest cosine two gradients can reach given each module's gradient norm (a

@@ -14,30 +14,42 @@ from nca_interp.errors import UsageError
 from nca_interp.fsio import read_json
 from nca_interp.identity import others, partner, roster, students
 from train import dose, judge, rules
-from train.claims.claim import Claim, _base, _runs, _seeds, _spread, _verdict, not_run
+from train.claims.claim import (
+    Claim,
+    base_of,
+    count_verdict,
+    not_run,
+    runs_of,
+    seeds_text,
+    spread_text,
+)
 from train.claims.stats import (
-    _estimate,
-    _pooled,
-    _pooled_harm,
     boot_mean,
+    estimate_of,
     gain_estimate,
     interval,
     paired_harm_gap,
     pool_units,
+    pooled_estimate,
+    pooled_harm_rate,
     resample,
 )
 from train.settings import load
+
+__all__ = ["degrades", "harm_not_drift", "internalizes", "longer", "nca_improves_no_c",
+           "nca_keeps_context", "nca_prevents", "nca_reads_context", "pooled_claims",
+           "pooled_harm_gap", "pooled_settings", "reads_c_verdict"]
 
 
 def internalizes(figs: Path) -> Claim:
     """OPD raises accuracy without c above the step-0 null: every seed's interval lies above
     the initial checkpoint's point estimate."""
     rep = analysis.load(figs / "context_return.json")
-    base, opd = _base(rep), _runs(rep, "opd")
+    base, opd = base_of(rep), runs_of(rep, "opd")
     flags = [r["ci95"]["win_no_c"][0] > base["win_no_c"] for r in opd]
     return Claim("OPD internalizes c (right without c rises)",
-                 _spread([r["win_no_c"] for r in opd]), f"step 0: {base['win_no_c']:.3f}",
-                 _verdict(flags), coverage=(len(flags), len(opd)))
+                 spread_text([r["win_no_c"] for r in opd]), f"step 0: {base['win_no_c']:.3f}",
+                 count_verdict(flags), coverage=(len(flags), len(opd)))
 
 
 
@@ -49,12 +61,12 @@ def degrades(figs: Path) -> Claim:
     smallest drop the claim is about; `judge.effect`). Beside it, apart: whether the harm is
     beyond chance (the harm rule: above step 0's harm and the independence baseline)."""
     rep = analysis.load(figs / "context_return.json")
-    base, opd = _base(rep), _runs(rep, "opd")
+    base, opd = base_of(rep), runs_of(rep, "opd")
     name = "OPD students break when c returns (harm, regime A)"
     if all(r["harm"] is None for r in opd):
         return Claim(name, "no item right without c", "-", "not measurable")
-    units = [_estimate(r, "delta_c") for r in opd]
-    pooled = _pooled(opd, lambda it: np.asarray(it["won_c"], float) -
+    units = [estimate_of(r, "delta_c") for r in opd]
+    pooled = pooled_estimate(opd, lambda it: np.asarray(it["won_c"], float) -
                      np.asarray(it["won_no_c"], float), units)
     j = judge.effect(units, pooled, 0.0, -1, rules.BREAK_MARGIN)
     step0 = base["harm"]
@@ -64,13 +76,13 @@ def degrades(figs: Path) -> Claim:
         if step0 is None else "")
     regimes = " ".join(r["regime"] for r in opd)
     return Claim(name,
-                 f"accuracy with c - without {_spread([u.point for u in units])}"
+                 f"accuracy with c - without {spread_text([u.point for u in units])}"
                  + (f", pooled {pooled}" if pooled is not None and len(opd) > 1 else "")
-                 + f"; harm {_spread([r['harm'] for r in opd])}; regimes {regimes}",
+                 + f"; harm {spread_text([r['harm'] for r in opd])}; regimes {regimes}",
                  f"0 (no change); step-0 harm "
                  f"{'-' if step0 is None else f'{step0:.3f}'}; independence baseline "
                  f"(1 - accuracy with c) "
-                 f"{_spread([rules.independence_harm(r['win_c']) for r in opd])}",
+                 f"{spread_text([rules.independence_harm(r['win_c']) for r in opd])}",
                  j.verdict, "; ".join(x for x in (j.reason, beyond) if x),
                  coverage=(len(units), len(opd)), detectable=f"{j.mde:.3f}")
 
@@ -87,19 +99,19 @@ def nca_prevents(figs: Path) -> Claim:
     """NCA removes the harm: in every seed pair NCA's harm is below OPD's and NCA is never in
     regime A. Only judged where OPD degrades in some seed."""
     rep = analysis.load(figs / "context_return.json")
-    opd, nca = _runs(rep, "opd"), _runs(rep, "nca")
-    measured = f"harm {_spread([r['harm'] for r in nca])}; regimes " + \
+    opd, nca = runs_of(rep, "opd"), runs_of(rep, "nca")
+    measured = f"harm {spread_text([r['harm'] for r in nca])}; regimes " + \
         " ".join(r["regime"] for r in nca)
-    control = f"OPD harm {_spread([r['harm'] for r in opd])}"
+    control = f"OPD harm {spread_text([r['harm'] for r in opd])}"
     breaks = degrades(figs)
     if breaks.verdict not in ("reproduced", "partly"):
         return Claim("NCA prevents the harm", measured, control, "not measurable",
                      f"OPD's break is {breaks.verdict} here: nothing shown to prevent")
-    base = _base(rep)["harm"]  # None: undefined at step 0 (the harm rule says what then)
+    base = base_of(rep)["harm"]  # None: undefined at step 0 (the harm rule says what then)
     harmed = [_harm_is_own(o, base) for o in opd]
     flags = [(n["harm"] or 0) < (o["harm"] or 0) and n["regime"] != "A"
              for o, n, h in zip(opd, nca, harmed) if h]
-    verdict, reason = _verdict(flags, total=len(opd)), ""
+    verdict, reason = count_verdict(flags, total=len(opd)), ""
     if verdict == "not measurable":
         reason = (f"OPD's harm is its own, by the harm rule, in {sum(harmed)} of {len(opd)} "
                   "seeds: nothing of OPD's to prevent")
@@ -126,7 +138,7 @@ def harm_not_drift(figs: Path) -> Claim:
     if m is None:
         return Claim(name, "-", "-", "not measurable", "no OPD run trained beside NCA here")
     rep = analysis.load(figs / "context_return.json")
-    opd, base = _runs(rep, "opd"), _base(rep)["harm"]
+    opd, base = runs_of(rep, "opd"), base_of(rep)["harm"]
     own = sum(_harm_is_own(o, base) for o in opd)
     h = m.get("harm")
     if not h or not h["n"]:
@@ -146,7 +158,7 @@ def harm_not_drift(figs: Path) -> Claim:
                      "intervals: rerun the python -m train.dose command in harm_drift.md")
     flags = [v + h["half"][k] < 0 for k, v in h["per_seed"].items() if k in h["half"]]
     on_side = h["mean"] < 0
-    verdict = _verdict(flags, on_side, total=len(h["seeds"]))
+    verdict = count_verdict(flags, on_side, total=len(h["seeds"]))
     if verdict in ("partly", "not reproduced"):
         verdict = rules.pooled(bool(h.get("t95")) and h["t95"][1] < 0, flags, on_side)
     return Claim(name, measured, null, verdict, coverage=(len(flags), len(h["seeds"])))
@@ -191,7 +203,7 @@ def _items(root: Path, members: tuple[str, ...]) -> dict[str, np.ndarray | list]
                                              "seed")}
     for member in members:
         report = analysis.load(root / member / "context_return.json")
-        base, who = _base(report), roster(report)
+        base, who = base_of(report), roster(report)
         for name, r in students(report, "nca"):
             found = partner(report, name, "opd")
             o = found[1] if found else None
@@ -241,10 +253,10 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
                 (min(s_out[0], f_out[0]), max(s_out[1], f_out[1])))
 
     def harm(key):
-        return lambda i: _pooled_harm(a[key + "0"][i], a[key + "1"][i])
+        return lambda i: pooled_harm_rate(a[key + "0"][i], a[key + "1"][i])
 
     reps = {m: analysis.load(root / m / "context_return.json") for m in members}
-    regimes = {meth: [r["regime"] for rep in reps.values() for r in _runs(rep, meth)]
+    regimes = {meth: [r["regime"] for rep in reps.values() for r in runs_of(rep, meth)]
                for meth in ("opd", "nca")}
     n_seeds = len(set(a["seed"]))
     where = (f"{n_seeds} seeds over {len(members)} settings ({', '.join(members)}); 95% "
@@ -302,7 +314,7 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
     improves, improves_why = imp.verdict, imp.reason
     ctl = {m: analysis.load(root / m / "context_control.json")
            for m in members if (root / m / "context_control.json").exists()}
-    reads = {meth: [r["control"] for rep in ctl.values() for r in _runs(rep, meth)]
+    reads = {meth: [r["control"] for rep in ctl.values() for r in runs_of(rep, meth)]
              for meth in ("opd", "nca")}
     reads["base"] = [r["control"] for rep in ctl.values() for _, r in others(rep)]
     teachers = [c["reads_c"] for c in reads["base"]]
@@ -322,9 +334,9 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
          f"NCA harm {fmt(nca)}; regimes {''.join(regimes['nca'])}",
          f"OPD - NCA harm {fmt(gap, '+')}", prevents, prevents_why),
         Claim("NCA still reads c (not blind to it)",
-         f"NCA reads_c {_spread([c['reads_c'] for c in reads['nca']])}",
-         f"teachers {_spread([c['reads_c'] for c in reads['base']])}; OPD "
-         f"{_spread([c['reads_c'] for c in reads['opd']])} (accuracy with c - with a wrong c "
+         f"NCA reads_c {spread_text([c['reads_c'] for c in reads['nca']])}",
+         f"teachers {spread_text([c['reads_c'] for c in reads['base']])}; OPD "
+         f"{spread_text([c['reads_c'] for c in reads['opd']])} (accuracy with c - with a wrong c "
          "of the same form; per-seed 95% intervals)", read_verdict, read_why,
          (len(clear), len(reads["nca"])), detectable=read_mde),
         Claim("NCA improves accuracy without c (pooled, paired by seed)",
@@ -341,7 +353,7 @@ def nca_keeps_context(figs: Path) -> Claim:
     is the paired difference, its interval the wider of (seed, unit) and unit clusters
     (`stats.gain_estimate`). Failing it means NCA's anchor made the context view ignore c."""
     rep = analysis.load(figs / "context_return.json")
-    base, nca = _base(rep), _runs(rep, "nca")
+    base, nca = base_of(rep), runs_of(rep, "nca")
     if not nca:
         return Claim("NCA keeps what c gives (accuracy with c)", "-", "-", "not measurable",
                      "no NCA run")
@@ -349,7 +361,7 @@ def nca_keeps_context(figs: Path) -> Claim:
     ctl = figs / "context_control.json"
     if not paired and ctl.exists():  # an older return report: the control run's items are the
         other = analysis.load(ctl)  # same evaluation where its accuracies with c agree
-        o_base, o_nca = _base(other), _runs(other, "nca")
+        o_base, o_nca = base_of(other), runs_of(other, "nca")
         if all("items" in r for r in (o_base, *o_nca)) and \
                 [r["win_c"] for r in (o_base, *o_nca)] == [r["win_c"] for r in (base, *nca)]:
             base, nca, paired = o_base, o_nca, True
@@ -357,16 +369,16 @@ def nca_keeps_context(figs: Path) -> Claim:
         units = [gain_estimate(base, [r]) for r in nca]
         pooled = gain_estimate(base, nca) if len(nca) > 1 else None
     else:  # older reports: each seed's interval less step 0's point
-        units = [_estimate(r, "win_c", base["win_c"]) for r in nca]
-        pooled = _pooled(nca, None, units) if len(nca) > 1 else None
+        units = [estimate_of(r, "win_c", base["win_c"]) for r in nca]
+        pooled = pooled_estimate(nca, None, units) if len(nca) > 1 else None
     j = judge.equivalent(units, pooled, 0.0, rules.KEEP_MARGIN, sides="lower")
     shown = pooled if pooled is not None else units[0]
     return Claim("NCA keeps what c gives (accuracy with c)",
-                 f"{_spread([r['win_c'] for r in nca])}; NCA - step 0 "
+                 f"{spread_text([r['win_c'] for r in nca])}; NCA - step 0 "
                  + ("paired " if paired else "") + f"{shown}"
                  + (f" pooled over {len(nca)} seeds" if pooled is not None else ""),
                  f"step 0 with c: {base['win_c']:.3f}; OPD "
-                 f"{_spread([r['win_c'] for r in _runs(rep, 'opd')])}; margin "
+                 f"{spread_text([r['win_c'] for r in runs_of(rep, 'opd')])}; margin "
                  f"{rules.KEEP_MARGIN:g}", j.verdict, j.reason,
                  coverage=(len(units), len(nca)), detectable=f"{j.mde:.3f}")
 
@@ -376,7 +388,7 @@ def longer(figs: Path) -> Claim:
     """Answers grow when c returns after OPD: every seed's interval of rel_len_both lies above
     0 and its point above the step-0 model's."""
     rep = analysis.load(figs / "context_return.json")
-    base, opd = _base(rep), _runs(rep, "opd")
+    base, opd = base_of(rep), runs_of(rep, "opd")
     vals = [r["rel_len_both"] for r in opd]
     if all(v is None for v in vals):
         return Claim("OPD answers get longer with c (rel_len_both)", "no item right both ways",
@@ -384,8 +396,8 @@ def longer(figs: Path) -> Claim:
     b = base["rel_len_both"]
     flags = [r["rel_len_both"] is not None and (r["ci95"]["rel_len_both"][0] or 0) > 0 and
              (b is None or r["rel_len_both"] > b) for r in opd]
-    return Claim("OPD answers get longer with c (rel_len_both)", _spread(vals, pct=True),
-                 "step 0: " + ("-" if b is None else f"{100 * b:+.1f}%"), _verdict(flags),
+    return Claim("OPD answers get longer with c (rel_len_both)", spread_text(vals, pct=True),
+                 "step 0: " + ("-" if b is None else f"{100 * b:+.1f}%"), count_verdict(flags),
                  coverage=(len(flags), len(opd)))
 
 
@@ -439,7 +451,7 @@ def nca_improves_no_c(figs: Path) -> Claim:
     few = "" if len(units) >= rules.MIN_SEEDS else \
         f"{len(units)} seed pair{'s' * (len(units) != 1)}; {rules.MIN_SEEDS} needed to generalise"
     return Claim(name,
-                 f"NCA - OPD {_spread([u.point for u in units])} ({len(units)} seed "
+                 f"NCA - OPD {spread_text([u.point for u in units])} ({len(units)} seed "
                  f"pair{'s' * (len(units) != 1)})" + (f", pooled {pooled}" if pooled else ""),
                  "0 (no change); 95% paired intervals " + ", ".join(
                      f"[{u.lo:+.3f}, {u.hi:+.3f}]" for u in units),
@@ -484,7 +496,7 @@ def nca_reads_context(figs: Path) -> Claim:
     reps = analysis.load(f)
 
     def cells(method):
-        return [r["control"] for r in _runs(reps, method)]
+        return [r["control"] for r in runs_of(reps, method)]
 
     nca, opd = cells("nca"), cells("opd")
     base = [r["control"] for _, r in others(reps)]
@@ -494,12 +506,12 @@ def nca_reads_context(figs: Path) -> Claim:
         share = share.replace("the teacher's", "step 0's")
     why = [x for x in (reason, share) if x]
     if nca and len(nca) < rules.MIN_SEEDS:
-        why.append(f"in {_seeds(reps, 'nca')}; {rules.MIN_SEEDS} seeds needed to generalise")
+        why.append(f"in {seeds_text(reps, 'nca')}; {rules.MIN_SEEDS} seeds needed to generalise")
     return Claim("NCA still reads c (not blind to it)",
-            f"NCA reads_c {_spread([c['reads_c'] for c in nca])} "
-            f"({_seeds(reps, 'nca')} with the control run)",
+            f"NCA reads_c {spread_text([c['reads_c'] for c in nca])} "
+            f"({seeds_text(reps, 'nca')} with the control run)",
             (f"step 0 {base[0]['reads_c']:.3f}; teacher {base[1]['reads_c']:.3f}" if len(base) > 1
-             else f"teacher {_spread([c['reads_c'] for c in base])}") + "; OPD "
-            f"{_spread([c['reads_c'] for c in opd])} (accuracy with c - with a wrong c of the "
+             else f"teacher {spread_text([c['reads_c'] for c in base])}") + "; OPD "
+            f"{spread_text([c['reads_c'] for c in opd])} (accuracy with c - with a wrong c of the "
             "same form)", verdict, "; ".join(why), coverage=(len(flags), len(nca)),
             detectable=mde)

@@ -9,6 +9,8 @@ from nca_interp.identity import students
 from train import rules
 from train.claims.claim import Claim
 
+__all__ = ["heads_carry_harm"]
+
 
 def _clear(row: dict) -> bool:
     """Removing the chosen heads' reading of c stands clear of removing random heads: on the

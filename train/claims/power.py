@@ -16,6 +16,8 @@ from nca_interp.identity import roster
 from train.claims.claim import Claim, not_run
 from train.claims.harm import degrades, nca_improves_no_c, nca_keeps_context, nca_reads_context
 
+__all__ = ["table"]
+
 MORE = "more_items"
 CLAIMS = (degrades, nca_keeps_context, nca_reads_context, nca_improves_no_c)
 FILES = ("context_return.json", "context_control.json")

@@ -12,6 +12,10 @@ import numpy as np
 from nca_interp.errors import UsageError
 from train import dose, judge
 
+__all__ = ["average", "boot_mean", "bootstrap_seed", "estimate_of", "gain_estimate", "interval",
+           "label_permutation_p", "paired_harm_gap", "pool_units", "pooled_estimate",
+           "pooled_gain", "pooled_harm_rate", "resample"]
+
 # The claims' cluster bootstrap: resamples and seed. Enough resamples that no published
 # verdict changes with the seed (python -m train.claims --stability 5 checks every setting:
 # at 2000, two verdicts whose interval ends sit on a discrete jump changed).
@@ -66,14 +70,15 @@ def bootstrap_seed(seed: int):
         BOOTSTRAP.update(old)
 
 
-def _estimate(r: dict, key: str, minus: float = 0.0) -> judge.Estimate:
+def estimate_of(r: dict, key: str, minus: float = 0.0) -> judge.Estimate:
     """One report's `key` and its 95% interval (less `minus`) as a judge estimate."""
     lo, hi = r["ci95"][key]
     return judge.Estimate(r[key] - minus, min(lo, r[key]) - minus, max(hi, r[key]) - minus)
 
 
 
-def _pooled(runs: list[dict], per_item, units: list[judge.Estimate]) -> judge.Estimate | None:
+def pooled_estimate(runs: list[dict], per_item, units: list[judge.Estimate]
+                    ) -> judge.Estimate | None:
     """The per-item quantity `per_item(items)` pooled over `runs` with a 95% bootstrap interval
     over (run, unit) clusters; where the reports keep no items, the t interval of the units'
     points (None for a single run: the run decides)."""
@@ -169,7 +174,7 @@ def paired_harm_gap(pairs: list[tuple[str, dict, dict]], where: str = "",
     a = {k: np.asarray(v, bool) for k, v in cols.items() if k != "cluster"}
 
     def gap(i) -> float:
-        return _pooled_harm(a["o0"][i], a["o1"][i]) - _pooled_harm(a["n0"][i], a["n1"][i])
+        return pooled_harm_rate(a["o0"][i], a["o1"][i]) - pooled_harm_rate(a["n0"][i], a["n1"][i])
 
     o_lost, o_won, n_lost, n_won = cluster_sums(
         [a["o0"] & ~a["o1"], a["o0"], a["n0"] & ~a["n1"], a["n0"]], cols["cluster"])
@@ -180,7 +185,7 @@ def paired_harm_gap(pairs: list[tuple[str, dict, dict]], where: str = "",
 
 
 
-def _pooled_harm(w0: np.ndarray, w1: np.ndarray) -> float:
+def pooled_harm_rate(w0: np.ndarray, w1: np.ndarray) -> float:
     """Items lost with c among those won without c, pooled."""
     return float((w0 & ~w1).sum() / w0.sum()) if w0.any() else float("nan")
 

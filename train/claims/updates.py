@@ -12,10 +12,12 @@ from nca_interp import analysis
 from nca_interp.fsio import read_json
 from nca_interp.identity import RunId, by_name
 from train import rules
-from train.claims.claim import Claim, _runs, _spread, _verdict
+from train.claims.claim import Claim, count_verdict, runs_of, spread_text
 from train.claims.stats import (
     label_permutation_p,
 )
+
+__all__ = ["shallow_qk", "size_matched", "updates_differ"]
 
 
 def _adam(figs: Path) -> dict:
@@ -45,7 +47,7 @@ def shallow_qk(figs: Path) -> Claim:
         flags.append(shallow > deep and set(top2) == {"q_proj", "k_proj"})
         cells.append(f"{Path(path).name}: shallow/deep {shallow / deep:.2f}, top {'+'.join(top2)}")
     return Claim("Updates concentrate in shallow layers, mostly k/q", "; ".join(cells),
-                 "ratio 1 = uniform over depth; 7 matrix types", _verdict(flags),
+                 "ratio 1 = uniform over depth; 7 matrix types", count_verdict(flags),
                  coverage=(len(flags), len(flags)))
 
 
@@ -116,8 +118,8 @@ def updates_differ(figs: Path) -> Claim:
                          f"train.size_control --setting {figs.name}"))
     elif ratio is not None:
         sizes += f" (sizes matched: NCA / OPD {ratio:.2f})"
-    return Claim("NCA's updates differ from OPD's", f"cos(dOPD, dNCA) {_spread(cross)}",
-                 f"seed-to-seed (same method) {_spread(within)}: OPD-OPD "
+    return Claim("NCA's updates differ from OPD's", f"cos(dOPD, dNCA) {spread_text(cross)}",
+                 f"seed-to-seed (same method) {spread_text(within)}: OPD-OPD "
                  f"{np.mean(by_method['opd']):.3f}, NCA-NCA {np.mean(by_method['nca']):.3f}; "
                  "method-label permutation p = "
                  f"{p:.3f} (exact, {n_labelings} labelings; smallest possible "
@@ -129,7 +131,7 @@ def updates_differ(figs: Path) -> Claim:
 def _size_ratio(figs: Path) -> float | None:
     """Mean Adam-normalised update size of the NCA runs over that of the OPD runs."""
     rep = _adam(figs)
-    size = {m: [v["global_adam"] for v in _runs(rep, m) if v.get("global_adam") is not None]
+    size = {m: [v["global_adam"] for v in runs_of(rep, m) if v.get("global_adam") is not None]
             for m in ("opd", "nca")}
     if not size["opd"] or not size["nca"]:
         return None
@@ -141,12 +143,12 @@ def _update_sizes(figs: Path) -> str:
     """'; Adam-normalised update size NCA / OPD ...' from param_delta's per-checkpoint totals
     (a direction difference can hide a magnitude difference), or '' where absent."""
     rep = _adam(figs)
-    size = {m: [v["global_adam"] for v in _runs(rep, m) if v.get("global_adam") is not None]
+    size = {m: [v["global_adam"] for v in runs_of(rep, m) if v.get("global_adam") is not None]
             for m in ("opd", "nca")}
     if not size["opd"] or not size["nca"]:
         return ""
-    return (f"; update size (Adam-normalised) OPD {_spread(size['opd'])}, NCA "
-            f"{_spread(size['nca'])}")
+    return (f"; update size (Adam-normalised) OPD {spread_text(size['opd'])}, NCA "
+            f"{spread_text(size['nca'])}")
 
 
 
@@ -161,7 +163,7 @@ def size_matched(figs: Path) -> Claim:
     # results are keyed by path, all_pairs by run name
     who = by_name(rep)
     kind = {n: i.method for n, i in who.items() if i.student}
-    size = {k: [v["global_sq"] ** 0.5 for v in _runs(rep, k)] for k in ("opd", "opdsized", "nca")}
+    size = {k: [v["global_sq"] ** 0.5 for v in runs_of(rep, k)] for k in ("opd", "opdsized", "nca")}
     cross, within, same_seed, sized = [], [], [], {}
     for key, v in rep["all_pairs"].items():
         a, b = key.split("~")
@@ -203,9 +205,9 @@ def size_matched(figs: Path) -> Claim:
         last = made["rounds"][-1]
         claim += (f" (OPD at lr x{last['lr_multiplier']:.2f}, round {last['round']} of size "
                   "matching)")
-    return Claim(claim, f"cos(d sized OPD, d NCA) {_spread(cross)}",
-            f"seed-to-seed (same group) {_spread(within)}; permutation p = {p:.3f} (exact, "
+    return Claim(claim, f"cos(d sized OPD, d NCA) {spread_text(cross)}",
+            f"seed-to-seed (same group) {spread_text(within)}; permutation p = {p:.3f} (exact, "
             f"{n_labelings} labelings; smallest possible {p_min:.3f}); size alone: cos(d OPD, "
-            f"d sized OPD) same seed {_spread(same_seed)}; update norm OPD {_spread(size['opd'])}, "
-            f"sized OPD {_spread(size['opdsized'])}, NCA {_spread(size['nca'])} (sized OPD / "
-            f"NCA {ratio:.2f})", verdict, reason)
+            f"d sized OPD) same seed {spread_text(same_seed)}; update norm OPD "
+            f"{spread_text(size['opd'])}, sized OPD {spread_text(size['opdsized'])}, NCA "
+            f"{spread_text(size['nca'])} (sized OPD / NCA {ratio:.2f})", verdict, reason)

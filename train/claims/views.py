@@ -11,12 +11,14 @@ import numpy as np
 from nca_interp import analysis
 from nca_interp.identity import others, partner, students
 from train import judge, rules
-from train.claims.claim import Claim, _runs, _spread, _verdict
+from train.claims.claim import Claim, count_verdict, runs_of, spread_text
+
+__all__ = ["closed_shares", "nca_identical", "opd_gap"]
 
 
 def _layer_cos(figs: Path, method: str) -> tuple[list[list[float]], list[float], list[float]]:
     ls = analysis.load(figs / "layer_sim.json")
-    runs = [r["cos"][1:] for r in _runs(ls, method)]
+    runs = [r["cos"][1:] for r in runs_of(ls, method)]
     base = next(r["cos"][1:] for n, r in others(ls) if n != "random_init")
     return runs, base, ls["results"]["random_init"]["cos"][1:]
 
@@ -27,12 +29,12 @@ def _floor(figs: Path) -> float | None:
     between views of *different* items (layer_sim's `cos_other`) over the NCA seeds; None where
     a layer_sim report has no `cos_other`."""
     ls = analysis.load(figs / "layer_sim.json")
-    floors = [max(r["cos_other"][1:]) for r in _runs(ls, "nca") if "cos_other" in r]
+    floors = [max(r["cos_other"][1:]) for r in runs_of(ls, "nca") if "cos_other" in r]
     return max(floors) if floors else None
 
 
 
-def _closed(runs: list[list[float]], base: list[float]) -> list[float]:
+def closed_shares(runs: list[list[float]], base: list[float]) -> list[float]:
     """Each run's share of step 0's distance to 1 that it closes, on the mean over the layers
     (`rules.closed_share`; the paper's cosines are means over its layers, and a per-layer
     share is unstable where step 0 already sits near 1)."""
@@ -53,17 +55,17 @@ def nca_identical(figs: Path) -> Claim:
     opd, _, _ = _layer_cos(figs, "opd")
     floor = _floor(figs)
     mins = [min(r) for r in nca]
-    verdict, reason = _verdict([m >= t for m in mins], mean_on_side=np.mean(mins) >= t), ""
+    verdict, reason = count_verdict([m >= t for m in mins], mean_on_side=np.mean(mins) >= t), ""
     if verdict == "not reproduced":
         reason = f"no seed reaches {t:g} at every layer"
     if floor is not None and floor >= t:
         verdict, reason = "not measurable", f"different items already reach {t:g}"
-    closed_nca, closed_opd = _closed(nca, base), _closed(opd, base)
+    closed_nca, closed_opd = closed_shares(nca, base), closed_shares(opd, base)
     paper_nca, paper_opd = rules.PAPER_CLOSED["nca"], rules.PAPER_CLOSED["opd"]
     flags = [c >= paper_nca for c in closed_nca]
     on_side = bool(np.mean(closed_nca) >= paper_nca)
     also = ((f"closes >= {100 * paper_nca:.1f}% of step 0's gap (the paper's NCA)",
-             _verdict(flags, mean_on_side=on_side),
+             count_verdict(flags, mean_on_side=on_side),
              "" if any(flags) and on_side else "no seed closes as much" if not any(flags)
              else "the seeds' mean closes less"),)
     floor_text = "different-item floor not measured (older layer_sim run)" if floor is None \
@@ -73,10 +75,10 @@ def nca_identical(figs: Path) -> Claim:
         f"{pct(float(np.mean(vals)))} ({pct(min(vals))} to {pct(max(vals))})"  # noqa: E731
     paper = rules.PAPER_COS
     return Claim(f"NCA keeps the views near-identical (cos >= {t:g} every layer)",
-                 f"lowest layer cos {_spread(mins)}; share of step 0's gap closed over the "
+                 f"lowest layer cos {spread_text(mins)}; share of step 0's gap closed over the "
                  f"layers' mean: NCA {cl(closed_nca)}"
                  + (f", OPD {cl(closed_opd)}" if opd else ""),
-                 f"OPD lowest {_spread([min(r) for r in opd])}; step 0 {min(base):.3f}; random "
+                 f"OPD lowest {spread_text([min(r) for r in opd])}; step 0 {min(base):.3f}; random "
                  f"init {min(rnd):.3f}; {floor_text}; the paper (Qwen3-4B Sokoban): base "
                  f"{paper['base']:g}, OPD {paper['opd']:g}, NCA >= {paper['nca']:g}: OPD closes "
                  f"{100 * paper_opd:.1f}%, NCA >= {100 * paper_nca:.1f}%", verdict, reason,
@@ -111,9 +113,9 @@ def opd_gap(figs: Path) -> Claim:
         found = partner(rep, key, "nca")
         if found is not None:
             pairs.append((_later_half(o, half), _later_half(found[1], half)))
-    opd_late = [_later_half(r, half) for r in _runs(rep, "opd")]
+    opd_late = [_later_half(r, half) for r in runs_of(rep, "opd")]
     if not pairs:
-        return Claim(name, f"later-half cos {_spread([v for v, _ in opd_late])}", "-",
+        return Claim(name, f"later-half cos {spread_text([v for v, _ in opd_late])}", "-",
                      "not measurable", "needs OPD and NCA of the same seed")
     z = judge.Z95
     gaps = [(n - o, z * (o_se ** 2 + n_se ** 2) ** 0.5) for (o, o_se), (n, n_se) in pairs]
@@ -125,10 +127,10 @@ def opd_gap(figs: Path) -> Claim:
     reason = ("" if all(below_one) else
               f"OPD is within noise of 1 in {len(below_one) - sum(below_one)} seeds")
     return Claim(name,
-                 f"later-half cos OPD {_spread([v for v, _ in opd_late])}, NCA "
-                 f"{_spread([n for _, (n, _) in pairs])}; NCA - OPD per seed "
+                 f"later-half cos OPD {spread_text([v for v, _ in opd_late])}, NCA "
+                 f"{spread_text([n for _, (n, _) in pairs])}; NCA - OPD per seed "
                  + ", ".join(f"{d:+.3f} [{d - w:+.3f}, {d + w:+.3f}]" for d, w in gaps),
                  f"0 (no gap between the methods); step 0 {b:.3f} (OPD widened step 0's gap in "
                  f"{n_wide} of {len(widened)} seeds); random init {rnd:.3f}",
-                 _verdict(flags, mean_on_side=float(np.mean([d for d, _ in gaps])) > 0),
+                 count_verdict(flags, mean_on_side=float(np.mean([d for d, _ in gaps])) > 0),
                  reason, coverage=(len(flags), len(flags)))
