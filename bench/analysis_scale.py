@@ -187,7 +187,7 @@ def main(argv=None) -> dict:
         rows["grad_align batch 4"] = measured(
             [*py, "nca_interp.grad_align", str(a), "--teacher", str(init), "--task", "sokoban",
              "--context", "plan", "--batch", "4", "--micro-batch", "2", "--parts", "2",
-             "--dtype", "bfloat16", "--out", str(work / "ga"), *th])
+             "--precision", "bf16", "--out", str(work / "ga"), *th])
     from nca_interp.tensorfiles import TensorFolder
 
     with TensorFolder(init) as f:

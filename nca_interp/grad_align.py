@@ -51,7 +51,7 @@ from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.fsio import spill_folder
 from nca_interp.losses import TERMS, loss_terms
-from nca_interp.models import context_limit, resolve_device
+from nca_interp.models import PRECISION_HELP, context_limit, resolve_device, weights_dtype
 from nca_interp.progress import bar
 from nca_interp.reduce import Gram, cosine, stream_by_name
 from nca_interp.rollout import Batch, onpolicy_batch
@@ -324,9 +324,8 @@ class GradAlignConfig:
         "check": "even>=2"})
     temperature: float = field(default=1.0, metadata={"help": "rollout (and loss) temperature"})
     seed: int = field(default=0, metadata={"help": "levels and sampling seed"})
-    device: str = field(default="cpu", metadata={"help": "cpu|cuda|auto"})
-    dtype: str | None = field(default=None, metadata={
-        "help": "float32|bfloat16|float16 for both models; default: as stored"})
+    device: str = field(default="auto", metadata={"help": "auto|cpu|cuda"})
+    precision: str = field(default="auto", metadata={"help": PRECISION_HELP})
     out: str = field(default="runs/grad_align_demo/grad_align", metadata={"help": "output stem"})
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
@@ -358,7 +357,6 @@ def format_table(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def run(cfg: GradAlignConfig | None = None, /, **fields) -> dict:
@@ -374,8 +372,9 @@ def run(cfg: GradAlignConfig | None = None, /, **fields) -> dict:
                          "multiple of --parts")
     ckpts = analysis.checkpoint_paths(cfg)
     found, context = resolve_task_and_context(ckpts, cfg.task, cfg.context, cfg.task_options)
-    dev = str(resolve_device(cfg.device))
-    dt = DTYPES[cfg.dtype] if cfg.dtype else "stored"
+    dev = resolve_device(cfg.device)
+    dt = weights_dtype(dev, cfg.precision)
+    dev = str(dev)
     teacher = cfg.teacher
     for path in ckpts:  # every pair checked before any gradient is computed
         check_same_tokenizers([path, teacher_of(path, teacher)])

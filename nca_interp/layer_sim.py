@@ -425,7 +425,7 @@ class LayerSimConfig:
                      metadata={"help": "output stem (.json/.html)"})
     png: bool = field(default=False, metadata={"help": "also write a PNG (needs kaleido)"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
-    device: str = field(default="cpu", metadata={"help": "cpu|cuda|auto for the model passes"})
+    device: str = field(default="auto", metadata={"help": "auto|cpu|cuda for the model passes"})
     batch: int = field(default=100, metadata={"help": "levels per hooked pass"})
     at: str = field(default="response", metadata={
         "help": "response (y's positions) | generating (the positions that produce y) | prompt "

@@ -20,7 +20,8 @@ from transformers import (
 
 from nca_interp.errors import UsageError
 
-__all__ = ["ModelConfig", "autocast", "build_model", "context_limit", "resolve_device"]
+__all__ = ["PRECISIONS", "PRECISION_HELP", "ModelConfig", "autocast", "build_model",
+           "check_precision", "context_limit", "resolve_device", "weights_dtype"]
 
 ARCHS = {"qwen3": Qwen3Config, "qwen2": Qwen2Config, "llama": LlamaConfig}
 
@@ -70,12 +71,28 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     return torch.device(f"cuda:{local_rank}" if name == "cuda" else name)
 
 
+PRECISIONS = ("auto", "fp32", "bf16")
+PRECISION_HELP = ("auto|fp32|bf16 (auto: bf16 on a GPU, fp32 on the CPU; training and evaluate "
+                  "autocast over fp32 weights, analyses that need no optimiser hold the weights "
+                  "in bf16)")
+
+
+def check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise UsageError(f"--precision must be auto, fp32 or bf16, not {precision!r}")
+
+
+def weights_dtype(device: torch.device, precision: str) -> torch.dtype:
+    """The weights' dtype for an analysis without an optimiser under `--precision` (the one
+    precision flag; `auto` as in `autocast`)."""
+    check_precision(precision)
+    bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
+    return torch.bfloat16 if bf16 else torch.float32
+
+
 def autocast(device: torch.device, precision: str):
     """bf16 autocast (fp32 master weights; the KL is computed in fp32) or nothing. `auto` is
     bf16 on a GPU and fp32 on the CPU, where every number in this repository was measured."""
-    if precision not in ("auto", "fp32", "bf16"):
-        raise UsageError(f"--precision must be auto, fp32 or bf16, not {precision!r}")
-    bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
-    if not bf16:
+    if weights_dtype(device, precision) == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=torch.bfloat16)

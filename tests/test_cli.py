@@ -62,3 +62,32 @@ def test_help_names_the_command_states_defaults_once_and_fits_a_screen(module):
     assert not re.search(r"20\d\d-\d\d-\d\d|model hub", out)
     # example commands keep their line breaks (a docstring's backslash is not a continuation)
     assert not re.search(r"\S {4,}--", out.split("options:")[0]), out
+
+
+def test_one_precision_flag_and_one_device_default():
+    """Every command that takes a precision takes `--precision auto|fp32|bf16` (grad_align's old
+    `--dtype` is gone), and every command that takes a device defaults to auto."""
+    import dataclasses
+    import importlib
+
+    import torch
+
+    from nca_interp.errors import UsageError
+    from nca_interp.models import weights_dtype
+
+    cpu = torch.device("cpu")
+    assert weights_dtype(cpu, "auto") == weights_dtype(cpu, "fp32") == torch.float32
+    assert weights_dtype(cpu, "bf16") == torch.bfloat16
+    assert weights_dtype(torch.device("cuda"), "auto") == torch.bfloat16
+    with pytest.raises(UsageError, match="--precision must be auto, fp32 or bf16"):
+        weights_dtype(cpu, "float16")
+    configs = {"nca_interp.layer_sim": "LayerSimConfig", "nca_interp.grad_align":
+               "GradAlignConfig", "nca_interp.evaluate": "EvalConfig",
+               "train.distill": "DistillConfig", "train.sft": "SFTConfig"}
+    for module, name in configs.items():
+        fields = {f.name: f for f in dataclasses.fields(getattr(importlib.import_module(module),
+                                                                name))}
+        assert "dtype" not in fields, module
+        assert fields["device"].default == "auto", module
+        if "precision" in fields:
+            assert fields["precision"].default == "auto", module
