@@ -18,9 +18,9 @@ from pathlib import Path
 
 from nca_interp.errors import RunError, UsageError
 
-__all__ = ["argv_of", "as_paths", "check_arguments", "check_disk", "check_writable", "entry",
-           "finite_json", "parse_config", "same_config", "to_dict", "validate", "write_atomic",
-           "write_json"]
+__all__ = ["REPLACED_FLAGS", "argv_of", "as_paths", "check_arguments", "check_disk",
+           "check_writable", "entry", "finite_json", "parse_config", "same_config", "to_dict",
+           "validate", "write_atomic", "write_json"]
 
 # Ranges of the numeric flags every entry point shares, by field name (a field's own
 # `metadata["check"]` overrides). ">0": positive; ">=0"; ">=1"; "choice:a|b|c".
@@ -368,6 +368,15 @@ def merge_repeated(cls, argv: list[str]) -> list[str]:
     return [a for i, a in enumerate(out) if i not in drop]
 
 
+# Flags that were replaced: a command line that still passes one is told what to pass instead
+REPLACED_FLAGS = {
+    "--top-k": "--kl topk --kl-k K (the student's top-k, renormalised; --kl-tail none for the "
+               "raw sum)",
+    "--renormalize": "--kl-tail renorm|none with --kl topk",
+    "--dtype": "--precision auto|fp32|bf16",
+}
+
+
 def parse_config(cls, argv: list[str] | None, description: str | None = None,
                  positional: str | None = None):
     """Build `cls` from command-line `argv` (None: sys.argv). `positional` names a list field
@@ -398,6 +407,12 @@ def parse_config(cls, argv: list[str] | None, description: str | None = None,
         parser.add_argument("_positional", nargs="*", metavar=positional.upper(),
                             help=f"same as --{positional}")
     argv = merge_repeated(cls, sys.argv[1:] if argv is None else list(argv))
+    names = {"--" + f.name.replace("_", "-") for f in dataclasses.fields(cls)}
+    for a in argv:
+        flag = str(a).split("=")[0]
+        if flag in REPLACED_FLAGS and flag not in names:
+            raise UsageError(f"{flag} was replaced (one KL path, one precision flag): pass "
+                             f"{REPLACED_FLAGS[flag]}")
     ns = vars(parser.parse_args(argv))  # argparse prints its own usage error (exit 2)
     extra = ns.pop("_positional", None)
     if extra:  # `--ckpt A B`: A by the flag, B as a bare argument; both are kept, in order

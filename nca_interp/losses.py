@@ -57,21 +57,6 @@ __all__ = ["TERMS", "Estimator", "combine", "estimated_kl", "loss_terms", "posit
 TERMS = ("opd", "nca", "ctx")
 
 
-def position_kl(p_logits_B_N_V: torch.Tensor, q_logits_B_N_V: torch.Tensor,
-                 top_k: int | None = None, renormalize: bool = True) -> torch.Tensor:
-    """KL(p || q) at every position, in nats, over the full vocabulary (float32). With
-    `top_k`, the support is p's top-k tokens (renormalised on that support if `renormalize`)."""
-    logp = F.log_softmax(p_logits_B_N_V.float(), dim=-1)
-    logq = F.log_softmax(q_logits_B_N_V.float(), dim=-1)
-    if top_k is not None and top_k < logp.shape[-1]:
-        idx = logp.topk(top_k, dim=-1).indices
-        logp, logq = logp.gather(-1, idx), logq.gather(-1, idx)
-        if renormalize:
-            logp = logp - logp.logsumexp(-1, keepdim=True)
-            logq = logq - logq.logsumexp(-1, keepdim=True)
-    return (logp.exp() * (logp - logq)).sum(-1)
-
-
 KINDS = ("full", "topk", "sampled")
 
 
@@ -149,15 +134,15 @@ class Estimator:
         return k3, k3
 
 
-def token_kl(p_logits_B_N_V: torch.Tensor, q_logits_B_N_V: torch.Tensor,
-             mask_B_N: torch.Tensor, top_k: int | None = None,
-             renormalize: bool = True, denom: torch.Tensor | float | None = None
-             ) -> torch.Tensor:
-    """mean over valid positions of KL(p || q), in nats (or the sum divided by `denom`); see
-    `position_kl` for `top_k`."""
-    kl_B_N = position_kl(p_logits_B_N_V, q_logits_B_N_V, top_k, renormalize)
-    mask = mask_B_N.to(kl_B_N.dtype)
-    return (kl_B_N * mask).sum() / (mask.sum().clamp(min=1) if denom is None else denom)
+def position_kl(p_logits_B_N_V: torch.Tensor, q_logits_B_N_V: torch.Tensor,
+                estimator: Estimator | None = None) -> torch.Tensor:
+    """KL(p || q) at every position, in nats (float32): `estimator`'s value (default the exact
+    full-vocabulary sum; a sampled estimator needs the tokens, so it is not taken here)."""
+    est = estimator or Estimator()
+    if est.kind == "sampled":
+        raise UsageError("position_kl takes a full or topk estimator; the sampled one needs the "
+                         "response tokens: use estimated_kl")
+    return est.per_position(p_logits_B_N_V, q_logits_B_N_V, None)[1]
 
 
 def estimated_kl(estimator: Estimator, p_logits_B_N_V: torch.Tensor,
@@ -172,13 +157,14 @@ def estimated_kl(estimator: Estimator, p_logits_B_N_V: torch.Tensor,
 
 
 def loss_terms(student, teacher, batch: Batch, terms: tuple[str, ...] = ("opd", "nca"),
-               top_k: int | None = None, renormalize: bool = True,
                denom: torch.Tensor | float | None = None, temperature: float = 1.0,
                estimator: Estimator | None = None, nca_estimator: Estimator | None = None,
                prefix_cache: PrefixCache | None = None, share_prefix: bool = True
                ) -> dict[str, torch.Tensor]:
     """The named loss terms on one batch (combine them afterwards: L = opd + beta * nca), at
-    the sampling `temperature` (every view's logits divided by it).
+    the sampling `temperature` (every view's logits divided by it), each the token mean (or
+    sum / `denom`) of `estimator`'s surrogate (default: the exact full KL; the NCA term uses
+    `nca_estimator`, default the same).
     Only the views a requested term needs are computed. The teacher may live on another device
     (its inputs go there, its logits come back); its full-vocabulary logits are dropped as soon
     as the terms that need them are computed.
@@ -211,22 +197,15 @@ def loss_terms(student, teacher, batch: Batch, terms: tuple[str, ...] = ("opd", 
                    else response_logits(teacher, *args)).to(b.resp.device)
     if temperature != 1.0:
         g, g_c, f_c = (None if v is None else v / temperature for v in (g, g_c, f_c))
-    if estimator is not None or nca_estimator is not None:
-        est = estimator or Estimator()
-        pick = {"opd": (est, g, f_c), "ctx": (est, g_c, f_c),
-                "nca": (nca_estimator or est, None if g is None else g.detach(), g_c)}
-        for term in terms:
-            e, p, q = pick[term]
-            out[term] = estimated_kl(e, p, q, b.resp, b.resp_mask, denom)[0]
-        return out
-    kl = dict(mask_B_N=b.resp_mask, top_k=top_k, renormalize=renormalize, denom=denom)
+    est = estimator or Estimator()
+    kl = dict(tokens_B_N=b.resp, mask_B_N=b.resp_mask, denom=denom)
     if "opd" in terms:
-        out["opd"] = token_kl(g, f_c, **kl)
+        out["opd"] = estimated_kl(est, g, f_c, **kl)[0]
     if "ctx" in terms:
-        out["ctx"] = token_kl(g_c, f_c, **kl)
+        out["ctx"] = estimated_kl(est, g_c, f_c, **kl)[0]
     del f_c
     if "nca" in terms:
-        out["nca"] = token_kl(g.detach(), g_c, **kl)
+        out["nca"] = estimated_kl(nca_estimator or est, g.detach(), g_c, **kl)[0]
     return out
 
 

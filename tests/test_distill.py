@@ -128,8 +128,9 @@ def test_micro_batches_and_checkpointing_give_the_same_update(base, tmp_path):
 
 
 def test_estimators_train_and_resume_old_runs(base, tmp_path):
-    """--kl sampled / topk run and are recorded; --top-k with --kl is refused; a run recorded
-    before the estimator flags existed resumes (its missing flags mean the full KL)."""
+    """--kl sampled / topk run and are recorded; the replaced --top-k is refused with what to
+    pass; a run recorded before the estimator flags existed resumes (its missing flags mean
+    the full KL), and one recorded with --top-k resumes only as --kl topk with its k."""
     import json
 
     from nca_interp.errors import UsageError
@@ -138,8 +139,9 @@ def test_estimators_train_and_resume_old_runs(base, tmp_path):
                       "sampled", "--kl-form", "k3"))
     cfg = json.loads((tmp_path / "s" / "run_config.json").read_text())
     assert cfg["kl"] == "sampled" and cfg["kl_form"] == "k3" and cfg["nca_kl"] == "same"
-    with pytest.raises(UsageError, match="--top-k is the plain path"):
-        distill.main(args(base, tmp_path / "t", "--kl", "topk", "--top-k", "3"))
+    with pytest.raises(UsageError, match="--top-k was replaced .* pass --kl topk --kl-k K"):
+        distill.main(args(base, tmp_path / "t", "--top-k", "3"))
+    assert not (tmp_path / "t").exists()
     distill.main(args(base, tmp_path / "old", "--steps", "2"))
     saved = tmp_path / "old" / "run_config.json"
     old = {k: v for k, v in json.loads(saved.read_text()).items() if not k.startswith(
@@ -148,6 +150,11 @@ def test_estimators_train_and_resume_old_runs(base, tmp_path):
     distill.main(args(base, tmp_path / "old", "--steps", "3"))  # resumes: same config
     with pytest.raises(UsageError, match="different config"):
         distill.main(args(base, tmp_path / "old", "--steps", "4", "--kl", "sampled"))
+    old_topk = {**old, "top_k": 3, "renormalize": True}  # recorded by a --top-k 3 run
+    saved.write_text(json.dumps(old_topk))
+    with pytest.raises(UsageError, match="different config"):  # never silently the full KL
+        distill.main(args(base, tmp_path / "old", "--steps", "4"))
+    distill.main(args(base, tmp_path / "old", "--steps", "4", "--kl", "topk", "--kl-k", "3"))
 
 
 def test_a_tied_embedding_student_resumes(tok, tmp_path, monkeypatch):

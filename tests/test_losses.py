@@ -1,10 +1,16 @@
 import pytest
 import torch
 
-from nca_interp.losses import combine, loss_terms, token_kl
+from nca_interp.losses import Estimator, combine, estimated_kl, loss_terms, position_kl
 from nca_interp.rollout import onpolicy_batch
 from nca_interp.tasks import make_task
 from tests.conftest import tiny
+
+
+def token_kl(p, q, mask, estimator=None):
+    """The token-mean KL(p || q) through the one KL path (differentiable)."""
+    tokens = torch.zeros(mask.shape, dtype=torch.long)
+    return estimated_kl(estimator or Estimator(), p, q, tokens, mask)[0]
 
 
 def rand_logits(*shape, seed=0):
@@ -31,10 +37,15 @@ def test_kl_matches_torch_distributions():
 def test_top_k_full_vocab_equals_full():
     p, q = rand_logits(2, 3, 7), rand_logits(2, 3, 7, seed=3)
     mask = torch.ones(2, 3)
-    for renorm in (True, False):
-        assert torch.allclose(token_kl(p, q, mask, top_k=7, renormalize=renorm),
+    for tail in ("renorm", "none", "bucket"):
+        assert torch.allclose(token_kl(p, q, mask, Estimator("topk", 7, tail=tail)),
                               token_kl(p, q, mask), atol=1e-6)
-    assert token_kl(p, q, mask, top_k=2) >= 0
+    assert token_kl(p, q, mask, Estimator("topk", 2)) >= 0
+    assert torch.allclose(position_kl(p, q), torch.distributions.kl_divergence(
+        torch.distributions.Categorical(logits=p), torch.distributions.Categorical(logits=q)),
+        atol=1e-5)
+    with pytest.raises(ValueError, match="sampled one needs the response tokens"):
+        position_kl(p, q, Estimator("sampled"))
 
 
 @pytest.fixture
@@ -72,7 +83,7 @@ def test_nca_gradient_reaches_only_the_context_view(batch):
     import copy
 
     from nca_interp.forward import response_logits
-    from nca_interp.losses import token_kl as kl
+    kl = token_kl
 
     no_c, with_c = student, copy.deepcopy(student)
     g = response_logits(no_c, b.x_ids, b.x_mask, b.resp, b.resp_mask)

@@ -27,8 +27,8 @@ from nca_interp.models import resolve_device
 from nca_interp.runlock import RunLock
 
 __all__ = ["DISK_REMEDY", "Dist", "Run", "all_finite", "check_out", "close_distributed",
-           "data_inputs", "disk_needed", "eval_wins", "exit_worker", "init_distributed",
-           "setup_torch", "weight_bytes"]
+           "current_flags", "data_inputs", "disk_needed", "eval_wins", "exit_worker",
+           "init_distributed", "setup_torch", "weight_bytes"]
 
 
 def setup_torch(threads: int) -> None:
@@ -179,6 +179,18 @@ ADDED_FLAGS = {"kl": "full", "kl_k": 256, "kl_support": "p", "kl_tail": "renorm"
                "kl_form": "k1", "nca_kl": "same", "role": None}
 
 
+def current_flags(saved: dict) -> dict:
+    """A run config recorded before the one KL path, in today's flags: `--top-k K` (with
+    `--renormalize false`) trained what `--kl topk --kl-k K --kl-support p --kl-tail renorm`
+    (`none`) trains, so such a run resumes with today's flags and never silently with another
+    loss."""
+    saved = dict(saved)
+    k, renorm = saved.pop("top_k", None), saved.pop("renormalize", True)
+    if k is not None:
+        saved.update(kl="topk", kl_k=k, kl_support="p", kl_tail="renorm" if renorm else "none")
+    return saved
+
+
 def check_out(out: str | Path, inputs: dict[str, str | Path | None]) -> None:
     """Refuse an --out that is, sits inside or contains one of the run's input checkpoints
     (`inputs`: flag -> folder): a run writes its weights and config at its root."""
@@ -228,7 +240,7 @@ def check_own(folder: Path, run_config: dict) -> bool:
         raise UsageError(refuse + "choose a new --out (a run writes only into a new folder or "
                          "its own)")
     try:
-        old = read_json(saved, "run config")
+        old = current_flags(read_json(saved, "run config"))
     except (OSError, ValueError) as e:
         raise UsageError(refuse + f"its {ckpt.RUN_CONFIG} is unreadable ({e}); choose a new "
                          "--out") from None

@@ -73,7 +73,7 @@ __all__ = ["DistillConfig", "main"]
 @dataclass
 class DistillConfig:
     # options --help leaves to --help-all (optimiser, estimator details, devices, memory)
-    EXPERT = ("schedule", "weight_decay", "clip", "temperature", "top_k", "renormalize", "kl_k",
+    EXPERT = ("schedule", "weight_decay", "clip", "temperature", "kl_k",
               "kl_support", "kl_tail", "kl_form", "nca_kl", "eval_every", "eval_levels",
               "teacher_device", "precision", "micro_batch", "grad_checkpointing", "role",
               "resume_from")
@@ -98,9 +98,6 @@ class DistillConfig:
     clip: float = field(default=1.0, metadata={"help": "gradient-norm clip"})
     temperature: float = field(default=1.0, metadata={
         "help": "rollout temperature (> 0); the loss uses the same tempered views"})
-    top_k: int | None = field(default=None, metadata={
-        "help": "KL support: student top-k tokens (OPCD); none = full vocabulary"})
-    renormalize: bool = field(default=True, metadata={"help": "renormalise on the top-k support"})
     kl: str = field(default="full", metadata={
         "help": "KL estimator of the loss terms (nca_interp.losses.Estimator): full | topk | "
                 "sampled", "check": "choice:full|topk|sampled"})
@@ -147,12 +144,8 @@ def task_for(cfg: DistillConfig, student_dir: str):
     return task_for_checkpoints([student_dir], cfg.task, options=cfg.task_options)
 
 
-def estimators(cfg: DistillConfig) -> tuple[Estimator | None, Estimator | None]:
-    """(OPD's, NCA's) estimator; (None, None) keeps the plain full / --top-k path."""
-    if cfg.kl == "full" and cfg.nca_kl == "same":
-        return None, None
-    if cfg.top_k is not None:
-        raise UsageError("--top-k is the plain path's top-k; with --kl pass --kl topk --kl-k")
+def estimators(cfg: DistillConfig) -> tuple[Estimator, Estimator]:
+    """(OPD's, NCA's) estimator of the KL (`--kl ...`; the one KL path, nca_interp.losses)."""
     est = Estimator(cfg.kl, cfg.kl_k, cfg.kl_support, cfg.kl_tail, cfg.kl_form)
     return est, (Estimator() if cfg.nca_kl == "full" else est)
 
@@ -175,8 +168,8 @@ def accumulate(student, teacher, batch: Batch, terms_needed: tuple[str, ...], be
         sync = nullcontext() if last or dist.world == 1 else student.no_sync()
         with sync:
             with amp:
-                terms = loss_terms(student, teacher, piece, terms_needed, cfg.top_k,
-                                   cfg.renormalize, denom, cfg.temperature, *estimators(cfg),
+                terms = loss_terms(student, teacher, piece, terms_needed, denom,
+                                   cfg.temperature, *estimators(cfg),
                                    prefix_cache=prefix_cache)
             (combine(terms, beta) * dist.world).backward()
         for name, value in terms.items():
