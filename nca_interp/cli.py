@@ -26,7 +26,7 @@ __all__ = ["REPLACED_FLAGS", "argv_of", "as_paths", "check_arguments", "check_di
 # `metadata["check"]` overrides). ">0": positive; ">=0"; ">=1"; "choice:a|b|c".
 CHECKS = {
     "steps": ">=1", "batch": ">=1", "lr": ">0", "warmup": ">=0", "weight_decay": ">=0",
-    "clip": ">0", "beta": ">=0", "temperature": "temperature", "top_k": ">=1",
+    "clip": ">0", "beta": ">=0", "temperature": "temperature",
     "save_every": ">=1", "eval_every": ">=1", "eval_levels": ">=1", "n_levels": ">=1",
     "threads": "threads", "seeds": "seeds",
     "micro_batch": ">=0", "teacher_steps": ">=1", "distill_steps": ">=1", "jobs": ">=1",
