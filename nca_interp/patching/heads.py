@@ -20,7 +20,12 @@ import torch
 
 from nca_interp.bootstrap import iid_indices, percentile_ci
 from nca_interp.patching.cases import Cases, score
-from nca_interp.patching.interventions import ablation_effect, ablation_hooks, greedy
+from nca_interp.patching.interventions import (
+    ablation_effect,
+    ablation_hooks,
+    greedy,
+    view_lds,
+)
 from nca_interp.rollout import pad_id
 
 __all__ = ["held_out_heads", "interval"]
@@ -94,6 +99,9 @@ def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H
     sub = {"A": cases.subset(A), "B": cases.subset(B)}
     rng = np.random.default_rng(seed + 1)
     stats = stats if stats is not None else {}
+    # both views' LDs once per case set: every draw below changes only the ablated heads
+    lds = {"A": view_lds(bridge, sub["A"]), "B": view_lds(bridge, sub["B"]),
+           "all": view_lds(bridge, cases)}
 
     def flipped(c: Cases, heads) -> np.ndarray:
         right = answered_right(bridge, task, c, heads, stops)
@@ -104,8 +112,8 @@ def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H
     for k in sorted({min(k, L * H) for k in ks} | {L * H}):
         chosen = {"A": order["A"][:k], "B": order["B"][:k]}  # chosen on A, judged on B, ...
         tf, flip = np.full(N, np.nan), np.zeros(N, bool)
-        tf[B] = ablation_effect(bridge, sub["B"], chosen["A"])
-        tf[A] = ablation_effect(bridge, sub["A"], chosen["B"])
+        tf[B] = ablation_effect(bridge, sub["B"], chosen["A"], lds["B"])
+        tf[A] = ablation_effect(bridge, sub["A"], chosen["B"], lds["A"])
         flip[B], flip[A] = flipped(sub["B"], chosen["A"]), flipped(sub["A"], chosen["B"])
         row = {"k": k, "chosen_on_a": [f"L{li}H{h}" for li, h in chosen["A"][:8]],
                "chosen_on_b": [f"L{li}H{h}" for li, h in chosen["B"][:8]],
@@ -118,7 +126,8 @@ def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H
             draws = [[pool[j] for j in rng.choice(len(pool), min(k, len(pool)), replace=False)]
                      for _ in range(max(n_random, n_random_generate))]
             row["effect_null"] = null_summary(
-                [np.nanmean(ablation_effect(bridge, cases, d)) for d in draws[:n_random]],
+                [np.nanmean(ablation_effect(bridge, cases, d, lds["all"]))
+                 for d in draws[:n_random]],
                 row["effect"]["mean"])
             row["flipped_null"] = null_summary(
                 [flipped(cases, d).mean() for d in draws[:n_random_generate]],

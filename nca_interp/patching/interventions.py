@@ -23,7 +23,7 @@ from nca_interp.patching.cases import Cases
 
 __all__ = ["GROUPS", "SCOPES", "ablate_context_hook", "ablation", "ablation_effect",
            "ablation_hooks", "cache_of", "greedy", "last_logits", "logit_diff", "logit_lens",
-           "normalised", "patch_hook", "sweep"]
+           "normalised", "patch_hook", "sweep", "view_lds"]
 
 GROUPS = ("all", "x", "response", "decide")
 SCOPES = ("full", "groups")
