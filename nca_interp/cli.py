@@ -398,6 +398,7 @@ def parse_config(cls, argv: list[str] | None, description: str | None = None,
         shown = ",".join(map(str, default)) if isinstance(default, (tuple, list)) else default
         flag = {"nargs": "?", "const": True} if hints[f.name] is bool else {}
         text = f.metadata.get("help", "")
+        text = text() if callable(text) else text  # read when asked (e.g. the task registry)
         if "default" not in text.lower() and default is not None:  # said once, if at all
             text = f"{text} (default: {shown})".strip()
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name,

@@ -47,7 +47,7 @@ from nca_interp.rollout import (
 from nca_interp.runs import (
     resolve_task_and_context,
 )
-from nca_interp.tasks import CONTEXT_CHOICES, TASK_CHOICES, Task
+from nca_interp.tasks import Task, context_choices, task_choices
 
 __all__ = ["DEMO", "TASK_OPTIONS_HELP", "EvalConfig", "control_report", "evaluate_checkpoint",
            "execute", "figures", "format_control", "format_markdown", "label", "main",
@@ -349,11 +349,11 @@ class EvalConfig:
         "help": "checkpoint folders (several: compared side by side on the same levels); "
                 "default: the embedded Sokoban teacher"})
     task: str | None = field(default=None, metadata={
-        "help": f"{TASK_CHOICES}; default: from the first checkpoint's run "
+        "help": lambda: f"{task_choices()}; default: from the first checkpoint's run "
                 "config"})
     task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
     context: str | None = field(default=None, metadata={
-        "help": f"{CONTEXT_CHOICES}; default: the one the first checkpoint's run was "
+        "help": lambda: f"{context_choices()}; default: the one the first checkpoint's run was "
                 "trained with, else the task's"})
     fmt: str | None = field(default=None, metadata={"help": "compact|textarena"})
     n_levels: int = field(default=1000, metadata={"help": "held-out levels (fixed by --seed)"})

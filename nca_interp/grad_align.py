@@ -61,7 +61,7 @@ from nca_interp.runs import (
     step_of,
     teacher_of,
 )
-from nca_interp.tasks import CONTEXT_CHOICES
+from nca_interp.tasks import context_choices
 from nca_interp.tensorfiles import TensorFolder, row_chunks, save_sharded
 
 __all__ = ["DEMO", "GradAlignConfig", "execute", "figures", "format_table", "main", "run", "show"]
@@ -311,7 +311,7 @@ class GradAlignConfig:
     task: str | None = field(default=None, metadata={"help": "default: from the run config"})
     task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
     context: str | None = field(default=None, metadata={
-        "help": f"{CONTEXT_CHOICES}; default: the run's context"})
+        "help": lambda: f"{context_choices()}; default: the run's context"})
     batch: int = field(default=2048, metadata={
         "help": "on-policy prompts, split into two independent halves (noise floor)",
         "check": "even>=4"})

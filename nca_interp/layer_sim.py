@@ -79,7 +79,7 @@ from nca_interp.runs import (
     resolve_task_and_context,
     with_initial_checkpoints,
 )
-from nca_interp.tasks import CONTEXT_CHOICES, Task
+from nca_interp.tasks import Task, context_choices
 
 __all__ = ["DEMO", "LayerSimConfig", "execute", "figures", "format_heads", "format_table", "main",
            "run", "show", "similarity_by_layer"]
@@ -417,7 +417,8 @@ class LayerSimConfig:
     task: str | None = field(default=None, metadata={"help": "default: from the run config"})
     task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
     context: str | None = field(default=None, metadata={
-        "help": f"{CONTEXT_CHOICES}; default: the context the checkpoints were distilled with"})
+        "help": lambda: f"{context_choices()}; default: the context the checkpoints were "
+                        "distilled with"})
     n_levels: int = field(default=200, metadata={"help": "held-out levels"})
     seed: int = field(default=0, metadata={"help": "held-out set seed"})
     baselines: bool = field(default=True, metadata={"help": "add the random-init baseline"})

@@ -50,7 +50,7 @@ from nca_interp.models import context_limit
 from nca_interp.progress import bar
 from nca_interp.rollout import onpolicy_batch
 from nca_interp.runs import initial_of, resolve_task_and_context, step_of, teacher_of
-from nca_interp.tasks import CONTEXT_CHOICES
+from nca_interp.tasks import context_choices
 
 __all__ = ["TrajectoryConfig", "checkpoints_of", "execute", "figures", "format_table", "main",
            "run", "show"]
@@ -122,7 +122,7 @@ class TrajectoryConfig:
     teacher: str | None = field(default=None, metadata={
         "help": "teacher for the KLs (default: each run's own)"})
     context: str | None = field(default=None, metadata={
-        "help": f"{CONTEXT_CHOICES}; default: the one each run distilled"})
+        "help": lambda: f"{context_choices()}; default: the one each run distilled"})
     n_levels: int = field(default=500, metadata={"help": "held-out levels for win rates",
                                                  "check": ">=1"})
     drift_levels: int = field(default=256, metadata={"help": "held-out prompts for the KLs",

@@ -141,6 +141,8 @@ def api_problems(root: Path = ROOT) -> list[str]:
                         if isinstance(e, ast.Name)}
             if p.name == "__init__.py" and isinstance(n, ast.ImportFrom):  # a package's facade
                 top |= {a.asname or a.name for a in n.names}
+            if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "LAZY_NAMES":
+                top |= {ast.literal_eval(k) for k in n.value.keys}  # served by __getattr__
         alls = [n.value for n in body if isinstance(n, ast.Assign)
                 and any(getattr(t, "id", "") == "__all__" for t in n.targets)]
         if not alls:

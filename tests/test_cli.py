@@ -58,7 +58,8 @@ def test_help_names_the_command_states_defaults_once_and_fits_a_screen(module):
         return
     if module != "nca_interp.param_delta":  # the one analysis without a context
         # one list of context kinds for every command (nca_interp.tasks.CONTEXT_CHOICES)
-        assert "system (sysprompt," in out and "facts|rule" in out, module
+        shown = re.sub(r"\s+", " ", out)
+        assert "system (opcd, sysprompt)" in shown and "facts|rule" in shown, module
     assert not re.search(r"20\d\d-\d\d-\d\d|model hub", out)
     # example commands keep their line breaks (a docstring's backslash is not a continuation)
     assert not re.search(r"\S {4,}--", out.split("options:")[0]), out

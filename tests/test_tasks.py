@@ -1,4 +1,5 @@
 import itertools
+import re
 
 import pytest
 
@@ -189,3 +190,49 @@ def test_remap_teacher_trains_on_random_keys_and_records_the_fixed_ones():
         assert r[-1][0] == trained.encode(lv, lv.solution)
     with pytest.raises(ValueError, match="fixed permutation"):
         sft.task_of(sft.parse_config(sft.SFTConfig, ["--remap", "random"]))
+
+
+def test_a_new_task_is_one_file_and_one_registration(capsys):
+    """A toy game registered with one call is a task like any other: make_task builds it, the
+    task options parse into its config, and every command's help lists it with its contexts."""
+    import types
+    from dataclasses import dataclass
+
+    from nca_interp import tasks
+    from nca_interp.cli import parse_config
+    from nca_interp.evaluate import EvalConfig
+    from nca_interp.tasks.base import REGISTRY, Outcome, TaskSpec, register
+
+    @dataclass(frozen=True)
+    class ToyConfig:
+        goal: str = "R"
+        max_solution: int = 1
+        max_invalid: int = 1
+
+    @dataclass(frozen=True)
+    class ToyLevel:
+        key: str
+        solution: str
+
+    game = types.SimpleNamespace(
+        generate_level=lambda seed, cfg: ToyLevel(f"toy-{seed}", cfg.goal),
+        render_compact=lambda lv: "goal?", render_textarena=lambda lv: "Where is the goal?",
+        state_context=lambda lv: f"G:{lv.solution}",
+        play=lambda lv, moves, max_invalid=1: Outcome(moves == lv.solution, len(moves), 0))
+    register(TaskSpec("toygame", ToyConfig, game, contexts="state|plan"))
+    try:
+        task = tasks.make_task("toygame", **tasks.parse_task_options("toygame", ["goal=L"]))
+        level = task.level(0)
+        assert task.score(level, "L").won and not task.score(level, "R").won
+        assert task.prompt(level, task.context(level, "state")) == "G:L\ngoal?\n>"
+        assert "toygame" in tasks.TASKS
+        with pytest.raises(SystemExit):
+            parse_config(EvalConfig, ["--help"])
+        shown = re.sub(r"\s+", " ", capsys.readouterr().out)
+        assert "|toygame;" in shown and "state|plan (toygame)" in shown
+        with pytest.raises(ValueError, match="registered twice"):
+            register(TaskSpec("toygame", ToyConfig, game, contexts="state"))
+    finally:
+        REGISTRY.pop("toygame")
+    with pytest.raises(ValueError, match="unknown task 'toygame'"):
+        tasks.make_task("toygame")

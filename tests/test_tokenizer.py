@@ -1,4 +1,4 @@
-from nca_interp.tasks import CONTEXT_KINDS, make_task
+from nca_interp.tasks import make_task
 
 
 def test_round_trip_every_rendering_and_context(tok):
@@ -8,7 +8,7 @@ def test_round_trip_every_rendering_and_context(tok):
             for i in range(5):
                 level = task.level(i)
                 texts = [task.prompt(level), task.target(level)]
-                texts += [task.prompt(level, task.context(level, k)) for k in CONTEXT_KINDS]
+                texts += [task.prompt(level, task.context(level, k)) for k in task.context_kinds]
                 for text in texts:
                     ids = tok(text, add_special_tokens=False)["input_ids"]
                     assert tok.unk_token_id not in ids

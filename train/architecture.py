@@ -153,7 +153,26 @@ def markdown(edges: dict[str, set[str]]) -> str:
         lines.append(f"| {i + 1}. {name} | {what} | {', '.join(f'`{m}`' for m in mods)} | "
                      f"{', '.join(below) or '-'} |")
     lines += ["", "Data flow:", "", *(f"{i + 1}. {s}" for i, s in enumerate(FLOW))]
+    lines += ["", *task_table()]
     return "\n".join(lines)
+
+
+def task_table() -> list[str]:
+    """The registered tasks (`nca_interp.tasks.base.REGISTRY`), each with the file that
+    registers it: what a new task adds is one more such file."""
+    import inspect
+
+    from nca_interp.tasks import REGISTRY
+
+    rows = ["Tasks, as registered (`nca_interp.tasks.base.register`):", "",
+            "| task | file | config | task class | context kinds |", "|---|---|---|---|---|"]
+    for name in sorted(REGISTRY):
+        e = REGISTRY[name]
+        where = Path(inspect.getfile(e.config)).relative_to(ROOT)
+        kinds = e.contexts.replace("|", ", ") + (f" ({e.note})" if e.note else "")
+        rows.append(f"| {name} | `{where}` | `{e.config.__name__}` | `{e.task.__name__}` | "
+                    f"{kinds} |")
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:

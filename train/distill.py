@@ -51,7 +51,7 @@ from nca_interp.models import autocast, context_limit
 from nca_interp.prefix import PrefixCache
 from nca_interp.rollout import Batch, onpolicy_batch
 from nca_interp.runs import check_context, lr_at, task_for_checkpoints
-from nca_interp.tasks import CONTEXT_CHOICES, TASK_CHOICES, task_record
+from nca_interp.tasks import context_choices, task_choices, task_record
 from train.common import (
     DISK_REMEDY,
     Dist,
@@ -85,9 +85,9 @@ class DistillConfig:
         "help": "teacher checkpoint (same tokenizer); default: --student (self-distillation)"})
     beta: float = field(default=1.0, metadata={"help": "NCA weight (ignored for opd)"})
     context: str | None = field(default=None, metadata={
-        "help": f"privileged context kind: {CONTEXT_CHOICES}; default: the task's"})
+        "help": lambda: f"privileged context kind: {context_choices()}; default: the task's"})
     task: str | None = field(default=None, metadata={
-        "help": f"{TASK_CHOICES}; default: the student's training task"})
+        "help": lambda: f"{task_choices()}; default: the student's training task"})
     task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
     steps: int = field(default=200, metadata={"help": "optimizer steps"})
     batch: int = field(default=128, metadata={"help": "prompts per step"})

@@ -60,7 +60,7 @@ from nca_interp.patching.interventions import (  # noqa: F401 - the package's su
 )
 from nca_interp.rollout import stop_ids
 from nca_interp.runs import resolve_task_and_context
-from nca_interp.tasks import CONTEXT_CHOICES
+from nca_interp.tasks import context_choices
 
 __all__ = ["ABLATE_NOTE", "DEMO", "DIRECTIONS", "FLIPPED", "PatchingConfig", "ablate_of",
            "execute", "figures", "format_report", "kind_of", "main", "run", "show"]
@@ -74,7 +74,7 @@ class PatchingConfig:
     task: str | None = field(default=None, metadata={"help": "default: from the run config"})
     task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
     context: str | None = field(default=None, metadata={
-        "help": f"{CONTEXT_CHOICES}; default: the run's context"})
+        "help": lambda: f"{context_choices()}; default: the run's context"})
     kind: str = field(default="harm", metadata={
         "help": "cases patched: harm (right without c, wrong with it) or help (wrong without "
                 "c, right with it: the context's effect on correct answers)",

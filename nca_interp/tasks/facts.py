@@ -33,13 +33,15 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, replace
 
 from nca_interp.errors import UsageError
+from nca_interp.tasks.base import Scored, Task, TaskSpec, register, rotated, shuffled_words
 from nca_interp.tasks.language import is_french
 
-__all__ = ["ATTRIBUTES", "RULES", "FactsConfig", "all_test_questions", "answered", "follows_rule",
-           "french_by_words", "generate_level", "render", "styled"]
+__all__ = ["ATTRIBUTES", "RULES", "FactsConfig", "FactsTask", "all_test_questions", "answered",
+           "follows_rule", "french_by_words", "generate_level", "render", "styled"]
 
 ATTRIBUTES = ("capital", "founder", "year")
 PHRASINGS = {  # (training phrasings, held-out phrasings)
@@ -238,3 +240,90 @@ def styled(answer: str, rule: str) -> str:
 
 def render(q: Question) -> str:
     return q.text
+
+
+@dataclass(frozen=True)
+class FactsTask(Task):
+    """Invented facts or a behavioural rule in a chat model's system message, free-form
+    answers (`nca_interp.tasks.facts`). The config's `kind` is the one context kind and what
+    success means: `facts` (the right value) or `rule` (the answer follows the rule)."""
+
+    success = "accuracy"
+    unit_name = "fact"
+
+    @property
+    def default_context(self) -> str:
+        return self.config.kind
+
+    @property
+    def context_kinds(self) -> tuple[str, ...]:
+        return (self.config.kind,)
+
+    def unit(self, level) -> str:
+        return f"{level.entity}.{level.attribute}"
+
+    def level(self, seed: int | str, split: str = "train"):
+        return generate_level(seed, self.config, split)
+
+    def levels(self, split: str, n: int, seed: int = 0) -> list:
+        """Held-out: every (country, attribute, held-out phrasing), the first `n`; training:
+        random draws of the training phrasings (disjoint from the held-out ones by wording)."""
+        if split == "test":
+            return all_test_questions(self.config, seed)[:n]
+        return [self.level(f"{split}-{seed}-{i}") for i in range(n)]
+
+    def sample_levels(self, stream: str, n: int, exclude: set[str]) -> list:
+        return [self.level(f"{stream}-{i}") for i in range(n)]
+
+    def render(self, level) -> str:
+        return render(level)
+
+    def context(self, level, kind: str) -> str:
+        if kind != self.config.kind:
+            raise UsageError(f"this facts task distils the {self.config.kind!r} context, not "
+                             f"{kind!r}; pass --task-options kind={kind} for the other one")
+        if kind == "facts":
+            return level.kb.render(self.config.n_attributes)
+        return RULES[self.config.rule]
+
+    def control_context(self, levels: list, i: int, kind: str) -> str:
+        """`facts`: the same sentences with each attribute's values rotated across the
+        countries (every fact wrong, same form and length); `rule`: the rule's words shuffled
+        (no instruction)."""
+        self.context(levels[i], kind)  # the kind check
+        if kind == "rule":
+            return shuffled_words(RULES[self.config.rule], i)
+        kb = levels[i].kb
+        wrong = [dict(v) for v in kb.values]
+        for attr in kb.values[0]:
+            for v, new in zip(wrong, rotated([v[attr] for v in kb.values])):
+                v[attr] = new
+        return replace(kb, values=tuple(wrong)).render(self.config.n_attributes)
+
+    def for_tokenizer(self, tokenizer, context_as: str = "system",
+                      template_kwargs: tuple = (("enable_thinking", False),)) -> Task:
+        return super().for_tokenizer(tokenizer, context_as, template_kwargs)
+
+    def prompt(self, level, context: str | None = None) -> str:
+        if self.chat is not None:
+            return self.chat(self.render(level), context)
+        x = self.render(level) + "\n>"
+        return x if context is None else f"{context}\n{x}"
+
+    def max_response_tokens(self) -> int:
+        return self.config.max_new
+
+    def target(self, level) -> str:
+        if self.config.kind == "rule":
+            return styled(level.value, self.config.rule)
+        return f"{level.value}." if self.chat is None else f"The answer is {level.value}."
+
+    def score(self, level, response: str) -> Scored:
+        """Right value (`facts`) or rule followed (`rule`); never an error."""
+        ok = follows_rule(response, self.config.rule, level.kb) \
+            if self.config.kind == "rule" else answered(response, level)
+        return Scored(ok, True, response.strip()[:80], 0)
+
+
+register(TaskSpec("facts", FactsConfig, sys.modules[__name__], FactsTask, "facts|rule",
+                  "the kind its options name"))

@@ -8,11 +8,13 @@ Start at the top-left, goal at the bottom-right; a move off the grid is invalid 
 from __future__ import annotations
 
 import random
+import sys
 from collections import deque
 from dataclasses import dataclass, field
 
 from nca_interp.errors import UsageError
-from nca_interp.tasks.sokoban import MOVES, Outcome
+from nca_interp.tasks.base import Outcome, TaskSpec, register
+from nca_interp.tasks.sokoban import MOVES
 
 __all__ = ["FrozenLakeConfig", "FrozenLakeLevel", "generate_level", "play", "render_textarena"]
 
@@ -173,3 +175,9 @@ def advance(level: FrozenLakeLevel, moves: str) -> FrozenLakeLevel | None:
     moved = FrozenLakeLevel(level.size, level.holes, p, level.goal)
     plan = solve(moved)
     return None if plan is None else FrozenLakeLevel(level.size, level.holes, p, level.goal, plan)
+
+
+
+
+
+register(TaskSpec("frozenlake", FrozenLakeConfig, sys.modules[__name__]))

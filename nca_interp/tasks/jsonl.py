@@ -34,14 +34,17 @@ import importlib
 import importlib.util
 import random
 import re
-from dataclasses import dataclass, field
+import sys
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nca_interp.errors import InputError, UsageError
 from nca_interp.fsio import parse_json, read_text
+from nca_interp.tasks.base import Scored, Task, TaskSpec, register, shuffled_words
 
-__all__ = ["BUDGET_MARGIN", "DEFAULT_BUDGET", "KINDS", "JsonlConfig", "all_test_questions",
-           "chat_messages", "generate_level", "items", "score", "scored", "shared_context"]
+__all__ = ["BUDGET_MARGIN", "DEFAULT_BUDGET", "KINDS", "JsonlConfig", "JsonlTask",
+           "all_test_questions", "chat_messages", "generate_level", "items", "score", "scored",
+           "shared_context"]
 
 CONTEXT_AS = ("system", "user", "prefix")
 SCORERS = ("exact", "contains", "startswith", "regex", "language")
@@ -343,3 +346,100 @@ def render_compact(item: Item) -> str:
 
 
 render_chat = render_compact
+
+
+@dataclass(frozen=True)
+class JsonlTask(Task):
+    """A researcher's own prompts and contexts from a JSONL file (`nca_interp.tasks.jsonl`):
+    the prompts used exactly as written, c placed as `context_as` says, responses scored by the
+    named scorer (or not at all: `scored` is False)."""
+
+    budget_tokenizer: object = field(default=None, compare=False, repr=False)
+    success = "accuracy"
+    unit_name = "item"
+    default_context = "context"
+    context_kinds = KINDS
+
+    @property
+    def scored(self) -> bool:
+        return scored(self.config)
+
+    def unit(self, level) -> str:
+        return level.key
+
+    def level(self, seed: int | str, split: str = "train"):
+        return generate_level(seed, self.config, split)
+
+    def levels(self, split: str, n: int, seed: int = 0) -> list:
+        """Held-out: the test items in file order, the first `n`; training: seeded draws."""
+        if split == "test":
+            return all_test_questions(self.config, seed)[:n]
+        return [self.level(f"{split}-{seed}-{i}") for i in range(n)]
+
+    def sample_levels(self, stream: str, n: int, exclude: set[str]) -> list:
+        return [self.level(f"{stream}-{i}") for i in range(n)]  # train items only
+
+    def render(self, level) -> str:
+        return level.text()
+
+    def context(self, level, kind: str) -> str:
+        if kind not in KINDS:
+            raise UsageError(f"jsonl has one context kind, context (the item's c), not "
+                             f"{kind!r}")
+        return shared_context(self.config) or level.context
+
+    def control_context(self, levels: list, i: int, kind: str) -> str:
+        """Another item's c (the next one whose c differs); with one shared c, its words
+        shuffled."""
+        own = self.context(levels[i], kind)
+        if self.config.context_file:
+            return shuffled_words(own, i)
+        pool = [it for it in items(self.config) if it.context != own]
+        if not pool:
+            return shuffled_words(own, i)
+        order = [it.id for it in items(self.config)]
+        here = order.index(levels[i].id)
+        return min(pool, key=lambda it: (order.index(it.id) - here - 1) % len(order)).context
+
+    def for_tokenizer(self, tokenizer, context_as: str | None = None,
+                      template_kwargs: tuple = (("enable_thinking", False),)) -> Task:
+        task = super().for_tokenizer(tokenizer, "system", template_kwargs)
+        return replace(task, budget_tokenizer=tokenizer)
+
+    def prompt(self, level, context: str | None = None) -> str:
+        """x exactly as written (a chat checkpoint: through its template); c as `context_as`
+        places it."""
+        where = self.config.context_as
+        if self.chat is not None:
+            text = self.chat.tokenizer.apply_chat_template(
+                chat_messages(level, context, where), tokenize=False,
+                add_generation_prompt=True, **dict(self.chat.template_kwargs))
+            return f"{context}\n{text}" if context is not None and where == "prefix" else text
+        x = level.text()
+        return x if context is None else f"{context}\n{x}"
+
+    def max_response_tokens(self) -> int:
+        """`max_new`, else the longest reference answer in tokens (of the checkpoint's
+        tokenizer once known; characters before) plus a margin, else DEFAULT_BUDGET."""
+        if self.config.max_new:
+            return self.config.max_new
+        answers = [it.answer for it in items(self.config) if it.answer]
+        if not answers:
+            return DEFAULT_BUDGET
+        tok = self.budget_tokenizer
+        longest = max(len(tok.encode(a, add_special_tokens=False)) if tok is not None
+                      else len(a) for a in answers)
+        return longest + BUDGET_MARGIN
+
+    def target(self, level) -> str:
+        if level.answer is None:
+            raise UsageError(f"item {level.id!r} has no answer, so there is no reference "
+                             "response: pass --responses own or base (layer_sim)")
+        return level.answer
+
+    def score(self, level, response: str) -> Scored:
+        ok = score(self.config, level, response)
+        return Scored(bool(ok), ok is not None, response.strip()[:80], 0)
+
+
+register(TaskSpec("jsonl", JsonlConfig, sys.modules[__name__], JsonlTask, "context"))

@@ -17,14 +17,16 @@ from __future__ import annotations
 import functools
 import json
 import random
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from nca_interp.errors import InputError, UsageError
 from nca_interp.fsio import read_text
+from nca_interp.tasks.base import QATask, TaskSpec, register, shuffled_words
 from nca_interp.tasks.sysprompt import LETTERS
 
-__all__ = ["OPCDConfig", "allowed", "read_system_prompt"]
+__all__ = ["OPCDConfig", "OPCDTask", "allowed", "read_system_prompt"]
 
 KINDS = ("mcq", "yesno")
 
@@ -177,3 +179,31 @@ def render_chat(item: Item) -> str:
     opts = "\n".join(f"{LETTERS[i]}. {o}" for i, o in enumerate(item.options))
     return (f"Question: {item.question}\nOptions:\n{opts}\n"
             "Answer with the option letter inside <answer></answer> tags.")
+
+
+@dataclass(frozen=True)
+class OPCDTask(QATask):
+    """OPCD-format local files (a system prompt file, train / test JSONL); the unit is the
+    item."""
+
+    unit_name = "question"
+
+    def unit(self, level) -> str:
+        return level.key
+
+    def _system_prompt(self, level) -> str:
+        return read_system_prompt(self.config.system_prompt)
+
+    def control_context(self, levels: list, i: int, kind: str) -> str:
+        """The system prompt's words shuffled."""
+        self.context(levels[i], kind)  # the kind check
+        return shuffled_words(read_system_prompt(self.config.system_prompt), i)
+
+    def _allowed(self, level) -> str:
+        return allowed(self.config, level)
+
+    def _compact_target(self, level) -> str:
+        return level.answer
+
+
+register(TaskSpec("opcd", OPCDConfig, sys.modules[__name__], OPCDTask, "system"))

@@ -9,12 +9,14 @@ textarena's default and has a 4x4 interior.
 from __future__ import annotations
 
 import random
+import sys
 from collections import deque
 from dataclasses import dataclass, field
 
 from nca_interp.errors import UsageError
+from nca_interp.tasks.base import MOVE_TO_CHAT, Outcome, Task, TaskSpec, register
 
-__all__ = ["MOVES", "Outcome", "SokobanConfig", "SokobanLevel", "generate_level", "play",
+__all__ = ["MOVES", "SokobanConfig", "SokobanLevel", "SokobanTask", "generate_level", "play",
            "render_textarena", "step"]
 
 MOVES = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
@@ -181,13 +183,6 @@ def solve(level: SokobanLevel, max_states: int = 200_000) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Outcome:
-    won: bool
-    moves_made: int
-    invalid: int
-
-
 def play(level: SokobanLevel, moves: str, max_invalid: int = 1) -> Outcome:
     """Execute `moves` with textarena's rules: an invalid move changes nothing; more than
     `max_invalid` of them *in a row* end the game as a loss (textarena's error count resets
@@ -298,3 +293,37 @@ def advance(level: SokobanLevel, moves: str) -> SokobanLevel | None:
     plan = solve(moved)
     return None if plan is None else SokobanLevel(level.height, level.width, level.walls,
                                                   level.targets, boxes, player, plan, level.keys)
+
+
+@dataclass(frozen=True)
+class SokobanTask(Task):
+    """Sokoban as a task. A level of the remapped-keys variant (`remap=`) types other letters
+    for its moves; the `remap` context says which."""
+
+    context_kinds = ("state", "plan", "rules", "remap")
+
+    def keys(self, level) -> str:
+        """The letters typed for up, down, left, right on this level (U, D, L, R unless the
+        level is remapped)."""
+        return getattr(level, "keys", IDENTITY)
+
+    def encode(self, level, moves: str) -> str:
+        keys = dict(zip("UDLR", self.keys(level)))
+        return "".join(keys[m] for m in moves)
+
+    def decode(self, level, typed: str) -> str:
+        back = dict(zip(self.keys(level), "UDLR"))
+        return "".join(back[m] for m in typed)
+
+    def context(self, level, kind: str) -> str:
+        if kind != "remap":
+            return super().context(level, kind)
+        if self.fmt == "compact":  # content-addressed: the key follows its direction
+            return "K:" + " ".join(f"{d}={k}" for d, k in zip("UDLR", self.keys(level)))
+        return "The moves are remapped: " + ", ".join(
+            f"{MOVE_TO_CHAT[k]} moves {d}" for d, k in
+            zip(("up", "down", "left", "right"), self.keys(level)))
+
+
+register(TaskSpec("sokoban", SokobanConfig, sys.modules[__name__], SokobanTask,
+                  "state|plan|rules|remap"))

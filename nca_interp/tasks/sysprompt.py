@@ -46,12 +46,13 @@ from __future__ import annotations
 
 import itertools
 import random
-import re
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, replace
 
 from nca_interp.errors import UsageError
+from nca_interp.tasks.base import QATask, TaskSpec, parse_answer, register, rotated
 
-__all__ = ["LETTERS", "SyspromptConfig", "compact_target", "cue", "parse_answer", "parse_compact",
+__all__ = ["LETTERS", "SyspromptConfig", "SyspromptTask", "compact_target", "cue", "parse_compact",
            "system_prompt"]
 
 ATTRIBUTES = ("town", "lake", "tint", "rock", "dish", "game")  # equal lengths: fixed layout
@@ -62,7 +63,6 @@ LAYOUTS = ("facts", "rows", "table")
 _CONSONANTS, _VOWELS = "bdfgklmnprstvz", "aeiou"
 _NAMES_1 = "KMNPQRSTVWXZ"  # one-character entity names: capitals that are not option letters
 _VALUES_1 = "bcdfghjklmnpqrstvwxz"
-_ANSWER_TAG = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.IGNORECASE | re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -288,17 +288,46 @@ def parse_compact(response: str, q: Question, cfg: SyspromptConfig) -> str | Non
     return parse_answer(text, LETTERS[: len(q.options)], tagged=False)
 
 
-def parse_answer(response: str, allowed: str, tagged: bool) -> str | None:
-    """The chosen option: with `tagged`, the content of the *last* `<answer>...</answer>` tag
-    (OPCD's rule); otherwise the whole response must be one allowed answer. Case-insensitive;
-    None when nothing valid is found (garbage is a wrong answer, never an error)."""
-    if tagged:
-        found = _ANSWER_TAG.findall(response)
-        if not found:
-            return None
-        response = found[-1]
-    choice = response.strip()
-    for option in allowed.split("|") if "|" in allowed else list(allowed):
-        if choice.lower() == option.lower():
-            return option
-    return None
+
+@dataclass(frozen=True)
+class SyspromptTask(QATask):
+    """A synthetic knowledge base in the system prompt; the unit is the fact asked about (one
+    (entity, attribute) cell is asked in many phrasings and option orders, not independent)."""
+
+    unit_name = "fact"
+
+    def unit(self, level) -> str:
+        return f"{level.entity}.{level.attribute}"
+
+    def prompt(self, level, context: str | None = None) -> str:
+        """As for games, except that a compact question supplies its own cue (none when the
+        prompt ends on the key the answer is bound to)."""
+        if self.chat is not None or self.fmt != "compact":
+            return super().prompt(level, context)
+        x = self.render(level) + cue(level)
+        return x if context is None else f"{context}\n{x}"
+
+    def _system_prompt(self, level) -> str:
+        return system_prompt(level)
+
+    def control_context(self, levels: list, i: int, kind: str) -> str:
+        """The same knowledge base with each attribute's values rotated across the entities
+        (every fact wrong, same layout and length)."""
+        self.context(levels[i], kind)  # the kind check
+        kb = levels[i].kb
+        return replace(kb, values=tuple(zip(*[rotated(col) for col in zip(*kb.values)]))
+                       ).render()
+
+    def _allowed(self, level) -> str:
+        return LETTERS[: len(level.options)]
+
+    def _compact_target(self, level) -> str:
+        return compact_target(level, self.config)
+
+    def parse(self, response: str, level) -> str | None:
+        if self.fmt == "compact":
+            return parse_compact(response, level, self.config)
+        return super().parse(response, level)
+
+
+register(TaskSpec("sysprompt", SyspromptConfig, sys.modules[__name__], SyspromptTask, "system"))

@@ -1,0 +1,383 @@
+"""What every task is: the `Task` a command works with, the `Game` interface a game module
+offers it, the QA variant, and the registry that names them.
+
+A `Task` bundles a game module (sokoban, frozenlake), its config, and the two things every later
+stage needs: `prompt(level, context=None)` (the student view x) / `prompt(level, context=c)` (the
+teacher view [c, x]) and `score(level, response)`.
+
+Where the context goes: it is placed *before* the board, followed by one newline, so the student
+prompt x is always a suffix of the teacher prompt [c, x] and response tokens line up.
+
+`QATask` is the same interface for system-prompt QA (`sysprompt`: a synthetic knowledge base;
+`opcd`: local files in OPCD's MedMCQA/safety schema): a level is a question, the one context
+kind is `system`, the response an option letter (tiny models) or `<answer>X</answer>` (chat
+models), and success is accuracy rather than a win.
+
+A new task is one file: its config dataclass, its level generation (or item reading), a `Task`
+subclass where the defaults do not fit, and one `register(TaskSpec(...))` call; the tasks
+package imports the file, and every command's choices, help and `make_task` find it there
+(`docs/architecture.md` shows a worked example).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from typing import Protocol
+
+from nca_interp.errors import UsageError
+
+__all__ = ["FORMATS", "MOVE_TO_CHAT", "REGISTRY", "ChatFormat", "Game", "Outcome", "QATask",
+           "Scored", "Task", "TaskSpec", "context_choices", "names", "parse_answer", "register",
+           "rotated", "shuffled_words", "spec", "task_choices"]
+
+FORMATS = ("compact", "textarena")
+_CHAT_MOVE = re.compile(r"\[\s*(up|down|left|right|w|a|s|d)\s*\]", re.IGNORECASE)
+_CHAT_TO_MOVE = {"up": "U", "w": "U", "down": "D", "s": "D", "left": "L", "a": "L",
+                 "right": "R", "d": "R"}
+MOVE_TO_CHAT = {"U": "[up]", "D": "[down]", "L": "[left]", "R": "[right]"}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A game played out: won, moves made until it ended, invalid moves."""
+
+    won: bool
+    moves_made: int
+    invalid: int
+
+
+class Game(Protocol):
+    """What a game module offers `Task` (sokoban.py, frozenlake.py): seeded levels, their two
+    renderings, the `state` context and the rules' executor. A level has `key` (its identity:
+    held-out levels are excluded from training by it) and `solution` (an optimal move string
+    of U/D/L/R)."""
+
+    def generate_level(self, seed: int | str, cfg): ...
+
+    def render_compact(self, level) -> str: ...
+
+    def render_textarena(self, level) -> str: ...
+
+    def state_context(self, level) -> str: ...
+
+    def play(self, level, moves: str, max_invalid: int = 1) -> Outcome: ...
+
+
+@dataclass(frozen=True)
+class Scored:
+    won: bool
+    parsed: bool
+    moves: str
+    invalid: int
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """Prompts through a checkpoint's own chat template, with the *same* template settings for
+    the student and the teacher view (e.g. Qwen3 `enable_thinking=False` on both sides; a
+    mismatch is a known cause of large first-token divergence).
+
+    `context_as="user"` puts the context as a block before the board inside the user message
+    (OPCD's "experience" style, games); `"system"` makes it the system message (system-prompt
+    tasks)."""
+
+    tokenizer: object = field(compare=False, repr=False)
+    context_as: str = "user"
+    template_kwargs: tuple = (("enable_thinking", False),)
+
+    def __call__(self, x_text: str, context: str | None) -> str:
+        if self.context_as not in ("user", "system"):
+            raise UsageError(f"context_as must be user or system, not {self.context_as!r}")
+        messages = []
+        if context is not None and self.context_as == "system":
+            messages.append({"role": "system", "content": context})
+        user = x_text if context is None or self.context_as == "system" \
+            else f"{context}\n\n{x_text}"
+        messages.append({"role": "user", "content": user})
+        return self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                  add_generation_prompt=True,
+                                                  **dict(self.template_kwargs))
+
+
+def rotated(values) -> list:
+    """`values` shifted by one place (entity e gets entity e+1's): a derangement whenever the
+    values differ, so every fact of a rotated knowledge base is wrong."""
+    values = list(values)
+    return values[1:] + values[:1]
+
+
+def shuffled_words(text: str, seed: int) -> str:
+    """`text`'s words in a seeded random order: the same tokens, no longer an instruction."""
+    words = text.split()
+    random.Random(seed).shuffle(words)
+    return " ".join(words)
+
+
+@dataclass(frozen=True)
+class Task:
+    """A game (a module with the `Game` interface) plus its config. `fmt` is `compact` (tiny
+    char models: plan of U/D/L/R, then end-of-response) or `textarena` (chat models: textarena
+    boards, `[up]`-style moves)."""
+
+    name: str
+    game: Game
+    config: object
+    fmt: str = "compact"
+    plan_k: int = 3  # moves revealed by the `plan` context
+    rules_text: str | None = None
+    chat: ChatFormat | None = None  # set by `for_tokenizer` for checkpoints with a template
+
+    success = "win"  # what `Scored.won` means in reports
+    # the context kind commands use when none is named (and none is recorded by the run): the
+    # one the published game settings distil (train/settings.toml)
+    default_context = "plan"
+    context_kinds = ("state", "plan", "rules")
+    unit_name = "level"  # what the bootstrap resamples: the independent unit of `unit()`
+
+    def unit(self, level) -> str:
+        """The independent unit a held-out item belongs to (bootstrap intervals resample
+        units, not items): every game level is its own."""
+        return level.key
+
+    def level(self, seed: int | str, split: str = "train"):
+        return self.game.generate_level(seed, self.config)
+
+    def levels(self, split: str, n: int, seed: int = 0) -> list:
+        """`n` levels of `split`. The `test` split is fixed by `seed`; any other split excludes
+        every board of the first 1000 test levels of the same seed."""
+        if split == "test":
+            return [self.level(f"test-{seed}-{i}", "test") for i in range(n)]
+        return self.sample_levels(f"{split}-{seed}", n, self.held_out_keys(1000, seed))
+
+    def held_out_keys(self, n: int = 1000, seed: int = 0) -> set[str]:
+        return {lv.key for lv in self.levels("test", n, seed)}
+
+    def sample_levels(self, stream: str, n: int, exclude: set[str]) -> list:
+        """`n` levels seeded by `stream`, skipping boards in `exclude` (the held-out set)."""
+        out, i = [], 0
+        while len(out) < n:
+            lv = self.level(f"{stream}-{i}")
+            i += 1
+            if lv.key not in exclude:
+                out.append(lv)
+            if i > 100 * n + 1000:
+                raise UsageError(f"{self.name}: almost every level is held out; use a larger "
+                                   "board so training and test levels can differ")
+        return out
+
+    def render(self, level) -> str:
+        return (self.game.render_compact if self.fmt == "compact" else
+                self.game.render_textarena)(level)
+
+    def encode(self, level, moves: str) -> str:
+        """Directions (U/D/L/R) as the letters the player types: the same letters, unless the
+        game remaps its keys (`SokobanTask`)."""
+        return moves
+
+    def decode(self, level, typed: str) -> str:
+        """Typed letters back to directions (inverse of `encode`)."""
+        return typed
+
+    def context(self, level, kind: str) -> str:
+        if kind == "state":
+            return self.game.state_context(level)
+        if kind == "plan":
+            moves = self.encode(level, level.solution[: self.plan_k])
+            if self.fmt == "compact":
+                return f"M:{moves}"
+            return "The first optimal moves are: " + " ".join(MOVE_TO_CHAT[m] for m in moves)
+        if kind == "rules":
+            if self.rules_text is not None:
+                return self.rules_text
+            return resources.files("nca_interp.tasks").joinpath(f"rules/{self.name}.txt") \
+                .read_text().strip()
+        raise UsageError(f"unknown context kind {kind!r} for {self.name}; choose one of "
+                         f"{'|'.join(self.context_kinds)}")
+
+    def control_context(self, levels: list, i: int, kind: str) -> str:
+        """A context of the same kind and form for item `i` that does not fit it (the control
+        that separates reading c from merely having a context): for games, the context of the
+        next evaluated level whose text differs (another level's plan or state)."""
+        own = self.context(levels[i], kind)
+        for k in range(1, len(levels)):
+            other = self.context(levels[(i + k) % len(levels)], kind)
+            if other != own:
+                return other
+        return shuffled_words(own, i)
+
+    def prompt(self, level, context: str | None = None) -> str:
+        """Student view x, or teacher view [c, x] when `context` is given."""
+        if self.chat is not None:
+            return self.chat(self.render(level), context)
+        x = self.render(level) + ("\n>" if self.fmt == "compact" else "\n")
+        return x if context is None else f"{context}\n{x}"
+
+    def for_tokenizer(self, tokenizer, context_as: str = "user",
+                      template_kwargs: tuple = (("enable_thinking", False),)) -> Task:
+        """This task as a checkpoint with `tokenizer` must see it: a tokenizer with a chat
+        template gets textarena boards and `[up]` moves inside its template; any other keeps
+        the task as it is."""
+        if not getattr(tokenizer, "chat_template", None):
+            return self
+        return replace(self, fmt="textarena",
+                       chat=ChatFormat(tokenizer, context_as, tuple(template_kwargs)))
+
+    def max_response_tokens(self) -> int:
+        longest = self.config.max_solution
+        return 2 * longest + 4 if self.fmt == "compact" else 8 * longest + 16
+
+    def target(self, level) -> str:
+        """The solver-optimal response text (end-of-response is the tokenizer's eos)."""
+        if self.fmt == "compact":
+            return self.encode(level, level.solution)
+        return " ".join(MOVE_TO_CHAT[m] for m in self.encode(level, level.solution))
+
+    def parse(self, response: str) -> str | None:
+        """Move string from a response, None when it cannot be parsed."""
+        if self.fmt == "compact":
+            return response if response and set(response) <= set("UDLR") else None
+        found = _CHAT_MOVE.findall(response)
+        return "".join(_CHAT_TO_MOVE[m.lower()] for m in found) or None
+
+    def score(self, level, response: str) -> Scored:
+        """Parse and play a response; unparseable output is a loss, never an error."""
+        moves = self.parse(response)
+        if moves is None:
+            return Scored(False, False, "", 0)
+        moves = self.decode(level, moves)
+        out: Outcome = self.game.play(level, moves, self.config.max_invalid)
+        return Scored(out.won, True, moves, out.invalid)
+
+
+@dataclass(frozen=True)
+class QATask(Task):
+    """System-prompt QA: multiple-choice questions answered by an option. `SyspromptTask` and
+    `OPCDTask` differ in where c, the unit and the compact format come from; see the module
+    docstring."""
+
+    success = "accuracy"
+    default_context = "system"
+    context_kinds = ("system",)
+
+    def level(self, seed: int | str, split: str = "train"):
+        return self.game.generate_level(seed, self.config, split)
+
+    def levels(self, split: str, n: int, seed: int = 0) -> list:
+        """Held-out questions of a fixed prompt are a finite set: the first `n` of it (fewer
+        if it is smaller), never repeated. Otherwise as for games."""
+        if split == "test" and getattr(self.config, "kb", 0) is not None:
+            return self.game.all_test_questions(self.config, seed)[:n]
+        return super().levels(split, n, seed)
+
+    def held_out_keys(self, n: int = 1000, seed: int = 0) -> set[str]:
+        return {q.key for q in self.levels("test", n, seed)}
+
+    def render(self, level) -> str:
+        return (self.game.render_compact if self.fmt == "compact" else
+                self.game.render_chat)(level)
+
+    def context(self, level, kind: str) -> str:
+        if kind != "system":
+            raise UsageError(f"{self.name} has one context kind, system (its system prompt), "
+                             f"not {kind!r}")
+        return self._system_prompt(level)
+
+    def for_tokenizer(self, tokenizer, context_as: str = "system",
+                      template_kwargs: tuple = (("enable_thinking", False),)) -> Task:
+        return super().for_tokenizer(tokenizer, context_as, template_kwargs)
+
+    def max_response_tokens(self) -> int:
+        if self.fmt == "compact":
+            return 8
+        return getattr(self.config, "max_new", 32)
+
+    def target(self, level) -> str:
+        if self.fmt != "compact":
+            return f"<answer>{level.answer}</answer>"
+        return self._compact_target(level)
+
+    def parse(self, response: str, level) -> str | None:
+        """The option `response` chose (a letter, or yes/no), None if it chose none."""
+        return parse_answer(response, self._allowed(level),
+                                      tagged=self.fmt != "compact")
+
+    def score(self, level, response: str) -> Scored:
+        """Right or wrong; unparseable output is wrong, never an error."""
+        choice = self.parse(response, level)
+        if choice is None:
+            return Scored(False, False, "", 0)
+        return Scored(choice == level.answer, True, choice, 0)
+
+
+
+_ANSWER_TAG = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.IGNORECASE | re.DOTALL)
+
+
+def parse_answer(response: str, allowed: str, tagged: bool) -> str | None:
+    """The chosen option: with `tagged`, the content of the *last* `<answer>...</answer>` tag
+    (OPCD's rule); otherwise the whole response must be one allowed answer. Case-insensitive;
+    None when nothing valid is found (garbage is a wrong answer, never an error)."""
+    if tagged:
+        found = _ANSWER_TAG.findall(response)
+        if not found:
+            return None
+        response = found[-1]
+    choice = response.strip()
+    for option in allowed.split("|") if "|" in allowed else list(allowed):
+        if choice.lower() == option.lower():
+            return option
+    return None
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One registered task: its name, config dataclass, game or data module and `Task` class,
+    and how its context kinds read in every command's help (`contexts`, with an optional note
+    for kinds its options choose)."""
+
+    name: str
+    config: type
+    module: object
+    task: type = Task
+    contexts: str = "state|plan|rules"
+    note: str = ""
+
+
+REGISTRY: dict[str, TaskSpec] = {}
+
+
+def register(entry: TaskSpec) -> TaskSpec:
+    """Add a task to every command (one call, in the task's own file); a name registered twice
+    is refused."""
+    if entry.name in REGISTRY and REGISTRY[entry.name] != entry:
+        raise UsageError(f"task {entry.name!r} is registered twice")
+    REGISTRY[entry.name] = entry
+    return entry
+
+
+def spec(name: str) -> TaskSpec:
+    if name not in REGISTRY:
+        raise UsageError(f"unknown task {name!r}; choose one of {', '.join(names())}")
+    return REGISTRY[name]
+
+
+def names() -> tuple[str, ...]:
+    """Every registered task, in alphabetical order."""
+    return tuple(sorted(REGISTRY))
+
+
+def task_choices() -> str:
+    """`facts|frozenlake|...`: every registered task, for the commands' help."""
+    return "|".join(names())
+
+
+def context_choices() -> str:
+    """Every registered task's context kinds, tasks with the same kinds named together."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for s in map(REGISTRY.get, names()):
+        groups.setdefault((s.contexts, s.note), []).append(s.name)
+    return ", ".join(f"{kinds} ({', '.join(names)}{': ' + note if note else ''})"
+                     for (kinds, note), names in groups.items())
