@@ -30,15 +30,17 @@ class Block:
     def present(self, text: str) -> bool:
         return self.begin in text and self.end in text
 
-    def replace(self, text: str, body: str, where: str = "the page",
-                optional: bool = False) -> str:
-        """`text` with this block's body replaced by `body` (markers kept). A missing marker
-        raises UsageError, or leaves `text` as it is when `optional`."""
+    def replace(self, text: str, body, where: str = "the page", optional: bool = False) -> str:
+        """`text` with this block's body replaced by `body` (markers kept; a callable is called
+        only once the markers are found, so a long generator never runs for a page that cannot
+        take it). A missing marker raises UsageError, or leaves `text` as it is when
+        `optional`."""
         if not self.present(text):
             if optional:
                 return text
             raise UsageError(f"{where} has no generated block {self.begin} ... {self.end}; "
                              f"restore the markers from git (git checkout -- {where})")
+        body = body() if callable(body) else body
         head, rest = text.split(self.begin, 1)
         return f"{head}{self.begin}\n{body}\n{self.end}{rest.split(self.end, 1)[1]}"
 

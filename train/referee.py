@@ -187,7 +187,7 @@ def body(root: Path = Path("figures")) -> str:
 
 
 def refresh(text: str, root: Path = Path("figures")) -> str:
-    return BLOCK.replace(text, body(root), str(PAGE))
+    return BLOCK.replace(text, lambda: body(root), str(PAGE))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,14 +25,13 @@ from train.claims.claim import (
 )
 from train.claims.stats import (
     boot_mean,
+    cluster_sums,
     estimate_of,
     gain_estimate,
     interval,
     paired_harm_gap,
     pool_units,
     pooled_estimate,
-    pooled_harm_rate,
-    resample,
 )
 from train.settings import load
 
@@ -240,20 +239,40 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
       (the wider pooled interval, each seed pair's cluster-bootstrap interval a unit)."""
 
     a = _items(root, members)
-    by_seed = resample(a["cluster"])
-    by_fact = resample([f"{c.split('|')[0]}|{c.split('|', 2)[2]}" for c in a["cluster"]])
-    every = np.arange(len(a["cluster"]))
+    # every statistic below is a function of item sums, so each resample is a sum of
+    # per-cluster sums over `resample`'s own draws (stats.cluster_sums; equal to the index sets)
+    cols = {"one": np.ones(len(a["cluster"]))}
+    for key in ("o", "n", "b"):
+        cols[key + "0"], cols[key + "1"] = a[key + "0"], a[key + "1"]
+        cols[key + "h"] = a[key + "0"] & ~a[key + "1"]  # lost with c, won without
+
+    def sums(idx: np.ndarray | None, clusters: list | None) -> dict[str, np.ndarray]:
+        """Column sums over the items `idx` (all: None): their total, or with `clusters`
+        (one label per item of `idx`) over every bootstrap resample."""
+        pick = {k: (v if idx is None else v[idx]) for k, v in cols.items()}
+        if clusters is None:
+            return {k: np.asarray(v, float).sum() for k, v in pick.items()}
+        return dict(zip(pick, cluster_sums(list(pick.values()), clusters)))
+
+    facts = [f"{c.split('|')[0]}|{c.split('|', 2)[2]}" for c in a["cluster"]]
 
     def stat(fn) -> tuple:
         """(point, the wider interval's lo and hi, the seed-cluster lo and hi, the wider
         interval's outer ends)."""
-        s_lo, s_hi, s_out = interval(np.array([fn(i) for i in by_seed]))
-        f_lo, f_hi, f_out = interval(np.array([fn(i) for i in by_fact]))
-        return (fn(every), min(s_lo, f_lo), max(s_hi, f_hi), s_lo, s_hi,
+        s_lo, s_hi, s_out = interval(np.asarray(fn(sums(None, a["cluster"]))))
+        f_lo, f_hi, f_out = interval(np.asarray(fn(sums(None, facts))))
+        return (float(fn(sums(None, None))), min(s_lo, f_lo), max(s_hi, f_hi), s_lo, s_hi,
                 (min(s_out[0], f_out[0]), max(s_out[1], f_out[1])))
 
     def harm(key):
-        return lambda i: pooled_harm_rate(a[key + "0"][i], a[key + "1"][i])
+        def rate(t):  # pooled_harm_rate on sums: NaN where nothing is won without c
+            won = np.asarray(t[key + "0"], float)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return np.where(won > 0, t[key + "h"] / won, np.nan)
+        return rate
+
+    def diff(k1: str, k0: str):
+        return lambda t: (t[k1] - t[k0]) / t["one"]
 
     reps = {m: analysis.load(root / m / "context_return.json") for m in members}
     regimes = {meth: [r["regime"] for rep in reps.values() for r in runs_of(rep, meth)]
@@ -263,10 +282,8 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
              "intervals over (setting, seed, unit) clusters, then the wider of those and "
              "(setting, unit) clusters")
     opd, nca, base = stat(harm("o")), stat(harm("n")), stat(harm("b"))
-    gap = stat(lambda i: harm("o")(i) - harm("n")(i))
-    acc = stat(lambda i: float(a["n0"][i].mean() - a["o0"][i].mean()))
-    delta = stat(lambda i: float(a["o1"][i].mean() - a["o0"][i].mean()))
-    base_delta = stat(lambda i: float(a["b1"][i].mean() - a["b0"][i].mean()))
+    gap = stat(lambda t: harm("o")(t) - harm("n")(t))
+    acc, delta, base_delta = stat(diff("n0", "o0")), stat(diff("o1", "o0")), stat(diff("b1", "b0"))
     def fmt(v, sign: str = "") -> str:
         f = f"{{:{sign}.3f}}"
         return (f"{f.format(v[0])} [{f.format(v[3])}, {f.format(v[4])}], wider "
@@ -283,16 +300,15 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
         out = []
         for seed in dict.fromkeys(a["seed"]):
             idx = np.array([i for i, s in enumerate(a["seed"]) if s == seed])
-            boots = np.array([fn(idx[j]) for j in resample([a["cluster"][i] for i in idx])])
-            lo, hi, outer = interval(boots)
-            v = fn(idx)
+            lo, hi, outer = interval(np.asarray(fn(sums(idx, [a["cluster"][i] for i in idx]))))
+            v = float(fn(sums(idx, None)))
             out.append(judge.Estimate(v, min(lo, v), max(hi, v), outer=outer))
         return out
 
     def est(v) -> judge.Estimate:
         return judge.Estimate(v[0], v[1], v[2], n_seeds, outer=v[5])
 
-    brk = judge.effect(per_seed(lambda i: float(a["o1"][i].mean() - a["o0"][i].mean())),
+    brk = judge.effect(per_seed(diff("o1", "o0")),
                        est(delta), 0.0, -1, rules.BREAK_MARGIN)
     breaks = brk.verdict
     breaks_why = "; ".join(x for x in (
@@ -309,7 +325,7 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
         prevents = "reproduced" if gap[1] > 0 and "A" not in regimes["nca"] else \
             "partly" if gap[0] > 0 else "not reproduced"
         prevents_why = ""
-    imp = judge.effect(per_seed(lambda i: float(a["n0"][i].mean() - a["o0"][i].mean())),
+    imp = judge.effect(per_seed(diff("n0", "o0")),
                        est(acc), 0.0, 1, rules.BREAK_MARGIN, what="seed pairs")
     improves, improves_why = imp.verdict, imp.reason
     ctl = {m: analysis.load(root / m / "context_control.json")
