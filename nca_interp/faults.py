@@ -1,4 +1,4 @@
-"""Named fault points for the fault-injection tests (tests/test_faults.py).
+"""Named fault points for the fault-injection tests (tests/integration/test_faults.py).
 
 `NCA_INTERP_FAULT=<point>:<action>` makes the process meet its fault at that point: `kill`
 (SIGKILL itself, as a kill -9 or a lost machine would) or `enospc` (raise the OSError a full

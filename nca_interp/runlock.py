@@ -11,7 +11,7 @@ written) to say who holds the directory and how to clear it.
 A pid file alone (create with O_EXCL, then write the pid; a dead pid means stale) cannot be
 made race-free: between reading a stale pid and deleting the file another process may take it,
 and an empty file reads as stale while its writer is still writing (train/common.py's earlier
-lock failed both ways in tests/test_faults.py's race harness).
+lock failed both ways in tests/integration/test_faults.py's race harness).
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ VERDICTS = (
             "rate; the referee's 'all heads recover only 0.70: a position shift?' was the "
             "newline joining c to x, which `--ablate context` leaves readable (each row says "
             "which was removed; `--ablate prefix`, the default, makes removing every "
-            "head exactly the no-context run, tests/test_patching.py) (rule "
+            "head exactly the no-context run, tests/unit/test_patching.py) (rule "
             "`claims.heads_carry_harm`)", (claims.heads_carry_harm,),
             seeds=patched_runs),
     Verdict("OPD's gradient is orthogonal to the context view's (one seed, one batch)",

@@ -12,9 +12,9 @@ import numpy as np
 from nca_interp.errors import UsageError
 from train import dose, judge
 
-__all__ = ["average", "boot_mean", "bootstrap_seed", "estimate_of", "gain_estimate", "interval",
-           "label_permutation_p", "paired_harm_gap", "pool_units", "pooled_estimate",
-           "pooled_gain", "pooled_harm_rate", "resample"]
+__all__ = ["average", "boot_mean", "bootstrap_seed", "cluster_sums", "estimate_of",
+           "gain_estimate", "interval", "label_permutation_p", "paired_harm_gap", "pool_units",
+           "pooled_estimate", "pooled_gain", "pooled_harm_rate", "resample"]
 
 # The claims' cluster bootstrap: resamples and seed. Enough resamples that no published
 # verdict changes with the seed (python -m train.claims --stability 5 checks every setting:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HTML = sorted((ROOT / "figures").rglob("*.html"))
 MARKDOWN = [ROOT / "README.md", *sorted((ROOT / "figures").rglob("*.md")),
             *sorted((ROOT / "docs").rglob("*.md"))]

@@ -8,7 +8,7 @@ import pytest
 from nca_interp.errors import UsageError
 from train.blocks import Block
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_only_the_text_between_the_markers_changes():

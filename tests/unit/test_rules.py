@@ -40,7 +40,7 @@ def test_a_pooled_interval_needs_a_majority_of_units_to_be_reproduced():
 
 
 def test_the_method_page_states_the_rules_the_code_applies():
-    text = (Path(__file__).resolve().parents[1] / "docs" / "method.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "method.md").read_text()
     assert rules.markdown() in text
     assert {name for name, _ in rules.RULES} >= {"every seed", "partly", "coverage",
                                                   "reading c", "angles", "the gap",

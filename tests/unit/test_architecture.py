@@ -7,7 +7,7 @@ import pytest
 from nca_interp.errors import UsageError
 from train import architecture, settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_no_upward_arrow_no_circle_and_every_module_in_a_layer():

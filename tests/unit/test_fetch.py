@@ -1,6 +1,7 @@
 """Registry weights -> Hugging Face folder: the GGUF conversion on a tiny GGUF written here with
 the `gguf` package (llama.cpp's layout, written independently of the converter), and the
-fetch's refusals. The real model's fetch runs in tests/test_real_model.py (marked `real`)."""
+fetch's refusals. The real model's fetch runs in tests/integration/test_real_model.py
+(marked `real`)."""
 
 import json
 import shutil

@@ -106,7 +106,7 @@ def test_opcd_files_through_evaluate_and_distill(chat_folders, tmp_path):
     from nca_interp import evaluate, runs
     from train import distill
 
-    fix = Path(__file__).parent / "fixtures" / "opcd"
+    fix = Path(__file__).resolve().parents[1] / "fixtures" / "opcd"
     opts = (f"train={fix / 'medmcqa_train.jsonl'},test={fix / 'medmcqa_test.jsonl'},"
             f"system_prompt={fix / 'medmcqa_system.txt'},max_new=24")
     folder = str(chat_folders["qwen3"])

@@ -8,7 +8,7 @@ import pytest
 from nca_interp.tasks import make_task, sysprompt, task_from_record, task_record
 from nca_interp.tasks import opcd as opcd_data
 
-FIX = Path(__file__).parent / "fixtures" / "opcd"
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "opcd"
 
 
 def test_knowledge_base_reproducible_by_seed():

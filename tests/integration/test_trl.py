@@ -124,7 +124,7 @@ def test_two_processes_equal_one_and_the_checkpoint_opens_in_the_analyses(tmp_pa
     from nca_interp import evaluate, grad_align, layer_sim, param_delta, patching
     from nca_interp.assets import embedded
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     base = str(embedded("sokoban_base"))
     # the plan context: prompts of different lengths, so each process pads its rows otherwise
     # (under TRL's default bf16 autocast that alone moved the update by 0.5%)
@@ -148,7 +148,7 @@ def test_two_processes_equal_one_and_the_checkpoint_opens_in_the_analyses(tmp_pa
     db = torch.cat([(b[k] - init[k]).flatten() for k in a])
     assert da.norm() > 1e-4  # it trained
     assert float(db @ da / (da @ da)) == pytest.approx(1.0, abs=1e-3)  # the same scale
-    for k in a:  # the tolerance of the package's own DDP test (tests/test_ddp.py)
+    for k in a:  # the tolerance of the package's own DDP test (tests/integration/test_ddp.py)
         torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-5, msg=k)
     rep = evaluate.run([str(runs["two"])], context="plan", n_levels=20)
     assert set(rep["results"]) == {"two"}

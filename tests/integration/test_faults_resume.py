@@ -12,7 +12,7 @@ from nca_interp.checkpoint import save_checkpoint, verify_folder
 from nca_interp.cli import entry
 from nca_interp.errors import RunError, UsageError
 from tests.conftest import tiny
-from tests.test_faults import TASK, args, same, snapshot
+from tests.integration.test_faults import TASK, args, same, snapshot
 from train import distill
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from nca_interp.tasks import make_task
-from tests.test_facts import _ChatTok
+from tests.unit.test_facts import _ChatTok
 from train import knowledge
 
 V = 1000

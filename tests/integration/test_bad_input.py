@@ -93,7 +93,7 @@ def test_non_finite_weights_refused(tok, tmp_path, capsys):
 def test_unsupported_architecture_refused(tok, tmp_path, capsys):
     """A causal LM TransformerLens 4's bridge has no adapter for (XLNet): one line from every
     command, naming the user's folder (GPT-2, once refused here, is analysed now:
-    tests/test_architectures.py)."""
+    tests/integration/test_architectures.py)."""
     from transformers import XLNetConfig, XLNetLMHeadModel
 
     xlnet = XLNetLMHeadModel(XLNetConfig(vocab_size=len(tok), d_model=32, n_layer=1, n_head=2,
@@ -188,7 +188,7 @@ def test_unknown_task_option_names_the_key(base, capsys):
 
 
 def test_missing_system_prompt_file_fails_before_any_pass(tok, tmp_path, capsys, monkeypatch):
-    fix = Path(__file__).parent / "fixtures" / "opcd"
+    fix = Path(__file__).resolve().parents[1] / "fixtures" / "opcd"
     folder = save_checkpoint(tmp_path / "m", tiny(tok), tok)
     calls = []
     monkeypatch.setattr(evaluate, "play_levels", lambda *a, **k: calls.append(1))

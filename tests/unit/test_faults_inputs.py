@@ -16,10 +16,10 @@ from nca_interp.checkpoint import CheckpointError, save_checkpoint, verify_folde
 from nca_interp.errors import InputError, UsageError
 from nca_interp.fsio import read_json, read_jsonl, read_text
 from tests.conftest import tiny
-from tests.test_bad_input import digest, refused
-from tests.test_faults import TASK
+from tests.integration.test_bad_input import digest, refused
+from tests.integration.test_faults import TASK
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

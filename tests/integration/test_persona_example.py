@@ -15,7 +15,7 @@ import pytest
 from nca_interp.checkpoint import save_checkpoint
 from nca_interp.models import ModelConfig, build_model
 
-HERE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "persona"
+HERE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "persona"
 TEMPLATE = ("{% if messages[0]['role'] != 'system' %}<|system|>default<|end|>{% endif %}"
             "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
             "{% if add_generation_prompt %}<|assistant|>{% endif %}")

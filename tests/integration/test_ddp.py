@@ -16,7 +16,7 @@ from tests.conftest import tiny
 from train import distill
 
 TASK = {"name": "sokoban", "fmt": "compact", "dim_room": [6, 6], "num_boxes": 1}
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def args(base, out, *extra):
