@@ -8,7 +8,7 @@ from pathlib import Path
 from nca_interp import analysis
 from nca_interp.fsio import read_json
 from train import dose
-from train.layout import analysis_files
+from train.layout import CONTEXT_RETURN, HARM_DRIFT, analysis_files
 
 __all__ = ["render_figures"]
 
@@ -27,13 +27,13 @@ def render_figures(figs: Path, png: bool) -> list[str]:
         for suffix, fig in analysis.module(name).figures(report).items():
             written += plots.write_figure(fig, analysis.figure_stem(path, suffix), png)
     summary = figs / "context_return_summary.json"
-    if (figs / "context_return.json").exists() and summary.exists():
-        rep = analysis.load(figs / "context_return.json")
+    if (figs / CONTEXT_RETURN).exists() and summary.exists():
+        rep = analysis.load(figs / CONTEXT_RETURN)
         written += plots.write_figure(
             plots.context_return_figure(read_json(summary), figs.name,
                                         rep["context"], evaluate.metric_of(rep["results"])),
             figs / "context_return_seeds", png)
-    if (hd := figs / "harm_drift.json").exists():
+    if (hd := figs / HARM_DRIFT).exists():
         written += plots.write_figure(dose.figure(read_json(hd)["rows"],
                                                   f"harm against drift: {figs.name}"),
                                       figs / "harm_drift", png)

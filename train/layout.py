@@ -6,7 +6,26 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-__all__ = ["LAYER_SIM_STAGES", "analysis_files", "grad_files"]
+__all__ = ["CONTEXT_CONTROL", "CONTEXT_RETURN", "GRAD_ALIGN_OPD", "HARM_DRIFT", "LAYER_SIM",
+           "LAYER_SIM_STAGES", "PARAM_DELTA", "PATCHING", "TEACHER_GLOB", "TRAJECTORY",
+           "analysis_files", "grad_files", "teacher_file"]
+
+# the file names of a pipeline folder, decided here once (the pages and claims read these)
+CONTEXT_RETURN = "context_return.json"
+CONTEXT_CONTROL = "context_control.json"
+TEACHER_GLOB = "teacher_*.json"
+LAYER_SIM = "layer_sim.json"
+PARAM_DELTA = "param_delta.json"
+HARM_DRIFT = "harm_drift.json"
+PATCHING = "patching.json"
+TRAJECTORY = "trajectory.json"
+GRAD_ALIGN_OPD = "grad_align_opd.json"
+
+
+def teacher_file(kind: str) -> str:
+    """The teacher's evaluation in context `kind`."""
+    return f"teacher_{kind}.json"
+
 
 # layer_sim position sets: y's tokens, the positions producing y (what the losses train), and
 # x's tokens (untouched by the losses: the control)
@@ -27,12 +46,12 @@ def grad_files(figs: Path) -> list[tuple[str, Path]]:
 
 # the JSON files of a pipeline folder each analysis writes (their figures: analysis.figure_stem)
 ANALYSIS_FILES = {
-    "evaluate": ("teacher_*.json", "context_return.json", "context_control.json"),
-    "trajectory": ("trajectory.json", "trajectory_*steps.json"),
+    "evaluate": (TEACHER_GLOB, CONTEXT_RETURN, CONTEXT_CONTROL),
+    "trajectory": (TRAJECTORY, "trajectory_*steps.json"),
     "layer_sim": tuple(f"{stem}.json" for stem in LAYER_SIM_STAGES.values()),
-    "grad_align": ("grad_align_opd.json", "grad_align_nca.json", "grad_align_*_s*.json"),
-    "param_delta": ("param_delta.json",),
-    "patching": ("patching.json",),
+    "grad_align": (GRAD_ALIGN_OPD, "grad_align_nca.json", "grad_align_*_s*.json"),
+    "param_delta": (PARAM_DELTA,),
+    "patching": (PATCHING,),
 }
 
 

@@ -23,6 +23,7 @@ from nca_interp.fsio import write_text
 from nca_interp.identity import roster, students
 from train import claims, rules
 from train.blocks import Block
+from train.layout import CONTEXT_RETURN, PARAM_DELTA, PATCHING
 from train.settings import load
 
 __all__ = ["main"]
@@ -33,14 +34,14 @@ Rule = Callable[[Path], claims.Claim]
 def size_matched(figs: Path) -> claims.Claim:
     """The size-matched OPD control of a setting (figures/<setting>_size, train.size_control)."""
     sized = figs.parent / f"{figs.name}_size"
-    if not (sized / "param_delta.json").exists():
-        raise FileNotFoundError(sized / "param_delta.json")
+    if not (sized / PARAM_DELTA).exists():
+        raise FileNotFoundError(sized / PARAM_DELTA)
     return claims.size_matched(sized)
 
 
 def patched_runs(figs: Path) -> str:
     """The checkpoints a setting's patching read (the head verdict uses the first OPD one)."""
-    results = analysis.load(figs / "patching.json")["results"]
+    results = analysis.load(figs / PATCHING)["results"]
     return "patched: " + ", ".join(results)
 
 
@@ -112,12 +113,12 @@ ALSO = (
 def published(root: Path) -> list[str]:
     """Settings with a context-return evaluation in `root`, in train.reproduce's order."""
     settings = load().settings
-    return [s for s in settings if (root / s / "context_return.json").exists()]
+    return [s for s in settings if (root / s / CONTEXT_RETURN).exists()]
 
 
 def seeds_of(figs: Path) -> str:
     """`opd 0,1,2; nca 0,1,2`: the seeds of each method a setting's evaluation holds."""
-    rep = analysis.load(figs / "context_return.json")
+    rep = analysis.load(figs / CONTEXT_RETURN)
     who, out = roster(rep), []
     for method in ("opd", "nca"):
         seeds = sorted(who[n].seed for n, _ in students(rep, method))

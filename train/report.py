@@ -16,7 +16,17 @@ from nca_interp.errors import UsageError
 from nca_interp.evaluate import label, metric_of
 from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import RunId, roster
-from train.layout import grad_files
+from train.layout import (
+    CONTEXT_CONTROL,
+    CONTEXT_RETURN,
+    GRAD_ALIGN_OPD,
+    HARM_DRIFT,
+    PARAM_DELTA,
+    PATCHING,
+    TEACHER_GLOB,
+    TRAJECTORY,
+    grad_files,
+)
 
 __all__ = ["context_return", "main", "render", "teacher"]
 
@@ -29,7 +39,7 @@ def fmt_range(r: dict) -> str:
 
 def metric(figs: Path) -> str:
     """`win` (games) or `accuracy` (QA), as the pipeline's evaluations recorded it."""
-    for f in [figs / "context_return.json", *sorted(figs.glob("teacher_*.json"))]:
+    for f in [figs / CONTEXT_RETURN, *sorted(figs.glob(TEACHER_GLOB))]:
         if f.exists():
             return metric_of(analysis.load(f)["results"])
     return "win"
@@ -39,7 +49,7 @@ def teacher(figs: Path) -> str:
     m = "accuracy" if metric(figs) == "accuracy" else "win"
     rows = [f"| context kind | {m} without c | {m} with c | harm | help | regime |",
             "|---|---|---|---|---|---|"]
-    for f in sorted(figs.glob("teacher_*.json")):
+    for f in sorted(figs.glob(TEACHER_GLOB)):
         r = next(iter(analysis.load(f)["results"].values()))
         cells = [with_ci(r, k) for k in ("win_no_c", "win_c", "harm", "help")]
         rows.append(f"| {f.stem.split('_', 1)[1]} | " + " | ".join(cells) +
@@ -68,7 +78,7 @@ def context_return(figs: Path) -> str:
 
 
 def per_seed(figs: Path) -> str:
-    rep = analysis.load((figs / "context_return.json"))["results"]
+    rep = analysis.load((figs / CONTEXT_RETURN))["results"]
     keys = ["win_no_c", "win_c", "harm", "help", "delta_c", "rel_len_both"]
     rows = ["| run | " + " | ".join(label(k, metric(figs)) for k in keys) +
             " | regime | resampled unit |", "|---" * (len(keys) + 3) + "|"]
@@ -191,7 +201,7 @@ def part_rows(figs: Path) -> str:
 
 
 def param_delta(figs: Path) -> str:
-    rep = analysis.load(figs / "param_delta.json")
+    rep = analysis.load(figs / PARAM_DELTA)
     out = []
     per = rep["results"]
     names = [Path(p).name for p in per]
@@ -244,7 +254,7 @@ def param_delta(figs: Path) -> str:
 def patching(figs: Path) -> str:
     from nca_interp.patching import DIRECTIONS, FLIPPED, kind_of
 
-    rep = analysis.load(figs / "patching.json")
+    rep = analysis.load(figs / PATCHING)
     out = []
     for name, r in rep["results"].items():
         c, kind = r["counts"], kind_of(r)
@@ -321,7 +331,7 @@ def heads_table(r: dict, kind: str, flipped: str) -> str:
 def context_control(figs: Path) -> str:
     from nca_interp.evaluate import format_control
 
-    reports = analysis.load((figs / "context_control.json"))["results"]
+    reports = analysis.load((figs / CONTEXT_CONTROL))["results"]
     return (format_control(reports) + "\n\nreads_c near 0 means the checkpoint answers the same "
             "with the right context and with a wrong one: it does not use what c says (a "
             "student that is 'not harmed' by c that way is blind to it, not robust). The harm "
@@ -332,7 +342,7 @@ def context_control(figs: Path) -> str:
 def harm_drift(figs: Path) -> str:
     from train.dose import markdown
 
-    return markdown(read_json((figs / "harm_drift.json")))
+    return markdown(read_json((figs / HARM_DRIFT)))
 
 
 def scorer_agreement(figs: Path) -> str:
@@ -344,7 +354,7 @@ def scorer_agreement(figs: Path) -> str:
 def trajectory_table(figs: Path) -> str:
     from nca_interp.trajectory import format_table
 
-    return "```\n" + format_table(analysis.load(figs / "trajectory.json")["results"]) \
+    return "```\n" + format_table(analysis.load(figs / TRAJECTORY)["results"]) \
         + "\n```"
 
 
@@ -401,7 +411,7 @@ def render(figs: Path) -> str:
         lines.append(f"Pipeline wall time: {manifest['pipeline_seconds'] / 60:.1f} min "
                      f"(seeds {manifest['config']['seeds']}; {manifest.get('note', 'all stages')})"
                      ".\n")
-    first = next(iter(sorted(figs.glob("teacher_*.json"))), None)
+    first = next(iter(sorted(figs.glob(TEACHER_GLOB))), None)
     n = next(iter(analysis.load(first)["results"].values()))["n"] if first else "?"
     unit = "questions" if metric(figs) == "accuracy" else "levels"
     lines.append(f"## Teacher, {n} held-out {unit}, greedy\n\n{teacher(figs)}\n")
@@ -416,7 +426,7 @@ def render(figs: Path) -> str:
                   "P(lost with c | won "
                  "without c))", context_return),
                 ("Per run, 95% cluster-bootstrap intervals", per_seed)]
-    if (figs / "context_control.json").exists():
+    if (figs / CONTEXT_CONTROL).exists():
         sections.append(("Robust or blind: the same items with a control context of c's form "
                          "that is wrong for each item (95% cluster-bootstrap intervals)",
                          context_control))
@@ -428,22 +438,22 @@ def render(figs: Path) -> str:
         if (figs / f"{name}.json").exists():
             sections.append((f"Layer similarity with vs without context: {what}",
                              lambda f, n=name: layer_sim(f, n)))
-    if (figs / "trajectory.json").exists():
+    if (figs / TRAJECTORY).exists():
         sections.append(("Context return over training (trajectory; step 0 = the initial "
                          "checkpoint, the null)", trajectory_table))
-    if (figs / "harm_drift.json").exists():
+    if (figs / HARM_DRIFT).exists():
         sections.append(("Harm against drift (`python -m train.dose`: the methods compared at "
                          "the same distance from step 0, not only at the same step)", harm_drift))
     if (figs / "scorer_agreement.json").exists():
         sections.append(("The rule's scorer: language identifier against the word list "
                          "(`python -m nca_interp.sizing --agreement`)", scorer_agreement))
-    if (figs / "grad_align_opd.json").exists():
+    if (figs / GRAD_ALIGN_OPD).exists():
         sections.append(("Gradient alignment (over training: seed 0 of each method, further "
                          "seeds of each where run)", grad_align))
-    if (figs / "param_delta.json").exists():
+    if (figs / PARAM_DELTA).exists():
         sections.append(("Parameter deltas", param_delta))
-    if (figs / "patching.json").exists():
-        patched = analysis.load(figs / "patching.json")["results"]
+    if (figs / PATCHING).exists():
+        patched = analysis.load(figs / PATCHING)["results"]
         kinds = {r.get("kind", "harm") for r in patched.values()}
         sections.append((f"Causal patching of the {' / '.join(sorted(kinds))} cases "
                          f"({', '.join(patched)})", patching))

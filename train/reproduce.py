@@ -40,7 +40,16 @@ from nca_interp.tasks import make_task
 from train import distill, dose, sft
 from train.common import DISK_REMEDY, disk_needed, weight_bytes
 from train.figures import render_figures
-from train.layout import LAYER_SIM_STAGES
+from train.layout import (
+    CONTEXT_CONTROL,
+    CONTEXT_RETURN,
+    HARM_DRIFT,
+    LAYER_SIM_STAGES,
+    PARAM_DELTA,
+    PATCHING,
+    TRAJECTORY,
+    teacher_file,
+)
 from train.settings import Preset, load
 
 __all__ = ["Manifest", "ReproduceConfig", "main", "record_training_time", "run_parallel", "stage"]
@@ -508,7 +517,7 @@ def make_teacher(p: Pipeline) -> None:
               parse_config(sft.SFTConfig, base_args), positional=None)
         record_training_time(p.manifest, p.base, p.teacher_final, base_args, "train.sft")
     for kind in preset.teacher_contexts:
-        out = p.figs / f"teacher_{kind}.json"
+        out = p.figs / teacher_file(kind)
         stage(f"teacher evaluation ({kind})", p.manifest, [out], evaluate.execute,
               evaluate.EvalConfig(ckpt=[str(p.base)], **p.task_kw, context=kind,
                                   n_levels=cfg.n_levels, out=str(out), **p.threads),
@@ -573,7 +582,7 @@ def context_return(p: Pipeline) -> None:
     """Every checkpoint with and without c, the summary over seeds, and again with a control
     context of c's form that is wrong (robust or blind)."""
     cfg, figs, finals = p.cfg, p.figs, p.final_of(*p.students.values())
-    ev_json = figs / "context_return.json"
+    ev_json = figs / CONTEXT_RETURN
     stage("context-return evaluation", p.manifest, [ev_json], evaluate.execute,
           evaluate.EvalConfig(ckpt=p.ckpts(), **p.ckpt_kw, context=cfg.context,
                               n_levels=cfg.n_levels, out=str(ev_json), **p.threads),
@@ -583,7 +592,7 @@ def context_return(p: Pipeline) -> None:
     write_json(figs / "context_return_summary.json", summarise(report, cfg.seeds))
     p.manifest.record([str(figs / "context_return.md"),
                        str(figs / "context_return_summary.json")], p.command(), 0.0)
-    ctrl_json = figs / "context_control.json"
+    ctrl_json = figs / CONTEXT_CONTROL
     stage("context control", p.manifest, [ctrl_json], evaluate.execute,
           evaluate.EvalConfig(ckpt=p.ckpts(), **p.ckpt_kw, context=cfg.context,
                               n_levels=cfg.n_levels, control=True, out=str(ctrl_json),
@@ -595,17 +604,17 @@ def over_training(p: Pipeline) -> None:
     or with --dose), then harm against drift."""
     cfg, figs = p.cfg, p.figs
     traj_runs = [str(r) for k, r in p.students.items() if trajectory_run(cfg, k)]
-    stage("trajectory", p.manifest, [figs / "trajectory.json"], trajectory.execute,
+    stage("trajectory", p.manifest, [figs / TRAJECTORY], trajectory.execute,
           trajectory.TrajectoryConfig(
               runs=traj_runs, context=cfg.context, n_levels=min(cfg.n_levels, 500),
               drift_levels=min(cfg.n_levels, 256), every=cfg.trajectory_every,
               control=cfg.dose, out=str(figs / "trajectory"), png=cfg.png, **p.threads),
           inputs=p.final_of(*traj_runs), positional="runs")
     if cfg.dose:
-        stage("harm against drift", p.manifest, [figs / "harm_drift.json"], dose.execute,
-              dose.DoseConfig(trajectory=[str(figs / "trajectory.json")],
+        stage("harm against drift", p.manifest, [figs / HARM_DRIFT], dose.execute,
+              dose.DoseConfig(trajectory=[str(figs / TRAJECTORY)],
                               out=str(figs / "harm_drift"), png=cfg.png),
-              inputs=[figs / "trajectory.json"], positional="trajectory")
+              inputs=[figs / TRAJECTORY], positional="trajectory")
 
 
 def analyses(p: Pipeline) -> None:
@@ -637,7 +646,7 @@ def analyses(p: Pipeline) -> None:
     if not p.kept("param_delta"):
         delta_runs = [str(students[f"{m}_s{s}"]) for s in cfg.seeds for m in ("opd", "nca")]
         control = [delta_runs[0], delta_runs[2]] if len(cfg.seeds) > 1 else []
-        stage("param_delta", p.manifest, [figs / "param_delta.json"], param_delta.execute,
+        stage("param_delta", p.manifest, [figs / PARAM_DELTA], param_delta.execute,
               param_delta.ParamDeltaConfig(
                   ckpt=delta_runs, init=str(p.base), control=control,
                   pair=[str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"])],
@@ -647,7 +656,7 @@ def analyses(p: Pipeline) -> None:
         print(f"[skip] patching: {preset.patching}")
         return
     if not p.kept("patching"):
-        stage("patching", p.manifest, [figs / "patching.json"], patching.execute,
+        stage("patching", p.manifest, [figs / PATCHING], patching.execute,
               patching.PatchingConfig(
                   ckpt=[str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"]),
                         *([str(p.base)] if preset.patching_base else [])],

@@ -36,6 +36,7 @@ from nca_interp.cli import entry, parse_config
 from nca_interp.errors import RunError
 from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import roster
+from train.layout import PARAM_DELTA
 from train.reproduce import Manifest, record_training_time, run_parallel, stage
 from train.rules import SIZE_MATCH
 
@@ -171,11 +172,11 @@ def main(argv: list[str] | None = None) -> dict:
             break
         multiplier = next_multiplier(points, mean(size["nca"]))
     three = [str(p) for s in cfg.seeds for p in (*pairs[s], sized[s][0])]  # the last round
-    stage("param_delta of OPD, size-matched OPD and NCA", manifest, [figs / "param_delta.json"],
+    stage("param_delta of OPD, size-matched OPD and NCA", manifest, [figs / PARAM_DELTA],
           param_delta.execute,
           param_delta.ParamDeltaConfig(ckpt=three, init=init, out=str(figs / "param_delta")),
           inputs=[*finals, *(f for _, f, _ in sized.values())])
-    after = sizes(analysis.load(figs / "param_delta.json"))
+    after = sizes(analysis.load(figs / PARAM_DELTA))
     manifest.data["size_ratio_nca_over_opd"] = ratio
     manifest.data["rounds"] = rounds
     manifest.data["pipeline_seconds"] = round(manifest.data.get("pipeline_seconds", 0)

@@ -22,6 +22,7 @@ from nca_interp.errors import UsageError
 from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import others, roster, students
 from train.blocks import Block
+from train.layout import CONTEXT_RETURN, TEACHER_GLOB, TRAJECTORY, teacher_file
 from train.settings import load
 
 __all__ = ["BETA_SWEEPS", "beta_points", "main", "table"]
@@ -49,7 +50,7 @@ def fmt(vals: list[float]) -> str:
 
 
 def teacher_cell(figs: Path, ctx: str) -> str:
-    f = figs / f"teacher_{ctx}.json"
+    f = figs / teacher_file(ctx)
     if not f.exists():
         return "-"
     r = next(iter(analysis.load(f)["results"].values()))
@@ -58,7 +59,7 @@ def teacher_cell(figs: Path, ctx: str) -> str:
 
 def drift_cell(figs: Path, method: str) -> str:
     """Context-view drift KL at the last trajectory step of the first seed, beside step 0."""
-    f = figs / "trajectory.json"
+    f = figs / TRAJECTORY
     if not f.exists():
         return "-"
     runs = [r for _, r in students(analysis.load(f), method)]
@@ -85,9 +86,9 @@ def table(figures: Path = Path("figures")) -> str:
     pending = []
     for name, what, cmd in rows():
         figs = figures / name
-        ev = figs / "context_return.json"
+        ev = figs / CONTEXT_RETURN
         if not ev.exists():
-            teachers = sorted(figs.glob("teacher_*.json"))
+            teachers = sorted(figs.glob(TEACHER_GLOB))
             if teachers:  # --teacher-only so far: the gap the students would close
                 ctx = teachers[0].stem.split("_", 1)[1]
                 lines.append(f"| {name} | {what} | {teacher_cell(figs, ctx)} | students not "
@@ -220,12 +221,12 @@ def estimator_table(figures: Path = Path("figures")) -> str:
     items: dict[str, list[str]] = {}  # "1000 items" -> the rows evaluated on that many
     settings = CATALOGUE.settings
     for row, full in ESTIMATOR_ROWS.items():
-        if not (figures / row / "context_return.json").exists():
+        if not (figures / row / CONTEXT_RETURN).exists():
             flags = settings[row].flags
             pending.append(f"- {row} ({estimator_label(dict(zip(flags, flags[1:])))}, beside "
                            f"{full}): `{settings[row].command(row)}`")
             continue
-        rep = {name: analysis.load(figures / name / "context_return.json")
+        rep = {name: analysis.load(figures / name / CONTEXT_RETURN)
                for name in (full, row)}
         seeds = {str(roster(rep[row])[n].seed) for n, _ in students(rep[row])}
         # the teacher: the one entry that is no student (`<task>_base`, or the fetched model)
@@ -288,10 +289,10 @@ def beta_points(base: str, figures: Path = Path("figures")) -> tuple[list[dict],
     points = []
     for name in (base, *BETA_SWEEPS[base]):
         figs = figures / name
-        if not (figs / "context_return.json").exists():
+        if not (figs / CONTEXT_RETURN).exists():
             continue
         flags = _trained_with(figs)
-        rep = analysis.load(figs / "context_return.json")
+        rep = analysis.load(figs / CONTEXT_RETURN)
         for run, r in students(rep):
             who = roster(rep)[run]
             if who.method == "nca" and who.beta is None and run not in flags:
@@ -306,8 +307,8 @@ def beta_points(base: str, figures: Path = Path("figures")) -> tuple[list[dict],
     betas = {p["beta"] for p in points}
     common = set.intersection(*({p["seed"] for p in points if p["beta"] == b} for b in betas)) \
         if betas else set()
-    rep = analysis.load(figures / base / "context_return.json") \
-        if (figures / base / "context_return.json").exists() else None
+    rep = analysis.load(figures / base / CONTEXT_RETURN) \
+        if (figures / base / CONTEXT_RETURN).exists() else None
     teacher = others(rep)[0][1] if rep and others(rep) else None
     return sorted((p for p in points if p["seed"] in common),
                   key=lambda p: (p["beta"], p["seed"])), teacher

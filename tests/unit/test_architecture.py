@@ -177,3 +177,17 @@ def test_the_interface_check_sees_a_missing_all_and_an_odd_route(tmp_path):
     assert api_problems(tmp_path) == [
         "nca_interp.a: __all__ names g, which it does not define", "nca_interp.b: no __all__",
         "nca_interp/b.py:1 imports helper from nca_interp.a, outside its __all__"]
+
+
+def test_the_pipeline_folder_file_names_are_spelled_in_layout_only():
+    """train/layout.py decides the file names of a pipeline folder; nothing else in train/
+    spells them (a renamed file would otherwise leave a reader behind)."""
+    import re
+
+    names = ("context_return", "context_control", "layer_sim", "param_delta", "harm_drift",
+             "patching", "trajectory", "grad_align_opd")
+    pattern = re.compile(r"""["'](%s)\.json["']|teacher_\*\.json|teacher_\{""" % "|".join(names))
+    found = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "train").rglob("*.py"))
+             if p.name != "layout.py"
+             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert found == []

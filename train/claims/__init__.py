@@ -48,6 +48,14 @@ from train.claims.heads import heads_carry_harm
 from train.claims.stats import label_permutation_p, paired_harm_gap, pooled_gain
 from train.claims.updates import shallow_qk, size_matched, updates_differ
 from train.claims.views import nca_identical, opd_gap
+from train.layout import (
+    CONTEXT_CONTROL,
+    CONTEXT_RETURN,
+    HARM_DRIFT,
+    LAYER_SIM,
+    PARAM_DELTA,
+    PATCHING,
+)
 from train.settings import load
 
 __all__ = ["Claim", "CLAIMS", "DOCS", "pooled_settings", "claims", "degrades", "harm_not_drift",
@@ -61,17 +69,17 @@ __all__ = ["Claim", "CLAIMS", "DOCS", "pooled_settings", "claims", "degrades", "
 
 # Each claim with its name, the report it reads and the command that writes it: a setting
 # without the report gets the row "not run" naming the command, never a vanished row.
-EVALUATE = ("context_return.json", "python -m nca_interp.evaluate")
-CONTROL = ("context_control.json", "python -m nca_interp.evaluate --control")
-LAYERS = ("layer_sim.json", "python -m nca_interp.layer_sim")
+EVALUATE = (CONTEXT_RETURN, "python -m nca_interp.evaluate")
+CONTROL = (CONTEXT_CONTROL, "python -m nca_interp.evaluate --control")
+LAYERS = (LAYER_SIM, "python -m nca_interp.layer_sim")
 GRADS = ("grad_align_<method>.json", "python -m nca_interp.grad_align --parts 4")
-UPDATES = ("param_delta.json", "python -m nca_interp.param_delta")
+UPDATES = (PARAM_DELTA, "python -m nca_interp.param_delta")
 CLAIMS: tuple[tuple[Callable[[Path], Claim | None], str, tuple[str, str]], ...] = (
     (internalizes, "OPD internalizes c (right without c rises)", EVALUATE),
     (degrades, "OPD students break when c returns (harm, regime A)", EVALUATE),
     (nca_prevents, "NCA prevents the harm", EVALUATE),
     (harm_not_drift, "OPD's harm is its own, not drift's (NCA's harm below OPD's at matched "
-     "drift)", ("harm_drift.json",
+     "drift)", (HARM_DRIFT,
                 "python -m train.dose {figs}/trajectory.json --out {figs}/harm_drift")),
     (nca_keeps_context, "NCA keeps what c gives (accuracy with c)", EVALUATE),
     (nca_reads_context, "NCA still reads c (not blind to it)", CONTROL),
@@ -84,7 +92,7 @@ CLAIMS: tuple[tuple[Callable[[Path], Claim | None], str, tuple[str, str]], ...] 
     (shallow_qk, "Updates concentrate in shallow layers, mostly k/q", UPDATES),
     (updates_differ, "NCA's updates differ from OPD's", UPDATES),
     (heads_carry_harm, "OPD's harm runs through a few heads reading c",
-     ("patching.json", "python -m nca_interp.patching --kind harm")),
+     (PATCHING, "python -m nca_interp.patching --kind harm")),
 )
 
 
@@ -102,7 +110,7 @@ def claims(figs: Path) -> list[Claim]:
                             command.format(figs=f"{figs.parent.name}/{figs.name}"))
         if claim is not None:
             out.append(claim)
-    if (figs.parent / f"{figs.name}_size" / "param_delta.json").exists():
+    if (figs.parent / f"{figs.name}_size" / PARAM_DELTA).exists():
         out.append(size_matched(figs.parent / f"{figs.name}_size"))
     return out
 
@@ -138,7 +146,7 @@ def judged(figs: Path) -> list[Claim]:
         return claims(figs)
     found = pooled_claims(pooled_settings()[figs.name], figs.parent)
     return found + [size_matched(figs.parent / f"{m}_size") for m in pooled_settings()[figs.name]
-                    if (figs.parent / f"{m}_size" / "param_delta.json").exists()]
+                    if (figs.parent / f"{m}_size" / PARAM_DELTA).exists()]
 
 
 def settings_judged(root: Path = Path("figures")) -> list[Path]:
@@ -178,7 +186,7 @@ def verdict_line(figs: Path) -> str:
     """The setting's verdicts as one sentence, claims grouped by verdict word: what prose
     beside a table may say of the verdicts, generated so it cannot contradict the table."""
     pooled = figs.name in pooled_settings()
-    found = judged(figs) if (figs / "context_return.json").exists() or pooled else []
+    found = judged(figs) if (figs / CONTEXT_RETURN).exists() or pooled else []
     groups: dict[str, list[str]] = {}
     for c in found:
         groups.setdefault(c.verdict, []).append(c.name.split(" (")[0])

@@ -33,6 +33,7 @@ from train.claims.stats import (
     pool_units,
     pooled_estimate,
 )
+from train.layout import CONTEXT_CONTROL, CONTEXT_RETURN, HARM_DRIFT
 from train.settings import load
 
 __all__ = ["degrades", "harm_not_drift", "internalizes", "longer", "nca_improves_no_c",
@@ -43,7 +44,7 @@ __all__ = ["degrades", "harm_not_drift", "internalizes", "longer", "nca_improves
 def internalizes(figs: Path) -> Claim:
     """OPD raises accuracy without c above the step-0 null: every seed's interval lies above
     the initial checkpoint's point estimate."""
-    rep = analysis.load(figs / "context_return.json")
+    rep = analysis.load(figs / CONTEXT_RETURN)
     base, opd = base_of(rep), runs_of(rep, "opd")
     flags = [r["ci95"]["win_no_c"][0] > base["win_no_c"] for r in opd]
     return Claim("OPD internalizes c (right without c rises)",
@@ -59,7 +60,7 @@ def degrades(figs: Path) -> Claim:
     and unit clusters (`rules.BREAK_MARGIN` is the
     smallest drop the claim is about; `judge.effect`). Beside it, apart: whether the harm is
     beyond chance (the harm rule: above step 0's harm and the independence baseline)."""
-    rep = analysis.load(figs / "context_return.json")
+    rep = analysis.load(figs / CONTEXT_RETURN)
     base, opd = base_of(rep), runs_of(rep, "opd")
     name = "OPD students break when c returns (harm, regime A)"
     if all(r["harm"] is None for r in opd):
@@ -97,7 +98,7 @@ def _harm_is_own(r: dict, step0_harm: float | None) -> bool:
 def nca_prevents(figs: Path) -> Claim:
     """NCA removes the harm: in every seed pair NCA's harm is below OPD's and NCA is never in
     regime A. Only judged where OPD degrades in some seed."""
-    rep = analysis.load(figs / "context_return.json")
+    rep = analysis.load(figs / CONTEXT_RETURN)
     opd, nca = runs_of(rep, "opd"), runs_of(rep, "nca")
     measured = f"harm {spread_text([r['harm'] for r in nca])}; regimes " + \
         " ".join(r["regime"] for r in nca)
@@ -132,11 +133,11 @@ def harm_not_drift(figs: Path) -> Claim:
     half-width lies below 0, the pooled interval is the t interval over seeds (rules: matched
     drift, every seed). Judged only where OPD's harm is its own in some seed; None where the
     setting trained no OPD beside NCA (a beta variant)."""
-    m = read_json((figs / "harm_drift.json"))["matched"].get("nca - opd")
+    m = read_json((figs / HARM_DRIFT))["matched"].get("nca - opd")
     name = "OPD's harm is its own, not drift's (NCA's harm below OPD's at matched drift)"
     if m is None:
         return Claim(name, "-", "-", "not measurable", "no OPD run trained beside NCA here")
-    rep = analysis.load(figs / "context_return.json")
+    rep = analysis.load(figs / CONTEXT_RETURN)
     opd, base = runs_of(rep, "opd"), base_of(rep)["harm"]
     own = sum(_harm_is_own(o, base) for o in opd)
     h = m.get("harm")
@@ -168,7 +169,7 @@ def pooled_harm_gap(figs: Path) -> tuple[float, tuple[float, float], int] | None
     """OPD's harm minus NCA's, pooled over the seeds and paired by seed on the same held-out
     items (`paired_harm_gap`). None without per-item results (evaluate records them) for OPD
     and NCA of one seed."""
-    for src in (figs / "context_return.json", figs / "context_control.json"):
+    for src in (figs / CONTEXT_RETURN, figs / CONTEXT_CONTROL):
         if not src.exists():
             continue
         rep = analysis.load(src)
@@ -201,7 +202,7 @@ def _items(root: Path, members: tuple[str, ...]) -> dict[str, np.ndarray | list]
     cols: dict[str, list] = {k: [] for k in ("o0", "o1", "n0", "n1", "b0", "b1", "cluster",
                                              "seed")}
     for member in members:
-        report = analysis.load(root / member / "context_return.json")
+        report = analysis.load(root / member / CONTEXT_RETURN)
         base, who = base_of(report), roster(report)
         for name, r in students(report, "nca"):
             found = partner(report, name, "opd")
@@ -274,7 +275,7 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
     def diff(k1: str, k0: str):
         return lambda t: (t[k1] - t[k0]) / t["one"]
 
-    reps = {m: analysis.load(root / m / "context_return.json") for m in members}
+    reps = {m: analysis.load(root / m / CONTEXT_RETURN) for m in members}
     regimes = {meth: [r["regime"] for rep in reps.values() for r in runs_of(rep, meth)]
                for meth in ("opd", "nca")}
     n_seeds = len(set(a["seed"]))
@@ -328,8 +329,8 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
     imp = judge.effect(per_seed(diff("n0", "o0")),
                        est(acc), 0.0, 1, rules.BREAK_MARGIN, what="seed pairs")
     improves, improves_why = imp.verdict, imp.reason
-    ctl = {m: analysis.load(root / m / "context_control.json")
-           for m in members if (root / m / "context_control.json").exists()}
+    ctl = {m: analysis.load(root / m / CONTEXT_CONTROL)
+           for m in members if (root / m / CONTEXT_CONTROL).exists()}
     reads = {meth: [r["control"] for rep in ctl.values() for r in runs_of(rep, meth)]
              for meth in ("opd", "nca")}
     reads["base"] = [r["control"] for rep in ctl.values() for _, r in others(rep)]
@@ -368,13 +369,13 @@ def nca_keeps_context(figs: Path) -> Claim:
     the 90% interval of NCA - step 0 above -margin). The seed is the unit; the pooled estimate
     is the paired difference, its interval the wider of (seed, unit) and unit clusters
     (`stats.gain_estimate`). Failing it means NCA's anchor made the context view ignore c."""
-    rep = analysis.load(figs / "context_return.json")
+    rep = analysis.load(figs / CONTEXT_RETURN)
     base, nca = base_of(rep), runs_of(rep, "nca")
     if not nca:
         return Claim("NCA keeps what c gives (accuracy with c)", "-", "-", "not measurable",
                      "no NCA run")
     paired = all("items" in r for r in (base, *nca))
-    ctl = figs / "context_control.json"
+    ctl = figs / CONTEXT_CONTROL
     if not paired and ctl.exists():  # an older return report: the control run's items are the
         other = analysis.load(ctl)  # same evaluation where its accuracies with c agree
         o_base, o_nca = base_of(other), runs_of(other, "nca")
@@ -403,7 +404,7 @@ def nca_keeps_context(figs: Path) -> Claim:
 def longer(figs: Path) -> Claim:
     """Answers grow when c returns after OPD: every seed's interval of rel_len_both lies above
     0 and its point above the step-0 model's."""
-    rep = analysis.load(figs / "context_return.json")
+    rep = analysis.load(figs / CONTEXT_RETURN)
     base, opd = base_of(rep), runs_of(rep, "opd")
     vals = [r["rel_len_both"] for r in opd]
     if all(v is None for v in vals):
@@ -427,7 +428,7 @@ def nca_improves_no_c(figs: Path) -> Claim:
     records them)."""
 
     name = "NCA improves accuracy without c (vs OPD, same seed)"
-    src = next((f for f in (figs / "context_control.json", figs / "context_return.json")
+    src = next((f for f in (figs / CONTEXT_CONTROL, figs / CONTEXT_RETURN)
                 if f.exists() and "items" in next(iter(analysis.load(f)["results"]
                                                        .values()))), None)
     if src is None:
@@ -506,7 +507,7 @@ def nca_reads_context(figs: Path) -> Claim:
     reads_c = accuracy with c - with the control, judged as an effect above 0
     (`reads_c_verdict`). Its size beside the teacher's (step 0's, across models) is printed
     as a description: whether NCA keeps what c gives is the keeps claim's question."""
-    f = figs / "context_control.json"
+    f = figs / CONTEXT_CONTROL
     if not f.exists():
         raise FileNotFoundError(f)
     reps = analysis.load(f)

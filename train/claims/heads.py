@@ -8,6 +8,7 @@ from nca_interp import analysis
 from nca_interp.identity import students
 from train import rules
 from train.claims.claim import Claim
+from train.layout import PATCHING
 
 __all__ = ["heads_carry_harm"]
 
@@ -34,7 +35,7 @@ def heads_carry_harm(figs: Path) -> Claim:
     from nca_interp.patching import ABLATE_NOTE, ablate_of, kind_of
 
     claim = "OPD's harm runs through a few heads reading c (chosen on half the cases)"
-    name, r = next(iter(students(analysis.load(figs / "patching.json"), "opd")),
+    name, r = next(iter(students(analysis.load(figs / PATCHING), "opd")),
                    (None, None))
     if r is None:
         return Claim(claim, "no OPD run patched", "-", "not measurable")

@@ -15,16 +15,17 @@ from nca_interp import analysis
 from nca_interp.identity import roster
 from train.claims.claim import Claim, not_run
 from train.claims.harm import degrades, nca_improves_no_c, nca_keeps_context, nca_reads_context
+from train.layout import CONTEXT_CONTROL, CONTEXT_RETURN
 
 __all__ = ["table"]
 
 MORE = "more_items"
 CLAIMS = (degrades, nca_keeps_context, nca_reads_context, nca_improves_no_c)
-FILES = ("context_return.json", "context_control.json")
+FILES = (CONTEXT_RETURN, CONTEXT_CONTROL)
 
 
 def seeds_of(figs: Path) -> set[int]:
-    rep = analysis.load(figs / "context_return.json")
+    rep = analysis.load(figs / CONTEXT_RETURN)
     who = roster(rep)
     return {who[k].seed for k in rep["results"] if who[k].student}
 
@@ -44,7 +45,7 @@ def view(figs: Path, seeds: set[int], dst: Path) -> Path:
 
 
 def _items(figs: Path) -> int:
-    rep = analysis.load(figs / "context_return.json")
+    rep = analysis.load(figs / CONTEXT_RETURN)
     first = next(iter(rep["results"].values()))
     return first["n"] if "n" in first else len(first["items"]["unit"])
 
@@ -53,7 +54,7 @@ def rows(figs: Path) -> list[tuple[Claim, Claim, int, int]]:
     """(claim on the published items, on more items, their item counts) for each accuracy
     claim, over the seeds both evaluated; [] without `more_items`."""
     more = figs / MORE
-    if not (more / "context_return.json").exists():
+    if not (more / CONTEXT_RETURN).exists():
         return []
     seeds = seeds_of(more) & seeds_of(figs)
     with tempfile.TemporaryDirectory() as tmp:

@@ -16,12 +16,13 @@ from train.claims.claim import Claim, count_verdict, runs_of, spread_text
 from train.claims.stats import (
     label_permutation_p,
 )
+from train.layout import PARAM_DELTA
 
 __all__ = ["shallow_qk", "size_matched", "updates_differ"]
 
 
 def _adam(figs: Path) -> dict:
-    return analysis.load(figs / "param_delta.json")
+    return analysis.load(figs / PARAM_DELTA)
 
 
 
@@ -109,7 +110,7 @@ def updates_differ(figs: Path) -> Claim:
     ratio = _size_ratio(figs)
     if ratio is not None and not 1 / rules.SIZE_MATCH <= ratio <= rules.SIZE_MATCH:
         if verdict in ("reproduced", "partly"):
-            sized = (figs.parent / f"{figs.name}_size" / "param_delta.json").exists()
+            sized = (figs.parent / f"{figs.name}_size" / PARAM_DELTA).exists()
             verdict = "partly"
             reason = (f"NCA's update is {ratio:.2f}x OPD's in size: the direction difference "
                       "may come from the larger step; "
@@ -159,7 +160,7 @@ def size_matched(figs: Path) -> Claim:
     groups and the exact label-permutation p <= 0.05, with the sizes matched within
     rules.SIZE_MATCH; partly when the cross-group mean is below the within-group mean; the same
     seed's cos(d OPD, d sized OPD) says how far size alone turns an OPD update."""
-    rep = analysis.load(figs / "param_delta.json")
+    rep = analysis.load(figs / PARAM_DELTA)
     # results are keyed by path, all_pairs by run name
     who = by_name(rep)
     kind = {n: i.method for n, i in who.items() if i.student}

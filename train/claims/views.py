@@ -12,12 +12,13 @@ from nca_interp import analysis
 from nca_interp.identity import others, partner, students
 from train import judge, rules
 from train.claims.claim import Claim, count_verdict, runs_of, spread_text
+from train.layout import LAYER_SIM
 
 __all__ = ["closed_shares", "nca_identical", "opd_gap"]
 
 
 def _layer_cos(figs: Path, method: str) -> tuple[list[list[float]], list[float], list[float]]:
-    ls = analysis.load(figs / "layer_sim.json")
+    ls = analysis.load(figs / LAYER_SIM)
     runs = [r["cos"][1:] for r in runs_of(ls, method)]
     base = next(r["cos"][1:] for n, r in others(ls) if n != "random_init")
     return runs, base, ls["results"]["random_init"]["cos"][1:]
@@ -28,7 +29,7 @@ def _floor(figs: Path) -> float | None:
     """The anisotropy floor of the NCA runs' layer cosines: the highest per-layer mean cosine
     between views of *different* items (layer_sim's `cos_other`) over the NCA seeds; None where
     a layer_sim report has no `cos_other`."""
-    ls = analysis.load(figs / "layer_sim.json")
+    ls = analysis.load(figs / LAYER_SIM)
     floors = [max(r["cos_other"][1:]) for r in runs_of(ls, "nca") if "cos_other" in r]
     return max(floors) if floors else None
 
@@ -102,7 +103,7 @@ def opd_gap(figs: Path) -> Claim:
     the same seed *and* below 1, each by more than the item noise (95% intervals from
     layer_sim's per-layer spread over examples). Whether OPD widened step 0's gap is a
     different question, said beside it."""
-    rep = analysis.load(figs / "layer_sim.json")
+    rep = analysis.load(figs / LAYER_SIM)
     ls = rep["results"]
     base_row = next(r for n, r in others(rep) if n != "random_init")
     half = (len(base_row["cos"]) - 1) // 2
