@@ -679,14 +679,20 @@ def test_power_judges_the_same_seeds_on_both_item_sets(tmp_path):
 
     (tmp_path / power.MORE).mkdir()
     (tmp_path / "context_return.json").write_text(json.dumps(rep(16, range(5), True)))
-    (tmp_path / power.MORE / "context_return.json").write_text(json.dumps(rep(64, range(3),
-                                                                              True)))
+    more = rep(64, range(3), True)
+    more["config"] = {"ckpt": ["base", "t_opd_s0"], "context": "rule", "n_levels": 64,
+                      "task_options": ["n_entities=16"], "png": False,
+                      "out": "figures/t/more_items/context_return.json"}
+    (tmp_path / power.MORE / "context_return.json").write_text(json.dumps(more))
     found = power.rows(tmp_path)
     assert [(n_a, n_b) for _, _, n_a, n_b in found] == [(16, 64)] * 4
     breaks_a, breaks_b = found[0][0], found[0][1]
     assert breaks_a.coverage == (3, 3) and breaks_b.coverage == (3, 3)  # seeds 0-2 both sides
     assert float(breaks_b.detectable) < float(breaks_a.detectable)
     assert "seeds 0, 1, 2" in power.table(tmp_path)
+    assert ("Written by `python -m nca_interp.evaluate base t_opd_s0 --task-options "
+            "n_entities=16 --context rule --n-levels 64 --out "
+            "figures/t/more_items/context_return.json`.") in power.table(tmp_path)
     assert power.table(tmp_path / "nowhere") == ""
 
 

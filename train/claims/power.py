@@ -85,4 +85,18 @@ def table(figs: Path) -> str:
     return "\n".join(lines) + (
         f"\n\nThe same students (seeds {', '.join(map(str, seeds))}) judged on the published "
         f"held-out items (left) and on `{MORE}/` (right); the detectable effect is the "
-        "smallest true effect each interval shows four times in five.")
+        "smallest true effect each interval shows four times in five. Written by "
+        + "; ".join(f"`{command(figs / MORE / f)}`" for f in FILES if (figs / MORE / f).exists())
+        + ".")
+
+
+def command(path: Path) -> str:
+    """The evaluate command line that wrote the report at `path` (from its recorded config)."""
+    import shlex
+
+    from nca_interp.cli import argv_of
+    from nca_interp.evaluate import EvalConfig
+
+    config = json.loads(path.read_text())["config"]
+    cfg = EvalConfig(**{k: v for k, v in config.items() if k != "png"})
+    return "python -m nca_interp.evaluate " + shlex.join(argv_of(cfg, positional="ckpt"))
