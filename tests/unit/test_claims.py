@@ -694,6 +694,17 @@ def test_power_judges_the_same_seeds_on_both_item_sets(tmp_path):
             "n_entities=16 --context rule --n-levels 64 --out "
             "figures/t/more_items/context_return.json`.") in power.table(tmp_path)
     assert power.table(tmp_path / "nowhere") == ""
+    # retrained students on the published items: the left column reads them, and the page
+    # says which give the published per-item results (seed 1's OPD loses one more answer)
+    same = json.loads(json.dumps(rep(16, range(3), True)))  # lists unshared
+    same["results"]["t_opd_s1"]["items"]["won_c"][0] = 1 - \
+        same["results"]["t_opd_s1"]["items"]["won_c"][0]
+    (tmp_path / power.MORE / power.SAME).mkdir()
+    (tmp_path / power.MORE / power.SAME / "context_return.json").write_text(json.dumps(same))
+    text = power.table(tmp_path)
+    assert "5 of 6 give the published per-item results exactly; t_opd_s1 (1 answer) differs" \
+        in text
+    assert power.rows(tmp_path)[0][0].coverage == (3, 3)
 
 
 def test_the_stability_check_names_every_verdict_that_changes_with_the_bootstrap_seed(

@@ -3,6 +3,11 @@
 figures/<setting>/more_items/context_return.json`), each accuracy claim judged on the
 published items and on the larger set, over the same seeds, with the minimum detectable
 effect of each.
+
+Students retrained for the purpose (their checkpoints are not kept) are evaluated on the
+published items too, in `more_items/published_items/`: the left column then reads those, so
+both columns judge the very same weights, and the page says which retrained students
+reproduce the published per-item results exactly and which do not.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from train.layout import CONTEXT_CONTROL, CONTEXT_RETURN
 __all__ = ["table"]
 
 MORE = "more_items"
+SAME = "published_items"  # the students of more_items/ on the published items
 CLAIMS = (degrades, nca_keeps_context, nca_reads_context, nca_improves_no_c)
 FILES = (CONTEXT_RETURN, CONTEXT_CONTROL)
 
@@ -56,9 +62,10 @@ def rows(figs: Path) -> list[tuple[Claim, Claim, int, int]]:
     more = figs / MORE
     if not (more / CONTEXT_RETURN).exists():
         return []
-    seeds = seeds_of(more) & seeds_of(figs)
+    left = more / SAME if (more / SAME / CONTEXT_RETURN).exists() else figs
+    seeds = seeds_of(more) & seeds_of(left)
     with tempfile.TemporaryDirectory() as tmp:
-        published = view(figs, seeds, Path(tmp))
+        published = view(left, seeds, Path(tmp))
         return [(_judge(fn, published), _judge(fn, more), _items(published), _items(more))
                 for fn in CLAIMS]
 
@@ -76,7 +83,9 @@ def table(figs: Path) -> str:
     found = rows(figs)
     if not found:
         return ""
-    seeds = sorted(seeds_of(figs / MORE) & seeds_of(figs))
+    same = figs / MORE / SAME
+    seeds = sorted(seeds_of(figs / MORE) & seeds_of(same if (same / CONTEXT_RETURN).exists()
+                                                     else figs))
     lines = ["| claim | items | verdict | detectable (80% power) | items | verdict | "
              "detectable (80% power) |", "|---|---|---|---|---|---|---|"]
     for a, b, n_a, n_b in found:
@@ -86,8 +95,35 @@ def table(figs: Path) -> str:
         f"\n\nThe same students (seeds {', '.join(map(str, seeds))}) judged on the published "
         f"held-out items (left) and on `{MORE}/` (right); the detectable effect is the "
         "smallest true effect each interval shows four times in five. Written by "
-        + "; ".join(f"`{command(figs / MORE / f)}`" for f in FILES if (figs / MORE / f).exists())
-        + ".")
+        + "; ".join(f"`{command(d / f)}`" for d in (figs / MORE, same) for f in FILES
+                    if (d / f).exists()) + "." + sameness(figs))
+
+
+def sameness(figs: Path) -> str:
+    """Which students of `more_items/published_items/` give the published per-item results
+    exactly ('' without that folder)."""
+    same = figs / MORE / SAME / CONTEXT_RETURN
+    if not same.exists():
+        return ""
+    pub, new = (analysis.load(f)["results"] for f in (figs / CONTEXT_RETURN, same))
+    who = roster(analysis.load(same))
+    exact, differ = [], []
+    for name, r in new.items():
+        if not who[name].student:
+            continue
+        items = pub.get(name, {}).get("items")
+        n = sum(a != b for f in ("won_no_c", "won_c")
+                for a, b in zip(items[f], r["items"][f])) if items else None
+        if n == 0:
+            exact.append(name)
+        else:  # None: not in the published report
+            differ.append(name if n is None else f"{name} ({n} answer{'s' * (n > 1)})")
+    return (" The students were retrained from the manifest's commands (checkpoints are not "
+            "kept), and both columns judge them: the left reads their evaluation on the "
+            f"published items (`{MORE}/{SAME}/`). {len(exact)} of {len(exact) + len(differ)} "
+            "give the published per-item results exactly"
+            + (f"; {', '.join(differ)} differ{'s' if len(differ) == 1 else ''}" if differ
+               else "") + ".")
 
 
 def command(path: Path) -> str:
@@ -97,6 +133,8 @@ def command(path: Path) -> str:
     from nca_interp.cli import argv_of
     from nca_interp.evaluate import EvalConfig
 
-    config = json.loads(path.read_text())["config"]
+    config = json.loads(path.read_text()).get("config")
+    if not config:
+        return f"{path.name} (its report records no command)"
     cfg = EvalConfig(**{k: v for k, v in config.items() if k != "png"})
     return "python -m nca_interp.evaluate " + shlex.join(argv_of(cfg, positional="ckpt"))
