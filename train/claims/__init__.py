@@ -158,6 +158,7 @@ def settings_judged(root: Path = Path("figures")) -> list[Path]:
 def flips(root: Path = Path("figures"), seeds: int = 5) -> list[str]:
     """Every verdict that changes with the claims' bootstrap seed (0 .. seeds - 1), as
     'setting: claim: word, word, ...'; none is the stability the rule book asks."""
+    from train.claims import power
     from train.claims.stats import bootstrap_seed
 
     out = []
@@ -165,7 +166,11 @@ def flips(root: Path = Path("figures"), seeds: int = 5) -> list[str]:
         runs = []
         for seed in range(seeds):
             with bootstrap_seed(seed):
-                runs.append({c.name: words(c) for c in judged(figs)})
+                found = {c.name: words(c) for c in judged(figs)}
+                for left, right, _, _ in power.rows(figs):  # the power table, both columns
+                    found[f"{left.name} (power, published items)"] = words(left)
+                    found[f"{right.name} (power, more items)"] = words(right)
+                runs.append(found)
         for name in runs[0]:
             seen = [r.get(name) for r in runs]
             if len(set(seen)) > 1:
