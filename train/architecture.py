@@ -153,8 +153,24 @@ def markdown(edges: dict[str, set[str]]) -> str:
         lines.append(f"| {i + 1}. {name} | {what} | {', '.join(f'`{m}`' for m in mods)} | "
                      f"{', '.join(below) or '-'} |")
     lines += ["", "Data flow:", "", *(f"{i + 1}. {s}" for i, s in enumerate(FLOW))]
-    lines += ["", *task_table()]
+    lines += ["", *task_table(), "", *claim_table()]
     return "\n".join(lines)
+
+
+def claim_table() -> list[str]:
+    """The claims judged on every setting (`train.claims.CLAIMS`): a new claim is a function
+    of a figures folder returning a `Claim`, in its family's module, and one row there."""
+    import inspect
+
+    from train.claims import CLAIMS
+
+    rows = ["Claims, as listed in `train.claims.CLAIMS` (each judged by the rule book, "
+            "`train/rules.py`):", "", "| claim | function | reads | written by |",
+            "|---|---|---|---|"]
+    for fn, name, (report, command) in CLAIMS:
+        where = Path(inspect.getfile(fn)).relative_to(ROOT)
+        rows.append(f"| {name} | `{where}::{fn.__name__}` | `{report}` | `{command}` |")
+    return rows
 
 
 def task_table() -> list[str]:
