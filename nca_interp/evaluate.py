@@ -361,7 +361,7 @@ class EvalConfig:
     temperature: float = field(default=0.0, metadata={"help": "0 = greedy", "check": ">=0"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
     device: str = field(default="auto", metadata={"help": "auto|cpu|cuda"})
-    precision: str = field(default="auto", metadata={
+    precision: str = field(default="auto", metadata={"check": "choice:auto|fp32|bf16",
         "help": "auto|fp32|bf16 autocast (auto: bf16 on GPU, fp32 on CPU)"})
     control: bool = field(default=False, metadata={
         "help": "also play every item with a control context of the same form that is wrong "

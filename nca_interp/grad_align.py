@@ -325,7 +325,8 @@ class GradAlignConfig:
     temperature: float = field(default=1.0, metadata={"help": "rollout (and loss) temperature"})
     seed: int = field(default=0, metadata={"help": "levels and sampling seed"})
     device: str = field(default="auto", metadata={"help": "auto|cpu|cuda"})
-    precision: str = field(default="auto", metadata={"help": PRECISION_HELP})
+    precision: str = field(default="auto", metadata={"check": "choice:auto|fp32|bf16",
+                                                      "help": PRECISION_HELP})
     out: str = field(default="runs/grad_align_demo/grad_align", metadata={"help": "output stem"})
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
     threads: int = field(default=2, metadata={"help": "torch threads"})

@@ -125,7 +125,7 @@ class DistillConfig:
     device: str = field(default="auto", metadata={"help": "auto|cpu|cuda (GPU if there is one)"})
     teacher_device: str | None = field(default=None, metadata={
         "help": "device of the teacher (e.g. cuda:1); default: the student's"})
-    precision: str = field(default="auto", metadata={
+    precision: str = field(default="auto", metadata={"check": "choice:auto|fp32|bf16",
         "help": "auto|fp32|bf16 autocast (auto: bf16 on GPU, fp32 on CPU)"})
     micro_batch: int = field(default=0, metadata={
         "help": "prompts per forward/backward on each rank (0: the whole slice at once)"})

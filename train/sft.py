@@ -114,7 +114,7 @@ class SFTConfig:
                 "newest is damaged; later ones are moved to OUT/checkpoints/discarded/"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
     device: str = field(default="auto", metadata={"help": "auto|cpu|cuda"})
-    precision: str = field(default="auto", metadata={
+    precision: str = field(default="auto", metadata={"check": "choice:auto|fp32|bf16",
         "help": "auto|fp32|bf16 autocast (auto: bf16 on GPU, fp32 on CPU)"})
 
 

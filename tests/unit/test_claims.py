@@ -743,3 +743,25 @@ def test_the_vectorised_cluster_bootstrap_equals_the_index_sets_it_replaces():
     lost, won = stats.cluster_sums([w0 & ~w1, w0], clusters)
     ratio = np.array([stats.pooled_harm_rate(w0[i], w1[i]) for i in stats.resample(clusters)])
     assert np.abs(lost / won - ratio).max() < 1e-12
+
+
+def test_the_stability_check_covers_both_columns_of_the_power_table(tmp_path, monkeypatch):
+    """A power-table verdict that moves with the bootstrap seed is named by `flips`, on
+    either column; the claims themselves are stable here."""
+    from train import claims
+    from train.claims import power, stats
+
+    (tmp_path / "s").mkdir()
+    monkeypatch.setattr(claims, "settings_judged", lambda root: [tmp_path / "s"])
+    monkeypatch.setattr(claims, "judged", lambda figs: [])
+
+    def moving():
+        word = "partly" if stats.BOOTSTRAP["seed"] % 2 else "inconclusive"
+        return claims.Claim("NCA keeps", "m", "n", word)
+
+    monkeypatch.setattr(power, "rows", lambda figs: [(claims.Claim("NCA keeps", "m", "n",
+                                                                   "partly"), moving(), 48, 192)])
+    assert claims.flips(tmp_path, 3) == [
+        "s: NCA keeps (power, more items): inconclusive, partly, inconclusive"]
+    monkeypatch.setattr(power, "rows", lambda figs: [])
+    assert claims.flips(tmp_path, 3) == []

@@ -136,5 +136,8 @@ def command(path: Path) -> str:
     config = json.loads(path.read_text()).get("config")
     if not config:
         return f"{path.name} (its report records no command)"
-    cfg = EvalConfig(**{k: v for k, v in config.items() if k != "png"})
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(EvalConfig)} - {"png"}
+    cfg = EvalConfig(**{k: v for k, v in config.items() if k in known})  # older reports too
     return "python -m nca_interp.evaluate " + shlex.join(argv_of(cfg, positional="ckpt"))
