@@ -25,9 +25,17 @@ KLS = ("full", "topk", "sampled")
 
 
 def one(loop: str, kl: str, ckpt: str, task: str | None, context: str | None, batch: int,
-        steps: int, threads: int) -> dict:
-    """Run `steps` + 1 steps of one configuration in this process; seconds and tokens."""
+        steps: int, threads: int, precision: str = "fp32", method: str = "nca",
+        options: list[str] | None = None) -> dict:
+    """Run `steps` + 1 steps of one configuration in this process; seconds and tokens. The
+    first (warm-up) step runs under torch's FLOP counter: its FLOPs per sampled token, times a
+    timed step's tokens, give the step's achieved FLOP/s. `precision` bf16 is autocast over
+    fp32 weights in both loops (TRL's own default on any device); `method` opd drops the NCA
+    term (our loop only)."""
+    import contextlib
+
     import torch
+    from torch.utils.flop_counter import FlopCounterMode
 
     from nca_interp.checkpoint import load_checkpoint
     from nca_interp.losses import Estimator, combine, loss_terms
@@ -36,7 +44,7 @@ def one(loop: str, kl: str, ckpt: str, task: str | None, context: str | None, ba
     from nca_interp.runs import resolve_task_and_context
 
     torch.set_num_threads(threads)
-    found, ctx = resolve_task_and_context([ckpt], task, context)
+    found, ctx = resolve_task_and_context([ckpt], task, context, options)
     student, tok = load_checkpoint(ckpt)
     teacher, _ = load_checkpoint(ckpt)
     teacher.requires_grad_(False)
@@ -44,18 +52,25 @@ def one(loop: str, kl: str, ckpt: str, task: str | None, context: str | None, ba
     est = Estimator(kl, k=min(256, student.config.vocab_size - 1))
     levels = found.levels("train", batch * (steps + 1), 0)
     times, tokens = [], []
+    counter = FlopCounterMode(display=False)
+    terms = ("opd", "nca") if method == "nca" else ("opd",)
     if loop == "ours":
+        amp = (torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16"
+               else contextlib.nullcontext())
         opt = torch.optim.AdamW(student.parameters(), lr=1e-5)
         gen = torch.Generator().manual_seed(0)
         for s in range(steps + 1):
             t0 = time.perf_counter()
-            student.eval()
-            b, _, _ = onpolicy_batch(student, tok, view, levels[s * batch:(s + 1) * batch], ctx,
-                                     view.max_response_tokens(), 1.0, gen, context_limit(student))
-            student.train()
-            opt.zero_grad(set_to_none=True)
-            combine(loss_terms(student, teacher, b, ("opd", "nca"), estimator=est), 1.0).backward()
-            opt.step()
+            with counter if s == 0 else contextlib.nullcontext(), amp:
+                student.eval()
+                b, _, _ = onpolicy_batch(student, tok, view, levels[s * batch:(s + 1) * batch],
+                                         ctx, view.max_response_tokens(), 1.0, gen,
+                                         context_limit(student))
+                student.train()
+                opt.zero_grad(set_to_none=True)
+                combine(loss_terms(student, teacher, b, terms, estimator=est),
+                        1.0 if method == "nca" else 0.0).backward()
+                opt.step()
             times.append(time.perf_counter() - t0)
             tokens.append(int(b.resp_mask.sum()))
     else:
@@ -70,16 +85,21 @@ def one(loop: str, kl: str, ckpt: str, task: str | None, context: str | None, ba
 
         class Clock(TrainerCallback):
             def on_step_begin(self, *a, **k):
+                if not times:  # the warm-up step: count its FLOPs
+                    counter.__enter__()
                 self.t0 = time.perf_counter()
 
             def on_step_end(self, *a, **k):
                 times.append(time.perf_counter() - self.t0)
+                if len(times) == 1:
+                    counter.__exit__(None, None, None)
 
         args = NCADistillationConfig(
             output_dir="/tmp/bench_trl_step", per_device_train_batch_size=batch,
             max_steps=steps + 1, learning_rate=1e-5,
             max_completion_length=view.max_response_tokens(),
             temperature=1.0, nca_beta=1.0, kl=est.kind, kl_k=est.k, use_cpu=True, report_to=[],
+            bf16=precision == "bf16",
             save_strategy="no", logging_steps=1, shuffle_dataset=False, disable_dropout=True,
             gradient_checkpointing=False)
         trainer = NCADistillationTrainer(model=student, teacher_model=teacher, args=args,
@@ -98,7 +118,10 @@ def one(loop: str, kl: str, ckpt: str, task: str | None, context: str | None, ba
         tokens = [h["completions/mean_length"] * batch for h in trainer.state.log_history
                   if "completions/mean_length" in h]
     rate = [t / s for t, s in zip(tokens[1:], times[1:])]  # tokens/s of each timed step
+    flops_per_token = counter.get_total_flops() / max(tokens[0], 1)
     return {**({"first_loss": first} if loop == "trl" else {}),
+            "flops_per_token": flops_per_token,
+            "gflops_per_s": flops_per_token * statistics.median(rate) / 1e9,
             "step_s": statistics.median(times[1:]), "tokens": statistics.median(tokens[1:]),
             "step_times": times[1:], "step_tokens": tokens[1:],
             "tokens_per_s": statistics.median(rate), "tokens_per_s_range": [min(rate), max(rate)]}
@@ -117,13 +140,16 @@ def main(argv=None) -> dict:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kls", default=",".join(KLS))
-    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # loop:kl (a child)
+    ap.add_argument("--task-options", default=None)
+    # a child: loop:kl[:precision[:method]]
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args(argv)
     if args.one:
-        loop, kl = args.one.split(":")
+        loop, kl, *rest = args.one.split(":")
+        options = args.task_options.split(",") if args.task_options else None
         print(json.dumps(one(loop, kl, args.ckpt, args.task, args.context, args.batch,
-                             args.steps, args.threads)))
+                             args.steps, args.threads, *rest, options=options)))
         return {}
     rows = []
     for kl in args.kls.split(","):

@@ -34,7 +34,7 @@ from nca_interp.bootstrap import cluster_indices, n_units, percentile_ci
 from nca_interp.checkpoint import load_checkpoint, verify_folder
 from nca_interp.cli import entry, parse_config, validate
 from nca_interp.errors import UsageError
-from nca_interp.models import autocast, context_limit, resolve_device
+from nca_interp.models import PRECISION_HELP, autocast, context_limit, resolve_device
 from nca_interp.progress import bar
 from nca_interp.rollout import (
     decode_responses,
@@ -362,7 +362,7 @@ class EvalConfig:
     threads: int = field(default=2, metadata={"help": "torch threads"})
     device: str = field(default="auto", metadata={"help": "auto|cpu|cuda"})
     precision: str = field(default="auto", metadata={"check": "choice:auto|fp32|bf16",
-        "help": "auto|fp32|bf16 autocast (auto: bf16 on GPU, fp32 on CPU)"})
+        "help": PRECISION_HELP})
     control: bool = field(default=False, metadata={
         "help": "also play every item with a control context of the same form that is wrong "
                 "for it (another level's plan or state, a knowledge base with its values "

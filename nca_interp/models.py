@@ -7,6 +7,8 @@ Qwen3 is the default; Qwen2 and Llama share the module names the analyses key on
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 from dataclasses import dataclass
 
 import torch
@@ -21,7 +23,8 @@ from transformers import (
 from nca_interp.errors import UsageError
 
 __all__ = ["PRECISIONS", "PRECISION_HELP", "ModelConfig", "autocast", "build_model",
-           "check_precision", "context_limit", "resolve_device", "weights_dtype"]
+           "auto_bf16", "check_precision", "context_limit", "native_bf16",
+           "resolve_device", "resolved_precision", "weights_dtype"]
 
 ARCHS = {"qwen3": Qwen3Config, "qwen2": Qwen2Config, "llama": LlamaConfig}
 
@@ -72,7 +75,8 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 
 
 PRECISIONS = ("auto", "fp32", "bf16")
-PRECISION_HELP = ("auto|fp32|bf16 (auto: bf16 on a GPU, fp32 on the CPU; training and evaluate "
+PRECISION_HELP = ("auto|fp32|bf16 (auto: bf16 on a GPU and on a CPU with native bf16, AVX512-BF16 "
+                  "or AMX, fp32 elsewhere: bench/results/precision_*.txt; training and evaluate "
                   "autocast over fp32 weights, analyses that need no optimiser hold the weights "
                   "in bf16)")
 
@@ -82,17 +86,47 @@ def check_precision(precision: str) -> None:
         raise UsageError(f"--precision must be auto, fp32 or bf16, not {precision!r}")
 
 
+@functools.cache
+def native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 matrices natively (AVX512-BF16 or AMX). Without it
+    torch's bf16 GEMM is emulated: 7-9x slower than fp32 on an AVX2 Zen 3 (measured,
+    bench/results/precision_sokoban_base.txt), where with it bf16 ran 1.64x faster. The
+    environment variable NCA_INTERP_NATIVE_BF16=0|1 overrides the detection (the test suite
+    sets 0, so that it checks fp32 numerics on every machine)."""
+    forced = os.environ.get("NCA_INTERP_NATIVE_BF16")
+    if forced in ("0", "1"):
+        return forced == "1"
+    cpu = torch.cpu
+    return any(getattr(cpu, name, lambda: False)()
+               for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+
+
+def auto_bf16(device: torch.device) -> bool:
+    """What `--precision auto` picks: bf16 on a GPU and on a CPU with native bf16 (bf16
+    autocast agrees with fp32 there within the tolerances of `bench.precision`), fp32 on a CPU
+    that emulates bf16 (slower than fp32)."""
+    return device.type == "cuda" or (device.type == "cpu" and native_bf16())
+
+
+def resolved_precision(device: torch.device, precision: str) -> str:
+    """`fp32` or `bf16`: the precision `--precision` means on `device` (what a run records, so
+    that it resumes and replays in the same precision on any machine)."""
+    check_precision(precision)
+    if precision == "auto":
+        return "bf16" if auto_bf16(device) else "fp32"
+    return precision
+
+
 def weights_dtype(device: torch.device, precision: str) -> torch.dtype:
     """The weights' dtype for an analysis without an optimiser under `--precision` (the one
     precision flag; `auto` as in `autocast`)."""
-    check_precision(precision)
-    bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
+    bf16 = resolved_precision(device, precision) == "bf16"
     return torch.bfloat16 if bf16 else torch.float32
 
 
 def autocast(device: torch.device, precision: str):
-    """bf16 autocast (fp32 master weights; the KL is computed in fp32) or nothing. `auto` is
-    bf16 on a GPU and fp32 on the CPU, where every number in this repository was measured."""
+    """bf16 autocast (fp32 master weights; the KL is computed in fp32) or nothing (`auto`:
+    `auto_bf16`)."""
     if weights_dtype(device, precision) == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=torch.bfloat16)

@@ -32,7 +32,7 @@ import torch
 
 from nca_interp.errors import UsageError
 from nca_interp.losses import Estimator, combine, loss_terms
-from nca_interp.models import context_limit
+from nca_interp.models import auto_bf16, context_limit
 from nca_interp.prefix import PrefixCache
 from nca_interp.rollout import Batch
 
@@ -48,8 +48,9 @@ except ImportError as e:  # pragma: no cover - the optional extra is missing
 @dataclass
 class NCADistillationConfig(DistillationConfig):
     """TRL's DistillationConfig plus the NCA weight and the KL estimator (TRL's own `beta`,
-    its JSD interpolation, is not used: the loss is ours). `bf16` left unset means bf16
-    autocast on a GPU and fp32 on the CPU (TRL's own default is bf16 everywhere)."""
+    its JSD interpolation, is not used: the loss is ours). `bf16` left unset means
+    `--precision auto` (`models.auto_bf16`: bf16 on a GPU and on a CPU with native bf16, fp32
+    where the CPU emulates it; TRL's own default is bf16 everywhere)."""
 
     nca_beta: float = field(default=1.0, metadata={"help": "NCA weight (0: plain OPD)"})
     teacher_prompt_column: str = field(default="teacher_prompt", metadata={
@@ -61,12 +62,12 @@ class NCADistillationConfig(DistillationConfig):
     kl_form: str = field(default="k1", metadata={"help": "sampled: k1 | k3"})
 
     def __post_init__(self):
-        # TRL turns bf16 autocast on wherever fp16 is off, the CPU included; the package's
-        # rule (`models.autocast`, `--precision auto`) is bf16 on a GPU and fp32 on the CPU,
-        # where every number here was measured (bf16 moved a CPU step 1.3% off the fp32
-        # gradient, and made two processes differ from one wherever padding differs)
+        # TRL turns bf16 autocast on wherever fp16 is off, the CPU included, though a CPU
+        # without native bf16 runs it 7-9x slower than fp32 (bench/results/precision_*.txt);
+        # the package's rule is `--precision auto`
         if self.bf16 is None and not self.fp16:
-            self.bf16 = not self.use_cpu and torch.cuda.is_available()
+            gpu = not self.use_cpu and torch.cuda.is_available()
+            self.bf16 = auto_bf16(torch.device("cuda" if gpu else "cpu"))
         super().__post_init__()
         if not self.nca_beta >= 0:
             raise UsageError(f"nca_beta must be >= 0, not {self.nca_beta}")

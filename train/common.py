@@ -172,7 +172,8 @@ FREE_FLAGS = ("out", "steps", "threads", "eval_every", "eval_levels", "save_ever
 
 
 # Entries of a run config compared on resume by checks of their own (with their own message).
-CHECKED_APART = ("inputs", "resume_from")
+CHECKED_APART = ("inputs", "resume_from",
+                 "task_options")  # as written; the task they make is compared (`task`)
 
 # Flags added after runs were recorded: a saved config without one ran with this value.
 ADDED_FLAGS = {"kl": "full", "kl_k": 256, "kl_support": "p", "kl_tail": "renorm",
@@ -182,9 +183,14 @@ ADDED_FLAGS = {"kl": "full", "kl_k": 256, "kl_support": "p", "kl_tail": "renorm"
 def current_flags(saved: dict) -> dict:
     """A run config recorded before the one KL path, in today's flags: `--top-k K` (with
     `--renormalize false`) trained what `--kl topk --kl-k K --kl-support p --kl-tail renorm`
-    (`none`) trains, so such a run resumes with today's flags and never silently with another
-    loss."""
+    (`none`) trains, and `--precision auto` what auto meant then, so such a run resumes with
+    today's flags and never silently with another loss or precision."""
     saved = dict(saved)
+    if saved.get("precision") == "auto":
+        # recorded before runs wrote what auto meant: then bf16 on a GPU, fp32 on the CPU
+        gpu = saved.get("device") == "cuda" or (saved.get("device") == "auto"
+                                                and torch.cuda.is_available())
+        saved["precision"] = "bf16" if gpu else "fp32"
     k, renorm = saved.pop("top_k", None), saved.pop("renormalize", True)
     if k is not None:
         saved.update(kl="topk", kl_k=k, kl_support="p", kl_tail="renorm" if renorm else "none")

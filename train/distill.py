@@ -47,7 +47,7 @@ from nca_interp.cli import check_disk, check_writable, entry, parse_config, to_d
 from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.losses import Estimator, combine, loss_terms
-from nca_interp.models import autocast, context_limit
+from nca_interp.models import PRECISION_HELP, autocast, context_limit, resolved_precision
 from nca_interp.prefix import PrefixCache
 from nca_interp.rollout import Batch, onpolicy_batch
 from nca_interp.runs import check_context, lr_at, task_for_checkpoints
@@ -126,7 +126,7 @@ class DistillConfig:
     teacher_device: str | None = field(default=None, metadata={
         "help": "device of the teacher (e.g. cuda:1); default: the student's"})
     precision: str = field(default="auto", metadata={"check": "choice:auto|fp32|bf16",
-        "help": "auto|fp32|bf16 autocast (auto: bf16 on GPU, fp32 on CPU)"})
+        "help": PRECISION_HELP})
     micro_batch: int = field(default=0, metadata={
         "help": "prompts per forward/backward on each rank (0: the whole slice at once)"})
     grad_checkpointing: bool = field(default=False, metadata={
@@ -184,6 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     beta = cfg.beta if cfg.method == "nca" else 0.0
     setup_torch(cfg.threads)
     dist, device = init_distributed(cfg.device)
+    cfg.precision = resolved_precision(device, cfg.precision)  # the run records what auto meant
     if cfg.batch % dist.world:
         raise UsageError(f"--batch {cfg.batch} does not split evenly over {dist.world} ranks")
     inputs = {"--student": cfg.student, "--teacher": cfg.teacher}

@@ -81,6 +81,10 @@ def estimator_args(cfg) -> list[str]:
             for a in (f"--{name.replace('_', '-')}", str(getattr(cfg, name)))]
 
 
+# every published setting was trained in fp32: on a CPU with native bf16 (or a GPU),
+# `--precision auto` would pick bf16, and a rebuilt setting would not be the published one
+PRECISION = ("--precision", "fp32")
+
 # what --keep may name: the steps after training, and each analysis within `analyses`
 KEEPABLE = ("context_return", "over_training", "analyses", "layer_sim", "grad_align",
             "param_delta", "patching")
@@ -504,7 +508,7 @@ def make_teacher(p: Pipeline) -> None:
         p.teacher_final = p.base  # the registry weights, as fetched
     else:
         base_args = ["--out", str(p.base), *preset.sft_args, "--steps", str(cfg.teacher_steps),
-                     "--threads", str(cfg.threads)]
+                     *PRECISION, "--threads", str(cfg.threads)]
         if preset.teacher_init:
             init = p.runs / f"{preset.teacher_init}_base"
             if latest_step_checkpoint(init) is None:
@@ -546,7 +550,7 @@ def train_students(p: Pipeline) -> None:
                     *(["--warmup", str(preset.warmup)] if preset.warmup != 10 else []),
                     "--beta", str(cfg.beta), *estimator_args(cfg),
                     "--save-every", str(cfg.save_every), "--seed", str(seed),
-                    "--threads", str(max(1, cfg.threads // cfg.jobs))]
+                    *PRECISION, "--threads", str(max(1, cfg.threads // cfg.jobs))]
             p.student_args[f"{method}_s{seed}"] = args
             final = out / "checkpoints" / f"step_{cfg.distill_steps:06d}"
             if final.exists() and mtime(final) < mtime(p.teacher_final):

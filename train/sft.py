@@ -1,12 +1,16 @@
-"""Teacher (base) training: supervised on solver-optimal plans (games) or right answers (QA),
+r"""Teacher (base) training: supervised on solver-optimal plans (games) or right answers (QA),
 context on most examples.
 
     python -m train.sft --task sokoban --contexts state,plan --out runs/sokoban_base
-    python -m train.sft --task sysprompt --out runs/sysprompt_base
+    python -m train.sft --task sokoban --task-options dim_room=8x8 --out runs/sokoban8_base
+    python -m train.sft --task sysprompt --task-options kb=0 --out runs/sysprompt_base
+    python -m train.sft --task sokoban --init ~/.cache/nca_interp/models/smollm2-135m-instruct \
+        --contexts state,plan --lr 5e-5 --out runs/sokoban_smollm2_base   # a chat model
 
 For `sysprompt` the teacher reads a fresh random knowledge base from its system prompt on every
-question (it learns to read facts, not to remember one KB); the run records `--kb`, the fixed
-knowledge base that distillation will later internalize.
+question (it learns to read facts, not to remember one KB); the run records `kb`, the fixed
+knowledge base that distillation will later internalize. A checkpoint with a chat template
+(`--init`) is trained in it: textarena boards and `[up]` moves inside its template.
 
 Each example gets no context with probability --p-no-context, otherwise one kind from
 --contexts; the loss is cross-entropy on the response tokens (plan + end-of-response). The
@@ -25,54 +29,44 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from nca_interp.checkpoint import check_same_tokenizer, load_checkpoint
+from nca_interp.checkpoint import load_checkpoint
 from nca_interp.cli import entry, parse_config, to_dict, validate
 from nca_interp.errors import UsageError
+from nca_interp.evaluate import TASK_OPTIONS_HELP
 from nca_interp.forward import response_logits
 from nca_interp.models import (
+    PRECISION_HELP,
     ModelConfig,
     autocast,
     build_model,
     context_limit,
     resolve_device,
+    resolved_precision,
 )
 from nca_interp.rollout import encode, segment_batch
 from nca_interp.runs import lr_at
-from nca_interp.tasks import QATask, Task, make_task, task_record
+from nca_interp.tasks import QATask, Task, make_task, parse_task_options, task_record
+from nca_interp.tasks.base import names, spec
 from nca_interp.tokenizer import EOS, build_char_tokenizer
 from train.common import Run, all_finite, check_out, data_inputs, eval_wins, setup_torch
 
-__all__ = ["SFTConfig", "execute", "main"]
+__all__ = ["OLD_TASK_FLAGS", "SFTConfig", "execute", "main", "refuse_old_task_flags", "task_of"]
 
 
 @dataclass
 class SFTConfig:
     # options --help leaves to --help-all (each task's fields, architecture details, optimiser)
-    EXPERT = ("dim_room", "num_boxes", "remap", "size", "num_holes", "kb", "n_entities",
-              "n_attributes", "layout", "word_len", "min_entities", "contexts", "p_no_context",
-              "pack", "follow_ups", "p_detour", "n_heads", "d_mlp", "schedule", "weight_decay",
-              "clip", "eval_every", "eval_levels", "precision", "resume_from")
+    EXPERT = ("min_entities", "contexts", "p_no_context", "pack", "follow_ups", "p_detour",
+              "n_heads", "d_mlp", "schedule", "weight_decay", "clip", "eval_every",
+              "eval_levels", "precision", "resume_from")
 
     out: str = field(default="runs/sokoban_base", metadata={"help": "run directory"})
-    task: str = field(default="sokoban", metadata={"help": "sokoban|frozenlake|sysprompt"})
-    dim_room: tuple[int, ...] = field(default=(6, 6),
-                                      metadata={"help": "sokoban room, walls included"})
-    num_boxes: int = field(default=1, metadata={"help": "sokoban boxes"})
-    remap: str | None = field(default=None, metadata={
-        "help": "sokoban rule variant (remapped keys): none, or the permutation of UDLR that "
-                "distillation will internalize (recorded only, as --kb: the teacher trains on a "
-                "random permutation per level, stated by the `remap` context)"})
-    size: int = field(default=4, metadata={"help": "frozenlake grid size"})
-    num_holes: int = field(default=4, metadata={"help": "frozenlake holes"})
-    kb: int = field(default=0, metadata={
-        "help": "sysprompt: the fixed knowledge base distillation will use (recorded only)"})
-    n_entities: int = field(default=4, metadata={"help": "sysprompt: entities per KB"})
-    n_attributes: int = field(default=2, metadata={"help": "sysprompt: attributes per entity"})
-    layout: str = field(default="rows", metadata={
-        "help": "sysprompt KB rendering: rows (`town d, lake x: K`) | facts (`d is town of K`) "
-                "| table (`K: d x`; 4-layer teachers stayed at chance on it for 1500 steps)"})
-    word_len: int = field(default=1, metadata={
-        "help": "sysprompt: 1 (one-character names/values) or 3 (invented words)"})
+    task: str = field(default="sokoban", metadata={"help": lambda: sft_tasks()})
+    task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP + (
+        "; e.g. dim_room=8x8, remap=LRUD (the remapped-keys variant: the teacher trains on a "
+        "random permutation per level, stated by the `remap` context; the run records the "
+        "fixed one distillation internalizes), kb=0 (sysprompt: the knowledge base "
+        "distillation will use; the teacher reads a fresh one per question)")})
     min_entities: int | None = field(default=None, metadata={
         "help": "sysprompt curriculum: training KBs have min..n_entities entities"})
     contexts: list[str] | None = field(default=None, metadata={
@@ -115,32 +109,47 @@ class SFTConfig:
     threads: int = field(default=2, metadata={"help": "torch threads"})
     device: str = field(default="auto", metadata={"help": "auto|cpu|cuda"})
     precision: str = field(default="auto", metadata={"check": "choice:auto|fp32|bf16",
-        "help": "auto|fp32|bf16 autocast (auto: bf16 on GPU, fp32 on CPU)"})
+        "help": PRECISION_HELP})
+
+
+# train.sft's task flags before --task-options (older manifests record them): flag -> option
+OLD_TASK_FLAGS = {"--dim-room": "dim_room", "--num-boxes": "num_boxes", "--remap": "remap",
+                  "--size": "size", "--num-holes": "num_holes", "--kb": "kb",
+                  "--n-entities": "n_entities", "--n-attributes": "n_attributes",
+                  "--layout": "layout", "--word-len": "word_len"}
+
+
+def sft_tasks() -> str:
+    """The registered tasks train.sft can supervise (for --task's help and its refusal)."""
+    return "|".join(n for n in names() if spec(n).task.teacher_sft)
+
+
+def refuse_old_task_flags(argv: list[str]) -> None:
+    """A command with a task flag from before --task-options gets the exact replacement."""
+    found, rest = [], []
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag in OLD_TASK_FLAGS:
+            value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            found.append(f"{OLD_TASK_FLAGS[flag]}="
+                         f"{value.replace(',', 'x') if flag == '--dim-room' else value}")
+            rest.append(arg if eq else f"{arg} {value}")
+    if found:
+        raise UsageError(f"train.sft takes the task's settings as --task-options, like every "
+                         f"command: pass --task-options {','.join(found)} in place of "
+                         f"{' '.join(rest)}")
 
 
 def task_of(cfg: SFTConfig) -> tuple[Task, Task]:
     """The task the run records (what distillation and evaluation will use) and the one it
-    trains on (the same, except that sysprompt trains on fresh random knowledge bases)."""
-    if cfg.task == "sokoban":
-        if cfg.remap == "random":
-            raise UsageError("--remap random: name the fixed permutation distillation will use "
-                             "(e.g. --remap LRUD); the teacher trains on random ones")
-        task = make_task("sokoban", dim_room=tuple(cfg.dim_room), num_boxes=cfg.num_boxes,
-                         remap=cfg.remap)
-        if cfg.remap is not None:  # read the keys from the context, as sysprompt reads its KB
-            return task, replace(task, config=replace(task.config, remap="random"))
-    elif cfg.task == "frozenlake":
-        task = make_task(cfg.task, size=cfg.size, num_holes=cfg.num_holes)
-    elif cfg.task == "sysprompt":
-        task = make_task("sysprompt", kb=cfg.kb, n_entities=cfg.n_entities,
-                         n_attributes=cfg.n_attributes, word_len=cfg.word_len,
-                         layout=cfg.layout)
-        return task, replace(task, config=replace(task.config, kb=None,
-                                                  min_entities=cfg.min_entities))
-    else:
-        raise UsageError(f"train.sft trains sokoban, frozenlake or sysprompt, not {cfg.task!r} "
-                         "(opcd data is for real chat checkpoints: distil them directly)")
-    return task, task
+    trains on (`Task.for_teacher`: the same, except for variants such as remapped keys and
+    sysprompt's fresh knowledge bases)."""
+    task = make_task(cfg.task, **parse_task_options(cfg.task, cfg.task_options))
+    if not task.teacher_sft:
+        raise UsageError(f"train.sft trains a teacher on {sft_tasks()}, not {cfg.task!r}: "
+                         f"{cfg.task} is for checkpoints you bring (nothing to supervise); "
+                         "distil them directly with python -m train.distill")
+    return task, task.for_teacher(min_entities=cfg.min_entities)
 
 
 def contexts_of(cfg: SFTConfig, task: Task) -> list[str]:
@@ -179,12 +188,14 @@ def batch_for_step(task, cfg: SFTConfig, step: int, held_out: set[str]):
                 if moved is not None and moves != lv.solution[: len(moves)]:
                     detour, rest = moves, moved
                     break
-        responses.append([(task.encode(lv, detour), False),
-                          (task.encode(lv, rest.solution), True)])
+        sep = " " if detour and task.fmt != "compact" else ""  # chat moves: `[up] [left]`
+        responses.append([(task.moves_text(lv, detour) + sep, False),
+                          (task.moves_text(lv, rest.solution), True)])
     return prompts, responses
 
 
 def main(argv: list[str] | None = None) -> None:
+    refuse_old_task_flags(sys.argv[1:] if argv is None else argv)
     execute(parse_config(SFTConfig, argv, __doc__))
 
 
@@ -194,20 +205,22 @@ def execute(cfg: SFTConfig) -> None:
     check_out(cfg.out, {"--init": cfg.init})
     setup_torch(cfg.threads)
     recorded, task = task_of(cfg)
-    tok = build_char_tokenizer()
     device = resolve_device(cfg.device)
+    # the run records what auto meant here
+    cfg = replace(cfg, precision=resolved_precision(device, cfg.precision))
     amp = autocast(device, cfg.precision)
-    if cfg.init:
-        model, init_tok = load_checkpoint(cfg.init)
-        check_same_tokenizer(tok, init_tok, "train.sft's tokenizer", cfg.init)
+    if cfg.init:  # its own tokenizer: the char one, or a chat model's (its template then)
+        model, tok = load_checkpoint(cfg.init)
         model = model.to(device)
         c = model.config  # the run records the architecture it trains, not the unused flags
         cfg = replace(cfg, arch=c.model_type, n_layers=c.num_hidden_layers,
                       d_model=c.hidden_size, n_heads=c.num_attention_heads,
                       d_mlp=c.intermediate_size)
     else:
+        tok = build_char_tokenizer()
         model = build_model(ModelConfig(cfg.arch, cfg.n_layers, cfg.d_model, cfg.n_heads,
                                         cfg.n_heads, cfg.d_mlp), tok, cfg.seed).to(device)
+    recorded, task = recorded.for_tokenizer(tok), task.for_tokenizer(tok)
     run = Run(cfg.out, {**to_dict(cfg), "kind": "sft", "task": task_record(recorded)},
               inputs={"--init": cfg.init, **data_inputs(task_record(recorded))},
               resume_from=cfg.resume_from)

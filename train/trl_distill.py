@@ -21,6 +21,7 @@ from nca_interp.checkpoint import load_checkpoint, save_checkpoint
 from nca_interp.cli import entry, parse_config, to_dict
 from nca_interp.errors import RunError, UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP
+from nca_interp.models import PRECISION_HELP
 from nca_interp.runs import resolve_task_and_context
 from nca_interp.tasks import task_record
 from train.common import Dist, close_distributed, exit_worker
@@ -57,7 +58,7 @@ class TRLDistillConfig:
     kl_form: str = field(default="k1", metadata={"help": "k1|k3", "check": "choice:k1|k3"})
     seed: int = field(default=0, metadata={"help": "data and sampling seed"})
     precision: str = field(default="auto", metadata={
-        "help": "auto|fp32|bf16 autocast (auto: bf16 on GPU, fp32 on CPU, as train.distill)",
+        "help": PRECISION_HELP,
         "check": "choice:auto|fp32|bf16"})
 
 

@@ -130,6 +130,9 @@ class Task:
     rules_text: str | None = None
     chat: ChatFormat | None = None  # set by `for_tokenizer` for checkpoints with a template
 
+    # `train.sft` supervises a teacher on the task's targets (solver plans, answer keys); the
+    # tasks of checkpoints a user brings set False (nothing to supervise: distil them directly)
+    teacher_sft = True
     success = "win"  # what `Scored.won` means in reports
     # the context kind commands use when none is named (and none is recorded by the run): the
     # one the published game settings distil (train/settings.toml)
@@ -181,6 +184,18 @@ class Task:
         """Typed letters back to directions (inverse of `encode`)."""
         return typed
 
+    def moves_text(self, level, moves: str) -> str:
+        """Directions as a response types them: letters (compact) or `[up]` words (chat)."""
+        typed = self.encode(level, moves)
+        return typed if self.fmt == "compact" else " ".join(MOVE_TO_CHAT[m] for m in typed)
+
+    def for_teacher(self, **training) -> Task:
+        """The task `train.sft` trains a teacher on (the run records `self`): the task itself.
+        A variant overrides it (remapped keys: a random permutation per level, stated by c;
+        sysprompt: a fresh knowledge base per question); `training` holds train.sft's
+        curriculum settings (`min_entities`)."""
+        return self
+
     def context(self, level, kind: str) -> str:
         if kind == "state":
             return self.game.state_context(level)
@@ -231,9 +246,7 @@ class Task:
 
     def target(self, level) -> str:
         """The solver-optimal response text (end-of-response is the tokenizer's eos)."""
-        if self.fmt == "compact":
-            return self.encode(level, level.solution)
-        return " ".join(MOVE_TO_CHAT[m] for m in self.encode(level, level.solution))
+        return self.moves_text(level, level.solution)
 
     def parse(self, response: str) -> str | None:
         """Move string from a response, None when it cannot be parsed."""

@@ -248,6 +248,8 @@ class FactsTask(Task):
     answers (`nca_interp.tasks.facts`). The config's `kind` is the one context kind and what
     success means: `facts` (the right value) or `rule` (the answer follows the rule)."""
 
+    teacher_sft = False  # a checkpoint the user brings: nothing to supervise
+
     success = "accuracy"
     unit_name = "fact"
 

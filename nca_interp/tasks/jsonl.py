@@ -354,6 +354,8 @@ class JsonlTask(Task):
     the prompts used exactly as written, c placed as `context_as` says, responses scored by the
     named scorer (or not at all: `scored` is False)."""
 
+    teacher_sft = False  # a checkpoint the user brings: nothing to supervise
+
     budget_tokenizer: object = field(default=None, compare=False, repr=False)
     success = "accuracy"
     unit_name = "item"

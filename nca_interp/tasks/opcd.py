@@ -186,6 +186,8 @@ class OPCDTask(QATask):
     """OPCD-format local files (a system prompt file, train / test JSONL); the unit is the
     item."""
 
+    teacher_sft = False  # a checkpoint the user brings: nothing to supervise
+
     unit_name = "question"
 
     def unit(self, level) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import sys
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from nca_interp.errors import UsageError
 from nca_interp.tasks.base import MOVE_TO_CHAT, Outcome, Task, TaskSpec, register
@@ -314,6 +314,16 @@ class SokobanTask(Task):
     def decode(self, level, typed: str) -> str:
         back = dict(zip(self.keys(level), "UDLR"))
         return "".join(back[m] for m in typed)
+
+    def for_teacher(self, **training) -> SokobanTask:
+        """The remapped-keys teacher reads the keys from its context, as sysprompt's reads its
+        knowledge base: it trains on a random permutation per level."""
+        if self.config.remap == "random":
+            raise UsageError("remap=random: name the fixed permutation distillation will use "
+                             "(e.g. --task-options remap=LRUD); the teacher trains on random ones")
+        if self.config.remap is None:
+            return self
+        return replace(self, config=replace(self.config, remap="random"))
 
     def context(self, level, kind: str) -> str:
         if kind != "remap":

@@ -310,6 +310,12 @@ class SyspromptTask(QATask):
     def _system_prompt(self, level) -> str:
         return system_prompt(level)
 
+    def for_teacher(self, min_entities: int | None = None, **training) -> SyspromptTask:
+        """The teacher reads a fresh random knowledge base on every question (it learns to read
+        facts, not to remember one); the recorded `kb` is the one distillation internalizes.
+        `min_entities`: training KBs have min..n_entities entities (a curriculum)."""
+        return replace(self, config=replace(self.config, kb=None, min_entities=min_entities))
+
     def control_context(self, levels: list, i: int, kind: str) -> str:
         """The same knowledge base with each attribute's values rotated across the entities
         (every fact wrong, same layout and length)."""

@@ -125,3 +125,40 @@ def test_opcd_files_through_evaluate_and_distill(chat_folders, tmp_path):
                   "--save-every", "1", "--threads", "1", "--method", "nca"])
     with pytest.raises(ValueError, match="KEY=VALUE with KEY one of"):
         runs.task_for_checkpoints([folder], "opcd", options=["trian=x"])
+
+
+def test_sft_trains_a_chat_checkpoint_inside_its_template(chat_folders, tmp_path):
+    """train.sft from a checkpoint with a chat template (SmolLM2 playing Sokoban): prompts go
+    through the template, responses are `[up]` words (a detour's words untrained, then a space),
+    the run records the textarena task, and the trained folder keeps the template."""
+    import json
+
+    from train import sft
+
+    _, tok = load_checkpoint(chat_folders["llama"])
+    cfg = sft.parse_config(sft.SFTConfig, ["--contexts", "plan", "--batch", "16",
+                                           "--p-detour", "0.5", "--p-no-context", "0"])
+    recorded, trained = (t.for_tokenizer(tok) for t in sft.task_of(cfg))
+    prompts, responses = sft.batch_for_step(trained, cfg, 0, set())
+    levels = trained.sample_levels(f"train-{cfg.seed}-0", cfg.batch, set())
+    assert all(p.startswith("<|user|>\nThe first optimal moves are: [") for p in prompts)
+    detours = 0
+    for (detour, untrained), (plan, train), lv in zip(*zip(*responses), levels):
+        assert not untrained and train and plan.startswith("[")
+        assert set(plan.split()) <= {"[up]", "[down]", "[left]", "[right]"}
+        if detour:
+            detours += 1
+            assert detour.endswith("] ")  # then the optimal plan from where it led
+            lv = recorded.game.advance(lv, recorded.parse(detour))
+        assert plan == recorded.target(lv)
+    assert 0 < detours < cfg.batch
+    out = tmp_path / "sft_chat"
+    sft.main(["--out", str(out), "--init", str(chat_folders["llama"]), "--contexts", "plan",
+              "--steps", "2", "--batch", "4", "--eval-levels", "2", "--save-every", "2",
+              "--threads", "1"])
+    run = json.loads((out / "run_config.json").read_text())
+    assert run["task"]["fmt"] == "textarena" and run["precision"] == "fp32"
+    log = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all(torch.isfinite(torch.tensor(r["loss"])) for r in log if "loss" in r)
+    _, saved = load_checkpoint(out)
+    assert saved.chat_template == tok.chat_template

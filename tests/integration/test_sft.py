@@ -97,7 +97,7 @@ def test_init_starts_from_the_checkpoint(tmp_path):
               "--seed", "1"])
     common = [*ARGS[:-8], "--steps", "1", "--eval-levels", "4", "--lr", "1e-9"]
     sft.main(["--out", str(tmp_path / "b"), *common, "--init", str(tmp_path / "a"),
-              "--remap", "LRUD", "--contexts", "remap"])
+              "--task-options", "remap=LRUD", "--contexts", "remap"])
     sft.main(["--out", str(tmp_path / "c"), *common])
     a, b, c = (load_file(tmp_path / x / "model.safetensors") for x in "abc")
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)

@@ -92,3 +92,40 @@ def test_one_precision_flag_and_one_device_default():
         assert fields["device"].default == "auto", module
         if "precision" in fields:
             assert fields["precision"].default == "auto", module
+
+
+def test_auto_precision_follows_native_bf16(monkeypatch):
+    """`--precision auto` is bf16 on a GPU and on a CPU with native bf16, fp32 where the CPU
+    emulates bf16 (7-9x slower than fp32 there); a run records what auto meant, and a run
+    recorded with `auto` before that resumes in the precision auto meant then."""
+    import torch
+
+    from nca_interp import models
+    from train.common import current_flags
+
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    for forced, want in (("0", "fp32"), ("1", "bf16")):
+        monkeypatch.setenv("NCA_INTERP_NATIVE_BF16", forced)
+        models.native_bf16.cache_clear()
+        assert models.resolved_precision(cpu, "auto") == want
+        assert models.autocast(cpu, "auto").__class__.__name__ == \
+            ("autocast" if want == "bf16" else "nullcontext")
+        assert models.resolved_precision(gpu, "auto") == "bf16"
+        assert models.resolved_precision(cpu, "fp32") == "fp32"
+    models.native_bf16.cache_clear()
+    assert current_flags({"precision": "auto", "device": "cpu"})["precision"] == "fp32"
+    assert current_flags({"precision": "auto", "device": "cuda"})["precision"] == "bf16"
+    assert current_flags({"precision": "bf16", "device": "cpu"})["precision"] == "bf16"
+
+
+def test_trl_config_bf16_follows_auto(monkeypatch):
+    """NCADistillationConfig left unset follows `--precision auto`, not TRL's bf16-everywhere."""
+    from nca_interp import models
+    from nca_interp.trl_nca import NCADistillationConfig
+
+    for forced in ("0", "1"):
+        monkeypatch.setenv("NCA_INTERP_NATIVE_BF16", forced)
+        models.native_bf16.cache_clear()
+        args = NCADistillationConfig(output_dir="/tmp/unused", use_cpu=True, report_to=[])
+        assert args.bf16 is (forced == "1")
+    models.native_bf16.cache_clear()

@@ -179,7 +179,7 @@ def test_remapped_keys_round_trip_and_score():
 def test_remap_teacher_trains_on_random_keys_and_records_the_fixed_ones():
     from train import sft
 
-    cfg = sft.parse_config(sft.SFTConfig, ["--remap", "LRUD", "--contexts", "remap",
+    cfg = sft.parse_config(sft.SFTConfig, ["--task-options", "remap=LRUD", "--contexts", "remap",
                                            "--p-detour", "0", "--p-no-context", "0"])
     recorded, trained = sft.task_of(cfg)
     assert recorded.config.remap == "LRUD" and trained.config.remap == "random"
@@ -189,7 +189,7 @@ def test_remap_teacher_trains_on_random_keys_and_records_the_fixed_ones():
         assert p.startswith("K:" + " ".join(f"{d}={k}" for d, k in zip("UDLR", lv.keys)) + "\n")
         assert r[-1][0] == trained.encode(lv, lv.solution)
     with pytest.raises(ValueError, match="fixed permutation"):
-        sft.task_of(sft.parse_config(sft.SFTConfig, ["--remap", "random"]))
+        sft.task_of(sft.parse_config(sft.SFTConfig, ["--task-options", "remap=random"]))
 
 
 def test_a_new_task_is_one_file_and_one_registration(capsys):
