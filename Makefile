@@ -26,7 +26,7 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q $(XDIST) tests/unit
 
-# the default run timed on idle cores, recorded for the README (python -m train.summary --write)
+# the default run timed on idle cores, recorded for the README (python -m nca_interp.paper.summary --write)
 test-time: $(STAMP)
 	NCA_TEST_RECORD=bench/results/test_time.json $(PY) -m pytest -q $(XDIST)
 
@@ -38,9 +38,9 @@ test-real: $(STAMP)
 test-examples: $(STAMP)
 	$(PY) -m pytest -q -m example tests/integration/test_persona_example.py
 
-# every published verdict judged under 5 bootstrap seeds: none may change (train/rules.py)
+# every published verdict judged under 5 bootstrap seeds: none may change (nca_interp/paper/rules.py)
 check-verdicts: $(STAMP)
-	$(PY) -m train.claims --stability 5
+	$(PY) -m nca_interp.paper.claims --stability 5
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict

@@ -11,14 +11,13 @@ Each of the six analyses (`evaluate`, `trajectory`, `layer_sim`, `grad_align`, `
   `OUT_<suffix>.html`;
 - `execute(config)`: `analysis.execute` on the module: checks, run, show, `write`.
 
-A report is a dict whose first keys are always `REPORT_KEYS`: the config it ran with, the task,
-the context kind, the identity of every run it measured (`identity.RunId` fields plus the
-folder, by the same keys as `results`), and `results`, keyed by checkpoint (or run) label; an
-analysis adds its own keys after them (layer_sim's `layers`, param_delta's `comparison`). The
-pipeline (`train.reproduce`) calls `execute` and redraws figures with `figure_stem`, so file
-names are decided here once. `load` reads a report file, bringing files written before this
-contract (`reports` or `per_checkpoint` for `results`) to the same shape (`migrate`).
-"""
+A report is a dict whose first keys are always `REPORT_KEYS`: the config it ran with, the task, the
+context kind, the identity of every run it measured (`identity.RunId` fields plus the folder, by the
+same keys as `results`), and `results`, keyed by checkpoint (or run) label; an analysis adds its own
+keys after them (layer_sim's `layers`, param_delta's `comparison`). The pipeline
+(`nca_interp.paper.reproduce`) calls `execute` and redraws figures with `figure_stem`, so file names
+are decided here once. `load` reads a report file, bringing files written before this contract
+(`reports` or `per_checkpoint` for `results`) to the same shape (`migrate`). """
 
 from __future__ import annotations
 

@@ -438,7 +438,7 @@ def show(report: dict) -> None:
 
 
 def execute(cfg: ParamDeltaConfig) -> dict:
-    """The command on a config object (what `train.reproduce` calls; `main` parses the
+    """The command on a config object (what `nca_interp.paper.reproduce` calls; `main` parses the
     command line into one): see `analysis.execute`."""
     return analysis.execute(sys.modules[__name__], cfg)
 

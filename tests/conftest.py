@@ -31,7 +31,8 @@ def tiny_model(tok):
 
 
 # `make test-time` sets NCA_TEST_RECORD: a passing default run records how long it took (the
-# README's "make test takes" line is generated from it by `python -m train.summary --write`)
+# README's "make test takes" line is generated from it by `python -m nca_interp.paper.summary
+# --write`)
 _START: list[float] = []
 
 

@@ -134,7 +134,7 @@ class DistillConfig:
     role: str | None = field(default=None, metadata={
         "help": "what the run is in a study besides its method, recorded in its run config and "
                 "read by every report as its method: opdsized (OPD at NCA's update size, "
-                "train.size_control)", "check": "choice:opdsized"})
+                "nca_interp.paper.size_control)", "check": "choice:opdsized"})
 
 
 def task_for(cfg: DistillConfig, student_dir: str):

@@ -200,7 +200,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def execute(cfg: SFTConfig) -> None:
-    """Train (or resume) the teacher a config describes (what `train.reproduce` calls)."""
+    """Train (or resume) the teacher a config describes (what `nca_interp.paper.reproduce`
+    calls)."""
     validate(cfg)
     check_out(cfg.out, {"--init": cfg.init})
     setup_torch(cfg.threads)
@@ -254,7 +255,7 @@ def execute(cfg: SFTConfig) -> None:
             dt = time.time() - t0
             tokens = int(mask.sum() + rmask.sum())
             record = {"step": step + 1, "loss": loss.item(), "grad_norm": gnorm.item(),
-                      "lr": opt.param_groups[0]["lr"], "tokens_per_s": tokens / dt}
+                      "lr": opt.param_groups[0]["lr"], "tokens_per_s": tokens / dt, "step_s": dt}
             if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
                 with amp:
                     wins = eval_wins(model, tok, task, eval_levels, contexts_of(cfg, task))

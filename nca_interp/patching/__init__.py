@@ -353,6 +353,6 @@ DEMO_SCOPE = {"scope": "groups", "max_cases": 16, "ks": [1], "n_random": 20,
 
 
 def execute(cfg: PatchingConfig) -> dict:
-    """The command on a config object (what `train.reproduce` calls; `main` parses the
+    """The command on a config object (what `nca_interp.paper.reproduce` calls; `main` parses the
     command line into one): see `analysis.execute`."""
     return analysis.execute(sys.modules[__name__], cfg)

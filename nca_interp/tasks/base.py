@@ -135,7 +135,7 @@ class Task:
     teacher_sft = True
     success = "win"  # what `Scored.won` means in reports
     # the context kind commands use when none is named (and none is recorded by the run): the
-    # one the published game settings distil (train/settings.toml)
+    # one the published game settings distil (nca_interp/paper/settings.toml)
     default_context = "plan"
     context_kinds = ("state", "plan", "rules")
     unit_name = "level"  # what the bootstrap resamples: the independent unit of `unit()`

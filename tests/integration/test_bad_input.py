@@ -291,13 +291,14 @@ def test_python_m_prints_one_line_and_no_traceback(tmp_path):
 
 ENTRY_POINTS = ["nca_interp.evaluate", "nca_interp.layer_sim", "nca_interp.grad_align",
                 "nca_interp.param_delta", "nca_interp.patching", "nca_interp.trajectory",
-                "train.sft", "train.distill", "train.reproduce", "train.report", "train.sweep"]
+                "train.sft", "train.distill", "nca_interp.paper.reproduce",
+                "nca_interp.paper.report", "nca_interp.paper.sweep"]
 
 
 @pytest.mark.parametrize("module", ENTRY_POINTS)
 def test_every_entry_point_runs_as_python_m(module):
     """`python -m X --help` reaches X's parser: a module whose main block is lost does nothing
-    and exits 0 silently (it happened to train.reproduce once)."""
+    and exits 0 silently (it happened to nca_interp.paper.reproduce once)."""
     out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
                          text=True)
     assert out.returncode == 0 and "usage:" in out.stdout, module

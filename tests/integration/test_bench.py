@@ -60,3 +60,44 @@ def test_trl_step_bench_runs_both_loops():
     assert {(r["loop"], r["kl"]) for r in out["rows"]} == {("ours", "full"), ("trl", "full")}
     assert all(r["step_s"] > 0 and r["peak_rss_gb"] > 0 and r["tokens"] > 0
                for r in out["rows"])
+
+
+def test_precision_bench_parts_and_its_committed_table():
+    """bench.precision: bf16's agreement on one batch is measured against fp32 on the same
+    tokens (the gradient of another batch is the null), and the committed table is what its
+    JSON renders to under today's rules."""
+    from pathlib import Path
+
+    from bench import precision
+    from nca_interp.assets import embedded
+
+    a = precision.agreement(str(embedded("sokoban_base")), None, None, None, 8, 1)
+    assert a["loss_rel_diff"] < precision.LOSS_TOL and a["grad_cos_bf16"] > precision.GRAD_COS_MIN
+    assert abs(a["grad_cos_recomputed"] - 1) < 1e-9 and a["loss_recomputed_diff"] == 0
+    assert a["grad_cos_other_batch"] < a["grad_cos_bf16"]
+    for stem in ("precision_sokoban_base",):
+        saved = Path(f"bench/results/{stem}.txt").read_text()
+        import contextlib
+        import io
+
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            precision.main(["--report", f"bench/results/{stem}.json"])
+        assert buf.getvalue() == saved
+
+
+def test_pilot_bench_budgets_a_plan_from_measured_steps(tmp_path):
+    """bench.pilot runs a few teacher, OPD and NCA steps and turns their median step times into
+    the plan's hours (teacher alone, students two at a time)."""
+    from bench import pilot
+    from nca_interp.assets import embedded
+
+    out = pilot.main(["--init", str(embedded("sokoban_base")), "--batch", "4", "--sft-steps",
+                      "2", "--distill-steps", "2", "--eval-levels", "4", "--sft-lr", "1e-4",
+                      "--plan", "teacher=100,students=50,seeds=3", "--keep", str(tmp_path)])
+    by = {r["stage"]: r for r in out["rows"]}
+    assert set(by) == {"teacher SFT", "OPD student", "NCA student"}
+    assert all(r["step_s"] > 0 and r["peak_rss_gb"] > 0 for r in out["rows"])
+    assert abs(out["teacher_h"] - 100 * by["teacher SFT"]["step_s"] / 3600) < 1e-9
+    assert abs(out["students_h"] - 3 * 50 * (by["OPD student"]["step_s"]
+                                             + by["NCA student"]["step_s"]) / 2 / 3600) < 1e-9

@@ -116,7 +116,7 @@ def test_the_committed_reports_are_in_the_shared_shape():
     """Every analysis JSON of every published folder was written (or migrated) in the shape."""
     from pathlib import Path
 
-    from train.layout import analysis_files
+    from nca_interp.paper.layout import analysis_files
 
     n = 0
     for figs in Path("figures").iterdir():

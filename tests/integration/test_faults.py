@@ -267,8 +267,8 @@ def test_nonsense_resources_are_refused_by_name(base, tmp_path, flag, value, why
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("cls", ["train.reproduce:ReproduceConfig",
-                                 "train.size_control:SizeControlConfig"])
+@pytest.mark.parametrize("cls", ["nca_interp.paper.reproduce:ReproduceConfig",
+                                 "nca_interp.paper.size_control:SizeControlConfig"])
 def test_empty_and_repeated_seeds_are_refused(cls, capsys):
     import importlib
 

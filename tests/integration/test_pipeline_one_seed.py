@@ -3,7 +3,7 @@ processes share the default run's slowest files evenly)."""
 
 import json
 
-from train import reproduce
+from nca_interp.paper import reproduce
 
 
 def test_a_one_seed_pipeline_runs_to_its_end(tmp_path, capsys):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from nca_interp.cli import parse_config
-from train import reproduce
-from train.reproduce import ReproduceConfig
+from nca_interp.paper import reproduce
+from nca_interp.paper.reproduce import ReproduceConfig
 
 
 def _report(results: dict, methods: dict) -> dict:
@@ -61,7 +61,7 @@ def test_a_command_other_than_a_published_settings_writes_its_own_folder(tmp_pat
     p = reproduce.plan(cfg, [])
     assert p.figs == tmp_path / "runs" / "figures" / "sokoban_quick"
     assert p.name == "sokoban_quick"
-    same = parse_config(ReproduceConfig, shlex.split(reproduce.SETTINGS["sokoban"].command(
+    same = parse_config(ReproduceConfig, shlex.split(reproduce.settings()["sokoban"].command(
         "sokoban"))[3:] + ["--threads", "1", "--runs", str(tmp_path / "runs")])
     reproduce.apply_preset(same)
     assert reproduce.published_changes(same, "sokoban") == {}
@@ -129,7 +129,7 @@ def test_sweep_row_shares_the_teacher_and_times_every_stage(tmp_path):
     from train import sft
 
     runs, figs = tmp_path / "runs", tmp_path / "figs"
-    sft.main(["--out", str(runs / "sokoban_base"), *reproduce.PRESETS["sokoban"].sft_args,
+    sft.main(["--out", str(runs / "sokoban_base"), *reproduce.presets()["sokoban"].sft_args,
               "--steps", "4", "--threads", "1", "--eval-every", "100", "--eval-levels", "8",
               "--save-every", "4", "--n-layers", "1", "--d-model", "32"])
     argv = ["--task", "sokoban", "--name", "sk_long", "--methods", "opd", "--analyses",
@@ -173,9 +173,9 @@ def test_dose_follows_every_seed_with_its_control_and_draws_harm_against_drift(t
     drawn."""
     from train import sft
 
-    assert not reproduce.PRESETS["sokoban"].dose  # the flag, not the preset, asks for it
+    assert not reproduce.presets()["sokoban"].dose  # the flag, not the preset, asks for it
     runs, figs = tmp_path / "runs", tmp_path / "figs"
-    sft.main(["--out", str(runs / "sokoban_base"), *reproduce.PRESETS["sokoban"].sft_args,
+    sft.main(["--out", str(runs / "sokoban_base"), *reproduce.presets()["sokoban"].sft_args,
               "--steps", "4", "--threads", "1", "--eval-every", "100", "--eval-levels", "8",
               "--save-every", "4", "--n-layers", "1", "--d-model", "32"])
     reproduce.main(["--task", "sokoban", "--name", "sk_dose", "--analyses", "false", "--seeds",
@@ -202,7 +202,7 @@ def test_task_options_reach_students_and_every_evaluation(tmp_path):
     from train import sft
 
     runs, figs = tmp_path / "runs", tmp_path / "figs"
-    sft.main(["--out", str(runs / "sysprompt_base"), *reproduce.PRESETS["sysprompt"].sft_args,
+    sft.main(["--out", str(runs / "sysprompt_base"), *reproduce.presets()["sysprompt"].sft_args,
               "--batch", "8", "--pack", "2", "--steps", "2", "--threads", "1", "--eval-every",
               "100", "--eval-levels", "8", "--save-every", "2", "--n-layers", "1",
               "--d-model", "32"])
@@ -228,11 +228,11 @@ def test_cross_model_row_distils_the_small_student_from_the_large_teacher(tmp_pa
     common = ["--runs", str(runs), "--figures", str(figs), "--teacher-steps", "2"]
     tiny = ["--steps", "2", "--threads", "1", "--eval-every", "100", "--eval-levels", "4",
             "--save-every", "2", "--batch", "8", "--d-model", "32"]
-    sft.main(["--out", str(runs / "sokoban_xl_base"), *reproduce.PRESETS["sokoban_xl"].sft_args,
+    sft.main(["--out", str(runs / "sokoban_xl_base"), *reproduce.presets()["sokoban_xl"].sft_args,
               *tiny, "--n-layers", "2"])
     with pytest.raises(Exception, match="--teacher-only first"):
         reproduce.main(["--task", "sokoban_xl", "--student-from", "sokoban", *common])
-    sft.main(["--out", str(runs / "sokoban_base"), *reproduce.PRESETS["sokoban"].sft_args, *tiny,
+    sft.main(["--out", str(runs / "sokoban_base"), *reproduce.presets()["sokoban"].sft_args, *tiny,
               "--n-layers", "1"])
     reproduce.main(["--task", "sokoban_xl", "--student-from", "sokoban", "--methods", "opd",
                     "--analyses", "false", "--seeds", "0", "--distill-steps", "2",
@@ -242,8 +242,8 @@ def test_cross_model_row_distils_the_small_student_from_the_large_teacher(tmp_pa
     assert run["student"] == str(runs / "sokoban_base")
     assert run["teacher"] == str(runs / "sokoban_xl_base")
     assert read_run_config(runs / "sokoban_xl_base")["n_layers"] == 2  # the larger model
-    assert "8" == reproduce.PRESETS["sokoban_xl"].sft_args[
-        reproduce.PRESETS["sokoban_xl"].sft_args.index("--n-layers") + 1]
+    assert "8" == reproduce.presets()["sokoban_xl"].sft_args[
+        reproduce.presets()["sokoban_xl"].sft_args.index("--n-layers") + 1]
 
 
 def test_remap_teacher_starts_from_the_plain_teacher(tmp_path):
@@ -263,7 +263,7 @@ def test_remap_teacher_starts_from_the_plain_teacher(tmp_path):
               "--eval-levels", "4", "--batch", "8", "--d-model", "32", "--n-layers", "1"])
     reproduce.main(argv)
     run = read_run_config(runs / "sokoban_remap_base")
-    assert run["init"] == str(runs / "sokoban_base") and run["remap"] == "LRUD"
+    assert run["init"] == str(runs / "sokoban_base") and run["task"]["remap"] == "LRUD"
     assert (run["d_model"], run["n_layers"]) == (32, 1)  # the init's architecture, recorded
 
 
@@ -274,25 +274,25 @@ def test_every_published_setting_is_what_its_manifest_ran():
     """`SETTINGS` (read by the summary and the sweep) names the command that produced each
     committed figures/<setting>/: the manifest's pipeline command asks for the same config,
     less the flags that do not change results (threads, jobs, PNG export, --keep; flag order
-    aside),
-    and a setting said to be analysed has analysis files (one run with --analyses false has
-    none)."""
+    aside), and a setting said to be analysed has analysis files (one run with --analyses false
+    has none)."""
     import json
     import shlex
     from pathlib import Path
 
     from nca_interp.cli import parse_config, same_config
-    from train.reproduce import PRESETS, SETTINGS, ReproduceConfig
+    from nca_interp.paper.reproduce import ReproduceConfig, presets, settings
 
     seen = 0
-    for name, setting in SETTINGS.items():
-        assert setting.preset in PRESETS, name
+    for name, setting in settings().items():
+        assert setting.preset in presets(), name
         manifest = Path("figures") / name / "manifest.json"
         if not manifest.exists():
             continue
         files = json.loads(manifest.read_text())["files"]
         ran = {(f["command"], Path(p).name.startswith(ANALYSIS_FILES))
-               for p, f in files.items() if f["command"].startswith("python -m train.reproduce")}
+               for p, f in files.items() if f["command"].startswith("python -m "
+                                                                    "nca_interp.paper.reproduce")}
         assert ran, name
         cfg = parse_config(ReproduceConfig, shlex.split(setting.command(name))[3:])
         for command, analysis_file in ran:
@@ -316,8 +316,8 @@ def test_estimator_flags_reach_distillation_unchanged():
     """A setting's --kl flags are train.distill's own (same checks) and only non-defaults are
     passed on, so the commands of settings without them do not change."""
     from nca_interp.cli import parse_config
+    from nca_interp.paper.reproduce import ReproduceConfig, estimator_args
     from train.distill import DistillConfig
-    from train.reproduce import ReproduceConfig, estimator_args
 
     assert estimator_args(ReproduceConfig()) == []
     cfg = parse_config(ReproduceConfig, ["--kl", "topk", "--kl-k", "8", "--kl-support", "q",
@@ -415,7 +415,7 @@ def test_pipeline_time_adds_up_over_resumes_but_not_over_a_full_rebuild(tmp_path
     import json
     import time
 
-    from train.reproduce import Manifest, ReproduceConfig, finish
+    from nca_interp.paper.reproduce import Manifest, ReproduceConfig, finish
 
     def run(skipped, ran=1, before=600.0, resumed=(), until=None):
         path = tmp_path / "manifest.json"
@@ -465,7 +465,7 @@ def test_pipeline_time_adds_up_over_resumes_but_not_over_a_full_rebuild(tmp_path
     finish(m, time.time() - 30.0, m.cfg)
     assert json.loads(legacy.read_text())["pipeline_seconds"] == pytest.approx(30.0, abs=2)
     # a stage whose output is up to date is counted as skipped, and not run
-    from train.reproduce import stage
+    from nca_interp.paper.reproduce import stage
 
     out = tmp_path / "x.json"
     out.write_text("{}")
@@ -517,12 +517,13 @@ def test_figures_an_earlier_run_drew_are_removed_with_their_data(tmp_path, monke
     figs = Path("figures") / "x"
     figs.mkdir(parents=True)
     manifest = reproduce.Manifest(figs / "manifest.json", reproduce.ReproduceConfig())
-    pipeline = {"command": "python -m train.reproduce --task x", "seconds": 0.0}
+    pipeline = {"command": "python -m nca_interp.paper.reproduce --task x", "seconds": 0.0}
     for name in ("patching_x_base_heads.html", "patching_x_base_heads.png", "layer_sim.html",
                  "layer_sim.png", "sizing.html"):
         (figs / name).write_text("old")
         manifest.data["files"][str(figs / name)] = dict(pipeline)
-    manifest.data["files"][str(figs / "sizing.html")]["command"] = "python -m train.size_control"
+    manifest.data["files"][str(figs / "sizing.html")]["command"] = \
+        "python -m nca_interp.paper.size_control"
     gone = reproduce.prune_figures(figs, [str(figs / "layer_sim.html")], manifest)
     assert sorted(gone) == [str(figs / "patching_x_base_heads.html"),
                             str(figs / "patching_x_base_heads.png")]
@@ -542,7 +543,7 @@ def test_a_disk_without_room_for_every_student_is_refused_before_the_first(tmp_p
     from train import common, sft
 
     runs, figs = tmp_path / "runs", tmp_path / "figs"
-    sft.main(["--out", str(runs / "sokoban_base"), *reproduce.PRESETS["sokoban"].sft_args,
+    sft.main(["--out", str(runs / "sokoban_base"), *reproduce.presets()["sokoban"].sft_args,
               "--steps", "2", "--threads", "1", "--eval-every", "100", "--eval-levels", "4",
               "--save-every", "2", "--batch", "8", "--d-model", "32", "--n-layers", "1"])
     w = common.weight_bytes(runs / "sokoban_base")
@@ -629,10 +630,10 @@ def test_patching_scope_of_a_preset_overrides_the_levels_and_adds_task_options(t
                                             "task_options": ["kb=1", "n_entities=16"]}
     with pytest.raises(UsageError, match="--keep layer_sim: --analyses false"):
         _planned(tmp_path, "--analyses", "false", "--keep", "over_training,layer_sim")
-    bad = dataclasses.replace(reproduce.PRESETS["sokoban"], patching_kw=(("cases", 3),))
-    presets = {**reproduce.PRESETS, "sokoban": bad}
+    bad = dataclasses.replace(reproduce.presets()["sokoban"], patching_kw=(("cases", 3),))
+    presets = {**reproduce.presets(), "sokoban": bad}
     import unittest.mock
 
-    with unittest.mock.patch.object(reproduce, "PRESETS", presets), \
+    with unittest.mock.patch.object(reproduce, "presets", lambda: presets), \
             pytest.raises(UsageError, match="patching_kw names cases"):
         _planned(tmp_path)

@@ -2,7 +2,8 @@ import json
 from pathlib import Path
 
 from nca_interp.checkpoint import read_run_config
-from train import reproduce, sft, size_control
+from nca_interp.paper import reproduce, size_control
+from train import sft
 
 
 def test_size_matched_opd_reruns_the_setting_command_at_scaled_lr(tmp_path, capsys,
@@ -11,7 +12,7 @@ def test_size_matched_opd_reruns_the_setting_command_at_scaled_lr(tmp_path, caps
     NCA's / OPD's measured update size, and compares all three groups; a second call trains
     nothing."""
     runs, figs = tmp_path / "runs", tmp_path / "figs"
-    sft.main(["--out", str(runs / "sokoban_base"), *reproduce.PRESETS["sokoban"].sft_args,
+    sft.main(["--out", str(runs / "sokoban_base"), *reproduce.presets()["sokoban"].sft_args,
               "--steps", "4", "--threads", "1", "--eval-every", "100", "--eval-levels", "8",
               "--save-every", "4", "--n-layers", "1", "--d-model", "32"])
     reproduce.main(["--task", "sokoban", "--name", "sk", "--analyses", "false", "--seeds", "0,1",

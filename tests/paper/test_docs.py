@@ -68,38 +68,43 @@ def test_markdown_tables_are_well_formed(doc):
 
 
 def test_generated_blocks_equal_their_generators():
-    """README and docs blocks are exactly what `train.claims` / `train.summary` /
-    `train.sweep` / `train.paper` write now."""
-    from train import claims, summary, sweep
+    """README and docs blocks are exactly what `nca_interp.paper.claims` /
+    `nca_interp.paper.summary` / `nca_interp.paper.sweep` / `nca_interp.paper.paper` write now."""
+    from nca_interp.paper import claims, summary, sweep
 
     for doc in claims.DOCS:
         text = (ROOT / doc).read_text()
         assert claims.refresh(text, ROOT / "figures") == text, \
-            f"{doc}: a claims block is stale; run python -m train.claims --write"
+            f"{doc}: a claims block is stale; run python -m nca_interp.paper.claims --write"
     for doc in summary.DOCS:
         text = (ROOT / doc).read_text()
         body = summary.table(ROOT / "figures", summary.VARIANTS_IN[doc])
         assert summary.BLOCK.replace(text, body) == text, \
-            f"{doc}: the summary block is stale; run python -m train.summary --write"
+            f"{doc}: the summary block is stale; run python -m nca_interp.paper.summary --write"
     readme = (ROOT / "README.md").read_text()
     assert summary.REPRODUCE.replace(readme, summary.reproduce_table(ROOT / "figures")) \
-        == readme, "README: the reproduce block is stale; run python -m train.summary --write"
+        == readme, ("README: the reproduce block is stale; run python -m "
+                    "nca_interp.paper.summary --write")
     assert summary.TEST_TIME.replace(readme, summary.test_time_line(ROOT / summary.TEST_RECORD)) \
-        == readme, "README: the make-test time is stale; run python -m train.summary --write"
-    from train import paper, referee
+        == readme, ("README: the make-test time is stale; run python -m "
+                    "nca_interp.paper.summary --write")
+    from nca_interp.paper import paper, referee
 
     for doc in paper.DOCS:
         text = (ROOT / doc).read_text()
         assert paper.BLOCK.replace(text, paper.table(ROOT / "figures")) == text, \
-            f"{doc}: the paper-beside-us block is stale; run python -m train.paper --write"
+            (f"{doc}: the paper-beside-us block is stale; run python -m "
+             "nca_interp.paper.paper --write")
     page = (ROOT / referee.PAGE).read_text()
     assert referee.refresh(page, ROOT / "figures") == page, \
-        f"{referee.PAGE}: the referee block is stale; run python -m train.referee --write"
+        (f"{referee.PAGE}: the referee block is stale; run python -m "
+         "nca_interp.paper.referee --write")
     page = (ROOT / sweep.ESTIMATORS_PAGE).read_text()
     est = sweep.estimator_table(ROOT / "figures")
     assert est  # the estimator-by-outcome table is published, and current
     assert sweep.ESTIMATORS.replace(page, est, str(sweep.ESTIMATORS_PAGE)) == page, \
-        f"{sweep.ESTIMATORS_PAGE}: the estimator table is stale; run python -m train.sweep --write"
+        (f"{sweep.ESTIMATORS_PAGE}: the estimator table is stale; run python -m "
+         "nca_interp.paper.sweep --write")
 
 
 def test_readme_is_a_front_door_without_typed_numbers():
@@ -139,18 +144,18 @@ def test_docs_site_builds_offline_and_strict(tmp_path):
 
 
 def test_every_setting_page_is_its_generated_report():
-    """figures/<setting>/README.md (what the docs site embeds) is what `train.report` renders
-    from that folder's JSON, verdicts included: a page left stale by a re-run fails here."""
-    from train import report
-    from train.reproduce import SETTINGS
+    """figures/<setting>/README.md (what the docs site embeds) is what `nca_interp.paper.report`
+    renders from that folder's JSON, verdicts included: a page left stale by a re-run fails here."""
+    from nca_interp.paper import report
+    from nca_interp.paper.reproduce import settings
 
     checked = 0
-    for name in SETTINGS:
+    for name in settings():
         figs = ROOT / "figures" / name
         if (figs / "manifest.json").exists():
             assert (figs / "README.md").read_text() == report.render(figs) + "\n", \
-                f"figures/{name}/README.md is stale; run python -m train.report --task {name} " \
-                "--write"
+                (f"figures/{name}/README.md is stale; run python -m nca_interp.paper.report "
+                 f"--task {name} --write")
             checked += 1
     assert checked >= 8
 
@@ -175,7 +180,7 @@ def test_the_test_time_line_names_the_processes_of_a_parallel_run(tmp_path):
     without the field (one process) says nothing of them."""
     import json
 
-    from train import summary
+    from nca_interp.paper import summary
 
     rec = {"seconds": 300.0, "tests": 10, "cpus": 2, "load_before": 0.5, "commit": "abc",
            "date": "2026-12-03"}

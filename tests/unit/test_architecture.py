@@ -1,11 +1,12 @@
-"""The package's layering (train/architecture.py) and its settings file (train/settings.toml)."""
+"""The package's layering (nca_interp/paper/architecture.py) and its settings file
+(nca_interp/paper/settings.toml)."""
 
 from pathlib import Path
 
 import pytest
 
 from nca_interp.errors import UsageError
-from train import architecture, settings
+from nca_interp.paper import architecture, settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -15,12 +16,15 @@ def test_no_upward_arrow_no_circle_and_every_module_in_a_layer():
 
 
 def test_the_checker_sees_an_upward_arrow_a_circle_and_an_unnamed_module():
-    edges = {"nca_interp.losses": {"train.claims"}, "train.claims": set(),
-             "train.report": {"train.summary"}, "train.summary": {"train.report"},
+    edges = {"nca_interp.losses": {"nca_interp.paper.claims"}, "nca_interp.paper.claims": set(),
+             "nca_interp.paper.report": {"nca_interp.paper.summary"},
+             "nca_interp.paper.summary": {"nca_interp.paper.report"},
              "elsewhere": set()}
     found = architecture.violations(edges)
-    assert any("nca_interp.losses (core) imports train.claims (verdicts)" in v for v in found)
-    assert any("circle" in v and "train.report -> train.summary" in v for v in found)
+    assert any("nca_interp.losses (core) imports nca_interp.paper.claims (verdicts)" in v
+               for v in found)
+    assert any("circle" in v and "nca_interp.paper.report -> nca_interp.paper.summary" in v
+               for v in found)
     assert any(v.startswith("elsewhere: no layer") for v in found)
     assert len(found) == 3
 
@@ -29,7 +33,7 @@ def test_the_architecture_page_is_its_generator():
     page = (ROOT / architecture.PAGE).read_text()
     body = architecture.markdown(architecture.imports())
     assert architecture.BLOCK.replace(page, body) == page, \
-        "docs/architecture.md is stale; run python -m train.architecture --write"
+        "docs/architecture.md is stale; run python -m nca_interp.paper.architecture --write"
 
 
 def test_settings_load_and_every_size_control_folder_is_declared():
@@ -180,14 +184,34 @@ def test_the_interface_check_sees_a_missing_all_and_an_odd_route(tmp_path):
 
 
 def test_the_pipeline_folder_file_names_are_spelled_in_layout_only():
-    """train/layout.py decides the file names of a pipeline folder; nothing else in train/
-    spells them (a renamed file would otherwise leave a reader behind)."""
+    """nca_interp/paper/layout.py decides the file names of a pipeline folder; nothing else in
+    the pipeline or in train/ spells them (a renamed file would otherwise leave a reader
+    behind)."""
     import re
 
     names = ("context_return", "context_control", "layer_sim", "param_delta", "harm_drift",
              "patching", "trajectory", "grad_align_opd")
     pattern = re.compile(r"""["'](%s)\.json["']|teacher_\*\.json|teacher_\{""" % "|".join(names))
-    found = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "train").rglob("*.py"))
+    found = [f"{p.relative_to(ROOT)}:{i}"
+             for p in sorted([*(ROOT / "train").rglob("*.py"),
+                              *(ROOT / "nca_interp" / "paper").rglob("*.py")])
              if p.name != "layout.py"
              for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert found == []
+
+
+def test_the_pipeline_parses_nothing_at_import():
+    """nca_interp/paper/settings.toml is read when a command asks, never when a module of the
+    pipeline is imported (importing `nca_interp.paper.<module>` costs no file read)."""
+    import subprocess
+    import sys
+
+    code = ("import importlib, pkgutil\n"
+            "import nca_interp.paper as p, nca_interp.paper.settings as s\n"
+            "def boom(*a, **k): raise SystemExit('settings read at import')\n"
+            "s.load = s.parse = boom\n"
+            "for m in pkgutil.walk_packages(p.__path__, 'nca_interp.paper.'):\n"
+            "    if not m.name.endswith('__main__'):\n"
+            "        importlib.import_module(m.name)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]

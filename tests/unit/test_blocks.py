@@ -1,4 +1,4 @@
-"""train.blocks: the one rewriter of generated blocks in Markdown pages."""
+"""nca_interp.paper.blocks: the one rewriter of generated blocks in Markdown pages."""
 
 import re
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from nca_interp.errors import UsageError
-from train.blocks import Block
+from nca_interp.paper.blocks import Block
 
 ROOT = Path(__file__).resolve().parents[2]
 

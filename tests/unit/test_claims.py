@@ -1,11 +1,11 @@
-"""The claim rules of train.claims on small hand-made pipeline outputs: each verdict flips
-when the data crosses its rule."""
+"""The claim rules of nca_interp.paper.claims on small hand-made pipeline outputs: each verdict
+flips when the data crosses its rule."""
 
 import json
 
 import pytest
 
-from train import claims, rules
+from nca_interp.paper import claims, rules
 
 
 def report(win_no_c, win_c, harm, regime, ci_no_c=(0.0, 1.0), ci_harm=(0.0, 1.0),
@@ -136,7 +136,8 @@ def test_updates_differ_needs_cross_method_below_every_seed_pair(tmp_path):
             assert c.cell == "reproduced" and "sizes matched: NCA / OPD 1.05" in c.null
         else:
             assert c.cell.startswith("partly (NCA's update is 1.50x OPD's in size")
-            assert c.cell.endswith(f"python -m train.size_control --setting {tmp_path.name})")
+            assert c.cell.endswith(f"python -m nca_interp.paper.size_control --setting "
+                                   f"{tmp_path.name})")
     # once the setting's size control has run, the verdict points to its row
     (tmp_path.parent / f"{tmp_path.name}_size").mkdir()
     (tmp_path.parent / f"{tmp_path.name}_size" / "param_delta.json").write_text("{}")
@@ -292,7 +293,7 @@ def test_an_angle_between_gradients_on_disjoint_supports_is_not_judged(tmp_path)
     """Given each module's norm, the largest cosine two gradients can reach is
     sum |a_m||b_m| / (|a||b|); where that cannot reach cos 75 deg, 90 deg is forced by where
     the gradients live (the context view's gradient in the embedding, OPD's elsewhere)."""
-    from train.claims.gradients import support_bound
+    from nca_interp.paper.claims.gradients import support_bound
 
     disjoint = {"all.embed": {"norm": {"opd": 0.01, "ctx": 5.0}},
                 "0.q_proj": {"norm": {"opd": 1.0, "ctx": 0.01}}}
@@ -534,7 +535,7 @@ def test_heads_verdict_needs_one_stable_head_clear_of_random_heads_on_held_out_c
 
 
 def test_referee_tally_groups_settings_by_verdict_word_and_skips_unmeasured(tmp_path):
-    from train import referee
+    from nca_interp.paper import referee
 
     assert referee.tally([("a", "reproduced"), ("b", "partly"), ("c", "reproduced"),
                           ("d", "not reproduced")]) == \
@@ -559,7 +560,7 @@ def test_referee_refresh_refuses_a_page_without_its_block():
     import pytest
 
     from nca_interp.errors import UsageError
-    from train import referee
+    from nca_interp.paper import referee
 
     with pytest.raises(UsageError, match="has no generated block <!-- referee:begin"):
         referee.refresh("# a page someone rewrote\n")
@@ -650,14 +651,14 @@ def test_harm_at_matched_drift_is_judged_per_seed_and_only_where_opd_is_harmed(t
     assert claims.harm_not_drift(tmp_path).reason == "no OPD run trained beside NCA here"
     (tmp_path / "harm_drift.json").unlink()
     row = next(c for c in claims.claims(tmp_path) if "matched drift" in c.name)
-    assert row.verdict == "not run" and "python -m train.dose" in row.reason
+    assert row.verdict == "not run" and "python -m nca_interp.paper.dose" in row.reason
 
 
 def test_power_judges_the_same_seeds_on_both_item_sets(tmp_path):
     """more_items/ holds the same students on more questions: each accuracy claim is judged
     on the published items restricted to the seeds both evaluated, and on the larger set,
     with its detectable effect; four times the items roughly halve it."""
-    from train.claims import power
+    from nca_interp.paper.claims import power
 
     def rep(n_items, seeds, drop):
         units = [f"f{i // 4}" for i in range(n_items)]
@@ -711,7 +712,7 @@ def test_the_stability_check_names_every_verdict_that_changes_with_the_bootstrap
         tmp_path, monkeypatch):
     """`flips` judges each setting under several bootstrap seeds and names a claim whose
     verdict word changes; the seed really reaches the claims' bootstrap."""
-    from train.claims import stats
+    from nca_interp.paper.claims import stats
 
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "context_return.json").write_text("{}")
@@ -732,7 +733,7 @@ def test_the_vectorised_cluster_bootstrap_equals_the_index_sets_it_replaces():
     `resample`: the same statistics as the index sets, to rounding."""
     import numpy as np
 
-    from train.claims import stats
+    from nca_interp.paper.claims import stats
 
     rng = np.random.default_rng(3)
     v = rng.random(500)
@@ -748,8 +749,8 @@ def test_the_vectorised_cluster_bootstrap_equals_the_index_sets_it_replaces():
 def test_the_stability_check_covers_both_columns_of_the_power_table(tmp_path, monkeypatch):
     """A power-table verdict that moves with the bootstrap seed is named by `flips`, on
     either column; the claims themselves are stable here."""
-    from train import claims
-    from train.claims import power, stats
+    from nca_interp.paper import claims
+    from nca_interp.paper.claims import power, stats
 
     (tmp_path / "s").mkdir()
     monkeypatch.setattr(claims, "settings_judged", lambda root: [tmp_path / "s"])

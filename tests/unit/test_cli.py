@@ -31,7 +31,7 @@ def test_positional_list():
 
 ANALYSES = ("nca_interp.layer_sim", "nca_interp.grad_align", "nca_interp.param_delta",
             "nca_interp.patching", "nca_interp.evaluate", "nca_interp.trajectory")
-TRAINING = ("train.distill", "train.sft", "train.reproduce")
+TRAINING = ("train.distill", "train.sft", "nca_interp.paper.reproduce")
 
 
 @pytest.mark.parametrize("module", ANALYSES + TRAINING)
@@ -52,7 +52,8 @@ def test_help_names_the_command_states_defaults_once_and_fits_a_screen(module):
         every = subprocess.run([sys.executable, "-m", module, "--help-all"],
                                capture_output=True, text=True, check=True).stdout
         hidden = re.search(r"(\d+) options for experts .*: --help-all", out)
-        assert hidden and "\n  --weight-decay" not in out or module == "train.reproduce", out
+        assert hidden and "\n  --weight-decay" not in out \
+            or module == "nca_interp.paper.reproduce", out
         flags = set(re.findall(r"^  (--[a-z-]+)", every, re.M))
         assert len(flags - set(re.findall(r"^  (--[a-z-]+)", out, re.M))) == int(hidden[1])
         return

@@ -1,12 +1,12 @@
-"""Harm against drift (train.dose): the course over seeds and the methods at matched drift,
-on a constructed trajectory whose answers are known."""
+"""Harm against drift (nca_interp.paper.dose): the course over seeds and the methods at matched
+drift, on a constructed trajectory whose answers are known."""
 
 import json
 
 import pytest
 
 from nca_interp.errors import UsageError
-from train import dose
+from nca_interp.paper import dose
 
 
 def step(s, drift, harm, win_c=0.5, help_=0.3, win_no_c=0.4):

@@ -5,7 +5,15 @@ show alone, a loss beyond a keeping margin."""
 import numpy as np
 import pytest
 
-from train.judge import Z95, Estimate, detectable, effect, equivalent, more_data, within_band
+from nca_interp.paper.judge import (
+    Z95,
+    Estimate,
+    detectable,
+    effect,
+    equivalent,
+    more_data,
+    within_band,
+)
 
 
 def seeds(true: float, sd_item: float, n_items: int, n_seeds: int, rng) -> tuple:

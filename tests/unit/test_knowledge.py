@@ -1,4 +1,4 @@
-"""train.knowledge: the right value's teacher-forced log-probability and its movement."""
+"""nca_interp.paper.knowledge: the right value's teacher-forced log-probability and its movement."""
 
 import math
 from types import SimpleNamespace
@@ -6,9 +6,9 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from nca_interp.paper import knowledge
 from nca_interp.tasks import make_task
 from tests.unit.test_facts import _ChatTok
-from train import knowledge
 
 V = 1000
 

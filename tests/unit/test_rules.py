@@ -1,9 +1,9 @@
-"""The verdict rule book (train/rules.py): each rule on both sides of each of its boundaries,
-and docs/method.md states the rules the code applies."""
+"""The verdict rule book (nca_interp/paper/rules.py): each rule on both sides of each of its
+boundaries, and docs/method.md states the rules the code applies."""
 
 from pathlib import Path
 
-from train import rules
+from nca_interp.paper import rules
 
 
 def test_every_unit_clear_is_reproduced_one_short_is_partly():
@@ -66,7 +66,7 @@ def test_a_harm_is_opds_own_only_clear_of_step_0_and_of_chance_or_in_regime_a():
 def test_breaking_is_accuracy_with_c_below_without_and_chance_is_said_apart(tmp_path):
     import json
 
-    from train import claims
+    from nca_interp.paper import claims
 
     def write(win_c: float, ci: tuple, harm_ci=(0.04, 0.08), seeds=3):
         reps = {"t_base": {"harm": 0.01, "regime": "B", "win_no_c": 0.6, "win_c": 0.9},

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from train import sweep
+from nca_interp.paper import sweep
 
 
 def report(w0, w1, regime):
@@ -29,7 +29,8 @@ def test_table_summarises_rows_from_their_json_and_lists_the_rest(tmp_path):
     assert "| AA |" in opd and "0.00 -> 1.50" in opd and "0.900 / 0.990" in opd
     nca = next(ln for ln in text.splitlines() if "| sokoban_long |" in ln and "| nca |" in ln)
     assert "| 1 | 0.900 | 0.900 |" in nca and "| C |" in nca
-    assert "- sokoban8s:" in text and "python -m train.reproduce --task sokoban8s" in text
+    assert "- sokoban8s:" in text
+    assert "python -m nca_interp.paper.reproduce --task sokoban8s" in text
     remap = tmp_path / "sokoban_remap"
     remap.mkdir()
     (remap / "teacher_remap.json").write_text(json.dumps(
@@ -76,7 +77,8 @@ def test_estimator_table_compares_the_same_seeds_and_names_each_estimator(tmp_pa
     assert "| sampled k1 | opd | 2 | 0.600 (0.500 to 0.700) |" in k1 and k1.endswith("| CC |")
     assert "(teacher: step 0)" in text and "+5.0%" in full
     # the rows not trained yet are listed with the estimator and the command that trains them
-    assert ("- sokoban_remap_topk (topk top-4, beside sokoban_remap): `python -m train.reproduce "
+    assert ("- sokoban_remap_topk (topk top-4, beside sokoban_remap): `python -m "
+            "nca_interp.paper.reproduce "
             "--task sokoban_remap --name sokoban_remap_topk --kl topk --kl-k 4 --seeds 0,1,2 "
             "--analyses false`") in text
     assert "- sokoban_long_k1 (" not in text.split("not trained yet")[1]
@@ -89,7 +91,7 @@ def test_estimator_table_compares_the_same_seeds_and_names_each_estimator(tmp_pa
 def test_beta_sweep_reads_beta_from_training_commands_on_common_seeds(tmp_path, monkeypatch):
     """beta 0 is the base setting's OPD, NCA's beta comes from its recorded command; every beta
     averages the same seeds; the figure draws a point per student and the teacher."""
-    monkeypatch.setattr(sweep, "BETA_SWEEPS", {"b": ("b_beta0p3",)})
+    monkeypatch.setattr(sweep, "beta_sweeps", lambda: {"b": ("b_beta0p3",)})
 
     def rep(harm, help_, regime="C"):
         return {"harm": harm, "help": help_, "win_no_c": 0.9, "win_c": 0.9, "regime": regime,

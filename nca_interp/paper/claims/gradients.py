@@ -17,9 +17,9 @@ import numpy as np
 
 from nca_interp import analysis
 from nca_interp.errors import UsageError
-from train import judge, rules
-from train.claims.claim import Claim
-from train.claims.stats import average, pool_units
+from nca_interp.paper import judge, rules
+from nca_interp.paper.claims.claim import Claim
+from nca_interp.paper.claims.stats import average, pool_units
 
 __all__ = ["nca_new_direction", "orthogonal", "orthogonal_corrected"]
 
@@ -39,7 +39,7 @@ def support_bound(modules: dict, a: str, b: str) -> float | None:
 def _gather(figs: Path, method: str, pair: str) -> dict[str, list[dict]]:
     """Label ("opd", "opd s1", ...) -> the checkpoints' cells of `pair`, each with its
     support bound; FileNotFoundError where no grad_align report of `method` exists."""
-    from train.layout import grad_files
+    from nca_interp.paper.layout import grad_files
 
     terms = pair.split("~")
     runs: dict[str, list[dict]] = {}

@@ -1,8 +1,8 @@
 """From nothing to every figure: teacher, OPD and NCA students per seed, context-return table,
 layer_sim, grad_align over training checkpoints, param_delta, and a manifest.
 
-    python -m train.reproduce --task sokoban --seeds 0,1,2
-    python -m train.reproduce --task sokoban --quick          # one seed, short runs
+    python -m nca_interp.paper.reproduce --task sokoban --seeds 0,1,2
+    python -m nca_interp.paper.reproduce --task sokoban --quick          # one seed, short runs
 
 Stages whose outputs exist are skipped (training stages resume after a kill: each run directory
 continues from its last checkpoint). Outputs: runs/<task>_* (checkpoints) and figures/<task>/
@@ -36,11 +36,9 @@ from nca_interp.cli import (
 from nca_interp.errors import RunError, UsageError
 from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import roster, students
-from nca_interp.tasks import make_task
-from train import distill, dose, sft
-from train.common import DISK_REMEDY, disk_needed, weight_bytes
-from train.figures import render_figures
-from train.layout import (
+from nca_interp.paper import dose
+from nca_interp.paper.figures import render_figures
+from nca_interp.paper.layout import (
     CONTEXT_CONTROL,
     CONTEXT_RETURN,
     HARM_DRIFT,
@@ -50,13 +48,24 @@ from train.layout import (
     TRAJECTORY,
     teacher_file,
 )
-from train.settings import Preset, load
+from nca_interp.paper.settings import Preset, load
+from nca_interp.tasks import make_task
+from train import distill, sft
+from train.common import DISK_REMEDY, disk_needed, weight_bytes
 
-__all__ = ["Manifest", "ReproduceConfig", "main", "record_training_time", "run_parallel", "stage"]
+__all__ = ["Manifest", "ReproduceConfig", "main", "presets", "record_training_time", "run_parallel",
+           "settings", "stage"]
 
-FIGURES = Path(__file__).resolve().parents[1] / "figures"  # the published settings' folders
-CATALOGUE = load()  # train/settings.toml
-PRESETS, SETTINGS = CATALOGUE.presets, CATALOGUE.settings
+FIGURES = Path(__file__).resolve().parents[2] / "figures"  # the published settings' folders
+def presets() -> dict:
+    """The presets of nca_interp/paper/settings.toml, parsed when first asked (never at
+    import)."""
+    return load().presets
+
+
+def settings() -> dict:
+    """The published settings of nca_interp/paper/settings.toml, parsed when first asked."""
+    return load().settings
 
 
 def teacher_folder(preset: Preset, runs: Path, task: str) -> Path:
@@ -98,7 +107,7 @@ class ReproduceConfig:
               "teacher_only", "publish")
 
     task: str = field(default="sokoban", metadata={
-        "help": "a preset: " + ", ".join(PRESETS) + " (train/settings.toml)"})
+        "help": lambda: "a preset: " + ", ".join(presets()) + " (settings.toml)"})
     name: str | None = field(default=None, metadata={
         "help": "setting name: students go to RUNS/NAME_<method>_s<seed>, figures to "
                 "FIGURES/NAME (default: the task); the teacher is always RUNS/TASK_base, so "
@@ -114,8 +123,8 @@ class ReproduceConfig:
         "help": "false: stop after the context-return evaluation and the trajectory (a sweep "
                 "row); true: every analysis and figure"})
     context: str | None = field(default=None, metadata={
-        "help": "context kind to distil; default: the preset's (train/settings.toml), else "
-                "the task's, as for train.distill (plan for games)"})
+        "help": "context kind to distil; default: the preset's (settings.toml), else the "
+                "task's, as for train.distill (plan for games)"})
     teacher_steps: int | None = field(default=None, metadata={
         "help": "teacher SFT steps (default: the preset's)"})
     distill_steps: int | None = field(default=None, metadata={
@@ -153,10 +162,9 @@ class ReproduceConfig:
                 "else 2)", "check": ">=1"})
     dose: bool | None = field(default=None, metadata={
         "help": "harm against drift: the trajectory over every seed with the control "
-                "context, then train.dose (default: the preset's)"})
+                "context, then its dose page (default: the preset's)"})
     quick: bool = field(default=False, metadata={
-        "help": "one seed, 40 distill steps, 300 levels; like any command that differs from "
-                "a published setting's, it writes to RUNS/figures/NAME_quick, not figures/"})
+        "help": "one seed, 40 distill steps, 300 levels, into RUNS/figures/NAME_quick"})
     runs: str = field(default="runs", metadata={"help": "where run directories go"})
     figures: str = field(default="figures", metadata={
         "help": "where figures go (the repository's figures/ holds published settings: a "
@@ -179,8 +187,8 @@ class ReproduceConfig:
     teacher_only: bool = field(default=False, metadata={
         "help": "stop after the teacher and its per-context evaluation"})
     jobs: int = field(default=2, metadata={
-        "help": "distillation runs in parallel (threads are split between them; on 2 cores two "
-                "1-thread runs beat one 2-thread run for these tiny models)"})
+        "help": "distillation runs in parallel, threads split between them (on 2 cores two "
+                "1-thread runs beat one 2-thread run)"})
 
 
 class Manifest:
@@ -330,7 +338,7 @@ def prune_figures(figs: Path, written: list[str], manifest: Manifest) -> list[st
     for key, made in list(manifest.data["files"].items()):
         path = Path(key)
         if (path.parent == figs and path.suffix in (".html", ".png")
-                and made["command"].startswith("python -m train.reproduce")
+                and made["command"].startswith("python -m nca_interp.paper.reproduce")
                 and path.with_suffix("") not in drawn):
             path.unlink(missing_ok=True)
             del manifest.data["files"][key]
@@ -341,9 +349,9 @@ def prune_figures(figs: Path, written: list[str], manifest: Manifest) -> list[st
 
 def apply_preset(cfg: ReproduceConfig) -> Preset:
     """Fill the flags left unset from the task's preset (and --quick's shortcuts)."""
-    if cfg.task not in PRESETS:
-        raise UsageError(f"--task {cfg.task!r}: choose one of {', '.join(PRESETS)}")
-    p = PRESETS[cfg.task]
+    if cfg.task not in presets():
+        raise UsageError(f"--task {cfg.task!r}: choose one of {', '.join(presets())}")
+    p = presets()[cfg.task]
     for key in ("distill_steps", "batch", "lr", "save_every", "n_levels", "grad_batch",
                 "teacher_steps"):
         if getattr(cfg, key) is None:
@@ -401,7 +409,7 @@ class Pipeline:
                 *(str(p) for p in self.students.values())]
 
     def command(self) -> list[str]:
-        return ["python", "-m", "train.reproduce", *self.argv]
+        return ["python", "-m", "nca_interp.paper.reproduce", *self.argv]
 
     def kept(self, step: str) -> bool:
         """Whether --keep leaves `step` (a step, or an analysis within `analyses`) as it is."""
@@ -445,7 +453,8 @@ def plan(cfg: ReproduceConfig, argv: list[str]) -> Pipeline:
     unknown = set(dict(preset.patching_kw)) - {f.name for f in fields(patching.PatchingConfig)}
     if unknown:
         raise UsageError(f"preset {cfg.task}: patching_kw names {', '.join(sorted(unknown))}, "
-                         f"not an option of nca_interp.patching; fix train/settings.toml")
+                         f"not an option of nca_interp.patching; fix "
+                         f"nca_interp/paper/settings.toml")
     name = cfg.name or cfg.task
     runs, figs = Path(cfg.runs), Path(cfg.figures) / name
     changes, setting = published_changes(cfg, name), name
@@ -487,7 +496,7 @@ def published_changes(cfg: ReproduceConfig, name: str) -> dict[str, tuple]:
     """What this pipeline's config changes of the published setting `name` (field -> (the
     setting's value, this one's)) when it would write into the repository's figures/NAME;
     empty when it is the setting's own command, no published setting, or another --figures."""
-    setting = SETTINGS.get(name)
+    setting = settings().get(name)
     if setting is None or Path(cfg.figures).resolve() != FIGURES.resolve():
         return {}
     published = parse_config(ReproduceConfig, shlex.split(setting.command(name))[3:])
@@ -513,7 +522,7 @@ def make_teacher(p: Pipeline) -> None:
             init = p.runs / f"{preset.teacher_init}_base"
             if latest_step_checkpoint(init) is None:
                 raise RunError(f"--task {cfg.task}: its teacher starts from {init}, which is "
-                               f"not trained; run python -m train.reproduce --task "
+                               f"not trained; run python -m nca_interp.paper.reproduce --task "
                                f"{preset.teacher_init} first")
             base_args += ["--init", str(init)]
         p.teacher_final = p.base / "checkpoints" / f"step_{cfg.teacher_steps:06d}"
@@ -536,7 +545,8 @@ def train_students(p: Pipeline) -> None:
         p.student_init = p.runs / f"{cfg.student_from}_base"
         if latest_step_checkpoint(p.student_init) is None:
             raise RunError(f"--student-from {cfg.student_from}: {p.student_init} is not "
-                           f"trained; run python -m train.reproduce --task {cfg.student_from} "
+                           f"trained; run python -m nca_interp.paper.reproduce --task "
+                           f"{cfg.student_from} "
                            "--teacher-only first")
     cross = ["--teacher", str(p.base)] if cfg.student_from else []
     pending = []
@@ -681,7 +691,7 @@ def patching_fields(p: Pipeline) -> dict:
 def publish(p: Pipeline, t_start: float) -> float:
     """Every figure drawn from the JSON (stale ones removed), the manifest closed, the
     folder's README generated; the pipeline's seconds."""
-    from train import report
+    from nca_interp.paper import report
 
     written = render_figures(p.figs, p.cfg.png)
     prune_figures(p.figs, written, p.manifest)

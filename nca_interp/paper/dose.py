@@ -1,6 +1,7 @@
-"""Harm against drift: is the harm of c specific to OPD, or does any drift from step 0 make it?
+r"""Harm against drift: is the harm of c specific to OPD, or does any drift from step 0 make it?
 
-    python -m train.dose figures/facts_rule/trajectory.json --out figures/facts_rule/harm_drift
+    python -m nca_interp.paper.dose figures/facts_rule/trajectory.json \
+        --out figures/facts_rule/harm_drift
 
 Reads a trajectory report over every checkpoint of every seed (`nca_interp.trajectory
 --control`, which records each run's method, seed and beta from its run config), and writes:
@@ -15,7 +16,7 @@ Reads a trajectory report over every checkpoint of every seed (`nca_interp.traje
   carries a conservative 95% half-width: at each checkpoint the two runs' bootstrap half-widths
   combined in quadrature (they answer the same items, so their errors correlate and the true
   paired one is smaller), averaged over the checkpoints (which share their items, so averaging
-  does not narrow it); the seeds' means a t interval. `train.claims` judges the harm row;
+  does not narrow it); the seeds' means a t interval. `nca_interp.paper.claims` judges the harm row;
 - a figure of harm and help against drift, one line per run.
 
 A harm is undefined at a checkpoint with nothing right without c (it is printed as "-").
@@ -307,7 +308,7 @@ def execute(cfg: DoseConfig) -> dict:
 
         write_json(f"{cfg.out}.json", {"config": {"trajectory": cfg.trajectory}, **result})
         write_text(Path(f"{cfg.out}.md"),
-            f"<!-- python -m train.dose {' '.join(cfg.trajectory)} --out {cfg.out} -->\n"
+            f"<!-- python -m nca_interp.paper.dose {' '.join(cfg.trajectory)} --out {cfg.out} -->\n"
             f"{text}\n")
         name = Path(cfg.out).parent.name
         plots.write_figure(figure(result["rows"], f"harm against drift: {name}"), cfg.out,

@@ -18,9 +18,14 @@ from pathlib import Path
 
 from nca_interp import analysis
 from nca_interp.identity import roster
-from train.claims.claim import Claim, not_run
-from train.claims.harm import degrades, nca_improves_no_c, nca_keeps_context, nca_reads_context
-from train.layout import CONTEXT_CONTROL, CONTEXT_RETURN
+from nca_interp.paper.claims.claim import Claim, not_run
+from nca_interp.paper.claims.harm import (
+    degrades,
+    nca_improves_no_c,
+    nca_keeps_context,
+    nca_reads_context,
+)
+from nca_interp.paper.layout import CONTEXT_CONTROL, CONTEXT_RETURN
 
 __all__ = ["table"]
 

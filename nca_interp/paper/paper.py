@@ -2,12 +2,12 @@
 counterpart over every published setting, with the null each is read against, generated from
 the settings' JSON (never typed).
 
-    python -m train.paper             # print the table
-    python -m train.paper --write     # replace the generated block in README.md and docs
+    python -m nca_interp.paper.paper             # print the table
+    python -m nca_interp.paper.paper --write     # replace the generated block in README.md and docs
 
-The settings counted are the published ones that are no variant of another (`train/settings.toml`)
-and trained OPD and NCA side by side; a cell names how many settings it counts.
-"""
+The settings counted are the published ones that are no variant of another
+(`nca_interp/paper/settings.toml`) and trained OPD and NCA side by side; a cell names how many
+settings it counts."""
 
 from __future__ import annotations
 
@@ -19,17 +19,17 @@ import numpy as np
 from nca_interp import analysis
 from nca_interp.fsio import read_json
 from nca_interp.identity import others
-from train import rules
-from train.blocks import Block
-from train.claims.claim import runs_of
-from train.claims.harm import nca_improves_no_c, pooled_harm_gap
-from train.claims.views import closed_shares
-from train.settings import load
-from train.sweep import BETA_SWEEPS, beta_points
+from nca_interp.paper import rules
+from nca_interp.paper.blocks import Block
+from nca_interp.paper.claims.claim import runs_of
+from nca_interp.paper.claims.harm import nca_improves_no_c, pooled_harm_gap
+from nca_interp.paper.claims.views import closed_shares
+from nca_interp.paper.settings import load
+from nca_interp.paper.sweep import beta_points, beta_sweeps
 
 __all__ = ["main"]
 
-BLOCK = Block.named("paper", "python -m train.paper --write")
+BLOCK = Block.named("paper", "python -m nca_interp.paper.paper --write")
 DOCS = ("README.md", "docs/results/index.md")
 
 # The paper's headline numbers, as it states them.
@@ -147,7 +147,7 @@ def cosine_rows(root: Path) -> list[str]:
 
 def beta_rows(root: Path) -> list[str]:
     rows = []
-    for base in BETA_SWEEPS:
+    for base in beta_sweeps():
         points, _ = beta_points(base, root)
         betas = sorted({p["beta"] for p in points})
         if len(betas) < 3:
@@ -176,7 +176,7 @@ def table(root: Path = Path("figures")) -> str:
         f"\n\nSettings counted: {', '.join(f'`{n}`' for n in names)} ({len(names)}; published, "
         "no variant of another, OPD and NCA trained side by side). The paper's cosines are "
         "Qwen3-4B on Sokoban over all 36 layers; here the lowest layer of each model, and the "
-        "share of step 0's distance to 1 closed on the layers' mean (`train/rules.py`).")
+        "share of step 0's distance to 1 closed on the layers' mean (`nca_interp/paper/rules.py`).")
 
 
 def main(argv: list[str] | None = None) -> None:

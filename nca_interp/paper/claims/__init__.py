@@ -1,6 +1,7 @@
 """The paper's claims as code: each is a function from a pipeline folder's JSON to (measured,
-null or control, verdict), its rule written once in the rule book (`train/rules.py`) and its
-statistics in `train.judge` and `train.claims.stats`. One module per claim family:
+null or control, verdict), its rule written once in the rule book (`nca_interp/paper/rules.py`)
+and its statistics in `nca_interp.paper.judge` and `nca_interp.paper.claims.stats`. One module
+per claim family:
 
 - `harm`: accuracy when c returns (internalizes, breaks, prevents, keeps, reads c, improves,
   longer answers);
@@ -9,8 +10,8 @@ statistics in `train.judge` and `train.claims.stats`. One module per claim famil
 - `updates`: the parameter updates (shallow k/q, NCA's differ from OPD's);
 - `heads`: the heads that carry the harm.
 
-    python -m train.claims facts                 # one setting's claims table
-    python -m train.claims --write               # regenerate the blocks in README.md / docs
+    python -m nca_interp.paper.claims facts                 # one setting's claims table
+    python -m nca_interp.paper.claims --write               # regenerate README / docs blocks
 
 Verdicts are the words of `rules.VERDICTS`; numbers are per-seed point estimates with each
 run's 95% cluster-bootstrap interval where a rule uses one; ranges over seeds are written
@@ -26,11 +27,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nca_interp.fsio import write_text
-from train import rules
-from train.blocks import Block
-from train.claims.claim import Claim, not_run
-from train.claims.gradients import nca_new_direction, orthogonal, orthogonal_corrected
-from train.claims.harm import (
+from nca_interp.paper import rules
+from nca_interp.paper.blocks import Block
+from nca_interp.paper.claims.claim import Claim, not_run
+from nca_interp.paper.claims.gradients import nca_new_direction, orthogonal, orthogonal_corrected
+from nca_interp.paper.claims.harm import (
     degrades,
     harm_not_drift,
     internalizes,
@@ -44,11 +45,11 @@ from train.claims.harm import (
     pooled_settings,
     reads_c_verdict,
 )
-from train.claims.heads import heads_carry_harm
-from train.claims.stats import label_permutation_p, paired_harm_gap, pooled_gain
-from train.claims.updates import shallow_qk, size_matched, updates_differ
-from train.claims.views import nca_identical, opd_gap
-from train.layout import (
+from nca_interp.paper.claims.heads import heads_carry_harm
+from nca_interp.paper.claims.stats import label_permutation_p, paired_harm_gap, pooled_gain
+from nca_interp.paper.claims.updates import shallow_qk, size_matched, updates_differ
+from nca_interp.paper.claims.views import nca_identical, opd_gap
+from nca_interp.paper.layout import (
     CONTEXT_CONTROL,
     CONTEXT_RETURN,
     HARM_DRIFT,
@@ -56,7 +57,7 @@ from train.layout import (
     PARAM_DELTA,
     PATCHING,
 )
-from train.settings import load
+from nca_interp.paper.settings import load
 
 __all__ = ["Claim", "CLAIMS", "DOCS", "pooled_settings", "claims", "degrades", "harm_not_drift",
            "heads_carry_harm", "internalizes", "label_permutation_p", "longer", "main",
@@ -80,7 +81,7 @@ CLAIMS: tuple[tuple[Callable[[Path], Claim | None], str, tuple[str, str]], ...] 
     (nca_prevents, "NCA prevents the harm", EVALUATE),
     (harm_not_drift, "OPD's harm is its own, not drift's (NCA's harm below OPD's at matched "
      "drift)", (HARM_DRIFT,
-                "python -m train.dose {figs}/trajectory.json --out {figs}/harm_drift")),
+                "python -m nca_interp.paper.dose {figs}/trajectory.json --out {figs}/harm_drift")),
     (nca_keeps_context, "NCA keeps what c gives (accuracy with c)", EVALUATE),
     (nca_reads_context, "NCA still reads c (not blind to it)", CONTROL),
     (nca_improves_no_c, "NCA improves accuracy without c (vs OPD, same seed)", CONTROL),
@@ -158,8 +159,8 @@ def settings_judged(root: Path = Path("figures")) -> list[Path]:
 def flips(root: Path = Path("figures"), seeds: int = 5) -> list[str]:
     """Every verdict that changes with the claims' bootstrap seed (0 .. seeds - 1), as
     'setting: claim: word, word, ...'; none is the stability the rule book asks."""
-    from train.claims import power
-    from train.claims.stats import bootstrap_seed
+    from nca_interp.paper.claims import power
+    from nca_interp.paper.claims.stats import bootstrap_seed
 
     out = []
     for figs in settings_judged(root):
@@ -179,11 +180,11 @@ def flips(root: Path = Path("figures"), seeds: int = 5) -> list[str]:
 
 
 def claims_block(name: str) -> Block:
-    return Block.named(f"claims:{name}", "python -m train.claims --write")
+    return Block.named(f"claims:{name}", "python -m nca_interp.paper.claims --write")
 
 
 
-RULES = Block.named("rules", "python -m train.claims --write; train/rules.py")
+RULES = Block.named("rules", "python -m nca_interp.paper.claims --write; nca_interp/paper/rules.py")
 
 
 
@@ -201,7 +202,7 @@ def verdict_line(figs: Path) -> str:
 
 
 def verdicts_block(name: str) -> Block:
-    return Block.named(f"verdicts:{name}", "python -m train.claims --write")
+    return Block.named(f"verdicts:{name}", "python -m nca_interp.paper.claims --write")
 
 
 def refresh(text: str, root: Path = Path("figures")) -> str:

@@ -14,7 +14,7 @@ inside it) and to the estimate pooled over seeds.
 
 Where the pooled estimate is shown, **reproduced** also needs a majority of the seeds shown on
 their own; a minority makes it **partly**. Every margin is stated by the claim that uses it,
-with where it comes from (`train/rules.py`).
+with where it comes from (`nca_interp/paper/rules.py`).
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ class Estimate:
     lo: float
     hi: float
     n: int = 1
-    # a bootstrap interval's ends moved out by the resampling's own error (train.claims.stats:
-    # EDGE): where the verdict differs between the two, it sits on the edge of the bootstrap
+    # a bootstrap interval's ends moved out by the resampling's own error
+    # (nca_interp.paper.claims.stats: EDGE): where the verdict differs between the two, it sits on
+    # the edge of the bootstrap
     outer: tuple[float, float] | None = None
 
     def __post_init__(self):

@@ -1,7 +1,7 @@
 """The package's layers, read from its own imports: docs/architecture.md is generated from here.
 
-    python -m train.architecture            # print the layer table and any violation
-    python -m train.architecture --write    # regenerate the block in docs/architecture.md
+    python -m nca_interp.paper.architecture          # the layer table and any violation
+    python -m nca_interp.paper.architecture --write  # regenerate docs/architecture.md's block
 
 Every module of `nca_interp` and `train` belongs to one layer of `LAYERS`; a module may import
 modules of its own layer or of layers below it, never above, and no set of modules may import
@@ -15,11 +15,11 @@ import argparse
 import ast
 from pathlib import Path
 
-from train.blocks import Block
+from nca_interp.paper.blocks import Block
 
 __all__ = ["main"]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # lowest first: (name, what the layer does, module prefixes)
 LAYERS = (
@@ -32,25 +32,28 @@ LAYERS = (
     ("training", "produces runs: a teacher, OPD and NCA students, with their run configs",
      ("train.common", "train.sft", "train.distill", "train.trl_distill", "train.embed")),
     ("data", "what the pipeline and pages agree on: settings, file layout, rules, blocks",
-     ("train.settings", "train.layout", "train.rules", "train.judge", "train.blocks")),
+     ("nca_interp.paper.settings", "nca_interp.paper.layout", "nca_interp.paper.rules",
+      "nca_interp.paper.judge", "nca_interp.paper.blocks")),
     ("verdicts", "typed claims from the reports, judged by the rule book",
-     ("train.dose", "train.claims")),
+     ("nca_interp.paper.dose", "nca_interp.paper.claims")),
     ("pages", "generated Markdown and figures from the reports and claims",
-     ("train.figures", "train.report", "train.summary", "train.sweep", "train.referee",
-      "train.architecture", "train.knowledge", "train.paper")),
+     ("nca_interp.paper.figures", "nca_interp.paper.report", "nca_interp.paper.summary",
+      "nca_interp.paper.sweep", "nca_interp.paper.referee",
+      "nca_interp.paper.architecture", "nca_interp.paper.knowledge", "nca_interp.paper.paper")),
     ("pipeline", "from nothing to a published setting: runs, reports, pages",
-     ("train.reproduce", "train.size_control")),
+     ("nca_interp.paper.reproduce", "nca_interp.paper.size_control")),
 )
 
 FLOW = ("checkpoint (a folder: weights, tokenizer, run config)",
         "run (`train.distill`: method, seed, beta in its run config)",
         "report (an analysis: `run(config)` -> one report shape, `nca_interp.analysis`; its "
         "one writer puts the JSON and figures in figures/<setting>/)",
-        "claims (`train.claims`: typed verdicts by `train.rules`)",
-        "pages (`train.report`, `train.summary`, `train.referee`, `train.sweep`, through "
-        "`train.blocks`)")
+        "claims (`nca_interp.paper.claims`: typed verdicts by `nca_interp.paper.rules`)",
+        "pages (`nca_interp.paper.report`, `nca_interp.paper.summary`, "
+        "`nca_interp.paper.referee`, `nca_interp.paper.sweep`, through "
+        "`nca_interp.paper.blocks`)")
 
-BLOCK = Block.named("architecture", "python -m train.architecture --write")
+BLOCK = Block.named("architecture", "python -m nca_interp.paper.architecture --write")
 PAGE = Path("docs/architecture.md")
 
 
@@ -132,7 +135,7 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def violations(edges: dict[str, set[str]]) -> list[str]:
     """Every module no layer names, every upward import, every circle, in words."""
-    out = [f"{m}: no layer in train/architecture.py LAYERS names it"
+    out = [f"{m}: no layer in nca_interp/paper/architecture.py LAYERS names it"
            for m in edges if layer_of(m) is None]
     for m, targets in sorted(edges.items()):
         for t in sorted(targets):
@@ -158,14 +161,14 @@ def markdown(edges: dict[str, set[str]]) -> str:
 
 
 def claim_table() -> list[str]:
-    """The claims judged on every setting (`train.claims.CLAIMS`): a new claim is a function
-    of a figures folder returning a `Claim`, in its family's module, and one row there."""
+    """The claims judged on every setting (`nca_interp.paper.claims.CLAIMS`): a new claim is a
+    function of a figures folder returning a `Claim`, in its family's module, and one row there."""
     import inspect
 
-    from train.claims import CLAIMS
+    from nca_interp.paper.claims import CLAIMS
 
-    rows = ["Claims, as listed in `train.claims.CLAIMS` (each judged by the rule book, "
-            "`train/rules.py`):", "", "| claim | function | reads | written by |",
+    rows = ["Claims, as listed in `nca_interp.paper.claims.CLAIMS` (each judged by the rule book, "
+            "`nca_interp/paper/rules.py`):", "", "| claim | function | reads | written by |",
             "|---|---|---|---|"]
     for fn, name, (report, command) in CLAIMS:
         where = Path(inspect.getfile(fn)).relative_to(ROOT)
@@ -192,7 +195,8 @@ def task_table() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m train.architecture", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m nca_interp.paper.architecture",
+                                 description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--write", action="store_true", help=f"regenerate the block in {PAGE}")
     args = ap.parse_args(argv)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from nca_interp import analysis
 from nca_interp.identity import students
-from train import rules
-from train.claims.claim import Claim
-from train.layout import PATCHING
+from nca_interp.paper import rules
+from nca_interp.paper.claims.claim import Claim
+from nca_interp.paper.layout import PATCHING
 
 __all__ = ["heads_carry_harm"]
 

@@ -13,8 +13,8 @@ from nca_interp import analysis
 from nca_interp.errors import UsageError
 from nca_interp.fsio import read_json
 from nca_interp.identity import others, partner, roster, students
-from train import dose, judge, rules
-from train.claims.claim import (
+from nca_interp.paper import dose, judge, rules
+from nca_interp.paper.claims.claim import (
     Claim,
     base_of,
     count_verdict,
@@ -23,7 +23,7 @@ from train.claims.claim import (
     seeds_text,
     spread_text,
 )
-from train.claims.stats import (
+from nca_interp.paper.claims.stats import (
     boot_mean,
     cluster_sums,
     estimate_of,
@@ -33,8 +33,8 @@ from train.claims.stats import (
     pool_units,
     pooled_estimate,
 )
-from train.layout import CONTEXT_CONTROL, CONTEXT_RETURN, HARM_DRIFT
-from train.settings import load
+from nca_interp.paper.layout import CONTEXT_CONTROL, CONTEXT_RETURN, HARM_DRIFT
+from nca_interp.paper.settings import load
 
 __all__ = ["degrades", "harm_not_drift", "internalizes", "longer", "nca_improves_no_c",
            "nca_keeps_context", "nca_prevents", "nca_reads_context", "pooled_claims",
@@ -89,7 +89,7 @@ def degrades(figs: Path) -> Claim:
 
 
 def _harm_is_own(r: dict, step0_harm: float | None) -> bool:
-    """The rule book's harm rule on one report (train/rules.py)."""
+    """The rule book's harm rule on one report (nca_interp/paper/rules.py)."""
     lo = r.get("ci95", {}).get("harm", [r["harm"]])[0] if r["harm"] is not None else None
     return rules.harm_is_own(lo, step0_harm, r["win_c"], r["regime"] == "A")
 
@@ -128,11 +128,11 @@ def nca_prevents(figs: Path) -> Claim:
 
 
 def harm_not_drift(figs: Path) -> Claim:
-    """OPD's harm is OPD's, not any drift's: at matched drift from step 0 (train.dose), NCA's
-    harm lies below OPD's; a seed is clear when its mean difference plus its conservative
-    half-width lies below 0, the pooled interval is the t interval over seeds (rules: matched
-    drift, every seed). Judged only where OPD's harm is its own in some seed; None where the
-    setting trained no OPD beside NCA (a beta variant)."""
+    """OPD's harm is OPD's, not any drift's: at matched drift from step 0 (nca_interp.paper.dose),
+    NCA's harm lies below OPD's; a seed is clear when its mean difference plus its conservative
+    half-width lies below 0, the pooled interval is the t interval over seeds (rules: matched drift,
+    every seed). Judged only where OPD's harm is its own in some seed; None where the setting
+    trained no OPD beside NCA (a beta variant)."""
     m = read_json((figs / HARM_DRIFT))["matched"].get("nca - opd")
     name = "OPD's harm is its own, not drift's (NCA's harm below OPD's at matched drift)"
     if m is None:
@@ -155,7 +155,8 @@ def harm_not_drift(figs: Path) -> Claim:
                      "OPD's final harm is its own in no seed: no harm of OPD's to attribute")
     if "half" not in h:
         return Claim(name, measured, null, "not measurable", "harm_drift.json has no per-seed "
-                     "intervals: rerun the python -m train.dose command in harm_drift.md")
+                     "intervals: rerun the python -m nca_interp.paper.dose command in "
+                     "harm_drift.md")
     flags = [v + h["half"][k] < 0 for k, v in h["per_seed"].items() if k in h["half"]]
     on_side = h["mean"] < 0
     verdict = count_verdict(flags, on_side, total=len(h["seeds"]))
@@ -185,12 +186,12 @@ def pooled_harm_gap(figs: Path) -> tuple[float, tuple[float, float], int] | None
 
 
 
-# Settings judged together (train/settings.toml [pooled]): one claim table over every member's
-# seeds (same task and teacher, e.g. two fixed knowledge bases), pooled with the member as
+# Settings judged together (nca_interp/paper/settings.toml [pooled]): one claim table over every
+# member's seeds (same task and teacher, e.g. two fixed knowledge bases), pooled with the member as
 # part of each cluster.
 def pooled_settings() -> dict[str, tuple[str, ...]]:
-    """Settings judged together (train/settings.toml [pooled]), read when asked (nothing is
-    parsed at import)."""
+    """Settings judged together (nca_interp/paper/settings.toml [pooled]), read when asked (nothing
+    is parsed at import)."""
     return load().pooled
 
 

@@ -1,13 +1,12 @@
 """The five verdicts a referee would not pass (issue #23), each re-stated with the test that
 replaced it and judged, from the JSON, on every published setting that measures it.
 
-    python -m train.referee              # print the block
-    python -m train.referee --write      # regenerate it in docs/results/referee.md
+    python -m nca_interp.paper.referee              # print the block
+    python -m nca_interp.paper.referee --write      # regenerate it in docs/results/referee.md
 
-A verdict names the claim rules (train/claims/) that now judge it; each row is one rule on
-one setting's figures/<setting>/ JSON, beside the seeds it read. Only the wording of the old
-verdicts and of the tests is written here; every number and verdict comes from the rules.
-"""
+A verdict names the claim rules (nca_interp/paper/claims/) that now judge it; each row is one rule
+on one setting's figures/<setting>/ JSON, beside the seeds it read. Only the wording of the old
+verdicts and of the tests is written here; every number and verdict comes from the rules. """
 
 from __future__ import annotations
 
@@ -21,10 +20,10 @@ from nca_interp import analysis
 from nca_interp.cli import entry
 from nca_interp.fsio import write_text
 from nca_interp.identity import roster, students
-from train import claims, rules
-from train.blocks import Block
-from train.layout import CONTEXT_RETURN, PARAM_DELTA, PATCHING
-from train.settings import load
+from nca_interp.paper import claims, rules
+from nca_interp.paper.blocks import Block
+from nca_interp.paper.layout import CONTEXT_RETURN, PARAM_DELTA, PATCHING
+from nca_interp.paper.settings import load
 
 __all__ = ["main"]
 
@@ -32,7 +31,8 @@ Rule = Callable[[Path], claims.Claim]
 
 
 def size_matched(figs: Path) -> claims.Claim:
-    """The size-matched OPD control of a setting (figures/<setting>_size, train.size_control)."""
+    """The size-matched OPD control of a setting (figures/<setting>_size,
+    nca_interp.paper.size_control)."""
     sized = figs.parent / f"{figs.name}_size"
     if not (sized / PARAM_DELTA).exists():
         raise FileNotFoundError(sized / PARAM_DELTA)
@@ -47,7 +47,7 @@ def patched_runs(figs: Path) -> str:
 
 def aligned_seeds(figs: Path) -> str:
     """The runs whose gradients a setting aligned (grad_align_<method>[_s<seed>].json)."""
-    from train.layout import grad_files
+    from nca_interp.paper.layout import grad_files
 
     labels = [label if " s" in label else f"{label} s0" for label, _ in grad_files(figs)]
     return "gradients: " + ", ".join(labels)
@@ -82,7 +82,7 @@ VERDICTS = (
     Verdict("NCA's updates differ from OPD's (one seed pair; NCA's update 1.5x larger)",
             "every seed of both methods: cross-method against within-method cosines of the "
             "updates, an exact permutation test on the method label, the update sizes beside; "
-            "and OPD run to NCA's update size (`python -m train.size_control`) (rules "
+            "and OPD run to NCA's update size (`python -m nca_interp.paper.size_control`) (rules "
             "`claims.updates_differ`, `claims.size_matched`)",
             (claims.updates_differ, size_matched)),
     Verdict("sysprompt: NCA removes the harm (3/3 vs 0/3 seeds, OPD's harm never established)",
@@ -111,7 +111,8 @@ ALSO = (
 
 
 def published(root: Path) -> list[str]:
-    """Settings with a context-return evaluation in `root`, in train.reproduce's order."""
+    """Settings with a context-return evaluation in `root`, in nca_interp.paper.reproduce's
+    order."""
     settings = load().settings
     return [s for s in settings if (root / s / CONTEXT_RETURN).exists()]
 
@@ -176,7 +177,7 @@ def section(i: int, v: Verdict, root: Path) -> str:
     return "\n".join(out)
 
 
-BLOCK = Block.named("referee", "python -m train.referee --write")
+BLOCK = Block.named("referee", "python -m nca_interp.paper.referee --write")
 PAGE = Path("docs/results/referee.md")
 
 

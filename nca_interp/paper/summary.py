@@ -1,16 +1,15 @@
 """The summary across settings, generated from each pipeline folder's JSON (never typed).
 
-    python -m train.summary              # print the table
-    python -m train.summary --write      # also replace the generated blocks in README.md
+    python -m nca_interp.paper.summary              # print the table
+    python -m nca_interp.paper.summary --write      # also replace the generated blocks in README.md
                                          # (and the table in docs/results/index.md)
 
-Per setting (a `figures/<name>/` written by `train.reproduce`): the teacher with and without
-the context (the step-0 null every student is read against: in self-distillation it *is* the
-students' initial checkpoint), then OPD and NCA over their seeds: accuracy without / with c,
-harm = P(wrong with c | right without c), and the regime of every seed. Cells are the mean
-over seeds with the seeds' range in parentheses (a spread, not an interval; each run's own 95%
-cluster-bootstrap intervals are in figures/<name>/README.md). A test checks that README.md's
-block equals this output.
+Per setting (a `figures/<name>/` written by `nca_interp.paper.reproduce`): the teacher with and
+without the context (the step-0 null every student is read against: in self-distillation it *is* the
+students' initial checkpoint), then OPD and NCA over their seeds: accuracy without / with c, harm =
+P(wrong with c | right without c), and the regime of every seed. Cells are the mean over seeds with
+the seeds' range in parentheses (a spread, not an interval; each run's own 95% cluster-bootstrap
+intervals are in figures/<name>/README.md). A test checks that README.md's block equals this output.
 """
 
 from __future__ import annotations
@@ -20,14 +19,14 @@ import re
 from pathlib import Path
 
 from nca_interp.fsio import read_json
-from train.blocks import Block
-from train.settings import load
+from nca_interp.paper.blocks import Block
+from nca_interp.paper.settings import load
 
 __all__ = ["main"]
 
 DOCS = ("README.md", "docs/results/index.md")
 VARIANTS_IN = {"README.md": False, "docs/results/index.md": True}  # which pages list variants
-BLOCK = Block.named("summary", "python -m train.summary --write")
+BLOCK = Block.named("summary", "python -m nca_interp.paper.summary --write")
 
 
 def _cell(stat: dict | None, digits: int = 3) -> str:
@@ -81,8 +80,8 @@ def table(root: Path = Path("figures"), variants: bool = True) -> str:
 
 # the settings the README leads with: the real model, then the Sokoban case the paper studied
 FRONT = ("facts_rule", "sokoban_long", "facts")
-REPRODUCE = Block.named("reproduce", "python -m train.summary --write")
-TEST_TIME = Block.named("test-time", "python -m train.summary --write")
+REPRODUCE = Block.named("reproduce", "python -m nca_interp.paper.summary --write")
+TEST_TIME = Block.named("test-time", "python -m nca_interp.paper.summary --write")
 TEST_RECORD = Path("bench/results/test_time.json")
 
 

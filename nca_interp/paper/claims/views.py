@@ -10,9 +10,9 @@ import numpy as np
 
 from nca_interp import analysis
 from nca_interp.identity import others, partner, students
-from train import judge, rules
-from train.claims.claim import Claim, count_verdict, runs_of, spread_text
-from train.layout import LAYER_SIM
+from nca_interp.paper import judge, rules
+from nca_interp.paper.claims.claim import Claim, count_verdict, runs_of, spread_text
+from nca_interp.paper.layout import LAYER_SIM
 
 __all__ = ["closed_shares", "nca_identical", "opd_gap"]
 

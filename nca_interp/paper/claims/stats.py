@@ -1,6 +1,6 @@
 """The statistics the claims share: estimates from a report's intervals, pooling over seeds with
 (seed, unit) and unit cluster bootstraps, paired harm gaps, the exact label permutation. The
-tests that turn them into verdict words are train.judge's and train.rules'.
+tests that turn them into verdict words are nca_interp.paper.judge's and nca_interp.paper.rules'.
 """
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from contextlib import contextmanager
 import numpy as np
 
 from nca_interp.errors import UsageError
-from train import dose, judge
+from nca_interp.paper import dose, judge
 
 __all__ = ["average", "boot_mean", "bootstrap_seed", "cluster_sums", "estimate_of",
            "gain_estimate", "interval", "label_permutation_p", "paired_harm_gap", "pool_units",
            "pooled_estimate", "pooled_gain", "pooled_harm_rate", "resample"]
 
-# The claims' cluster bootstrap: resamples and seed. Enough resamples that no published
-# verdict changes with the seed (python -m train.claims --stability 5 checks every setting:
-# at 2000, two verdicts whose interval ends sit on a discrete jump changed).
+# The claims' cluster bootstrap: resamples and seed. Enough resamples that no published verdict
+# changes with the seed (python -m nca_interp.paper.claims --stability 5 checks every setting: at
+# 2000, two verdicts whose interval ends sit on a discrete jump changed).
 BOOTSTRAP = {"n": 10000, "seed": 0}
 
 

@@ -1,7 +1,8 @@
-"""Does OPD move the facts into the student? The right value's teacher-forced log-probability
+r"""Does OPD move the facts into the student? The right value's teacher-forced log-probability
 without c, per checkpoint, against a wrong value of the same kind (the null).
 
-    python -m train.knowledge runs/knowledge_opd_lr3e-4 --out figures/facts_knowledge/logprob
+    python -m nca_interp.paper.knowledge runs/knowledge_opd_lr3e-4 \
+        --out figures/facts_knowledge/logprob
 
 Per held-out question of a `facts` run and per checkpoint (step 0: the run's initial
 checkpoint), the student view (no c) is teacher-forced on "The answer is <value>." and the
@@ -151,12 +152,13 @@ def main(argv: list[str] | None = None) -> None:
         data = read_json(Path(cfg.render + ".json"))
         text = markdown(data["summary"], data["run"])
         write_text(Path(cfg.render + ".md"),
-            f"<!-- python -m train.knowledge {data['run']} --out {cfg.render} -->\n{text}\n")
+            f"<!-- python -m nca_interp.paper.knowledge {data['run']} --out {cfg.render} "
+            f"-->\n{text}\n")
         print(text)
         return
     if len(cfg.run) != 1:
         raise UsageError("name one distillation run of the facts task: python -m "
-                         "train.knowledge runs/<run>")
+                         "nca_interp.paper.knowledge runs/<run>")
     run = cfg.run[0]
     if cfg.out:
         check_writable(cfg.out + ".json")  # before minutes of forwards whose result is lost
@@ -182,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
         write_text(Path(cfg.out + ".json"), json.dumps(
             {"run": run, "summary": summary, "rows": rows}, indent=1))
         write_text(Path(cfg.out + ".md"),
-            f"<!-- python -m train.knowledge {run} --out {cfg.out} -->\n{text}\n")
+            f"<!-- python -m nca_interp.paper.knowledge {run} --out {cfg.out} -->\n{text}\n")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The size-matched OPD control of a setting: does NCA's update differ from OPD's in
 direction, or only because it is larger?
 
-    python -m train.size_control --setting sysprompt_kb0 --seeds 0,1,2,3
+    python -m nca_interp.paper.size_control --setting sysprompt_kb0 --seeds 0,1,2,3
 
 A cosine is blind to scale, but a trajectory that runs further curves further: an OPD update
 as large as NCA's might point elsewhere than a shorter OPD update of the same seed. So:
@@ -16,7 +16,7 @@ as large as NCA's might point elsewhere than a shorter OPD update of the same se
 4. param_delta over OPD, the last round's sized OPD and NCA of every seed writes
    FIGURES/<setting>_size/param_delta.json (the manifest records each stage's command and
    each round's lr multiplier and sizes),
-which `train.claims.size_matched` judges: NCA's update differs in direction when it stays
+which `nca_interp.paper.claims.size_matched` judges: NCA's update differs in direction when it stays
 apart from the size-matched OPD's as much as from OPD's, beyond the seed-to-seed cosines.
 """
 
@@ -36,9 +36,9 @@ from nca_interp.cli import entry, parse_config
 from nca_interp.errors import RunError
 from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import roster
-from train.layout import PARAM_DELTA
-from train.reproduce import Manifest, record_training_time, run_parallel, stage
-from train.rules import SIZE_MATCH
+from nca_interp.paper.layout import PARAM_DELTA
+from nca_interp.paper.reproduce import Manifest, record_training_time, run_parallel, stage
+from nca_interp.paper.rules import SIZE_MATCH
 
 __all__ = ["SizeControlConfig", "main"]
 
@@ -80,7 +80,7 @@ def distill_command(manifest: dict, run: Path) -> list[str]:
                 "python -m train.distill"):
             return shlex.split(entry_["command"])[3:]
     raise RunError(f"{run} has no train.distill command in the setting's manifest; train it "
-                   "with python -m train.reproduce first")
+                   "with python -m nca_interp.paper.reproduce first")
 
 
 def flag(argv: list[str], name: str) -> str:

@@ -1,6 +1,6 @@
-"""The verdict rule book: every verdict `train.claims` prints is decided by these functions,
-and docs/method.md states them from `RULES` (`python -m train.claims --write` regenerates the
-block), so the words and the code cannot drift apart.
+"""The verdict rule book: every verdict `nca_interp.paper.claims` prints is decided by these
+functions, and docs/method.md states them from `RULES` (`python -m nca_interp.paper.claims --write`
+regenerates the block), so the words and the code cannot drift apart.
 
 A unit is what a rule counts: a seed, a checkpoint, a patched case. A unit is *clear* when its
 95% interval lies on the claimed side of its null, *against* when it lies on the other side,
@@ -18,11 +18,11 @@ __all__ = ["ALPHA", "BREAK_MARGIN", "DEPTH_THIRDS", "HEADS_MIN_CASES", "KEEP_MAR
 VERDICTS = ("reproduced", "partly", "inconclusive", "not reproduced", "not measurable",
             "not run")
 
-# The smallest change of accuracy the "breaks" and "keeps" claims are about: two points. The
-# paper counts accuracy changes from 0.6 points up as effects (NCA's gains without c: 0.6-3.6
-# points in 7 of 12 settings), so a margin must sit inside that range, not above it; two points
-# is the middle of it. A change below the margin is "no change" for these claims, so that an
-# absence can be shown (`train.judge`) instead of assumed from an interval that reaches 0.
+# The smallest change of accuracy the "breaks" and "keeps" claims are about: two points. The paper
+# counts accuracy changes from 0.6 points up as effects (NCA's gains without c: 0.6-3.6 points in 7
+# of 12 settings), so a margin must sit inside that range, not above it; two points is the middle of
+# it. A change below the margin is "no change" for these claims, so that an absence can be shown
+# (`nca_interp.paper.judge`) instead of assumed from an interval that reaches 0.
 BREAK_MARGIN = 0.02
 KEEP_MARGIN = 0.02
 # reads_c (accuracy with c minus with a wrong c of c's form) is an accuracy difference too: the
@@ -80,13 +80,12 @@ RULES = (
      "a claim judged by counting units (seeds, checkpoints, cases) is **reproduced** when the "
      "effect's 95% interval is clear of its null in every unit, or a pooled interval is clear "
      "of it *and* a majority of the units are clear on their own; anything less is at most "
-     "**partly**. A claim judged by a test of `train/judge.py` (effect, equivalence, band) is "
-     "decided by its pooled interval first, as its own rule below says."),
+     "**partly**. A claim judged by a test of `nca_interp/paper/judge.py` (effect, equivalence, "
+     "band) is decided by its pooled interval first, as its own rule below says."),
     ("partly",
      "for a claim judged by counting units, **partly** needs the effect on the claimed side of "
      "its null on average and at least one unit clear; a mean on the wrong side of the null is "
-     "**not reproduced**, whatever single "
-     "units show."),
+     "**not reproduced**, whatever single units show."),
     ("coverage",
      "a verdict that judges fewer than half of its units is **not measurable**, so a verdict is "
      "never stronger because fewer units could be judged."),
@@ -98,7 +97,7 @@ RULES = (
      "the claimed side and a majority of seeds are clear on their own (a minority: **partly**); "
      "**not reproduced** when the interval excludes every change as large as the claim's "
      f"margin ({BREAK_MARGIN:g} of accuracy); **inconclusive** when it reaches both, with the "
-     "number of seeds that would decide (`train/judge.py`)."),
+     "number of seeds that would decide (`nca_interp/paper/judge.py`)."),
     ("equivalence",
      "a claim that something is *kept* (NCA's accuracy with c against step 0's, on the same "
      "items) is an equivalence claim, tested TOST-style: **reproduced** when the 90% interval "
@@ -153,15 +152,15 @@ RULES = (
      "module norms cannot reach cos 0.26 (their supports barely overlap) is not judged: its "
      "angle is set by where the gradients live."),
     ("detectable",
-     "beside every verdict a test of `train/judge.py` decides, the table prints the minimum "
-     "detectable effect of the deciding interval, (1.96 + 0.84) x its standard error: the "
+     "beside every verdict a test of `nca_interp/paper/judge.py` decides, the table prints the "
+     "minimum detectable effect of the deciding interval, (1.96 + 0.84) x its standard error: the "
      "smallest true effect (or distance from a band's bound, for angles) it shows four times "
      "in five. An absence below it is not shown by these data."),
     ("stable to the bootstrap",
      "a verdict must not depend on the bootstrap's seed: where it changes when a bootstrap "
      "interval's ends move out by the resampling's own error (the 1.5% and 98.5% percentiles "
      "in place of 2.5% and 97.5%), the wider reading decides and the reason says the verdict "
-     "sits on the edge (`python -m train.claims --stability 5` checks every setting)."),
+     "sits on the edge (`python -m nca_interp.paper.claims --stability 5` checks every setting)."),
     ("updates differ",
      "NCA's updates differ from OPD's when, over every pair of runs, each cross-method cosine "
      "of the updates lies below each seed-to-seed (same-method) cosine and the exact "

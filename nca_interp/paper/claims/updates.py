@@ -11,12 +11,12 @@ import numpy as np
 from nca_interp import analysis
 from nca_interp.fsio import read_json
 from nca_interp.identity import RunId, by_name
-from train import rules
-from train.claims.claim import Claim, count_verdict, runs_of, spread_text
-from train.claims.stats import (
+from nca_interp.paper import rules
+from nca_interp.paper.claims.claim import Claim, count_verdict, runs_of, spread_text
+from nca_interp.paper.claims.stats import (
     label_permutation_p,
 )
-from train.layout import PARAM_DELTA
+from nca_interp.paper.layout import PARAM_DELTA
 
 __all__ = ["shallow_qk", "size_matched", "updates_differ"]
 
@@ -116,7 +116,7 @@ def updates_differ(figs: Path) -> Claim:
                       "may come from the larger step; "
                       + ("the size-matched OPD row decides" if sized else
                          "needs an OPD run matched to NCA's size: python -m "
-                         f"train.size_control --setting {figs.name}"))
+                         f"nca_interp.paper.size_control --setting {figs.name}"))
     elif ratio is not None:
         sizes += f" (sizes matched: NCA / OPD {ratio:.2f})"
     return Claim("NCA's updates differ from OPD's", f"cos(dOPD, dNCA) {spread_text(cross)}",
@@ -154,12 +154,12 @@ def _update_sizes(figs: Path) -> str:
 
 
 def size_matched(figs: Path) -> Claim:
-    """NCA's update differs from OPD's in direction, not only in size (`train.size_control`:
-    OPD retrained with its lr scaled to NCA's total movement). Over every pair of runs:
-    reproduced when each cos(d sized OPD, d NCA) is below each seed-to-seed cosine of the two
-    groups and the exact label-permutation p <= 0.05, with the sizes matched within
-    rules.SIZE_MATCH; partly when the cross-group mean is below the within-group mean; the same
-    seed's cos(d OPD, d sized OPD) says how far size alone turns an OPD update."""
+    """NCA's update differs from OPD's in direction, not only in size
+    (`nca_interp.paper.size_control`: OPD retrained with its lr scaled to NCA's total movement).
+    Over every pair of runs: reproduced when each cos(d sized OPD, d NCA) is below each seed-to-seed
+    cosine of the two groups and the exact label-permutation p <= 0.05, with the sizes matched
+    within rules.SIZE_MATCH; partly when the cross-group mean is below the within-group mean; the
+    same seed's cos(d OPD, d sized OPD) says how far size alone turns an OPD update."""
     rep = analysis.load(figs / PARAM_DELTA)
     # results are keyed by path, all_pairs by run name
     who = by_name(rep)

@@ -1,5 +1,5 @@
-"""Every figure of a pipeline folder, drawn from its JSON (python -m train.report --task <setting>
---html, and the pipeline's last stage)."""
+"""Every figure of a pipeline folder, drawn from its JSON (`python -m nca_interp.paper.report
+--task <setting> --html`, and the pipeline's last stage)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 from nca_interp import analysis
 from nca_interp.fsio import read_json
-from train import dose
-from train.layout import CONTEXT_RETURN, HARM_DRIFT, analysis_files
+from nca_interp.paper import dose
+from nca_interp.paper.layout import CONTEXT_RETURN, HARM_DRIFT, analysis_files
 
 __all__ = ["render_figures"]
 

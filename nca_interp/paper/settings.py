@@ -1,10 +1,10 @@
-"""The presets and published settings, read from one data file (`train/settings.toml`).
+"""The presets and published settings, read from one data file (`nca_interp/paper/settings.toml`).
 
-A *preset* is how a task's teacher is made and the distillation defaults it uses
-(`python -m train.reproduce --task <preset>`). A *setting* is one published pipeline run: a
-preset, the flags it ran with and its seeds; `figures/<setting>/` holds its outputs. A setting
-may be a *variant* of another (an estimator, an NCA weight, a knowledge base) and may carry a
-*size control* (`figures/<setting>_size/`, made by `train.size_control`). Everything that
+A *preset* is how a task's teacher is made and the distillation defaults it uses (`python -m
+nca_interp.paper.reproduce --task <preset>`). A *setting* is one published pipeline run: a preset,
+the flags it ran with and its seeds; `figures/<setting>/` holds its outputs. A setting may be a
+*variant* of another (an estimator, an NCA weight, a knowledge base) and may carry a
+*size control* (`figures/<setting>_size/`, made by `nca_interp.paper.size_control`). Everything that
 lists settings (the pipeline, claims, summary, sweep, referee, docs) reads them from here.
 
 The file is validated when loaded: an unknown key, a value of the wrong type, a setting naming
@@ -30,7 +30,7 @@ VARIANTS = ("estimator", "beta", "kb", "replicate")  # replicate: the recipe ret
 @dataclass(frozen=True)
 class Preset:
     """How a task's teacher is made and its distillation defaults; a command-line flag of
-    `train.reproduce` overrides a default."""
+    `nca_interp.paper.reproduce` overrides a default."""
 
     sft_args: tuple[str, ...] = ()  # train.sft flags of the teacher (task, room, model size)
     task: str = "sokoban"  # the task evaluated (what --task means to the analyses)
@@ -53,8 +53,8 @@ class Preset:
     patching: str | None = None  # None: run it; otherwise why it is not run for this preset
     patching_kw: tuple[tuple[str, object], ...] = ()  # PatchingConfig fields for this preset
     patching_base: bool = True  # also patch the teacher (the step-0 null of the students)
-    # the trajectory over every checkpoint of every seed with the control context, and harm
-    # against drift from it (train.dose); otherwise every other checkpoint of the first seed
+    # the trajectory over every checkpoint of every seed with the control context, and harm against
+    # drift from it (nca_interp.paper.dose); otherwise every other checkpoint of the first seed
     dose: bool = False
     note: str = ""
 
@@ -74,7 +74,7 @@ class Setting:
     size_control: bool = False  # figures/<name>_size holds OPD retrained at NCA's update size
 
     def command(self, name: str) -> str:
-        parts = ["python -m train.reproduce --task", self.preset]
+        parts = ["python -m nca_interp.paper.reproduce --task", self.preset]
         if name != self.preset:
             parts += ["--name", name]
         parts += [*self.flags, "--seeds", ",".join(map(str, self.seeds))]

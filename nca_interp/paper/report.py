@@ -1,7 +1,7 @@
 """Markdown tables of a pipeline's results, printed from its JSON outputs (numbers are never
 typed by hand), and written to figures/<task>/README.md with --write.
 
-    python -m train.report --task sokoban --write
+    python -m nca_interp.paper.report --task sokoban --write
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from nca_interp.errors import UsageError
 from nca_interp.evaluate import label, metric_of
 from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import RunId, roster
-from train.layout import (
+from nca_interp.paper.layout import (
     CONTEXT_CONTROL,
     CONTEXT_RETURN,
     GRAD_ALIGN_OPD,
@@ -340,7 +340,7 @@ def context_control(figs: Path) -> str:
 
 
 def harm_drift(figs: Path) -> str:
-    from train.dose import markdown
+    from nca_interp.paper.dose import markdown
 
     return markdown(read_json((figs / HARM_DRIFT)))
 
@@ -371,16 +371,16 @@ def stage_times(figs: Path) -> str:
 
 
 def verdicts(figs: Path) -> str:
-    """The setting's claims table (`train.claims`), so its page shows every verdict beside the
-    numbers it is read from."""
-    from train import claims
+    """The setting's claims table (`nca_interp.paper.claims`), so its page shows every verdict
+    beside the numbers it is read from."""
+    from nca_interp.paper import claims
 
     return claims.table(figs)
 
 
 def power_section(figs: Path) -> str:
     """Each accuracy claim on the published items and on `more_items/` ('' without it)."""
-    from train.claims import power
+    from nca_interp.paper.claims import power
 
     return power.table(figs)
 
@@ -402,10 +402,11 @@ def render(figs: Path) -> str:
     """The whole generated report of one pipeline folder, as markdown."""
     manifest = read_json((figs / "manifest.json"))
     task = figs.name
-    lines = [f"<!-- python -m train.report --task {task} -->",
+    lines = [f"<!-- python -m nca_interp.paper.report --task {task} -->",
              f"# {task}: generated tables\n",
              "Every number below is read from the JSON files in this folder by "
-             f"`python -m train.report --task {task}`; `manifest.json` names the command, commit "
+             f"`python -m nca_interp.paper.report --task {task}`; `manifest.json` names the "
+             f"command, commit "
              "and seconds of each file.\n"]
     if "pipeline_seconds" in manifest:
         lines.append(f"Pipeline wall time: {manifest['pipeline_seconds'] / 60:.1f} min "
@@ -417,8 +418,10 @@ def render(figs: Path) -> str:
     lines.append(f"## Teacher, {n} held-out {unit}, greedy\n\n{teacher(figs)}\n")
     if not (figs / "context_return_summary.json").exists():
         return "\n".join(lines)
-    sections = [(f"Verdicts (`python -m train.claims {task}`: each claim's null and seeds are in "
-                 "train/claims/, the verdict words follow the rule book in train/rules.py)",
+    sections = [(f"Verdicts (`python -m nca_interp.paper.claims {task}`: each claim's null and "
+                 f"seeds are in "
+                 "nca_interp/paper/claims/, the verdict words follow the rule book in "
+                 "nca_interp/paper/rules.py)",
                  verdicts),
                 ("Power: the same students on more held-out items (`more_items/`)",
                  power_section),
@@ -442,7 +445,8 @@ def render(figs: Path) -> str:
         sections.append(("Context return over training (trajectory; step 0 = the initial "
                          "checkpoint, the null)", trajectory_table))
     if (figs / HARM_DRIFT).exists():
-        sections.append(("Harm against drift (`python -m train.dose`: the methods compared at "
+        sections.append(("Harm against drift (`python -m nca_interp.paper.dose`: the methods "
+                         "compared at "
                          "the same distance from step 0, not only at the same step)", harm_drift))
     if (figs / "scorer_agreement.json").exists():
         sections.append(("The rule's scorer: language identifier against the word list "
@@ -483,13 +487,13 @@ def main(argv: list[str] | None = None) -> None:
     figs = Path(args.figures) / args.task
     if not (figs / "manifest.json").exists():
         raise SystemExit(f"error: {figs} holds no pipeline output (no manifest.json); run "
-                         f"`python -m train.reproduce --task {args.task}` first")
+                         f"`python -m nca_interp.paper.reproduce --task {args.task}` first")
     text = render(figs)
     print(text)
     if args.write:
         write_text((figs / "README.md"), text + "\n")
     if args.html:
-        from train.figures import render_figures
+        from nca_interp.paper.figures import render_figures
 
         print("\n".join(render_figures(figs, png=args.png)))
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from nca_interp.errors import UsageError
 from nca_interp.identity import others, roster, students
-from train import rules
+from nca_interp.paper import rules
 
 __all__ = ["Claim", "base_of", "count_verdict", "not_run", "runs_of", "seeds_text", "spread_text"]
 
@@ -20,7 +20,7 @@ class Claim:
     """One claim judged on one setting: what was measured, against which null, and the
     verdict, a word of the rule book's closed set (`rules.VERDICTS`) with its reason apart.
     `coverage` is (units judged, units) where the rule counts units; `detectable` the
-    minimum detectable effect where a `train.judge` test decides; `also` holds verdicts
+    minimum detectable effect where a `nca_interp.paper.judge` test decides; `also` holds verdicts
     under other thresholds (e.g. the share of step 0's gap closed beside the paper's
     threshold),
     as (threshold, verdict word, reason). Tables, the referee page and the summary render
@@ -78,7 +78,7 @@ def spread_text(vals: list[float], pct: bool = False) -> str:
 
 
 def count_verdict(flags: list[bool], mean_on_side: bool = True, total: int | None = None) -> str:
-    """The rule book's verdict (train/rules.py, stated in docs/method.md)."""
+    """The rule book's verdict (nca_interp/paper/rules.py, stated in docs/method.md)."""
     return rules.verdict(flags, mean_on_side, total)
 
 

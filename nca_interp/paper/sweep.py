@@ -1,14 +1,13 @@
 """The Sokoban sweep: settings where OPD might degrade when the context returns, one pipeline
 row each, summarised from the rows' own JSON (numbers are never typed by hand).
 
-    python -m train.sweep              # print the table
-    python -m train.sweep --write      # also write figures/sokoban_sweep/README.md, the beta
-                                       # sweeps' pages and docs/results/estimators.md's table
+    python -m nca_interp.paper.sweep           # print the table
+    python -m nca_interp.paper.sweep --write   # also figures/sokoban_sweep/README.md, the beta
+                                               # sweeps' pages, docs/results/estimators.md's table
 
-Each row is a `train.reproduce` command (its figures/<name>/ holds the context-return table
-with 95% intervals per seed, the trajectory over training and a manifest with every stage's
-time). A row not yet run is listed as such, with the command that runs it.
-"""
+Each row is a `nca_interp.paper.reproduce` command (its figures/<name>/ holds the context-return
+table with 95% intervals per seed, the trajectory over training and a manifest with every stage's
+time). A row not yet run is listed as such, with the command that runs it. """
 
 from __future__ import annotations
 
@@ -21,20 +20,19 @@ from nca_interp import analysis
 from nca_interp.errors import UsageError
 from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import others, roster, students
-from train.blocks import Block
-from train.layout import CONTEXT_RETURN, TEACHER_GLOB, TRAJECTORY, teacher_file
-from train.settings import load
+from nca_interp.paper.blocks import Block
+from nca_interp.paper.layout import CONTEXT_RETURN, TEACHER_GLOB, TRAJECTORY, teacher_file
+from nca_interp.paper.settings import load
 
-__all__ = ["BETA_SWEEPS", "beta_points", "main", "table"]
+__all__ = ["beta_points", "beta_sweeps", "estimator_rows", "main", "table"]
 
-CATALOGUE = load()  # train/settings.toml
-SWEEP = CATALOGUE.sweep_rows
 
 
 def rows() -> list[tuple[str, str, str]]:
-    """(name, what changes, command) of each sweep row (train/settings.toml)."""
-    settings = CATALOGUE.settings
-    return [(name, settings[name].sweep, settings[name].command(name)) for name in SWEEP]
+    """(name, what changes, command) of each sweep row (nca_interp/paper/settings.toml)."""
+    settings = load().settings
+    return [(name, settings[name].sweep, settings[name].command(name))
+            for name in load().sweep_rows]
 
 
 def seed_cells(report: dict, method: str, key: str) -> list[float]:
@@ -125,9 +123,12 @@ def table(figures: Path = Path("figures")) -> str:
 
 
 # Estimator rows and the full-vocabulary row each compares with (same task, steps, lr, seeds):
-# the settings whose variant is "estimator" (train/settings.toml)
-ESTIMATOR_ROWS = {n: st.variant_of for n, st in CATALOGUE.settings.items()
-                  if st.variant == "estimator"}
+# the settings whose variant is "estimator" (nca_interp/paper/settings.toml)
+def estimator_rows() -> dict[str, str]:
+    """Each estimator variant and the full-KL setting it varies (settings.toml, when asked)."""
+    return {n: st.variant_of for n, st in load().settings.items() if st.variant == "estimator"}
+
+
 METRICS = ("win_no_c", "win_c", "harm", "help", "rel_len_both")
 
 
@@ -165,7 +166,7 @@ def story(report: dict, seeds: set[str]) -> dict:
     items (claims.paired_harm_gap), where both carry per-item results. The story holds when
     OPD is in regime A in every seed, every pair's gap stands above 0 (its interval's lower
     end where measured, else the point) and no NCA seed is in regime A."""
-    from train.claims.stats import paired_harm_gap
+    from nca_interp.paper.claims.stats import paired_harm_gap
 
     who = roster(report)
     by = {(who[n].method, str(who[n].seed)): r for n, r in students(report)
@@ -219,8 +220,8 @@ def estimator_table(figures: Path = Path("figures")) -> str:
             "rel_len_both | regimes |")
     lines, pending, stories = [head, "|" + "---|" * 10], [], []
     items: dict[str, list[str]] = {}  # "1000 items" -> the rows evaluated on that many
-    settings = CATALOGUE.settings
-    for row, full in ESTIMATOR_ROWS.items():
+    settings = load().settings
+    for row, full in estimator_rows().items():
         if not (figures / row / CONTEXT_RETURN).exists():
             flags = settings[row].flags
             pending.append(f"- {row} ({estimator_label(dict(zip(flags, flags[1:])))}, beside "
@@ -267,8 +268,10 @@ def estimator_table(figures: Path = Path("figures")) -> str:
 
 # The NCA weight swept on one setting: the settings holding its other betas (beta 0 is the
 # base setting's OPD, the NCA term absent; its NCA students carry their own --beta)
-BETA_SWEEPS = {base: v for base in CATALOGUE.settings
-               if (v := CATALOGUE.variants(base, "beta"))}
+def beta_sweeps() -> dict[str, tuple[str, ...]]:
+    """Each setting with beta variants, and its variants (settings.toml, when asked)."""
+    catalogue = load()
+    return {base: v for base in catalogue.settings if (v := catalogue.variants(base, "beta"))}
 
 
 def _trained_with(figs: Path) -> dict[str, dict[str, str]]:
@@ -287,7 +290,7 @@ def beta_points(base: str, figures: Path = Path("figures")) -> tuple[list[dict],
     regime}, on the seeds every beta ran (so each beta averages the same seeds), and the
     teacher (step 0, the null). beta is read from each run's recorded training command."""
     points = []
-    for name in (base, *BETA_SWEEPS[base]):
+    for name in (base, *beta_sweeps()[base]):
         figs = figures / name
         if not (figs / CONTEXT_RETURN).exists():
             continue
@@ -340,7 +343,7 @@ def beta_table(base: str, figures: Path = Path("figures")) -> str:
         lines.append(f"| {beta:g} | {who} | {', '.join(str(p['seed']) for p in row)} | "
                      + " | ".join(cells) + f" | {''.join(p['regime'] for p in row)} |")
     return "\n".join(lines) + (
-        f"\n\n`{base}` and its beta settings ({', '.join(BETA_SWEEPS[base])}), the seeds every "
+        f"\n\n`{base}` and its beta settings ({', '.join(beta_sweeps()[base])}), the seeds every "
         "beta ran; beta 0 is OPD (no NCA term). Cells: mean (min to max) over seeds of each "
         "student's held-out rates; harm = P(wrong with c | right without c), beside it its "
         "independence baseline 1 - win c (the harm of a student whose answers with and without "
@@ -439,12 +442,13 @@ def main(argv: list[str] | None = None) -> None:
         out = Path(args.figures) / "sokoban_sweep" / "README.md"
         out.parent.mkdir(parents=True, exist_ok=True)
         cmds = "\n".join(f"    {cmd}" for _, _, cmd in rows())
-        write_text(out, f"# Sokoban sweep\n\nGenerated by `python -m train.sweep --write` from "
+        write_text(out, f"# Sokoban sweep\n\nGenerated by `python -m nca_interp.paper.sweep "
+                        f"--write` from "
                        f"each row's figures/<row>/ JSON.\n\nRows:\n\n{cmds}\n\n{text}\n")
         est = estimator_table(Path(args.figures))
         if est:
             ESTIMATORS.write(Path(args.page), est)
-        for base in BETA_SWEEPS:
+        for base in beta_sweeps():
             text_b = beta_table(base, Path(args.figures))
             if not text_b:
                 continue
@@ -457,12 +461,12 @@ def main(argv: list[str] | None = None) -> None:
             image = "![harm against help and right without c](harm_vs_help.png)" \
                 if (out / "harm_vs_help.png").exists() else ""
             write_text((out / "README.md"),
-                f"# {base}: the NCA weight beta\n\nGenerated by `python -m train.sweep "
+                f"# {base}: the NCA weight beta\n\nGenerated by `python -m nca_interp.paper.sweep "
                 f"--write --png` from the runs' JSON ([interactive](harm_vs_help.html))."
                 f"\n\n{image}\n\n{text_b}\n")
 
 
-ESTIMATORS = Block.named("estimators", "python -m train.sweep --write")
+ESTIMATORS = Block.named("estimators", "python -m nca_interp.paper.sweep --write")
 ESTIMATORS_PAGE = Path("docs/results/estimators.md")
 
 

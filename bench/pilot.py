@@ -1,0 +1,116 @@
+r"""What a long run will cost, measured before it starts: a few SFT steps of the teacher, then a
+few OPD and NCA steps from it, each command in its own process at the thread count the long
+runs will use; the median step times give the budget of the full plan.
+
+    python -m bench.pilot --init ~/.cache/nca_interp/models/smollm2-135m-instruct \
+        --task sokoban --contexts state,plan --context plan --batch 16 --threads 1 \
+        --plan teacher=300,students=150,seeds=3 --write
+
+Prints per stage: median s/step over the steps after the first, tokens per step, peak RSS, and
+the held-out wins the pilot teacher reached (with and without c: the first signal of whether
+the task is learnable); then the plan's hours: the teacher alone, then the students two jobs at
+a time (`--jobs 2`, one thread each, as the pipeline runs them). Step times are medians, and
+the range over steps is printed beside them: a budget is as good as that range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def steps_of(run: Path) -> list[dict]:
+    return [r for r in (json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines())
+            if "step_s" in r]
+
+
+def stage(name: str, cmd: list[str]) -> dict:
+    from bench.analysis_scale import measured
+
+    out = Path(cmd[cmd.index("--out") + 1])
+    m = measured([sys.executable, "-m", *cmd])
+    log = steps_of(out)
+    times = [r["step_s"] for r in log[1:]] or [r["step_s"] for r in log]
+    last = log[-1]
+    return {"stage": name, "command": "python -m " + " ".join(cmd), "steps": len(log),
+            "step_s": statistics.median(times), "step_s_range": [min(times), max(times)],
+            "wall_s": m["wall_s"], "peak_rss_gb": m["peak_rss_gb"],
+            **{k: v for k, v in last.items() if k.startswith(("win_", "eval_win"))}}
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--init", required=True, help="the model the teacher starts from")
+    ap.add_argument("--task", default="sokoban")
+    ap.add_argument("--task-options", default=None)
+    ap.add_argument("--contexts", default="state,plan", help="the teacher's context kinds")
+    ap.add_argument("--context", default="plan", help="the context distillation uses")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--sft-lr", default="5e-5")
+    ap.add_argument("--distill-lr", default="1e-5")
+    ap.add_argument("--sft-steps", type=int, default=20)
+    ap.add_argument("--distill-steps", type=int, default=5)
+    ap.add_argument("--eval-levels", type=int, default=50)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--plan", default="teacher=300,students=150,seeds=3",
+                    help="the long runs to budget: teacher steps, student steps, seeds")
+    ap.add_argument("--keep", default=None, help="keep the pilot runs in this folder")
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args(argv)
+    plan = {k: int(v) for k, v in (p.split("=") for p in args.plan.split(","))}
+    work = Path(args.keep or tempfile.mkdtemp(prefix="pilot_"))
+    work.mkdir(parents=True, exist_ok=True)
+    task = ["--task", args.task, *(["--task-options", args.task_options]
+                                   if args.task_options else [])]
+    th = ["--threads", str(args.threads)]
+    rows = [stage("teacher SFT", [
+        "train.sft", "--out", str(work / "teacher"), *task, "--init", args.init,
+        "--contexts", args.contexts, "--steps", str(args.sft_steps), "--batch", str(args.batch),
+        "--lr", args.sft_lr, "--warmup", "2", "--eval-every", str(args.sft_steps),
+        "--eval-levels", str(args.eval_levels), "--save-every", str(args.sft_steps), *th])]
+    for method in ("opd", "nca"):
+        rows.append(stage(f"{method.upper()} student", [
+            "train.distill", "--method", method, "--student", str(work / "teacher"),
+            "--out", str(work / method), "--context", args.context, "--steps",
+            str(args.distill_steps), "--batch", str(args.batch), "--lr", args.distill_lr,
+            "--save-every", str(args.distill_steps), "--eval-levels", str(args.eval_levels),
+            "--seed", "0", *th]))
+    by = {r["stage"]: r for r in rows}
+    teacher_h = plan["teacher"] * by["teacher SFT"]["step_s"] / 3600
+    students_h = plan["seeds"] * plan["students"] * (by["OPD student"]["step_s"] +
+                                                     by["NCA student"]["step_s"]) / 2 / 3600
+    lines = [f"# python -m bench.pilot {' '.join(argv if argv is not None else sys.argv[1:])}",
+             f"{'stage':<14} {'steps':>5} {'s/step':>8} {'range':>15} {'peak RSS GB':>12} "
+             f"{'wins (no c / c)':>17}"]
+    for r in rows:
+        lo, hi = r["step_s_range"]
+        wins = [r.get(k) for k in ("win_no_c", "eval_win_no_c")]
+        no_c = next((w for w in wins if w is not None), None)
+        c = r.get("win_" + args.context, r.get("eval_win_c"))
+        shown = f"{no_c:.2f} / {c:.2f}" if no_c is not None and c is not None else "-"
+        lines.append(f"{r['stage']:<14} {r['steps']:>5} {r['step_s']:>8.2f} "
+                     f"{f'{lo:.2f} to {hi:.2f}':>15} {r['peak_rss_gb']:>12.2f} {shown:>17}")
+    lines += [f"plan {args.plan}, batch {args.batch}, {args.threads} thread(s) per job: teacher "
+              f"{teacher_h:.1f} h, then {2 * plan['seeds']} students two at a time "
+              f"{students_h:.1f} h; total {teacher_h + students_h:.1f} h (training only: "
+              "evaluations and analyses come on top)",
+              f"wins: held-out, {args.eval_levels} levels, after the pilot's steps (the pilot "
+              "teacher, and students distilled from it), not the plan's"]
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    if args.write:
+        stem = Path("bench/results") / f"pilot_{args.task}_{Path(args.init).name}"
+        stem.with_suffix(".txt").write_text(text)
+        stem.with_suffix(".json").write_text(json.dumps({"plan": plan, "rows": rows}, indent=1))
+    return {"rows": rows, "teacher_h": teacher_h, "students_h": students_h}
+
+
+if __name__ == "__main__":
+    main()

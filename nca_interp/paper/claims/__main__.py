@@ -1,0 +1,5 @@
+from nca_interp.paper.claims import main
+
+__all__ = []
+
+main()

@@ -1,5 +1,0 @@
-from train.claims import main
-
-__all__ = []
-
-main()
