@@ -156,7 +156,7 @@ def markdown(edges: dict[str, set[str]]) -> str:
         lines.append(f"| {i + 1}. {name} | {what} | {', '.join(f'`{m}`' for m in mods)} | "
                      f"{', '.join(below) or '-'} |")
     lines += ["", "Data flow:", "", *(f"{i + 1}. {s}" for i, s in enumerate(FLOW))]
-    lines += ["", *task_table(), "", *claim_table()]
+    lines += ["", *analysis_table(), "", *task_table(), "", *claim_table()]
     return "\n".join(lines)
 
 
@@ -173,6 +173,32 @@ def claim_table() -> list[str]:
     for fn, name, (report, command) in CLAIMS:
         where = Path(inspect.getfile(fn)).relative_to(ROOT)
         rows.append(f"| {name} | `{where}::{fn.__name__}` | `{report}` | `{command}` |")
+    return rows
+
+
+def analysis_table() -> list[str]:
+    """The analyses (`nca_interp.analysis.ANALYSES`): each a module with a config dataclass and
+    `run / figures / show / execute`, its command, and the files it writes in a pipeline folder
+    (`nca_interp.paper.layout.ANALYSIS_FILES`)."""
+    import dataclasses
+    import inspect
+
+    from nca_interp.analysis import ANALYSES, module
+    from nca_interp.paper.layout import ANALYSIS_FILES
+
+    rows = ["Analyses (`nca_interp.analysis.ANALYSES`; each writes one report shape through "
+            "`analysis.write`):", "",
+            "| analysis | file | config | command | files in a pipeline folder |",
+            "|---|---|---|---|---|"]
+    for name in ANALYSES:
+        mod = module(name)
+        where = Path(inspect.getfile(mod)).relative_to(ROOT)
+        configs = [c for c in vars(mod).values() if dataclasses.is_dataclass(c)
+                   and isinstance(c, type) and c.__module__ == mod.__name__
+                   and c.__name__.endswith("Config")]
+        files = ", ".join(f"`{f}`" for f in ANALYSIS_FILES.get(name, ())) or "-"
+        rows.append(f"| {name} | `{where}` | `{configs[0].__name__ if configs else '-'}` | "
+                    f"`python -m nca_interp.{name}` | {files} |")
     return rows
 
 
