@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-__all__ = ["CONTEXT_CONTROL", "CONTEXT_RETURN", "GRAD_ALIGN_OPD", "HARM_DRIFT", "LAYER_SIM",
-           "LAYER_SIM_STAGES", "PARAM_DELTA", "PATCHING", "TEACHER_GLOB", "TRAJECTORY",
-           "analysis_files", "grad_files", "teacher_file"]
+__all__ = ["ANALYSIS_FILES", "CONTEXT_CONTROL", "CONTEXT_RETURN", "GRAD_ALIGN_OPD", "HARM_DRIFT",
+           "LAYER_SIM", "LAYER_SIM_STAGES", "PARAM_DELTA", "PATCHING", "TEACHER_GLOB",
+           "TRAJECTORY", "analysis_files", "grad_files", "teacher_file"]
 
 # the file names of a pipeline folder, decided here once (the pages and claims read these)
 CONTEXT_RETURN = "context_return.json"
