@@ -28,8 +28,9 @@ from pathlib import Path
 from nca_interp import identity
 from nca_interp.errors import UsageError
 
-__all__ = ["ANALYSES", "checkpoint_paths", "command_defaults", "config", "data_record", "decoded", "execute",
-           "figure_stem", "label_of", "load", "make_report", "module", "short_labels", "to_frame"]
+__all__ = ["ANALYSES", "checkpoint_paths", "command_defaults", "config", "data_record", "decoded",
+           "execute", "figure_stem", "label_of", "load", "make_report", "module", "short_labels",
+           "to_frame"]
 
 PATH_FIELDS = ("ckpt", "runs")  # the checkpoint field of a config (trajectory: run folders)
 ANALYSES = ("evaluate", "trajectory", "layer_sim", "grad_align", "param_delta", "patching")
