@@ -69,8 +69,9 @@ def settings() -> dict:
 
 
 def teacher_folder(preset: Preset, runs: Path, task: str) -> Path:
-    """Where the teacher lives: the fetched model's cache folder, or RUNS/<task>_base."""
-    if preset.fetched:
+    """Where the teacher lives: the fetched model's cache folder (used as it is), or
+    RUNS/<task>_base."""
+    if preset.fetched_as_is:
         from nca_interp.fetch import fetch
 
         return fetch(preset.fetched)
@@ -110,8 +111,7 @@ class ReproduceConfig:
         "help": lambda: "a preset: " + ", ".join(presets()) + " (settings.toml)"})
     name: str | None = field(default=None, metadata={
         "help": "setting name: students go to RUNS/NAME_<method>_s<seed>, figures to "
-                "FIGURES/NAME (default: the task); the teacher is always RUNS/TASK_base, so "
-                "settings of one task share it (e.g. --name sokoban_long --distill-steps 1000)"})
+                "FIGURES/NAME (default: the task); a task's settings share RUNS/TASK_base"})
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={
         "help": "distillation seeds (the teacher is shared)"})
     student_from: str | None = field(default=None, metadata={
@@ -476,12 +476,13 @@ def plan(cfg: ReproduceConfig, argv: list[str]) -> Pipeline:
     figs.mkdir(parents=True, exist_ok=True)
     # a fetched teacher has no run config naming its task: its evaluation and the students'
     # training are told; --task-options reach those and every analysis (after the preset's)
-    options = [*(preset.task_options if preset.fetched else ()), *(cfg.task_options or [])]
+    as_is = preset.fetched_as_is
+    options = [*(preset.task_options if as_is else ()), *(cfg.task_options or [])]
     return Pipeline(
         cfg, preset, argv, name, runs, figs, Manifest(figs / "manifest.json", cfg),
-        task_flags=[*(["--task", preset.task] if preset.fetched else []),
+        task_flags=[*(["--task", preset.task] if as_is else []),
                     *(["--task-options", ",".join(options)] if options else [])],
-        task_kw={**({"task": preset.task} if preset.fetched else {}),
+        task_kw={**({"task": preset.task} if as_is else {}),
                  **({"task_options": options} if options else {})},
         ckpt_kw={"task_options": cfg.task_options} if cfg.task_options else {},
         teacher_tag=teacher_tag)
@@ -510,10 +511,11 @@ def describe(changes: dict[str, tuple]) -> str:
 
 
 def make_teacher(p: Pipeline) -> None:
-    """Train the teacher (a fetched one is used as it is) and evaluate it in each context."""
+    """Train the teacher (a fetched one without `sft_args` is used as it is; with them it is
+    fine-tuned from the fetched weights) and evaluate it in each context."""
     cfg, preset = p.cfg, p.preset
     p.base = teacher_folder(preset, p.runs, cfg.task + p.teacher_tag)
-    if preset.fetched:
+    if preset.fetched_as_is:
         p.teacher_final = p.base  # the registry weights, as fetched
     else:
         base_args = ["--out", str(p.base), *preset.sft_args, "--steps", str(cfg.teacher_steps),
@@ -525,6 +527,10 @@ def make_teacher(p: Pipeline) -> None:
                                f"not trained; run python -m nca_interp.paper.reproduce --task "
                                f"{preset.teacher_init} first")
             base_args += ["--init", str(init)]
+        elif preset.fetched:
+            from nca_interp.fetch import fetch
+
+            base_args += ["--init", str(fetch(preset.fetched))]
         p.teacher_final = p.base / "checkpoints" / f"step_{cfg.teacher_steps:06d}"
         stage("teacher", p.manifest, [p.teacher_final], sft.execute,
               parse_config(sft.SFTConfig, base_args), positional=None)

@@ -34,7 +34,9 @@ class Preset:
 
     sft_args: tuple[str, ...] = ()  # train.sft flags of the teacher (task, room, model size)
     task: str = "sokoban"  # the task evaluated (what --task means to the analyses)
-    fetched: str | None = None  # a registry model (nca_interp.fetch) is the teacher: no SFT
+    # a registry model (nca_interp.fetch): the teacher as it is, or with `sft_args` the model
+    # the teacher is fine-tuned from
+    fetched: str | None = None
     teacher_init: str | None = None  # the teacher is fine-tuned from this preset's teacher
     teacher_steps: int = 1000
     teacher_contexts: tuple[str, ...] = ("state", "plan")  # the teacher is evaluated with
@@ -57,6 +59,11 @@ class Preset:
     # drift from it (nca_interp.paper.dose); otherwise every other checkpoint of the first seed
     dose: bool = False
     note: str = ""
+
+    @property
+    def fetched_as_is(self) -> bool:
+        """The registry weights are the teacher (no SFT; no run config names its task)."""
+        return self.fetched is not None and not self.sft_args
 
 
 @dataclass(frozen=True)
@@ -132,6 +139,13 @@ def parse(text: str) -> Catalogue:
     if unknown:
         raise UsageError(f"{FILE}: unknown table(s) {', '.join(sorted(unknown))}")
     presets = {n: _typed(Preset, e, f"preset {n}") for n, e in data["presets"].items()}
+    for n, p in presets.items():
+        if p.fetched and p.teacher_init:
+            raise UsageError(f"{FILE}: preset {n}: its teacher starts either from a fetched "
+                             "model or from another preset's teacher (teacher_init), not both")
+        if p.teacher_init is not None and p.teacher_init not in presets:
+            raise UsageError(f"{FILE}: preset {n}: teacher_init {p.teacher_init!r} is not a "
+                             "preset")
     settings = {n: _typed(Setting, e, f"setting {n}") for n, e in data["settings"].items()}
     for n, s in settings.items():
         if s.preset not in presets:

@@ -267,6 +267,34 @@ def test_remap_teacher_starts_from_the_plain_teacher(tmp_path):
     assert (run["d_model"], run["n_layers"]) == (32, 1)  # the init's architecture, recorded
 
 
+def test_a_fetched_model_with_sft_args_is_the_teacher_s_start(tmp_path):
+    """A preset naming a registry model and sft_args (sokoban_smollm2) fine-tunes its teacher
+    from the fetched weights into RUNS/<task>_base; without sft_args the weights are the
+    teacher as they are (the facts presets)."""
+    import dataclasses
+    import unittest.mock
+
+    from nca_interp.checkpoint import read_run_config
+    from train import sft
+
+    fetched = tmp_path / "registry_model"
+    sft.main(["--out", str(fetched), "--steps", "1", "--threads", "1", "--eval-levels", "4",
+              "--batch", "8", "--d-model", "32", "--n-layers", "1"])
+    preset = dataclasses.replace(reproduce.presets()["sokoban_smollm2"],
+                                 sft_args=("--task", "sokoban", "--batch", "8",
+                                           "--eval-levels", "4"))
+    assert not preset.fetched_as_is and reproduce.presets()["facts"].fetched_as_is
+    runs, figs = tmp_path / "runs", tmp_path / "figs"
+    every = {**reproduce.presets(), "sokoban_smollm2": preset}
+    with unittest.mock.patch.object(reproduce, "presets", lambda: every), \
+            unittest.mock.patch("nca_interp.fetch.fetch", lambda name: fetched):
+        reproduce.main(["--task", "sokoban_smollm2", "--teacher-only", "true",
+                        "--teacher-steps", "1", "--n-levels", "4", "--threads", "1",
+                        "--runs", str(runs), "--figures", str(figs)])
+    run = read_run_config(runs / "sokoban_smollm2_base")
+    assert run["init"] == str(fetched) and run["kind"] == "sft" and run["precision"] == "fp32"
+
+
 ANALYSIS_FILES = ("layer_sim", "grad_align", "param_delta", "patching")
 
 

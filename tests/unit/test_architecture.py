@@ -51,6 +51,9 @@ def test_settings_load_and_every_size_control_folder_is_declared():
 
 @pytest.mark.parametrize("text, says", [
     ('[presets.p]\nlr = "fast"\n[settings.s]\npreset = "p"\n', "lr = 'fast' should be a float"),
+    ('[presets.q]\n[presets.p]\nfetched = "m"\nteacher_init = "q"\n[settings.s]\npreset = "p"\n',
+     "not both"),
+    ('[presets.p]\nteacher_init = "q"\n[settings.s]\npreset = "p"\n', "'q' is not a preset"),
     ('[presets.p]\nlearning_rate = 0.1\n[settings.s]\npreset = "p"\n', "unknown key"),
     ('[presets.p]\nbatch = [8]\n[settings.s]\npreset = "p"\n', "batch = \\[8\\] should be a int"),
     ('[presets.p]\n[settings.s]\npreset = "p"\nseeds = 3\n', "seeds = 3 should be a tuple"),
