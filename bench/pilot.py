@@ -44,10 +44,38 @@ def stage(name: str, cmd: list[str]) -> dict:
             **{k: v for k, v in last.items() if k.startswith(("win_", "eval_win"))}}
 
 
+def render(info: dict, rows: list[dict]) -> tuple[str, dict]:
+    """The pilot's table and the plan's hours."""
+    plan, context = info["plan"], info["context"]
+    by = {r["stage"]: r for r in rows}
+    teacher_h = plan["teacher"] * by["teacher SFT"]["step_s"] / 3600
+    students_h = plan["seeds"] * plan["students"] * (by["OPD student"]["step_s"] +
+                                                     by["NCA student"]["step_s"]) / 2 / 3600
+    lines = [f"# python -m bench.pilot {' '.join(info['argv'])}",
+             f"{'stage':<14} {'steps':>5} {'s/step':>8} {'range':>15} {'peak RSS GB':>12} "
+             f"{'wins (no c / c)':>17}"]
+    for r in rows:
+        lo, hi = r["step_s_range"]
+        # train.sft logs win_none / win_<kind>, train.distill eval_win_no_c / eval_win_c
+        no_c = r.get("win_none", r.get("eval_win_no_c"))
+        c = r.get(f"win_{context}", r.get("eval_win_c"))
+        shown = f"{no_c:.2f} / {c:.2f}" if no_c is not None and c is not None else "-"
+        lines.append(f"{r['stage']:<14} {r['steps']:>5} {r['step_s']:>8.2f} "
+                     f"{f'{lo:.2f} to {hi:.2f}':>15} {r['peak_rss_gb']:>12.2f} {shown:>17}")
+    plan_text = ",".join(f"{k}={v}" for k, v in plan.items())
+    lines += [f"plan {plan_text}, batch {info['batch']}, {info['threads']} thread(s) per job: "
+              f"teacher {teacher_h:.1f} h, then {2 * plan['seeds']} students two at a time "
+              f"{students_h:.1f} h; total {teacher_h + students_h:.1f} h (training only: "
+              "evaluations and analyses come on top)",
+              f"wins: held-out, {info['eval_levels']} levels, with c = `{context}`, after the "
+              "pilot's steps (the pilot teacher, and students distilled from it), not the plan's"]
+    return "\n".join(lines) + "\n", {"teacher_h": teacher_h, "students_h": students_h}
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--init", required=True, help="the model the teacher starts from")
+    ap.add_argument("--init", help="the model the teacher starts from")
     ap.add_argument("--task", default="sokoban")
     ap.add_argument("--task-options", default=None)
     ap.add_argument("--contexts", default="state,plan", help="the teacher's context kinds")
@@ -63,7 +91,15 @@ def main(argv=None) -> dict:
                     help="the long runs to budget: teacher steps, student steps, seeds")
     ap.add_argument("--keep", default=None, help="keep the pilot runs in this folder")
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--report", default=None, help="re-print an earlier pilot's JSON")
     args = ap.parse_args(argv)
+    if args.report:
+        saved = json.loads(Path(args.report).read_text())
+        text, hours = render(saved, saved["rows"])
+        print(text, end="")
+        return {"rows": saved["rows"], **hours}
+    if not args.init:
+        ap.error("--init is required (the model the teacher starts from)")
     plan = {k: int(v) for k, v in (p.split("=") for p in args.plan.split(","))}
     work = Path(args.keep or tempfile.mkdtemp(prefix="pilot_"))
     work.mkdir(parents=True, exist_ok=True)
@@ -82,34 +118,16 @@ def main(argv=None) -> dict:
             str(args.distill_steps), "--batch", str(args.batch), "--lr", args.distill_lr,
             "--save-every", str(args.distill_steps), "--eval-levels", str(args.eval_levels),
             "--seed", "0", *th]))
-    by = {r["stage"]: r for r in rows}
-    teacher_h = plan["teacher"] * by["teacher SFT"]["step_s"] / 3600
-    students_h = plan["seeds"] * plan["students"] * (by["OPD student"]["step_s"] +
-                                                     by["NCA student"]["step_s"]) / 2 / 3600
-    lines = [f"# python -m bench.pilot {' '.join(argv if argv is not None else sys.argv[1:])}",
-             f"{'stage':<14} {'steps':>5} {'s/step':>8} {'range':>15} {'peak RSS GB':>12} "
-             f"{'wins (no c / c)':>17}"]
-    for r in rows:
-        lo, hi = r["step_s_range"]
-        wins = [r.get(k) for k in ("win_no_c", "eval_win_no_c")]
-        no_c = next((w for w in wins if w is not None), None)
-        c = r.get("win_" + args.context, r.get("eval_win_c"))
-        shown = f"{no_c:.2f} / {c:.2f}" if no_c is not None and c is not None else "-"
-        lines.append(f"{r['stage']:<14} {r['steps']:>5} {r['step_s']:>8.2f} "
-                     f"{f'{lo:.2f} to {hi:.2f}':>15} {r['peak_rss_gb']:>12.2f} {shown:>17}")
-    lines += [f"plan {args.plan}, batch {args.batch}, {args.threads} thread(s) per job: teacher "
-              f"{teacher_h:.1f} h, then {2 * plan['seeds']} students two at a time "
-              f"{students_h:.1f} h; total {teacher_h + students_h:.1f} h (training only: "
-              "evaluations and analyses come on top)",
-              f"wins: held-out, {args.eval_levels} levels, after the pilot's steps (the pilot "
-              "teacher, and students distilled from it), not the plan's"]
-    text = "\n".join(lines) + "\n"
+    info = {"argv": list(argv if argv is not None else sys.argv[1:]), "plan": plan,
+            "batch": args.batch, "threads": args.threads, "context": args.context,
+            "eval_levels": args.eval_levels}
+    text, hours = render(info, rows)
     print(text, end="")
     if args.write:
         stem = Path("bench/results") / f"pilot_{args.task}_{Path(args.init).name}"
         stem.with_suffix(".txt").write_text(text)
-        stem.with_suffix(".json").write_text(json.dumps({"plan": plan, "rows": rows}, indent=1))
-    return {"rows": rows, "teacher_h": teacher_h, "students_h": students_h}
+        stem.with_suffix(".json").write_text(json.dumps({**info, "rows": rows}, indent=1))
+    return {"rows": rows, **hours}
 
 
 if __name__ == "__main__":
