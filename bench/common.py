@@ -46,3 +46,18 @@ def matmul_peak_gflops(threads: int, sizes=(512, 1024, 2048)) -> float:
         s = timeit(lambda a=a, b=b: a @ b, repeat=5, warmup=1)
         best = max(best, 2 * n**3 / s / 1e9)
     return best
+
+
+def add_step_args(ap, batch: int, steps: int) -> None:
+    """What a step benchmark runs on: --ckpt (default: the embedded Sokoban base), --task,
+    --context, --task-options (KEY=VALUE,...), --batch, --steps (timed, after a warm-up),
+    --threads."""
+    from nca_interp.assets import embedded
+
+    ap.add_argument("--ckpt", default=str(embedded("sokoban_base")))
+    ap.add_argument("--task", default=None)
+    ap.add_argument("--context", default=None)
+    ap.add_argument("--task-options", default=None)
+    ap.add_argument("--batch", type=int, default=batch)
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--threads", type=int, default=2)

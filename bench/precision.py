@@ -261,19 +261,13 @@ def report(args, machine: dict, g: list[dict], rows: list[dict], agree: dict,
 def main(argv=None) -> dict:
     import torch
 
-    from nca_interp.assets import embedded
+    from bench.common import add_step_args
     from nca_interp.checkpoint import load_checkpoint
     from nca_interp.models import auto_bf16
 
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ckpt", default=str(embedded("sokoban_base")))
-    ap.add_argument("--task", default=None)
-    ap.add_argument("--context", default=None)
-    ap.add_argument("--task-options", default=None)
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
+    add_step_args(ap, batch=128, steps=3)
     ap.add_argument("--trajectory", type=int, default=50,
                     help="train.distill steps per precision (0: skip)")
     ap.add_argument("--distill-flags", default="--batch 128 --lr 1e-3",

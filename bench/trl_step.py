@@ -129,18 +129,12 @@ def one(loop: str, kl: str, ckpt: str, task: str | None, context: str | None, ba
 
 def main(argv=None) -> dict:
     from bench.analysis_scale import measured
-    from nca_interp.assets import embedded
+    from bench.common import add_step_args
 
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ckpt", default=str(embedded("sokoban_base")))
-    ap.add_argument("--task", default=None)
-    ap.add_argument("--context", default=None)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--threads", type=int, default=2)
+    add_step_args(ap, batch=32, steps=4)
     ap.add_argument("--kls", default=",".join(KLS))
-    ap.add_argument("--task-options", default=None)
     # a child: loop:kl[:precision[:method]]
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--write", action="store_true")
