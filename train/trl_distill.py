@@ -17,11 +17,13 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+import torch
+
 from nca_interp.checkpoint import load_checkpoint, save_checkpoint
 from nca_interp.cli import entry, parse_config, to_dict
 from nca_interp.errors import RunError, UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP
-from nca_interp.models import PRECISION_HELP
+from nca_interp.models import PRECISION_HELP, resolved_precision
 from nca_interp.runs import resolve_task_and_context
 from nca_interp.tasks import task_record
 from train.common import Dist, close_distributed, exit_worker
@@ -62,8 +64,6 @@ class TRLDistillConfig:
         "check": "choice:auto|fp32|bf16"})
 
 
-BF16 = {"auto": None, "fp32": False, "bf16": True}  # TRL's bf16 flag (None: by device)
-
 
 def main(argv: list[str] | None = None) -> str:
     try:
@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> str:
         raise RunError(f"{e}; install the extra: pip install 'nca_interp[trl]'") from e
 
     cfg = parse_config(TRLDistillConfig, argv, __doc__)
+    gpu = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cfg.precision = resolved_precision(gpu, cfg.precision)  # the run records what auto meant
     task, ctx = resolve_task_and_context([cfg.student], cfg.task, cfg.context, cfg.task_options)
     student, tok = load_checkpoint(cfg.student)
     teacher, _ = load_checkpoint(cfg.teacher or cfg.student)
@@ -88,12 +90,12 @@ def main(argv: list[str] | None = None) -> str:
     args = NCADistillationConfig(
         output_dir=cfg.out + ".trl", per_device_train_batch_size=cfg.batch // world,
         max_steps=cfg.steps, learning_rate=cfg.lr, lr_scheduler_type="constant", optim=cfg.optim,
-        max_grad_norm=cfg.clip, bf16=BF16[cfg.precision],
+        max_grad_norm=cfg.clip, bf16=cfg.precision == "bf16",
         max_completion_length=view.max_response_tokens(), temperature=cfg.temperature,
         generation_kwargs={"do_sample": False} if cfg.greedy else None,
         nca_beta=cfg.beta if cfg.method == "nca" else 0.0, kl=cfg.kl, kl_k=cfg.kl_k,
         kl_support=cfg.kl_support, kl_tail=cfg.kl_tail, kl_form=cfg.kl_form, seed=cfg.seed,
-        use_cpu=not __import__("torch").cuda.is_available(), report_to=[], save_strategy="no",
+        use_cpu=gpu.type == "cpu", report_to=[], save_strategy="no",
         logging_steps=1, shuffle_dataset=False, disable_dropout=True)
     trainer = NCADistillationTrainer(model=student, teacher_model=teacher, args=args,
                                      train_dataset=data, processing_class=tok)
