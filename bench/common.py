@@ -61,3 +61,19 @@ def add_step_args(ap, batch: int, steps: int) -> None:
     ap.add_argument("--batch", type=int, default=batch)
     ap.add_argument("--steps", type=int, default=steps)
     ap.add_argument("--threads", type=int, default=2)
+
+
+def self_distillation(ckpt: str, task: str | None, context: str | None, options, threads: int):
+    """A step benchmark's models: the student and a frozen copy as its teacher, both from
+    `ckpt`, with the task as the checkpoint must see it and the context kind. Returns
+    (student, teacher, tok, task, context)."""
+    from nca_interp.checkpoint import load_checkpoint
+    from nca_interp.runs import resolve_task_and_context
+
+    torch.set_num_threads(threads)
+    torch.set_flush_denormal(True)
+    found, ctx = resolve_task_and_context([ckpt], task, context, options)
+    student, tok = load_checkpoint(ckpt)
+    teacher, _ = load_checkpoint(ckpt)
+    teacher.requires_grad_(False)
+    return student, teacher, tok, found.for_tokenizer(tok), ctx

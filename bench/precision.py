@@ -80,20 +80,13 @@ def agreement(ckpt: str, task: str | None, context: str | None, options, batch: 
     beside a second fp32 batch's gradient (sampling noise) and fp32 recomputed (floor)."""
     import torch
 
-    from nca_interp.checkpoint import load_checkpoint
+    from bench.common import self_distillation
     from nca_interp.losses import combine, loss_terms
     from nca_interp.models import context_limit
     from nca_interp.rollout import onpolicy_batch
-    from nca_interp.runs import resolve_task_and_context
 
-    torch.set_num_threads(threads)
-    torch.set_flush_denormal(True)
-    found, ctx = resolve_task_and_context([ckpt], task, context, options)
-    student, tok = load_checkpoint(ckpt)
-    teacher, _ = load_checkpoint(ckpt)
-    teacher.requires_grad_(False)
-    view = found.for_tokenizer(tok)
-    levels = found.levels("train", 2 * batch, 0)
+    student, teacher, tok, view, ctx = self_distillation(ckpt, task, context, options, threads)
+    levels = view.levels("train", 2 * batch, 0)
     gen = torch.Generator().manual_seed(0)
     student.eval()
     batches = [onpolicy_batch(student, tok, view, levels[i * batch:(i + 1) * batch], ctx,

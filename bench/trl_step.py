@@ -37,20 +37,14 @@ def one(loop: str, kl: str, ckpt: str, task: str | None, context: str | None, ba
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from nca_interp.checkpoint import load_checkpoint
+    from bench.common import self_distillation
     from nca_interp.losses import Estimator, combine, loss_terms
     from nca_interp.models import context_limit
     from nca_interp.rollout import onpolicy_batch
-    from nca_interp.runs import resolve_task_and_context
 
-    torch.set_num_threads(threads)
-    found, ctx = resolve_task_and_context([ckpt], task, context, options)
-    student, tok = load_checkpoint(ckpt)
-    teacher, _ = load_checkpoint(ckpt)
-    teacher.requires_grad_(False)
-    view = found.for_tokenizer(tok)
+    student, teacher, tok, view, ctx = self_distillation(ckpt, task, context, options, threads)
     est = Estimator(kl, k=min(256, student.config.vocab_size - 1))
-    levels = found.levels("train", batch * (steps + 1), 0)
+    levels = view.levels("train", batch * (steps + 1), 0)
     times, tokens = [], []
     counter = FlopCounterMode(display=False)
     terms = ("opd", "nca") if method == "nca" else ("opd",)
