@@ -100,7 +100,12 @@ def main(argv=None) -> dict:
         return {"rows": saved["rows"], **hours}
     if not args.init:
         ap.error("--init is required (the model the teacher starts from)")
-    plan = {k: int(v) for k, v in (p.split("=") for p in args.plan.split(","))}
+    try:
+        plan = {k: int(v) for k, v in (p.split("=") for p in args.plan.split(","))}
+    except ValueError:
+        plan = {}
+    if set(plan) != {"teacher", "students", "seeds"}:
+        ap.error(f"--plan {args.plan!r}: give teacher=STEPS,students=STEPS,seeds=N")
     work = Path(args.keep or tempfile.mkdtemp(prefix="pilot_"))
     work.mkdir(parents=True, exist_ok=True)
     task = ["--task", args.task, *(["--task-options", args.task_options]

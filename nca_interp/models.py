@@ -89,8 +89,8 @@ def check_precision(precision: str) -> None:
 @functools.cache
 def native_bf16() -> bool:
     """Whether this CPU multiplies bf16 matrices natively (AVX512-BF16 or AMX). Without it
-    torch's bf16 GEMM is emulated: 7-9x slower than fp32 on an AVX2 Zen 3 (measured,
-    bench/results/precision_sokoban_base.txt), where with it bf16 ran 1.64x faster. The
+    torch's bf16 GEMM is emulated, several times slower than fp32 (an AVX2 Zen 3:
+    bench/results/precision_sokoban_base.txt), where with it bf16 runs faster. The
     environment variable NCA_INTERP_NATIVE_BF16=0|1 overrides the detection (the test suite
     sets 0, so that it checks fp32 numerics on every machine)."""
     forced = os.environ.get("NCA_INTERP_NATIVE_BF16")

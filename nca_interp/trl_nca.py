@@ -63,8 +63,8 @@ class NCADistillationConfig(DistillationConfig):
 
     def __post_init__(self):
         # TRL turns bf16 autocast on wherever fp16 is off, the CPU included, though a CPU
-        # without native bf16 runs it 7-9x slower than fp32 (bench/results/precision_*.txt);
-        # the package's rule is `--precision auto`
+        # without native bf16 runs it several times slower than fp32
+        # (bench/results/precision_*.txt); the package's rule is `--precision auto`
         if self.bf16 is None and not self.fp16:
             gpu = not self.use_cpu and torch.cuda.is_available()
             self.bf16 = auto_bf16(torch.device("cuda" if gpu else "cpu"))

@@ -97,7 +97,7 @@ def test_one_precision_flag_and_one_device_default():
 
 def test_auto_precision_follows_native_bf16(monkeypatch):
     """`--precision auto` is bf16 on a GPU and on a CPU with native bf16, fp32 where the CPU
-    emulates bf16 (7-9x slower than fp32 there); a run records what auto meant, and a run
+    emulates bf16 (several times slower than fp32 there); a run records what auto meant, and a run
     recorded with `auto` before that resumes in the precision auto meant then."""
     import torch
 
