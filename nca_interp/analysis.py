@@ -1,50 +1,170 @@
-"""The contract every analysis keeps, and the one writer of its files.
+"""The analysis registry, the contract every analysis keeps, and the one writer of its files.
 
-Each of the six analyses (`evaluate`, `trajectory`, `layer_sim`, `grad_align`, `param_delta`,
-`patching`) is a module with
+An analysis is a module (its command: `python -m <module>`) with
 
-- a config dataclass (`CONFIG`), which its command line parses into;
+- a config dataclass (`<Name>Config`), which its command line parses into;
 - `run(config) -> Report` (or `run(**fields)`, which builds the config): the computation, no
   file written;
 - `show(report)`: the tables it prints;
 - `figures(report) -> {suffix: figure}`: suffix "" is written to `OUT.html`, any other to
   `OUT_<suffix>.html`;
-- `execute(config)`: `analysis.execute` on the module: checks, run, show, `write`.
+- `execute(config)`: `analysis.execute` on the module: checks, run, show, `write`;
+
+(`Analysis`, a Protocol), and one registration, `register(AnalysisSpec(...))`: its name, module,
+what it measures, the files it writes in a pipeline folder (`AnalysisSpec.outputs`) and, when the
+paper pipeline runs it, the function that plans its stages there (`AnalysisSpec.pipeline`). The
+pipeline (`nca_interp.paper.reproduce`), the folder layout (`nca_interp.paper.layout`), `--keep`'s
+choices and the generated architecture page iterate the registry (`specs()`), so a new analysis is
+one module and one `register` call. The six built in are registered at the end of this file.
 
 A report is a dict whose first keys are always `REPORT_KEYS`: the config it ran with, the task, the
 context kind, the identity of every run it measured (`identity.RunId` fields plus the folder, by the
 same keys as `results`), and `results`, keyed by checkpoint (or run) label; an analysis adds its own
-keys after them (layer_sim's `layers`, param_delta's `comparison`). The pipeline
-(`nca_interp.paper.reproduce`) calls `execute` and redraws figures with `figure_stem`, so file names
-are decided here once. `load` reads a report file, bringing files written before this contract
-(`reports` or `per_checkpoint` for `results`) to the same shape (`migrate`). """
+keys after them (layer_sim's `layers`, param_delta's `comparison`). The pipeline calls `execute` and
+redraws figures with `figure_stem`, so file names are decided here once. `load` reads a report file,
+bringing files written before this contract (`reports` or `per_checkpoint` for `results`) to the
+same shape (`migrate`). """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 from nca_interp import identity
 from nca_interp.errors import UsageError
 
-__all__ = ["ANALYSES", "checkpoint_paths", "command_defaults", "config", "data_record", "decoded",
-           "execute", "figure_stem", "label_of", "load", "make_report", "module", "short_labels",
+__all__ = ["REGISTRY", "Analysis", "AnalysisSpec", "Job", "checkpoint_paths", "command_defaults",
+           "config", "data_record", "decoded", "execute", "figure_stem", "label_of", "load",
+           "make_report", "module", "names", "register", "short_labels", "spec", "specs",
            "to_frame"]
 
 PATH_FIELDS = ("ckpt", "runs")  # the checkpoint field of a config (trajectory: run folders)
-ANALYSES = ("evaluate", "trajectory", "layer_sim", "grad_align", "param_delta", "patching")
 REPORT_KEYS = ("config", "task", "context", "runs", "results")
 _LEGACY_RESULTS = ("reports", "per_checkpoint")
 
 
-def module(name: str):
-    """The analysis module called `name` (one of ANALYSES)."""
-    import importlib
+@runtime_checkable
+class Analysis(Protocol):
+    """What an analysis module provides (checked when its spec loads it)."""
 
-    if name not in ANALYSES:
-        raise UsageError(f"{name!r} is not an analysis; one of {', '.join(ANALYSES)}")
-    return importlib.import_module(f"nca_interp.{name}")
+    def run(self, cfg: Any = None, /, **fields) -> dict: ...
+
+    def show(self, report: dict) -> None: ...
+
+    def figures(self, report: dict) -> dict: ...
+
+    def execute(self, cfg: Any) -> dict: ...
+
+    def main(self, argv: list[str] | None = None) -> dict: ...
+
+
+@dataclass(frozen=True)
+class Job:
+    """One stage the paper pipeline runs for an analysis: `config()` (built when the stage runs,
+    so planning reads nothing from disk) is executed unless `out`.json is up to date with the
+    final checkpoints of `students` (keys such as "opd_s0"). `positional` is the config field the
+    recorded command gives as bare arguments."""
+
+    label: str
+    out: Path
+    config: Callable[[], Any]
+    students: tuple[str, ...]
+    positional: str = "ckpt"
+
+    @property
+    def json(self) -> Path:
+        return figure_stem(self.out, "").with_suffix(".json")
+
+
+@dataclass(frozen=True)
+class AnalysisSpec:
+    """One registered analysis.
+
+    Args:
+        name: the registry key (and `--keep`'s word for it).
+        module: the importable module keeping the `Analysis` contract; `python -m <module>` is
+            its command.
+        what: one line: what it measures.
+        files: the JSON files it writes in a pipeline folder, by role (a name, or a glob for a
+            family such as the teacher's per-context files); `outputs()` lists them.
+        pipeline: where the paper pipeline's `analyses` step plans its stages: a function, or
+            "module:function", taking the pipeline (`nca_interp.paper.reproduce.Pipeline`) and
+            returning `Job`s, or a string saying why it is skipped there; None: the pipeline runs
+            it in a step of its own (`step`) or not at all.
+        step: the pipeline step that runs it when `pipeline` is None (e.g. "context_return").
+    """
+
+    name: str
+    module: str
+    what: str
+    files: dict[str, str] = field(default_factory=dict)
+    pipeline: Callable | str | None = None
+    step: str | None = None
+
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(self.files.values())
+
+    def file(self, role: str) -> str:
+        return self.files[role]
+
+    def load(self) -> Analysis:
+        """The module, checked to keep the contract (one line naming what it lacks)."""
+        import importlib
+
+        mod = importlib.import_module(self.module)
+        missing = [n for n in ("run", "show", "figures", "execute", "main")
+                   if not callable(getattr(mod, n, None))]
+        if missing:
+            raise UsageError(f"analysis {self.name!r} ({self.module}) lacks "
+                             f"{', '.join(missing)}: an analysis module defines run, show, "
+                             "figures, execute and main (nca_interp.analysis.Analysis)")
+        return mod
+
+    def plan(self, pipeline) -> "list[Job] | str":
+        """The pipeline stages of this analysis (see `pipeline`)."""
+        fn = self.pipeline
+        if isinstance(fn, str):
+            import importlib
+
+            where, _, attr = fn.partition(":")
+            fn = getattr(importlib.import_module(where), attr)
+        return fn(pipeline)
+
+
+REGISTRY: dict[str, AnalysisSpec] = {}
+
+
+def register(entry: AnalysisSpec) -> AnalysisSpec:
+    """Add an analysis to the pipeline, the layout, `--keep` and the architecture page (one
+    call); a name registered twice with another spec is refused."""
+    if entry.name in REGISTRY and REGISTRY[entry.name] != entry:
+        raise UsageError(f"analysis {entry.name!r} is registered twice")
+    REGISTRY[entry.name] = entry
+    return entry
+
+
+def specs() -> tuple[AnalysisSpec, ...]:
+    """Every registered analysis, in registration order (the pipeline's order)."""
+    return tuple(REGISTRY.values())
+
+
+def names() -> tuple[str, ...]:
+    return tuple(REGISTRY)
+
+
+def spec(name: str) -> AnalysisSpec:
+    if name not in REGISTRY:
+        raise UsageError(f"{name!r} is not an analysis; one of {', '.join(REGISTRY)}")
+    return REGISTRY[name]
+
+
+def module(name: str) -> Analysis:
+    """The module of the analysis registered as `name`."""
+    return spec(name).load()
 
 
 def task_options_list(options) -> list[str] | None:
@@ -424,3 +544,40 @@ def load(path: str | Path) -> dict:
     from nca_interp.fsio import read_json
 
     return migrate(read_json(path, "report"))
+
+
+# the analyses built in, in the pipeline's order; a new one is one more call like these
+register(AnalysisSpec(
+    "evaluate", "nca_interp.evaluate",
+    "accuracy with and without c, paired; harm, help, both-right, length change, regime",
+    files={"teacher": "teacher_*.json", "context_return": "context_return.json",
+           "context_control": "context_control.json"},
+    step="context_return"))
+register(AnalysisSpec(
+    "trajectory", "nca_interp.trajectory",
+    "the context return at every saved checkpoint of a run, with KLs on the student's samples",
+    files={"trajectory": "trajectory.json", "steps": "trajectory_*steps.json"},
+    step="over_training"))
+register(AnalysisSpec(
+    "layer_sim", "nca_interp.layer_sim",
+    "per-layer cosine of hidden states with and without c, with its nulls",
+    files={"response": "layer_sim.json", "generating": "layer_sim_generating.json",
+           "prompt": "layer_sim_prompt.json"},
+    pipeline="nca_interp.paper.reproduce:plan_layer_sim"))
+register(AnalysisSpec(
+    "grad_align", "nca_interp.grad_align",
+    "angles between the gradients of the loss terms, noise-corrected, over training",
+    files={"opd": "grad_align_opd.json", "nca": "grad_align_nca.json",
+           "seeds": "grad_align_*_s*.json"},
+    pipeline="nca_interp.paper.reproduce:plan_grad_align"))
+register(AnalysisSpec(
+    "param_delta", "nca_interp.param_delta",
+    "where the update went: parameter deltas per layer and module, against permutation nulls",
+    files={"param_delta": "param_delta.json"},
+    pipeline="nca_interp.paper.reproduce:plan_param_delta"))
+register(AnalysisSpec(
+    "patching", "nca_interp.patching",
+    "where c's effect is carried: activation patching, head ablation (heads chosen on held-out "
+    "cases), logit lens",
+    files={"patching": "patching.json"},
+    pipeline="nca_interp.paper.reproduce:plan_patching"))

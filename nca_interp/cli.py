@@ -121,6 +121,7 @@ def check_arguments(config_cls, **values) -> None:
             if isinstance(v, float) and not math.isfinite(v):
                 raise UsageError(f"{flag} must be a finite number, not {v}")
         rule = f.metadata.get("check", CHECKS.get(name))
+        rule = rule() if callable(rule) else rule  # read when checked (e.g. a registry)
         if rule:
             _check_value(flag, rule, value)
 

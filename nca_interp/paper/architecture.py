@@ -25,10 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS = (
     ("core", "models, checkpoints, tokenizers, tasks, losses, rollouts, hooks, bootstrap",
      ("nca_interp",)),
-    ("analyses", "each reads checkpoints and writes a JSON report (and its figures)",
-     ("nca_interp.evaluate", "nca_interp.layer_sim", "nca_interp.grad_align",
-      "nca_interp.param_delta", "nca_interp.patching", "nca_interp.trajectory",
-      "nca_interp.sizing", "nca_interp.trl_nca", "nca_interp.trl_callbacks")),
+    ("analyses", "each reads checkpoints and writes a JSON report (and its figures): every "
+     "registered analysis's module (`nca_interp.analysis.specs`), and these helpers",
+     ("nca_interp.sizing", "nca_interp.trl_nca", "nca_interp.trl_callbacks")),
     ("training", "produces runs: a teacher, OPD and NCA students, with their run configs",
      ("train.common", "train.sft", "train.distill", "train.trl_distill", "train.embed")),
     ("data", "what the pipeline and pages agree on: settings, file layout, rules, blocks",
@@ -88,10 +87,19 @@ def imports(root: Path = ROOT) -> dict[str, set[str]]:
     return edges
 
 
+def layers() -> tuple:
+    """LAYERS with every registered analysis's module in the analyses layer."""
+    from nca_interp import analysis
+
+    return tuple((name, what, (*prefixes, *(s.module for s in analysis.specs())))
+                 if name == "analyses" else (name, what, prefixes)
+                 for name, what, prefixes in LAYERS)
+
+
 def layer_of(module: str) -> int | None:
-    """Index in LAYERS of the most specific prefix naming `module` (None: no layer does)."""
+    """Index in `layers()` of the most specific prefix naming `module` (None: no layer does)."""
     best, length = None, -1
-    for i, (_, _, prefixes) in enumerate(LAYERS):
+    for i, (_, _, prefixes) in enumerate(layers()):
         for p in prefixes:
             if (module == p or module.startswith(p + ".")) and len(p) > length:
                 best, length = i, len(p)
@@ -177,28 +185,32 @@ def claim_table() -> list[str]:
 
 
 def analysis_table() -> list[str]:
-    """The analyses (`nca_interp.analysis.ANALYSES`): each a module with a config dataclass and
-    `run / figures / show / execute`, its command, and the files it writes in a pipeline folder
-    (`nca_interp.paper.layout.ANALYSIS_FILES`)."""
+    """The registered analyses (`nca_interp.analysis.register`): each a module keeping the
+    `Analysis` contract, its command, the files it writes in a pipeline folder and the pipeline
+    step that runs it."""
     import dataclasses
     import inspect
 
-    from nca_interp.analysis import ANALYSES, module
-    from nca_interp.paper.layout import ANALYSIS_FILES
+    from nca_interp import analysis
 
-    rows = ["Analyses (`nca_interp.analysis.ANALYSES`; each writes one report shape through "
-            "`analysis.write`):", "",
-            "| analysis | file | config | command | files in a pipeline folder |",
-            "|---|---|---|---|---|"]
-    for name in ANALYSES:
-        mod = module(name)
-        where = Path(inspect.getfile(mod)).relative_to(ROOT)
+    rows = ["Analyses, as registered (`nca_interp.analysis.register`; each writes one report "
+            "shape through `analysis.write`):", "",
+            "| analysis | what it measures | file | config | command | files in a pipeline "
+            "folder | pipeline |", "|---|---|---|---|---|---|---|"]
+    for entry in analysis.specs():
+        mod = entry.load()
+        path = Path(inspect.getfile(mod))
+        where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
         configs = [c for c in vars(mod).values() if dataclasses.is_dataclass(c)
                    and isinstance(c, type) and c.__module__ == mod.__name__
                    and c.__name__.endswith("Config")]
-        files = ", ".join(f"`{f}`" for f in ANALYSIS_FILES.get(name, ())) or "-"
-        rows.append(f"| {name} | `{where}` | `{configs[0].__name__ if configs else '-'}` | "
-                    f"`python -m nca_interp.{name}` | {files} |")
+        files = ", ".join(f"`{f}`" for f in entry.outputs()) or "-"
+        runs = (f"`{entry.pipeline}`" if isinstance(entry.pipeline, str) else
+                f"`{entry.pipeline.__module__}:{entry.pipeline.__name__}`" if entry.pipeline
+                else f"step `{entry.step}`" if entry.step else "-")
+        rows.append(f"| {entry.name} | {entry.what} | `{where}` | "
+                    f"`{configs[0].__name__ if configs else '-'}` | `python -m {entry.module}` | "
+                    f"{files} | {runs} |")
     return rows
 
 

@@ -1,65 +1,72 @@
-"""Where a pipeline folder keeps each analysis's JSON (figures/<setting>/): the one place the
-file names are decided, read by the pipeline that writes them and the pages that read them."""
+"""Where a pipeline folder keeps each analysis's JSON (figures/<setting>/), read by the pipeline
+that writes them and the pages that read them: each analysis's names come from its registration
+(`nca_interp.analysis.AnalysisSpec.files`), the one place they are decided."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-__all__ = ["ANALYSIS_FILES", "CONTEXT_CONTROL", "CONTEXT_RETURN", "GRAD_ALIGN_OPD", "HARM_DRIFT",
-           "LAYER_SIM", "LAYER_SIM_STAGES", "PARAM_DELTA", "PATCHING", "TEACHER_GLOB",
-           "TRAJECTORY", "analysis_files", "grad_files", "teacher_file"]
+from nca_interp import analysis
 
-# the file names of a pipeline folder, decided here once (the pages and claims read these)
-CONTEXT_RETURN = "context_return.json"
-CONTEXT_CONTROL = "context_control.json"
-TEACHER_GLOB = "teacher_*.json"
-LAYER_SIM = "layer_sim.json"
-PARAM_DELTA = "param_delta.json"
+__all__ = ["CONTEXT_CONTROL", "CONTEXT_RETURN", "GRAD_ALIGN_OPD", "HARM_DRIFT",
+           "LAYER_SIM", "LAYER_SIM_STAGES", "PARAM_DELTA", "PATCHING", "TEACHER_GLOB",
+           "TRAJECTORY", "analysis_files", "grad_files", "grad_stem", "teacher_file"]
+
+
+def _file(name: str, role: str) -> str:
+    return analysis.spec(name).file(role)
+
+
+# the file names of a pipeline folder: each analysis's are decided in its registration
+# (nca_interp.analysis), the dose step's here; the pages and claims read these
+CONTEXT_RETURN = _file("evaluate", "context_return")
+CONTEXT_CONTROL = _file("evaluate", "context_control")
+TEACHER_GLOB = _file("evaluate", "teacher")
+LAYER_SIM = _file("layer_sim", "response")
+PARAM_DELTA = _file("param_delta", "param_delta")
+PATCHING = _file("patching", "patching")
+TRAJECTORY = _file("trajectory", "trajectory")
+GRAD_ALIGN_OPD = _file("grad_align", "opd")
 HARM_DRIFT = "harm_drift.json"
-PATCHING = "patching.json"
-TRAJECTORY = "trajectory.json"
-GRAD_ALIGN_OPD = "grad_align_opd.json"
 
 
 def teacher_file(kind: str) -> str:
     """The teacher's evaluation in context `kind`."""
-    return f"teacher_{kind}.json"
+    return TEACHER_GLOB.replace("*", kind)
 
 
 # layer_sim position sets: y's tokens, the positions producing y (what the losses train), and
 # x's tokens (untouched by the losses: the control)
-LAYER_SIM_STAGES = {"response": "layer_sim", "generating": "layer_sim_generating",
-                    "prompt": "layer_sim_prompt"}
+LAYER_SIM_STAGES = {at: name.removesuffix(".json")
+                    for at, name in analysis.spec("layer_sim").files.items()}
+
+
+def grad_stem(method: str, seed: int | None = None) -> str:
+    """The file stem of a grad_align run: grad_align_<method> for the first seed, with _s<seed>
+    for each further one."""
+    stem = _file("grad_align", method).removesuffix(".json")
+    return stem if seed is None else f"{stem}_s{seed}"
 
 
 def grad_files(figs: Path) -> list[tuple[str, Path]]:
     """(label, JSON) of each grad_align run: seed 0 of OPD and NCA, then further seeds
     (grad_align_<method>_s<seed>.json), OPD's then NCA's, in seed order."""
-    out = [(m, figs / f"grad_align_{m}.json") for m in ("opd", "nca")]
+    out = [(m, figs / _file("grad_align", m)) for m in ("opd", "nca")]
     for method in ("opd", "nca"):
-        seeds = sorted((int(m.group(1)), f) for f in figs.glob(f"grad_align_{method}_s*.json")
-                       if (m := re.fullmatch(rf"grad_align_{method}_s(\d+)\.json", f.name)))
+        stem = grad_stem(method)
+        seeds = sorted((int(m.group(1)), f) for f in figs.glob(f"{stem}_s*.json")
+                       if (m := re.fullmatch(rf"{stem}_s(\d+)\.json", f.name)))
         out += [(f"{method} s{s}", f) for s, f in seeds]
     return [(label, f) for label, f in out if f.exists()]
 
 
-# the JSON files of a pipeline folder each analysis writes (their figures: analysis.figure_stem)
-ANALYSIS_FILES = {
-    "evaluate": (TEACHER_GLOB, CONTEXT_RETURN, CONTEXT_CONTROL),
-    "trajectory": (TRAJECTORY, "trajectory_*steps.json"),
-    "layer_sim": tuple(f"{stem}.json" for stem in LAYER_SIM_STAGES.values()),
-    "grad_align": (GRAD_ALIGN_OPD, "grad_align_nca.json", "grad_align_*_s*.json"),
-    "param_delta": (PARAM_DELTA,),
-    "patching": (PATCHING,),
-}
-
-
 def analysis_files(figs: Path) -> list[tuple[str, Path]]:
-    """(analysis, JSON) of every analysis report in a pipeline folder, in ANALYSIS_FILES's
-    order."""
+    """(analysis, JSON) of every analysis report in a pipeline folder, in the registry's order
+    (each analysis's files: `AnalysisSpec.outputs`; their figures: analysis.figure_stem)."""
     out: list[tuple[str, Path]] = []
-    for name, patterns in ANALYSIS_FILES.items():
-        for pattern in patterns:
-            out += [(name, f) for f in sorted(figs.glob(pattern)) if (name, f) not in out]
+    for entry in analysis.specs():
+        for pattern in entry.outputs():
+            out += [(entry.name, f) for f in sorted(figs.glob(pattern))
+                    if (entry.name, f) not in out]
     return out

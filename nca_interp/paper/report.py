@@ -25,6 +25,7 @@ from nca_interp.paper.layout import (
     PATCHING,
     TEACHER_GLOB,
     TRAJECTORY,
+    analysis_files,
     grad_files,
 )
 
@@ -398,6 +399,26 @@ def figures_section(figs: Path) -> str:
     return "\n".join(lines)
 
 
+# the analyses this page draws sections for; any other registered analysis gets a row
+# in `other_analyses` (its report files and figures), with no edit here
+OWN_SECTIONS = ("evaluate", "trajectory", "layer_sim", "grad_align", "param_delta", "patching")
+
+
+def other_analyses(figs: Path) -> str:
+    """A row per report of a registered analysis this page has no section for: what it
+    measures, its JSON and its interactive figure."""
+    rows = [(name, path) for name, path in analysis_files(figs) if name not in OWN_SECTIONS]
+    if not rows:
+        return ""
+    lines = ["| analysis | what it measures | report | figure |", "|---|---|---|---|"]
+    for name, path in rows:
+        html = analysis.figure_stem(path, "").with_suffix(".html")
+        fig = f"[{html.name}]({html.name})" if html.exists() else "-"
+        lines.append(f"| {name} | {analysis.spec(name).what} | [{path.name}]({path.name}) | "
+                     f"{fig} |")
+    return "\n".join(lines)
+
+
 def render(figs: Path) -> str:
     """The whole generated report of one pipeline folder, as markdown."""
     manifest = read_json((figs / "manifest.json"))
@@ -461,6 +482,9 @@ def render(figs: Path) -> str:
         kinds = {r.get("kind", "harm") for r in patched.values()}
         sections.append((f"Causal patching of the {' / '.join(sorted(kinds))} cases "
                          f"({', '.join(patched)})", patching))
+    if other_analyses(figs):
+        sections.append(("Other registered analyses (no section of their own on this page: "
+                         "their reports and figures)", other_analyses))
     sections.append(("Stage times (manifest.json)", stage_times))
     if list(figs.glob("*.png")) or list(figs.glob("*.html")):
         sections.append(("Figures (drawn from this folder's JSON; each links its interactive "

@@ -46,6 +46,7 @@ from nca_interp.paper.layout import (
     PARAM_DELTA,
     PATCHING,
     TRAJECTORY,
+    grad_stem,
     teacher_file,
 )
 from nca_interp.paper.settings import Preset, load
@@ -95,9 +96,18 @@ def estimator_args(cfg) -> list[str]:
 # `--precision auto` would pick bf16, and a rebuilt setting would not be the published one
 PRECISION = ("--precision", "fp32")
 
-# what --keep may name: the steps after training, and each analysis within `analyses`
-KEEPABLE = ("context_return", "over_training", "analyses", "layer_sim", "grad_align",
-            "param_delta", "patching")
+# the steps after training, in order (each analysis the registry plans runs within `analyses`)
+STEPS = ("context_return", "over_training", "analyses")
+
+
+def planned() -> tuple[str, ...]:
+    """The registered analyses the `analyses` step runs (those with a pipeline plan)."""
+    return tuple(s.name for s in analysis.specs() if s.pipeline is not None)
+
+
+def keepable() -> tuple[str, ...]:
+    """What --keep may name: the steps after training, and each analysis within `analyses`."""
+    return (*STEPS, *planned())
 
 
 @dataclass
@@ -173,11 +183,11 @@ class ReproduceConfig:
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
     keep: list[str] | None = field(default=None, metadata={
-        "help": "steps whose outputs stay as they are although checkpoints are newer (students "
-                "retrained and shown identical): context_return, over_training, analyses, or "
-                "one analysis (layer_sim, grad_align, param_delta, patching); only the "
-                "students the other steps read are trained",
-        "check": "choice:" + "|".join(KEEPABLE)})
+        "help": lambda: "steps whose outputs stay as they are although checkpoints are newer "
+                        "(students retrained and shown identical): context_return, "
+                        "over_training, analyses, or one analysis (" + ", ".join(planned())
+                        + "); only the students the other steps read are trained",
+        "check": lambda: "choice:" + "|".join(keepable())})
     publish: bool = field(default=False, metadata={
         "help": "replace a published setting's files (figures/NAME) with a run whose command "
                 "differs from the setting's (other seeds, --quick, other steps); without it "
@@ -414,24 +424,21 @@ class Pipeline:
     def kept(self, step: str) -> bool:
         """Whether --keep leaves `step` (a step, or an analysis within `analyses`) as it is."""
         keep = set(self.cfg.keep or ())
-        return step in keep or (step in KEEPABLE[3:] and "analyses" in keep)
+        return step in keep or (step in planned() and "analyses" in keep)
 
     def needed(self) -> set[str]:
         """The students ("opd_s0", ...) the steps left to run read: all of them unless --keep
-        leaves every step that reads all of them (the context return, layer_sim, param_delta)
-        as it is; then those of the trajectory, the aligned gradients and patching."""
-        cfg, analysing = self.cfg, self.cfg.analyses
-        every = set(self.students)
-        if not self.kept("context_return") or analysing and not (
-                self.kept("layer_sim") and self.kept("param_delta")):
+        leaves the context return as it is; then those of the trajectory and of each analysis's
+        stages (`Job.students`, from its plan: nothing is read from disk)."""
+        cfg, every = self.cfg, set(self.students)
+        if not self.kept("context_return"):
             return every
         need = set()
         if not self.kept("over_training"):
             need |= {k for k in every if trajectory_run(cfg, k)}
-        if analysing and not self.kept("grad_align"):
-            need |= {f"{m}_s{s}" for m, s, _ in aligned_runs(cfg.seeds, cfg.grad_seeds)}
-        if analysing and not self.kept("patching") and not self.preset.patching:
-            need |= {f"{m}_s{cfg.seeds[0]}" for m in ("opd", "nca")}
+        for spec in analysis.specs() if cfg.analyses else ():
+            jobs = spec.plan(self) if spec.pipeline and not self.kept(spec.name) else []
+            need |= {k for job in ([] if isinstance(jobs, str) else jobs) for k in job.students}
         return need
 
 
@@ -446,7 +453,7 @@ def plan(cfg: ReproduceConfig, argv: list[str]) -> Pipeline:
     if cfg.analyses and set(cfg.methods) != {"opd", "nca"}:
         raise UsageError("the analyses compare OPD with NCA: pass --methods opd,nca, or "
                          "--analyses false for a sweep row")
-    idle = [k for k in cfg.keep or () if k in KEEPABLE[2:] and not cfg.analyses]
+    idle = [k for k in cfg.keep or () if k in keepable()[2:] and not cfg.analyses]
     if idle:
         raise UsageError(f"--keep {','.join(idle)}: --analyses false runs no analysis to keep; "
                          "drop it from --keep")
@@ -638,51 +645,84 @@ def over_training(p: Pipeline) -> None:
 
 
 def analyses(p: Pipeline) -> None:
-    """layer_sim at three position sets, grad_align over training, param_delta, patching
-    (each left as it is when --keep names it)."""
-    cfg, figs, preset, students = p.cfg, p.figs, p.preset, p.students
-    finals = p.final_of(*students.values())
-    for name in KEEPABLE[3:]:
-        if p.kept(name):
-            print(f"[keep] {name}: its outputs are kept as they are (--keep)")
-            p.manifest.skipped.append(f"{name} (kept by --keep)")
-    for at, stem in LAYER_SIM_STAGES.items() if not p.kept("layer_sim") else ():
-        stage(f"layer_sim at {at} positions", p.manifest, [figs / f"{stem}.json"],
-              layer_sim.execute,  # PNGs: rendered from the JSON at the end
-              layer_sim.LayerSimConfig(ckpt=p.ckpts(), **p.ckpt_kw, context=cfg.context, at=at,
-                                       out=str(figs / stem), **p.threads), inputs=finals)
-    for method, seed, suffix in aligned_runs(cfg.seeds, cfg.grad_seeds) \
-            if not p.kept("grad_align") else ():
-        run = students[f"{method}_s{seed}"]
-        stem = f"grad_align_{method}{suffix}"
-        stage(f"grad_align {method} seed {seed}", p.manifest, [figs / f"{stem}.json"],
-              grad_align.execute, grad_align.GradAlignConfig(
-                  ckpt=grad_checkpoints(run, cfg.grad_every), teacher=str(p.base), **p.ckpt_kw,
-                  context=cfg.context, batch=cfg.grad_batch,
-                  micro_batch=min(preset.grad_micro_batch, max(1, cfg.grad_batch // 2)),
-                  parts=preset.grad_parts, out=str(figs / stem), **p.threads),
-              inputs=p.final_of(run))
-    s0 = cfg.seeds[0]
-    if not p.kept("param_delta"):
-        delta_runs = [str(students[f"{m}_s{s}"]) for s in cfg.seeds for m in ("opd", "nca")]
-        control = [delta_runs[0], delta_runs[2]] if len(cfg.seeds) > 1 else []
-        stage("param_delta", p.manifest, [figs / PARAM_DELTA], param_delta.execute,
-              param_delta.ParamDeltaConfig(
-                  ckpt=delta_runs, init=str(p.base), control=control,
-                  pair=[str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"])],
-                  out=str(figs / "param_delta")), inputs=p.final_of(*delta_runs))
-    if preset.patching:
-        p.manifest.data["patching"] = preset.patching
-        print(f"[skip] patching: {preset.patching}")
-        return
-    if not p.kept("patching"):
-        stage("patching", p.manifest, [figs / PATCHING], patching.execute,
-              patching.PatchingConfig(
-                  ckpt=[str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"]),
-                        *([str(p.base)] if preset.patching_base else [])],
-                  context=cfg.context, out=str(figs / "patching"),
-                  **patching_fields(p), **p.threads),
-              inputs=p.final_of(students[f"opd_s{s0}"], students[f"nca_s{s0}"]))
+    """Each registered analysis with a pipeline plan, in the registry's order (built in:
+    layer_sim at three position sets, grad_align over training, param_delta, patching); one
+    that --keep names is left as it is, one whose plan says why it does not apply is skipped."""
+    for spec in analysis.specs():
+        if spec.pipeline is None:
+            continue
+        if p.kept(spec.name):
+            print(f"[keep] {spec.name}: its outputs are kept as they are (--keep)")
+            p.manifest.skipped.append(f"{spec.name} (kept by --keep)")
+            continue
+        jobs = spec.plan(p)
+        if isinstance(jobs, str):
+            p.manifest.data[spec.name] = jobs
+            print(f"[skip] {spec.name}: {jobs}")
+            continue
+        execute = spec.load().execute
+        for job in jobs:
+            stage(job.label, p.manifest, [job.json], execute, job.config(),
+                  inputs=p.final_of(*(p.students[k] for k in job.students)),
+                  positional=job.positional)
+
+
+def plan_layer_sim(p: Pipeline) -> list[analysis.Job]:
+    """layer_sim at each position set, over every checkpoint (PNGs: rendered at the end)."""
+    return [analysis.Job(
+        f"layer_sim at {at} positions", p.figs / stem,
+        lambda at=at, stem=stem: layer_sim.LayerSimConfig(
+            ckpt=p.ckpts(), **p.ckpt_kw, context=p.cfg.context, at=at, out=str(p.figs / stem),
+            **p.threads), tuple(p.students)) for at, stem in LAYER_SIM_STAGES.items()]
+
+
+def plan_grad_align(p: Pipeline) -> list[analysis.Job]:
+    """grad_align over the saved checkpoints of each aligned run (`aligned_runs`)."""
+    cfg, preset = p.cfg, p.preset
+
+    def config(key: str, stem: str):
+        return grad_align.GradAlignConfig(
+            ckpt=grad_checkpoints(p.students[key], cfg.grad_every), teacher=str(p.base),
+            **p.ckpt_kw, context=cfg.context, batch=cfg.grad_batch,
+            micro_batch=min(preset.grad_micro_batch, max(1, cfg.grad_batch // 2)),
+            parts=preset.grad_parts, out=str(p.figs / stem), **p.threads)
+
+    jobs = []
+    for method, seed, suffix in aligned_runs(cfg.seeds, cfg.grad_seeds):
+        key, stem = f"{method}_s{seed}", grad_stem(method, seed if suffix else None)
+        jobs.append(analysis.Job(f"grad_align {method} seed {seed}", p.figs / stem,
+                                 lambda key=key, stem=stem: config(key, stem), (key,)))
+    return jobs
+
+
+def plan_param_delta(p: Pipeline) -> list[analysis.Job]:
+    """param_delta of every student from the common start, the same-method control pair (OPD
+    seeds 0 and 1) and the cross-method pair of the first seed."""
+    cfg, students, s0 = p.cfg, p.students, p.cfg.seeds[0]
+    keys = tuple(f"{m}_s{s}" for s in cfg.seeds for m in ("opd", "nca"))
+
+    def config():
+        runs = [str(students[k]) for k in keys]
+        return param_delta.ParamDeltaConfig(
+            ckpt=runs, init=str(p.base), control=[runs[0], runs[2]] if len(cfg.seeds) > 1
+            else [], pair=[str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"])],
+            out=str(p.figs / "param_delta"))
+
+    return [analysis.Job("param_delta", p.figs / PARAM_DELTA, config, keys)]
+
+
+def plan_patching(p: Pipeline) -> list[analysis.Job] | str:
+    """Patching of the first seed's OPD and NCA students (and the teacher when the preset says
+    so), or the preset's reason to skip it."""
+    if p.preset.patching:
+        return p.preset.patching
+    s0 = p.cfg.seeds[0]
+    keys = (f"opd_s{s0}", f"nca_s{s0}")
+    return [analysis.Job("patching", p.figs / PATCHING, lambda: patching.PatchingConfig(
+        ckpt=[*(str(p.students[k]) for k in keys),
+              *([str(p.base)] if p.preset.patching_base else [])],
+        context=p.cfg.context, out=str(p.figs / "patching"), **patching_fields(p),
+        **p.threads), keys)]
 
 
 def patching_fields(p: Pipeline) -> dict:

@@ -40,7 +40,7 @@ def tiny_fields(name: str, run_dir) -> dict:
                          "ks": [1], "n_random": 2, "n_random_generate": 0}}[name]
 
 
-@pytest.mark.parametrize("name", analysis.ANALYSES)
+@pytest.mark.parametrize("name", analysis.names())
 def test_every_analysis_keeps_the_contract(name, run_dir, tmp_path, capsys):
     mod = analysis.module(name)
     cfg_cls = mod.execute.__annotations__["cfg"]

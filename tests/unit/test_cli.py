@@ -3,6 +3,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from nca_interp import analysis
 from nca_interp.cli import parse_config, to_dict
 
 
@@ -29,8 +30,7 @@ def test_positional_list():
     assert c.items == ["u", "v"]
 
 
-ANALYSES = ("nca_interp.layer_sim", "nca_interp.grad_align", "nca_interp.param_delta",
-            "nca_interp.patching", "nca_interp.evaluate", "nca_interp.trajectory")
+ANALYSES = tuple(s.module for s in analysis.specs())
 TRAINING = ("train.distill", "train.sft", "nca_interp.paper.reproduce")
 
 

@@ -230,6 +230,9 @@ def test_a_new_task_is_one_file_and_one_registration(capsys):
             parse_config(EvalConfig, ["--help"])
         shown = re.sub(r"\s+", " ", capsys.readouterr().out)
         assert "|toygame;" in shown and "state|plan (toygame)" in shown
+        from nca_interp.paper.architecture import task_table  # the generated page's row
+
+        assert any(r.startswith("| toygame |") and "state, plan" in r for r in task_table())
         with pytest.raises(ValueError, match="registered twice"):
             register(TaskSpec("toygame", ToyConfig, game, contexts="state"))
     finally:
