@@ -13,10 +13,12 @@ def quiet() -> bool:
     return os.environ.get("NCA_INTERP_QUIET") == "1"
 
 
-def bar(iterable, desc: str, total: int | None = None, unit: str = "it"):
+def bar(iterable, desc: str, total: int | None = None, unit: str = "it", initial: int = 0,
+        show: bool = True, leave: bool = False):
     """`iterable` with a progress bar on stderr (plain tqdm, not the notebook widget: no
-    TqdmWarning in notebooks), removed when done."""
+    TqdmWarning in notebooks), removed when done unless `leave`; `initial` counts steps done
+    before (a resumed run); `show=False` (another process's bar) or quiet: none."""
     from tqdm import tqdm
 
-    return tqdm(iterable, desc=desc, total=total, unit=unit, file=sys.stderr, leave=False,
-                disable=quiet(), dynamic_ncols=True)
+    return tqdm(iterable, desc=desc, total=total, unit=unit, file=sys.stderr, leave=leave,
+                initial=initial, disable=quiet() or not show, dynamic_ncols=True)

@@ -35,8 +35,8 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
-from tqdm import tqdm
 
+from nca_interp import progress
 from nca_interp.checkpoint import (
     check_same_tokenizer,
     load_checkpoint,
@@ -231,8 +231,8 @@ def main(argv: list[str] | None = None) -> None:
         local = cfg.batch // dist.world
         shard = (dist.rank * local, cfg.batch)
         student.train()
-        bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=cfg.method,
-                   disable=not dist.main)
+        bar = progress.bar(range(start, cfg.steps), cfg.method, total=cfg.steps, initial=start,
+                           show=dist.main, leave=True)
         for step in bar:
             t0 = time.time()
             levels = task.sample_levels(f"distill-{cfg.seed}-{step}", cfg.batch, held_out)

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
+from nca_interp import progress
 from nca_interp.checkpoint import load_checkpoint
 from nca_interp.cli import entry, parse_config, to_dict, validate
 from nca_interp.errors import UsageError
@@ -231,7 +231,8 @@ def execute(cfg: SFTConfig) -> None:
         held_out = task.held_out_keys(1000, seed=0)
         eval_levels = task.levels("test", cfg.eval_levels, seed=0)
         model.train()
-        bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc="sft")
+        bar = progress.bar(range(start, cfg.steps), "sft", total=cfg.steps, initial=start,
+                           leave=True)
         for step in bar:
             t0 = time.time()
             prompts, responses = batch_for_step(task, cfg, step, held_out)
