@@ -378,6 +378,27 @@ REPLACED_FLAGS = {
 }
 
 
+def field_groups(cls) -> list[tuple[str | None, list[dataclasses.Field]]]:
+    """A config's fields as --help shows them: its own first (title None), then those of each
+    dataclass it is composed of (train/options.py), in the order of its bases, under the first
+    line of that class's docstring. A field a config declares again (another default) stays in
+    the group of the class that first declares it."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    owner: dict[str, type] = {}
+    for base in reversed(cls.__mro__):
+        for name in base.__dict__.get("__annotations__", {}):
+            if name in fields:
+                owner.setdefault(name, base)
+    parts = [b for b in cls.__mro__[1:] if dataclasses.is_dataclass(b)]
+    groups: list[tuple[str | None, list[dataclasses.Field]]] = []
+    for part in [cls, *parts]:
+        mine = [f for n, f in fields.items() if owner.get(n) is part]
+        if mine:
+            doc = (part.__doc__ or part.__name__).strip().splitlines()[0]
+            groups.append((None if part is cls else doc.rstrip("."), mine))
+    return groups
+
+
 def parse_config(cls, argv: list[str] | None, description: str | None = None,
                  positional: str | None = None):
     """Build `cls` from command-line `argv` (None: sys.argv). `positional` names a list field
@@ -394,17 +415,25 @@ def parse_config(cls, argv: list[str] | None, description: str | None = None,
     if expert:
         parser.add_argument("--help-all", action="help",
                             help="show every option, with those for experts")
-    for f in dataclasses.fields(cls):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        shown = ",".join(map(str, default)) if isinstance(default, (tuple, list)) else default
-        flag = {"nargs": "?", "const": True} if hints[f.name] is bool else {}
-        text = f.metadata.get("help", "")
-        text = text() if callable(text) else text  # read when asked (e.g. the task registry)
-        if "default" not in text.lower() and default is not None:  # said once, if at all
-            text = f"{text} (default: {shown})".strip()
-        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name,
-                            type=_parser_for(hints[f.name]), default=default, **flag,
-                            help=text if show_all or f not in expert else argparse.SUPPRESS)
+    for title, group in field_groups(cls):
+        name, _, what = (title or "").partition(": ")  # "run: where it goes, ..."
+        where = parser if title is None else \
+            parser.add_argument_group(f"{name} ({what})" if what else name)
+        shown_here = [f for f in group if show_all or f not in expert]
+        if title is not None and not shown_here:
+            where = parser  # a group of expert options only: no empty heading in --help
+        for f in group:
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            shown = ",".join(map(str, default)) if isinstance(default, (tuple, list)) else \
+                default
+            flag = {"nargs": "?", "const": True} if hints[f.name] is bool else {}
+            text = f.metadata.get("help", "")
+            text = text() if callable(text) else text  # read when asked (e.g. the task registry)
+            if "default" not in text.lower() and default is not None:  # said once, if at all
+                text = f"{text} (default: {shown})".strip()
+            where.add_argument("--" + f.name.replace("_", "-"), dest=f.name,
+                               type=_parser_for(hints[f.name]), default=default, **flag,
+                               help=text if f in shown_here else argparse.SUPPRESS)
     if positional:
         parser.add_argument("_positional", nargs="*", metavar=positional.upper(),
                             help=f"same as --{positional}")

@@ -47,7 +47,7 @@ from nca_interp.cli import check_disk, check_writable, entry, parse_config, to_d
 from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.losses import Estimator, combine, loss_terms
-from nca_interp.models import PRECISION_HELP, autocast, context_limit, resolved_precision
+from nca_interp.models import autocast, context_limit, resolved_precision
 from nca_interp.prefix import PrefixCache
 from nca_interp.rollout import Batch, onpolicy_batch
 from nca_interp.runs import check_context, lr_at, task_for_checkpoints
@@ -66,12 +66,16 @@ from train.common import (
     init_distributed,
     setup_torch,
 )
+from train.options import DeviceOptions, EstimatorOptions, OptimOptions, RunOptions
 
 __all__ = ["DistillConfig", "main"]
 
 
 @dataclass
-class DistillConfig:
+class DistillConfig(RunOptions, OptimOptions, EstimatorOptions, DeviceOptions):
+    """What to distil (its own fields), then the run, optimiser, estimator and device groups
+    (train/options.py)."""
+
     # options --help leaves to --help-all (optimiser, estimator details, devices, memory)
     EXPERT = ("schedule", "weight_decay", "clip", "temperature", "kl_k",
               "kl_support", "kl_tail", "kl_form", "nca_kl", "eval_every", "eval_levels",
@@ -89,44 +93,10 @@ class DistillConfig:
     task: str | None = field(default=None, metadata={
         "help": lambda: f"{task_choices()}; default: the student's training task"})
     task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
-    steps: int = field(default=200, metadata={"help": "optimizer steps"})
-    batch: int = field(default=128, metadata={"help": "prompts per step"})
-    lr: float = field(default=3e-4, metadata={"help": "learning rate"})
-    warmup: int = field(default=10, metadata={"help": "warm-up steps"})
-    schedule: str = field(default="constant", metadata={"help": "constant|cosine"})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
-    clip: float = field(default=1.0, metadata={"help": "gradient-norm clip"})
     temperature: float = field(default=1.0, metadata={
         "help": "rollout temperature (> 0); the loss uses the same tempered views"})
-    kl: str = field(default="full", metadata={
-        "help": "KL estimator of the loss terms (nca_interp.losses.Estimator): full | topk | "
-                "sampled", "check": "choice:full|topk|sampled"})
-    kl_k: int = field(default=256, metadata={"help": "--kl topk: tokens in the support",
-                                             "check": ">=1"})
-    kl_support: str = field(default="p", metadata={
-        "help": "--kl topk: whose top-k: p (the student's in OPD) or q (the teacher's)",
-        "check": "choice:p|q"})
-    kl_tail: str = field(default="renorm", metadata={
-        "help": "--kl topk: renorm | bucket (the rest as one category) | none",
-        "check": "choice:renorm|bucket|none"})
-    kl_form: str = field(default="k1", metadata={
-        "help": "--kl sampled: k1 (score-function gradient, unbiased) | k3 (verl's low-variance "
-                "form; its OPD gradient is the forward KL's)", "check": "choice:k1|k3"})
-    nca_kl: str = field(default="same", metadata={
-        "help": "the NCA term's estimator: same (as --kl) or full", "check": "choice:same|full"})
-    save_every: int = field(default=25, metadata={"help": "checkpoint interval (steps)"})
-    resume_from: str | None = field(default=None, metadata={
-        "help": "a step checkpoint of this run (OUT/checkpoints/step_N) to go on from when the "
-                "newest is damaged; later ones are moved to OUT/checkpoints/discarded/"})
-    eval_every: int = field(default=50, metadata={"help": "held-out greedy eval interval"})
-    eval_levels: int = field(default=200, metadata={"help": "held-out levels per eval"})
-    seed: int = field(default=0, metadata={"help": "data and sampling seed"})
-    threads: int = field(default=2, metadata={"help": "torch threads"})
-    device: str = field(default="auto", metadata={"help": "auto|cpu|cuda (GPU if there is one)"})
     teacher_device: str | None = field(default=None, metadata={
         "help": "device of the teacher (e.g. cuda:1); default: the student's"})
-    precision: str = field(default="auto", metadata={"check": "choice:auto|fp32|bf16",
-        "help": PRECISION_HELP})
     micro_batch: int = field(default=0, metadata={
         "help": "prompts per forward/backward on each rank (0: the whole slice at once)"})
     grad_checkpointing: bool = field(default=False, metadata={

@@ -35,7 +35,6 @@ from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP
 from nca_interp.forward import response_logits
 from nca_interp.models import (
-    PRECISION_HELP,
     ModelConfig,
     autocast,
     build_model,
@@ -49,12 +48,16 @@ from nca_interp.tasks import QATask, Task, make_task, parse_task_options, task_r
 from nca_interp.tasks.base import names, spec
 from nca_interp.tokenizer import EOS, build_char_tokenizer
 from train.common import Run, all_finite, check_out, data_inputs, eval_wins, setup_torch
+from train.options import DeviceOptions, OptimOptions, RunOptions
 
 __all__ = ["OLD_TASK_FLAGS", "SFTConfig", "execute", "main", "refuse_old_task_flags", "task_of"]
 
 
 @dataclass
-class SFTConfig:
+class SFTConfig(RunOptions, OptimOptions, DeviceOptions):
+    """What to teach (its own fields: task, data, model), then the run, optimiser and device
+    groups (train/options.py), with SFT's own defaults for some of theirs."""
+
     # options --help leaves to --help-all (each task's fields, architecture details, optimiser)
     EXPERT = ("min_entities", "contexts", "p_no_context", "pack", "follow_ups", "p_detour",
               "n_heads", "d_mlp", "schedule", "weight_decay", "clip", "eval_every",
@@ -89,7 +92,6 @@ class SFTConfig:
     warmup: int = field(default=100, metadata={"help": "warm-up steps"})
     schedule: str = field(default="cosine", metadata={"help": "cosine|constant"})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
-    clip: float = field(default=1.0, metadata={"help": "gradient-norm clip"})
     n_layers: int = field(default=4, metadata={"help": "model layers"})
     d_model: int = field(default=128, metadata={"help": "model width"})
     n_heads: int = field(default=4, metadata={"help": "attention heads"})
@@ -101,15 +103,7 @@ class SFTConfig:
                 "the plain game's teacher; same tokenizer required"})
     seed: int = field(default=0, metadata={"help": "init and data seed"})
     eval_every: int = field(default=250, metadata={"help": "held-out eval interval (steps)"})
-    eval_levels: int = field(default=200, metadata={"help": "held-out levels per eval"})
     save_every: int = field(default=250, metadata={"help": "checkpoint interval (steps)"})
-    resume_from: str | None = field(default=None, metadata={
-        "help": "a step checkpoint of this run (OUT/checkpoints/step_N) to go on from when the "
-                "newest is damaged; later ones are moved to OUT/checkpoints/discarded/"})
-    threads: int = field(default=2, metadata={"help": "torch threads"})
-    device: str = field(default="auto", metadata={"help": "auto|cpu|cuda"})
-    precision: str = field(default="auto", metadata={"check": "choice:auto|fp32|bf16",
-        "help": PRECISION_HELP})
 
 
 # train.sft's task flags before --task-options (older manifests record them): flag -> option

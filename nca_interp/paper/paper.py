@@ -117,7 +117,10 @@ def cosine_rows(root: Path) -> list[str]:
     paper = rules.PAPER_COS
     closed = rules.PAPER_CLOSED
     rows = []
+    published = load().settings  # a depth-sweep row (a preset's folder) is not one
     for f in sorted(root.glob("*/layer_sim.json")):
+        if f.parent.name not in published:
+            continue
         rep = analysis.load(f)
         base = next((r for n, r in others(rep) if n != "random_init"), None)
         opd, nca = runs_of(rep, "opd"), runs_of(rep, "nca")
