@@ -5,6 +5,12 @@ operators of one NCA update and of the sampler.
 
     python -m bench.profile_step [--batch 8] [--threads 2] [--repeat 3] [--prefix-cache both]
     python -m bench.profile_step --write      # also bench/results/profile_step.txt
+    python -m bench.profile_step --ckpt runs/sokoban_smollm2_base --task sokoban \
+        --context plan --batch 16 --threads 1 --write   # bench/results/profile_step_sokoban.txt
+
+Default: SmolLM2-135M-Instruct (fetched) as student and frozen teacher on `facts`; `--ckpt`,
+`--task`, `--context`, `--task-options` profile another checkpoint (self-distillation: the
+student and a frozen copy as its teacher, as `bench.common.self_distillation` builds them).
 
 `--prefix-cache off|on|both`: the uncached path (every view runs its whole prompt) and the
 shared-prefix path (nca_interp.prefix: the teacher's prefix once per run, the student's once
@@ -15,6 +21,7 @@ per step), side by side in this one run. The model comes from
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -89,13 +96,18 @@ def top_ops(fn, n: int = 12) -> str:
 
 
 def main(argv=None) -> None:
-    from nca_interp.checkpoint import load_checkpoint
+    from bench.common import self_distillation
     from nca_interp.fetch import fetch
     from nca_interp.rollout import onpolicy_batch
-    from nca_interp.tasks import make_task
 
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ckpt", default=None,
+                    help="checkpoint folder (default: the fetched SmolLM2-135M-Instruct)")
+    ap.add_argument("--task", default=None, help="default: facts for the fetched model, else "
+                                                 "the checkpoint's own")
+    ap.add_argument("--context", default=None)
+    ap.add_argument("--task-options", default=None, help="KEY=VALUE,...")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
@@ -103,23 +115,26 @@ def main(argv=None) -> None:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.set_flush_denormal(True)
-    folder = fetch("smollm2-135m-instruct")
-    student, tok = load_checkpoint(folder)
-    teacher, _ = load_checkpoint(folder)
-    teacher.requires_grad_(False)
-    task = make_task("facts").for_tokenizer(tok)
+    folder = args.ckpt or str(fetch("smollm2-135m-instruct"))
+    task_name = args.task or (None if args.ckpt else "facts")
+    options = [o for o in (args.task_options or "").split(",") if o] or None
+    student, teacher, tok, task, ctx = self_distillation(folder, task_name, args.context,
+                                                         options, args.threads)
     levels = task.levels("bench", args.batch)
-    b, _, _ = onpolicy_batch(student, tok, task, levels, "facts", task.max_response_tokens(),
+    b, _, _ = onpolicy_batch(student, tok, task, levels, ctx, task.max_response_tokens(),
                              1.0, torch.Generator().manual_seed(0))
     student.train()
     modes = {"off": [False], "on": [True], "both": [False, True]}[args.prefix_cache]
     cols = {m: phases(student, teacher, tok, task, b, args.repeat, m) for m in modes}
     names = list(next(iter(cols.values())))
-    head = (f"SmolLM2-135M-Instruct, facts, batch {args.batch}, {args.threads} threads, fp32; "
+    model = Path(folder).name if args.ckpt else "SmolLM2-135M-Instruct"
+    head = (f"{model}, {task.name} (context {ctx}), batch {args.batch}, {args.threads} threads, "
+            f"fp32; "
             f"tokens per batch: x {int(b.x_mask.sum())}, [c, x] {int(b.cx_mask.sum())}, "
-            f"sampled y {int(b.resp_mask.sum())}; median of {args.repeat} after a warm-up")
+            f"sampled y {int(b.resp_mask.sum())}; median of {args.repeat} after a warm-up; "
+            f"load average at the end {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
+            f"(above the threads used: other processes shared the cores, so compare phases "
+            f"within this run, not with other runs)")
     label = {False: "uncached s", True: "prefix-cached s"}
     lines = [head, f"{'phase':<28}" + "".join(f"{label[m]:>17}" for m in modes)
              + (f"{'cached / uncached':>19}" if len(modes) == 2 else "")]
@@ -151,7 +166,9 @@ def main(argv=None) -> None:
                            torch.Generator().manual_seed(0)))
     print(text)
     if args.write:
-        out = Path(__file__).parent / "results" / "profile_step.txt"
+        name = "profile_step.txt" if task.name == "facts" and not args.ckpt else \
+            f"profile_step_{task.name}.txt"
+        out = Path(__file__).parent / "results" / name
         cmd = "python -m bench.profile_step " + " ".join(argv if argv is not None else
                                                           __import__("sys").argv[1:])
         out.write_text(f"$ {cmd}\n{text}\n")
