@@ -1,9 +1,9 @@
 """mkdocs hooks (mkdocs.yml `hooks:`): a setting page (any page of docs/, for example
 docs/results/sokoban_long.md or docs/own_data.md) is `--8<-- "figures/<setting>/README.md"`,
-the report `python -m nca_interp.paper.report` writes beside that setting's figures. The page gets that
-report with its figure links pointing into the site, and the figures (PNG, interactive HTML,
-the plotly.min.js each HTML loads from its own folder) are added to the site, so a setting page
-shows its figures and the strict build can check every link."""
+the report `python -m nca_interp.paper.report` writes beside that setting's figures. The page
+gets that report with its figure links pointing into the site, and the figures (PNG,
+interactive HTML, the plotly.min.js each HTML loads from its own folder) are added to the site,
+so a setting page shows its figures and the strict build can check every link."""
 
 from __future__ import annotations
 

@@ -96,6 +96,7 @@ class Catalogue:
     settings: dict[str, Setting]
     sweep_rows: tuple[str, ...]  # the Sokoban sweep's rows, in table order
     pooled: dict[str, tuple[str, ...]]  # settings judged together (one claims table)
+    depth_rows: tuple[str, ...] = ()  # the depth sweep's rows (presets), shallow first
 
     def variants(self, of: str, kind: str) -> tuple[str, ...]:
         """The settings varying `of` by `kind`, in file order."""
@@ -135,7 +136,7 @@ def _typed(cls, entry: dict, where: str):
 
 def parse(text: str) -> Catalogue:
     data = tomllib.loads(text)
-    unknown = set(data) - {"presets", "settings", "sweep_rows", "pooled"}
+    unknown = set(data) - {"presets", "settings", "sweep_rows", "depth_rows", "pooled"}
     if unknown:
         raise UsageError(f"{FILE}: unknown table(s) {', '.join(sorted(unknown))}")
     presets = {n: _typed(Preset, e, f"preset {n}") for n, e in data["presets"].items()}
@@ -162,7 +163,11 @@ def parse(text: str) -> Catalogue:
     for name in (*rows, *(m for v in pooled.values() for m in v)):
         if name not in settings:
             raise UsageError(f"{FILE}: {name!r} (sweep_rows / pooled) is not a setting")
-    return Catalogue(presets, settings, rows, pooled)
+    depth = tuple(data.get("depth_rows", ()))
+    for name in depth:
+        if name not in presets:
+            raise UsageError(f"{FILE}: {name!r} (depth_rows) is not a preset")
+    return Catalogue(presets, settings, rows, pooled, depth)
 
 
 @cache

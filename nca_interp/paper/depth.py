@@ -1,0 +1,368 @@
+"""The depth sweep: sokoban_remap's recipe at 2, 4, 8 and 12 layers (same width, data and steps;
+seeds 0, 1, 2 of each method), one figure per claim against depth, from the rows' own JSON.
+
+    python -m nca_interp.paper.depth                 # print the table
+    python -m nca_interp.paper.depth --write --png   # figures/sokoban_depth/: README, figures
+
+Each row is a `nca_interp.paper.reproduce` pipeline folder (figures/<preset>/, the presets of
+`depth_rows` in nca_interp/paper/settings.toml). Three questions, each with its null beside it:
+
+- context return: does OPD break when c returns (regime A) at every depth, and does NCA keep
+  what c gives? Null: step 0 (the teacher the students start from, self-distilled) on the same
+  levels; how well that teacher reads c differs with depth, a confound said beside it.
+- views: does OPD leave a gap between the two views' hidden states in the later half of the
+  layers, and what share of step 0's gap does NCA close (`rules.closed_share`)? Nulls: step 0,
+  a random-init model of the same shape, and the cosine between *different* items (the floor).
+- updates: do the updates concentrate in the first third of the layers (Adam-normalised size,
+  shallow / deep; 1 = uniform) and in q_proj / k_proj (their share of the seven matrix types;
+  2/7 = uniform)?
+
+A row whose folder lacks a report shows "not run" with the command that makes it. Numbers are
+seed means with the seed range (a spread, not an interval).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from nca_interp import analysis
+from nca_interp.errors import UsageError
+from nca_interp.fsio import write_text
+from nca_interp.identity import others, roster, students
+from nca_interp.paper import rules
+from nca_interp.paper.layout import CONTEXT_RETURN, LAYER_SIM, PARAM_DELTA
+from nca_interp.paper.settings import load
+
+__all__ = ["MATRICES", "depth_of", "figures", "main", "row", "rows", "table"]
+
+SEEDS = (0, 1, 2)  # the seeds every depth has (the 4-layer setting has 5: the first 3 are used)
+MATRICES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+OUT = "sokoban_depth"
+
+
+def depth_of(preset: str) -> int:
+    """The layers of a preset's models: its teacher's `--n-layers`, through `teacher_init`
+    (the students are distilled from the teacher's weights), else train.sft's default."""
+    from train.sft import SFTConfig
+
+    presets = load().presets
+    name = preset
+    while name is not None:
+        args = list(presets[name].sft_args)
+        if "--n-layers" in args:
+            return int(args[args.index("--n-layers") + 1])
+        name = presets[name].teacher_init
+    return next(f.default for f in dataclasses.fields(SFTConfig) if f.name == "n_layers")
+
+
+def _seeded(report: dict, method: str, seeds) -> list[dict]:
+    who = roster(report)
+    return [e for k, e in students(report, method) if who[k].seed in seeds]
+
+
+def _spread(vals: list[float]) -> dict | None:
+    vals = [float(v) for v in vals if v is not None]
+    return {"mean": float(np.mean(vals)), "lo": min(vals), "hi": max(vals), "n": len(vals),
+            "each": vals} if vals else None
+
+
+def _context_return(figs: Path, seeds) -> dict | None:
+    if not (figs / CONTEXT_RETURN).exists():
+        return None
+    rep = analysis.load(figs / CONTEXT_RETURN)
+    base = next(e for _, e in others(rep))
+    out = {"step0": {k: base[k] for k in ("win_no_c", "win_c", "harm")}}
+    for m in ("opd", "nca"):
+        runs = _seeded(rep, m, seeds)
+        out[m] = {k: _spread([r.get(k) for r in runs])
+                  for k in ("win_no_c", "win_c", "harm", "rel_len")}
+        out[m]["regimes"] = "".join(r["regime"] for r in runs)
+    return out
+
+
+def _views(figs: Path, seeds) -> dict | None:
+    """Mean cosine over the layers (the embedding excluded) and over their later half, per run;
+    the closed share of step 0's gap (on the mean over layers)."""
+    if not (figs / LAYER_SIM).exists():
+        return None
+    rep = analysis.load(figs / LAYER_SIM)
+    rows = dict(others(rep))
+    base = next(e for k, e in rows.items() if k != "random_init")
+    n = len(base["cos"]) - 1
+    half = n // 2
+
+    def means(e: dict) -> tuple[float, float]:
+        cos = e["cos"][1:]
+        return float(np.mean(cos)), float(np.mean(cos[half:]))
+
+    b_all, b_late = means(base)
+    out = {"layers": n, "step0": {"all": b_all, "late": b_late},
+           "random_init": dict(zip(("all", "late"), means(rows["random_init"])))
+           if "random_init" in rows else None}
+    for m in ("opd", "nca"):
+        runs = _seeded(rep, m, seeds)
+        out[m] = {"all": _spread([means(r)[0] for r in runs]),
+                  "late": _spread([means(r)[1] for r in runs]),
+                  "closed": _spread([rules.closed_share(means(r)[0], b_all) for r in runs]),
+                  "floor": _spread([max(r["cos_other"][1:]) for r in runs if "cos_other" in r])}
+    return out
+
+
+def _updates(figs: Path, seeds) -> dict | None:
+    """Per run: Adam-normalised update size of the first third of the layers over the last
+    third (`rules.DEPTH_THIRDS`), and q_proj + k_proj's share of the seven matrix types."""
+    if not (figs / PARAM_DELTA).exists():
+        return None
+    rep = analysis.load(figs / PARAM_DELTA)
+    n = rep["n_layers"]
+    third = max(1, n // rules.DEPTH_THIRDS)
+    out = {"layers": n}
+    for m in ("opd", "nca"):
+        ratio, qk, top = [], [], []
+        for r in _seeded(rep, m, seeds):
+            lay, mod = r["per_layer_adam"], r["per_module_adam"]
+            if lay.get("0") is None:
+                continue  # no learning-rate record: not measurable
+            shallow = np.mean([lay[str(i)] for i in range(third)])
+            deep = np.mean([lay[str(i)] for i in range(n - third, n)])
+            ratio.append(float(shallow / deep))
+            sizes = {k: mod.get(k) or 0.0 for k in MATRICES}
+            qk.append((sizes["q_proj"] + sizes["k_proj"]) / sum(sizes.values()))
+            top.append(set(sorted(MATRICES, key=lambda k: -sizes[k])[:2]) ==
+                       {"q_proj", "k_proj"})
+        out[m] = {"shallow_deep": _spread(ratio), "qk_share": _spread(qk),
+                  "qk_top": f"{sum(top)} of {len(top)}"}
+    return out
+
+
+def row(preset: str, figures: Path = Path("figures"), seeds=SEEDS) -> dict:
+    """Everything the depth sweep reads of one row's folder (None where a report is missing)."""
+    figs = figures / preset
+    return {"preset": preset, "depth": depth_of(preset),
+            "context_return": _context_return(figs, seeds), "views": _views(figs, seeds),
+            "updates": _updates(figs, seeds)}
+
+
+def rows(figures: Path = Path("figures")) -> list[dict]:
+    names = load().depth_rows
+    if not names:
+        raise UsageError("nca_interp/paper/settings.toml lists no depth_rows")
+    return [row(n, figures) for n in names]
+
+
+def command(preset: str) -> str:
+    seeds = ",".join(map(str, SEEDS))
+    return f"python -m nca_interp.paper.reproduce --task {preset} --seeds {seeds} --threads 1"
+
+
+def _fmt(s: dict | None, pct: bool = False) -> str:
+    if s is None:
+        return "-"
+    f = (lambda v: f"{100 * v:+.1f}%") if pct else (lambda v: f"{v:.3f}")
+    return f(s["mean"]) if s["n"] == 1 else f"{f(s['mean'])} ({f(s['lo'])} to {f(s['hi'])})"
+
+
+def table(figures: Path = Path("figures")) -> str:
+    """The sweep's three tables (context return, views, updates), a row per depth."""
+    rs = rows(figures)
+    out = ["Context return (1000 held-out levels; mean (min to max) over seeds; step 0 is "
+           "the null):", "",
+           "| layers | step 0 without c / with c | OPD without c | OPD with c | OPD harm "
+           "| OPD regimes | NCA without c | NCA with c | NCA regimes | OPD length change "
+           "with c |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rs:
+        cr = r["context_return"]
+        if cr is None:
+            out.append(f"| {r['depth']} | not run: `{command(r['preset'])}` |" + " |" * 8)
+            continue
+        o, n, s0 = cr["opd"], cr["nca"], cr["step0"]
+        out.append(f"| {r['depth']} | {s0['win_no_c']:.3f} / {s0['win_c']:.3f} | "
+                   f"{_fmt(o['win_no_c'])} | {_fmt(o['win_c'])} | {_fmt(o['harm'])} | "
+                   f"{o['regimes']} | "
+                   f"{_fmt(n['win_no_c'])} | {_fmt(n['win_c'])} | {n['regimes']} | "
+                   f"{_fmt(o['rel_len'], pct=True)} |")
+    out += ["", "Views (layer_sim at the response positions: cosine of the hidden states with "
+            "and without c, the embedding excluded; later half = the deeper half of the "
+            "layers; closed = share of step 0's gap closed on the mean over layers):", "",
+            "| layers | step 0 later half | random init later half | OPD later half | NCA later "
+            "half | OPD closed | NCA closed | different-item floor (NCA) |",
+            "|---|---|---|---|---|---|---|---|"]
+    for r in rs:
+        v = r["views"]
+        if v is None:
+            out.append(f"| {r['depth']} | not run: `{command(r['preset'])}` |" + " |" * 6)
+            continue
+        rnd = f"{v['random_init']['late']:.3f}" if v["random_init"] else "-"
+        out.append(f"| {r['depth']} | {v['step0']['late']:.3f} | {rnd} | "
+                   f"{_fmt(v['opd']['late'])} | {_fmt(v['nca']['late'])} | "
+                   f"{_fmt(v['opd']['closed'])} | {_fmt(v['nca']['closed'])} | "
+                   f"{_fmt(v['nca']['floor'])} |")
+    paper = rules.PAPER_CLOSED
+    out += ["", f"The paper's Qwen3-4B (36 layers): cosine {rules.PAPER_COS['base']} at the "
+            f"base, {rules.PAPER_COS['opd']} after OPD, >= {rules.PAPER_COS['nca']} after NCA "
+            f"(closed share OPD {paper['opd']:.2f}, NCA >= {paper['nca']:.2f}).", "",
+            "Updates (param_delta, Adam-normalised: shallow / deep = first third of the layers "
+            "over the last third, 1 = uniform; q+k share = q_proj and k_proj's share of the "
+            "seven matrix types, 2/7 = 0.286 = uniform):", "",
+            "| layers | OPD shallow / deep | NCA shallow / deep | OPD q+k share | NCA q+k share "
+            "| q, k the top two (OPD; NCA) |", "|---|---|---|---|---|---|"]
+    for r in rs:
+        u = r["updates"]
+        if u is None:
+            out.append(f"| {r['depth']} | not run: `{command(r['preset'])}` |" + " |" * 4)
+            continue
+        out.append(f"| {r['depth']} | {_fmt(u['opd']['shallow_deep'])} | "
+                   f"{_fmt(u['nca']['shallow_deep'])} | {_fmt(u['opd']['qk_share'])} | "
+                   f"{_fmt(u['nca']['qk_share'])} | {u['opd']['qk_top']}; "
+                   f"{u['nca']['qk_top']} |")
+    return "\n".join(out)
+
+
+COLOURS = {"opd": "#d62728", "nca": "#2ca02c", "step0": "#1f77b4", "null": "#bbbbbb"}
+
+
+def _seed_traces(fig, rs, get, method: str, name: str, col: int = 1, dash=None,
+                 showlegend=True) -> None:
+    """Each seed as a point and the seed mean as a line, against depth."""
+    import plotly.graph_objects as go
+
+    pts = [(r["depth"], get(r)) for r in rs if get(r) is not None]
+    if not pts:
+        return
+    fig.add_trace(go.Scatter(
+        x=[d for d, s in pts for _ in s["each"]], y=[v for _, s in pts for v in s["each"]],
+        mode="markers", marker={"color": COLOURS[method], "size": 6, "opacity": 0.5},
+        name=f"{name} (each seed)", legendgroup=name, showlegend=False), row=1, col=col)
+    fig.add_trace(go.Scatter(x=[d for d, _ in pts], y=[s["mean"] for _, s in pts],
+                             mode="lines+markers", name=name, legendgroup=name,
+                             showlegend=showlegend,
+                             line={"color": COLOURS[method], "dash": dash}), row=1, col=col)
+
+
+def _null_trace(fig, rs, get, name: str, colour: str, col: int = 1, dash="dot",
+                showlegend=True) -> None:
+    import plotly.graph_objects as go
+
+    pts = [(r["depth"], get(r)) for r in rs if get(r) is not None]
+    if pts:
+        fig.add_trace(go.Scatter(x=[d for d, _ in pts], y=[v for _, v in pts],
+                                 mode="lines+markers", name=name, legendgroup=name,
+                                 showlegend=showlegend,
+                                 line={"color": colour, "dash": dash},
+                                 marker={"symbol": "star"}), row=1, col=col)
+
+
+def _axes(fig, rs, titles: list[str]) -> None:
+    depths = [r["depth"] for r in rs]
+    for col, title in enumerate(titles, 1):
+        fig.update_xaxes(title_text="layers", type="log", tickvals=depths,
+                         ticktext=[str(d) for d in depths], row=1, col=col)
+        fig.update_yaxes(title_text=title, row=1, col=col)
+
+
+def figures(rs: list[dict]) -> dict:
+    """One figure per question against depth: {stem: figure}."""
+    from plotly.subplots import make_subplots
+
+    cr = lambda m, k: lambda r: (r["context_return"] or {}).get(m, {}).get(k)  # noqa: E731
+    fig_cr = make_subplots(rows=1, cols=2, subplot_titles=("right without c", "right with c"))
+    for col, key in ((1, "win_no_c"), (2, "win_c")):
+        for m in ("opd", "nca"):
+            _seed_traces(fig_cr, rs, cr(m, key), m, m.upper(), col, showlegend=col == 1)
+        _null_trace(fig_cr, rs, lambda r, k=key: (r["context_return"] or {}).get(
+            "step0", {}).get(k), "step 0 (the null)", COLOURS["step0"], col,
+            showlegend=col == 1)
+    fig_cr.update_layout(title="Context return against depth (sokoban_remap's recipe)<br><sup>"
+                               "points: seeds; lines: seed means; 1000 held-out levels</sup>",
+                         height=480, margin={"t": 100}, legend={"orientation": "h", "y": -0.25})
+    _axes(fig_cr, rs, ["right without c", "right with c"])
+
+    vw = lambda m, k: lambda r: (r["views"] or {}).get(m, {}).get(k)  # noqa: E731
+    fig_v = make_subplots(rows=1, cols=2, subplot_titles=(
+        "cosine with vs without c, later half of the layers", "share of step 0's gap closed"))
+    for m in ("opd", "nca"):
+        _seed_traces(fig_v, rs, vw(m, "late"), m, m.upper(), 1)
+        _seed_traces(fig_v, rs, vw(m, "closed"), m, m.upper(), 2, showlegend=False)
+    _null_trace(fig_v, rs, lambda r: r["views"] and r["views"]["step0"]["late"],
+                "step 0 (the null)", COLOURS["step0"], 1)
+    _null_trace(fig_v, rs, lambda r: r["views"] and r["views"]["random_init"] and
+                r["views"]["random_init"]["late"], "random init", COLOURS["null"], 1)
+    _null_trace(fig_v, rs, lambda r: r["views"] and r["views"]["nca"]["floor"] and
+                r["views"]["nca"]["floor"]["mean"], "different-item floor", COLOURS["null"], 1,
+                dash="dashdot")
+    fig_v.add_hline(y=rules.PAPER_CLOSED["nca"], line_dash="dash", line_color=COLOURS["nca"],
+                    annotation_text="paper NCA (Qwen3-4B)", row=1, col=2)
+    fig_v.add_hline(y=rules.PAPER_CLOSED["opd"], line_dash="dash", line_color=COLOURS["opd"],
+                    annotation_text="paper OPD", row=1, col=2)
+    fig_v.update_layout(title="The two views against depth<br><sup>points: seeds; lines: seed "
+                              "means; step 0's closed share is 0 by definition</sup>",
+                        height=480, margin={"t": 100}, legend={"orientation": "h", "y": -0.25})
+    _axes(fig_v, rs, ["cosine", "closed share"])
+
+    up = lambda m, k: lambda r: (r["updates"] or {}).get(m, {}).get(k)  # noqa: E731
+    fig_u = make_subplots(rows=1, cols=2, subplot_titles=(
+        "shallow / deep update size (first third over last third)",
+        "q_proj + k_proj share of the seven matrix types"))
+    for m in ("opd", "nca"):
+        _seed_traces(fig_u, rs, up(m, "shallow_deep"), m, m.upper(), 1)
+        _seed_traces(fig_u, rs, up(m, "qk_share"), m, m.upper(), 2, showlegend=False)
+    fig_u.add_hline(y=1.0, line_dash="dot", line_color="#444", annotation_text="uniform",
+                    row=1, col=1)
+    fig_u.add_hline(y=2 / 7, line_dash="dot", line_color="#444", annotation_text="uniform 2/7",
+                    row=1, col=2)
+    fig_u.update_layout(title="Where the update goes, against depth (Adam-normalised)<br><sup>"
+                              "points: seeds; lines: seed means</sup>",
+                        height=480, margin={"t": 100}, legend={"orientation": "h", "y": -0.25})
+    _axes(fig_u, rs, ["ratio", "share"])
+    return {"depth_context_return": fig_cr, "depth_views": fig_v, "depth_updates": fig_u}
+
+
+def page(figures_dir: Path, text: str, png: bool) -> str:
+    names = load().depth_rows
+    cmds = "\n".join(f"    {command(n)}" for n in names)
+    links = []
+    for stem, what in (("depth_context_return", "context return"),
+                       ("depth_views", "the two views"), ("depth_updates", "the updates")):
+        image = f"\n\n![{what} against depth]({stem}.png)" \
+            if png or (figures_dir / f"{stem}.png").exists() else ""
+        links.append(f"[{what} against depth (interactive)]({stem}.html){image}\n")
+    return (f"# Sokoban depth sweep\n\nGenerated by `python -m nca_interp.paper.depth --write "
+            f"--png` from each row's figures/<row>/ JSON (seeds {', '.join(map(str, SEEDS))} "
+            f"of each method). sokoban_remap's recipe at each depth, same width, data and "
+            f"steps; each remap teacher is fine-tuned from the plain game's teacher of its "
+            f"depth. How well that teacher reads c differs with depth (step 0 with c in the "
+            f"first table): read each row against its own step 0. Each row's own page has "
+            f"every claim judged by the rule book ([2 layers](sokoban_remap_d2.md), "
+            f"[4 layers](sokoban_remap.md)).\n\nRows:\n\n{cmds}\n\n{text}\n\n"
+            + "\n".join(links))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m nca_interp.paper.depth", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--figures", default="figures", help="where the rows' folders are")
+    ap.add_argument("--write", action="store_true",
+                    help=f"write FIGURES/{OUT}/README.md and its figures")
+    ap.add_argument("--png", action="store_true", help="also write PNGs (needs kaleido)")
+    args = ap.parse_args(argv)
+    figures_dir = Path(args.figures)
+    text = table(figures_dir)
+    print(text)
+    if args.write:
+        from nca_interp.plots import write_figure
+
+        out = figures_dir / OUT
+        out.mkdir(parents=True, exist_ok=True)
+        for stem, fig in figures(rows(figures_dir)).items():
+            write_figure(fig, out / stem, png=args.png)
+        write_text(out / "README.md", page(out, text, args.png))
+        print("wrote", out / "README.md")
+
+
+if __name__ == "__main__":
+    main()
+
