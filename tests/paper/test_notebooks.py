@@ -11,10 +11,16 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.i
 
 def test_notebooks_exist():
     names = {p.stem for p in NOTEBOOKS}
-    assert {"sokoban_mechanistic", "context_return", "custom_checkpoints"} <= names
+    assert {"sokoban_mechanistic", "context_return", "custom_checkpoints", *REAL} <= names
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+# a notebook on the real pretrained model runs in the real tier (make test-real; CI runs it):
+# on two cores it is a quarter of the default run's time
+REAL = ("real_model",)
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.real) if p.stem in REAL
+                                  else p for p in NOTEBOOKS], ids=lambda p: p.stem)
 def test_notebook_executes_and_is_stored_clean(path):
     nb = nbformat.read(path, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
