@@ -23,7 +23,8 @@ __all__ = ["REPLACED_FLAGS", "argv_of", "as_paths", "check_arguments", "check_di
            "validate", "write_atomic", "write_json"]
 
 # Ranges of the numeric flags every entry point shares, by field name (a field's own
-# `metadata["check"]` overrides). ">0": positive; ">=0"; ">=1"; "choice:a|b|c".
+# `metadata["check"]` overrides; a function returning the rule is read when checked, e.g. from a
+# registry). ">0": positive; ">=0"; ">=1"; "choice:a|b|c".
 CHECKS = {
     "steps": ">=1", "batch": ">=1", "lr": ">0", "warmup": ">=0", "weight_decay": ">=0",
     "clip": ">0", "beta": ">=0", "temperature": "temperature",
