@@ -269,7 +269,8 @@ def figures(rs: list[dict]) -> dict:
     from plotly.subplots import make_subplots
 
     cr = lambda m, k: lambda r: (r["context_return"] or {}).get(m, {}).get(k)  # noqa: E731
-    fig_cr = make_subplots(rows=1, cols=2, subplot_titles=("right without c", "right with c"))
+    fig_cr = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
+                           subplot_titles=("right without c", "right with c"))
     for col, key in ((1, "win_no_c"), (2, "win_c")):
         for m in ("opd", "nca"):
             _seed_traces(fig_cr, rs, cr(m, key), m, m.upper(), col, showlegend=col == 1)
@@ -282,8 +283,8 @@ def figures(rs: list[dict]) -> dict:
     _axes(fig_cr, rs, ["right without c", "right with c"])
 
     vw = lambda m, k: lambda r: (r["views"] or {}).get(m, {}).get(k)  # noqa: E731
-    fig_v = make_subplots(rows=1, cols=2, subplot_titles=(
-        "cosine with vs without c, later half of the layers", "share of step 0's gap closed"))
+    fig_v = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, subplot_titles=(
+        "cosine of the views, later half of layers", "share of step 0's gap closed"))
     for m in ("opd", "nca"):
         _seed_traces(fig_v, rs, vw(m, "late"), m, m.upper(), 1)
         _seed_traces(fig_v, rs, vw(m, "closed"), m, m.upper(), 2, showlegend=False)
@@ -304,9 +305,8 @@ def figures(rs: list[dict]) -> dict:
     _axes(fig_v, rs, ["cosine", "closed share"])
 
     up = lambda m, k: lambda r: (r["updates"] or {}).get(m, {}).get(k)  # noqa: E731
-    fig_u = make_subplots(rows=1, cols=2, subplot_titles=(
-        "shallow / deep update size (first third over last third)",
-        "q_proj + k_proj share of the seven matrix types"))
+    fig_u = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, subplot_titles=(
+        "first third / last third of the layers", "q_proj + k_proj share of 7 types"))
     for m in ("opd", "nca"):
         _seed_traces(fig_u, rs, up(m, "shallow_deep"), m, m.upper(), 1)
         _seed_traces(fig_u, rs, up(m, "qk_share"), m, m.upper(), 2, showlegend=False)
@@ -317,7 +317,7 @@ def figures(rs: list[dict]) -> dict:
     fig_u.update_layout(title="Where the update goes, against depth (Adam-normalised)<br><sup>"
                               "points: seeds; lines: seed means</sup>",
                         height=480, margin={"t": 100}, legend={"orientation": "h", "y": -0.25})
-    _axes(fig_u, rs, ["ratio", "share"])
+    _axes(fig_u, rs, ["shallow / deep update size", "share"])
     return {"depth_context_return": fig_cr, "depth_views": fig_v, "depth_updates": fig_u}
 
 
