@@ -37,10 +37,10 @@ from typing import Any, Protocol, runtime_checkable
 from nca_interp import identity
 from nca_interp.errors import UsageError
 
-__all__ = ["REGISTRY", "Analysis", "AnalysisSpec", "Job", "checkpoint_paths", "command_defaults",
-           "config", "data_record", "decoded", "execute", "figure_stem", "label_of", "load",
-           "make_report", "module", "names", "register", "short_labels", "spec", "specs",
-           "to_frame"]
+__all__ = ["PLUGINS_ENV", "REGISTRY", "Analysis", "AnalysisSpec", "Job", "checkpoint_paths",
+           "command_defaults", "config", "data_record", "decoded", "discover", "execute",
+           "figure_stem", "label_of", "load", "make_report", "module", "names", "register",
+           "short_labels", "spec", "specs", "to_frame"]
 
 PATH_FIELDS = ("ckpt", "runs")  # the checkpoint field of a config (trajectory: run folders)
 REPORT_KEYS = ("config", "task", "context", "runs", "results")
@@ -67,7 +67,12 @@ class Job:
     """One stage the paper pipeline runs for an analysis: `config()` (built when the stage runs,
     so planning reads nothing from disk) is executed unless `out`.json is up to date with the
     final checkpoints of `students` (keys such as "opd_s0"). `positional` is the config field the
-    recorded command gives as bare arguments."""
+    recorded command gives as bare arguments.
+
+    A plan receives the pipeline `p` (`nca_interp.paper.reproduce.Pipeline`): `p.figs` (the
+    setting's figures folder), `p.students` ({"opd_s0": run folder, ...}), `p.base` (the
+    teacher), `p.ckpts()` (step 0, then every student), `p.cfg` (its `ReproduceConfig`: seeds,
+    context, n_levels, ...), `p.preset`, `p.threads` and `p.ckpt_kw` (fields to pass on)."""
 
     label: str
     out: Path
@@ -115,7 +120,12 @@ class AnalysisSpec:
         """The module, checked to keep the contract (one line naming what it lacks)."""
         import importlib
 
-        mod = importlib.import_module(self.module)
+        try:
+            mod = importlib.import_module(self.module)
+        except ModuleNotFoundError as e:
+            raise UsageError(f"analysis {self.name!r}: its module {self.module} cannot be "
+                             f"imported ({e}); put it on the path (PYTHONPATH) or fix the "
+                             "module in its registration") from e
         missing = [n for n in ("run", "show", "figures", "execute", "main")
                    if not callable(getattr(mod, n, None))]
         if missing:
@@ -140,23 +150,63 @@ REGISTRY: dict[str, AnalysisSpec] = {}
 
 def register(entry: AnalysisSpec) -> AnalysisSpec:
     """Add an analysis to the pipeline, the layout, `--keep` and the architecture page (one
-    call); a name registered twice with another spec is refused."""
-    if entry.name in REGISTRY and REGISTRY[entry.name] != entry:
-        raise UsageError(f"analysis {entry.name!r} is registered twice")
+    call, in the analysis's own module, so that importing it registers it). The same spec again
+    is a no-op; another spec under a registered name, or a file another analysis writes, is
+    refused (one line naming the clash)."""
+    before = REGISTRY.get(entry.name)
+    if before is not None and before != entry:
+        raise UsageError(f"analysis {entry.name!r} is registered twice ({before.module} and "
+                         f"{entry.module}): give the new one another name")
+    for other in REGISTRY.values():
+        shared = set(other.outputs()) & set(entry.outputs())
+        if other.name != entry.name and shared:
+            raise UsageError(f"analysis {entry.name!r} would write {', '.join(sorted(shared))}, "
+                             f"which {other.name!r} writes: choose other file names")
     REGISTRY[entry.name] = entry
     return entry
 
 
+PLUGINS_ENV = "NCA_INTERP_ANALYSES"  # modules to import for their registrations, comma-separated
+_DISCOVERED: list[bool] = []
+
+
+def discover() -> None:
+    """Import, once, the analyses registered outside this package: every module named by the
+    `nca_interp.analyses` entry-point group of an installed package (`[project.entry-points.
+    "nca_interp.analyses"] toy = "toy_analysis"`) and by NCA_INTERP_ANALYSES (a script's own,
+    `NCA_INTERP_ANALYSES=toy_analysis`). Each module's import registers it, so every command
+    (the pipeline's --keep, its help, the pages) sees it."""
+    if _DISCOVERED:
+        return
+    _DISCOVERED.append(True)
+    import importlib
+    from importlib.metadata import entry_points
+
+    named = [(f"entry point {ep.name}", ep.value.partition(":")[0])
+             for ep in entry_points(group="nca_interp.analyses")]
+    named += [(PLUGINS_ENV, m.strip()) for m in os.environ.get(PLUGINS_ENV, "").split(",")
+              if m.strip()]
+    for where, name in named:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise UsageError(f"{where} names the analysis module {name}, which cannot be "
+                             f"imported ({e}); put it on the path (PYTHONPATH) or drop it "
+                             "from there") from e
+
+
 def specs() -> tuple[AnalysisSpec, ...]:
     """Every registered analysis, in registration order (the pipeline's order)."""
+    discover()
     return tuple(REGISTRY.values())
 
 
 def names() -> tuple[str, ...]:
-    return tuple(REGISTRY)
+    return tuple(s.name for s in specs())
 
 
 def spec(name: str) -> AnalysisSpec:
+    discover()
     if name not in REGISTRY:
         raise UsageError(f"{name!r} is not an analysis; one of {', '.join(REGISTRY)}")
     return REGISTRY[name]

@@ -61,10 +61,10 @@ def grad_files(figs: Path) -> list[tuple[str, Path]]:
     return [(label, f) for label, f in out if f.exists()]
 
 
-def analysis_files(figs: Path) -> list[tuple[str, Path]]:
+def analysis_files(figs: str | Path) -> list[tuple[str, Path]]:
     """(analysis, JSON) of every analysis report in a pipeline folder, in the registry's order
     (each analysis's files: `AnalysisSpec.outputs`; their figures: analysis.figure_stem)."""
-    out: list[tuple[str, Path]] = []
+    figs, out = Path(figs), []
     for entry in analysis.specs():
         for pattern in entry.outputs():
             out += [(entry.name, f) for f in sorted(figs.glob(pattern))

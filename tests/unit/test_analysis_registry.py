@@ -6,81 +6,35 @@ import json
 import re
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
 from nca_interp import analysis
 
-TOY = '''
-"""A toy analysis: the number of files in each checkpoint folder."""
-from dataclasses import dataclass, field
-from pathlib import Path
-
-import plotly.graph_objects as go
-
-from nca_interp import analysis
-
-
-@dataclass
-class ToyConfig:
-    ckpt: list[str] = field(default_factory=list, metadata={"help": "checkpoint folders"})
-    out: str | None = field(default=None, metadata={"help": "where the report goes"})
-
-
-def run(cfg=None, /, **fields):
-    cfg = analysis.config(ToyConfig, cfg, fields)
-    results = {Path(p).name: {"files": len(list(Path(p).iterdir()))} for p in cfg.ckpt}
-    return analysis.make_report(cfg, task="toy", context=None,
-                                paths={Path(p).name: p for p in cfg.ckpt}, results=results)
-
-
-def show(report):
-    print("toy:", {k: v["files"] for k, v in report["results"].items()})
-
-
-def figures(report):
-    return {"": go.Figure(go.Bar(y=[v["files"] for v in report["results"].values()]))}
-
-
-def execute(cfg):
-    return analysis.execute(__import__(__name__), cfg)
-
-
-def main(argv=None):
-    from nca_interp.cli import parse_config
-    return execute(parse_config(ToyConfig, argv, __doc__, positional="ckpt"))
-
-
-def plan(p):
-    keys = tuple(sorted(p.students))
-    return [analysis.Job("toy over every student", p.figs / "toy",
-                         lambda: ToyConfig(ckpt=[str(p.students[k]) for k in keys],
-                                           out=str(p.figs / "toy")), keys[:1])]
-'''
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "analysis"
 
 
 @pytest.fixture
-def toy(tmp_path, monkeypatch):
-    (tmp_path / "toy_analysis.py").write_text(TOY)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    entry = analysis.register(analysis.AnalysisSpec(
-        "toy", "toy_analysis", "files per checkpoint folder", files={"toy": "toy.json"},
-        pipeline="toy_analysis:plan"))
-    yield entry
+def toy(monkeypatch):
+    """docs/examples/analysis/toy_analysis.py, found as a user's would be: on the path and
+    named by NCA_INTERP_ANALYSES (its import registers it)."""
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    monkeypatch.setenv(analysis.PLUGINS_ENV, "toy_analysis")
+    monkeypatch.setattr(analysis, "_DISCOVERED", [])
+    assert "toy" in analysis.names()
+    yield analysis.spec("toy")
     analysis.REGISTRY.pop("toy")
     sys.modules.pop("toy_analysis", None)
 
 
 def test_a_registered_analysis_runs_in_the_pipeline_and_is_listed_everywhere(toy, tmp_path,
                                                                              capsys):
+    from nca_interp.assets import embedded
     from nca_interp.cli import parse_config
     from nca_interp.paper import architecture, layout, reproduce
 
-    runs = {}
-    for key in ("opd_s0", "nca_s0"):
-        runs[key] = tmp_path / key
-        runs[key].mkdir()
-        (runs[key] / "config.json").write_text("{}")
+    runs = {"opd_s0": embedded("sokoban_opd"), "nca_s0": embedded("sokoban_nca")}
     figs = tmp_path / "figs"
     figs.mkdir()
     cfg = reproduce.ReproduceConfig(keep=["toy"])
@@ -94,11 +48,12 @@ def test_a_registered_analysis_runs_in_the_pipeline_and_is_listed_everywhere(toy
     assert "[run] toy over every student: python -m toy_analysis" in out
     assert "[keep] layer_sim" in out and "[keep] patching" in out
     report = json.loads((figs / "toy.json").read_text())
-    assert report["results"] == {"nca_s0": {"files": 1}, "opd_s0": {"files": 1}}
+    assert set(report["results"]) == {"sokoban_nca", "sokoban_opd"}
+    assert report["results"]["sokoban_nca"]["files"] == len(list(runs["nca_s0"].iterdir()))
     recorded = p.manifest.data["files"][str(figs / "toy.json")]["command"]
     assert recorded.startswith("python -m toy_analysis")
     # which students the steps left to run read comes from the toy's plan
-    assert reproduce.Pipeline.needed(p) == {"nca_s0"}
+    assert reproduce.Pipeline.needed(p) == {"nca_s0", "opd_s0"}
     # the layout finds its report; --keep accepts it and its help names it
     assert ("toy", figs / "toy.json") in layout.analysis_files(figs)
     assert "toy" in reproduce.keepable()
@@ -109,7 +64,7 @@ def test_a_registered_analysis_runs_in_the_pipeline_and_is_listed_everywhere(toy
     assert "patching, toy)" in shown
     # the generated architecture page has its row, with its file, command and pipeline hook
     row = next(r for r in architecture.analysis_table() if r.startswith("| toy |"))
-    assert "`toy_analysis.py`" in row and "`python -m toy_analysis`" in row
+    assert "toy_analysis.py`" in row and "`python -m toy_analysis`" in row
     assert "`toy.json`" in row and "`toy_analysis:plan`" in row
     assert analysis.module("toy").figures(report)
     # the folder's generated page lists its report and figure without an edit of its own
@@ -134,10 +89,16 @@ def test_an_unknown_or_incomplete_analysis_is_refused_in_one_line(tmp_path, monk
         half.load()
     analysis.register(analysis.AnalysisSpec("toy2", "m", "x"))
     try:
-        with pytest.raises(ValueError, match="registered twice"):
-            analysis.register(analysis.AnalysisSpec("toy2", "m", "y"))
+        with pytest.raises(ValueError, match="registered twice .*another name"):
+            analysis.register(analysis.AnalysisSpec("toy2", "m2", "y"))
     finally:
         analysis.REGISTRY.pop("toy2")
+    with pytest.raises(ValueError, match="would write param_delta.json, which 'param_delta'"):
+        analysis.register(analysis.AnalysisSpec("toy3", "m", "x",
+                                                files={"d": "param_delta.json"}))
+    ghost = analysis.AnalysisSpec("ghost", "no_such_module_xyz", "x")
+    with pytest.raises(ValueError, match="'ghost': its module no_such_module_xyz cannot be"):
+        ghost.load()
 
 
 def test_the_built_in_analyses_keep_the_contract_and_own_the_layout_names():
@@ -152,3 +113,27 @@ def test_the_built_in_analyses_keep_the_contract_and_own_the_layout_names():
                                        "layer_sim_generating", "prompt": "layer_sim_prompt"}
     assert layout.grad_stem("nca", 2) == "grad_align_nca_s2"
     assert layout.teacher_file("plan") == "teacher_plan.json"
+
+
+def test_the_example_analysis_runs_as_a_command_and_a_fresh_pipeline_sees_it(tmp_path):
+    """What a user does: the example's command on the embedded checkpoints, and a fresh
+    `reproduce --help-all` that finds it through NCA_INTERP_ANALYSES."""
+    import os
+    import subprocess
+
+    from nca_interp.assets import embedded
+
+    env = {**os.environ, "PYTHONPATH": str(EXAMPLE), analysis.PLUGINS_ENV: "toy_analysis"}
+    out = subprocess.run([sys.executable, "-m", "toy_analysis", str(embedded("sokoban_opd")),
+                          "--out", str(tmp_path / "toy")], env=env, capture_output=True,
+                         text=True, check=True)
+    assert "files" in out.stdout and (tmp_path / "toy.json").exists()
+    assert (tmp_path / "toy.html").exists()
+    shown = subprocess.run([sys.executable, "-m", "nca_interp.paper.reproduce", "--help-all"],
+                           env=env, capture_output=True, text=True, check=True).stdout
+    assert "patching, toy)" in re.sub(r"\s+", " ", shown)
+    bad = subprocess.run([sys.executable, "-m", "nca_interp.paper.reproduce", "--help"],
+                         env={**env, analysis.PLUGINS_ENV: "no_such_module"},
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "NCA_INTERP_ANALYSES names the analysis module " \
+        "no_such_module, which cannot be imported" in bad.stderr
