@@ -15,7 +15,9 @@ __all__ = ["CONTEXT_CONTROL", "CONTEXT_RETURN", "GRAD_ALIGN_OPD", "HARM_DRIFT",
 
 
 def _file(name: str, role: str) -> str:
-    return analysis.spec(name).file(role)
+    """A built-in analysis's file (registered when nca_interp.analysis is imported: reading it
+    imports no plug-in, so a bad NCA_INTERP_ANALYSES is named by the command, not at import)."""
+    return analysis.REGISTRY[name].file(role)
 
 
 # the file names of a pipeline folder: each analysis's are decided in its registration
@@ -39,7 +41,7 @@ def teacher_file(kind: str) -> str:
 # layer_sim position sets: y's tokens, the positions producing y (what the losses train), and
 # x's tokens (untouched by the losses: the control)
 LAYER_SIM_STAGES = {at: name.removesuffix(".json")
-                    for at, name in analysis.spec("layer_sim").files.items()}
+                    for at, name in analysis.REGISTRY["layer_sim"].files.items()}
 
 
 def grad_stem(method: str, seed: int | None = None) -> str:

@@ -135,5 +135,6 @@ def test_the_example_analysis_runs_as_a_command_and_a_fresh_pipeline_sees_it(tmp
     bad = subprocess.run([sys.executable, "-m", "nca_interp.paper.reproduce", "--help"],
                          env={**env, analysis.PLUGINS_ENV: "no_such_module"},
                          capture_output=True, text=True)
-    assert bad.returncode != 0 and "NCA_INTERP_ANALYSES names the analysis module " \
+    assert bad.returncode == 2 and "NCA_INTERP_ANALYSES names the analysis module " \
         "no_such_module, which cannot be imported" in bad.stderr
+    assert "Traceback" not in bad.stderr, bad.stderr
