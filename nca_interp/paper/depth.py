@@ -264,27 +264,33 @@ def _axes(fig, rs, titles: list[str]) -> None:
         fig.update_yaxes(title_text=title, row=1, col=col)
 
 
-def figures(rs: list[dict]) -> dict:
-    """One figure per question against depth: {stem: figure}."""
+def _pair(titles: tuple[str, str]):
     from plotly.subplots import make_subplots
 
+    return make_subplots(rows=1, cols=2, horizontal_spacing=0.12, subplot_titles=titles)
+
+
+def _finish(fig, title: str, note: str, rs: list[dict], ytitles: list[str]) -> None:
+    fig.update_layout(title=f"{title}<br><sup>points: seeds; lines: seed means{note}</sup>",
+                      height=480, margin={"t": 100}, legend={"orientation": "h", "y": -0.25})
+    _axes(fig, rs, ytitles)
+
+
+def figures(rs: list[dict]) -> dict:
+    """One figure per question against depth: {stem: figure}."""
     cr = lambda m, k: lambda r: (r["context_return"] or {}).get(m, {}).get(k)  # noqa: E731
-    fig_cr = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
-                           subplot_titles=("right without c", "right with c"))
+    fig_cr = _pair(("right without c", "right with c"))
     for col, key in ((1, "win_no_c"), (2, "win_c")):
         for m in ("opd", "nca"):
             _seed_traces(fig_cr, rs, cr(m, key), m, m.upper(), col, showlegend=col == 1)
         _null_trace(fig_cr, rs, lambda r, k=key: (r["context_return"] or {}).get(
             "step0", {}).get(k), "step 0 (the null)", COLOURS["step0"], col,
             showlegend=col == 1)
-    fig_cr.update_layout(title="Context return against depth (sokoban_remap's recipe)<br><sup>"
-                               "points: seeds; lines: seed means; 1000 held-out levels</sup>",
-                         height=480, margin={"t": 100}, legend={"orientation": "h", "y": -0.25})
-    _axes(fig_cr, rs, ["right without c", "right with c"])
+    _finish(fig_cr, "Context return against depth (sokoban_remap's recipe)",
+            "; 1000 held-out levels", rs, ["right without c", "right with c"])
 
     vw = lambda m, k: lambda r: (r["views"] or {}).get(m, {}).get(k)  # noqa: E731
-    fig_v = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, subplot_titles=(
-        "cosine of the views, later half of layers", "share of step 0's gap closed"))
+    fig_v = _pair(("cosine of the views, later half of layers", "share of step 0's gap closed"))
     for m in ("opd", "nca"):
         _seed_traces(fig_v, rs, vw(m, "late"), m, m.upper(), 1)
         _seed_traces(fig_v, rs, vw(m, "closed"), m, m.upper(), 2, showlegend=False)
@@ -299,14 +305,11 @@ def figures(rs: list[dict]) -> dict:
                     annotation_text="paper NCA (Qwen3-4B)", row=1, col=2)
     fig_v.add_hline(y=rules.PAPER_CLOSED["opd"], line_dash="dash", line_color=COLOURS["opd"],
                     annotation_text="paper OPD", row=1, col=2)
-    fig_v.update_layout(title="The two views against depth<br><sup>points: seeds; lines: seed "
-                              "means; step 0's closed share is 0 by definition</sup>",
-                        height=480, margin={"t": 100}, legend={"orientation": "h", "y": -0.25})
-    _axes(fig_v, rs, ["cosine", "closed share"])
+    _finish(fig_v, "The two views against depth", "; step 0's closed share is 0 by definition",
+            rs, ["cosine", "closed share"])
 
     up = lambda m, k: lambda r: (r["updates"] or {}).get(m, {}).get(k)  # noqa: E731
-    fig_u = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, subplot_titles=(
-        "first third / last third of the layers", "q_proj + k_proj share of 7 types"))
+    fig_u = _pair(("first third / last third of the layers", "q_proj + k_proj share of 7 types"))
     for m in ("opd", "nca"):
         _seed_traces(fig_u, rs, up(m, "shallow_deep"), m, m.upper(), 1)
         _seed_traces(fig_u, rs, up(m, "qk_share"), m, m.upper(), 2, showlegend=False)
@@ -314,10 +317,8 @@ def figures(rs: list[dict]) -> dict:
                     row=1, col=1)
     fig_u.add_hline(y=2 / 7, line_dash="dot", line_color="#444", annotation_text="uniform 2/7",
                     row=1, col=2)
-    fig_u.update_layout(title="Where the update goes, against depth (Adam-normalised)<br><sup>"
-                              "points: seeds; lines: seed means</sup>",
-                        height=480, margin={"t": 100}, legend={"orientation": "h", "y": -0.25})
-    _axes(fig_u, rs, ["shallow / deep update size", "share"])
+    _finish(fig_u, "Where the update goes, against depth (Adam-normalised)", "", rs,
+            ["shallow / deep update size", "share"])
     return {"depth_context_return": fig_cr, "depth_views": fig_v, "depth_updates": fig_u}
 
 
