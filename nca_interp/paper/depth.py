@@ -325,6 +325,8 @@ def figures(rs: list[dict]) -> dict:
 def page(figures_dir: Path, text: str, png: bool) -> str:
     names = load().depth_rows
     cmds = "\n".join(f"    {command(n)}" for n in names)
+    pages = ", ".join(f"[{depth_of(n)} layers]({n}.md)" for n in names
+                      if (figures_dir.parent / n / "README.md").exists())
     links = []
     for stem, what in (("depth_context_return", "context return"),
                        ("depth_views", "the two views"), ("depth_updates", "the updates")):
@@ -337,9 +339,8 @@ def page(figures_dir: Path, text: str, png: bool) -> str:
             f"steps; each remap teacher is fine-tuned from the plain game's teacher of its "
             f"depth. How well that teacher reads c differs with depth (step 0 with c in the "
             f"first table): read each row against its own step 0. Each row's own page has "
-            f"every claim judged by the rule book ([2 layers](sokoban_remap_d2.md), "
-            f"[4 layers](sokoban_remap.md)).\n\nRows:\n\n{cmds}\n\n{text}\n\n"
-            + "\n".join(links))
+            f"every claim judged by the rule book ({pages}).\n\nRows:\n\n{cmds}\n\n"
+            f"{text}\n\n" + "\n".join(links))
 
 
 def main(argv: list[str] | None = None) -> None:
