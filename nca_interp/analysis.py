@@ -17,34 +17,34 @@ pipeline (`nca_interp.paper.reproduce`), the folder layout (`nca_interp.paper.la
 choices and the generated architecture page iterate the registry (`specs()`), so a new analysis is
 one module and one `register` call. The six built in are registered at the end of this file.
 
-A report is a dict whose first keys are always `REPORT_KEYS`: the config it ran with, the task, the
-context kind, the identity of every run it measured (`identity.RunId` fields plus the folder, by the
-same keys as `results`), and `results`, keyed by checkpoint (or run) label; an analysis adds its own
-keys after them (layer_sim's `layers`, param_delta's `comparison`). The pipeline calls `execute` and
-redraws figures with `figure_stem`, so file names are decided here once. `load` reads a report file,
-bringing files written before this contract (`reports` or `per_checkpoint` for `results`) to the
-same shape (`migrate`). """
+A report is typed (`nca_interp.reports`): `make_report` builds the report class the analysis
+registered (the config it ran with, the task, the context kind, a `RunRecord` per run it measured
+and `results`, an entry per checkpoint or run, plus the analysis's own declared fields), and
+refuses a key the class does not declare, so each field's documentation is its declaration.
+The pipeline calls `execute` and redraws figures with `figure_stem`, so file names are decided
+here once. `load` reads a report file of any version this package wrote (`reports.from_json`
+brings older files to the current `reports.VERSION`). """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from nca_interp import identity
+from nca_interp import identity, reports
 from nca_interp.errors import UsageError
 
 __all__ = ["PLUGINS_ENV", "REGISTRY", "Analysis", "AnalysisSpec", "Job", "checkpoint_paths",
            "command_defaults", "config", "data_record", "decoded", "discover", "execute",
-           "figure_stem", "label_of", "load", "make_report", "module", "names", "register",
+           "figure_stem", "from_json", "infer_analysis", "label_of", "load", "make_report",
+           "module", "names", "register", "report_class",
            "short_labels", "spec", "specs", "to_frame"]
 
 PATH_FIELDS = ("ckpt", "runs")  # the checkpoint field of a config (trajectory: run folders)
-REPORT_KEYS = ("config", "task", "context", "runs", "results")
-_LEGACY_RESULTS = ("reports", "per_checkpoint")
 
 
 @runtime_checkable
@@ -101,6 +101,9 @@ class AnalysisSpec:
             returning `Job`s, or a string saying why it is skipped there; None: the pipeline runs
             it in a step of its own (`step`) or not at all.
         step: the pipeline step that runs it when `pipeline` is None (e.g. "context_return").
+        report: its report class (`nca_interp.reports.Report` or a subclass declaring its
+            entry and top-level fields), or "module:Class"; None: an untyped `Report` (its
+            entries as written, its own keys in `extra`).
     """
 
     name: str
@@ -109,6 +112,7 @@ class AnalysisSpec:
     files: dict[str, str] = field(default_factory=dict)
     pipeline: Callable | str | None = None
     step: str | None = None
+    report: type | str | None = None
 
     def outputs(self) -> tuple[str, ...]:
         return tuple(self.files.values())
@@ -336,13 +340,19 @@ def run_identity(label: str, path: str | Path | None) -> dict:
 
 
 def make_report(cfg, *, task: str, context: str | None, paths: dict[str, str | Path | None],
-                results: dict, **extra) -> dict:
-    """A report of the shared shape: `paths` maps each key of `results` to its folder."""
+                results: dict, **extra):
+    """The typed report (`nca_interp.reports`) of the analysis whose config `cfg` is (found
+    by the module that defines its class): `paths` maps each key of `results` to its folder;
+    `extra` are the analysis's own top-level fields. A key its report class does not declare is
+    refused, so what a report holds is what its class documents."""
     from nca_interp.cli import to_dict
 
-    return {"config": to_dict(cfg), "task": task, "context": context,
-            "runs": {k: run_identity(k, paths.get(k)) for k in results}, "results": results,
-            **extra}
+    name = next((s.name for s in specs() if s.module == type(cfg).__module__), None)
+    cls = report_class(name)
+    return cls.from_json({"config": to_dict(cfg), "task": task, "context": context,
+                          "runs": {k: run_identity(k, paths.get(k)) for k in results},
+                          "results": results, "analysis": name, **extra},
+                         f"{name or 'analysis'} report", complete=True)
 
 
 def data_record(task, levels: list) -> dict:
@@ -401,7 +411,7 @@ def figure_stem(out: str | Path, suffix: str) -> Path:
     return out if not suffix else out.with_name(f"{out.name}_{suffix}")
 
 
-def write(report: dict, out: str | Path, figures: dict, png: bool = False) -> list[str]:
+def write(report, out: str | Path, figures: dict, png: bool = False) -> list[str]:
     """Each of the report's figures, then its JSON (`out` with .json), last: the JSON records
     the sha256 of every figure file it belongs with (`report["figures"]`), so a kill between
     the two leaves a pair `stale_figures` names, never one that passes for whole. Returns the
@@ -415,9 +425,12 @@ def write(report: dict, out: str | Path, figures: dict, png: bool = False) -> li
     written: list[str] = []
     for suffix, fig in figures.items():
         written += write_figure(fig, figure_stem(stem, suffix), png=png)
-    report["figures"] = {Path(p).name: hashlib.sha256(Path(p).read_bytes()).hexdigest()
-                         for p in written}
-    return [str(write_json(stem.with_suffix(".json"), report)), *written]
+    typed = from_json(report)
+    typed["figures"] = {Path(p).name: hashlib.sha256(Path(p).read_bytes()).hexdigest()
+                        for p in written}
+    if isinstance(report, dict):  # an untyped plug-in's own dict sees it too
+        report["figures"] = typed["figures"]
+    return [str(write_json(stem.with_suffix(".json"), typed)), *written]
 
 
 def stale_figures(json_path: str | Path) -> list[str]:
@@ -523,7 +536,7 @@ def to_frame(report: dict):
         import pandas as pd
     except ImportError as e:
         raise ImportError("to_frame needs pandas: pip install 'nca_interp[frames]'") from e
-    report = migrate(report)
+    report = from_json(report)
     rows = []
 
     def walk(run: str, value, path: str, index=None) -> None:
@@ -531,7 +544,7 @@ def to_frame(report: dict):
             return
         if isinstance(value, (int, float)):
             rows.append({"run": run, "metric": path, "index": index, "value": float(value)})
-        elif isinstance(value, dict):
+        elif isinstance(value, Mapping):
             for k, v in value.items():
                 walk(run, v, f"{path}.{k}" if path else str(k), index)
         elif isinstance(value, (list, tuple)) and index is None:
@@ -547,53 +560,72 @@ def to_frame(report: dict):
     return frame
 
 
-def migrate(report: dict) -> dict:
-    """A report file written before the shared shape, in it: `results` for `reports` /
-    `per_checkpoint`, and task, context and runs filled from its config and entries (the
-    numbers are not touched)."""
-    if all(k in report for k in REPORT_KEYS):
-        return report
-    r = dict(report)
-    for old in _LEGACY_RESULTS:
-        if old in r and "results" not in r:
-            r["results"] = r.pop(old)
-    results = r.get("results", {})
-    first = next(iter(results.values()), {}) if isinstance(results, dict) else {}
-    first = first if isinstance(first, dict) else {}
-    cfg = r.get("config", {})
-    task = r.get("task", cfg.get("task") or first.get("task"))
-    context = r.get("context", cfg.get("context") or first.get("context"))
-    named = [*(cfg.get("ckpt") or []), *(cfg.get("runs") or []), *(r.get("checkpoints") or [])]
-    folders = {Path(f).name: str(f) for f in named}
-    runs = r.get("runs") or {k: _legacy_identity(k, v, folders) for k, v in results.items()}
-    rest = {k: v for k, v in r.items() if k not in REPORT_KEYS}
-    return {"config": cfg, "task": task, "context": context, "runs": runs, "results": results,
-            **rest}
+def report_class(name: str | None) -> type:
+    """The report class an analysis registered (`AnalysisSpec.report`), or `Report`."""
+    if not name:
+        return reports.Report
+    spec = REGISTRY.get(name)
+    if spec is None:
+        discover()
+        spec = REGISTRY.get(name)
+    target = getattr(spec, "report", None)
+    if target is None:
+        return reports.Report
+    if isinstance(target, str):
+        where, _, attr = target.partition(":")
+        target = getattr(importlib.import_module(where), attr)
+    return target
 
 
-def _legacy_identity(key: str, entry, folders: dict[str, str]) -> dict:
-    """The identity of an entry of a report file without `runs`: read from the name of its
-    run folder (the key, the folder the config names by that key, or the entry's own run or
-    checkpoint; `<run>/checkpoints/step_N` is run `<run>` at step N), with the method, seed and
-    beta the entry's own `identity` records."""
-    entry = entry if isinstance(entry, dict) else {}
-    path = key if "/" in key else folders.get(key) or entry.get("run") or entry.get("checkpoint")
-    p = Path(path) if path else Path(key)
-    step = int(p.name[5:]) if p.name.startswith("step_") and p.name[5:].isdigit() else None
-    run = p.parent.parent if step is not None else p
-    rid = dataclasses.replace(identity.legacy_of_name(run.name), step=step)
-    own = entry.get("identity")
-    if isinstance(own, dict):
-        rid = dataclasses.replace(rid, **{k: v for k, v in own.items()
-                                          if k in ("method", "seed", "beta") and v is not None})
-    return {**rid.to_dict(), "path": str(path) if path else None}
+def infer_analysis(d: Mapping, path: str | Path | None = None) -> str | None:
+    """Which analysis wrote a report of version 0 or 1: its file name (the registry's file
+    names), else the one report class whose required fields every entry has."""
+    from fnmatch import fnmatch
+
+    if path is not None:
+        for spec in specs():
+            if any(fnmatch(Path(path).name, f) for f in spec.outputs()):
+                return spec.name
+    results = d.get("results") or {}
+    entries = [e for e in results.values() if isinstance(e, Mapping)] \
+        if isinstance(results, Mapping) else []
+    if not entries:
+        return None
+    fits = []
+    for spec in specs():
+        cls = report_class(spec.name)
+        entry = cls.ENTRY
+        if entry is None:
+            continue
+        required = {f.name for f in dataclasses.fields(entry)
+                    if f.default is dataclasses.MISSING}
+        if all(required <= set(e) for e in entries):
+            fits.append(spec.name)
+    return fits[0] if len(fits) == 1 else None
 
 
-def load(path: str | Path) -> dict:
-    """A report file in the shared shape (see `migrate`)."""
+def from_json(d: Mapping, path: str | Path | None = None,
+              analysis: str | None = None) -> reports.Report:
+    """The typed report of a dict read from a file of any version (`upgrade`); its class from
+    `analysis`, else the file's own `analysis`, else `infer_analysis`."""
+    if isinstance(d, reports.Report):
+        return d
+    where = str(path) if path is not None else "report"
+    if not isinstance(d, Mapping):
+        raise reports.ReportError(f"{where}: a report is a JSON object, not "
+                                  f"{type(d).__name__}")
+    if isinstance(d.get("version", 1), int) and d.get("version", 1) > reports.VERSION:
+        raise reports.ReportError(f"{where}: format version {d['version']}, newer than this "
+                                  f"package reads ({reports.VERSION}); upgrade nca_interp")
+    name = analysis or d.get("analysis") or infer_analysis(reports.upgrade(d), path)
+    return report_class(name).from_json(reports.upgrade(d), where)
+
+
+def load(path: str | Path, analysis: str | None = None) -> reports.Report:
+    """A report file as its typed report (see `from_json`)."""
     from nca_interp.fsio import read_json
 
-    return migrate(read_json(path, "report"))
+    return from_json(read_json(path, "report"), path, analysis)
 
 
 # the analyses built in, in the pipeline's order; a new one is one more call like these
@@ -602,32 +634,38 @@ register(AnalysisSpec(
     "accuracy with and without c, paired; harm, help, both-right, length change, regime",
     files={"teacher": "teacher_*.json", "context_return": "context_return.json",
            "context_control": "context_control.json"},
-    step="context_return"))
+    step="context_return",
+    report="nca_interp.reports:ContextReturnReport"))
 register(AnalysisSpec(
     "trajectory", "nca_interp.trajectory",
     "the context return at every saved checkpoint of a run, with KLs on the student's samples",
     files={"trajectory": "trajectory.json", "steps": "trajectory_*steps.json"},
-    step="over_training"))
+    step="over_training",
+    report="nca_interp.reports:TrajectoryReport"))
 register(AnalysisSpec(
     "layer_sim", "nca_interp.layer_sim",
     "per-layer cosine of hidden states with and without c, with its nulls",
     files={"response": "layer_sim.json", "generating": "layer_sim_generating.json",
            "prompt": "layer_sim_prompt.json"},
-    pipeline="nca_interp.paper.reproduce:plan_layer_sim"))
+    pipeline="nca_interp.paper.reproduce:plan_layer_sim",
+    report="nca_interp.reports:LayerSimReport"))
 register(AnalysisSpec(
     "grad_align", "nca_interp.grad_align",
     "angles between the gradients of the loss terms, noise-corrected, over training",
     files={"opd": "grad_align_opd.json", "nca": "grad_align_nca.json",
            "seeds": "grad_align_*_s*.json"},
-    pipeline="nca_interp.paper.reproduce:plan_grad_align"))
+    pipeline="nca_interp.paper.reproduce:plan_grad_align",
+    report="nca_interp.reports:GradAlignReport"))
 register(AnalysisSpec(
     "param_delta", "nca_interp.param_delta",
     "where the update went: parameter deltas per layer and module, against permutation nulls",
     files={"param_delta": "param_delta.json"},
-    pipeline="nca_interp.paper.reproduce:plan_param_delta"))
+    pipeline="nca_interp.paper.reproduce:plan_param_delta",
+    report="nca_interp.reports:ParamDeltaReport"))
 register(AnalysisSpec(
     "patching", "nca_interp.patching",
     "where c's effect is carried: activation patching, head ablation (heads chosen on held-out "
     "cases), logit lens",
     files={"patching": "patching.json"},
-    pipeline="nca_interp.paper.reproduce:plan_patching"))
+    pipeline="nca_interp.paper.reproduce:plan_patching",
+    report="nca_interp.reports:PatchingReport"))

@@ -14,6 +14,7 @@ import os
 import sys
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 
 from nca_interp.errors import RunError, UsageError
@@ -221,7 +222,9 @@ def finite_json(obj):
     """`obj` with every NaN / Infinity float replaced by None (JSON has no such numbers)."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
+    if callable(getattr(obj, "to_json", None)):  # a typed report or entry (nca_interp.reports)
+        obj = obj.to_json()
+    if isinstance(obj, Mapping):
         return {k: finite_json(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [finite_json(v) for v in obj]

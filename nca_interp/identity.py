@@ -7,12 +7,13 @@ fetched model, a user's checkpoint: not a student). Every report carries the ide
 entry it measured (`runs`, written by `analysis.make_report` through `of_path`); readers take
 it from there with `roster`, `students`, `others` and `partner`. `legacy_of_name` reads a
 pipeline folder name (`<setting>_<method>[round]_s<seed>`) and serves only
-`analysis.migrate`, for report files written before reports carried `runs`.
+`reports.upgrade`, for report files written before reports carried `runs`.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -56,7 +57,7 @@ class RunId:
 
 def legacy_of_name(name: str) -> RunId:
     """A pipeline folder name `<setting>_<method>[round]_s<seed>` (anything else: not a
-    student); only for report files without `runs` (`analysis.migrate`)."""
+    student); only for report files without `runs` (`reports.upgrade`)."""
     m = _LEGACY_NAME.match(name)
     if not m:
         return RunId(name)
@@ -106,8 +107,8 @@ def roster(report: dict) -> dict[str, RunId]:
     out = {}
     for key, entry in report["results"].items():
         d = dict(report["runs"].get(key) or {"name": key})
-        own = entry.get("identity") if isinstance(entry, dict) else None
-        if isinstance(own, dict):
+        own = entry.get("identity") if isinstance(entry, Mapping) else None
+        if isinstance(own, Mapping):
             d.update({k: v for k, v in own.items() if v is not None})
         d.setdefault("name", key)
         out[key] = RunId.from_dict(d)

@@ -7,7 +7,7 @@ import json
 import plotly.graph_objects as go
 import pytest
 
-from nca_interp import analysis
+from nca_interp import analysis, reports
 from nca_interp.assets import embedded
 from nca_interp.checkpoint import save_checkpoint
 from tests.conftest import tiny
@@ -47,7 +47,7 @@ def test_every_analysis_keeps_the_contract(name, run_dir, tmp_path, capsys):
     cfg_cls = getattr(mod, cfg_cls) if isinstance(cfg_cls, str) else cfg_cls
     fields = tiny_fields(name, run_dir)
     report = mod.run(cfg_cls(**fields))
-    assert list(report)[:5] == list(analysis.REPORT_KEYS), list(report)
+    assert list(report)[:5] == ["config", "task", "context", "runs", "results"], list(report)
     assert report["config"] == {**report["config"], **fields} or name == "patching"
     assert isinstance(report["task"], str) and report["task"] == "sokoban"
     assert report["context"] in ("plan", "state")
@@ -65,12 +65,14 @@ def test_every_analysis_keeps_the_contract(name, run_dir, tmp_path, capsys):
     out = tmp_path / "sub" / name
     written = mod.execute(cfg_cls(**fields, out=str(out)))
     assert json.loads((tmp_path / "sub" / f"{name}.json").read_text()) == json.loads(
-        json.dumps(written))
+        json.dumps(written.to_json()))
+    assert isinstance(written, reports.Report) and written.analysis == name
     expect = {analysis.figure_stem(out, s).with_suffix(".html").name for s in mod.figures(written)}
     assert expect <= {p.name for p in (tmp_path / "sub").glob("*.html")}
     if name not in ("param_delta", "patching"):  # their figures are all per checkpoint
         assert (tmp_path / "sub" / f"{name}.html").exists()
-    assert analysis.load(tmp_path / "sub" / f"{name}.json") == json.loads(json.dumps(written))
+    back = analysis.load(tmp_path / "sub" / f"{name}.json")
+    assert type(back) is type(written) and back == json.loads(json.dumps(written.to_json()))
     # keyword fields build the same config; a positional folder stands for the checkpoint field
     assert analysis.config(cfg_cls, None, fields) == cfg_cls(**fields)
     path_field = next(f for f in analysis.PATH_FIELDS if f in fields)
@@ -97,19 +99,19 @@ def test_an_old_report_file_reads_in_the_shared_shape(tmp_path):
           "reports": {"s_opd_s2": {"win_c": 0.5}, "s_base": {"win_c": 0.9}}}
     (tmp_path / "ev.json").write_text(json.dumps(ev))
     r = analysis.load(tmp_path / "ev.json")
-    assert list(r)[:5] == list(analysis.REPORT_KEYS)
+    assert list(r)[:5] == ["config", "task", "context", "runs", "results"]
     assert r["results"] == ev["reports"] and (r["task"], r["context"]) == ("sokoban", "plan")
     assert (r["runs"]["s_opd_s2"]["method"], r["runs"]["s_opd_s2"]["seed"]) == ("opd", 2)
     assert r["runs"]["s_base"]["method"] is None
     pd = {"config": {}, "per_checkpoint": {"runs/s_nca_s1/checkpoints/step_000008": {"x": 1}}}
-    r = analysis.migrate(pd)
+    r = analysis.from_json(pd)
     rid = r["runs"]["runs/s_nca_s1/checkpoints/step_000008"]
     assert (rid["method"], rid["seed"], rid["step"]) == ("nca", 1, 8)
     tr = {"config": {}, "results": {"s_nca_s0": {"identity": {"method": "nca", "beta": 0.5},
                                                  "task": "facts", "context": "rule"}}}
-    r = analysis.migrate(tr)
+    r = analysis.from_json(tr)
     assert r["runs"]["s_nca_s0"]["beta"] == 0.5 and r["task"] == "facts"
-    assert analysis.migrate(r) is r  # a report in the shape is returned as it is
+    assert analysis.from_json(r) is r  # a report in the shape is returned as it is
 
 
 def test_the_committed_reports_are_in_the_shared_shape():
@@ -118,9 +120,9 @@ def test_the_committed_reports_are_in_the_shared_shape():
 
     from nca_interp.paper.layout import analysis_files
 
-    n = 0
+    n, shape = 0, ["config", "task", "context", "runs", "results"]
     for figs in Path("figures").iterdir():
         for _, f in analysis_files(figs) if figs.is_dir() else []:
-            assert list(json.loads(f.read_text()))[:5] == list(analysis.REPORT_KEYS), f
+            assert list(json.loads(f.read_text()))[:5] == shape, f
             n += 1
     assert n > 100

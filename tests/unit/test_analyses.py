@@ -258,18 +258,18 @@ def test_debiased_cka_and_the_anisotropy_floor():
 def test_figure_titles_name_the_setting_and_seeds():
     """A folder's layer_sim figures look alike across settings: the title names the runs'
     setting and seeds (from the report's run identities), not only the task."""
-    from nca_interp.analysis import migrate
+    from nca_interp.analysis import from_json
     from nca_interp.plots import head_heatmaps, layer_sim_figure, runs_label
 
     def named(names):  # a report file without `runs`: identities from its pipeline names
-        return migrate({"config": {}, "results": {n: {} for n in names}})
+        return from_json({"config": {}, "results": {n: {} for n in names}})
 
     names = ["random_init", "sokoban_base",
              *(f"sokoban_long_{m}_s{s}" for s in range(5) for m in ("opd", "nca"))]
     assert runs_label(named(names)) == "sokoban_long, seeds 0-4"
     assert runs_label(named(["x_opd_s0", "x_nca_s2"])) == "x, seeds 0, 2"
     row = {k: [1.0, 1.0] for k in ("cos", "cos_std", "cos_centred", "cka")}
-    report = migrate({"task": "sokoban", "context": "plan", "layers": [0, 1], "config": {},
+    report = from_json({"task": "sokoban", "context": "plan", "layers": [0, 1], "config": {},
                       "results": {n: {**row, "ctx_attn": [1.0], "ctx_attn_ratio": [[1.0]]}
                                   for n in names}})
     for fig in (layer_sim_figure(report), head_heatmaps(report)):

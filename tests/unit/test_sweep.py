@@ -141,7 +141,7 @@ def _report(results: dict) -> dict:
     """A report file's shape (its keys' identity as analysis.load reads a file without runs)."""
     from nca_interp import analysis
 
-    return analysis.migrate({"config": {}, "results": results})
+    return analysis.from_json({"config": {}, "results": results})
 
 
 def test_estimator_story_is_judged_per_seed_against_the_full_kl():

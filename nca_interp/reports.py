@@ -1,0 +1,464 @@
+"""Typed reports: what each analysis writes, declared once, with a version.
+
+A report is a `Report` (or the subclass its analysis registers): the config it ran with, the
+task, the context kind, the identity of every run it measured (`runs`, a `RunRecord` per key)
+and `results`, one entry per checkpoint or run, each an instance of the analysis's entry class
+(`ContextReturn`, `LayerSim`, ...); an analysis's own top-level fields (layer_sim's `layers`,
+param_delta's `comparison`) are fields of its report class. Every field carries its meaning
+(`doc`), which `describe` prints, so the documentation is the declaration and cannot drift from
+the keys: building a report with a key its class does not declare is refused.
+
+    report = analysis.load("figures/sokoban/layer_sim.json")  # any version this package wrote
+    report.results["sokoban_nca_s0"].cos                      # per-layer cosine, typed
+    report.to_json()                                          # the file's dict, this VERSION
+
+Versions: 0, before the shared shape (`reports` / `per_checkpoint` for `results`, no `runs`);
+1, the shared shape without a version; 2 (this), with `version` and `analysis`. `from_json`
+brings 0 and 1 to 2 (the numbers are not touched); a file from a newer version is refused.
+Which class a file is read as comes from the analysis registry (`nca_interp.analysis.load`,
+`AnalysisSpec.report`); this module knows no registry, so it imports nothing above it.
+
+Reports and entries also read as mappings (`report["results"]`, `entry["cos"]`, `"control" in
+entry`), which yield the fields that are set; new code reads attributes. This module imports
+neither torch nor an analysis, so reading results is cheap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from nca_interp.errors import UsageError
+
+__all__ = ["VERSION", "ContextReturn", "ContextReturnReport", "Fields", "GradAlign",
+           "GradAlignReport", "LayerSim", "LayerSimReport", "ParamDelta", "ParamDeltaReport",
+           "Patching", "PatchingReport", "Report", "ReportError", "RunRecord", "Trajectory",
+           "TrajectoryReport", "describe", "upgrade"]
+
+VERSION = 2
+_LEGACY_RESULTS = ("reports", "per_checkpoint")
+
+
+class ReportError(UsageError):
+    """A report file or dict that does not match its declared class."""
+
+
+def doc(text: str, default: Any = None, key: str | None = None) -> Any:
+    """A field with its meaning; optional unless a default is given (None: not set). `key`:
+    its JSON key where that is no attribute name (`global`) or would hide a mapping method
+    (`items`)."""
+    return field(default=default, metadata={"doc": text, "key": key})
+
+
+def need(text: str) -> Any:
+    """A field every entry has."""
+    return field(metadata={"doc": text})
+
+
+def _keys(cls) -> dict[str, dataclasses.Field]:
+    """JSON key -> field, `extra` left out."""
+    return {f.metadata.get("key") or f.name: f for f in dataclasses.fields(cls)
+            if f.name != "extra"}
+
+
+def _required(f: dataclasses.Field) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+class Fields(Mapping):
+    """A dataclass that also reads as a mapping of the fields that are set (a required field
+    always; an optional one when it was given, even as None, or holds a value), and writes JSON
+    as that mapping: a file read and written again is unchanged. Subclasses are declared
+    `eq=False`, so equality is the mapping's (an entry equals the dict of its file)."""
+
+    def _set(self) -> list[str]:
+        given = self.__dict__.get("_given")  # None: built directly, not read
+        out = [k for k, f in _keys(self).items()
+               if getattr(self, f.name) is not None
+               or (f.name in given if given is not None else _required(f))]
+        return out + list(getattr(self, "extra", None) or {})
+
+    def __getitem__(self, key: str) -> Any:
+        extra = getattr(self, "extra", None) or {}
+        if key in extra:
+            return extra[key]
+        f = _keys(self).get(key)
+        if f is None or key not in self._set():
+            raise KeyError(key)
+        return getattr(self, f.name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._set())
+
+    def __len__(self) -> int:
+        return len(self._set())
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        f = _keys(self).get(key)
+        if f is not None:
+            setattr(self, f.name, value)
+        elif isinstance(getattr(self, "extra", None), dict):
+            self.extra[key] = value
+        else:
+            raise ReportError(f"{type(self).__name__} has no field {key!r}; its fields: "
+                              f"{', '.join(_keys(self))} (declare it in nca_interp.reports)")
+
+    def to_json(self) -> dict:
+        return {k: _plain(self[k]) for k in self}
+
+    @classmethod
+    def from_json(cls, d: Mapping, where: str = "", complete: bool = False) -> Fields:
+        """The instance holding `d`'s keys. A key it does not declare is refused in one line;
+        so is a required one missing when `complete` (what an analysis writes), while a file
+        read may lack some (an older or hand-made one): those read as absent."""
+        if isinstance(d, cls):
+            return d
+        if not isinstance(d, Mapping):
+            raise ReportError(f"{where or cls.__name__}: expected a mapping, got "
+                              f"{type(d).__name__}")
+        keys = _keys(cls)
+        unknown = [k for k in d if k not in keys]
+        if unknown and not getattr(cls, "OPEN", False):
+            raise ReportError(f"{where or cls.__name__}: {', '.join(map(repr, unknown))} "
+                              f"{'is' if len(unknown) == 1 else 'are'} not declared by "
+                              f"{cls.__name__} (fields: {', '.join(keys)}); declare "
+                              "new keys in nca_interp.reports")
+        missing = [f.name for k, f in keys.items() if _required(f) and k not in d]
+        if missing and complete:
+            raise ReportError(f"{where or cls.__name__}: {cls.__name__} needs "
+                              f"{', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'}"
+                              " missing")
+        kw = {keys[k].name: v for k, v in d.items() if k in keys}
+        if getattr(cls, "OPEN", False):
+            kw["extra"] = {k: v for k, v in d.items() if k in unknown}
+        given = frozenset(kw)
+        if issubclass(cls, Report):  # entries checked with `complete` before the report
+            kw.update(cls._typed(kw.get("runs"), kw.get("results"), complete, where))
+        out = cls(**{**dict.fromkeys(missing), **kw})
+        out._given = given
+        return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Fields):
+        return value.to_json()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass(eq=False)
+class RunRecord(Fields):
+    """Who a results entry belongs to (`nca_interp.identity.RunId`'s fields, its folder)."""
+
+    name: str = need("the run's name (its folder name)")
+    setting: str | None = doc("the pipeline setting (folder name less _<method>_s<seed>)")
+    method: str | None = doc("opd, nca or opdsized; None: not a student (teacher, base, init)")
+    seed: int | None = doc("the distillation seed")
+    beta: float | None = doc("NCA's weight as trained (beta_effective)")
+    estimator: str | None = doc("the KL estimator the run was trained with")
+    step: int | None = doc("the training step of a step checkpoint")
+    path: str | None = doc("the folder measured")
+    prompt_format: str | None = doc("'chat template' or 'plain': how its prompts were written")
+
+
+@dataclass(kw_only=True, eq=False)
+class Report(Fields):
+    """What every analysis writes. An analysis with its own top-level fields subclasses it
+    and names its entry class (`ENTRY`); a report of an analysis without a declared class
+    keeps its own keys in `extra` and its entries as they are."""
+
+    ANALYSIS: ClassVar[str] = ""
+    ENTRY: ClassVar[type[Fields] | None] = None
+    OPEN: ClassVar[bool] = True  # undeclared top-level keys kept in `extra` (only here)
+
+    config: dict = need("the config the analysis ran with (its command's fields)")
+    task: str | None = need("the task's name")
+    context: str | None = need("the context kind c (None where the analysis has none)")
+    runs: dict = need("a RunRecord per key of results")
+    results: dict = need("one entry per checkpoint or run, by label")
+    data: dict | None = doc("what was fed in: task options, data files' sha256, units, the "
+                            "prompts' sha256 (analysis.data_record)")
+    figures: dict | None = doc("the sha256 of every figure file written with the report")
+    analysis: str | None = doc("the registered analysis that wrote it")
+    version: int = doc("the report format's version (reports.VERSION)", VERSION)
+    extra: dict | None = None
+
+    def __post_init__(self) -> None:
+        if self.OPEN and self.extra is None:
+            self.extra = {}
+        self.analysis = self.analysis or self.ANALYSIS or None
+        typed = self._typed(self.runs, self.results, False, "report")
+        self.runs, self.results = typed["runs"], typed["results"]
+
+    @classmethod
+    def _typed(cls, runs, results, complete: bool, where: str) -> dict:
+        """Runs and entries as their classes (checked as `from_json` checks)."""
+        runs = {k: RunRecord.from_json(v, f"{where} runs[{k!r}]", complete)
+                for k, v in (runs or {}).items()}
+        if cls.ENTRY is not None:
+            results = {k: cls.ENTRY.from_json(v, f"{where} results[{k!r}]", complete)
+                       for k, v in (results or {}).items()}
+        return {"runs": runs, "results": results if results is not None else {}}
+
+    @classmethod
+    def from_json(cls, d: Mapping, where: str = "", complete: bool = False) -> Report:
+        if type(d) is cls:
+            return d
+        d = dict(d.to_json() if isinstance(d, Fields) else d)
+        version = d.get("version", 1)
+        if not isinstance(version, int) or version > VERSION:
+            raise ReportError(f"{where or 'report'}: format version {version!r}, newer than "
+                              f"this package reads ({VERSION}); upgrade nca_interp")
+        return Fields.from_json.__func__(cls, d, where, complete)
+
+
+def describe(cls: type[Fields]) -> str:
+    """Each field of a report or entry class with its meaning, one per line."""
+    return "\n".join(f"  {k:<22} {f.metadata.get('doc', '')}" for k, f in _keys(cls).items())
+
+
+# --- the built-in analyses' entries and reports -------------------------------------------
+
+@dataclass(eq=False)
+class ContextReturn(Fields):
+    """One checkpoint's context return (nca_interp.evaluate): the same held-out items with and
+    without c, paired; intervals are 95% cluster bootstraps over `unit`."""
+
+    n: int = need("items played")
+    unit: str = need("what the bootstrap resamples (level, fact, item)")
+    n_units: int = need("independent units among the items")
+    metric: str = need("'win' (games) or 'accuracy' (questions): what win_* count")
+    len_no_c: float = need("mean response tokens without c (end of response included)")
+    len_c: float = need("mean response tokens with c")
+    rel_len: float = need("len_c / len_no_c - 1 over all items")
+    ci95: dict = need("the 95% interval of each rate, by its key")
+    n_right_no_c: int | None = doc("items right without c (where harm is measured)")
+    win_no_c: float | None = doc("share right without c")
+    win_c: float | None = doc("share right with c")
+    harm: float | None = doc("P(wrong with c | right without c): the paper's harm rate")
+    help: float | None = doc("P(right with c | wrong without c)")
+    harm_joint: float | None = doc("P(right without c and wrong with c)")
+    help_joint: float | None = doc("P(wrong without c and right with c)")
+    both: float | None = doc("P(right both ways)")
+    delta_c: float | None = doc("win_c - win_no_c")
+    rel_len_both: float | None = doc("len_c / len_no_c - 1 on the items right both ways")
+    regime: str | None = doc("A (c hurts), B (c still needed), C (neither): delta_c's interval")
+    parse_fail_no_c: float | None = doc("share of responses without c that did not parse")
+    parse_fail_c: float | None = doc("share of responses with c that did not parse")
+    hit_budget_no_c: float | None = doc("share of responses without c that hit max_new")
+    hit_budget_c: float | None = doc("share of responses with c that hit max_new")
+    max_new: int | None = doc("the response token budget")
+    items_: dict | None = doc("per item: its unit, won_no_c / won_c (0/1), own data's "
+                              "responses", key="items")
+    control: dict | None = doc("with a wrong context c' of c's form: its win and harm, and "
+                               "reads_c (win_c - win_c') with its interval")
+    scored: bool | None = doc("False: own data without a scorer (lengths and KLs only)")
+    note: str | None = doc("what an unscored report lacks")
+    kl_views: float | None = doc("unscored: KL between the views on the responses, per token")
+    kl_views_ci95: list | None = doc("its interval")
+    kl_views_control: float | None = doc("unscored: the same with the control context")
+
+
+@dataclass(kw_only=True, eq=False)
+class ContextReturnReport(Report):
+    ANALYSIS: ClassVar[str] = "evaluate"
+    OPEN: ClassVar[bool] = False
+    ENTRY: ClassVar[type[Fields]] = ContextReturn
+
+
+@dataclass(eq=False)
+class Trajectory(Fields):
+    """One run's context return at every saved checkpoint (nca_interp.trajectory)."""
+
+    run: str = need("the run folder")
+    teacher: str | None = need("the run's teacher")
+    context: str | None = need("the context kind")
+    task: str | None = need("the task")
+    steps: list = need("per checkpoint: step, win_no_c, win_c, harm, help, delta_c, regime, "
+                       "KLs on the student's samples (kl_opd, kl_ctx, kl_nca), drift, ci95")
+    identity: dict | None = doc("method, seed and beta from the run config")
+
+
+@dataclass(kw_only=True, eq=False)
+class TrajectoryReport(Report):
+    ANALYSIS: ClassVar[str] = "trajectory"
+    OPEN: ClassVar[bool] = False
+    ENTRY: ClassVar[type[Fields]] = Trajectory
+
+
+@dataclass(eq=False)
+class LayerSim(Fields):
+    """One checkpoint's two views compared layer by layer (nca_interp.layer_sim); lists run
+    over `layers` (embed, then each block)."""
+
+    cos: list = need("mean over examples of the mean token cosine between the views")
+    cos_std: list = need("its std over examples")
+    cos_centred: list = need("cos after subtracting the layer's pooled mean hidden state")
+    cos_centred_view: list = need("cos with each view centred on its own mean")
+    offset_share: list = need("the between-view offset's share of the centred variance")
+    cka: list = need("linear CKA between the views' token matrices")
+    ctx_attn: list = need("attention mass on c's tokens in the [c, x] view, mean over heads")
+    ctx_attn_ratio: list = need("per layer x head: that mass over c's share of the keys "
+                                "(1 = uniform)")
+    ctx_attn_ratio_layer: list = need("ctx_attn_ratio averaged over heads")
+    n_examples: int = need("items compared")
+    n_positions: int = need("token positions compared")
+    mean_response_tokens: float = need("mean length of the responses teacher-forced")
+    cos_other: list | None = doc("the floor: the same statistic between different items")
+    cka_debiased: list | None = doc("CKA with the unbiased HSIC estimator")
+    responses: list | None = doc("the responses teacher-forced, as text")
+
+
+@dataclass(kw_only=True, eq=False)
+class LayerSimReport(Report):
+    ANALYSIS: ClassVar[str] = "layer_sim"
+    OPEN: ClassVar[bool] = False
+    ENTRY: ClassVar[type[Fields]] = LayerSim
+
+    at: str = need("the positions compared: response, generating or prompt")
+    responses: str = need("whose responses were teacher-forced: reference, base or own")
+    responses_from: str = need("those responses in words")
+    layers: list = need("the layer labels of every per-layer list (embed, 0, 1, ...)")
+    checkpoints: list = need("the checkpoint folders compared, in order")
+
+
+@dataclass(eq=False)
+class GradAlign(Fields):
+    """One checkpoint's gradient alignment (nca_interp.grad_align)."""
+
+    modules: dict = need("per layer x module: norms, self angles, snr, angle_deg and "
+                         "angle_xfit_deg between the terms")
+    tokens: dict = need("the response tokens the batch's terms were taken on, by half")
+    global_: dict | None = doc("the same over all parameters", key="global")
+    responses: list | None = doc("the batch's responses, as text")
+
+
+@dataclass(kw_only=True, eq=False)
+class GradAlignReport(Report):
+    ANALYSIS: ClassVar[str] = "grad_align"
+    OPEN: ClassVar[bool] = False
+    ENTRY: ClassVar[type[Fields]] = GradAlign
+
+    batch: int = need("prompts per checkpoint (split into two independent halves)")
+    steps: list | None = doc("the training step of each checkpoint, in order")
+
+
+@dataclass(eq=False)
+class ParamDelta(Fields):
+    """One checkpoint's parameter delta from the common initial one (nca_interp.param_delta)."""
+
+    rel: dict = need("per tensor: ||W - W0|| / ||W0||")
+    adam_norm: dict = need("per tensor: ||W - W0|| over Adam's budget (sum of lr x sqrt(n))")
+    share: dict = need("per tensor: its share of the total squared delta")
+    per_module: dict = need("per module type (q_proj, ...): root of summed squares / ||W0||")
+    per_module_adam: dict = need("the same against Adam's budget")
+    per_layer: dict = need("per layer: root of summed squares / ||W0||")
+    per_layer_adam: dict = need("the same against Adam's budget")
+    global_rel: float = need("the whole delta over ||W0||")
+    global_adam: float | None = need("the whole delta over Adam's budget")
+    global_sq: float = need("the whole squared delta")
+    lr_budget: float | None = need("the summed learning rate the budget is built on")
+
+
+@dataclass(kw_only=True, eq=False)
+class ParamDeltaReport(Report):
+    ANALYSIS: ClassVar[str] = "param_delta"
+    OPEN: ClassVar[bool] = False
+    ENTRY: ClassVar[type[Fields]] = ParamDelta
+
+    init: str = need("the common initial checkpoint")
+    n_layers: int = need("layers of the model")
+    rows: str = need("embedding rows counted: all, or the task's")
+    n_task_rows: int | None = need("the task's rows, where counted")
+    all_pairs: dict | None = doc("with two or more checkpoints: cos(dA, dB) for every pair, "
+                                 "per module")
+    comparison: dict | None = doc("with two or more: the first pair (OPD, NCA, or --pair): cos "
+                                  "and the NCA-specific delta")
+    control: dict | None = doc("--control's pair: the seed-to-seed baseline of cos")
+
+
+@dataclass(eq=False)
+class Patching(Fields):
+    """One checkpoint's account of where c's effect is carried (nca_interp.patching)."""
+
+    checkpoint: str = need("the checkpoint patched")
+    task: str = need("the task")
+    context: str = need("the context kind")
+    kind: str | None = doc("harm or help: which cases were patched")
+    scope: str | None = doc("what was patched: groups, layers or heads")
+    counts: dict | None = doc("cases found and used")
+    n_layers: int | None = doc("layers")
+    n_heads: int | None = doc("heads per layer")
+    ablate: str | None = doc("how a component was ablated (mean or zero)")
+    data: dict | None = doc("what was fed in")
+    control: dict | None = doc("the null: random components of the same size")
+    cases: list | None = doc("each case: its unit, right and wrong answers, the first token "
+                             "they differ at")
+    harm: dict | None = doc("harm cases' summary")
+    help: dict | None = doc("help cases' summary")
+    forward: dict | None = doc("patching the no-c view's activations into the c view")
+    reverse: dict | None = doc("the c view's activations into the no-c view")
+    ablation: dict | None = doc("heads ablated, chosen on held-out cases, and the prefix "
+                                "ablation")
+    heads: dict | None = doc("per head effects")
+    lens: dict | None = doc("logit lens: the right answer's margin per layer in each view")
+    cost: dict | None = doc("forward passes and seconds spent")
+    note: str | None = doc("why a part was not measured")
+
+
+@dataclass(kw_only=True, eq=False)
+class PatchingReport(Report):
+    ANALYSIS: ClassVar[str] = "patching"
+    OPEN: ClassVar[bool] = False
+    ENTRY: ClassVar[type[Fields]] = Patching
+
+
+# --- reading and upgrading -----------------------------------------------------------------
+
+def upgrade(d: Mapping) -> dict:
+    """A report dict of version 0 or 1 in version 2's shape (numbers untouched): `results` for
+    `reports` / `per_checkpoint`, task, context and runs filled from its config and entries."""
+    from nca_interp import identity
+
+    r = dict(d)
+    if r.get("version", 1) >= 2:
+        return r
+    for old in _LEGACY_RESULTS:
+        if old in r and "results" not in r:
+            r["results"] = r.pop(old)
+    results = r.get("results", {})
+    results = results if isinstance(results, dict) else {}
+    first = next(iter(results.values()), {})
+    first = first if isinstance(first, dict) else {}
+    cfg = r.get("config", {}) or {}
+    r["task"] = r.get("task", cfg.get("task") or first.get("task"))
+    r["context"] = r.get("context", cfg.get("context") or first.get("context"))
+    named = [*(cfg.get("ckpt") or []), *(cfg.get("runs") or []), *(r.get("checkpoints") or [])]
+    folders = {Path(f).name: str(f) for f in named}
+    if not r.get("runs"):
+        r["runs"] = {k: _legacy_identity(k, v, folders, identity) for k, v in results.items()}
+    r["config"], r["results"], r["version"] = cfg, results, VERSION
+    return r
+
+
+def _legacy_identity(key: str, entry, folders: dict[str, str], identity) -> dict:
+    """An entry's identity in a file without `runs`: from its run folder's name (the key, the
+    folder the config names by that key, or the entry's run or checkpoint; `<run>/checkpoints/
+    step_N` is run `<run>` at step N), with the method, seed and beta its `identity` records."""
+    entry = entry if isinstance(entry, dict) else {}
+    path = key if "/" in key else folders.get(key) or entry.get("run") or entry.get("checkpoint")
+    p = Path(path) if path else Path(key)
+    step = int(p.name[5:]) if p.name.startswith("step_") and p.name[5:].isdigit() else None
+    run = p.parent.parent if step is not None else p
+    rid = dataclasses.replace(identity.legacy_of_name(run.name), step=step)
+    own = entry.get("identity")
+    if isinstance(own, dict):
+        rid = dataclasses.replace(rid, **{k: v for k, v in own.items()
+                                          if k in ("method", "seed", "beta") and v is not None})
+    return {**rid.to_dict(), "path": str(path) if path else None}

@@ -1,0 +1,112 @@
+"""Typed reports (nca_interp.reports): every published file reads as its class and writes back
+unchanged; a key no class declares is refused where a report is made; versions."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from nca_interp import analysis, reports
+from nca_interp.paper.layout import analysis_files
+
+BUILT_IN = {"evaluate": reports.ContextReturnReport, "trajectory": reports.TrajectoryReport,
+            "layer_sim": reports.LayerSimReport, "grad_align": reports.GradAlignReport,
+            "param_delta": reports.ParamDeltaReport, "patching": reports.PatchingReport}
+
+
+def published():
+    for figs in sorted(Path("figures").iterdir()):
+        for _, f in analysis_files(figs) if figs.is_dir() else []:
+            yield f
+
+
+def test_every_published_report_reads_typed_and_writes_back_unchanged():
+    """Each file is read as the class of the analysis that wrote it (its entries as the entry
+    class, attributes readable), and `to_json` gives the file's dict again, key for key, with
+    only the version and the analysis added: nothing is dropped, renamed or defaulted in."""
+    n = 0
+    for f in published():
+        raw = json.loads(f.read_text())
+        rep = analysis.load(f)
+        assert type(rep) is not reports.Report, f"{f} read untyped"
+        assert all(isinstance(e, rep.ENTRY) for e in rep.results.values()), f
+        out = rep.to_json()
+        assert (out.pop("version"), out.pop("analysis")) == (reports.VERSION, rep.ANALYSIS)
+        assert json.dumps(out, sort_keys=True) == json.dumps(raw, sort_keys=True), f
+        n += 1
+    assert n > 150
+
+
+def test_entries_read_as_attributes_and_as_mappings():
+    rep = analysis.load("figures/sokoban_remap_d2/layer_sim.json")
+    entry = rep.results["sokoban_remap_d2_nca_s0"]
+    assert entry.cos == entry["cos"] and len(entry.cos) == len(rep.layers) == 3
+    assert rep.runs["sokoban_remap_d2_nca_s0"].method == "nca"
+    grad = analysis.load("figures/sokoban_remap_d2/grad_align_opd.json")
+    first = next(iter(grad.results.values()))
+    assert first["global"] is first.global_ and "global" in first and "global_" not in first
+    ev = next(iter(analysis.load("figures/sokoban_remap_d2/context_control.json")
+                   .results.values()))
+    assert "control" in ev and ev.control["reads_c"] == ev["control"]["reads_c"]
+    assert "note" not in ev and ev.get("note") is None  # an optional field never written
+
+
+def test_a_key_no_class_declares_is_refused_where_the_report_is_made():
+    """The drift the typed reports close: an analysis writing a key its documentation does not
+    name (grad_align once documented `per_module` and wrote `modules`) fails in one line."""
+    from nca_interp.grad_align import GradAlignConfig
+
+    entry = {"per_module": {}, "tokens": {}, "global": {}}
+    with pytest.raises(reports.ReportError, match="'per_module' is not declared by GradAlign"):
+        analysis.make_report(GradAlignConfig(), task="sokoban", context="plan",
+                             paths={"a": None}, results={"a": entry}, batch=8)
+    with pytest.raises(reports.ReportError, match="GradAlign needs modules"):
+        analysis.make_report(GradAlignConfig(), task="sokoban", context="plan",
+                             paths={"a": None}, results={"a": {"tokens": {}}}, batch=8)
+    with pytest.raises(reports.ReportError, match="'layer' is not declared"):
+        analysis.make_report(GradAlignConfig(), task="sokoban", context="plan",
+                             paths={}, results={}, batch=8, layer=3)
+    made = analysis.make_report(GradAlignConfig(), task="sokoban", context="plan",
+                                paths={"a": None}, results={"a": {"modules": {}, "tokens": {}}},
+                                batch=8)
+    assert type(made) is reports.GradAlignReport and made.analysis == "grad_align"
+    with pytest.raises(reports.ReportError, match="no field 'layer'"):
+        made["layer"] = 3
+
+
+def test_a_written_report_carries_its_version_and_reads_back_as_its_class(tmp_path):
+    from nca_interp.grad_align import GradAlignConfig
+
+    made = analysis.make_report(GradAlignConfig(), task="sokoban", context="plan",
+                                paths={"a": None},
+                                results={"a": {"modules": {}, "tokens": {}, "global": {"x": 1}}},
+                                batch=8, steps=None)
+    analysis.write(made, tmp_path / "g.json", {})
+    raw = json.loads((tmp_path / "g.json").read_text())
+    assert raw["version"] == reports.VERSION and raw["analysis"] == "grad_align"
+    assert raw["results"]["a"]["global"] == {"x": 1} and raw["steps"] is None
+    back = analysis.load(tmp_path / "g.json")  # a name no registry file matches: by `analysis`
+    assert type(back) is reports.GradAlignReport and back.to_json() == raw
+
+
+def test_a_newer_version_is_refused_and_an_unknown_analysis_reads_untyped(tmp_path):
+    (tmp_path / "new.json").write_text(json.dumps({"version": reports.VERSION + 1,
+                                                   "results": {}}))
+    with pytest.raises(reports.ReportError, match="newer than this package reads"):
+        analysis.load(tmp_path / "new.json")
+    own = {"config": {}, "task": "t", "context": None, "runs": {}, "results": {"a": {"z": 1}},
+           "my_field": [1]}
+    rep = analysis.from_json(own)
+    assert type(rep) is reports.Report and rep.extra == {"my_field": [1]}
+    assert rep["my_field"] == [1] and rep.to_json()["my_field"] == [1]
+
+
+def test_every_field_of_every_report_class_says_what_it_means():
+    for name, cls in BUILT_IN.items():
+        assert analysis.report_class(name) is cls
+        for c in (cls, cls.ENTRY, reports.RunRecord):
+            undocumented = [f.name for f in dataclasses.fields(c)
+                            if f.name != "extra" and not f.metadata.get("doc")]
+            assert not undocumented, (c.__name__, undocumented)
+        assert "the training step of each checkpoint" in reports.describe(reports.GradAlignReport)
