@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-.PHONY: demo test test-fast test-time test-real test-examples check-verdicts model docs check-figures check-site lab
+.PHONY: demo test test-fast test-time test-real test-notebooks test-examples check-verdicts model docs check-figures check-site lab
 demo: $(STAMP)
 	$(PY) -m nca_interp.layer_sim
 
@@ -34,6 +34,11 @@ test-time: $(STAMP)
 # tests and notebooks/real_model.ipynb)
 test-real: $(STAMP)
 	$(PY) -m pytest -q -m real tests/integration/test_real_model.py tests/paper/test_notebooks.py
+
+# every notebook but the real model's executed top to bottom on the embedded checkpoints and
+# the published folders, one notebook per worker
+test-notebooks: $(STAMP)
+	$(PY) -m pytest -q -n $(WORKERS) -m notebook tests/paper/test_notebooks.py
 
 # the docs' walk-throughs (docs/own_data.md's persona example) end to end on tiny models
 test-examples: $(STAMP)

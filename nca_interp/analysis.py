@@ -531,7 +531,7 @@ def to_frame(report: dict):
     report's identities), the `metric` (the key path inside the run's entry, dots joining
     nested keys) and, for per-layer or per-item lists, its `index`. Strings (regimes, responses)
     and booleans are left out; filter `metric` for the table you want, e.g.
-    `df[df.metric == "win_c"]` or `df[df.metric.str.startswith("cos")]`."""
+    `df[df.metric == "correct_c"]` or `df[df.metric.str.startswith("cos")]`."""
     try:
         import pandas as pd
     except ImportError as e:
@@ -617,8 +617,9 @@ def from_json(d: Mapping, path: str | Path | None = None,
     if isinstance(d.get("version", 1), int) and d.get("version", 1) > reports.VERSION:
         raise reports.ReportError(f"{where}: format version {d['version']}, newer than this "
                                   f"package reads ({reports.VERSION}); upgrade nca_interp")
-    name = analysis or d.get("analysis") or infer_analysis(reports.upgrade(d), path)
-    return report_class(name).from_json(reports.upgrade(d), where)
+    d = reports.upgrade(d)
+    name = analysis or d.get("analysis") or infer_analysis(d, path)
+    return report_class(name).from_json(d, where)
 
 
 def load(path: str | Path, analysis: str | None = None) -> reports.Report:

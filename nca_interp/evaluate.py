@@ -4,17 +4,19 @@ context and compare, level by level.
     python -m nca_interp.evaluate --ckpt runs/sokoban_base --task sokoban --context state
     python -m nca_interp.evaluate --ckpt base opd nca --context state --out report.json
 
-Metrics (paired over levels, greedy unless --temperature > 0):
-  win_no_c, win_c     win rates without / with the context
-  harm                P(lost with c | won without c)   the paper's harm rate
-  help                P(won with c | lost without c)
-  harm_joint          P(won without c AND lost with c) (fraction of all levels)
-  help_joint          P(lost without c AND won with c)
-  both                P(won both ways)
-  delta_c             win_c - win_no_c (= help_joint - harm_joint)
+Metrics (paired over levels, greedy unless --temperature > 0; an item is correct when the task's
+scorer says so: a level won, a question answered; tables head `correct_*` as `win_*` for games
+and `acc_*` for questions; every field: `nca_interp.reports.ContextReturn`):
+  correct_no_c, correct_c   share of items correct without / with the context
+  harm                P(wrong with c | correct without c)   the paper's harm rate
+  help                P(correct with c | wrong without c)
+  harm_joint          P(correct without c AND wrong with c) (fraction of all items)
+  help_joint          P(wrong without c AND correct with c)
+  both                P(correct both ways)
+  delta_c             correct_c - correct_no_c (= help_joint - harm_joint)
   len_no_c, len_c     mean response length in tokens (end-of-response included)
-  rel_len_both        len_c / len_no_c - 1 on the levels won both ways (the headline: the
-                      all-levels rel_len mixes in failures, whose lengths differ for other reasons)
+  rel_len_both        len_c / len_no_c - 1 on the items correct both ways (the headline: the
+                      all-items rel_len mixes in failures, whose lengths differ for other reasons)
 Intervals: 95% paired cluster bootstrap over the task's independent unit (a level for games, a
 fact for sysprompt, whose questions ask each fact in many ways), printed beside the interval.
 Regime: A (context hurts) if the interval of delta_c lies below 0 (this needs levels won
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from nca_interp import analysis
+from nca_interp import analysis, reports
 from nca_interp.bootstrap import cluster_indices, n_units, percentile_ci
 from nca_interp.checkpoint import load_checkpoint, verify_folder
 from nca_interp.cli import entry, parse_config, validate
@@ -171,7 +173,7 @@ def context_return_stats(w0: np.ndarray, w1: np.ndarray, l0: np.ndarray, l1: np.
     both = w0 * w1
     b = both.astype(bool)
     return {
-        "win_no_c": w0.mean(), "win_c": w1.mean(),
+        "correct_no_c": w0.mean(), "correct_c": w1.mean(),
         "harm": _cond(w0 * (1 - w1), w0), "help": _cond((1 - w0) * w1, 1 - w0),
         "harm_joint": (w0 * (1 - w1)).mean(), "help_joint": ((1 - w0) * w1).mean(),
         "both": both.mean(), "delta_c": w1.mean() - w0.mean(),
@@ -180,11 +182,12 @@ def context_return_stats(w0: np.ndarray, w1: np.ndarray, l0: np.ndarray, l1: np.
     }
 
 
-def regime_of(ci_delta: list[float], n_right_no_c: int) -> str:
-    """A (context hurts): the 95% interval of win_c - win_no_c lies below 0, which needs items
-    right without c (where harm is measured); B (context still needed): above 0; C otherwise."""
+def regime_of(ci_delta: list[float], n_correct_no_c: int) -> str:
+    """A (context hurts): the 95% interval of correct_c - correct_no_c lies below 0, which needs
+    items correct without c (where harm is measured); B (context still needed): above 0; C
+    otherwise."""
     lo, hi = ci_delta
-    if hi < 0 and n_right_no_c > 0:
+    if hi < 0 and n_correct_no_c > 0:
         return "A"
     return "B" if lo > 0 else "C"
 
@@ -210,7 +213,7 @@ def paired_report(no_c: dict[str, np.ndarray], with_c: dict[str, np.ndarray],
         vals = vals[np.isfinite(vals)]
         ci[k] = [float(v) for v in percentile_ci(vals)] if len(vals) else [None, None]
     return {"n": n, "unit": unit_name, "n_units": n_units(units),
-            "n_right_no_c": int(w0.sum()),
+            "n_correct_no_c": int(w0.sum()),
             **{k: (float(v) if np.isfinite(v) else None) for k, v in point.items()},
             "ci95": ci, "regime": regime_of(ci["delta_c"], int(w0.sum())),
             "parse_fail_no_c": float(1 - no_c["parsed"].mean()),
@@ -245,8 +248,8 @@ def evaluate_checkpoint(model, tokenizer, task: Task, context: str, n_levels: in
         return report
     report = {**paired_report(no_c, with_c, units, task.unit_name), "metric": task.success,
               **budget,
-              "items": {"unit": units, "won_no_c": no_c["won"].astype(int).tolist(),
-                        "won_c": with_c["won"].astype(int).tolist()}}
+              "items": {"unit": units, "correct_no_c": no_c["won"].astype(int).tolist(),
+                        "correct_c": with_c["won"].astype(int).tolist()}}
     if getattr(task, "name", None) == "jsonl":  # own data: what was fed in and answered
         report["items"].update(response_no_c=no_c["texts"], response_c=with_c["texts"])
     if control:
@@ -261,12 +264,12 @@ def control_report(no_c: dict, with_c: dict, ctrl: dict, units: list[str],
     """The same items with a control context c' (same kind and form, wrong for the item; see
     `Task.control_context`): `vs_no_c` is the paired report of x against [c', x] (its `harm`:
     what merely having a context of this form costs), `reads_c` the paired report of [c', x]
-    against [c, x] (its `delta_c` = win_c - win_c' with its interval: how much the checkpoint
-    uses what c says; 0 = blind to c's content)."""
+    against [c, x] (its `delta_c` = correct_c - correct_c' with its interval: how much the
+    checkpoint uses what c says; 0 = blind to c's content)."""
     vs = paired_report(no_c, ctrl, units, unit_name)
     reads = paired_report(ctrl, with_c, units, unit_name)
-    return {"win": vs["win_c"], "harm": vs["harm"], "ci95": {"win": vs["ci95"]["win_c"],
-                                                             "harm": vs["ci95"]["harm"]},
+    return {"correct": vs["correct_c"], "harm": vs["harm"],
+            "ci95": {"correct": vs["ci95"]["correct_c"], "harm": vs["ci95"]["harm"]},
             "reads_c": reads["delta_c"], "reads_c_ci95": reads["ci95"]["delta_c"],
             "len": vs["len_c"]}
 
@@ -275,12 +278,10 @@ TASK_OPTIONS_HELP = ("task config overrides KEY=VALUE,... e.g. opcd's "
                      "train=a.jsonl,test=b.jsonl,system_prompt=s.txt,kind=mcq or sysprompt's kb=1")
 
 
-def label(key: str, metric: str = "win") -> str:
-    """Column name as printed: `win_no_c` becomes `acc_no_c` for QA tasks (accuracy)."""
-    return key.replace("win", "acc", 1) if metric == "accuracy" else key
+label = reports.label  # a key as its column is headed (win_c for a game, acc_c for questions)
 
 
-COLUMNS = ["win_no_c", "win_c", "harm", "help", "harm_joint", "help_joint", "both",
+COLUMNS = ["correct_no_c", "correct_c", "harm", "help", "harm_joint", "help_joint", "both",
            "len_no_c", "len_c", "rel_len_both", "rel_len", "regime"]
 
 
@@ -288,9 +289,9 @@ def metric_of(reports: dict[str, dict]) -> str:
     return next(iter(reports.values())).get("metric", "win") if reports else "win"
 
 
-REGIMES = ("regime: A = context hurts (95% interval of win_c - win_no_c below 0), B = context "
-           "still needed (above 0), C = context irrelevant (interval spans 0); parse_fail: share "
-           "of responses the scorer could not read")
+REGIMES = ("regime: A = context hurts (95% interval of correct_c - correct_no_c below 0), "
+           "B = context still needed (above 0), C = context irrelevant (interval spans 0); "
+           "parse_fail: share of responses the scorer could not read")
 
 
 def format_table(reports: dict[str, dict], columns: list[str] = COLUMNS) -> str:
@@ -306,7 +307,7 @@ def format_table(reports: dict[str, dict], columns: list[str] = COLUMNS) -> str:
     if r is not None and "unit" in r and r.get("scored") is not False:
         lines.append(f"(intervals resample {r['n_units']} {r['unit']}s over {r['n']} items; "
                      "harm = P(lost with c | won without c); regime from the interval of "
-                     "win_c - win_no_c)")
+                     "correct_c - correct_no_c)")
     return "\n".join(lines)
 
 
@@ -315,15 +316,16 @@ def format_control(reports: dict[str, dict]) -> str:
     metric = metric_of(reports)
     ci = lambda v, c: "-" if v is None else (  # noqa: E731
         f"{v:.3f}" if not c or c[0] is None else f"{v:.3f} [{c[0]:.3f}, {c[1]:.3f}]")
-    lines = ["| checkpoint | " + label("win_c", metric) + " | " + label("win", metric) +
-             " with control c' | harm of c' | reads_c = " + label("win_c", metric) +
+    lines = ["| checkpoint | " + label("correct_c", metric) + " | " + label("correct", metric) +
+             " with control c' | harm of c' | reads_c = " + label("correct_c", metric) +
              " - with c' |", "|---|---|---|---|---|"]
     for name, r in reports.items():
         if "control" not in r:
             continue
         k = r["control"]
-        lines.append(f"| {name} | {ci(r['win_c'], r['ci95']['win_c'])} | "
-                     f"{ci(k['win'], k['ci95']['win'])} | {ci(k['harm'], k['ci95']['harm'])} | "
+        lines.append(f"| {name} | {ci(r['correct_c'], r['ci95']['correct_c'])} | "
+                     f"{ci(k['correct'], k['ci95']['correct'])} | "
+                     f"{ci(k['harm'], k['ci95']['harm'])} | "
                      f"{ci(k['reads_c'], k['reads_c_ci95'])} |")
     return "\n".join(lines)
 
@@ -366,8 +368,8 @@ class EvalConfig:
     control: bool = field(default=False, metadata={
         "help": "also play every item with a control context of the same form that is wrong "
                 "for it (another level's plan or state, a knowledge base with its values "
-                "rotated across entities): accuracy with it, its harm, and reads_c = win_c - "
-                "win_c' (0: blind to what c says)"})
+                "rotated across entities): accuracy with it, its harm, and reads_c = correct_c - "
+                "correct_c' (0: blind to what c says)"})
     out: str | None = field(default=None, metadata={
         "help": "write OUT.json and the figure OUT.html (OUT may end in .json)"})
     png: bool = field(default=False, metadata={"help": "also write OUT.png (needs kaleido)"})

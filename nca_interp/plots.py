@@ -16,6 +16,7 @@ from plotly.subplots import make_subplots
 
 from nca_interp.errors import RunError
 from nca_interp.identity import RunId, roster
+from nca_interp.reports import label
 
 __all__ = ["PALETTE", "check_bundle", "context_return_figure", "evaluate_figure",
            "grad_align_figure", "grad_align_over_steps", "grad_x", "head_heatmaps", "heatmap",
@@ -359,8 +360,8 @@ def context_return_figure(summary: dict, task: str, context: str,
                           success: str = "win") -> go.Figure:
     """Bars per metric and method: mean over seeds, error bars spanning min..max. `success`:
     `win` (games) or `accuracy` (QA) names the first two bars."""
-    metrics = ["win_no_c", "win_c", "harm", "harm_joint", "help_joint", "both"]
-    names = [m.replace("win", "acc", 1) if success == "accuracy" else m for m in metrics]
+    metrics = ["correct_no_c", "correct_c", "harm", "harm_joint", "help_joint", "both"]
+    names = [label(m, success) for m in metrics]
     fig = go.Figure()
     for method, r in summary.items():
         # harm is P(lost with c | won without c): undefined (None, no bar) with no win without c
@@ -381,11 +382,10 @@ def context_return_figure(summary: dict, task: str, context: str,
 
 def evaluate_figure(report: dict) -> go.Figure:
     """Per checkpoint: right without c, with c, harm, help, both-right, with 95% intervals."""
-    metrics = ["win_no_c", "win_c", "harm", "help", "both"]
+    metrics = ["correct_no_c", "correct_c", "harm", "help", "both"]
     unit = next(iter(report["results"].values()))
     # a QA task's success is accuracy: its bars say so, as its tables do
-    names = [m.replace("win", "acc", 1) if unit.get("metric") == "accuracy" else m
-             for m in metrics]
+    names = [label(m, unit.get("metric", "win")) for m in metrics]
     fig = go.Figure()
     who = roster(report)
     for i, (name, r) in enumerate(report["results"].items()):
@@ -421,11 +421,12 @@ def trajectory_figure(report: dict) -> go.Figure:
         col = lambda k, rows=r["steps"]: [row[k] for row in rows]  # noqa: E731
         kw = {"legendgroup": name, "mode": "lines+markers"}
         ci = lambda k, rows=r["steps"]: [row["ci95"].get(k) for row in rows]  # noqa: E731
-        fig.add_trace(go.Scatter(x=steps, y=col("win_no_c"), name=name, line=line,
-                                 error_y=_ci_bars(col("win_no_c"), ci("win_no_c")), **kw), 1, 1)
-        fig.add_trace(go.Scatter(x=steps, y=col("win_c"), name=f"{name} with c",
+        fig.add_trace(go.Scatter(x=steps, y=col("correct_no_c"), name=name, line=line,
+                                 error_y=_ci_bars(col("correct_no_c"), ci("correct_no_c")),
+                                 **kw), 1, 1)
+        fig.add_trace(go.Scatter(x=steps, y=col("correct_c"), name=f"{name} with c",
                                  line={**line, "dash": "dot"}, showlegend=False,
-                                 error_y=_ci_bars(col("win_c"), ci("win_c")), **kw), 1, 1)
+                                 error_y=_ci_bars(col("correct_c"), ci("correct_c")), **kw), 1, 1)
         fig.add_trace(go.Scatter(x=steps, y=col("harm"), line=line, showlegend=False,
                                  error_y=_ci_bars(col("harm"), ci("harm")), **kw), 1, 2)
         for j, k in enumerate(("kl_opd", "kl_ctx")):

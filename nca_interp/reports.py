@@ -12,9 +12,15 @@ the keys: building a report with a key its class does not declare is refused.
     report.results["sokoban_nca_s0"].cos                      # per-layer cosine, typed
     report.to_json()                                          # the file's dict, this VERSION
 
+One vocabulary: an item (a level, a question) is correct or not, with c or without, whatever
+the task calls a success (`metric`: "win" for games, "accuracy" for questions, used only to
+label columns): `correct_no_c`, `correct_c`, `n_correct_no_c`, and `correct_no_c` /
+`correct_c` per item.
+
 Versions: 0, before the shared shape (`reports` / `per_checkpoint` for `results`, no `runs`);
-1, the shared shape without a version; 2 (this), with `version` and `analysis`. `from_json`
-brings 0 and 1 to 2 (the numbers are not touched); a file from a newer version is refused.
+1, the shared shape without a version; 2, with `version` and `analysis`; 3 (this), one
+vocabulary (`win_*` / `won_*` / `n_right_no_c` before). `from_json` brings every earlier one to
+3 (`upgrade`: keys renamed, the numbers not touched); a file from a newer version is refused.
 Which class a file is read as comes from the analysis registry (`nca_interp.analysis.load`,
 `AnalysisSpec.report`); this module knows no registry, so it imports nothing above it.
 
@@ -26,6 +32,7 @@ neither torch nor an analysis, so reading results is cheap.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,10 +43,15 @@ from nca_interp.errors import UsageError
 __all__ = ["VERSION", "ContextReturn", "ContextReturnReport", "Fields", "GradAlign",
            "GradAlignReport", "LayerSim", "LayerSimReport", "ParamDelta", "ParamDeltaReport",
            "Patching", "PatchingReport", "Report", "ReportError", "RunRecord", "Trajectory",
-           "TrajectoryReport", "describe", "upgrade"]
+           "TrajectoryReport", "VOCABULARY", "describe", "label", "read_derived", "upgrade",
+           "vocabulary"]
 
-VERSION = 2
+VERSION = 3
 _LEGACY_RESULTS = ("reports", "per_checkpoint")
+# version 3's one vocabulary: the keys before it, at any depth of a results entry (a control's
+# "win" only inside its `control`)
+VOCABULARY = {"win_no_c": "correct_no_c", "win_c": "correct_c", "n_right_no_c": "n_correct_no_c",
+              "won_no_c": "correct_no_c", "won_c": "correct_c"}
 
 
 class ReportError(UsageError):
@@ -58,10 +70,15 @@ def need(text: str) -> Any:
     return field(metadata={"doc": text})
 
 
-def _keys(cls) -> dict[str, dataclasses.Field]:
-    """JSON key -> field, `extra` left out."""
+@functools.cache
+def _class_keys(cls: type) -> dict[str, dataclasses.Field]:
     return {f.metadata.get("key") or f.name: f for f in dataclasses.fields(cls)
             if f.name != "extra"}
+
+
+def _keys(obj) -> dict[str, dataclasses.Field]:
+    """JSON key -> field, `extra` left out (per class, computed once)."""
+    return _class_keys(obj if isinstance(obj, type) else type(obj))
 
 
 def _required(f: dataclasses.Field) -> bool:
@@ -82,13 +99,18 @@ class Fields(Mapping):
         return out + list(getattr(self, "extra", None) or {})
 
     def __getitem__(self, key: str) -> Any:
-        extra = getattr(self, "extra", None) or {}
-        if key in extra:
-            return extra[key]
         f = _keys(self).get(key)
-        if f is None or key not in self._set():
+        if f is None:
+            extra = getattr(self, "extra", None)
+            if extra and key in extra:
+                return extra[key]
             raise KeyError(key)
-        return getattr(self, f.name)
+        value = getattr(self, f.name)
+        if value is None:  # set only if given (read) or required (built)
+            given = self.__dict__.get("_given")
+            if not (f.name in given if given is not None else _required(f)):
+                raise KeyError(key)
+        return value
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._set())
@@ -233,31 +255,32 @@ class ContextReturn(Fields):
     n: int = need("items played")
     unit: str = need("what the bootstrap resamples (level, fact, item)")
     n_units: int = need("independent units among the items")
-    metric: str = need("'win' (games) or 'accuracy' (questions): what win_* count")
+    metric: str = need("what being correct is called for the task: 'win' (games) or "
+                       "'accuracy' (questions); it labels columns (win_c, acc_c)")
     len_no_c: float = need("mean response tokens without c (end of response included)")
     len_c: float = need("mean response tokens with c")
     rel_len: float = need("len_c / len_no_c - 1 over all items")
     ci95: dict = need("the 95% interval of each rate, by its key")
-    n_right_no_c: int | None = doc("items right without c (where harm is measured)")
-    win_no_c: float | None = doc("share right without c")
-    win_c: float | None = doc("share right with c")
-    harm: float | None = doc("P(wrong with c | right without c): the paper's harm rate")
-    help: float | None = doc("P(right with c | wrong without c)")
-    harm_joint: float | None = doc("P(right without c and wrong with c)")
-    help_joint: float | None = doc("P(wrong without c and right with c)")
-    both: float | None = doc("P(right both ways)")
-    delta_c: float | None = doc("win_c - win_no_c")
-    rel_len_both: float | None = doc("len_c / len_no_c - 1 on the items right both ways")
+    n_correct_no_c: int | None = doc("items correct without c (where harm is measured)")
+    correct_no_c: float | None = doc("share of items correct without c")
+    correct_c: float | None = doc("share of items correct with c")
+    harm: float | None = doc("P(wrong with c | correct without c): the paper's harm rate")
+    help: float | None = doc("P(correct with c | wrong without c)")
+    harm_joint: float | None = doc("P(correct without c and wrong with c)")
+    help_joint: float | None = doc("P(wrong without c and correct with c)")
+    both: float | None = doc("P(correct both ways)")
+    delta_c: float | None = doc("correct_c - correct_no_c")
+    rel_len_both: float | None = doc("len_c / len_no_c - 1 on the items correct both ways")
     regime: str | None = doc("A (c hurts), B (c still needed), C (neither): delta_c's interval")
     parse_fail_no_c: float | None = doc("share of responses without c that did not parse")
     parse_fail_c: float | None = doc("share of responses with c that did not parse")
     hit_budget_no_c: float | None = doc("share of responses without c that hit max_new")
     hit_budget_c: float | None = doc("share of responses with c that hit max_new")
     max_new: int | None = doc("the response token budget")
-    items_: dict | None = doc("per item: its unit, won_no_c / won_c (0/1), own data's "
+    items_: dict | None = doc("per item: its unit, correct_no_c / correct_c (0/1), own data's "
                               "responses", key="items")
-    control: dict | None = doc("with a wrong context c' of c's form: its win and harm, and "
-                               "reads_c (win_c - win_c') with its interval")
+    control: dict | None = doc("with a wrong context c' of c's form: correct (its rate) and "
+                               "harm, and reads_c (correct_c - correct_c') with its interval")
     scored: bool | None = doc("False: own data without a scorer (lengths and KLs only)")
     note: str | None = doc("what an unscored report lacks")
     kl_views: float | None = doc("unscored: KL between the views on the responses, per token")
@@ -280,8 +303,9 @@ class Trajectory(Fields):
     teacher: str | None = need("the run's teacher")
     context: str | None = need("the context kind")
     task: str | None = need("the task")
-    steps: list = need("per checkpoint: step, win_no_c, win_c, harm, help, delta_c, regime, "
-                       "KLs on the student's samples (kl_opd, kl_ctx, kl_nca), drift, ci95")
+    steps: list = need("per checkpoint: step, correct_no_c, correct_c, harm, help, delta_c, "
+                       "regime, KLs on the student's samples (kl_opd, kl_ctx, kl_nca), drift, "
+                       "ci95")
     identity: dict | None = doc("method, seed and beta from the run config")
 
 
@@ -421,13 +445,49 @@ class PatchingReport(Report):
 
 # --- reading and upgrading -----------------------------------------------------------------
 
+def vocabulary(tree: Any, control: bool = False) -> Any:
+    """`tree` with the keys of version 3's vocabulary (`VOCABULARY`; "win" inside a `control`)
+    renamed at every depth, in place of order; values untouched. Also for files that are no
+    report (the pipeline's context_return_summary.json)."""
+    if isinstance(tree, dict):
+        names = {**VOCABULARY, "win": "correct"} if control else VOCABULARY
+        return {names.get(k, k): vocabulary(v, control or k == "control")
+                for k, v in tree.items()}
+    if isinstance(tree, list) and tree and isinstance(tree[0], (dict, list)):
+        return [vocabulary(v, control) for v in tree]  # lists of numbers are left as they are
+    return tree
+
+
+def label(key: str, metric: str = "win") -> str:
+    """A key as a column is headed: `correct_*` is `win_*` for a game and `acc_*` for questions
+    (`metric`), so tables read in the task's words; other keys as they are."""
+    if key == "correct" or key.startswith("correct_"):
+        return ("acc" if metric == "accuracy" else "win") + key[len("correct"):]
+    return key
+
+
+def read_derived(path: str | Path) -> Any:
+    """A file the pipeline derives from reports that is no report itself (a setting's
+    context_return_summary.json, harm_drift.json) in this version's vocabulary."""
+    from nca_interp.fsio import read_json
+
+    return vocabulary(read_json(path))
+
+
 def upgrade(d: Mapping) -> dict:
-    """A report dict of version 0 or 1 in version 2's shape (numbers untouched): `results` for
-    `reports` / `per_checkpoint`, task, context and runs filled from its config and entries."""
+    """A report dict of any earlier version in this version's shape (numbers untouched):
+    `results` for `reports` / `per_checkpoint`, task, context and runs filled from its config
+    and entries (0); `version` (1); the vocabulary (`vocabulary`, before 3)."""
     from nca_interp import identity
 
     r = dict(d)
-    if r.get("version", 1) >= 2:
+    version = r.get("version", 1)
+    if version >= VERSION:
+        return r
+    if version < 3 and isinstance(r.get("results"), dict):
+        r["results"] = vocabulary(r["results"])
+    if version >= 2:
+        r["version"] = VERSION
         return r
     for old in _LEGACY_RESULTS:
         if old in r and "results" not in r:

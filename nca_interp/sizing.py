@@ -45,8 +45,8 @@ def measure_table(m: dict) -> str:
     """Markdown of `measure`'s output."""
     def row(label: str, r: dict) -> str:
         ci = r["ci95"]["delta_c"]
-        return (f"| {label} | {r['n']} ({r['n_units']} facts) | {r['win_no_c']:.3f} | "
-                f"{r['win_c']:.3f} | {r['delta_c']:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}] |")
+        return (f"| {label} | {r['n']} ({r['n_units']} facts) | {r['correct_no_c']:.3f} | "
+                f"{r['correct_c']:.3f} | {r['delta_c']:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}] |")
     lines = ["| context | questions | right without c | right with c | gap with c "
              "[95% interval over facts] |", "|---|---|---|---|---|"]
     lines += [row(f"facts, {n} countries x {len(ATTRIBUTES)} attributes", r)

@@ -8,7 +8,7 @@ samples, so that a regime change can be seen forming.
 Per checkpoint (step 0 is the run's initial checkpoint, the null every later row is read
 against), on held-out levels:
 
-  win_no_c, win_c, harm, help, delta_c, regime   as `nca_interp.evaluate` (greedy, paired)
+  correct_no_c, correct_c, harm, help, delta_c, regime   as `nca_interp.evaluate` (greedy, paired)
   kl_opd   mean_t KL(g(.|x) || f(.|x,c))     the no-context gap OPD closes (internalization)
   kl_ctx   mean_t KL(g(.|x,c) || f(.|x,c))   context-view drift away from the teacher
   kl_nca   mean_t KL(g(.|x) || g(.|x,c))     how far the two student views are apart
@@ -16,7 +16,7 @@ against), on held-out levels:
                                              (g_0: the run's initial checkpoint)
 
 With --control, every checkpoint is also played with the control context c' (same form, wrong
-for the item) and its row carries reads_c = win_c - win_c' (how much it uses what c says).
+for the item) and its row carries reads_c = correct_c - correct_c' (how much it uses what c says).
 
 The KLs are token means over responses y ~ g(.|x) sampled at temperature 1 with a fixed
 generator (the same prompts at every step), full vocabulary, in nats, each with a 95% bootstrap
@@ -56,8 +56,8 @@ __all__ = ["TrajectoryConfig", "checkpoints_of", "execute", "figures", "format_t
            "run", "show"]
 
 KL_TERMS = ("kl_opd", "kl_ctx", "kl_nca", "drift")
-REPORT_KEYS = ("win_no_c", "win_c", "harm", "help", "delta_c", "rel_len_both", "regime",
-               "n_right_no_c")
+REPORT_KEYS = ("correct_no_c", "correct_c", "harm", "help", "delta_c", "rel_len_both", "regime",
+               "n_correct_no_c")
 
 
 def _kl_rows(p_logits: torch.Tensor, q_logits: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
@@ -147,8 +147,8 @@ def format_table(results: dict) -> str:
         for row in r["steps"]:
             harm = "-" if row["harm"] is None else f"{row['harm']:.3f}"
             hlp = "-" if row["help"] is None else f"{row['help']:.3f}"
-            lines.append(f"{name:<24} {row['step']:>5} {row['win_no_c']:>8.3f} "
-                         f"{row['win_c']:>6.3f} {harm:>6} {hlp:>6} {row['regime']:>6} "
+            lines.append(f"{name:<24} {row['step']:>5} {row['correct_no_c']:>8.3f} "
+                         f"{row['correct_c']:>6.3f} {harm:>6} {hlp:>6} {row['regime']:>6} "
                          + " ".join(f"{row[k]:>7.4f}" for k in terms))
     lines.append("(step 0 = the initial checkpoint: the null; KLs in nats per response token "
                  "on the student's own samples)")
@@ -205,8 +205,8 @@ def run(cfg: TrajectoryConfig | None = None, /, **fields) -> dict:
                 row["ci95"]["reads_c"] = rep["control"]["reads_c_ci95"]
             rows.append(row)
             done[key] = row
-            print(f"{Path(run_dir).name} step {step}: win {row['win_no_c']:.3f}/"
-                  f"{row['win_c']:.3f} harm {row['harm']} kl_ctx {row['kl_ctx']:.4f}",
+            print(f"{Path(run_dir).name} step {step}: win {row['correct_no_c']:.3f}/"
+                  f"{row['correct_c']:.3f} harm {row['harm']} kl_ctx {row['kl_ctx']:.4f}",
                   flush=True)
         config = read_run_config(run_dir)
         results[Path(run_dir).name] = {"run": run_dir, "teacher": teacher_dir, "context": ctx,

@@ -36,7 +36,7 @@ from nca_interp.evaluate import (
 
 __all__ = ["ContextReturnCallback", "measure"]
 
-KEYS = ("win_no_c", "win_c", "harm", "help", "both", "rel_len", "delta_c")
+KEYS = ("correct_no_c", "correct_c", "harm", "help", "both", "rel_len", "delta_c")
 
 
 def measure(model, tokenizer, task, context: str | None = None, n_items: int = 64,
@@ -60,7 +60,7 @@ def measure(model, tokenizer, task, context: str | None = None, n_items: int = 6
                     "len_c": rep["len_c"]}
         rep = paired_report(no_c, with_c, units, task.unit_name)
         out.update({k: rep[k] for k in KEYS})
-        out["harm_baseline"] = None if rep["win_c"] is None else 1 - rep["win_c"]
+        out["harm_baseline"] = None if rep["correct_c"] is None else 1 - rep["correct_c"]
         out["regime"] = rep["regime"]
         if control:
             wrong = [task.control_context(levels, i, context) for i in range(len(levels))]

@@ -75,11 +75,11 @@ def _context_return(figs: Path, seeds) -> dict | None:
         return None
     rep = analysis.load(figs / CONTEXT_RETURN)
     base = next(e for _, e in others(rep))
-    out = {"step0": {k: base[k] for k in ("win_no_c", "win_c", "harm")}}
+    out = {"step0": {k: base[k] for k in ("correct_no_c", "correct_c", "harm")}}
     for m in ("opd", "nca"):
         runs = _seeded(rep, m, seeds)
         out[m] = {k: _spread([r.get(k) for r in runs])
-                  for k in ("win_no_c", "win_c", "harm", "rel_len")}
+                  for k in ("correct_no_c", "correct_c", "harm", "rel_len")}
         out[m]["regimes"] = "".join(r["regime"] for r in runs)
     return out
 
@@ -180,10 +180,10 @@ def table(figures: Path = Path("figures")) -> str:
             out.append(f"| {r['depth']} | not run: `{command(r['preset'])}` |" + " |" * 8)
             continue
         o, n, s0 = cr["opd"], cr["nca"], cr["step0"]
-        out.append(f"| {r['depth']} | {s0['win_no_c']:.3f} / {s0['win_c']:.3f} | "
-                   f"{_fmt(o['win_no_c'])} | {_fmt(o['win_c'])} | {_fmt(o['harm'])} | "
+        out.append(f"| {r['depth']} | {s0['correct_no_c']:.3f} / {s0['correct_c']:.3f} | "
+                   f"{_fmt(o['correct_no_c'])} | {_fmt(o['correct_c'])} | {_fmt(o['harm'])} | "
                    f"{o['regimes']} | "
-                   f"{_fmt(n['win_no_c'])} | {_fmt(n['win_c'])} | {n['regimes']} | "
+                   f"{_fmt(n['correct_no_c'])} | {_fmt(n['correct_c'])} | {n['regimes']} | "
                    f"{_fmt(o['rel_len'], pct=True)} |")
     out += ["", "Views (layer_sim at the response positions: cosine of the hidden states with "
             "and without c, the embedding excluded; later half = the deeper half of the "
@@ -280,7 +280,7 @@ def figures(rs: list[dict]) -> dict:
     """One figure per question against depth: {stem: figure}."""
     cr = lambda m, k: lambda r: (r["context_return"] or {}).get(m, {}).get(k)  # noqa: E731
     fig_cr = _pair(("right without c", "right with c"))
-    for col, key in ((1, "win_no_c"), (2, "win_c")):
+    for col, key in ((1, "correct_no_c"), (2, "correct_c")):
         for m in ("opd", "nca"):
             _seed_traces(fig_cr, rs, cr(m, key), m, m.upper(), col, showlegend=col == 1)
         _null_trace(fig_cr, rs, lambda r, k=key: (r["context_return"] or {}).get(

@@ -34,13 +34,15 @@ import numpy as np
 from nca_interp.cli import entry, parse_config, write_json
 from nca_interp.errors import UsageError
 from nca_interp.fsio import read_json, write_text
+from nca_interp.reports import label as column
+from nca_interp.reports import vocabulary
 
 __all__ = ["DoseConfig", "clear_seeds", "execute", "figure", "main", "markdown", "run",
            "t_interval"]
 
-QUANTITIES = ("drift", "win_no_c", "win_c", "harm", "baseline", "help", "rel_len_both",
+QUANTITIES = ("drift", "correct_no_c", "correct_c", "harm", "baseline", "help", "rel_len_both",
               "reads_c")
-MATCHED = ("harm", "help", "win_no_c")
+MATCHED = ("harm", "help", "correct_no_c")
 
 
 def label(run: dict) -> str:
@@ -53,7 +55,7 @@ def label(run: dict) -> str:
 
 def rows_of(report: dict) -> list[dict]:
     """One row per (run, checkpoint): identity, step and the quantities (baseline = the
-    independence harm 1 - win_c)."""
+    independence harm 1 - correct_c)."""
     out = []
     for name, run in report["results"].items():
         if "identity" not in run or run["identity"].get("method") is None:
@@ -64,10 +66,11 @@ def rows_of(report: dict) -> list[dict]:
                 raise UsageError(f"{name}: the trajectory has no drift column; rerun python -m "
                                  "nca_interp.trajectory on it")
             out.append({"run": name, "method": label(run), "seed": run["identity"]["seed"],
-                        "step": r["step"], "drift": r["drift"], "win_no_c": r["win_no_c"],
-                        "win_c": r["win_c"], "harm": r["harm"], "baseline": 1.0 - r["win_c"],
+                        "step": r["step"], "drift": r["drift"],
+                        "correct_no_c": r["correct_no_c"], "correct_c": r["correct_c"],
+                        "harm": r["harm"], "baseline": 1.0 - r["correct_c"],
                         "help": r["help"], "rel_len_both": r.get("rel_len_both"),
-                        "reads_c": r.get("reads_c"), "n_right_no_c": r["n_right_no_c"],
+                        "reads_c": r.get("reads_c"), "n_correct_no_c": r["n_correct_no_c"],
                         "half": {q: half_width(r, q) for q in MATCHED}})
     return out
 
@@ -196,7 +199,7 @@ def markdown(result: dict) -> str:
         for step, c in steps.items():
             lines.append(
                 f"| {method} | {step} | {c['n_seeds']} | {fmt(c['drift'], 4)} | "
-                f"{fmt(c['win_no_c'])} | {fmt(c['win_c'])} | {fmt(c['harm'])} | "
+                f"{fmt(c['correct_no_c'])} | {fmt(c['correct_c'])} | {fmt(c['harm'])} | "
                 f"{fmt(c['baseline'])} | {fmt(c['help'])} | {fmt(c['rel_len_both'], sign=True)}"
                 f" | {fmt(c['reads_c'], sign=True)} |")
     for name, m in result["matched"].items():
@@ -211,7 +214,7 @@ def markdown(result: dict) -> str:
         for q, s in m.items():
             t95 = "-" if not s.get("t95") else f"[{s['t95'][0]:+.3f}, {s['t95'][1]:+.3f}]"
             below, above = clear_seeds(s)
-            lines.append(f"| {q} | {fmt(s if s['n'] else None, sign=True)} | {t95} | "
+            lines.append(f"| {column(q)} | {fmt(s if s['n'] else None, sign=True)} | {t95} | "
                          f"{s['below_0']} of {s['n']} | {below} / {above} of {s['n']} | "
                          f"{s['pairs']} |")
     return "\n".join(lines)
@@ -299,7 +302,7 @@ def execute(cfg: DoseConfig) -> dict:
         if not path.is_file():
             raise UsageError(f"{path}: no such trajectory JSON; make one with python -m "
                              "nca_interp.trajectory RUN... --control --out STEM")
-        merged["results"].update(read_json(path)["results"])
+        merged["results"].update(vocabulary(read_json(path))["results"])
     result = run(merged)
     text = markdown(result)
     print(text)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from nca_interp import analysis
-from nca_interp.fsio import read_json
 from nca_interp.paper import dose
 from nca_interp.paper.layout import CONTEXT_RETURN, HARM_DRIFT, analysis_files
+from nca_interp.reports import read_derived
 
 __all__ = ["render_figures"]
 
@@ -30,11 +30,11 @@ def render_figures(figs: Path, png: bool) -> list[str]:
     if (figs / CONTEXT_RETURN).exists() and summary.exists():
         rep = analysis.load(figs / CONTEXT_RETURN)
         written += plots.write_figure(
-            plots.context_return_figure(read_json(summary), figs.name,
+            plots.context_return_figure(read_derived(summary), figs.name,
                                         rep["context"], evaluate.metric_of(rep["results"])),
             figs / "context_return_seeds", png)
     if (hd := figs / HARM_DRIFT).exists():
-        written += plots.write_figure(dose.figure(read_json(hd)["rows"],
+        written += plots.write_figure(dose.figure(read_derived(hd)["rows"],
                                                   f"harm against drift: {figs.name}"),
                                       figs / "harm_drift", png)
     return written

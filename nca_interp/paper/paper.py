@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 
 from nca_interp import analysis
-from nca_interp.fsio import read_json
 from nca_interp.identity import others
 from nca_interp.paper import rules
 from nca_interp.paper.blocks import Block
@@ -26,6 +25,7 @@ from nca_interp.paper.claims.harm import nca_improves_no_c, pooled_harm_gap
 from nca_interp.paper.claims.views import closed_shares
 from nca_interp.paper.settings import load
 from nca_interp.paper.sweep import beta_points, beta_sweeps
+from nca_interp.reports import read_derived
 
 __all__ = ["main"]
 
@@ -47,7 +47,7 @@ def main_settings(root: Path = Path("figures")) -> list[str]:
     for name, st in load().settings.items():
         f = root / name / "context_return_summary.json"
         if st.variant is None and f.exists():
-            s = read_json(f)
+            s = read_derived(f)
             if s.get("opd") and s.get("nca"):
                 out.append(name)
     return out
@@ -60,7 +60,7 @@ def _mean(stat: dict | None) -> float | None:
 def harm_row(root: Path, names: list[str]) -> str:
     lower, clear, where = 0, 0, []
     for name in names:
-        s = read_json(root / name / "context_return_summary.json")
+        s = read_derived(root / name / "context_return_summary.json")
         o, n = _mean(s["opd"].get("harm")), _mean(s["nca"].get("harm"))
         if o is not None and n is not None and n < o:
             lower += 1
@@ -78,7 +78,7 @@ def harm_row(root: Path, names: list[str]) -> str:
 def length_row(root: Path, names: list[str]) -> str:
     best, above = None, 0
     for name in names:
-        s = read_json(root / name / "context_return_summary.json")
+        s = read_derived(root / name / "context_return_summary.json")
         o, b = _mean(s["opd"].get("rel_len_both")), _mean(s["base"].get("rel_len_both"))
         if o is None:
             continue
@@ -97,8 +97,8 @@ def length_row(root: Path, names: list[str]) -> str:
 def improves_row(root: Path, names: list[str]) -> str:
     better, shown = [], 0
     for name in names:
-        s = read_json(root / name / "context_return_summary.json")
-        d = _mean(s["nca"].get("win_no_c")) - _mean(s["opd"].get("win_no_c"))
+        s = read_derived(root / name / "context_return_summary.json")
+        d = _mean(s["nca"].get("correct_no_c")) - _mean(s["opd"].get("correct_no_c"))
         if d > 0:
             better.append(d)
         try:
@@ -155,7 +155,7 @@ def beta_rows(root: Path) -> list[str]:
         betas = sorted({p["beta"] for p in points})
         if len(betas) < 3:
             continue
-        acc = {b: [(p["win_no_c"] + p["win_c"]) / 2 for p in points if p["beta"] == b]
+        acc = {b: [(p["correct_no_c"] + p["correct_c"]) / 2 for p in points if p["beta"] == b]
                for b in betas}
         order = sorted(betas, key=lambda b: -float(np.mean(acc[b])))
         top, nxt = order[0], order[1]

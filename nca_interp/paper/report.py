@@ -28,6 +28,7 @@ from nca_interp.paper.layout import (
     analysis_files,
     grad_files,
 )
+from nca_interp.reports import read_derived
 
 __all__ = ["context_return", "main", "render", "teacher"]
 
@@ -52,7 +53,7 @@ def teacher(figs: Path) -> str:
             "|---|---|---|---|---|---|"]
     for f in sorted(figs.glob(TEACHER_GLOB)):
         r = next(iter(analysis.load(f)["results"].values()))
-        cells = [with_ci(r, k) for k in ("win_no_c", "win_c", "harm", "help")]
+        cells = [with_ci(r, k) for k in ("correct_no_c", "correct_c", "harm", "help")]
         rows.append(f"| {f.stem.split('_', 1)[1]} | " + " | ".join(cells) +
                     f" | {r['regime']} |")
     return "\n".join(rows)
@@ -66,8 +67,8 @@ def with_ci(r: dict, k: str) -> str:
 
 
 def context_return(figs: Path) -> str:
-    s = read_json((figs / "context_return_summary.json"))
-    keys = ["win_no_c", "win_c", "harm", "help", "both", "rel_len_both", "rel_len"]
+    s = read_derived(figs / "context_return_summary.json")
+    keys = ["correct_no_c", "correct_c", "harm", "help", "both", "rel_len_both", "rel_len"]
     rows = ["| model | " + " | ".join(label(k, metric(figs)) for k in keys) +
             " | regime per seed |",
             "|---" * (len(keys) + 2) + "|"]
@@ -80,13 +81,13 @@ def context_return(figs: Path) -> str:
 
 def per_seed(figs: Path) -> str:
     rep = analysis.load((figs / CONTEXT_RETURN))["results"]
-    keys = ["win_no_c", "win_c", "harm", "help", "delta_c", "rel_len_both"]
+    keys = ["correct_no_c", "correct_c", "harm", "help", "delta_c", "rel_len_both"]
     rows = ["| run | " + " | ".join(label(k, metric(figs)) for k in keys) +
             " | regime | resampled unit |", "|---" * (len(keys) + 3) + "|"]
     for name, r in rep.items():
         cells = [with_ci(r, k) for k in keys]
         unit = f"{r.get('n_units', r['n'])} {r.get('unit', 'level')}s" + \
-            f" ({r['n_right_no_c']} right without c)" if "n_right_no_c" in r else ""
+            f" ({r['n_correct_no_c']} right without c)" if "n_correct_no_c" in r else ""
         rows.append(f"| {name} | " + " | ".join(cells) + f" | {r['regime']} | {unit} |")
     return "\n".join(rows)
 
@@ -343,7 +344,7 @@ def context_control(figs: Path) -> str:
 def harm_drift(figs: Path) -> str:
     from nca_interp.paper.dose import markdown
 
-    return markdown(read_json((figs / HARM_DRIFT)))
+    return markdown(read_derived(figs / HARM_DRIFT))
 
 
 def scorer_agreement(figs: Path) -> str:

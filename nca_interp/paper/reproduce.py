@@ -313,7 +313,7 @@ def grad_checkpoints(run: Path, every: int) -> list[str]:
     return steps[::-1][::every][::-1]
 
 
-SUMMARY_KEYS = ["win_no_c", "win_c", "harm", "help", "harm_joint", "help_joint", "both",
+SUMMARY_KEYS = ["correct_no_c", "correct_c", "harm", "help", "harm_joint", "help_joint", "both",
                 "rel_len_both", "rel_len"]
 
 

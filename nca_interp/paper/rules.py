@@ -215,13 +215,13 @@ def pooled(pooled_clear: bool, unit_flags: list[bool], mean_on_side: bool = True
     return "not reproduced"
 
 
-def independence_harm(win_c: float) -> float:
+def independence_harm(correct_c: float) -> float:
     """The harm of a student whose being right with c does not depend on being right
     without it."""
-    return 1.0 - win_c
+    return 1.0 - correct_c
 
 
-def harm_is_own(harm_lo: float | None, step0_harm: float | None, win_c: float,
+def harm_is_own(harm_lo: float | None, step0_harm: float | None, correct_c: float,
                 regime_a: bool) -> bool:
     """The harm rule: the harm's interval (lower end `harm_lo`) clears step 0's harm, and
     either the student is in regime A or the interval also clears the independence
@@ -230,10 +230,10 @@ def harm_is_own(harm_lo: float | None, step0_harm: float | None, win_c: float,
     if harm_lo is None:
         return False
     if step0_harm is None:
-        return harm_lo > independence_harm(win_c)
+        return harm_lo > independence_harm(correct_c)
     if not harm_lo > step0_harm:
         return False
-    return regime_a or harm_lo > independence_harm(win_c)
+    return regime_a or harm_lo > independence_harm(correct_c)
 
 
 def markdown() -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 from nca_interp.fsio import read_json
 from nca_interp.paper.blocks import Block
 from nca_interp.paper.settings import load
+from nca_interp.reports import read_derived
 
 __all__ = ["main"]
 
@@ -45,9 +46,9 @@ def row(figs: Path) -> str | None:
     f = figs / "context_return_summary.json"
     if not f.exists():
         return None
-    s = read_json(f)
+    s = read_derived(f)
     base = s.get("base", {})
-    teacher = f"{_cell(base.get('win_no_c'))} / {_cell(base.get('win_c'))}; harm " \
+    teacher = f"{_cell(base.get('correct_no_c'))} / {_cell(base.get('correct_c'))}; harm " \
               f"{_cell(base.get('harm'))}"
     cells = [f"`{figs.name}`", teacher]
     for method in ("opd", "nca"):
@@ -56,7 +57,7 @@ def row(figs: Path) -> str | None:
             cells += ["-", "-", "-"]
             continue
         n = len(m["regimes"])
-        cells += [f"{_cell(m['win_no_c'])} / {_cell(m['win_c'])}", _cell(m["harm"]),
+        cells += [f"{_cell(m['correct_no_c'])} / {_cell(m['correct_c'])}", _cell(m["harm"]),
                   f"{_regimes(m['regimes'])} (n={n})"]
     return "| " + " | ".join(cells) + " |"
 

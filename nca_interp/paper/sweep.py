@@ -52,7 +52,7 @@ def teacher_cell(figs: Path, ctx: str) -> str:
     if not f.exists():
         return "-"
     r = next(iter(analysis.load(f)["results"].values()))
-    return f"{r['win_no_c']:.3f} / {r['win_c']:.3f}"
+    return f"{r['correct_no_c']:.3f} / {r['correct_c']:.3f}"
 
 
 def drift_cell(figs: Path, method: str) -> str:
@@ -96,20 +96,21 @@ def table(figures: Path = Path("figures")) -> str:
         reports = analysis.load(ev)
         ctx = reports["context"]
         for method in ("opd", "nca"):
-            if not seed_cells(reports, method, "win_no_c"):
+            if not seed_cells(reports, method, "correct_no_c"):
                 continue
             regimes = "".join(r["regime"] for _, r in students(reports, method))
             lines.append(
                 f"| {name} | {what} | {teacher_cell(figs, ctx)} | {method} | "
-                f"{len(regimes)} | {fmt(seed_cells(reports, method, 'win_no_c'))} | "
-                f"{fmt(seed_cells(reports, method, 'win_c'))} | "
+                f"{len(regimes)} | {fmt(seed_cells(reports, method, 'correct_no_c'))} | "
+                f"{fmt(seed_cells(reports, method, 'correct_c'))} | "
                 f"{fmt(seed_cells(reports, method, 'harm'))} | {regimes} | "
                 f"{drift_cell(figs, method)} | {minutes(figs)} |")
     out = "\n".join(lines)
     out += ("\n\nCells: mean (min to max) over seeds (a spread, not an interval) of the held-out "
             "(1000 levels) greedy win "
             "rates; harm = P(lost with c | won without c); regime per seed from the 95% interval "
-            "of win_c - win_no_c (A: context hurts, B: still needed, C: irrelevant). The null "
+            "of correct_c - correct_no_c (A: context hurts, B: still needed, C: irrelevant). The "
+            "null "
             "for every student is its initial checkpoint (step 0; the teacher itself except "
             "in the cross-model row) on the same levels; drift KL = KL(g(.|x,c) || f(.|x,c)) per "
             "token on the student's own samples, first seed: 0 at step 0 when the student starts "
@@ -129,7 +130,7 @@ def estimator_rows() -> dict[str, str]:
     return {n: st.variant_of for n, st in load().settings.items() if st.variant == "estimator"}
 
 
-METRICS = ("win_no_c", "win_c", "harm", "help", "rel_len_both")
+METRICS = ("correct_no_c", "correct_c", "harm", "help", "rel_len_both")
 
 
 def metric_cells(reports: list[dict]) -> list[str]:
@@ -161,8 +162,8 @@ def estimator_of(figs: Path) -> str:
 
 def story(report: dict, seeds: set[str]) -> dict:
     """Does the paper's story hold in one setting's students on `seeds`? OPD's regime per seed
-    (A: c hurts, from the interval of win_c - win_no_c) and OPD - NCA harm per seed pair (the
-    same seed: same levels, same sampling seed) with its paired 95% interval over the held-out
+    (A: c hurts, from the interval of correct_c - correct_no_c) and OPD - NCA harm per seed pair
+    (the same seed: same levels, same sampling seed) with its paired 95% interval over the held-out
     items (claims.paired_harm_gap), where both carry per-item results. The story holds when
     OPD is in regime A in every seed, every pair's gap stands above 0 (its interval's lower
     end where measured, else the point) and no NCA seed is in regime A."""
@@ -305,7 +306,8 @@ def beta_points(base: str, figures: Path = Path("figures")) -> tuple[list[dict],
             beta = 0.0 if who.method == "opd" else who.beta if who.beta is not None else \
                 float(flags[run].get("--beta", 1.0))
             points.append({"beta": beta, "seed": who.seed, "run": run,
-                           **{k: r[k] for k in ("harm", "help", "win_no_c", "win_c", "regime")},
+                           **{k: r[k] for k in ("harm", "help", "correct_no_c", "correct_c",
+                                                "regime")},
                            "harm_ci": r["ci95"]["harm"], "help_ci": r["ci95"]["help"]})
     betas = {p["beta"] for p in points}
     common = set.intersection(*({p["seed"] for p in points if p["beta"] == b} for b in betas)) \
@@ -330,16 +332,16 @@ def beta_table(base: str, figures: Path = Path("figures")) -> str:
 
     if teacher:
         lines.append(f"| (teacher: step 0) | - | - | {num(teacher['harm'])} | "
-                     f"{num(1 - teacher['win_c'])} | {num(teacher['help'])} | "
-                     f"{num(teacher['win_no_c'])} | {num(teacher['win_c'])} | "
+                     f"{num(1 - teacher['correct_c'])} | {num(teacher['help'])} | "
+                     f"{num(teacher['correct_no_c'])} | {num(teacher['correct_c'])} | "
                      f"{teacher['regime']} |")
     for beta in sorted({p["beta"] for p in points}):
         row = [p for p in points if p["beta"] == beta]
         who = "OPD" if beta == 0 else "NCA"
         cells = [fmt([p["harm"] for p in row if p["harm"] is not None]),
-                 fmt([1 - p["win_c"] for p in row]),
+                 fmt([1 - p["correct_c"] for p in row]),
                  *(fmt([p[k] for p in row if p[k] is not None])
-                   for k in ("help", "win_no_c", "win_c"))]
+                   for k in ("help", "correct_no_c", "correct_c"))]
         lines.append(f"| {beta:g} | {who} | {', '.join(str(p['seed']) for p in row)} | "
                      + " | ".join(cells) + f" | {''.join(p['regime'] for p in row)} |")
     return "\n".join(lines) + (
@@ -379,9 +381,9 @@ def beta_figure(base: str, figures: Path = Path("figures")):
                      "array": [p["help_ci"][1] - p["help"] for p in row],
                      "arrayminus": [p["help"] - p["help_ci"][0] for p in row]}, **style),
             row=1, col=1)
-        fig.add_trace(go.Scatter(x=[p["win_no_c"] for p in row], y=[p["harm"] for p in row],
+        fig.add_trace(go.Scatter(x=[p["correct_no_c"] for p in row], y=[p["harm"] for p in row],
                                  name=name, showlegend=False, **style), row=1, col=2)
-    for col, key in ((1, "help"), (2, "win_no_c")):
+    for col, key in ((1, "help"), (2, "correct_no_c")):
         means = [(np.mean([p[key] for p in points if p["beta"] == b]),
                   np.mean([p["harm"] for p in points if p["beta"] == b])) for b in betas]
         fig.add_trace(go.Scatter(x=[m[0] for m in means], y=[m[1] for m in means],
@@ -392,7 +394,7 @@ def beta_figure(base: str, figures: Path = Path("figures")):
                                  marker={"symbol": "diamond", "size": 11, "color": "#444"}),
                       row=1, col=col)
     if teacher and teacher["harm"] is not None:
-        for col, key in ((1, "help"), (2, "win_no_c")):
+        for col, key in ((1, "help"), (2, "correct_no_c")):
             fig.add_trace(go.Scatter(x=[teacher[key]], y=[teacher["harm"]], mode="markers",
                                      name="teacher (step 0, the null)", legendgroup="teacher",
                                      showlegend=col == 1,

@@ -77,7 +77,7 @@ def test_evaluate_and_layer_sim_on_chat_checkpoints(chat_folders, arch):
     model, tok = load_checkpoint(chat_folders[arch])
     task = make_task("sokoban")
     report = evaluate_checkpoint(model, tok, task, "state", n_levels=4)
-    assert report["n"] == 4 and 0 <= report["win_c"] <= 1
+    assert report["n"] == 4 and 0 <= report["correct_c"] <= 1
     result = layer_similarity(chat_folders[arch], task, "state", task.levels("test", 3))
     assert len(result["cos"]) == model.config.num_hidden_layers + 1
     assert all(0 <= a <= 1 for a in result["ctx_attn"])

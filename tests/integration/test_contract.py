@@ -96,7 +96,7 @@ def test_an_old_report_file_reads_in_the_shared_shape(tmp_path):
     from each entry's run folder name, its own identity, or a checkpoint path's run; the
     numbers are untouched."""
     ev = {"config": {"context": "plan", "task": "sokoban"},
-          "reports": {"s_opd_s2": {"win_c": 0.5}, "s_base": {"win_c": 0.9}}}
+          "reports": {"s_opd_s2": {"correct_c": 0.5}, "s_base": {"correct_c": 0.9}}}
     (tmp_path / "ev.json").write_text(json.dumps(ev))
     r = analysis.load(tmp_path / "ev.json")
     assert list(r)[:5] == ["config", "task", "context", "runs", "results"]

@@ -58,7 +58,7 @@ def test_greedy_answer_and_a_few_questions(folder):
     # facts must help; a broken template, view or scorer loses the gap
     rep = evaluate.evaluate_checkpoint(model, tok, task, "facts", n_levels=48)
     assert rep["n"] == 48 and rep["n_units"] == 12
-    assert rep["win_c"] - rep["win_no_c"] > 0.2, rep
+    assert rep["correct_c"] - rep["correct_no_c"] > 0.2, rep
 
 
 def test_layer_sim_on_a_few_items(folder):

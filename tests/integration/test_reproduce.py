@@ -18,19 +18,19 @@ def _report(results: dict, methods: dict) -> dict:
 
 
 def test_summary_by_recorded_method():
-    reports = {n: {"win_no_c": w, "win_c": w, "harm": 0.1, "help": 0.2, "harm_joint": 0.05,
+    reports = {n: {"correct_no_c": w, "correct_c": w, "harm": 0.1, "help": 0.2, "harm_joint": 0.05,
                    "help_joint": 0.1, "both": 0.5, "rel_len": 0.0, "rel_len_both": 0.0,
                    "regime": "B"}
                for n, w in [("t_base", 0.5), ("t_opd_s0", 0.6), ("t_opd_s1", 0.8)]}
     methods = {"t_opd_s0": "opd", "t_opd_s1": "opd"}
     s = reproduce.summarise(_report(reports, methods), [0, 1])
-    assert s["opd"]["win_no_c"] == {"mean": 0.7, "min": 0.6, "max": 0.8, "n": 2}
+    assert s["opd"]["correct_no_c"] == {"mean": 0.7, "min": 0.6, "max": 0.8, "n": 2}
     assert s["base"]["regimes"] == ["B"] and "nca" not in s and "teacher" not in s
     # cross-model: the students' start is evaluated first and is the null; the teacher apart
-    cross = {"s_base": reports["t_base"], "xl_base": {**reports["t_base"], "win_no_c": 0.2},
+    cross = {"s_base": reports["t_base"], "xl_base": {**reports["t_base"], "correct_no_c": 0.2},
              "xl_opd_s0": reports["t_opd_s0"]}
     s = reproduce.summarise(_report(cross, methods), [0])
-    assert s["base"]["win_no_c"]["mean"] == 0.5 and s["teacher"]["win_no_c"]["mean"] == 0.2
+    assert s["base"]["correct_no_c"]["mean"] == 0.5 and s["teacher"]["correct_no_c"]["mean"] == 0.2
 
 
 @pytest.mark.slow
@@ -143,7 +143,7 @@ def test_sweep_row_shares_the_teacher_and_times_every_stage(tmp_path):
 
     assert read_run_config(runs / "sk_long_opd_s1")["kl"] == "sampled"  # the row's estimator
     summary = json.loads((out / "context_return_summary.json").read_text())
-    assert set(summary) == {"base", "opd"} and summary["opd"]["win_no_c"]["n"] == 2
+    assert set(summary) == {"base", "opd"} and summary["opd"]["correct_no_c"]["n"] == 2
     traj = json.loads((out / "trajectory.json").read_text())
     assert set(traj["results"]) == {"sk_long_opd_s0", "sk_long_opd_s1"}  # one method: all seeds
     assert not (out / "layer_sim.json").exists() and not (runs / "sk_long_nca_s0").exists()

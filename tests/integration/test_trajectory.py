@@ -62,7 +62,7 @@ def test_step_zero_is_the_null_and_training_moves_it(run, tmp_path):
 
 
 def test_control_gives_reads_c_per_row_and_drift_is_from_the_initial_checkpoint(run):
-    """--control: each row carries reads_c with its interval (the paired win_c - win_c');
+    """--control: each row carries reads_c with its interval (the paired correct_c - correct_c');
     drift is measured from the run's step-0 checkpoint, not from the teacher: with another
     teacher, step 0's drift is still 0 while its kl_ctx is not."""
     rep = trajectory.run([str(run / "opd")], n_levels=16, drift_levels=16, every=2,
@@ -86,9 +86,9 @@ def test_a_harm_panel_with_nothing_to_show_says_why():
     from nca_interp.plots import trajectory_figure
 
     def rows(harm):
-        return [{"step": s, "win_no_c": 0.0, "win_c": 0.4, "harm": harm, "kl_opd": 0.3,
+        return [{"step": s, "correct_no_c": 0.0, "correct_c": 0.4, "harm": harm, "kl_opd": 0.3,
                  "kl_ctx": 0.1 * s,
-                 "ci95": {"win_no_c": [0, 0], "win_c": [0.2, 0.6], "harm": [None, None],
+                 "ci95": {"correct_no_c": [0, 0], "correct_c": [0.2, 0.6], "harm": [None, None],
                           "kl_opd": [0.2, 0.4], "kl_ctx": [0.0, 0.2]}} for s in (0, 16)]
 
     report = {"results": {"x_opd_s0": {"task": "facts", "context": "facts", "steps": rows(None)}},

@@ -202,17 +202,17 @@ def test_the_context_return_callback_logs_what_evaluate_measures(tok, tmp_path):
     trainer.add_callback(cb)
     trainer.train()
     assert [h["step"] for h in cb.history] == [1, 2]
-    logged = [r for r in trainer.state.log_history if "context_return/win_c" in r]
+    logged = [r for r in trainer.state.log_history if "context_return/correct_c" in r]
     assert len(logged) == 2 and all("context_return/reads_c" in r for r in logged)
     for h in cb.history:
         ckpt = tmp_path / "out" / f"checkpoint-{h['step']}"
         rep = evaluate.run([str(ckpt)], task="sokoban", context="plan", n_levels=24,
                            control=True)["results"][ckpt.name]
-        assert 0 < rep["win_no_c"] < 1 and rep["control"]["reads_c"] > 0  # a real signal
-        for k in ("win_no_c", "win_c", "harm", "help", "both", "rel_len", "regime"):
+        assert 0 < rep["correct_no_c"] < 1 and rep["control"]["reads_c"] > 0  # a real signal
+        for k in ("correct_no_c", "correct_c", "harm", "help", "both", "rel_len", "regime"):
             assert h[k] == rep[k], (h["step"], k)
         assert h["reads_c"] == rep["control"]["reads_c"]
-        assert h["harm_baseline"] == pytest.approx(1 - rep["win_c"])
+        assert h["harm_baseline"] == pytest.approx(1 - rep["correct_c"])
     assert cb.history[0]["kl_views"] != cb.history[1]["kl_views"]  # the student moved
 
 
@@ -241,13 +241,13 @@ def test_the_callback_rides_in_trls_own_sft_trainer(tmp_path):
     cb = ContextReturnCallback(task, context="plan", every=1, n_items=24, trainer=trainer)
     trainer.add_callback(cb)
     trainer.train()
-    logged = [r for r in trainer.state.log_history if "context_return/win_c" in r]
+    logged = [r for r in trainer.state.log_history if "context_return/correct_c" in r]
     assert [r["step"] for r in logged] == [h["step"] for h in cb.history] == [1, 2]
     for h in cb.history:
         ckpt = tmp_path / "sft" / f"checkpoint-{h['step']}"
         rep = evaluate.run([str(ckpt)], task="sokoban", context="plan", n_levels=24,
                            control=True)["results"][ckpt.name]
-        for k in ("win_no_c", "win_c", "harm", "help", "rel_len", "regime"):
+        for k in ("correct_no_c", "correct_c", "harm", "help", "rel_len", "regime"):
             assert h[k] == rep[k], (h["step"], k)
         assert h["reads_c"] == rep["control"]["reads_c"]
-    assert cb.history[0]["win_no_c"] != cb.history[1]["win_no_c"]  # SFT moved the model
+    assert cb.history[0]["correct_no_c"] != cb.history[1]["correct_no_c"]  # SFT moved the model

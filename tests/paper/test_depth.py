@@ -29,7 +29,7 @@ def test_the_rows_agree_with_the_claims_code_on_the_same_files():
     assert r["views"]["nca"]["closed"]["each"] == pytest.approx(closed_shares(runs, base))
     # the seeds asked for, and only those
     three = depth.row("sokoban_remap", ROOT / "figures")
-    assert three["context_return"]["opd"]["win_c"]["n"] == 3
+    assert three["context_return"]["opd"]["correct_c"]["n"] == 3
 
 
 def test_a_row_without_reports_says_not_run_with_its_command(tmp_path):

@@ -14,13 +14,15 @@ def test_notebooks_exist():
     assert {"sokoban_mechanistic", "context_return", "custom_checkpoints", *REAL} <= names
 
 
-# a notebook on the real pretrained model runs in the real tier (make test-real; CI runs it):
-# on two cores it is a quarter of the default run's time
+# executing the notebooks is a tier of its own (make test-notebooks; CI runs it): on two idle
+# cores the three took about a third of the default run (20 min with them, bench/results/
+# test_time.json); the one on the real pretrained model runs with the real tier (make test-real)
 REAL = ("real_model",)
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.real) if p.stem in REAL
-                                  else p for p in NOTEBOOKS], ids=lambda p: p.stem)
+                                  else pytest.param(p, marks=pytest.mark.notebook)
+                                  for p in NOTEBOOKS], ids=lambda p: p.stem)
 def test_notebook_executes_and_is_stored_clean(path):
     nb = nbformat.read(path, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), \

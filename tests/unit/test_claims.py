@@ -8,12 +8,12 @@ import pytest
 from nca_interp.paper import claims, rules
 
 
-def report(win_no_c, win_c, harm, regime, ci_no_c=(0.0, 1.0), ci_harm=(0.0, 1.0),
+def report(correct_no_c, correct_c, harm, regime, ci_no_c=(0.0, 1.0), ci_harm=(0.0, 1.0),
            ci_c=(0.0, 1.0), ci_delta=None):
-    d = win_c - win_no_c
-    return {"win_no_c": win_no_c, "win_c": win_c, "harm": harm, "regime": regime,
+    d = correct_c - correct_no_c
+    return {"correct_no_c": correct_no_c, "correct_c": correct_c, "harm": harm, "regime": regime,
             "delta_c": d, "rel_len_both": None,
-            "ci95": {"win_no_c": list(ci_no_c), "harm": list(ci_harm), "win_c": list(ci_c),
+            "ci95": {"correct_no_c": list(ci_no_c), "harm": list(ci_harm), "correct_c": list(ci_c),
                      "delta_c": list(ci_delta or (d - 0.05, d + 0.05)),
                      "rel_len_both": [None, None]}}
 
@@ -67,19 +67,19 @@ def test_seeds_each_short_of_step_0_lose_what_c_gives_together(tmp_path):
     difference, -0.2, lies beyond the keeping margin: not kept."""
     units = [f"u{i}" for i in range(20)]
     base = report(0.0, 0.8, None, "B")
-    base["items"] = {"unit": units, "won_c": [1] * 16 + [0] * 4, "won_no_c": [0] * 20}
+    base["items"] = {"unit": units, "correct_c": [1] * 16 + [0] * 4, "correct_no_c": [0] * 20}
     reps = {"b": base}
     for s in range(5):
         r = report(0.0, 0.6, None, "C", ci_c=(0.4, 0.8))
         won = [1] * 16 + [0] * 4
         for i in range(4):
             won[(3 * s + 5 * i) % 16] = 0  # a different 4 of step 0's right answers lost
-        r["items"] = {"unit": units, "won_c": won, "won_no_c": [0] * 20}
+        r["items"] = {"unit": units, "correct_c": won, "correct_no_c": [0] * 20}
         reps[f"t_nca_s{s}"] = r
     claim = claims.nca_keeps_context(write(tmp_path, reps))
     assert claim.verdict == "not reproduced" and "-0.200" in claim.measured
     for s in range(5):  # the same seeds equal to step 0 item by item: kept
-        reps[f"t_nca_s{s}"]["items"]["won_c"] = base["items"]["won_c"]
+        reps[f"t_nca_s{s}"]["items"]["correct_c"] = base["items"]["correct_c"]
     assert claims.nca_keeps_context(write(tmp_path, reps)).verdict == "reproduced"
 
 
@@ -321,7 +321,7 @@ def test_nca_improves_no_c_is_an_effect_over_seed_pairs(tmp_path):
     units = [f"u{i}" for i in range(200)]
 
     def rep(won):
-        return {"items": {"unit": units, "won_no_c": won, "won_c": won}}
+        return {"items": {"unit": units, "correct_no_c": won, "correct_c": won}}
 
     def write(results):
         (tmp_path / "context_control.json").write_text(json.dumps({"results": results}))
@@ -352,16 +352,17 @@ def test_nca_prevents_pools_harm_over_seed_and_unit_clusters(tmp_path):
     units = [f"fact{i}" for i in range(8) for _ in range(6)]
 
     def items(harmed: set[str]):  # the first item of each harmed fact is lost with c
-        return {"unit": units, "won_no_c": [True] * len(units),
-                "won_c": [not (u in harmed and units.index(u) == i) for i, u in
+        return {"unit": units, "correct_no_c": [True] * len(units),
+                "correct_c": [not (u in harmed and units.index(u) == i) for i, u in
                           enumerate(units)]}
 
     def write(harm_per_seed: list[set[str]]):
         reps = {"t_base": {"harm": 0.0, "regime": "B"}}
         for s, harmed in enumerate(harm_per_seed):
             h = len(harmed) / len(units)
-            reps[f"t_opd_s{s}"] = {"harm": h, "regime": "A", "win_c": 1 - h, "win_no_c": 1.0,
-                                   "delta_c": -h, "ci95": {"delta_c": [-h - 0.03, -h + 0.03]},
+            reps[f"t_opd_s{s}"] = {"harm": h, "regime": "A", "correct_c": 1 - h,
+                                   "correct_no_c": 1.0, "delta_c": -h,
+                                   "ci95": {"delta_c": [-h - 0.03, -h + 0.03]},
                                    "items": items(harmed)}
             reps[f"t_nca_s{s}"] = {"harm": 0.0, "regime": "C", "items": items(set())}
         (tmp_path / "context_return.json").write_text(json.dumps({"results": reps}))
@@ -388,9 +389,9 @@ def test_pooled_claims_over_two_knowledge_bases(tmp_path):
         first = {u: units.index(u) for u in units}
         last = {u: len(units) - 1 - units[::-1].index(u) for u in units}
         return {"unit": units,
-                "won_no_c": [not (int(u[4:]) < gained and last[u] == i)
+                "correct_no_c": [not (int(u[4:]) < gained and last[u] == i)
                              for i, u in enumerate(units)],
-                "won_c": [not (int(u[4:]) < lost and first[u] == i)
+                "correct_c": [not (int(u[4:]) < lost and first[u] == i)
                           for i, u in enumerate(units)]}
 
     def write(opd_lost, nca_lost, regime_opd="A", opd_gained=0):
@@ -541,7 +542,7 @@ def test_referee_tally_groups_settings_by_verdict_word_and_skips_unmeasured(tmp_
                           ("d", "not reproduced")]) == \
         "**reproduced** in 2 (a, c); **partly** in 1 (b); **not reproduced** in 1 (d)"
     # a setting without the rule's JSON has no row; one with it is judged with its seeds
-    base = {"win_no_c": 0.9, "win_c": 0.95, "harm": 0.01, "regime": "B"}
+    base = {"correct_no_c": 0.9, "correct_c": 0.95, "harm": 0.01, "regime": "B"}
     for name, patched in (("sokoban", True), ("frozenlake", False)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "context_return.json").write_text(json.dumps(
@@ -665,17 +666,17 @@ def test_power_judges_the_same_seeds_on_both_item_sets(tmp_path):
         won = [1] * n_items
         rng = __import__("numpy").random.default_rng(n_items)
         lost = [0 if drop and rng.random() < 0.25 else 1 for _ in range(n_items)]
-        r = {"t_base": {"harm": 0.0, "regime": "B", "win_c": 1.0, "win_no_c": 1.0,
-                        "items": {"unit": units, "won_no_c": won, "won_c": won}}}
+        r = {"t_base": {"harm": 0.0, "regime": "B", "correct_c": 1.0, "correct_no_c": 1.0,
+                        "items": {"unit": units, "correct_no_c": won, "correct_c": won}}}
         for s in seeds:
             for m in ("opd", "nca"):
                 w_c = lost if m == "opd" else won
                 r[f"t_{m}_s{s}"] = {
                     "harm": 0.25 if m == "opd" else 0.0, "regime": "A" if m == "opd" else "C",
-                    "win_c": sum(w_c) / n_items, "win_no_c": 1.0,
+                    "correct_c": sum(w_c) / n_items, "correct_no_c": 1.0,
                     "delta_c": sum(w_c) / n_items - 1.0,
-                    "ci95": {"harm": [0.1, 0.4], "delta_c": [-0.4, -0.1], "win_c": [0.6, 0.9]},
-                    "items": {"unit": units, "won_no_c": won, "won_c": w_c}}
+                    "ci95": {"harm": [0.1, 0.4], "delta_c": [-0.4, -0.1], "correct_c": [0.6, 0.9]},
+                    "items": {"unit": units, "correct_no_c": won, "correct_c": w_c}}
         return {"results": r}
 
     (tmp_path / power.MORE).mkdir()
@@ -698,8 +699,8 @@ def test_power_judges_the_same_seeds_on_both_item_sets(tmp_path):
     # retrained students on the published items: the left column reads them, and the page
     # says which give the published per-item results (seed 1's OPD loses one more answer)
     same = json.loads(json.dumps(rep(16, range(3), True)))  # lists unshared
-    same["results"]["t_opd_s1"]["items"]["won_c"][0] = 1 - \
-        same["results"]["t_opd_s1"]["items"]["won_c"][0]
+    same["results"]["t_opd_s1"]["items"]["correct_c"][0] = 1 - \
+        same["results"]["t_opd_s1"]["items"]["correct_c"][0]
     (tmp_path / power.MORE / power.SAME).mkdir()
     (tmp_path / power.MORE / power.SAME / "context_return.json").write_text(json.dumps(same))
     text = power.table(tmp_path)

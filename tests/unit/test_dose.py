@@ -9,9 +9,10 @@ from nca_interp.errors import UsageError
 from nca_interp.paper import dose
 
 
-def step(s, drift, harm, win_c=0.5, help_=0.3, win_no_c=0.4):
-    return {"step": s, "drift": drift, "win_no_c": win_no_c, "win_c": win_c, "harm": harm,
-            "help": help_, "rel_len_both": 0.0, "reads_c": 0.1, "n_right_no_c": 3}
+def step(s, drift, harm, correct_c=0.5, help_=0.3, correct_no_c=0.4):
+    return {"step": s, "drift": drift, "correct_no_c": correct_no_c, "correct_c": correct_c,
+            "harm": harm,
+            "help": help_, "rel_len_both": 0.0, "reads_c": 0.1, "n_correct_no_c": 3}
 
 
 def trajectory():
@@ -23,7 +24,7 @@ def trajectory():
         **runs("opd", 0, 0.0, [step(0, 0.0, None), step(8, 0.1, 0.2), step(16, 0.3, 0.6)]),
         **runs("nca", 0, 1.0, [step(0, 0.0, None), step(8, 0.2, 0.1), step(16, 0.5, 0.0)]),
         **runs("opd", 1, 0.0, [step(0, 0.0, None), step(8, 0.2, 0.5), step(16, 0.4, 0.5)]),
-        **runs("nca", 1, 1.0, [step(0, 0.0, None), step(8, 0.3, 0.6, win_c=0.8),
+        **runs("nca", 1, 1.0, [step(0, 0.0, None), step(8, 0.3, 0.6, correct_c=0.8),
                                step(16, 0.35, None)]),
     }}
 

@@ -15,7 +15,7 @@ def views(won0, won1, len0=None, len1=None):
 def test_paired_metrics_by_hand():
     a, b = views([1, 1, 0, 0, 1], [1, 0, 1, 0, 1], [4, 4, 4, 4, 4], [5, 4, 4, 4, 6])
     r = paired_report(a, b, n_boot=50)
-    assert r["win_no_c"] == 0.6 and r["win_c"] == 0.6 and r["both"] == 0.4
+    assert r["correct_no_c"] == 0.6 and r["correct_c"] == 0.6 and r["both"] == 0.4
     # harm is the paper's: P(lost with c | won without c) = 1 of the 3 won without c
     assert r["harm"] == pytest.approx(1 / 3) and r["help"] == pytest.approx(1 / 2)
     assert r["harm_joint"] == 0.2 and r["help_joint"] == 0.2
@@ -26,8 +26,8 @@ def test_paired_metrics_by_hand():
 
 def test_harm_undefined_without_right_cases_and_never_nan_in_the_report():
     r = paired_report(*views([0, 0, 0, 0], [1, 0, 0, 0]), n_boot=50)
-    assert r["harm"] is None and r["n_right_no_c"] == 0 and r["regime"] != "A"
-    assert all(v is None or np.isfinite(v) for v in r["ci95"]["harm"] + [r["win_c"]])
+    assert r["harm"] is None and r["n_correct_no_c"] == 0 and r["regime"] != "A"
+    assert all(v is None or np.isfinite(v) for v in r["ci95"]["harm"] + [r["correct_c"]])
 
 
 def test_regimes_from_bootstrap_interval():
@@ -93,12 +93,12 @@ def test_control_view_is_played_and_paired(monkeypatch):
                         lambda self, levels, i, kind: self.context(levels[i], kind))
     rep = evaluate.run([str(embedded("sokoban_opd"))], context="plan", n_levels=60,
                        control=True)["results"]["sokoban_opd"]
-    assert rep["control"]["win"] == rep["win_c"] and rep["control"]["reads_c"] == 0
+    assert rep["control"]["correct"] == rep["correct_c"] and rep["control"]["reads_c"] == 0
     monkeypatch.undo()
     rep = evaluate.run([str(embedded("sokoban_opd"))], context="plan", n_levels=60,
                        control=True)["results"]["sokoban_opd"]
     k = rep["control"]
-    assert k["reads_c"] == pytest.approx(rep["win_c"] - k["win"])
+    assert k["reads_c"] == pytest.approx(rep["correct_c"] - k["correct"])
     assert k["reads_c_ci95"][0] <= k["reads_c"] <= k["reads_c_ci95"][1]
 
 
@@ -109,7 +109,7 @@ def test_the_evaluate_figure_names_accuracy_for_qa_tasks_and_counts_items_once()
 
     def report(metric, unit, n_units):
         r = {"n": 16, "unit": unit, "n_units": n_units, "metric": metric, "regime": "B",
-             "win_no_c": 0.2, "win_c": 0.5, "harm": None, "help": 0.4, "both": 0.1,
+             "correct_no_c": 0.2, "correct_c": 0.5, "harm": None, "help": 0.4, "both": 0.1,
              "ci95": {}}
         return {"task": "jsonl", "context": "persona", "results": {"base": r},
                 "runs": {"base": {"name": "base", "path": "/m/base"}}}

@@ -202,7 +202,7 @@ def test_evaluate_without_a_scorer_reports_lengths_and_the_views_kl(student, tmp
         ckpt=[str(student)], task="jsonl", task_options=[f"data={data}"], n_levels=8,
         control=True, out=str(tmp_path / "rep")))
     r = report["results"]["student"]
-    assert r["scored"] is False and "win_no_c" not in r
+    assert r["scored"] is False and "correct_no_c" not in r
     assert r["kl_views"] > 0 and r["kl_views_ci95"][0] <= r["kl_views"] <= r["kl_views_ci95"][1]
     assert r["kl_views_control"] == r["control"]["kl_views"] > 0  # the wrong-c null beside it
     assert r["kl_views_control"] != r["kl_views"]
@@ -292,11 +292,11 @@ def test_to_frame_gives_one_tidy_row_per_number():
 
     report = {"config": {}, "task": "t", "context": "c",
               "runs": {"a": {"method": "opd", "seed": 0, "beta": 0.0, "step": None}},
-              "results": {"a": {"win_c": 0.5, "regime": "A", "ci95": {"win_c": [0.4, 0.6]},
+              "results": {"a": {"correct_c": 0.5, "regime": "A", "ci95": {"correct_c": [0.4, 0.6]},
                                 "layers": {"cos": [0.9, 0.8]}}}}
     df = analysis.to_frame(report)
-    assert set(df.metric) == {"win_c", "ci95.win_c", "layers.cos"}
-    assert df[df.metric == "win_c"].value.tolist() == [0.5]
+    assert set(df.metric) == {"correct_c", "ci95.correct_c", "layers.cos"}
+    assert df[df.metric == "correct_c"].value.tolist() == [0.5]
     assert df[df.metric == "layers.cos"].sort_values("index").value.tolist() == [0.9, 0.8]
     assert (df.method == "opd").all() and (df.seed == 0).all()
     assert len(df) == 5

@@ -21,11 +21,25 @@ def published():
             yield f
 
 
+def leaves(tree, path=()):
+    """Every value of a JSON tree in order, with the keys on its path."""
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from leaves(v, (*path, k))
+    elif isinstance(tree, list):
+        for i, v in enumerate(tree):
+            yield from leaves(v, (*path, i))
+    else:
+        yield path, tree
+
+
 def test_every_published_report_reads_typed_and_writes_back_unchanged():
     """Each file is read as the class of the analysis that wrote it (its entries as the entry
-    class, attributes readable), and `to_json` gives the file's dict again, key for key, with
-    only the version and the analysis added: nothing is dropped, renamed or defaulted in."""
-    n = 0
+    class), and `to_json` gives the file again: the same values in the same order, nothing
+    dropped or defaulted in, keys renamed only to this version's vocabulary (and only where
+    the file predates it), plus the version and the analysis."""
+    n = renamed = 0
+    old = {**reports.VOCABULARY, "win": "correct"}
     for f in published():
         raw = json.loads(f.read_text())
         rep = analysis.load(f)
@@ -33,9 +47,31 @@ def test_every_published_report_reads_typed_and_writes_back_unchanged():
         assert all(isinstance(e, rep.ENTRY) for e in rep.results.values()), f
         out = rep.to_json()
         assert (out.pop("version"), out.pop("analysis")) == (reports.VERSION, rep.ANALYSIS)
-        assert json.dumps(out, sort_keys=True) == json.dumps(raw, sort_keys=True), f
+        up = {k: v for k, v in reports.upgrade(raw).items() if k != "version"}
+        assert json.dumps(out, sort_keys=True) == json.dumps(up, sort_keys=True), f
+        a, b = list(leaves(raw)), list(leaves(up))  # the upgrade renames, in place, only
+        assert [v for _, v in a] == [v for _, v in b], f
+        for (p, _), (q, _) in zip(a, b):
+            assert len(p) == len(q) and all(x == y or old.get(x) == y for x, y in zip(p, q)), \
+                (f, p, q)
+            renamed += p != q
         n += 1
-    assert n > 150
+    assert n > 150 and renamed > 1000  # the published files predate the vocabulary
+
+
+def test_the_vocabulary_is_one_and_old_names_are_gone_from_what_is_written(tmp_path):
+    """A report written now says correct_* (never win_* / won_* / n_right_no_c), its tables
+    head them in the task's words, and an old file reads in the new names."""
+    ev = analysis.load("figures/sokoban_remap_d2/context_control.json")
+    text = json.dumps(ev.to_json())
+    assert not any(f'"{k}"' in text for k in reports.VOCABULARY) and '"win":' not in text
+    entry = next(iter(ev.results.values()))
+    assert entry.correct_c == entry["correct_c"] and "correct" in entry.control
+    assert entry.items_["correct_no_c"] == entry["items"]["correct_no_c"]
+    assert "correct_c" in entry.ci95
+    assert reports.label("correct_c", "win") == "win_c"
+    assert reports.label("correct_no_c", "accuracy") == "acc_no_c"
+    assert reports.label("correct", "accuracy") == "acc" and reports.label("harm") == "harm"
 
 
 def test_entries_read_as_attributes_and_as_mappings():

@@ -49,17 +49,17 @@ def test_the_method_page_states_the_rules_the_code_applies():
 
 def test_a_harm_is_opds_own_only_clear_of_step_0_and_of_chance_or_in_regime_a():
     # clears step 0 (0.05) and the independence baseline (1 - 0.8 = 0.2)
-    assert rules.harm_is_own(0.25, 0.05, win_c=0.8, regime_a=False)
+    assert rules.harm_is_own(0.25, 0.05, correct_c=0.8, regime_a=False)
     # clears step 0 only: a student right without c by chance is 'harmed' this much anyway
-    assert not rules.harm_is_own(0.15, 0.05, win_c=0.8, regime_a=False)
+    assert not rules.harm_is_own(0.15, 0.05, correct_c=0.8, regime_a=False)
     # ... unless accuracy with c lies below accuracy without (regime A): degradation itself
-    assert rules.harm_is_own(0.15, 0.05, win_c=0.8, regime_a=True)
+    assert rules.harm_is_own(0.15, 0.05, correct_c=0.8, regime_a=True)
     # never without clearing step 0's harm, regime A or not
-    assert not rules.harm_is_own(0.04, 0.05, win_c=0.99, regime_a=True)
-    assert not rules.harm_is_own(None, 0.0, win_c=0.5, regime_a=True)
+    assert not rules.harm_is_own(0.04, 0.05, correct_c=0.99, regime_a=True)
+    assert not rules.harm_is_own(None, 0.0, correct_c=0.5, regime_a=True)
     # an undefined step-0 harm is no harm of 0: only the independence baseline can decide
-    assert not rules.harm_is_own(0.15, None, win_c=0.8, regime_a=True)
-    assert rules.harm_is_own(0.25, None, win_c=0.8, regime_a=False)
+    assert not rules.harm_is_own(0.15, None, correct_c=0.8, regime_a=True)
+    assert rules.harm_is_own(0.25, None, correct_c=0.8, regime_a=False)
     assert rules.independence_harm(0.75) == 0.25
 
 
@@ -68,10 +68,11 @@ def test_breaking_is_accuracy_with_c_below_without_and_chance_is_said_apart(tmp_
 
     from nca_interp.paper import claims
 
-    def write(win_c: float, ci: tuple, harm_ci=(0.04, 0.08), seeds=3):
-        reps = {"t_base": {"harm": 0.01, "regime": "B", "win_no_c": 0.6, "win_c": 0.9},
+    def write(correct_c: float, ci: tuple, harm_ci=(0.04, 0.08), seeds=3):
+        reps = {"t_base": {"harm": 0.01, "regime": "B", "correct_no_c": 0.6, "correct_c": 0.9},
                 **{f"t_opd_s{s}": {"harm": 0.06, "regime": "A" if ci[1] < 0 else "C",
-                                   "win_c": win_c, "win_no_c": 0.8, "delta_c": win_c - 0.8,
+                                   "correct_c": correct_c, "correct_no_c": 0.8,
+                                   "delta_c": correct_c - 0.8,
                                    "ci95": {"harm": list(harm_ci), "delta_c": list(ci)}}
                    for s in range(seeds)}}
         (tmp_path / "context_return.json").write_text(json.dumps({"results": reps}))
@@ -91,10 +92,11 @@ def test_breaking_is_accuracy_with_c_below_without_and_chance_is_said_apart(tmp_
     # collapse to chance (sysprompt_kb0: 0.724 -> 0.375 with c in every seed): harm sits at
     # the independence baseline, yet accuracy with c falls clear below without: it breaks,
     # and the harm is said not to be beyond chance
-    reps = {"t_base": {"harm": 0.14, "regime": "B", "win_no_c": 0.29, "win_c": 0.72},
-            **{f"t_opd_s{s}": {"harm": 0.647, "regime": "C", "win_c": 0.375, "win_no_c": 0.724,
-                               "delta_c": -0.349, "ci95": {"harm": [0.55, 0.74],
-                                                           "delta_c": [-0.45, -0.25]}}
+    reps = {"t_base": {"harm": 0.14, "regime": "B", "correct_no_c": 0.29,
+            "correct_c": 0.72},
+            **{f"t_opd_s{s}": {"harm": 0.647, "regime": "C", "correct_c": 0.375,
+                               "correct_no_c": 0.724, "delta_c": -0.349,
+                               "ci95": {"harm": [0.55, 0.74], "delta_c": [-0.45, -0.25]}}
                for s in range(4)}}
     (tmp_path / "context_return.json").write_text(json.dumps({"results": reps}))
     chance = claims.degrades(tmp_path)

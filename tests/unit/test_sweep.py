@@ -6,7 +6,7 @@ from nca_interp.paper import sweep
 
 
 def report(w0, w1, regime):
-    return {"win_no_c": w0, "win_c": w1, "harm": 0.5 * (w0 - w1 if w0 > w1 else 0),
+    return {"correct_no_c": w0, "correct_c": w1, "harm": 0.5 * (w0 - w1 if w0 > w1 else 0),
             "regime": regime}
 
 
@@ -94,7 +94,8 @@ def test_beta_sweep_reads_beta_from_training_commands_on_common_seeds(tmp_path, 
     monkeypatch.setattr(sweep, "beta_sweeps", lambda: {"b": ("b_beta0p3",)})
 
     def rep(harm, help_, regime="C"):
-        return {"harm": harm, "help": help_, "win_no_c": 0.9, "win_c": 0.9, "regime": regime,
+        return {"harm": harm, "help": help_, "correct_no_c": 0.9, "correct_c": 0.9,
+                "regime": regime,
                 "ci95": {"harm": [harm - 0.01, harm + 0.01], "help": [help_ - 0.01,
                                                                      help_ + 0.01]}}
 
@@ -181,10 +182,10 @@ def test_estimator_story_needs_each_pair_clear_of_its_paired_interval():
     held-out items stands above 0: a gap of 0.01 on 300 items is a point above 0 but not a
     difference, so the story does not hold on it; a gap of 0.3 does."""
     def rep(n_lost: int, regime: str, units=None, first: int = 0) -> dict:
-        won_c = [not first <= i < first + n_lost for i in range(300)]
+        correct_c = [not first <= i < first + n_lost for i in range(300)]
         return {"harm": n_lost / 300, "regime": regime,
                 "items": {"unit": units or [f"L{i}" for i in range(300)],
-                          "won_no_c": [True] * 300, "won_c": won_c}}
+                          "correct_no_c": [True] * 300, "correct_c": correct_c}}
 
     clear = {"x_opd_s0": rep(90, "A"), "x_nca_s0": rep(0, "C")}
     st = sweep.story(_report(clear), {"0"})
@@ -206,8 +207,8 @@ def test_estimator_table_reads_a_fetched_teacher_and_undefined_rates(tmp_path):
     is right without c so harm and rel_len_both are undefined, and its items are 48, not the
     1000 Sokoban levels: the table shows '-' and says how many items each row used."""
     def blind(w1, regime):
-        return {"win_no_c": 0.0, "win_c": w1, "harm": None, "help": w1, "rel_len_both": None,
-                "regime": regime, "n": 48, "unit": "fact"}
+        return {"correct_no_c": 0.0, "correct_c": w1, "harm": None, "help": w1,
+                "rel_len_both": None, "regime": regime, "n": 48, "unit": "fact"}
 
     write_setting(tmp_path, "sokoban_long", None, "sokoban_base", rep(0.9, 0.99, "B"),
                   {0: rep(0.9, 0.6, "A")})

@@ -11,7 +11,6 @@ import numpy as np
 
 from nca_interp import analysis
 from nca_interp.errors import UsageError
-from nca_interp.fsio import read_json
 from nca_interp.identity import others, partner, roster, students
 from nca_interp.paper import dose, judge, rules
 from nca_interp.paper.claims.claim import (
@@ -35,6 +34,7 @@ from nca_interp.paper.claims.stats import (
 )
 from nca_interp.paper.layout import CONTEXT_CONTROL, CONTEXT_RETURN, HARM_DRIFT
 from nca_interp.paper.settings import load
+from nca_interp.reports import read_derived
 
 __all__ = ["degrades", "harm_not_drift", "internalizes", "longer", "nca_improves_no_c",
            "nca_keeps_context", "nca_prevents", "nca_reads_context", "pooled_claims",
@@ -46,9 +46,10 @@ def internalizes(figs: Path) -> Claim:
     the initial checkpoint's point estimate."""
     rep = analysis.load(figs / CONTEXT_RETURN)
     base, opd = base_of(rep), runs_of(rep, "opd")
-    flags = [r["ci95"]["win_no_c"][0] > base["win_no_c"] for r in opd]
+    flags = [r["ci95"]["correct_no_c"][0] > base["correct_no_c"] for r in opd]
     return Claim("OPD internalizes c (right without c rises)",
-                 spread_text([r["win_no_c"] for r in opd]), f"step 0: {base['win_no_c']:.3f}",
+                 spread_text([r["correct_no_c"] for r in opd]),
+                 f"step 0: {base['correct_no_c']:.3f}",
                  count_verdict(flags), coverage=(len(flags), len(opd)))
 
 
@@ -66,8 +67,8 @@ def degrades(figs: Path) -> Claim:
     if all(r["harm"] is None for r in opd):
         return Claim(name, "no item right without c", "-", "not measurable")
     units = [estimate_of(r, "delta_c") for r in opd]
-    pooled = pooled_estimate(opd, lambda it: np.asarray(it["won_c"], float) -
-                     np.asarray(it["won_no_c"], float), units)
+    pooled = pooled_estimate(opd, lambda it: np.asarray(it["correct_c"], float) -
+                     np.asarray(it["correct_no_c"], float), units)
     j = judge.effect(units, pooled, 0.0, -1, rules.BREAK_MARGIN)
     step0 = base["harm"]
     own = [_harm_is_own(r, step0) for r in opd]
@@ -82,7 +83,7 @@ def degrades(figs: Path) -> Claim:
                  f"0 (no change); step-0 harm "
                  f"{'-' if step0 is None else f'{step0:.3f}'}; independence baseline "
                  f"(1 - accuracy with c) "
-                 f"{spread_text([rules.independence_harm(r['win_c']) for r in opd])}",
+                 f"{spread_text([rules.independence_harm(r['correct_c']) for r in opd])}",
                  j.verdict, "; ".join(x for x in (j.reason, beyond) if x),
                  coverage=(len(units), len(opd)), detectable=f"{j.mde:.3f}")
 
@@ -91,7 +92,7 @@ def degrades(figs: Path) -> Claim:
 def _harm_is_own(r: dict, step0_harm: float | None) -> bool:
     """The rule book's harm rule on one report (nca_interp/paper/rules.py)."""
     lo = r.get("ci95", {}).get("harm", [r["harm"]])[0] if r["harm"] is not None else None
-    return rules.harm_is_own(lo, step0_harm, r["win_c"], r["regime"] == "A")
+    return rules.harm_is_own(lo, step0_harm, r["correct_c"], r["regime"] == "A")
 
 
 
@@ -133,7 +134,7 @@ def harm_not_drift(figs: Path) -> Claim:
     half-width lies below 0, the pooled interval is the t interval over seeds (rules: matched drift,
     every seed). Judged only where OPD's harm is its own in some seed; None where the setting
     trained no OPD beside NCA (a beta variant)."""
-    m = read_json((figs / HARM_DRIFT))["matched"].get("nca - opd")
+    m = read_derived(figs / HARM_DRIFT)["matched"].get("nca - opd")
     name = "OPD's harm is its own, not drift's (NCA's harm below OPD's at matched drift)"
     if m is None:
         return Claim(name, "-", "-", "not measurable", "no OPD run trained beside NCA here")
@@ -214,8 +215,8 @@ def _items(root: Path, members: tuple[str, ...]) -> dict[str, np.ndarray | list]
                 raise UsageError(f"{member}: {name}, its OPD seed and the teacher were not "
                                  "evaluated on the same items; re-run the evaluation")
             for key, rep in (("o", o), ("n", r), ("b", base)):
-                cols[key + "0"] += rep["items"]["won_no_c"]
-                cols[key + "1"] += rep["items"]["won_c"]
+                cols[key + "0"] += rep["items"]["correct_no_c"]
+                cols[key + "1"] += rep["items"]["correct_c"]
             seed = f"s{who[name].seed}"
             cols["cluster"] += [f"{member}|{seed}|{u}" for u in r["items"]["unit"]]
             cols["seed"] += [f"{member}|{seed}"] * len(r["items"]["unit"])
@@ -380,23 +381,24 @@ def nca_keeps_context(figs: Path) -> Claim:
     if not paired and ctl.exists():  # an older return report: the control run's items are the
         other = analysis.load(ctl)  # same evaluation where its accuracies with c agree
         o_base, o_nca = base_of(other), runs_of(other, "nca")
-        if all("items" in r for r in (o_base, *o_nca)) and \
-                [r["win_c"] for r in (o_base, *o_nca)] == [r["win_c"] for r in (base, *nca)]:
+        same = [r["correct_c"] for r in (o_base, *o_nca)] == \
+            [r["correct_c"] for r in (base, *nca)]
+        if all("items" in r for r in (o_base, *o_nca)) and same:
             base, nca, paired = o_base, o_nca, True
     if paired:
         units = [gain_estimate(base, [r]) for r in nca]
         pooled = gain_estimate(base, nca) if len(nca) > 1 else None
     else:  # older reports: each seed's interval less step 0's point
-        units = [estimate_of(r, "win_c", base["win_c"]) for r in nca]
+        units = [estimate_of(r, "correct_c", base["correct_c"]) for r in nca]
         pooled = pooled_estimate(nca, None, units) if len(nca) > 1 else None
     j = judge.equivalent(units, pooled, 0.0, rules.KEEP_MARGIN, sides="lower")
     shown = pooled if pooled is not None else units[0]
     return Claim("NCA keeps what c gives (accuracy with c)",
-                 f"{spread_text([r['win_c'] for r in nca])}; NCA - step 0 "
+                 f"{spread_text([r['correct_c'] for r in nca])}; NCA - step 0 "
                  + ("paired " if paired else "") + f"{shown}"
                  + (f" pooled over {len(nca)} seeds" if pooled is not None else ""),
-                 f"step 0 with c: {base['win_c']:.3f}; OPD "
-                 f"{spread_text([r['win_c'] for r in runs_of(rep, 'opd')])}; margin "
+                 f"step 0 with c: {base['correct_c']:.3f}; OPD "
+                 f"{spread_text([r['correct_c'] for r in runs_of(rep, 'opd')])}; margin "
                  f"{rules.KEEP_MARGIN:g}", j.verdict, j.reason,
                  coverage=(len(units), len(nca)), detectable=f"{j.mde:.3f}")
 
@@ -442,8 +444,8 @@ def nca_improves_no_c(figs: Path) -> Claim:
         found = partner(rep, key, "opd")
         if found is None:
             continue
-        d = np.array(r["items"]["won_no_c"], float) - \
-            np.array(found[1]["items"]["won_no_c"], float)
+        d = np.array(r["items"]["correct_no_c"], float) - \
+            np.array(found[1]["items"]["correct_no_c"], float)
         lo, hi, outer = interval(boot_mean(d, r["items"]["unit"]))
         m = float(d.mean())
         units.append(judge.Estimate(m, min(lo, m), max(hi, m), outer=outer))
@@ -452,7 +454,7 @@ def nca_improves_no_c(figs: Path) -> Claim:
         by_unit += [str(u) for u in r["items"]["unit"]]
     if not units:
         return Claim(name, "-", "-", "not measurable", "needs OPD and NCA of the same seed")
-    if not any(r["items"]["won_no_c"] and any(r["items"]["won_no_c"])
+    if not any(r["items"]["correct_no_c"] and any(r["items"]["correct_no_c"])
                for _, r in students(rep)):
         return Claim(name, f"NCA - OPD 0 on every item ({len(units)} seed pairs)", "-",
                      "not measurable", "no student is right on any item without c: there is "

@@ -117,7 +117,7 @@ def sameness(figs: Path) -> str:
         if not who[name].student:
             continue
         items = pub.get(name, {}).get("items")
-        n = sum(a != b for f in ("won_no_c", "won_c")
+        n = sum(a != b for f in ("correct_no_c", "correct_c")
                 for a, b in zip(items[f], r["items"][f])) if items else None
         if n == 0:
             exact.append(name)

@@ -123,15 +123,15 @@ def average(estimates: list[judge.Estimate]) -> judge.Estimate:
 
 
 
-def pooled_gain(base: dict, runs: list[dict], key: str = "won_c"
+def pooled_gain(base: dict, runs: list[dict], key: str = "correct_c"
                 ) -> tuple[float, tuple[float, float]]:
-    """Accuracy of `runs` minus the step-0 model's on the same items (`key`: won_c or
-    won_no_c), pooled over the runs, with a 95% bootstrap interval (`gain_estimate`)."""
+    """Accuracy of `runs` minus the step-0 model's on the same items (`key`: correct_c or
+    correct_no_c), pooled over the runs, with a 95% bootstrap interval (`gain_estimate`)."""
     e = gain_estimate(base, runs, key)
     return e.point, (e.lo, e.hi)
 
 
-def gain_estimate(base: dict, runs: list[dict], key: str = "won_c") -> judge.Estimate:
+def gain_estimate(base: dict, runs: list[dict], key: str = "correct_c") -> judge.Estimate:
     """`pooled_gain` as an estimate: the wider of the (run, unit) and unit cluster bootstraps
     (the runs share their items, and step 0's answers repeat in every run), with the outer
     ends of its interval (`interval`)."""
@@ -166,10 +166,10 @@ def paired_harm_gap(pairs: list[tuple[str, dict, dict]], where: str = "",
         if n["items"]["unit"] != o["items"]["unit"]:
             raise UsageError(f"{where}OPD and NCA of seed {seed} were not evaluated on the "
                              "same items; re-run the evaluation")
-        cols["o0"] += o["items"]["won_no_c"]
-        cols["o1"] += o["items"]["won_c"]
-        cols["n0"] += n["items"]["won_no_c"]
-        cols["n1"] += n["items"]["won_c"]
+        cols["o0"] += o["items"]["correct_no_c"]
+        cols["o1"] += o["items"]["correct_c"]
+        cols["n0"] += n["items"]["correct_no_c"]
+        cols["n1"] += n["items"]["correct_c"]
         cols["cluster"] += [f"{seed}|{u}" for u in n["items"]["unit"]]
     a = {k: np.asarray(v, bool) for k, v in cols.items() if k != "cluster"}
 
