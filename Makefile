@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-.PHONY: demo test test-fast test-time test-real test-notebooks test-examples check-verdicts model docs check-figures check-site lab
+.PHONY: demo test test-fast test-time test-real test-notebooks test-pipeline test-examples check-verdicts model docs check-figures check-site lab
 demo: $(STAMP)
 	$(PY) -m nca_interp.layer_sim
 
@@ -39,6 +39,11 @@ test-real: $(STAMP)
 # the published folders, one notebook per worker
 test-notebooks: $(STAMP)
 	$(PY) -m pytest -q -n $(WORKERS) -m notebook tests/paper/test_notebooks.py
+
+# the paper pipeline end to end at tiny sizes (its longest runs: a one-seed setting, the
+# size-matched OPD rerun), one test per worker
+test-pipeline: $(STAMP)
+	$(PY) -m pytest -q -n $(WORKERS) -m pipeline tests/integration
 
 # the docs' walk-throughs (docs/own_data.md's persona example) end to end on tiny models
 test-examples: $(STAMP)

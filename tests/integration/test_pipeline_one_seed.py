@@ -1,9 +1,13 @@
-"""The documented one-seed pipeline end to end at tiny sizes (its own file, so that the test
-processes share the default run's slowest files evenly)."""
+"""The documented one-seed pipeline end to end at tiny sizes: the pipeline tier (make
+test-pipeline; CI runs it), being the default run's longest test (189 s on 2 idle cores)."""
 
 import json
 
+import pytest
+
 from nca_interp.paper import reproduce
+
+pytestmark = pytest.mark.pipeline
 
 
 def test_a_one_seed_pipeline_runs_to_its_end(tmp_path, capsys):

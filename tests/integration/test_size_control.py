@@ -1,11 +1,14 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from nca_interp.checkpoint import read_run_config
 from nca_interp.paper import reproduce, size_control
 from train import sft
 
 
+@pytest.mark.pipeline  # a pipeline run end to end (88 s): the pipeline tier
 def test_size_matched_opd_reruns_the_setting_command_at_scaled_lr(tmp_path, capsys,
                                                                   monkeypatch):
     """The control trains OPD with the setting's own distillation command, only --lr scaled by
