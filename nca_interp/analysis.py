@@ -614,8 +614,13 @@ def from_json(d: Mapping, path: str | Path | None = None,
     if not isinstance(d, Mapping):
         raise reports.ReportError(f"{where}: a report is a JSON object, not "
                                   f"{type(d).__name__}")
-    if isinstance(d.get("version", 1), int) and d.get("version", 1) > reports.VERSION:
-        raise reports.ReportError(f"{where}: format version {d['version']}, newer than this "
+    version = d.get("version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise reports.ReportError(f"{where}: format version {version!r} is not a version this "
+                                  "package wrote (a whole number); the file is damaged or no "
+                                  "nca_interp report")
+    if version > reports.VERSION:
+        raise reports.ReportError(f"{where}: format version {version}, newer than this "
                                   f"package reads ({reports.VERSION}); upgrade nca_interp")
     d = reports.upgrade(d)
     name = analysis or d.get("analysis") or infer_analysis(d, path)

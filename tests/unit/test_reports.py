@@ -131,6 +131,9 @@ def test_a_newer_version_is_refused_and_an_unknown_analysis_reads_untyped(tmp_pa
                                                    "results": {}}))
     with pytest.raises(reports.ReportError, match="newer than this package reads"):
         analysis.load(tmp_path / "new.json")
+    for bad in ("2", None, 1.5, -1, True):  # a damaged version: one line, no TypeError
+        with pytest.raises(reports.ReportError, match="not a version this package wrote"):
+            analysis.from_json({"version": bad, "results": {}})
     own = {"config": {}, "task": "t", "context": None, "runs": {}, "results": {"a": {"z": 1}},
            "my_field": [1]}
     rep = analysis.from_json(own)
