@@ -30,6 +30,33 @@ def tiny_model(tok):
     return tiny(tok)
 
 
+def command_help(module: str, flag: str = "--help") -> str:
+    """What `python -m MODULE FLAG` prints, rendered in this process (no interpreter start, no
+    second import of torch): the module's `main` runs with `__main__` standing for MODULE, as
+    the usage line reads it (nca_interp.cli.command_name). tests/integration/test_commands.py
+    pins that this equals the subprocess's output."""
+    import contextlib
+    import importlib
+    import importlib.util
+    import io
+    import sys
+    import types
+
+    mod = importlib.import_module(module)
+    stand_in = types.ModuleType("__main__")
+    stand_in.__spec__ = importlib.util.find_spec(module)
+    out = io.StringIO()
+    real = sys.modules["__main__"]
+    sys.modules["__main__"] = stand_in
+    try:
+        with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as done:
+            mod.main([flag])
+    finally:
+        sys.modules["__main__"] = real
+    assert done.value.code in (0, None), f"{module} {flag} exited {done.value.code}"
+    return out.getvalue()
+
+
 # `make test-time` sets NCA_TEST_RECORD: a passing default run records how long it took (the
 # README's "make test takes" line is generated from it by `python -m nca_interp.paper.summary
 # --write`)

@@ -114,27 +114,3 @@ def test_the_built_in_analyses_keep_the_contract_and_own_the_layout_names():
     assert layout.grad_stem("nca", 2) == "grad_align_nca_s2"
     assert layout.teacher_file("plan") == "teacher_plan.json"
 
-
-def test_the_example_analysis_runs_as_a_command_and_a_fresh_pipeline_sees_it(tmp_path):
-    """What a user does: the example's command on the embedded checkpoints, and a fresh
-    `reproduce --help-all` that finds it through NCA_INTERP_ANALYSES."""
-    import os
-    import subprocess
-
-    from nca_interp.assets import embedded
-
-    env = {**os.environ, "PYTHONPATH": str(EXAMPLE), analysis.PLUGINS_ENV: "toy_analysis"}
-    out = subprocess.run([sys.executable, "-m", "toy_analysis", str(embedded("sokoban_opd")),
-                          "--out", str(tmp_path / "toy")], env=env, capture_output=True,
-                         text=True, check=True)
-    assert "files" in out.stdout and (tmp_path / "toy.json").exists()
-    assert (tmp_path / "toy.html").exists()
-    shown = subprocess.run([sys.executable, "-m", "nca_interp.paper.reproduce", "--help-all"],
-                           env=env, capture_output=True, text=True, check=True).stdout
-    assert "patching, toy)" in re.sub(r"\s+", " ", shown)
-    bad = subprocess.run([sys.executable, "-m", "nca_interp.paper.reproduce", "--help"],
-                         env={**env, analysis.PLUGINS_ENV: "no_such_module"},
-                         capture_output=True, text=True)
-    assert bad.returncode == 2 and "NCA_INTERP_ANALYSES names the analysis module " \
-        "no_such_module, which cannot be imported" in bad.stderr
-    assert "Traceback" not in bad.stderr, bad.stderr

@@ -202,19 +202,3 @@ def test_the_pipeline_folder_file_names_are_spelled_in_layout_only():
              for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert found == []
 
-
-def test_the_pipeline_parses_nothing_at_import():
-    """nca_interp/paper/settings.toml is read when a command asks, never when a module of the
-    pipeline is imported (importing `nca_interp.paper.<module>` costs no file read)."""
-    import subprocess
-    import sys
-
-    code = ("import importlib, pkgutil\n"
-            "import nca_interp.paper as p, nca_interp.paper.settings as s\n"
-            "def boom(*a, **k): raise SystemExit('settings read at import')\n"
-            "s.load = s.parse = boom\n"
-            "for m in pkgutil.walk_packages(p.__path__, 'nca_interp.paper.'):\n"
-            "    if not m.name.endswith('__main__'):\n"
-            "        importlib.import_module(m.name)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-2000:]

@@ -5,6 +5,7 @@ import pytest
 
 from nca_interp import analysis
 from nca_interp.cli import parse_config, to_dict
+from tests.conftest import command_help
 
 
 @dataclass
@@ -36,11 +37,7 @@ TRAINING = ("train.distill", "train.sft", "nca_interp.paper.reproduce")
 
 @pytest.mark.parametrize("module", ANALYSES + TRAINING)
 def test_help_names_the_command_states_defaults_once_and_fits_a_screen(module):
-    import subprocess
-    import sys
-
-    out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
-                         text=True, check=True).stdout
+    out = command_help(module)
     assert out.startswith(f"usage: python -m {module} ")
     assert "(default: None)" not in out
     for entry in re.split(r"\n  -", out):  # one option's help
@@ -49,8 +46,7 @@ def test_help_names_the_command_states_defaults_once_and_fits_a_screen(module):
             entry
     assert len(out.splitlines()) <= 60
     if module in TRAINING:  # the options for experts: counted in one line, listed by --help-all
-        every = subprocess.run([sys.executable, "-m", module, "--help-all"],
-                               capture_output=True, text=True, check=True).stdout
+        every = command_help(module, "--help-all")
         hidden = re.search(r"(\d+) options for experts .*: --help-all", out)
         assert hidden and "\n  --weight-decay" not in out \
             or module == "nca_interp.paper.reproduce", out

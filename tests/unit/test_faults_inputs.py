@@ -83,17 +83,6 @@ def test_the_bare_command_line_still_runs_the_demo(capsys, tmp_path):
 
 # -- the one reader -----------------------------------------------------------------------
 
-def test_a_fifo_named_config_json_is_refused_without_blocking(base, tmp_path):
-    """Run as a command in a process of its own: a blocked open would hang it (timeout)."""
-    (base / "config.json").unlink()
-    os.mkfifo(base / "config.json")
-    done = subprocess.run([sys.executable, "-m", "nca_interp.evaluate", str(base), "--out",
-                           str(tmp_path / "rep")], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "NCA_INTERP_QUIET": "1"})
-    assert done.returncode == 2, done.stderr
-    assert "not a regular file" in done.stderr and "Traceback" not in done.stderr
-
-
 @pytest.mark.parametrize("name", ["config.json", "nca_checkpoint.json", "run_config.json"])
 def test_json_nested_100k_deep_is_one_line(base, tmp_path, capsys, name):
     from nca_interp.checkpoint import write_manifest

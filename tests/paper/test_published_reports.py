@@ -1,0 +1,52 @@
+"""Every published report reads as the typed class of the analysis that wrote it and writes back
+unchanged (nca_interp.reports; the classes themselves are tested in tests/unit/test_reports.py)."""
+
+import json
+from pathlib import Path
+
+from nca_interp import analysis, reports
+from nca_interp.paper.layout import analysis_files
+
+
+def published():
+    for figs in sorted(Path("figures").iterdir()):
+        for _, f in analysis_files(figs) if figs.is_dir() else []:
+            yield f
+
+
+def leaves(tree, path=()):
+    """Every value of a JSON tree in order, with the keys on its path."""
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from leaves(v, (*path, k))
+    elif isinstance(tree, list):
+        for i, v in enumerate(tree):
+            yield from leaves(v, (*path, i))
+    else:
+        yield path, tree
+
+
+def test_every_published_report_reads_typed_and_writes_back_unchanged():
+    """Each file is read as the class of the analysis that wrote it (its entries as the entry
+    class), and `to_json` gives the file again: the same values in the same order, nothing
+    dropped or defaulted in, keys renamed only to this version's vocabulary (and only where
+    the file predates it), plus the version and the analysis."""
+    n = renamed = 0
+    old = {**reports.VOCABULARY, "win": "correct"}
+    for f in published():
+        raw = json.loads(f.read_text())
+        rep = analysis.load(f)
+        assert type(rep) is not reports.Report, f"{f} read untyped"
+        assert all(isinstance(e, rep.ENTRY) for e in rep.results.values()), f
+        out = rep.to_json()
+        assert (out.pop("version"), out.pop("analysis")) == (reports.VERSION, rep.ANALYSIS)
+        up = {k: v for k, v in reports.upgrade(raw).items() if k != "version"}
+        assert json.dumps(out, sort_keys=True) == json.dumps(up, sort_keys=True), f
+        a, b = list(leaves(raw)), list(leaves(up))  # the upgrade renames, in place, only
+        assert [v for _, v in a] == [v for _, v in b], f
+        for (p, _), (q, _) in zip(a, b):
+            assert len(p) == len(q) and all(x == y or old.get(x) == y for x, y in zip(p, q)), \
+                (f, p, q)
+            renamed += p != q
+        n += 1
+    assert n > 150 and renamed > 1000  # the published files predate the vocabulary
