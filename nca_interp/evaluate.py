@@ -26,6 +26,7 @@ without c, where harm is measured), B (context still needed) if it lies above 0,
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,6 +39,7 @@ from nca_interp.cli import entry, parse_config, validate
 from nca_interp.errors import UsageError
 from nca_interp.models import PRECISION_HELP, autocast, context_limit, resolve_device
 from nca_interp.progress import bar
+from nca_interp.reports import ContextReturn, ContextReturnReport, as_report, typed
 from nca_interp.rollout import (
     decode_responses,
     encode,
@@ -285,8 +287,10 @@ COLUMNS = ["correct_no_c", "correct_c", "harm", "help", "harm_joint", "help_join
            "len_no_c", "len_c", "rel_len_both", "rel_len", "regime"]
 
 
-def metric_of(reports: dict[str, dict]) -> str:
-    return next(iter(reports.values())).get("metric", "win") if reports else "win"
+def metric_of(entries: Mapping[str, ContextReturn | dict]) -> str:
+    """What being correct is called in these entries: 'win' (games) or 'accuracy'."""
+    first = next(iter(typed(entries, ContextReturn).values()), None)
+    return (first.metric if first is not None else None) or "win"
 
 
 REGIMES = ("regime: A = context hurts (95% interval of correct_c - correct_no_c below 0), "
@@ -294,7 +298,9 @@ REGIMES = ("regime: A = context hurts (95% interval of correct_c - correct_no_c 
            "parse_fail: share of responses the scorer could not read")
 
 
-def format_table(reports: dict[str, dict], columns: list[str] = COLUMNS) -> str:
+def format_table(reports: Mapping[str, ContextReturn | dict],
+                 columns: list[str] = COLUMNS) -> str:
+    reports = typed(reports, ContextReturn)
     name_w = max(12, *(len(n) for n in reports))
     metric = metric_of(reports)
     w = max(9, *(len(label(c, metric)) for c in columns))
@@ -304,15 +310,16 @@ def format_table(reports: dict[str, dict], columns: list[str] = COLUMNS) -> str:
                  f"{'-' if r.get(c) is None else r.get(c)!s:>{w}}" for c in columns]
         lines.append(f"{name:<{name_w}} " + " ".join(cells))
     r = next(iter(reports.values()), None)
-    if r is not None and "unit" in r and r.get("scored") is not False:
-        lines.append(f"(intervals resample {r['n_units']} {r['unit']}s over {r['n']} items; "
+    if r is not None and r.unit is not None and r.scored is not False:
+        lines.append(f"(intervals resample {r.n_units} {r.unit}s over {r.n} items; "
                      "harm = P(lost with c | won without c); regime from the interval of "
                      "correct_c - correct_no_c)")
     return "\n".join(lines)
 
 
-def format_control(reports: dict[str, dict]) -> str:
+def format_control(reports: Mapping[str, ContextReturn | dict]) -> str:
     """The control-context rows: accuracy with c and with c', the harm of c', reads_c."""
+    reports = typed(reports, ContextReturn)
     metric = metric_of(reports)
     ci = lambda v, c: "-" if v is None else (  # noqa: E731
         f"{v:.3f}" if not c or c[0] is None else f"{v:.3f} [{c[0]:.3f}, {c[1]:.3f}]")
@@ -320,24 +327,26 @@ def format_control(reports: dict[str, dict]) -> str:
              " with control c' | harm of c' | reads_c = " + label("correct_c", metric) +
              " - with c' |", "|---|---|---|---|---|"]
     for name, r in reports.items():
-        if "control" not in r:
+        if r.control is None:
             continue
-        k = r["control"]
-        lines.append(f"| {name} | {ci(r['correct_c'], r['ci95']['correct_c'])} | "
+        k = r.control
+        lines.append(f"| {name} | {ci(r.correct_c, r.ci95['correct_c'])} | "
                      f"{ci(k['correct'], k['ci95']['correct'])} | "
                      f"{ci(k['harm'], k['ci95']['harm'])} | "
                      f"{ci(k['reads_c'], k['reads_c_ci95'])} |")
     return "\n".join(lines)
 
 
-def format_markdown(reports: dict[str, dict], columns: list[str] = COLUMNS) -> str:
+def format_markdown(reports: Mapping[str, ContextReturn | dict],
+                    columns: list[str] = COLUMNS) -> str:
+    reports = typed(reports, ContextReturn)
     head = "| checkpoint | " + " | ".join(label(c, metric_of(reports)) for c in columns) + " |"
     rows = [head, "|" + "---|" * (len(columns) + 1)]
     for name, r in reports.items():
         cells = []
         for c in columns:
-            if isinstance(r[c], float) and c in r["ci95"] and r["ci95"][c][0] is not None:
-                lo, hi = r["ci95"][c]
+            if isinstance(r[c], float) and c in r.ci95 and r.ci95[c][0] is not None:
+                lo, hi = r.ci95[c]
                 cells.append(f"{r[c]:.3f} [{lo:.3f}, {hi:.3f}]")
             else:
                 cells.append(str(r[c]))
@@ -406,36 +415,38 @@ def run(cfg: EvalConfig | None = None, /, **fields) -> dict:
 UNSCORED = ["len_no_c", "len_c", "rel_len", "kl_views", "kl_views_control"]
 
 
-def show(report: dict) -> None:
+def show(report: ContextReturnReport | dict) -> None:
     """The paired table (and the control's, when measured); without a scorer, what can be
     measured and what cannot."""
-    reports, cfg = report["results"], report["config"]
+    report = as_report(report, ContextReturnReport)
+    reports, cfg = report.results, report.config
     first = next(iter(reports.values()))
-    print(f"task={report['task']} context={report['context']} levels={first['n']} "
+    print(f"task={report.task} context={report.context} levels={first.n} "
           f"seed={cfg['seed']} temperature={cfg['temperature']} "
-          f"response budget={first.get('max_new', '-')} tokens")
-    if first.get("scored") is False:
+          f"response budget={first.max_new or '-'} tokens")
+    if first.scored is False:
         print(format_table(reports, UNSCORED))
         print(f"(kl_views = mean token KL(g(.|x) || g(.|x,c)) on the no-context responses; "
               f"kl_views_control: the same with a wrong c', the null it is read against "
-              f"(--control); {first['note']})")
+              f"(--control); {first.note})")
     else:
         print(format_table(reports, [*COLUMNS, "parse_fail_no_c", "parse_fail_c"]))
         print(REGIMES)
         if cfg.get("control"):
             print(format_control(reports))
     for name, r in reports.items():
-        hit = max(r.get("hit_budget_no_c", 0), r.get("hit_budget_c", 0))
+        hit = max(r.hit_budget_no_c or 0, r.hit_budget_c or 0)
         if hit > 0.5:
             print(f"note: {name}: {hit:.0%} of responses stopped at the response budget of "
-                  f"{r['max_new']} tokens; raise it with --task-options max_new=N")
+                  f"{r.max_new} tokens; raise it with --task-options max_new=N")
 
 
-def figures(report: dict) -> dict:
+def figures(report: ContextReturnReport | dict) -> dict:
     """{"": Figure}: per checkpoint, the paired rates with 95% intervals."""
+    report = as_report(report, ContextReturnReport)
     from nca_interp.plots import evaluate_figure, unscored_figure
 
-    if next(iter(report["results"].values())).get("scored") is False:
+    if next(iter(report.results.values())).scored is False:
         return {"": unscored_figure(report)}
     return {"": evaluate_figure(report)}
 

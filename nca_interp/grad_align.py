@@ -54,6 +54,7 @@ from nca_interp.losses import TERMS, loss_terms
 from nca_interp.models import PRECISION_HELP, context_limit, resolve_device, weights_dtype
 from nca_interp.progress import bar
 from nca_interp.reduce import Gram, cosine, stream_by_name
+from nca_interp.reports import GradAlignReport, as_report
 from nca_interp.rollout import Batch, onpolicy_batch
 from nca_interp.runs import (
     check_same_tokenizers,
@@ -338,7 +339,7 @@ def fmt_angle(v: float | None) -> str:
 
 def format_table(results: dict[str, dict]) -> str:
     """Between-term angles (full batch and cross-fitted) beside each term's noise floor."""
-    first = next(iter(results.values()))["global"]
+    first = next(iter(results.values())).global_
     pairs, terms = list(first["angle_deg"]), list(first["self_angle_deg"])
     w = max(12, *(len(n) for n in results))
     head = [f"{p:>7}" for p in pairs] + [f"x:{p:>7}" for p in pairs] + \
@@ -346,7 +347,7 @@ def format_table(results: dict[str, dict]) -> str:
         [f"{'|' + t + '|':>9}" for t in terms]
     lines = [f"{'angle (deg)':<{w}} " + " ".join(head)]
     for name, r in results.items():
-        g = r["global"]
+        g = r.global_
         cells = [fmt_angle(g["angle_deg"][p]) for p in pairs] + \
             [f"  {fmt_angle(g['angle_xfit_deg'][p])}" for p in pairs] + \
             [f"{fmt_angle(g['self_angle_deg'][t]):>10}" for t in terms] + \
@@ -411,7 +412,7 @@ DEMO = ("sokoban_opd",)  # what the bare command line aligns
 def format_corrected(results: dict[str, dict]) -> str:
     """The noise-corrected angles (P independent parts) with their 95% jackknife intervals;
     empty when the report has no parts beyond two halves."""
-    rows = {n: r["global"].get("parts") for n, r in results.items()}
+    rows = {n: r.global_.get("parts") for n, r in results.items()}
     rows = {n: p for n, p in rows.items() if p}
     if not rows:
         return ""
@@ -432,24 +433,26 @@ def format_corrected(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def show(report: dict) -> None:
-    batch = report["batch"]
-    parts = report["config"].get("parts") or 2
-    print(f"task={report['task']} context={report['context']} batch={batch} ({parts} parts "
+def show(report: GradAlignReport | dict) -> None:
+    report = as_report(report, GradAlignReport)
+    batch = report.batch
+    parts = report.config.get("parts") or 2
+    print(f"task={report.task} context={report.context} batch={batch} ({parts} parts "
           f"of {batch // parts}; floors from two halves of {batch // 2})")
-    print(format_table(report["results"]))
-    corrected = format_corrected(report["results"])
+    print(format_table(report.results))
+    corrected = format_corrected(report.results)
     if corrected:
         print(corrected)
 
 
-def figures(report: dict) -> dict:
+def figures(report: GradAlignReport | dict) -> dict:
     """{"": angles and floors per checkpoint, "steps": over training (with more than one
     checkpoint of one run; checkpoints of different runs have no course to draw)}."""
+    report = as_report(report, GradAlignReport)
     from nca_interp.plots import grad_align_figure, grad_align_over_steps, grad_x
 
     out = {"": grad_align_figure(report)}
-    if len(report["results"]) > 1 and grad_x(report)[1]:  # one run's course over training
+    if len(report.results) > 1 and grad_x(report)[1]:  # one run's course over training
         out["steps"] = grad_align_over_steps(report)
     return out
 

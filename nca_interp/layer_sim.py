@@ -73,6 +73,7 @@ from nca_interp.hooks import boot_bridge, capture
 from nca_interp.masks import context_token_mask, shared_suffix_mask
 from nca_interp.models import context_limit, resolve_device
 from nca_interp.progress import bar
+from nca_interp.reports import LayerSimReport, as_report
 from nca_interp.rollout import encode, pad_id, sample, stop_ids, target_batch
 from nca_interp.runs import (
     check_same_tokenizers,
@@ -466,7 +467,7 @@ def format_heads(results: dict[str, dict], top: int = 6) -> str:
     lines = ["context reading per head (attention mass on c / c's share of the visible keys; "
              "1 = uniform):"]
     for name, r in results.items():
-        R = np.array(r["ctx_attn_ratio"])
+        R = np.array(r.ctx_attn_ratio)
         order = np.argsort(-R, axis=None)[:top]
         cells = [f"L{i // R.shape[1]}H{i % R.shape[1]} {R.flat[i]:.2f}" for i in order]
         lines.append(f"  {name:<14} max {R.max():.2f}  median {np.median(R):.2f}  top: " +
@@ -516,12 +517,13 @@ def run(cfg: LayerSimConfig | None = None, /, **fields) -> dict:
         data=analysis.data_record(found, levels))
 
 
-def show(report: dict) -> None:
+def show(report: LayerSimReport | dict) -> None:
     """The similarity tables, one per statistic, and the context reading per head."""
-    results, layers = report["results"], report["layers"]
-    n = next(iter(results.values()))["n_examples"]
-    print(f"task={report['task']} context={report['context']} levels={n} "
-          f"positions={report['at']} responses={report['responses_from']}")
+    report = as_report(report, LayerSimReport)
+    results, layers = report.results, report.layers
+    n = next(iter(results.values())).n_examples
+    print(f"task={report.task} context={report.context} levels={n} "
+          f"positions={report.at} responses={report.responses_from}")
     print(LEGEND)
     for metric in ("cos", "cos_other", "cos_centred", "cos_centred_view", "offset_share", "cka",
                    "cka_debiased"):
@@ -530,12 +532,13 @@ def show(report: dict) -> None:
     print(format_heads(results))
 
 
-def figures(report: dict) -> dict:
+def figures(report: LayerSimReport | dict) -> dict:
     """{"": similarity per layer, "heads": context reading per head}."""
+    report = as_report(report, LayerSimReport)
     from nca_interp.plots import head_heatmaps, layer_sim_figure
 
     out = {"": layer_sim_figure(report)}
-    if "ctx_attn_ratio" in next(iter(report["results"].values())):
+    if next(iter(report.results.values())).ctx_attn_ratio is not None:
         out["heads"] = head_heatmaps(report)
     return out
 

@@ -51,6 +51,7 @@ from nca_interp.errors import UsageError
 from nca_interp.fsio import read_json
 from nca_interp.names import MODULES
 from nca_interp.reduce import Gram, stream_by_name
+from nca_interp.reports import ParamDeltaReport, as_report
 from nca_interp.runs import check_same_tokenizers, initial_of, lr_at
 from nca_interp.tensorfiles import TensorFolder, row_chunks
 
@@ -374,32 +375,33 @@ def run(cfg: ParamDeltaConfig | None = None, /, **fields) -> dict:
     return report
 
 
-def figures(report: dict) -> dict:
+def figures(report: ParamDeltaReport | dict) -> dict:
     """Layer x module heatmaps: per checkpoint ||dW||/||W0|| (`<name>`) and the
     Adam-normalised size (`adam_<name>`); cos(dA, dB) (`cos`), the specific delta
     (`specific`) and the seed-to-seed control's cosine (`control_cos`)."""
+    report = as_report(report, ParamDeltaReport)
     from nca_interp.plots import heatmap
 
-    n = report["n_layers"]
+    n = report.n_layers
     out = {}
-    for p, r in report["results"].items():
-        grid, rows, cols = layer_module_grid(r["rel"], n)
+    for p, r in report.results.items():
+        grid, rows, cols = layer_module_grid(r.rel, n)
         out[Path(p).name] = heatmap(grid, rows, cols,
                                                f"||dW||/||W0||: {Path(p).name}")
-        if r.get("lr_budget"):
-            grid, rows, cols = layer_module_grid(r["adam_norm"], n)
+        if r.lr_budget:
+            grid, rows, cols = layer_module_grid(r.adam_norm, n)
             out[f"adam_{Path(p).name}"] = heatmap(
                 grid, rows, cols, f"Adam-normalised ||dW|| / (sum lr * sqrt(n)): "
                                   f"{Path(p).name}")
-    if "comparison" in report:
-        cmp = report["comparison"]
+    if report.comparison is not None:
+        cmp = report.comparison
         a, b = Path(cmp["a"]).name, Path(cmp["b"]).name
         grid, rows, cols = layer_module_grid(cmp["cos"], n)
         out["cos"] = heatmap(grid, rows, cols, f"cos(d {a}, d {b}) per module", signed=True)
         grid, rows, cols = layer_module_grid(cmp["specific"]["rel"], n)
         out["specific"] = heatmap(grid, rows, cols, f"specific delta ||d{b} - d{a}|| / ||W0||")
-    if "control" in report:
-        c = report["control"]
+    if report.control is not None:
+        c = report.control
         grid, rows, cols = layer_module_grid(c["cos"], n)
         out["control_cos"] = heatmap(grid, rows, cols, "seed-to-seed control: cos(d "
                                      f"{Path(c['a']).name}, d {Path(c['b']).name})",
@@ -415,21 +417,22 @@ def main(argv: list[str] | None = None) -> dict:
 DEMO = ("sokoban_opd", "sokoban_nca")  # what the bare command line compares
 
 
-def show(report: dict) -> None:
-    per = report["results"]
-    print(f"initial checkpoint: {report['init']}  (rows: {report['rows']})")
+def show(report: ParamDeltaReport | dict) -> None:
+    report = as_report(report, ParamDeltaReport)
+    per = report.results
+    print(f"initial checkpoint: {report.init}  (rows: {report.rows})")
     for key in ("per_module", "per_module_adam", "per_layer", "per_layer_adam"):
         print(format_table(per, key) + "\n")
     print(LEGEND)
-    blind = [p for p, r in per.items() if not r.get("lr_budget")]
+    blind = [p for p, r in per.items() if not r.lr_budget]
     if blind:
         names = analysis.short_labels(list(per))
         print(f"adam columns '-' for {', '.join(names[p] for p in blind)}: no learning rate "
               "and steps recorded (a checkpoint not trained here); pass --lr "
               "and --steps (and --warmup, --schedule) to get them")
-    if "comparison" in report:
-        cmp = report["comparison"]
-        print(format_cos(cmp, report.get("control")))
+    if report.comparison is not None:
+        cmp = report.comparison
+        print(format_cos(cmp, report.control))
         if "control" not in report:
             print("(no --control: cos(dA, dB) has no seed-to-seed baseline beside it)")
         top = sorted(cmp["specific"]["share"].items(), key=lambda kv: -kv[1])[:5]

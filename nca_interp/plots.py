@@ -16,7 +16,15 @@ from plotly.subplots import make_subplots
 
 from nca_interp.errors import RunError
 from nca_interp.identity import RunId, roster
-from nca_interp.reports import label
+from nca_interp.reports import (
+    ContextReturnReport,
+    GradAlignReport,
+    LayerSimReport,
+    Patching,
+    TrajectoryReport,
+    as_report,
+    label,
+)
 
 __all__ = ["PALETTE", "check_bundle", "context_return_figure", "evaluate_figure",
            "grad_align_figure", "grad_align_over_steps", "grad_x", "head_heatmaps", "heatmap",
@@ -46,7 +54,7 @@ def runs_label(report: dict) -> str:
     settings = sorted({i.setting for i in found if i.setting})
     seeds = sorted({i.seed for i in found})
     if not settings:
-        return ", ".join(report["results"])
+        return ", ".join(report.results)
     span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) \
         and len(seeds) > 2 else ", ".join(map(str, seeds))
     return f"{', '.join(settings)}, seed{'s' if len(seeds) > 1 else ''} {span}"
@@ -61,32 +69,34 @@ def _ci_bars(values: list, cis: list) -> dict:
     return {"type": "data", "symmetric": False, "array": up, "arrayminus": down}
 
 
-def layer_sim_figure(report: dict) -> go.Figure:
+def layer_sim_figure(report: LayerSimReport) -> go.Figure:
     """Line per checkpoint over layers: raw cosine (± std), centred cosine, CKA, ctx attention."""
-    layers = report["layers"]
+    report = as_report(report, LayerSimReport)
+    layers = report.layers
     titles = ["cosine with vs without c<br>(whiskers: std over items; faint: different items)",
               "mean-centred cosine (pooled mean)", "linear CKA (faint: debiased)",
               "context reading: attention on c / c's share of keys (1 = uniform)"]
     fig = make_subplots(rows=2, cols=2, subplot_titles=titles)
     who = roster(report)
-    for i, (name, r) in enumerate(report["results"].items()):
+    for i, (name, r) in enumerate(report.results.items()):
         kw = {"name": name, "legendgroup": name, "line": _line(who[name], i),
               "mode": "lines+markers"}
-        fig.add_trace(go.Scatter(x=layers, y=r["cos"], error_y={"array": r["cos_std"]}, **kw),
+        fig.add_trace(go.Scatter(x=layers, y=r.cos, error_y={"array": r.cos_std}, **kw),
                       1, 1)
         dotted = {**kw, "line": {**kw["line"], "width": 1.5}, "opacity": 0.4, "mode": "lines",
                   "showlegend": False}
-        if "cos_other" in r:  # the anisotropy floor: views of different items
-            fig.add_trace(go.Scatter(x=layers, y=r["cos_other"],
+        if r.cos_other is not None:  # the anisotropy floor: views of different items
+            fig.add_trace(go.Scatter(x=layers, y=r.cos_other,
                                      hovertemplate="different items: %{y:.4f}<extra></extra>",
                                      **dotted), 1, 1)
-        fig.add_trace(go.Scatter(x=layers, y=r["cos_centred"], showlegend=False, **kw), 1, 2)
-        fig.add_trace(go.Scatter(x=layers, y=r["cka"], showlegend=False, **kw), 2, 1)
-        if "cka_debiased" in r:
-            fig.add_trace(go.Scatter(x=layers, y=r["cka_debiased"],
+        fig.add_trace(go.Scatter(x=layers, y=r.cos_centred, showlegend=False, **kw), 1, 2)
+        fig.add_trace(go.Scatter(x=layers, y=r.cka, showlegend=False, **kw), 2, 1)
+        if r.cka_debiased is not None:
+            fig.add_trace(go.Scatter(x=layers, y=r.cka_debiased,
                                      hovertemplate="debiased: %{y:.4f}<extra></extra>",
                                      **dotted), 2, 1)
-        fig.add_trace(go.Scatter(x=layers[1:], y=r.get("ctx_attn_ratio_layer", r["ctx_attn"]),
+        attn = r.ctx_attn if r.ctx_attn_ratio_layer is None else r.ctx_attn_ratio_layer
+        fig.add_trace(go.Scatter(x=layers[1:], y=attn,
                                  showlegend=False, **kw), 2, 2)
     fig.add_hline(y=0.997, line_dash="dot", line_color="#555", row=1, col=1,
                   annotation_text="0.997 (the paper's NCA claim)",
@@ -99,23 +109,24 @@ def layer_sim_figure(report: dict) -> go.Figure:
         fig.update_yaxes(title_text=what, row=row, col=col)
     where = {"generating": "positions generating the response (trained)",
              "prompt": "prompt x positions (untouched by the loss)"}.get(
-        report.get("at"), "response positions")
-    fig.update_layout(title=f"{report['task']} ({runs_label(report)}): hidden "
-                            f"states with vs without context '{report['context']}'<br><sup>"
-                            f"{where}; responses: {report.get('responses', 'own')}</sup>",
+        report.at, "response positions")
+    fig.update_layout(title=f"{report.task} ({runs_label(report)}): hidden "
+                            f"states with vs without context '{report.context}'<br><sup>"
+                            f"{where}; responses: {report.responses or 'own'}</sup>",
                       height=720, width=1000, margin={"t": 130})
     return fig
 
 
-def head_heatmaps(report: dict) -> go.Figure:
+def head_heatmaps(report: LayerSimReport) -> go.Figure:
     """Per checkpoint, layer x head context reading (1 = uniform; random-init is the null)."""
-    names = list(report["results"])
+    report = as_report(report, LayerSimReport)
+    names = list(report.results)
     cols = min(4, len(names))
     rows = -(-len(names) // cols)
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=names, vertical_spacing=0.08)
-    zmax = max(max(map(max, r["ctx_attn_ratio"])) for r in report["results"].values())
+    zmax = max(max(map(max, r.ctx_attn_ratio)) for r in report.results.values())
     for i, name in enumerate(names):
-        R = report["results"][name]["ctx_attn_ratio"]
+        R = report.results[name].ctx_attn_ratio
         fig.add_trace(go.Heatmap(z=R, x=[f"H{h}" for h in range(len(R[0]))],
                                  y=[f"L{i}" for i in range(len(R))], zmin=0, zmax=zmax,
                                  colorscale="Viridis", showscale=i == 0,
@@ -124,9 +135,9 @@ def head_heatmaps(report: dict) -> go.Figure:
                                  hovertemplate="%{y}%{x}: %{z:.2f}<extra></extra>"),
                       i // cols + 1, i % cols + 1)
     fig.update_yaxes(autorange="reversed")
-    fig.update_layout(title=f"{report['task']} ({runs_label(report)}): context reading per "
+    fig.update_layout(title=f"{report.task} ({runs_label(report)}): context reading per "
                             "head (context "
-                            f"'{report['context']}'; random_init is the null)",
+                            f"'{report.context}'; random_init is the null)",
                       height=120 + 300 * rows, width=260 * cols + 160)
     return fig
 
@@ -143,44 +154,47 @@ def heatmap(values: list[list[float]], rows: list[str], cols: list[str], title: 
     return fig
 
 
-def grad_x(report: dict) -> tuple[list, bool]:
+def grad_x(report: GradAlignReport) -> tuple[list, bool]:
     """The x of a grad_align report's checkpoints and whether they are one run's course over
     training (distinct recorded steps, one run folder): steps, joined by lines; else the
     checkpoints' names as categories, never joined (different runs have no course)."""
-    names = list(report["results"])
-    steps = report.get("steps")
-    ckpts = (report.get("config") or {}).get("ckpt") or []
+    report = as_report(report, GradAlignReport)
+    names = list(report.results)
+    steps = report.steps
+    ckpts = (report.config or {}).get("ckpt") or []
     runs = {Path(str(c)).parent.parent for c in ckpts}
     if steps and len(set(steps)) == len(names) and len(runs) <= 1:
         return list(steps), True
     return [Path(str(n)).name for n in names], False
 
 
-def _grad_run(report: dict) -> str:
+def _grad_run(report: GradAlignReport) -> str:
+    report = as_report(report, GradAlignReport)
     first = (report.get("config") or {}).get("ckpt") or \
         [r.get("path") for r in report.get("runs", {}).values()] or [None]
     return Path(str(first[0])).parent.parent.name if first[0] else ""
 
 
-def grad_align_figure(report: dict) -> go.Figure:
+def grad_align_figure(report: GradAlignReport) -> go.Figure:
     """One panel per pair of loss terms: their cross-fitted angle at each checkpoint (solid)
     beside the noise floors of the two terms it joins (dotted: the angle between each term's
     two half-batch gradients; an angle is only read where it stands clear of both)."""
-    names = list(report["results"])
+    report = as_report(report, GradAlignReport)
+    names = list(report.results)
     steps, over_training = grad_x(report)
-    first = report["results"][names[0]]["global"]
+    first = report.results[names[0]].global_
     pairs = list(first["angle_xfit_deg"])
     line = "lines+markers" if over_training else "markers"
     fig = make_subplots(rows=1, cols=len(pairs), shared_yaxes=True,
                         subplot_titles=[p.replace("~", " vs ") for p in pairs])
     colours = {"opd": PALETTE["opd"], "nca": PALETTE["nca"], "ctx": PALETTE["base"]}
     for col, pair in enumerate(pairs, 1):
-        val = lambda n, k, key: report["results"][n]["global"][key].get(k)  # noqa: E731
+        val = lambda n, k, key: report.results[n].global_[key].get(k)  # noqa: E731
         fig.add_trace(go.Scatter(x=steps, y=[val(n, pair, "angle_xfit_deg") for n in names],
                                  name="cross-fitted angle (two halves)", legendgroup="angle",
                                  showlegend=col == 1, mode=line,
                                  line={"color": "#222"}), 1, col)
-        cells = [report["results"][n]["global"].get("parts", {}).get("pairs", {}).get(pair)
+        cells = [report.results[n].global_.get("parts", {}).get("pairs", {}).get(pair)
                  for n in names]
         if any(cells):
             y = [c["angle_corrected_deg"] if c else None for c in cells]
@@ -206,7 +220,7 @@ def grad_align_figure(report: dict) -> go.Figure:
     fig.update_xaxes(title_text="distillation step" if over_training else "checkpoint")
     fig.update_yaxes(title_text="degrees", range=[0, 180], col=1)
     run = _grad_run(report) if over_training else f"{len(names)} checkpoints"
-    fig.update_layout(title=f"{report.get('task', '')} {run}: angles between loss-term "
+    fig.update_layout(title=f"{report.task or ''} {run}: angles between loss-term "
                             "gradients<br><sup>dotted (a dash per checkpoint): each term's "
                             "noise floor (its two half "
                             "batches' angle); a missing point: the term is within its own noise "
@@ -215,14 +229,15 @@ def grad_align_figure(report: dict) -> go.Figure:
     return fig
 
 
-def grad_align_over_steps(report: dict) -> go.Figure:
+def grad_align_over_steps(report: GradAlignReport) -> go.Figure:
     """Angles between the loss terms' gradients over training (solid): the noise-corrected
     angle with its 95% jackknife interval where grad_align ran with --parts (what the claims
     judge), else the cross-fitted angle; each term's noise floor dotted."""
-    steps = report.get("steps") or list(range(len(report["results"])))
+    report = as_report(report, GradAlignReport)
+    steps = report.steps or list(range(len(report.results)))
     fig = go.Figure()
-    names = list(report["results"])
-    cells = [report["results"][n]["global"] for n in names]
+    names = list(report.results)
+    cells = [report.results[n].global_ for n in names]
     corrected = all(c.get("parts") for c in cells)
     for p in cells[0]["angle_xfit_deg"]:
         if corrected:
@@ -246,7 +261,7 @@ def grad_align_over_steps(report: dict) -> go.Figure:
         else ""
     what = ("noise-corrected angles (whiskers: 95% jackknife intervals over random half "
             "splits)" if corrected else "cross-fitted angles (no --parts: uncorrected)")
-    fig.update_layout(title=f"{report.get('task', '')} {run}: gradient angles over training"
+    fig.update_layout(title=f"{report.task or ''} {run}: gradient angles over training"
                             f"<br><sup>solid: {what};<br>dotted: each term's noise floor (its "
                             "two half batches' angle)</sup>",
                       margin={"t": 130},
@@ -255,28 +270,29 @@ def grad_align_over_steps(report: dict) -> go.Figure:
     return fig
 
 
-def patching_figures(report: dict) -> dict[str, go.Figure]:
+def patching_figures(report: Patching) -> dict[str, go.Figure]:
     """Causal patching of one checkpoint's cases (harm or help): layer x position or layer x
     position group (residual stream), layer x head (output patching in the full scope; removal
     of attention to c always), the held-out head table against its random-head null, and the
     logit lens of both views."""
-    kind = report.get("kind", "harm")
+    report = as_report(report, Patching)
+    kind = report.kind or "harm"
     if kind not in report:
         return {}
-    name = Path(report["checkpoint"]).name
-    L, H, n = report["n_layers"], report["n_heads"], report[kind]["n"]
-    who = f"{report['task']} {name} ({n} {kind} cases)"
+    name = Path(report.checkpoint).name
+    L, H, n = report.n_layers, report.n_heads, report[kind]["n"]
+    who = f"{report.task} {name} ({n} {kind} cases)"
     undo = {"harm": "1 = harm undone", "help": "1 = help removed"}[kind]
     layers = [f"L{i}" for i in range(L)]
     figs = {}
-    if "resid_offsets" in report["forward"]:
+    if "resid_offsets" in report.forward:
         off = report["forward"]["resid_offsets"]["mean"]  # L K
         K = len(off[0])
         x, z = [f"-{k}" for k in range(1, K + 1)], off
         xtitle = "aligned position: offset from the deciding position (-1), back through " \
                  "the response prefix into x"
     else:
-        rg = report["forward"]["resid_groups"]
+        rg = report.forward["resid_groups"]
         x = ["all aligned", "x", "response prefix", "deciding position"]
         z = [[rg[g]["mean"][i] for g in ("all", "x", "response", "decide")] for i in range(L)]
         xtitle = "aligned positions patched"
@@ -289,8 +305,8 @@ def patching_figures(report: dict) -> dict[str, go.Figure]:
               f"<sup>0 = unchanged, {undo}; mean over cases</sup>",
         xaxis_title=xtitle, yaxis_title="layer", yaxis=dict(autorange="reversed"),
         height=max(380, 16 * L + 160), autosize=True)
-    panels = [("ablation", report["ablation"]["mean"], "attention to c removed")]
-    if "heads" in report["forward"]:
+    panels = [("ablation", report.ablation["mean"], "attention to c removed")]
+    if "heads" in report.forward:
         panels = [("forward", report["forward"]["heads"]["mean"], "output no-c -> c"),
                   ("reverse", report["reverse"]["heads"]["mean"], "output c -> no-c")] + panels
     heads = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[2] for p in panels])
@@ -306,7 +322,7 @@ def patching_figures(report: dict) -> dict[str, go.Figure]:
                               f"logit difference at the deciding position</sup>",
                         height=max(380, 16 * L + 160), autosize=True)
     figs["heads"] = heads
-    rows = report.get("heads", {}).get("rows")
+    rows = (report.heads or {}).get("rows")
     if rows:
         sel = make_subplots(rows=1, cols=2, horizontal_spacing=0.14, subplot_titles=[
             "teacher-forced effect", "answers flipped"])
@@ -338,14 +354,14 @@ def patching_figures(report: dict) -> dict[str, go.Figure]:
     lens = make_subplots(rows=1, cols=2, subplot_titles=["KL(no c || c) of the decoded layer",
                                                          "rank of the right answer"])
     xl = ["embed"] + [str(i) for i in range(L)]
-    lens.add_trace(go.Scatter(x=xl, y=report["lens"]["kl"]["mean"], name=f"{kind} cases",
+    lens.add_trace(go.Scatter(x=xl, y=report.lens["kl"]["mean"], name=f"{kind} cases",
                               line={"color": PALETTE["opd"]}), 1, 1)
-    if "control" in report:
-        lens.add_trace(go.Scatter(x=xl, y=report["control"]["lens"]["kl"]["mean"],
+    if report.control is not None:
+        lens.add_trace(go.Scatter(x=xl, y=report.control["lens"]["kl"]["mean"],
                                   name="controls (both right)", line={"color": "#7f7f7f"}), 1, 1)
-    lens.add_trace(go.Scatter(x=xl, y=report["lens"]["rank_no_c"]["mean"],
+    lens.add_trace(go.Scatter(x=xl, y=report.lens["rank_no_c"]["mean"],
                               name="no-context view", line={"dash": "dot"}), 1, 2)
-    lens.add_trace(go.Scatter(x=xl, y=report["lens"]["rank_c"]["mean"], name="context view"),
+    lens.add_trace(go.Scatter(x=xl, y=report.lens["rank_c"]["mean"], name="context view"),
                    1, 2)
     lens.update_xaxes(title_text="layer")
     lens.update_yaxes(title_text="KL (nats)", col=1)
@@ -380,26 +396,27 @@ def context_return_figure(summary: dict, task: str, context: str,
     return fig
 
 
-def evaluate_figure(report: dict) -> go.Figure:
+def evaluate_figure(report: ContextReturnReport) -> go.Figure:
     """Per checkpoint: right without c, with c, harm, help, both-right, with 95% intervals."""
+    report = as_report(report, ContextReturnReport)
     metrics = ["correct_no_c", "correct_c", "harm", "help", "both"]
-    unit = next(iter(report["results"].values()))
+    unit = next(iter(report.results.values()))
     # a QA task's success is accuracy: its bars say so, as its tables do
-    names = [label(m, unit.get("metric", "win")) for m in metrics]
+    names = [label(m, unit.metric or "win") for m in metrics]
     fig = go.Figure()
     who = roster(report)
-    for i, (name, r) in enumerate(report["results"].items()):
+    for i, (name, r) in enumerate(report.results.items()):
         vals = [r.get(m) for m in metrics]
-        fig.add_trace(go.Bar(name=f"{name} ({r['regime']})", x=names, y=vals,
+        fig.add_trace(go.Bar(name=f"{name} ({r.regime})", x=names, y=vals,
                              marker_color=_line(who[name], i)["color"],
-                             error_y=_ci_bars(vals, [r["ci95"].get(m) for m in metrics])))
-    task = f"{report['task']}: " if report.get("task") else ""
+                             error_y=_ci_bars(vals, [r.ci95.get(m) for m in metrics])))
+    task = f"{report.task}: " if report.task else ""
     # items cluster into units (a fact's questions, a level's seeds); where each item is its
     # own unit, say the count once
-    count = f"{unit['n']} items" if unit["unit"] == "item" and unit["n_units"] == unit["n"] \
-        else f"{unit['n']} items, {unit['n_units']} {unit['unit']}s"
+    count = f"{unit.n} items" if unit.unit == "item" and unit.n_units == unit.n \
+        else f"{unit.n} items, {unit.n_units} {unit.unit}s"
     fig.update_layout(title=f"{task}context return per checkpoint (context "
-                            f"'{report['context']}'; {count})<br><sup>whiskers: 95% "
+                            f"'{report.context}'; {count})<br><sup>whiskers: 95% "
                             "cluster-bootstrap "
                             "intervals; legend: regime</sup>",
                       barmode="group", yaxis=dict(range=[0, 1], title="rate"), height=450,
@@ -407,20 +424,21 @@ def evaluate_figure(report: dict) -> go.Figure:
     return fig
 
 
-def trajectory_figure(report: dict) -> go.Figure:
+def trajectory_figure(report: TrajectoryReport) -> go.Figure:
     """Per run, over distillation steps: win rates without / with c, harm, and the three KLs
     (step 0, the initial checkpoint, is the null)."""
+    report = as_report(report, TrajectoryReport)
     titles = ["win rate without c (solid) / with c (dot)", "harm = P(lost with c | won without)",
               "KL(g(.|x) || f(.|x,c)): the gap OPD closes",
               "KL(g(.|x,c) || f(.|x,c)): context-view drift"]
     fig = make_subplots(rows=2, cols=2, subplot_titles=titles)
     who = roster(report)
-    for i, (name, r) in enumerate(report["results"].items()):
-        steps = [row["step"] for row in r["steps"]]
+    for i, (name, r) in enumerate(report.results.items()):
+        steps = [row["step"] for row in r.steps]
         line = _line(who[name], i)
-        col = lambda k, rows=r["steps"]: [row[k] for row in rows]  # noqa: E731
+        col = lambda k, rows=r.steps: [row[k] for row in rows]  # noqa: E731
         kw = {"legendgroup": name, "mode": "lines+markers"}
-        ci = lambda k, rows=r["steps"]: [row["ci95"].get(k) for row in rows]  # noqa: E731
+        ci = lambda k, rows=r.steps: [row["ci95"].get(k) for row in rows]  # noqa: E731
         fig.add_trace(go.Scatter(x=steps, y=col("correct_no_c"), name=name, line=line,
                                  error_y=_ci_bars(col("correct_no_c"), ci("correct_no_c")),
                                  **kw), 1, 1)
@@ -430,7 +448,7 @@ def trajectory_figure(report: dict) -> go.Figure:
         fig.add_trace(go.Scatter(x=steps, y=col("harm"), line=line, showlegend=False,
                                  error_y=_ci_bars(col("harm"), ci("harm")), **kw), 1, 2)
         for j, k in enumerate(("kl_opd", "kl_ctx")):
-            ci = [row["ci95"][k] for row in r["steps"]]
+            ci = [row["ci95"][k] for row in r.steps]
             fig.add_trace(go.Scatter(
                 x=steps, y=col(k), line=line, showlegend=False,
                 error_y={"type": "data", "symmetric": False,
@@ -440,15 +458,15 @@ def trajectory_figure(report: dict) -> go.Figure:
     for row, col, what in ((1, 1, "rate"), (1, 2, "harm"), (2, 1, "KL (nats/token)"),
                            (2, 2, "KL (nats/token)")):
         fig.update_yaxes(title_text=what, row=row, col=col)
-    if all(row.get("harm") is None for r in report["results"].values() for row in r["steps"]):
+    if all(row.get("harm") is None for r in report.results.values() for row in r.steps):
         # an empty panel on plotly's default -1..4 axis reads as a plotting bug; say why
         fig.update_yaxes(range=[0, 1], row=1, col=2)
         fig.add_annotation(text="harm undefined at every step:<br>no item right without c",
                            x=0.5, y=0.5, xref="x2 domain", yref="y2 domain", showarrow=False)
-    first = next(iter(report["results"].values()))
-    fig.update_layout(title=f"{first['task']} ({runs_label(report)}): context "
-                            f"return over training<br><sup>runs {', '.join(report['results'])}; "
-                            f"context '{first['context']}'; step 0 = the initial checkpoint, "
+    first = next(iter(report.results.values()))
+    fig.update_layout(title=f"{first.task} ({runs_label(report)}): context "
+                            f"return over training<br><sup>runs {', '.join(report.results)}; "
+                            f"context '{first.context}'; step 0 = the initial checkpoint, "
                             "the null; whiskers: 95% intervals</sup>", height=700, width=1000)
     return fig
 
@@ -461,30 +479,31 @@ def notebook_renderer() -> None:
     pio.renderers.default = "plotly_mimetype+notebook"
 
 
-def unscored_figure(report: dict) -> go.Figure:
+def unscored_figure(report: ContextReturnReport) -> go.Figure:
     """Own data without a scorer: per checkpoint, the mean response length without and with c
     and the views' token KL, with 95% intervals."""
+    report = as_report(report, ContextReturnReport)
     from plotly.subplots import make_subplots
 
-    reps = report["results"]
+    reps = report.results
     names = list(reps)
     fig = make_subplots(rows=1, cols=2, subplot_titles=(
         "response length (tokens)", "KL(g(.|x) || g(.|x,c)) per token"))
     for key, colour in (("len_no_c", "#4c78a8"), ("len_c", "#f58518")):
         fig.add_bar(x=names, y=[reps[n][key] for n in names], name=key, marker_color=colour,
                     error_y=_interval([reps[n][key] for n in names],
-                                      [reps[n]["ci95"][key] for n in names]), row=1, col=1)
-    fig.add_bar(x=names, y=[reps[n]["kl_views"] for n in names], name="kl_views",
+                                      [reps[n].ci95[key] for n in names]), row=1, col=1)
+    fig.add_bar(x=names, y=[reps[n].kl_views for n in names], name="kl_views",
                 marker_color="#54a24b", error_y=_interval(
-                    [reps[n]["kl_views"] for n in names],
-                    [reps[n]["kl_views_ci95"] for n in names]), row=1, col=2)
-    if all("kl_views" in (reps[n].get("control") or {}) for n in names):  # the wrong-c null
-        ctrl = [reps[n]["control"] for n in names]
+                    [reps[n].kl_views for n in names],
+                    [reps[n].kl_views_ci95 for n in names]), row=1, col=2)
+    if all("kl_views" in (reps[n].control or {}) for n in names):  # the wrong-c null
+        ctrl = [reps[n].control for n in names]
         fig.add_bar(x=names, y=[c["kl_views"] for c in ctrl], name="kl_views with wrong c'",
                     marker_color="#bab0ac", error_y=_interval(
                         [c["kl_views"] for c in ctrl], [c["kl_views_ci95"] for c in ctrl]),
                     row=1, col=2)
-    fig.update_layout(title=f"{report['task']}: context return without a scorer", width=900,
+    fig.update_layout(title=f"{report.task}: context return without a scorer", width=900,
                       height=420, barmode="group")
     return fig
 

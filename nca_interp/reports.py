@@ -36,15 +36,15 @@ import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from nca_interp.errors import UsageError
 
 __all__ = ["VERSION", "ContextReturn", "ContextReturnReport", "Fields", "GradAlign",
            "GradAlignReport", "LayerSim", "LayerSimReport", "ParamDelta", "ParamDeltaReport",
            "Patching", "PatchingReport", "Report", "ReportError", "RunRecord", "Trajectory",
-           "TrajectoryReport", "VOCABULARY", "describe", "label", "read_derived", "upgrade",
-           "vocabulary"]
+           "TrajectoryReport", "VOCABULARY", "as_report", "describe", "label", "read_derived",
+           "typed", "upgrade", "vocabulary"]
 
 VERSION = 3
 _LEGACY_RESULTS = ("reports", "per_checkpoint")
@@ -199,7 +199,7 @@ class Report(Fields):
     ENTRY: ClassVar[type[Fields] | None] = None
     OPEN: ClassVar[bool] = True  # undeclared top-level keys kept in `extra` (only here)
 
-    config: dict = need("the config the analysis ran with (its command's fields)")
+    config: dict = need("the config the analysis ran with (its command's fields, as a dict)")
     task: str | None = need("the task's name")
     context: str | None = need("the context kind c (None where the analysis has none)")
     runs: dict = need("a RunRecord per key of results")
@@ -241,8 +241,12 @@ class Report(Fields):
 
 
 def describe(cls: type[Fields]) -> str:
-    """Each field of a report or entry class with its meaning, one per line."""
-    return "\n".join(f"  {k:<22} {f.metadata.get('doc', '')}" for k, f in _keys(cls).items())
+    """Each field of a report or entry class with its meaning, one per line: its JSON key, and
+    the attribute where that differs (`items` is read as `entry.items_`, `global` as
+    `entry.global_`: the mapping's method and Python's keyword keep those names)."""
+    return "\n".join(
+        f"  {k + ('' if k == f.name else f' (.{f.name})'):<22} {f.metadata.get('doc', '')}"
+        for k, f in _keys(cls).items())
 
 
 # --- the built-in analyses' entries and reports -------------------------------------------
@@ -464,6 +468,27 @@ def label(key: str, metric: str = "win") -> str:
     if key == "correct" or key.startswith("correct_"):
         return ("acc" if metric == "accuracy" else "win") + key[len("correct"):]
     return key
+
+
+F = TypeVar("F", bound="Fields")
+
+
+def as_report(d: Mapping, cls: type[F]) -> F:
+    """`d` as `cls`, a report class or an entry class: kept when it is one, else read (a
+    report upgraded from its version first; an undeclared key refused, and a required one
+    missing). What a figure, table or `show` calls at its door, so a report a user built as
+    a dict draws too, or is refused in one line naming what it lacks."""
+    if isinstance(d, cls):
+        return d
+    return cls.from_json(upgrade(d) if issubclass(cls, Report) else d, cls.__name__,
+                         complete=True)
+
+
+def typed(entries: Mapping[str, Any], cls: type[F]) -> dict[str, F]:
+    """`{label: entry}` with every entry as `cls`: an entry already typed is kept, a dict (as an
+    analysis computes it or a user builds it) is read as `cls` (an undeclared key refused).
+    What a reader calls at its door, so it reads attributes whatever it was handed."""
+    return {k: cls.from_json(v, str(k)) for k, v in entries.items()}
 
 
 def read_derived(path: str | Path) -> Any:

@@ -48,6 +48,7 @@ from nca_interp.forward import response_logits
 from nca_interp.losses import position_kl
 from nca_interp.models import context_limit
 from nca_interp.progress import bar
+from nca_interp.reports import TrajectoryReport, as_report
 from nca_interp.rollout import onpolicy_batch
 from nca_interp.runs import initial_of, resolve_task_and_context, step_of, teacher_of
 from nca_interp.tasks import context_choices
@@ -138,13 +139,13 @@ class TrajectoryConfig:
 
 
 def format_table(results: dict) -> str:
-    rows = [row for r in results.values() for row in r["steps"]]
+    rows = [row for r in results.values() for row in r.steps]
     terms = [k for k in KL_TERMS if rows and all(k in row for row in rows)]  # drift: newer
     head = (f"{'run':<24} {'step':>5} {'win_no_c':>8} {'win_c':>6} {'harm':>6} {'help':>6} "
             f"{'regime':>6} " + " ".join(f"{k:>7}" for k in terms))
     lines = [head]
     for name, r in results.items():
-        for row in r["steps"]:
+        for row in r.steps:
             harm = "-" if row["harm"] is None else f"{row['harm']:.3f}"
             hlp = "-" if row["help"] is None else f"{row['help']:.3f}"
             lines.append(f"{name:<24} {row['step']:>5} {row['correct_no_c']:>8.3f} "
@@ -219,12 +220,14 @@ def run(cfg: TrajectoryConfig | None = None, /, **fields) -> dict:
                                 paths={Path(r).name: r for r in plan}, results=results)
 
 
-def show(report: dict) -> None:
-    print(format_table(report["results"]))
+def show(report: TrajectoryReport | dict) -> None:
+    report = as_report(report, TrajectoryReport)
+    print(format_table(report.results))
 
 
-def figures(report: dict) -> dict:
+def figures(report: TrajectoryReport | dict) -> dict:
     """{"": Figure} of a `run` report."""
+    report = as_report(report, TrajectoryReport)
     from nca_interp import plots
 
     return {"": plots.trajectory_figure(report)}

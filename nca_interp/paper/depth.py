@@ -80,7 +80,7 @@ def _context_return(figs: Path, seeds) -> dict | None:
         runs = _seeded(rep, m, seeds)
         out[m] = {k: _spread([r.get(k) for r in runs])
                   for k in ("correct_no_c", "correct_c", "harm", "rel_len")}
-        out[m]["regimes"] = "".join(r["regime"] for r in runs)
+        out[m]["regimes"] = "".join(r.regime for r in runs)
     return out
 
 
@@ -92,11 +92,11 @@ def _views(figs: Path, seeds) -> dict | None:
     rep = analysis.load(figs / LAYER_SIM)
     rows = dict(others(rep))
     base = next(e for k, e in rows.items() if k != "random_init")
-    n = len(base["cos"]) - 1
+    n = len(base.cos) - 1
     half = n // 2
 
     def means(e: dict) -> tuple[float, float]:
-        cos = e["cos"][1:]
+        cos = e.cos[1:]
         return float(np.mean(cos)), float(np.mean(cos[half:]))
 
     b_all, b_late = means(base)
@@ -108,7 +108,7 @@ def _views(figs: Path, seeds) -> dict | None:
         out[m] = {"all": _spread([means(r)[0] for r in runs]),
                   "late": _spread([means(r)[1] for r in runs]),
                   "closed": _spread([rules.closed_share(means(r)[0], b_all) for r in runs]),
-                  "floor": _spread([max(r["cos_other"][1:]) for r in runs if "cos_other" in r])}
+                  "floor": _spread([max(r.cos_other[1:]) for r in runs if r.cos_other is not None])}
     return out
 
 
@@ -118,13 +118,13 @@ def _updates(figs: Path, seeds) -> dict | None:
     if not (figs / PARAM_DELTA).exists():
         return None
     rep = analysis.load(figs / PARAM_DELTA)
-    n = rep["n_layers"]
+    n = rep.n_layers
     third = max(1, n // rules.DEPTH_THIRDS)
     out = {"layers": n}
     for m in ("opd", "nca"):
         ratio, qk, top = [], [], []
         for r in _seeded(rep, m, seeds):
-            lay, mod = r["per_layer_adam"], r["per_module_adam"]
+            lay, mod = r.per_layer_adam, r.per_module_adam
             if lay.get("0") is None:
                 continue  # no learning-rate record: not measurable
             shallow = np.mean([lay[str(i)] for i in range(third)])

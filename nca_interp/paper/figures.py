@@ -31,7 +31,7 @@ def render_figures(figs: Path, png: bool) -> list[str]:
         rep = analysis.load(figs / CONTEXT_RETURN)
         written += plots.write_figure(
             plots.context_return_figure(read_derived(summary), figs.name,
-                                        rep["context"], evaluate.metric_of(rep["results"])),
+                                        rep.context, evaluate.metric_of(rep.results)),
             figs / "context_return_seeds", png)
     if (hd := figs / HARM_DRIFT).exists():
         written += plots.write_figure(dose.figure(read_derived(hd)["rows"],

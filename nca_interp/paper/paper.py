@@ -124,18 +124,18 @@ def cosine_rows(root: Path) -> list[str]:
         rep = analysis.load(f)
         base = next((r for n, r in others(rep) if n != "random_init"), None)
         opd, nca = runs_of(rep, "opd"), runs_of(rep, "nca")
-        if base is None or not opd or not nca or "random_init" not in rep["results"]:
+        if base is None or not opd or not nca or "random_init" not in rep.results:
             continue
-        b = base["cos"][1:]
+        b = base.cos[1:]
 
         def low(runs):
-            return float(np.mean([min(r["cos"][1:]) for r in runs]))
+            return float(np.mean([min(r.cos[1:]) for r in runs]))
 
         def share(runs, b=b):
-            return float(np.mean(closed_shares([r["cos"][1:] for r in runs], b)))
+            return float(np.mean(closed_shares([r.cos[1:] for r in runs], b)))
 
-        floor = [max(r["cos_other"][1:]) for r in nca if "cos_other" in r]
-        rnd = min(rep["results"]["random_init"]["cos"][1:])
+        floor = [max(r.cos_other[1:]) for r in nca if r.cos_other is not None]
+        rnd = min(rep.results["random_init"].cos[1:])
         rows.append(
             f"| hidden-state cosine, views with and without c (`{f.parent.name}`, "
             f"{len(b)} layers) | base {paper['base']:g}, OPD {paper['opd']:g}, NCA >= "

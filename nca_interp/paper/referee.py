@@ -41,7 +41,7 @@ def size_matched(figs: Path) -> claims.Claim:
 
 def patched_runs(figs: Path) -> str:
     """The checkpoints a setting's patching read (the head verdict uses the first OPD one)."""
-    results = analysis.load(figs / PATCHING)["results"]
+    results = analysis.load(figs / PATCHING).results
     return "patched: " + ", ".join(results)
 
 

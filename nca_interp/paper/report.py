@@ -43,7 +43,7 @@ def metric(figs: Path) -> str:
     """`win` (games) or `accuracy` (QA), as the pipeline's evaluations recorded it."""
     for f in [figs / CONTEXT_RETURN, *sorted(figs.glob(TEACHER_GLOB))]:
         if f.exists():
-            return metric_of(analysis.load(f)["results"])
+            return metric_of(analysis.load(f).results)
     return "win"
 
 
@@ -52,15 +52,15 @@ def teacher(figs: Path) -> str:
     rows = [f"| context kind | {m} without c | {m} with c | harm | help | regime |",
             "|---|---|---|---|---|---|"]
     for f in sorted(figs.glob(TEACHER_GLOB)):
-        r = next(iter(analysis.load(f)["results"].values()))
+        r = next(iter(analysis.load(f).results.values()))
         cells = [with_ci(r, k) for k in ("correct_no_c", "correct_c", "harm", "help")]
         rows.append(f"| {f.stem.split('_', 1)[1]} | " + " | ".join(cells) +
-                    f" | {r['regime']} |")
+                    f" | {r.regime} |")
     return "\n".join(rows)
 
 
 def with_ci(r: dict, k: str) -> str:
-    v, ci = r.get(k), r["ci95"].get(k, [None, None])
+    v, ci = r.get(k), r.ci95.get(k, [None, None])
     if v is None:
         return "-"
     return f"{v:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci[0] is not None else "")
@@ -80,15 +80,15 @@ def context_return(figs: Path) -> str:
 
 
 def per_seed(figs: Path) -> str:
-    rep = analysis.load((figs / CONTEXT_RETURN))["results"]
+    rep = analysis.load((figs / CONTEXT_RETURN)).results
     keys = ["correct_no_c", "correct_c", "harm", "help", "delta_c", "rel_len_both"]
     rows = ["| run | " + " | ".join(label(k, metric(figs)) for k in keys) +
             " | regime | resampled unit |", "|---" * (len(keys) + 3) + "|"]
     for name, r in rep.items():
         cells = [with_ci(r, k) for k in keys]
-        unit = f"{r.get('n_units', r['n'])} {r.get('unit', 'level')}s" + \
-            f" ({r['n_correct_no_c']} right without c)" if "n_correct_no_c" in r else ""
-        rows.append(f"| {name} | " + " | ".join(cells) + f" | {r['regime']} | {unit} |")
+        unit = f"{r.n_units or r.n} {r.unit or 'level'}s" + \
+            f" ({r.n_correct_no_c} right without c)" if r.n_correct_no_c is not None else ""
+        rows.append(f"| {name} | " + " | ".join(cells) + f" | {r.regime} | {unit} |")
     return "\n".join(rows)
 
 
@@ -99,14 +99,14 @@ def _group(key: str, rid: RunId) -> str:
 
 def layer_sim(figs: Path, name: str = "layer_sim") -> str:
     rep = analysis.load(figs / f"{name}.json")
-    layers = rep["layers"][1:]
-    out = [f"Positions: {rep.get('at', 'response')}; every model teacher-forced on "
-           f"{rep.get('responses_from', 'its own greedy responses')}. Mean (min to max) over "
+    layers = rep.layers[1:]
+    out = [f"Positions: {rep.at or 'response'}; every model teacher-forced on "
+           f"{rep.responses_from or 'its own greedy responses'}. Mean (min to max) over "
            "seeds; `random_init` (same config, untrained) is the null."]
-    first = next(iter(rep["results"].values()))
+    first = next(iter(rep.results.values()))
     metrics = [m for m in ("cos", "cos_other", "cos_centred", "cka", "cka_debiased")
                if m in first]  # cos_other: views of different items (the anisotropy floor)
-    if "ctx_attn_ratio_layer" in next(iter(rep["results"].values())):
+    if next(iter(rep.results.values())).ctx_attn_ratio_layer is not None:
         metrics.append("ctx_attn_ratio_layer")
     for metric in metrics:
         shift = 1 if metric != "ctx_attn_ratio_layer" else 0  # no embedding entry there
@@ -114,7 +114,7 @@ def layer_sim(figs: Path, name: str = "layer_sim") -> str:
                 "|---" * (len(layers) + 1) + "|"]
         groups: dict[str, list[list[float]]] = {}
         who = roster(rep)
-        for run, r in rep["results"].items():
+        for run, r in rep.results.items():
             groups.setdefault(_group(run, who[run]), []).append(r[metric][shift:])
         for key, vals in groups.items():
             v = np.array(vals)
@@ -122,11 +122,11 @@ def layer_sim(figs: Path, name: str = "layer_sim") -> str:
                      for m, lo, hi in zip(v.mean(0), v.min(0), v.max(0))]
             rows.append(f"| {key} | " + " | ".join(cells) + " |")
         out.append("\n".join(rows))
-    if "ctx_attn_ratio" in next(iter(rep["results"].values())):
+    if next(iter(rep.results.values())).ctx_attn_ratio is not None:
         rows = ["| model | max head | median head | top heads (ratio; 1 = uniform) |",
                 "|---|---|---|---|"]
-        for run, r in rep["results"].items():
-            R = np.array(r["ctx_attn_ratio"])
+        for run, r in rep.results.items():
+            R = np.array(r.ctx_attn_ratio)
             order = np.argsort(-R, axis=None)[:4]
             top = ", ".join(f"L{i // R.shape[1]}H{i % R.shape[1]} {R.flat[i]:.2f}" for i in order)
             rows.append(f"| {run} | {R.max():.2f} | {np.median(R):.2f} | {top} |")
@@ -143,14 +143,14 @@ def grad_align(figs: Path) -> str:
             "floor nca | \\|ctx\\|/\\|opd\\| |", "|---" * 10 + "|"]
     for method, path in grad_files(figs):
         rep = analysis.load(path)
-        steps = rep.get("steps") or [None] * len(rep["results"])
-        for step, r in zip(steps, rep["results"].values()):
-            g = r["global"]
+        steps = rep.steps or [None] * len(rep.results)
+        for step, r in zip(steps, rep.results.values()):
+            g = r.global_
             if "angle_xfit_deg" not in g:
                 raise UsageError(f"{path} predates noise floors; re-run the grad_align stage")
             x, f = g["angle_xfit_deg"], g["self_angle_deg"]
             ratio = g["norm_ratio"].get("ctx/opd")
-            rows.append(f"| {method} | {step} | {rep['config']['batch']} | {ang(x['opd~ctx'])} | "
+            rows.append(f"| {method} | {step} | {rep.config['batch']} | {ang(x['opd~ctx'])} | "
                         f"{ang(x['opd~nca'])} | {ang(x['nca~ctx'])} | {ang(f['opd'])} | "
                         f"{ang(f['ctx'])} | {ang(f['nca'])} | "
                         f"{'-' if ratio is None else f'{ratio:.2f}'} |")
@@ -183,9 +183,9 @@ def part_rows(figs: Path) -> str:
     n = 0
     for method, path in grad_files(figs):
         rep = analysis.load(path)
-        steps = rep.get("steps") or [None] * len(rep["results"])
-        for step, r in zip(steps, rep["results"].values()):
-            st = r["global"].get("parts")
+        steps = rep.steps or [None] * len(rep.results)
+        for step, r in zip(steps, rep.results.values()):
+            st = r.global_.get("parts")
             if not st:
                 continue
             n += 1
@@ -205,9 +205,9 @@ def part_rows(figs: Path) -> str:
 def param_delta(figs: Path) -> str:
     rep = analysis.load(figs / PARAM_DELTA)
     out = []
-    per = rep["results"]
+    per = rep.results
     names = [Path(p).name for p in per]
-    modules = sorted(next(iter(per.values()))["per_module"])
+    modules = sorted(next(iter(per.values())).per_module)
     for key, title in (("per_module", "Relative delta per module type (||dW|| / ||W0||)"),
                        ("per_module_adam", "Adam-normalised delta per module type "
                         "(||dW|| / (sum lr x sqrt(n)); 1 = every element moved lr every step "
@@ -219,17 +219,17 @@ def param_delta(figs: Path) -> str:
             rows.append(f"| {m} | " + " | ".join("-" if r[key].get(m) is None else
                                                  f"{r[key][m]:.4f}" for r in per.values()) + " |")
         out.append(f"{title}:\n\n" + "\n".join(rows))
-    layers = sorted(next(iter(per.values()))["per_layer"], key=lambda k: (k == "all", k))
+    layers = sorted(next(iter(per.values())).per_layer, key=lambda k: (k == "all", k))
     rows = ["| layer | " + " | ".join(f"{n} rel | {n} adam" for n in names) + " |",
             "|---" * (2 * len(per) + 1) + "|"]
     for layer in layers:
         cells = []
         for r in per.values():
-            adam = r.get("per_layer_adam", {}).get(layer)
-            cells += [f"{r['per_layer'][layer]:.4f}", "-" if adam is None else f"{adam:.4f}"]
+            adam = (r.per_layer_adam or {}).get(layer)
+            cells += [f"{r.per_layer[layer]:.4f}", "-" if adam is None else f"{adam:.4f}"]
         rows.append(f"| {layer} | " + " | ".join(cells) + " |")
     out.append("Delta per layer:\n\n" + "\n".join(rows))
-    cmp, ctrl = rep["comparison"], rep.get("control")
+    cmp, ctrl = rep.comparison, rep.control
     a, b = Path(cmp["a"]).name, Path(cmp["b"]).name
     head = f"| module | cos(d{a}, d{b}) |"
     if ctrl:
@@ -244,9 +244,9 @@ def param_delta(figs: Path) -> str:
         rows.append(line)
     out.append("Do NCA's updates differ from OPD's? Against the seed-to-seed control:\n\n" +
                "\n".join(rows))
-    if "all_pairs" in rep:
+    if rep.all_pairs is not None:
         out.append("Global cosine of every pair of deltas: " + ", ".join(
-            f"{k} {v['global_cos']:.3f}" for k, v in rep["all_pairs"].items()))
+            f"{k} {v['global_cos']:.3f}" for k, v in rep.all_pairs.items()))
     top = sorted(cmp["specific"]["share"].items(), key=lambda kv: -kv[1])[:5]
     out.append(f"NCA-specific delta (d{b} - d{a}) largest shares: " +
                ", ".join(f"{k} {v:.1%}" for k, v in top))
@@ -258,15 +258,15 @@ def patching(figs: Path) -> str:
 
     rep = analysis.load(figs / PATCHING)
     out = []
-    for name, r in rep["results"].items():
-        c, kind = r["counts"], kind_of(r)
+    for name, r in rep.results.items():
+        c, kind = r.counts, kind_of(r)
         head = (f"**{name}**: {c['levels']} held-out items, right without c {c['right_no_c']}, "
                 f"harm cases {c['harm']}, help cases {c.get('help', '-')}, both right "
                 f"{c['both']}.")
         if kind not in r:
             out.append(head + f" No {kind} case: nothing to localise.")
             continue
-        L = r["n_layers"]
+        L = r.n_layers
 
         def cell(s, i):
             return f"{s['mean'][i]:.2f} [{s['lo'][i]:.2f}, {s['hi'][i]:.2f}]"
@@ -274,13 +274,13 @@ def patching(figs: Path) -> str:
         rows = ["| layer | resid, all aligned | resid, x only | resid, response prefix | "
                 "resid, deciding position | MLP out | reverse: resid all |",
                 "|---|---|---|---|---|---|---|"]
-        f, rv = r["forward"], r["reverse"]
+        f, rv = r.forward, r.reverse
         for i in range(L):
             rows.append(f"| {i} | " + " | ".join(cell(f["resid_groups"][g], i)
                                                   for g in ("all", "x", "response", "decide"))
                         + f" | {cell(f['mlp'], i)} | {cell(rv['resid_groups']['all'], i)} |")
-        H = r["n_heads"]
-        ab = np.array(r["ablation"]["mean"])
+        H = r.n_heads
+        ab = np.array(r.ablation["mean"])
         top = np.argsort(-np.nan_to_num(ab, nan=-9), axis=None)[:4]
         heads = ", ".join(f"L{i // H}H{i % H} {ab.flat[i]:.2f}" for i in top)
         out.append(f"{head} Patched: {r[kind]['n']} {kind} cases (forward = "
@@ -290,16 +290,16 @@ def patching(figs: Path) -> str:
                    f"\n\nRemoving one head's attention to c, all cases (in-sample ranking): "
                    f"{heads}.\n\n" + heads_table(r, kind, FLIPPED[kind]) +
                    "\n\nLogit lens, KL(no c || c) at the deciding position per layer (embed "
-                   f"first): {kind} cases " + " ".join(f"{v:.2f}" for v in r["lens"]["kl"]["mean"])
+                   f"first): {kind} cases " + " ".join(f"{v:.2f}" for v in r.lens["kl"]["mean"])
                    + "; controls " + (" ".join(f"{v:.2f}" for v in
-                                                r["control"]["lens"]["kl"]["mean"])
-                                       if "control" in r else "-") + ".")
+                                                r.control["lens"]["kl"]["mean"])
+                                       if r.control is not None else "-") + ".")
     return "\n\n".join(out)
 
 
 def heads_table(r: dict, kind: str, flipped: str) -> str:
     """Held-out head selection against its random-head null."""
-    hd = r["heads"]
+    hd = r.heads
     if "rows" not in hd:
         return hd.get("note", "")
 
@@ -333,7 +333,7 @@ def heads_table(r: dict, kind: str, flipped: str) -> str:
 def context_control(figs: Path) -> str:
     from nca_interp.evaluate import format_control
 
-    reports = analysis.load((figs / CONTEXT_CONTROL))["results"]
+    reports = analysis.load((figs / CONTEXT_CONTROL)).results
     return (format_control(reports) + "\n\nreads_c near 0 means the checkpoint answers the same "
             "with the right context and with a wrong one: it does not use what c says (a "
             "student that is 'not harmed' by c that way is blind to it, not robust). The harm "
@@ -356,7 +356,7 @@ def scorer_agreement(figs: Path) -> str:
 def trajectory_table(figs: Path) -> str:
     from nca_interp.trajectory import format_table
 
-    return "```\n" + format_table(analysis.load(figs / TRAJECTORY)["results"]) \
+    return "```\n" + format_table(analysis.load(figs / TRAJECTORY).results) \
         + "\n```"
 
 
@@ -435,7 +435,7 @@ def render(figs: Path) -> str:
                      f"(seeds {manifest['config']['seeds']}; {manifest.get('note', 'all stages')})"
                      ".\n")
     first = next(iter(sorted(figs.glob(TEACHER_GLOB))), None)
-    n = next(iter(analysis.load(first)["results"].values()))["n"] if first else "?"
+    n = next(iter(analysis.load(first).results.values())).n if first else "?"
     unit = "questions" if metric(figs) == "accuracy" else "levels"
     lines.append(f"## Teacher, {n} held-out {unit}, greedy\n\n{teacher(figs)}\n")
     if not (figs / "context_return_summary.json").exists():
@@ -479,8 +479,8 @@ def render(figs: Path) -> str:
     if (figs / PARAM_DELTA).exists():
         sections.append(("Parameter deltas", param_delta))
     if (figs / PATCHING).exists():
-        patched = analysis.load(figs / PATCHING)["results"]
-        kinds = {r.get("kind", "harm") for r in patched.values()}
+        patched = analysis.load(figs / PATCHING).results
+        kinds = {r.kind or "harm" for r in patched.values()}
         sections.append((f"Causal patching of the {' / '.join(sorted(kinds))} cases "
                          f"({', '.join(patched)})", patching))
     if other_analyses(figs):

@@ -323,7 +323,7 @@ def summarise(report: dict, seeds: list[int]) -> dict[str, dict]:
     self-distillation); a cross-model teacher evaluated after it is `teacher`."""
     out = {}
     who = roster(report)
-    others = [r for k, r in report["results"].items() if not who[k].of_method()]
+    others = [r for k, r in report.results.items() if not who[k].of_method()]
     for method in ("base", "teacher", "opd", "nca"):
         runs = others[:1] if method == "base" else others[1:2] if method == "teacher" else \
             [r for _, r in students(report, method)]
@@ -334,7 +334,7 @@ def summarise(report: dict, seeds: list[int]) -> dict[str, dict]:
             vals = [r[k] for r in runs if r.get(k) is not None]  # harm: None without cases
             out[method][k] = {"mean": float(np.mean(vals)), "min": float(np.min(vals)),
                               "max": float(np.max(vals)), "n": len(vals)} if vals else None
-        out[method]["regimes"] = [r["regime"] for r in runs]
+        out[method]["regimes"] = [r.regime for r in runs]
     return out
 
 
@@ -615,7 +615,7 @@ def context_return(p: Pipeline) -> None:
                               n_levels=cfg.n_levels, out=str(ev_json), **p.threads),
           inputs=finals)
     report = analysis.load(ev_json)
-    write_text((figs / "context_return.md"), evaluate.format_markdown(report["results"]) + "\n")
+    write_text((figs / "context_return.md"), evaluate.format_markdown(report.results) + "\n")
     write_json(figs / "context_return_summary.json", summarise(report, cfg.seeds))
     p.manifest.record([str(figs / "context_return.md"),
                        str(figs / "context_return_summary.json")], p.command(), 0.0)

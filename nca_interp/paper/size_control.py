@@ -39,6 +39,7 @@ from nca_interp.identity import roster
 from nca_interp.paper.layout import PARAM_DELTA
 from nca_interp.paper.reproduce import Manifest, record_training_time, run_parallel, stage
 from nca_interp.paper.rules import SIZE_MATCH
+from nca_interp.reports import ParamDeltaReport
 
 __all__ = ["SizeControlConfig", "main"]
 
@@ -93,14 +94,14 @@ def with_flag(argv: list[str], name: str, value: str) -> list[str]:
     return out
 
 
-def sizes(report: dict) -> dict[str, list[float]]:
+def sizes(report: ParamDeltaReport) -> dict[str, list[float]]:
     """Raw update sizes ||dW|| (root of summed squares over every tensor) per method (every
     round's size-matched OPD counted as `opdsized`)."""
     out: dict[str, list[float]] = {"opd": [], "nca": [], SUFFIX: []}
     who = roster(report)
-    for key, r in report["results"].items():
+    for key, r in report.results.items():
         if who[key].student:
-            out[who[key].method].append(r["global_sq"] ** 0.5)
+            out[who[key].method].append(r.global_sq ** 0.5)
     return out
 
 

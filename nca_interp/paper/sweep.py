@@ -51,8 +51,8 @@ def teacher_cell(figs: Path, ctx: str) -> str:
     f = figs / teacher_file(ctx)
     if not f.exists():
         return "-"
-    r = next(iter(analysis.load(f)["results"].values()))
-    return f"{r['correct_no_c']:.3f} / {r['correct_c']:.3f}"
+    r = next(iter(analysis.load(f).results.values()))
+    return f"{r.correct_no_c:.3f} / {r.correct_c:.3f}"
 
 
 def drift_cell(figs: Path, method: str) -> str:
@@ -63,7 +63,7 @@ def drift_cell(figs: Path, method: str) -> str:
     runs = [r for _, r in students(analysis.load(f), method)]
     if not runs:
         return "-"
-    rows = runs[0]["steps"]
+    rows = runs[0].steps
     return f"{rows[0]['kl_ctx']:.2f} -> {rows[-1]['kl_ctx']:.2f}"
 
 
@@ -94,11 +94,11 @@ def table(figures: Path = Path("figures")) -> str:
             pending.append((name, what, cmd))
             continue
         reports = analysis.load(ev)
-        ctx = reports["context"]
+        ctx = reports.context
         for method in ("opd", "nca"):
             if not seed_cells(reports, method, "correct_no_c"):
                 continue
-            regimes = "".join(r["regime"] for _, r in students(reports, method))
+            regimes = "".join(r.regime for _, r in students(reports, method))
             lines.append(
                 f"| {name} | {what} | {teacher_cell(figs, ctx)} | {method} | "
                 f"{len(regimes)} | {fmt(seed_cells(reports, method, 'correct_no_c'))} | "
@@ -173,13 +173,14 @@ def story(report: dict, seeds: set[str]) -> dict:
     by = {(who[n].method, str(who[n].seed)): r for n, r in students(report)
           if str(who[n].seed) in seeds}
     both = [s for (meth, s) in by if meth == "opd" and ("nca", s) in by]
-    pairs = sorted(s for s in both if by["opd", s].get("harm") is not None
-                   and by["nca", s].get("harm") is not None)
-    opd = [r["regime"] for (meth, _), r in sorted(by.items()) if meth == "opd"]
-    nca = [r["regime"] for (meth, _), r in sorted(by.items()) if meth == "nca"]
-    gaps = [by["opd", s]["harm"] - by["nca", s]["harm"] for s in pairs]
+    pairs = sorted(s for s in both if by["opd", s].harm is not None
+                   and by["nca", s].harm is not None)
+    opd = [r.regime for (meth, _), r in sorted(by.items()) if meth == "opd"]
+    nca = [r.regime for (meth, _), r in sorted(by.items()) if meth == "nca"]
+    gaps = [by["opd", s].harm - by["nca", s].harm for s in pairs]
     lows = [paired_harm_gap([(s, by["opd", s], by["nca", s])])[1][0]
-            if "items" in by["opd", s] and "items" in by["nca", s] else None for s in pairs]
+            if by["opd", s].items_ is not None and by["nca", s].items_ is not None else None
+            for s in pairs]
     clear = [(lo if lo is not None else g) > 0 for g, lo in zip(gaps, lows)]
     return {"opd_a": opd.count("A"), "opd_n": len(opd), "nca_a": nca.count("A"),
             "nca_n": len(nca), "gaps": gaps, "lows": lows, "clear": sum(clear),
@@ -233,11 +234,11 @@ def estimator_table(figures: Path = Path("figures")) -> str:
         seeds = {str(roster(rep[row])[n].seed) for n, _ in students(rep[row])}
         # the teacher: the one entry that is no student (`<task>_base`, or the fetched model)
         base = others(rep[row])[0][1]
-        items.setdefault(f"{base['n']} items", []).append(row)
+        items.setdefault(f"{base.n} items", []).append(row)
         stories.append(story_line(row, estimator_of(figures / row), story(rep[row], seeds),
                                   story(rep[full], seeds), full))
         lines.append(f"| {row} | (teacher: step 0) | - | - | " + " | ".join(metric_cells([base]))
-                     + f" | {base['regime']} |")
+                     + f" | {base.regime} |")
         for method in ("opd", "nca"):
             for name in (full, row):
                 who = roster(rep[name])
@@ -248,7 +249,7 @@ def estimator_table(figures: Path = Path("figures")) -> str:
                 est = estimator_of(figures / name)
                 lines.append(f"| {name} | {est} | {method} | {len(runs)} | "
                              + " | ".join(metric_cells(list(runs.values()))) + " | "
-                             + "".join(r["regime"] for r in runs.values()) + " |")
+                             + "".join(r.regime for r in runs.values()) + " |")
     if len(lines) == 2:  # no estimator row trained
         return ""
     out = "\n".join(lines) + (
@@ -308,7 +309,7 @@ def beta_points(base: str, figures: Path = Path("figures")) -> tuple[list[dict],
             points.append({"beta": beta, "seed": who.seed, "run": run,
                            **{k: r[k] for k in ("harm", "help", "correct_no_c", "correct_c",
                                                 "regime")},
-                           "harm_ci": r["ci95"]["harm"], "help_ci": r["ci95"]["help"]})
+                           "harm_ci": r.ci95["harm"], "help_ci": r.ci95["help"]})
     betas = {p["beta"] for p in points}
     common = set.intersection(*({p["seed"] for p in points if p["beta"] == b} for b in betas)) \
         if betas else set()
@@ -331,10 +332,10 @@ def beta_table(base: str, figures: Path = Path("figures")) -> str:
         return "-" if v is None else f"{v:.3f}"
 
     if teacher:
-        lines.append(f"| (teacher: step 0) | - | - | {num(teacher['harm'])} | "
-                     f"{num(1 - teacher['correct_c'])} | {num(teacher['help'])} | "
-                     f"{num(teacher['correct_no_c'])} | {num(teacher['correct_c'])} | "
-                     f"{teacher['regime']} |")
+        lines.append(f"| (teacher: step 0) | - | - | {num(teacher.harm)} | "
+                     f"{num(1 - teacher.correct_c)} | {num(teacher.help)} | "
+                     f"{num(teacher.correct_no_c)} | {num(teacher.correct_c)} | "
+                     f"{teacher.regime} |")
     for beta in sorted({p["beta"] for p in points}):
         row = [p for p in points if p["beta"] == beta]
         who = "OPD" if beta == 0 else "NCA"
@@ -393,15 +394,15 @@ def beta_figure(base: str, figures: Path = Path("figures")):
                                  line={"color": "#444", "dash": "dot"},
                                  marker={"symbol": "diamond", "size": 11, "color": "#444"}),
                       row=1, col=col)
-    if teacher and teacher["harm"] is not None:
+    if teacher and teacher.harm is not None:
         for col, key in ((1, "help"), (2, "correct_no_c")):
-            fig.add_trace(go.Scatter(x=[teacher[key]], y=[teacher["harm"]], mode="markers",
+            fig.add_trace(go.Scatter(x=[teacher[key]], y=[teacher.harm], mode="markers",
                                      name="teacher (step 0, the null)", legendgroup="teacher",
                                      showlegend=col == 1,
                                      marker={"symbol": "star", "size": 14, "color": "#1f77b4"}),
                           row=1, col=col)
     seeds = sorted({p["seed"] for p in points})
-    note = "" if teacher is None or teacher["harm"] is not None else \
+    note = "" if teacher is None or teacher.harm is not None else \
         "; step 0 is right on no item without c, so has no harm"
     fig.update_layout(title=f"{base}: the NCA weight beta<br><sup>seeds "
                             f"{', '.join(map(str, seeds))}; whiskers: 95% intervals; beta 0 "

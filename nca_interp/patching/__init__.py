@@ -58,6 +58,7 @@ from nca_interp.patching.interventions import (  # noqa: F401 - the package's su
     patch_hook,
     sweep,
 )
+from nca_interp.reports import PatchingReport, as_report
 from nca_interp.rollout import stop_ids
 from nca_interp.runs import resolve_task_and_context
 from nca_interp.tasks import context_choices
@@ -257,13 +258,13 @@ ABLATE_NOTE = {
 
 
 def format_report(r: dict) -> str:
-    c, kind = r["counts"], kind_of(r)
-    lines = [f"{Path(r['checkpoint']).name}: task={r['task']} context={r['context']}  levels "
+    c, kind = r.counts, kind_of(r)
+    lines = [f"{Path(r.checkpoint).name}: task={r.task} context={r.context}  levels "
              f"{c['levels']}, right without c {c['right_no_c']}, harm cases {c['harm']}, "
              f"help cases {c.get('help', '-')}, both right {c['both']}"]
     if kind not in r:
-        return "\n".join(lines + [r.get("note", "")])
-    L, H = r["n_layers"], r["n_heads"]
+        return "\n".join(lines + [r.note or ""])
+    L, H = r.n_layers, r.n_heads
     lines.append(f"patched {r[kind]['n']} {kind} cases (0 = run unchanged, 1 = the other "
                  "view's value; mean [95% bootstrap over cases])")
     for tag in ("forward", "reverse"):
@@ -282,22 +283,22 @@ def format_report(r: dict) -> str:
             top = np.argsort(-np.nan_to_num(hd, nan=-9), axis=None)[:4]
             lines.append("    heads (hook_z): " + ", ".join(
                 f"L{i // H}H{i % H} {hd.flat[i]:.2f}" for i in top))
-    ab = np.array(r["ablation"]["mean"])
+    ab = np.array(r.ablation["mean"])
     top = np.argsort(-np.nan_to_num(ab, nan=-9), axis=None)[:6]
     lines.append("  removing one head's attention to c, all cases (1 = the no-context value): "
                  + ", ".join(f"L{i // H}H{i % H} {ab.flat[i]:.2f}" for i in top))
     lines += format_heads(r).splitlines()
-    kl = r["lens"]["kl"]["mean"]
+    kl = r.lens["kl"]["mean"]
     lines.append("  logit lens at the deciding position, KL(no c || c) per layer (embed first): "
                  + " ".join(f"{v:.2f}" for v in kl))
-    if "control" in r:
-        ckl = r["control"]["lens"]["kl"]["mean"]
+    if r.control is not None:
+        ckl = r.control["lens"]["kl"]["mean"]
         lines.append("    controls (both right):                                 " +
                      " ".join(f"{v:.2f}" for v in ckl))
-    rk = r["lens"]["rank_c"]["mean"]
+    rk = r.lens["rank_c"]["mean"]
     lines.append("  rank of the right answer in the context view per layer: " +
                  " ".join(f"{v:.1f}" for v in rk))
-    cost = r["cost"]
+    cost = r.cost
     lines.append(f"  cost: {cost['patched_forwards']} batched patched forwards and "
                  f"{cost.get('generations', 0)} generations over {cost['cases']} cases; "
                  f"{cost['sweep_s']:.1f} s sweeps, {cost['total_s']:.1f} s in all")
@@ -307,7 +308,7 @@ def format_report(r: dict) -> str:
 def format_heads(r: dict) -> str:
     """The held-out head table as text."""
     kind = kind_of(r)
-    hd = r["heads"]
+    hd = r.heads
     if "rows" not in hd:
         return "  heads: " + hd.get("note", "")
     out = [f"  heads chosen on one half of the cases, judged on the other ({FLIPPED[kind]}; "
@@ -323,17 +324,19 @@ def format_heads(r: dict) -> str:
     return "\n".join(out)
 
 
-def show(report: dict) -> None:
-    for r in report["results"].values():
+def show(report: PatchingReport | dict) -> None:
+    report = as_report(report, PatchingReport)
+    for r in report.results.values():
         print(format_report(r) + "\n")
 
 
-def figures(report: dict) -> dict:
+def figures(report: PatchingReport | dict) -> dict:
     """{"<checkpoint>_positions", "<checkpoint>_heads", "<checkpoint>_lens"} of each
     checkpoint with cases (`plots.patching_figures`)."""
+    report = as_report(report, PatchingReport)
     from nca_interp.plots import patching_figures
 
-    return {f"{name}_{suffix}": fig for name, r in report["results"].items()
+    return {f"{name}_{suffix}": fig for name, r in report.results.items()
             for suffix, fig in patching_figures(r).items()}
 
 

@@ -9,6 +9,7 @@ one: `nca_interp.tasks.base`.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 from dataclasses import asdict, fields
 
@@ -33,10 +34,35 @@ from nca_interp.tasks.base import (
 for _module in pkgutil.iter_modules(__path__):  # each task's file registers it
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["CONTEXT_CHOICES", "FORMATS", "REGISTRY", "TASKS", "TASK_CHOICES", "ChatFormat",
-           "QATask", "Scored", "Task", "TaskSpec", "context_choices", "json_safe", "make_task",
-           "parse_task_options", "register", "rotated", "shuffled_words", "task_choices",
-           "task_from_record", "task_record"]
+PLUGINS_ENV = "NCA_INTERP_TASKS"  # modules to import for their registrations, comma-separated
+
+
+def discover() -> None:
+    """Import the tasks registered outside this package: every module named by the
+    `nca_interp.tasks` entry-point group of an installed package and by NCA_INTERP_TASKS (a
+    script's own: `PYTHONPATH=docs/examples/task NCA_INTERP_TASKS=toy_task`). Each module's
+    import registers its task (an imported module is not imported again)."""
+    from importlib.metadata import entry_points
+
+    named = [(f"entry point {ep.name}", ep.value.partition(":")[0])
+             for ep in entry_points(group="nca_interp.tasks")]
+    named += [(PLUGINS_ENV, m.strip()) for m in os.environ.get(PLUGINS_ENV, "").split(",")
+              if m.strip()]
+    for where, name in named:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise UsageError(f"{where} names the task module {name}, which cannot be "
+                             f"imported ({e}); put it on the path (PYTHONPATH) or drop it "
+                             "from there") from e
+
+
+discover()
+
+__all__ = ["CONTEXT_CHOICES", "FORMATS", "PLUGINS_ENV", "REGISTRY", "TASKS", "TASK_CHOICES",
+           "ChatFormat", "QATask", "Scored", "Task", "TaskSpec", "context_choices", "discover",
+           "json_safe", "make_task", "parse_task_options", "register", "rotated", "shuffled_words",
+           "task_choices", "task_from_record", "task_record"]
 
 
 # read from the registry when asked, so a task registered after import is in them too

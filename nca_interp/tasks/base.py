@@ -13,10 +13,15 @@ prompt x is always a suffix of the teacher prompt [c, x] and response tokens lin
 kind is `system`, the response an option letter (tiny models) or `<answer>X</answer>` (chat
 models), and success is accuracy rather than a win.
 
-A new task is one file: its config dataclass, its level generation (or item reading), a `Task`
-subclass where the defaults do not fit, and one `register(TaskSpec(...))` call; the tasks
-package imports the file, and every command's choices, help and `make_task` find it there
-(`docs/architecture.md` shows a worked example).
+A new task is one file: its config dataclass (with `max_solution`, the longest solution, from
+which the response budget is made, and `max_invalid`, the invalid moves tolerated), its level
+generation (or item reading), a `Task` subclass where the defaults do not fit, and one
+`register(TaskSpec(...))` call. A file in this package is imported by it; a file of your own
+is found through NCA_INTERP_TASKS (module names, comma-separated) or the `nca_interp.tasks`
+entry-point group. Every command's choices, help and `make_task` then list it. The worked
+example is `docs/examples/task/toy_task.py`. The `rules` context kind reads
+`nca_interp/tasks/rules/<name>.txt`: register a task without one with
+`contexts="state|plan"`.
 """
 
 from __future__ import annotations
@@ -53,7 +58,8 @@ class Game(Protocol):
     """What a game module offers `Task` (sokoban.py, frozenlake.py): seeded levels, their two
     renderings, the `state` context and the rules' executor. A level has `key` (its identity:
     held-out levels are excluded from training by it) and `solution` (an optimal move string
-    of U/D/L/R)."""
+    of U/D/L/R). `Task` also reads two fields of the game's config: `max_solution` and
+    `max_invalid` (docs/examples/task/toy_task.py)."""
 
     def generate_level(self, seed: int | str, cfg): ...
 
@@ -207,8 +213,12 @@ class Task:
         if kind == "rules":
             if self.rules_text is not None:
                 return self.rules_text
-            return resources.files("nca_interp.tasks").joinpath(f"rules/{self.name}.txt") \
-                .read_text().strip()
+            found = resources.files("nca_interp.tasks").joinpath(f"rules/{self.name}.txt")
+            if not found.is_file():
+                raise UsageError(f"task {self.name} has no rules text: write "
+                                 f"nca_interp/tasks/rules/{self.name}.txt, or register it "
+                                 "without the rules kind (TaskSpec(..., contexts='state|plan'))")
+            return found.read_text().strip()
         raise UsageError(f"unknown context kind {kind!r} for {self.name}; choose one of "
                          f"{'|'.join(self.context_kinds)}")
 

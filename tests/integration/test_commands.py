@@ -82,3 +82,14 @@ def test_the_pipeline_parses_nothing_at_import():
             "        importlib.import_module(m.name)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_a_task_named_by_nca_interp_tasks_is_in_every_commands_help():
+    """The import-time discovery (nca_interp.tasks): a fresh command process sees the
+    example task of docs/examples/task, with its context kinds."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "docs" / "examples" / "task"),
+           "NCA_INTERP_TASKS": "toy_task"}
+    out = subprocess.run([sys.executable, "-m", "nca_interp.evaluate", "--help"], env=env,
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    shown = re.sub(r"\s+", " ", out)
+    assert "--task TASK corridor|facts|" in shown and "state|plan (corridor)" in shown

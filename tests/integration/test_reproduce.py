@@ -11,10 +11,15 @@ from nca_interp.paper import reproduce
 from nca_interp.paper.reproduce import ReproduceConfig
 
 
-def _report(results: dict, methods: dict) -> dict:
-    return {"results": results, "runs": {n: {"name": n, "method": methods.get(n),
-                                             "seed": int(n[-1]) if n in methods else None}
-                                         for n in results}}
+def _report(results: dict, methods: dict):
+    """A context-return report as `analysis.load` gives it (typed)."""
+    from nca_interp import analysis
+
+    return analysis.from_json(
+        {"config": {}, "results": results,
+         "runs": {n: {"name": n, "method": methods.get(n),
+                      "seed": int(n[-1]) if n in methods else None} for n in results}},
+        analysis="evaluate")
 
 
 def test_summary_by_recorded_method():

@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from nca_interp import analysis
 from nca_interp.checkpoint import read_run_config
 from nca_interp.paper import reproduce, size_control
 from train import sft
@@ -25,7 +26,7 @@ def test_size_matched_opd_reruns_the_setting_command_at_scaled_lr(tmp_path, caps
     argv = ["--setting", "sk", "--seeds", "0,1", "--runs", str(runs), "--figures", str(figs),
             "--threads", "2", "--rounds", "1"]
     out = size_control.main(argv)
-    before = json.loads((figs / "sk_size" / "param_delta_before.json").read_text())
+    before = analysis.load(figs / "sk_size" / "param_delta_before.json")
     size = size_control.sizes(before)
     ratio = (sum(size["nca"]) / 2) / (sum(size["opd"]) / 2)
     assert out["ratio"] == ratio and len(out["sizes"]["opdsized"]) == 2

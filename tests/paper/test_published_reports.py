@@ -50,3 +50,37 @@ def test_every_published_report_reads_typed_and_writes_back_unchanged():
             renamed += p != q
         n += 1
     assert n > 150 and renamed > 1000  # the published files predate the vocabulary
+
+
+def test_the_pages_and_verdicts_read_reports_by_attribute(monkeypatch):
+    """The package's readers use the typed fields (`entry.correct_c`, `rep.results`), not the
+    mapping view kept for users' older code: a literal key read (`r["harm"]`, `.get("at")`,
+    `"control" in r`) of a typed report from package code fails here, while the page and the
+    verdicts of a game, a question and a system-prompt setting are rendered. Generic walkers
+    (the JSON writer, the run roster, the data frame) and reads by a computed column name are
+    fine."""
+    import linecache
+    import sys
+
+    from nca_interp.paper import claims, report
+
+    real = reports.Fields.__getitem__
+    generic = ("reports.py", "cli.py", "identity.py", "analysis.py")
+    caught = []
+
+    def strict(self, key):
+        fr = sys._getframe(1)
+        while "_collections_abc" in fr.f_code.co_filename:
+            fr = fr.f_back
+        where = fr.f_code.co_filename
+        line = linecache.getline(where, fr.f_lineno)
+        if "/nca_interp/" in where and not where.endswith(generic) and \
+                (f'"{key}"' in line or f"'{key}'" in line):
+            caught.append(f"{where}:{fr.f_lineno}: {line.strip()}")
+        return real(self, key)
+
+    monkeypatch.setattr(reports.Fields, "__getitem__", strict)
+    for name in ("frozenlake", "facts_rule", "sysprompt_kb0"):
+        figs = Path("figures") / name
+        assert report.render(figs) and claims.claims(figs)
+    assert not caught, "\n".join(sorted(set(caught)))

@@ -270,8 +270,8 @@ def test_figure_titles_name_the_setting_and_seeds():
     assert runs_label(named(["x_opd_s0", "x_nca_s2"])) == "x, seeds 0, 2"
     row = {k: [1.0, 1.0] for k in ("cos", "cos_std", "cos_centred", "cka")}
     report = from_json({"task": "sokoban", "context": "plan", "layers": [0, 1], "config": {},
-                      "results": {n: {**row, "ctx_attn": [1.0], "ctx_attn_ratio": [[1.0]]}
-                                  for n in names}})
+                        "results": {n: {**row, "ctx_attn": [1.0], "ctx_attn_ratio": [[1.0]]}
+                                    for n in names}}, analysis="layer_sim")
     for fig in (layer_sim_figure(report), head_heatmaps(report)):
         assert "sokoban (sokoban_long, seeds 0-4)" in fig.layout.title.text
 

@@ -110,8 +110,8 @@ def test_the_evaluate_figure_names_accuracy_for_qa_tasks_and_counts_items_once()
     def report(metric, unit, n_units):
         r = {"n": 16, "unit": unit, "n_units": n_units, "metric": metric, "regime": "B",
              "correct_no_c": 0.2, "correct_c": 0.5, "harm": None, "help": 0.4, "both": 0.1,
-             "ci95": {}}
-        return {"task": "jsonl", "context": "persona", "results": {"base": r},
+             "ci95": {}, "len_no_c": 5.0, "len_c": 6.0, "rel_len": 0.2}
+        return {"task": "jsonl", "context": "persona", "results": {"base": r}, "config": {},
                 "runs": {"base": {"name": "base", "path": "/m/base"}}}
 
     qa = evaluate_figure(report("accuracy", "item", 16))
@@ -120,3 +120,8 @@ def test_the_evaluate_figure_names_accuracy_for_qa_tasks_and_counts_items_once()
     game = evaluate_figure(report("win", "level", 4))
     assert list(game.data[0].x)[:2] == ["win_no_c", "win_c"]
     assert "16 items, 4 levels" in game.layout.title.text
+    # a dict that lacks what the report declares is refused naming it, not drawn half
+    partial = report("win", "level", 4)
+    del partial["results"]["base"]["ci95"]
+    with pytest.raises(ValueError, match=r"results\['base'\]: ContextReturn needs ci95"):
+        evaluate_figure(partial)

@@ -183,11 +183,13 @@ def test_angles_over_training_draw_what_the_claims_judge():
     from nca_interp import plots
 
     def cell(raw, corrected, lo, hi):
-        return {"global": {"angle_xfit_deg": {"opd~ctx": raw}, "self_angle_deg": {"opd": 20.0},
+        return {"modules": {}, "tokens": {},
+                "global": {"angle_xfit_deg": {"opd~ctx": raw}, "self_angle_deg": {"opd": 20.0},
                            "parts": {"pairs": {"opd~ctx": {"angle_corrected_deg": corrected,
                                                            "angle_ci95_deg": [lo, hi]}}}}}
 
-    report = {"task": "t", "steps": [50, 100],
+    report = {"task": "t", "context": "plan", "config": {}, "runs": {}, "batch": 8,
+              "steps": [50, 100],
               "results": {"a": cell(60.0, 80.0, 70.0, 95.0), "b": cell(50.0, 88.0, 85.0, 89.0)}}
     fig = plots.grad_align_over_steps(report)
     line = next(t for t in fig.data if t.name == "opd~ctx")
@@ -208,10 +210,12 @@ def test_checkpoints_of_different_runs_are_categories_not_a_course_over_training
     from nca_interp import grad_align
 
     def cell():
-        return {"global": {"angle_xfit_deg": {"opd~ctx": 80.0},
-                           "self_angle_deg": {"opd": 20.0, "ctx": 30.0}}}
+        return {"modules": {}, "tokens": {}, "global": {"angle_xfit_deg": {"opd~ctx": 80.0},
+                                                       "self_angle_deg": {"opd": 20.0,
+                                                                          "ctx": 30.0}}}
 
-    two_runs = {"task": "sokoban", "config": {"ckpt": ["/m/opd", "/m/nca"]},
+    two_runs = {"task": "sokoban", "context": "plan", "runs": {}, "batch": 8,
+                "config": {"ckpt": ["/m/opd", "/m/nca"]},
                 "results": {"/m/opd": cell(), "/m/nca": cell()}}
     figs = grad_align.figures(two_runs)
     assert set(figs) == {""}
@@ -220,7 +224,7 @@ def test_checkpoints_of_different_runs_are_categories_not_a_course_over_training
     assert {tuple(t.x) for t in fig.data} == {("opd", "nca")}
     assert all("lines" not in t.mode for t in fig.data)
     assert "2 checkpoints" in fig.layout.title.text
-    one_run = {"task": "sokoban", "steps": [50, 100],
+    one_run = {"task": "sokoban", "context": "plan", "runs": {}, "batch": 8, "steps": [50, 100],
                "config": {"ckpt": ["runs/x/checkpoints/step_50", "runs/x/checkpoints/step_100"]},
                "results": {"step_50": cell(), "step_100": cell()}}
     figs = grad_align.figures(one_run)

@@ -142,7 +142,7 @@ def _report(results: dict) -> dict:
     """A report file's shape (its keys' identity as analysis.load reads a file without runs)."""
     from nca_interp import analysis
 
-    return analysis.from_json({"config": {}, "results": results})
+    return analysis.from_json({"config": {}, "results": results}, analysis="evaluate")
 
 
 def test_estimator_story_is_judged_per_seed_against_the_full_kl():

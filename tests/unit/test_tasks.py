@@ -239,3 +239,44 @@ def test_a_new_task_is_one_file_and_one_registration(capsys):
         REGISTRY.pop("toygame")
     with pytest.raises(ValueError, match="unknown task 'toygame'"):
         tasks.make_task("toygame")
+
+
+def test_a_task_of_your_own_is_found_through_nca_interp_tasks(monkeypatch):
+    """docs/examples/task/toy_task.py, outside the package and named by NCA_INTERP_TASKS, is a
+    task like the built-in ones: it plays, its options parse, every command's help lists it.
+    Its `rules` kind, which it does not offer, and a module that cannot be imported are
+    refused in one line each."""
+    import sys
+    from pathlib import Path
+
+    from nca_interp import tasks
+    from nca_interp.errors import UsageError
+    from nca_interp.tasks.base import REGISTRY, Task, TaskSpec, register
+    from tests.conftest import command_help
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "docs" / "examples"
+                                    / "task"))
+    monkeypatch.setenv(tasks.PLUGINS_ENV, "toy_task")
+    try:
+        tasks.discover()
+        assert "corridor" in tasks.TASKS
+        task = tasks.make_task("corridor", **tasks.parse_task_options("corridor", ["max_len=3"]))
+        levels = [task.level(i) for i in range(20)]
+        assert {len(lv.solution) for lv in levels} == {2, 3}
+        assert all(task.score(lv, lv.solution).won for lv in levels)
+        assert not any(task.score(lv, lv.solution[:-1]).won for lv in levels)
+        assert task.context(levels[0], "plan") == "M:" + levels[0].solution[:3]
+        shown = re.sub(r"\s+", " ", command_help("nca_interp.evaluate"))
+        assert "--task TASK corridor|facts|" in shown and "state|plan (corridor)" in shown
+        register(TaskSpec("corridor_rules", REGISTRY["corridor"].config,
+                          REGISTRY["corridor"].module, Task))  # offers rules by default
+        with pytest.raises(UsageError, match="corridor_rules has no rules text: write "):
+            tasks.make_task("corridor_rules").context(levels[0], "rules")
+    finally:
+        REGISTRY.pop("corridor", None)
+        REGISTRY.pop("corridor_rules", None)
+        sys.modules.pop("toy_task", None)
+    monkeypatch.setenv(tasks.PLUGINS_ENV, "no_such_task_module")
+    with pytest.raises(UsageError, match="NCA_INTERP_TASKS names the task module "
+                                         "no_such_task_module, which cannot be imported"):
+        tasks.discover()

@@ -47,13 +47,13 @@ def _gather(figs: Path, method: str, pair: str) -> dict[str, list[dict]]:
         if not label.startswith(method):
             continue
         cells = []
-        for r in analysis.load(f)["results"].values():
-            parts = r["global"].get("parts")
+        for r in analysis.load(f).results.values():
+            parts = r.global_.get("parts")
             if not parts:
                 raise UsageError(f"{f} has no noise-corrected angles: rerun python -m "
                                  "nca_interp.grad_align with --parts 4")
             cells.append({**parts["pairs"][pair],
-                          "support": support_bound(r.get("modules") or {}, *terms)})
+                          "support": support_bound(r.modules or {}, *terms)})
         runs[label] = cells
     if not runs:
         raise FileNotFoundError(figs / f"grad_align_{method}.json")

@@ -46,10 +46,10 @@ def internalizes(figs: Path) -> Claim:
     the initial checkpoint's point estimate."""
     rep = analysis.load(figs / CONTEXT_RETURN)
     base, opd = base_of(rep), runs_of(rep, "opd")
-    flags = [r["ci95"]["correct_no_c"][0] > base["correct_no_c"] for r in opd]
+    flags = [r.ci95["correct_no_c"][0] > base.correct_no_c for r in opd]
     return Claim("OPD internalizes c (right without c rises)",
-                 spread_text([r["correct_no_c"] for r in opd]),
-                 f"step 0: {base['correct_no_c']:.3f}",
+                 spread_text([r.correct_no_c for r in opd]),
+                 f"step 0: {base.correct_no_c:.3f}",
                  count_verdict(flags), coverage=(len(flags), len(opd)))
 
 
@@ -64,26 +64,26 @@ def degrades(figs: Path) -> Claim:
     rep = analysis.load(figs / CONTEXT_RETURN)
     base, opd = base_of(rep), runs_of(rep, "opd")
     name = "OPD students break when c returns (harm, regime A)"
-    if all(r["harm"] is None for r in opd):
+    if all(r.harm is None for r in opd):
         return Claim(name, "no item right without c", "-", "not measurable")
     units = [estimate_of(r, "delta_c") for r in opd]
     pooled = pooled_estimate(opd, lambda it: np.asarray(it["correct_c"], float) -
                      np.asarray(it["correct_no_c"], float), units)
     j = judge.effect(units, pooled, 0.0, -1, rules.BREAK_MARGIN)
-    step0 = base["harm"]
+    step0 = base.harm
     own = [_harm_is_own(r, step0) for r in opd]
     beyond = f"harm beyond chance (harm rule) in {sum(own)} of {len(opd)} seeds" + (
         ", against the independence baseline alone: step 0 has nothing right without c"
         if step0 is None else "")
-    regimes = " ".join(r["regime"] for r in opd)
+    regimes = " ".join(r.regime for r in opd)
     return Claim(name,
                  f"accuracy with c - without {spread_text([u.point for u in units])}"
                  + (f", pooled {pooled}" if pooled is not None and len(opd) > 1 else "")
-                 + f"; harm {spread_text([r['harm'] for r in opd])}; regimes {regimes}",
+                 + f"; harm {spread_text([r.harm for r in opd])}; regimes {regimes}",
                  f"0 (no change); step-0 harm "
                  f"{'-' if step0 is None else f'{step0:.3f}'}; independence baseline "
                  f"(1 - accuracy with c) "
-                 f"{spread_text([rules.independence_harm(r['correct_c']) for r in opd])}",
+                 f"{spread_text([rules.independence_harm(r.correct_c) for r in opd])}",
                  j.verdict, "; ".join(x for x in (j.reason, beyond) if x),
                  coverage=(len(units), len(opd)), detectable=f"{j.mde:.3f}")
 
@@ -91,8 +91,8 @@ def degrades(figs: Path) -> Claim:
 
 def _harm_is_own(r: dict, step0_harm: float | None) -> bool:
     """The rule book's harm rule on one report (nca_interp/paper/rules.py)."""
-    lo = r.get("ci95", {}).get("harm", [r["harm"]])[0] if r["harm"] is not None else None
-    return rules.harm_is_own(lo, step0_harm, r["correct_c"], r["regime"] == "A")
+    lo = (r.ci95 or {}).get("harm", [r.harm])[0] if r.harm is not None else None
+    return rules.harm_is_own(lo, step0_harm, r.correct_c, r.regime == "A")
 
 
 
@@ -101,16 +101,16 @@ def nca_prevents(figs: Path) -> Claim:
     regime A. Only judged where OPD degrades in some seed."""
     rep = analysis.load(figs / CONTEXT_RETURN)
     opd, nca = runs_of(rep, "opd"), runs_of(rep, "nca")
-    measured = f"harm {spread_text([r['harm'] for r in nca])}; regimes " + \
-        " ".join(r["regime"] for r in nca)
-    control = f"OPD harm {spread_text([r['harm'] for r in opd])}"
+    measured = f"harm {spread_text([r.harm for r in nca])}; regimes " + \
+        " ".join(r.regime for r in nca)
+    control = f"OPD harm {spread_text([r.harm for r in opd])}"
     breaks = degrades(figs)
     if breaks.verdict not in ("reproduced", "partly"):
         return Claim("NCA prevents the harm", measured, control, "not measurable",
                      f"OPD's break is {breaks.verdict} here: nothing shown to prevent")
-    base = base_of(rep)["harm"]  # None: undefined at step 0 (the harm rule says what then)
+    base = base_of(rep).harm  # None: undefined at step 0 (the harm rule says what then)
     harmed = [_harm_is_own(o, base) for o in opd]
-    flags = [(n["harm"] or 0) < (o["harm"] or 0) and n["regime"] != "A"
+    flags = [(n.harm or 0) < (o.harm or 0) and n.regime != "A"
              for o, n, h in zip(opd, nca, harmed) if h]
     verdict, reason = count_verdict(flags, total=len(opd)), ""
     if verdict == "not measurable":
@@ -139,7 +139,7 @@ def harm_not_drift(figs: Path) -> Claim:
     if m is None:
         return Claim(name, "-", "-", "not measurable", "no OPD run trained beside NCA here")
     rep = analysis.load(figs / CONTEXT_RETURN)
-    opd, base = runs_of(rep, "opd"), base_of(rep)["harm"]
+    opd, base = runs_of(rep, "opd"), base_of(rep).harm
     own = sum(_harm_is_own(o, base) for o in opd)
     h = m.get("harm")
     if not h or not h["n"]:
@@ -179,7 +179,7 @@ def pooled_harm_gap(figs: Path) -> tuple[float, tuple[float, float], int] | None
         for name, r in students(rep, "nca"):
             found = partner(rep, name, "opd")
             o = found[1] if found else None
-            if o is not None and "items" in r and "items" in o:
+            if o is not None and r.items_ is not None and o.items_ is not None:
                 pairs.append((f"s{who[name].seed}", o, r))
         if pairs:
             return paired_harm_gap(pairs, where=f"{src}: ")
@@ -211,15 +211,15 @@ def _items(root: Path, members: tuple[str, ...]) -> dict[str, np.ndarray | list]
             o = found[1] if found else None
             if o is None:
                 continue
-            if not (r["items"]["unit"] == o["items"]["unit"] == base["items"]["unit"]):
+            if not (r.items_["unit"] == o.items_["unit"] == base.items_["unit"]):
                 raise UsageError(f"{member}: {name}, its OPD seed and the teacher were not "
                                  "evaluated on the same items; re-run the evaluation")
             for key, rep in (("o", o), ("n", r), ("b", base)):
-                cols[key + "0"] += rep["items"]["correct_no_c"]
-                cols[key + "1"] += rep["items"]["correct_c"]
+                cols[key + "0"] += rep.items_["correct_no_c"]
+                cols[key + "1"] += rep.items_["correct_c"]
             seed = f"s{who[name].seed}"
-            cols["cluster"] += [f"{member}|{seed}|{u}" for u in r["items"]["unit"]]
-            cols["seed"] += [f"{member}|{seed}"] * len(r["items"]["unit"])
+            cols["cluster"] += [f"{member}|{seed}|{u}" for u in r.items_["unit"]]
+            cols["seed"] += [f"{member}|{seed}"] * len(r.items_["unit"])
     return {k: (np.asarray(v, bool) if k not in ("cluster", "seed") else v)
             for k, v in cols.items()}
 
@@ -278,7 +278,7 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
         return lambda t: (t[k1] - t[k0]) / t["one"]
 
     reps = {m: analysis.load(root / m / CONTEXT_RETURN) for m in members}
-    regimes = {meth: [r["regime"] for rep in reps.values() for r in runs_of(rep, meth)]
+    regimes = {meth: [r.regime for rep in reps.values() for r in runs_of(rep, meth)]
                for meth in ("opd", "nca")}
     n_seeds = len(set(a["seed"]))
     where = (f"{n_seeds} seeds over {len(members)} settings ({', '.join(members)}); 95% "
@@ -333,9 +333,9 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
     improves, improves_why = imp.verdict, imp.reason
     ctl = {m: analysis.load(root / m / CONTEXT_CONTROL)
            for m in members if (root / m / CONTEXT_CONTROL).exists()}
-    reads = {meth: [r["control"] for rep in ctl.values() for r in runs_of(rep, meth)]
+    reads = {meth: [r.control for rep in ctl.values() for r in runs_of(rep, meth)]
              for meth in ("opd", "nca")}
-    reads["base"] = [r["control"] for rep in ctl.values() for _, r in others(rep)]
+    reads["base"] = [r.control for rep in ctl.values() for _, r in others(rep)]
     teachers = [c["reads_c"] for c in reads["base"]]
     read_verdict, read_why, clear, share, read_mde = reads_c_verdict(
         reads["nca"], float(np.mean(teachers)) if teachers else None)
@@ -376,29 +376,29 @@ def nca_keeps_context(figs: Path) -> Claim:
     if not nca:
         return Claim("NCA keeps what c gives (accuracy with c)", "-", "-", "not measurable",
                      "no NCA run")
-    paired = all("items" in r for r in (base, *nca))
+    paired = all(r.items_ is not None for r in (base, *nca))
     ctl = figs / CONTEXT_CONTROL
     if not paired and ctl.exists():  # an older return report: the control run's items are the
         other = analysis.load(ctl)  # same evaluation where its accuracies with c agree
         o_base, o_nca = base_of(other), runs_of(other, "nca")
-        same = [r["correct_c"] for r in (o_base, *o_nca)] == \
-            [r["correct_c"] for r in (base, *nca)]
-        if all("items" in r for r in (o_base, *o_nca)) and same:
+        same = [r.correct_c for r in (o_base, *o_nca)] == \
+            [r.correct_c for r in (base, *nca)]
+        if all(r.items_ is not None for r in (o_base, *o_nca)) and same:
             base, nca, paired = o_base, o_nca, True
     if paired:
         units = [gain_estimate(base, [r]) for r in nca]
         pooled = gain_estimate(base, nca) if len(nca) > 1 else None
     else:  # older reports: each seed's interval less step 0's point
-        units = [estimate_of(r, "correct_c", base["correct_c"]) for r in nca]
+        units = [estimate_of(r, "correct_c", base.correct_c) for r in nca]
         pooled = pooled_estimate(nca, None, units) if len(nca) > 1 else None
     j = judge.equivalent(units, pooled, 0.0, rules.KEEP_MARGIN, sides="lower")
     shown = pooled if pooled is not None else units[0]
     return Claim("NCA keeps what c gives (accuracy with c)",
-                 f"{spread_text([r['correct_c'] for r in nca])}; NCA - step 0 "
+                 f"{spread_text([r.correct_c for r in nca])}; NCA - step 0 "
                  + ("paired " if paired else "") + f"{shown}"
                  + (f" pooled over {len(nca)} seeds" if pooled is not None else ""),
-                 f"step 0 with c: {base['correct_c']:.3f}; OPD "
-                 f"{spread_text([r['correct_c'] for r in runs_of(rep, 'opd')])}; margin "
+                 f"step 0 with c: {base.correct_c:.3f}; OPD "
+                 f"{spread_text([r.correct_c for r in runs_of(rep, 'opd')])}; margin "
                  f"{rules.KEEP_MARGIN:g}", j.verdict, j.reason,
                  coverage=(len(units), len(nca)), detectable=f"{j.mde:.3f}")
 
@@ -409,13 +409,13 @@ def longer(figs: Path) -> Claim:
     0 and its point above the step-0 model's."""
     rep = analysis.load(figs / CONTEXT_RETURN)
     base, opd = base_of(rep), runs_of(rep, "opd")
-    vals = [r["rel_len_both"] for r in opd]
+    vals = [r.rel_len_both for r in opd]
     if all(v is None for v in vals):
         return Claim("OPD answers get longer with c (rel_len_both)", "no item right both ways",
                      "-", "not measurable")
-    b = base["rel_len_both"]
-    flags = [r["rel_len_both"] is not None and (r["ci95"]["rel_len_both"][0] or 0) > 0 and
-             (b is None or r["rel_len_both"] > b) for r in opd]
+    b = base.rel_len_both
+    flags = [r.rel_len_both is not None and (r.ci95["rel_len_both"][0] or 0) > 0 and
+             (b is None or r.rel_len_both > b) for r in opd]
     return Claim("OPD answers get longer with c (rel_len_both)", spread_text(vals, pct=True),
                  "step 0: " + ("-" if b is None else f"{100 * b:+.1f}%"), count_verdict(flags),
                  coverage=(len(flags), len(opd)))
@@ -432,8 +432,8 @@ def nca_improves_no_c(figs: Path) -> Claim:
 
     name = "NCA improves accuracy without c (vs OPD, same seed)"
     src = next((f for f in (figs / CONTEXT_CONTROL, figs / CONTEXT_RETURN)
-                if f.exists() and "items" in next(iter(analysis.load(f)["results"]
-                                                       .values()))), None)
+                if f.exists() and next(iter(analysis.load(f).results.values())).items_
+                is not None), None)
     if src is None:
         return not_run(name,
                        "per-item evaluation results (an evaluation since items were recorded)",
@@ -444,17 +444,17 @@ def nca_improves_no_c(figs: Path) -> Claim:
         found = partner(rep, key, "opd")
         if found is None:
             continue
-        d = np.array(r["items"]["correct_no_c"], float) - \
-            np.array(found[1]["items"]["correct_no_c"], float)
-        lo, hi, outer = interval(boot_mean(d, r["items"]["unit"]))
+        d = np.array(r.items_["correct_no_c"], float) - \
+            np.array(found[1].items_["correct_no_c"], float)
+        lo, hi, outer = interval(boot_mean(d, r.items_["unit"]))
         m = float(d.mean())
         units.append(judge.Estimate(m, min(lo, m), max(hi, m), outer=outer))
         diff += list(d)
-        by_pair += [f"{len(units)}|{u}" for u in r["items"]["unit"]]
-        by_unit += [str(u) for u in r["items"]["unit"]]
+        by_pair += [f"{len(units)}|{u}" for u in r.items_["unit"]]
+        by_unit += [str(u) for u in r.items_["unit"]]
     if not units:
         return Claim(name, "-", "-", "not measurable", "needs OPD and NCA of the same seed")
-    if not any(r["items"]["correct_no_c"] and any(r["items"]["correct_no_c"])
+    if not any(r.items_["correct_no_c"] and any(r.items_["correct_no_c"])
                for _, r in students(rep)):
         return Claim(name, f"NCA - OPD 0 on every item ({len(units)} seed pairs)", "-",
                      "not measurable", "no student is right on any item without c: there is "
@@ -516,10 +516,10 @@ def nca_reads_context(figs: Path) -> Claim:
     reps = analysis.load(f)
 
     def cells(method):
-        return [r["control"] for r in runs_of(reps, method)]
+        return [r.control for r in runs_of(reps, method)]
 
     nca, opd = cells("nca"), cells("opd")
-    base = [r["control"] for _, r in others(reps)]
+    base = [r.control for _, r in others(reps)]
     teacher = base[0]["reads_c"] if base else None  # step 0: the teacher but cross-model
     verdict, reason, flags, share, mde = reads_c_verdict(nca, teacher)
     if len(base) > 1:  # cross-model: NCA beside its own start, not the teacher

@@ -39,11 +39,11 @@ def heads_carry_harm(figs: Path) -> Claim:
                    (None, None))
     if r is None:
         return Claim(claim, "no OPD run patched", "-", "not measurable")
-    n = r.get("harm", {}).get("n", 0)  # harm cases patched (help reports have none)
-    rows = r.get("heads", {}).get("rows", [])
+    n = (r.harm or {}).get("n", 0)  # harm cases patched (help reports have none)
+    rows = (r.heads or {}).get("rows", [])
     if kind_of(r) != "harm" or n < rules.HEADS_MIN_CASES or not rows:
         why = f"{kind_of(r)} cases patched, not harm cases" if kind_of(r) != "harm" else \
-            f"{r['counts']['harm']} harm cases (fewer than {rules.HEADS_MIN_CASES})"
+            f"{r.counts['harm']} harm cases (fewer than {rules.HEADS_MIN_CASES})"
         return Claim(claim, f"{name}: {why}", "-", "not measurable")
 
     def ci(s: dict) -> str:

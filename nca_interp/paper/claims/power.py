@@ -38,7 +38,7 @@ FILES = (CONTEXT_RETURN, CONTEXT_CONTROL)
 def seeds_of(figs: Path) -> set[int]:
     rep = analysis.load(figs / CONTEXT_RETURN)
     who = roster(rep)
-    return {who[k].seed for k in rep["results"] if who[k].student}
+    return {who[k].seed for k in rep.results if who[k].student}
 
 
 def view(figs: Path, seeds: set[int], dst: Path) -> Path:
@@ -57,8 +57,8 @@ def view(figs: Path, seeds: set[int], dst: Path) -> Path:
 
 def _items(figs: Path) -> int:
     rep = analysis.load(figs / CONTEXT_RETURN)
-    first = next(iter(rep["results"].values()))
-    return first["n"] if "n" in first else len(first["items"]["unit"])
+    first = next(iter(rep.results.values()))
+    return first.n if first.n is not None else len(first.items_["unit"])
 
 
 def rows(figs: Path) -> list[tuple[Claim, Claim, int, int]]:
@@ -110,15 +110,15 @@ def sameness(figs: Path) -> str:
     same = figs / MORE / SAME / CONTEXT_RETURN
     if not same.exists():
         return ""
-    pub, new = (analysis.load(f)["results"] for f in (figs / CONTEXT_RETURN, same))
+    pub, new = (analysis.load(f).results for f in (figs / CONTEXT_RETURN, same))
     who = roster(analysis.load(same))
     exact, differ = [], []
     for name, r in new.items():
         if not who[name].student:
             continue
-        items = pub.get(name, {}).get("items")
+        items = pub[name].items_ if name in pub else None
         n = sum(a != b for f in ("correct_no_c", "correct_c")
-                for a, b in zip(items[f], r["items"][f])) if items else None
+                for a, b in zip(items[f], r.items_[f])) if items else None
         if n == 0:
             exact.append(name)
         else:  # None: not in the published report

@@ -72,7 +72,7 @@ def bootstrap_seed(seed: int):
 
 def estimate_of(r: dict, key: str, minus: float = 0.0) -> judge.Estimate:
     """One report's `key` and its 95% interval (less `minus`) as a judge estimate."""
-    lo, hi = r["ci95"][key]
+    lo, hi = r.ci95[key]
     return judge.Estimate(r[key] - minus, min(lo, r[key]) - minus, max(hi, r[key]) - minus)
 
 
@@ -85,12 +85,12 @@ def pooled_estimate(runs: list[dict], per_item, units: list[judge.Estimate]
 
     if len(runs) == 1:
         return None
-    if all("items" in r for r in runs):
+    if all(r.items_ is not None for r in runs):
         vals, seed_unit, unit = [], [], []
         for i, r in enumerate(runs):
-            vals += list(per_item(r["items"]))
-            seed_unit += [f"{i}|{u}" for u in r["items"]["unit"]]
-            unit += [str(u) for u in r["items"]["unit"]]
+            vals += list(per_item(r.items_))
+            seed_unit += [f"{i}|{u}" for u in r.items_["unit"]]
+            unit += [str(u) for u in r.items_["unit"]]
         v, m = np.asarray(vals, float), float(np.mean(vals))
         # (seed, unit) clusters, and unit clusters (the seeds share their items): the wider
         lo, hi, olo, ohi = m, m, m, m
@@ -137,12 +137,12 @@ def gain_estimate(base: dict, runs: list[dict], key: str = "correct_c") -> judge
     ends of its interval (`interval`)."""
     diff, by_run, by_unit = [], [], []
     for i, r in enumerate(runs):
-        if r["items"]["unit"] != base["items"]["unit"]:
+        if r.items_["unit"] != base.items_["unit"]:
             raise UsageError("a student and step 0 were not evaluated on the same items; "
                              "re-run the evaluation")
-        diff += list(np.asarray(r["items"][key], float) - np.asarray(base["items"][key], float))
-        by_run += [f"{i}|{u}" for u in r["items"]["unit"]]
-        by_unit += [str(u) for u in r["items"]["unit"]]
+        diff += list(np.asarray(r.items_[key], float) - np.asarray(base.items_[key], float))
+        by_run += [f"{i}|{u}" for u in r.items_["unit"]]
+        by_unit += [str(u) for u in r.items_["unit"]]
     d = np.asarray(diff)
     m = float(d.mean())
     lo, hi, olo, ohi = m, m, m, m
@@ -163,14 +163,14 @@ def paired_harm_gap(pairs: list[tuple[str, dict, dict]], where: str = "",
 
     cols: dict[str, list] = {"o0": [], "o1": [], "n0": [], "n1": [], "cluster": []}
     for seed, o, n in pairs:
-        if n["items"]["unit"] != o["items"]["unit"]:
+        if n.items_["unit"] != o.items_["unit"]:
             raise UsageError(f"{where}OPD and NCA of seed {seed} were not evaluated on the "
                              "same items; re-run the evaluation")
-        cols["o0"] += o["items"]["correct_no_c"]
-        cols["o1"] += o["items"]["correct_c"]
-        cols["n0"] += n["items"]["correct_no_c"]
-        cols["n1"] += n["items"]["correct_c"]
-        cols["cluster"] += [f"{seed}|{u}" for u in n["items"]["unit"]]
+        cols["o0"] += o.items_["correct_no_c"]
+        cols["o1"] += o.items_["correct_c"]
+        cols["n0"] += n.items_["correct_no_c"]
+        cols["n1"] += n.items_["correct_c"]
+        cols["cluster"] += [f"{seed}|{u}" for u in n.items_["unit"]]
     a = {k: np.asarray(v, bool) for k, v in cols.items() if k != "cluster"}
 
     def gap(i) -> float:

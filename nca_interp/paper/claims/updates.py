@@ -34,16 +34,16 @@ def shallow_qk(figs: Path) -> Claim:
     pd = _adam(figs)
     mats = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     flags, cells = [], []
-    n = pd["n_layers"]
+    n = pd.n_layers
     third = max(1, n // rules.DEPTH_THIRDS)
-    for path, r in pd["results"].items():
-        lay = r["per_layer_adam"]
+    for path, r in pd.results.items():
+        lay = r.per_layer_adam
         if lay.get("0") is None:
             return Claim("Updates concentrate in shallow layers, mostly k/q", "-", "-",
                          "not measurable", "no learning-rate record")
         shallow = np.mean([lay[str(i)] for i in range(third)])
         deep = np.mean([lay[str(i)] for i in range(n - third, n)])
-        mod = r["per_module_adam"]
+        mod = r.per_module_adam
         top2 = sorted(mats, key=lambda m: -(mod.get(m) or 0))[:2]
         flags.append(shallow > deep and set(top2) == {"q_proj", "k_proj"})
         cells.append(f"{Path(path).name}: shallow/deep {shallow / deep:.2f}, top {'+'.join(top2)}")
@@ -74,7 +74,7 @@ def updates_differ(figs: Path) -> Claim:
     that fails and the seeds allow no p at or under `rules.ALPHA` (the rule book's "updates
     differ")."""
     rep = _adam(figs)
-    pairs, who = rep.get("all_pairs", {}), by_name(rep)
+    pairs, who = rep.all_pairs or {}, by_name(rep)
     cross, within, by_method = [], [], {"opd": [], "nca": []}
     for key, v in pairs.items():
         a, b = key.split("~")
@@ -132,7 +132,7 @@ def updates_differ(figs: Path) -> Claim:
 def _size_ratio(figs: Path) -> float | None:
     """Mean Adam-normalised update size of the NCA runs over that of the OPD runs."""
     rep = _adam(figs)
-    size = {m: [v["global_adam"] for v in runs_of(rep, m) if v.get("global_adam") is not None]
+    size = {m: [v.global_adam for v in runs_of(rep, m) if v.global_adam is not None]
             for m in ("opd", "nca")}
     if not size["opd"] or not size["nca"]:
         return None
@@ -144,7 +144,7 @@ def _update_sizes(figs: Path) -> str:
     """'; Adam-normalised update size NCA / OPD ...' from param_delta's per-checkpoint totals
     (a direction difference can hide a magnitude difference), or '' where absent."""
     rep = _adam(figs)
-    size = {m: [v["global_adam"] for v in runs_of(rep, m) if v.get("global_adam") is not None]
+    size = {m: [v.global_adam for v in runs_of(rep, m) if v.global_adam is not None]
             for m in ("opd", "nca")}
     if not size["opd"] or not size["nca"]:
         return ""
@@ -164,9 +164,9 @@ def size_matched(figs: Path) -> Claim:
     # results are keyed by path, all_pairs by run name
     who = by_name(rep)
     kind = {n: i.method for n, i in who.items() if i.student}
-    size = {k: [v["global_sq"] ** 0.5 for v in runs_of(rep, k)] for k in ("opd", "opdsized", "nca")}
+    size = {k: [v.global_sq ** 0.5 for v in runs_of(rep, k)] for k in ("opd", "opdsized", "nca")}
     cross, within, same_seed, sized = [], [], [], {}
-    for key, v in rep["all_pairs"].items():
+    for key, v in rep.all_pairs.items():
         a, b = key.split("~")
         ka, kb = kind.get(a), kind.get(b)
         if v["global_cos"] is None or not (ka and kb):

@@ -19,9 +19,9 @@ __all__ = ["closed_shares", "nca_identical", "opd_gap"]
 
 def _layer_cos(figs: Path, method: str) -> tuple[list[list[float]], list[float], list[float]]:
     ls = analysis.load(figs / LAYER_SIM)
-    runs = [r["cos"][1:] for r in runs_of(ls, method)]
-    base = next(r["cos"][1:] for n, r in others(ls) if n != "random_init")
-    return runs, base, ls["results"]["random_init"]["cos"][1:]
+    runs = [r.cos[1:] for r in runs_of(ls, method)]
+    base = next(r.cos[1:] for n, r in others(ls) if n != "random_init")
+    return runs, base, ls.results["random_init"].cos[1:]
 
 
 
@@ -30,7 +30,7 @@ def _floor(figs: Path) -> float | None:
     between views of *different* items (layer_sim's `cos_other`) over the NCA seeds; None where
     a layer_sim report has no `cos_other`."""
     ls = analysis.load(figs / LAYER_SIM)
-    floors = [max(r["cos_other"][1:]) for r in runs_of(ls, "nca") if "cos_other" in r]
+    floors = [max(r.cos_other[1:]) for r in runs_of(ls, "nca") if r.cos_other is not None]
     return max(floors) if floors else None
 
 
@@ -90,9 +90,9 @@ def _later_half(r: dict, half: int) -> tuple[float, float]:
     """A layer_sim row's mean cosine over the later half of its layers and that mean's
     standard error: each layer's (cos_std / sqrt(n_examples)) averaged, as if the layers moved
     together (the conservative case: neighbouring layers' errors are correlated)."""
-    cos = r["cos"][1:][half:]
-    std = (r.get("cos_std") or [0.0] * len(r["cos"]))[1:][half:]
-    n = max(1, r.get("n_examples", 1))
+    cos = r.cos[1:][half:]
+    std = (r.cos_std or [0.0] * len(r.cos))[1:][half:]
+    n = max(1, r.n_examples or 1)
     return float(np.mean(cos)), float(np.mean(std)) / n ** 0.5
 
 
@@ -104,9 +104,9 @@ def opd_gap(figs: Path) -> Claim:
     layer_sim's per-layer spread over examples). Whether OPD widened step 0's gap is a
     different question, said beside it."""
     rep = analysis.load(figs / LAYER_SIM)
-    ls = rep["results"]
+    ls = rep.results
     base_row = next(r for n, r in others(rep) if n != "random_init")
-    half = (len(base_row["cos"]) - 1) // 2
+    half = (len(base_row.cos) - 1) // 2
     b, b_se = _later_half(base_row, half)
     name = "OPD leaves a gap in middle / late layers (later-half cos below NCA's and 1)"
     pairs = []
@@ -124,7 +124,7 @@ def opd_gap(figs: Path) -> Claim:
     flags = [d - w > 0 and one for (d, w), one in zip(gaps, below_one)]
     widened = [(v - b, z * (se ** 2 + b_se ** 2) ** 0.5) for v, se in opd_late]
     n_wide = sum(d + w < 0 for d, w in widened)
-    rnd = float(np.mean(ls["random_init"]["cos"][1:][half:]))
+    rnd = float(np.mean(ls["random_init"].cos[1:][half:]))
     reason = ("" if all(below_one) else
               f"OPD is within noise of 1 in {len(below_one) - sum(below_one)} seeds")
     return Claim(name,
