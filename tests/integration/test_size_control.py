@@ -49,8 +49,8 @@ def test_size_matched_opd_reruns_the_setting_command_at_scaled_lr(tmp_path, caps
     monkeypatch.setattr(size_control, "SIZE_MATCH", 1.0)
     out = size_control.main([*argv[:-1], "2"])
     assert [r["runs"] for r in out["rounds"]] == ["opdsized", "opdsized2"]
-    s1 = size_control.mean(size_control.sizes(json.loads(
-        (figs / "sk_size" / "param_delta_round1.json").read_text()))["opdsized"])
+    s1 = size_control.mean(size_control.sizes(analysis.load(
+        figs / "sk_size" / "param_delta_round1.json"))["opdsized"])
     s_opd, s_nca = sum(size["opd"]) / 2, sum(size["nca"]) / 2
     lr0 = read_run_config(runs / "sk_opd_s0")["lr"]
     m1 = read_run_config(runs / "sk_opdsized_s0")["lr"] / lr0  # round 1's lr, as trained

@@ -91,7 +91,9 @@ def test_a_harm_panel_with_nothing_to_show_says_why():
                  "ci95": {"correct_no_c": [0, 0], "correct_c": [0.2, 0.6], "harm": [None, None],
                           "kl_opd": [0.2, 0.4], "kl_ctx": [0.0, 0.2]}} for s in (0, 16)]
 
-    report = {"results": {"x_opd_s0": {"task": "facts", "context": "facts", "steps": rows(None)}},
+    report = {"config": {}, "task": "facts", "context": "facts",
+              "results": {"x_opd_s0": {"run": "runs/x_opd_s0", "teacher": "runs/x_base",
+                                       "task": "facts", "context": "facts", "steps": rows(None)}},
               "runs": {"x_opd_s0": {"name": "x_opd_s0", "method": "opd", "seed": 0}}}
     fig = trajectory_figure(report)
     assert any("harm undefined" in a.text for a in fig.layout.annotations)
