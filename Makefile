@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-.PHONY: demo test test-fast test-time test-real test-notebooks test-pipeline test-examples check-verdicts model docs check-figures check-site lab
+.PHONY: demo test test-fast test-time test-real test-notebooks test-pipeline test-pages test-examples check-verdicts model docs check-figures check-site lab
 demo: $(STAMP)
 	$(PY) -m nca_interp.layer_sim
 
@@ -41,9 +41,14 @@ test-notebooks: $(STAMP)
 	$(PY) -m pytest -q -n $(WORKERS) -m notebook tests/paper/test_notebooks.py
 
 # the paper pipeline end to end at tiny sizes (its longest runs: a one-seed setting, the
-# size-matched OPD rerun), one test per worker
+# size-matched OPD rerun, the dose row, the cross-model row), one test per worker
 test-pipeline: $(STAMP)
 	$(PY) -m pytest -q -n $(WORKERS) -m pipeline tests/integration
+
+# every published page and generated README/docs block regenerated from its JSON and compared
+# (what "every published number and page regenerates unchanged" rests on), one test per worker
+test-pages: $(STAMP)
+	$(PY) -m pytest -q -n $(WORKERS) -m pages tests/paper/test_docs.py
 
 # the docs' walk-throughs (docs/own_data.md's persona example) end to end on tiny models
 test-examples: $(STAMP)

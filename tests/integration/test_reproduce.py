@@ -173,6 +173,7 @@ def test_sweep_row_shares_the_teacher_and_times_every_stage(tmp_path):
     assert (out / "context_return.json").stat().st_mtime > kept["context_return.json"]
 
 
+@pytest.mark.pipeline  # a pipeline end to end: make test-pipeline
 def test_dose_follows_every_seed_with_its_control_and_draws_harm_against_drift(tmp_path):
     """--dose true (a preset's `dose` is its default): the trajectory covers every run of every
     seed at every saved checkpoint with reads_c, and harm against drift is computed from it and
@@ -224,6 +225,7 @@ def test_task_options_reach_students_and_every_evaluation(tmp_path):
         assert "--task-options kb=1" in files[str(figs / "sp_kb1" / name)]["command"], name
 
 
+@pytest.mark.pipeline  # a pipeline end to end: make test-pipeline
 def test_cross_model_row_distils_the_small_student_from_the_large_teacher(tmp_path):
     """--student-from: students start from the other task's base and learn from this task's
     teacher (both trained here outside the pipeline, tiny, so the pipeline skips them)."""

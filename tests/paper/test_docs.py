@@ -67,6 +67,7 @@ def test_markdown_tables_are_well_formed(doc):
     assert table_problems(doc.read_text()) == []
 
 
+@pytest.mark.pages  # every published page regenerated: make test-pages
 def test_generated_blocks_equal_their_generators():
     """README and docs blocks are exactly what `nca_interp.paper.claims` /
     `nca_interp.paper.summary` / `nca_interp.paper.sweep` / `nca_interp.paper.paper` write now."""
@@ -143,6 +144,7 @@ def test_docs_site_builds_offline_and_strict(tmp_path):
     assert all((page.parent / i).resolve().exists() for i in imgs)
 
 
+@pytest.mark.pages  # every published page regenerated: make test-pages
 def test_every_setting_page_is_its_generated_report():
     """figures/<setting>/README.md (what the docs site embeds) is what `nca_interp.paper.report`
     renders from that folder's JSON, verdicts included: a page left stale by a re-run fails here."""
