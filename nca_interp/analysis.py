@@ -37,6 +37,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from nca_interp import identity, reports
 from nca_interp.errors import UsageError
+from nca_interp.plugins import import_plugins
 
 __all__ = ["PLUGINS_ENV", "REGISTRY", "Analysis", "AnalysisSpec", "Job", "checkpoint_paths",
            "command_defaults", "config", "data_record", "decoded", "discover", "execute",
@@ -183,20 +184,7 @@ def discover() -> None:
     if _DISCOVERED:
         return
     _DISCOVERED.append(True)
-    import importlib
-    from importlib.metadata import entry_points
-
-    named = [(f"entry point {ep.name}", ep.value.partition(":")[0])
-             for ep in entry_points(group="nca_interp.analyses")]
-    named += [(PLUGINS_ENV, m.strip()) for m in os.environ.get(PLUGINS_ENV, "").split(",")
-              if m.strip()]
-    for where, name in named:
-        try:
-            importlib.import_module(name)
-        except ImportError as e:
-            raise UsageError(f"{where} names the analysis module {name}, which cannot be "
-                             f"imported ({e}); put it on the path (PYTHONPATH) or drop it "
-                             "from there") from e
+    import_plugins("nca_interp.analyses", PLUGINS_ENV, "analysis")
 
 
 def specs() -> tuple[AnalysisSpec, ...]:

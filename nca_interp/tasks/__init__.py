@@ -9,11 +9,11 @@ one: `nca_interp.tasks.base`.
 from __future__ import annotations
 
 import importlib
-import os
 import pkgutil
 from dataclasses import asdict, fields
 
 from nca_interp.errors import UsageError
+from nca_interp.plugins import import_plugins
 from nca_interp.tasks.base import (
     FORMATS,
     REGISTRY,
@@ -42,19 +42,7 @@ def discover() -> None:
     `nca_interp.tasks` entry-point group of an installed package and by NCA_INTERP_TASKS (a
     script's own: `PYTHONPATH=docs/examples/task NCA_INTERP_TASKS=toy_task`). Each module's
     import registers its task (an imported module is not imported again)."""
-    from importlib.metadata import entry_points
-
-    named = [(f"entry point {ep.name}", ep.value.partition(":")[0])
-             for ep in entry_points(group="nca_interp.tasks")]
-    named += [(PLUGINS_ENV, m.strip()) for m in os.environ.get(PLUGINS_ENV, "").split(",")
-              if m.strip()]
-    for where, name in named:
-        try:
-            importlib.import_module(name)
-        except ImportError as e:
-            raise UsageError(f"{where} names the task module {name}, which cannot be "
-                             f"imported ({e}); put it on the path (PYTHONPATH) or drop it "
-                             "from there") from e
+    import_plugins("nca_interp.tasks", PLUGINS_ENV, "task")
 
 
 discover()
