@@ -259,7 +259,7 @@ def command_defaults(mod, cfg):
     from nca_interp.assets import embedded
 
     where = next(n for n in PATH_FIELDS if hasattr(cfg, n))
-    if getattr(cfg, where) or not getattr(mod, "DEMO", None):
+    if getattr(cfg, where) or not getattr(mod, "DEMO", None) or getattr(cfg, "beside", None):
         return cfg
     setattr(cfg, where, [str(embedded(n)) for n in mod.DEMO])
     print(f"no checkpoint named: the embedded demo checkpoints {', '.join(mod.DEMO)}",
@@ -461,7 +461,7 @@ def input_paths(cfg) -> dict[str, Path]:
                     from nca_interp.assets import resolve
 
                     add(f"{p}'s {key} {run[key]}", resolve(run[key]))
-    for name in ("teacher", "init"):
+    for name in ("teacher", "init", "beside"):
         add(f"--{name} {getattr(cfg, name, None)}", getattr(cfg, name, None))
     for opt in getattr(cfg, "task_options", None) or []:
         value = opt.partition("=")[2] if isinstance(opt, str) else ""

@@ -2,6 +2,14 @@
 
     python -m nca_interp.layer_sim                       # embedded Sokoban base / OPD / NCA
     python -m nca_interp.layer_sim runs/base runs/opd runs/nca --context plan --out figures/x
+    python -m nca_interp.layer_sim runs/mine --beside figures/facts/layer_sim.json --out x
+
+`--beside REPORT` places checkpoints beside a report already written (a published setting's,
+whose students are not on this machine): only they and the random-init null are computed, on
+the report's items, positions and responses; its first checkpoint (the base) is recomputed and
+must agree within 1e-3 at every layer before the report's other entries are carried into the
+new report unchanged. The random-init null is always recomputed, and the new report names the
+layers where the report's differs (a null written by older code).
 
 Every model, the baselines included, is teacher-forced on the *same* responses y (default
 `--responses reference`: the task's own answers, the solver's plan or the correct option; `base`:
@@ -432,6 +440,11 @@ class LayerSimConfig:
     at: str = field(default="response", metadata={
         "help": "response (y's positions) | generating (the positions that produce y) | prompt "
                 "(x's tokens, which no loss touches)"})
+    beside: str | None = field(default=None, metadata={
+        "help": "a layer_sim report (.json) to place the checkpoints beside: only they and the "
+                "baselines are computed, on the report's items and settings; its first "
+                "checkpoint is recomputed and must agree before its other entries are carried "
+                "into the new report unchanged"})
     responses: str = field(default="reference", metadata={
         "help": "what every model (baselines included) is teacher-forced on: reference (the "
                 "task's answer: solver plan / correct option) | base (the first checkpoint's "
@@ -481,6 +494,8 @@ def run(cfg: LayerSimConfig | None = None, /, **fields) -> dict:
     `run(ckpt=[...], task=..., ...)`."""
     cfg = analysis.config(LayerSimConfig, cfg, fields)
     validate(cfg)
+    if cfg.beside:
+        return run_beside(cfg)
     paths = with_initial_checkpoints(analysis.checkpoint_paths(cfg))
     found, ctx = resolve_task_and_context(paths, cfg.task, cfg.context, cfg.task_options)
     check_same_tokenizers(paths)
@@ -517,6 +532,202 @@ def run(cfg: LayerSimConfig | None = None, /, **fields) -> dict:
         data=analysis.data_record(found, levels))
 
 
+# --beside: the settings a report fixes, and how close a recomputed entry must come to it
+BESIDE_FIELDS = ("task", "task_options", "context", "n_levels", "seed", "at", "responses")
+BESIDE_ATOL = 1e-3  # threads, batch and device change float sums by ~1e-6; other items by >0.01
+BESIDE_COMPARED = ("cos", "cos_centred", "cos_centred_view", "cka", "ctx_attn",
+                   "ctx_attn_ratio_layer")
+
+
+def beside_settings(cfg: LayerSimConfig, published: LayerSimReport) -> dict:
+    """The report's values of the settings that decide its items and positions. A flag given
+    with another value is refused: the new entries must stand on the report's items."""
+    recorded = published.config
+    defaults = LayerSimConfig()
+    out = {}
+    for name in BESIDE_FIELDS:
+        theirs = recorded.get(name, getattr(defaults, name))
+        if name == "task":
+            theirs = published.task
+        elif name == "context":
+            theirs = published.context
+        elif name == "responses":
+            theirs = published.responses
+        elif name == "at":
+            theirs = published.at
+        mine = getattr(cfg, name)
+        if mine != getattr(defaults, name) and mine != theirs:
+            raise UsageError(f"--{name.replace('_', '-')} {mine} differs from the report's "
+                             f"{theirs} ({cfg.beside}); --beside measures on the report's "
+                             f"settings: drop --{name.replace('_', '-')}")
+        out[name] = theirs
+    return out
+
+
+def reference_of(published: LayerSimReport, where: str) -> tuple[str, Path]:
+    """The report's first checkpoint (its base): its results key and a folder holding it, as
+    recorded, in this machine's model cache by name, or embedded by name. Refused in one line
+    when none is here."""
+    from nca_interp.assets import ROOT as ASSETS
+    from nca_interp.fetch import default_cache
+
+    first = str(published.checkpoints[0])
+    key = next((k for k, r in published.runs.items() if r.path == first), None)
+    if key is None:
+        raise UsageError(f"{where} has no results entry for its first checkpoint {first}; "
+                         "it is not a layer_sim report this command can extend")
+    name = Path(first).name
+    for candidate in (Path(first).expanduser(), default_cache() / "models" / name,
+                      ASSETS / name):
+        if (candidate / "config.json").is_file():
+            return key, candidate
+    raise UsageError(f"{where}'s first checkpoint {first} is not here (nor {name} in the model "
+                     "cache or among the embedded checkpoints); --beside recomputes it to check "
+                     "the report before carrying its entries: put that folder there or "
+                     "`python -m nca_interp.fetch` it")
+
+
+def n_layers_of(path: str | Path) -> int | None:
+    from nca_interp.fsio import read_json
+
+    config = read_json(Path(path) / "config.json", "model config")
+    return next((config[k] for k in ("num_hidden_layers", "n_layer", "n_layers")
+                 if isinstance(config.get(k), int)), None)
+
+
+def disagreement(new: dict, old) -> float:
+    """The largest absolute difference between a recomputed entry and the report's, over the
+    statistics every report holds (inf where the shapes differ)."""
+    worst = 0.0
+    for stat in BESIDE_COMPARED:
+        a, b = np.asarray(new[stat], dtype=float), np.asarray(old[stat], dtype=float)
+        if a.shape != b.shape:
+            return float("inf")
+        if a.size:
+            worst = max(worst, float(np.nanmax(np.abs(a - b))))
+    return worst
+
+
+def changed_layers(new: dict, old, layers: list[str]) -> dict[str, list[str]]:
+    """Per statistic, the layers where a recomputed baseline differs from the report's."""
+    out = {}
+    for stat in BESIDE_COMPARED:
+        a, b = np.asarray(new[stat], dtype=float), np.asarray(old[stat], dtype=float)
+        labels = layers if len(a) == len(layers) else layers[1:]
+        if a.shape != b.shape:
+            out[stat] = ["all"]
+            continue
+        hit = [lab for lab, x, y in zip(labels, a, b) if abs(x - y) > BESIDE_ATOL]
+        if hit:
+            out[stat] = hit
+    return out
+
+
+def run_beside(cfg: LayerSimConfig) -> LayerSimReport:
+    """`--beside REPORT`: the given checkpoints (none: only the check and the baselines)
+    measured on the report's items and settings, with the report's entries carried in.
+
+    Before anything is carried, the report's first checkpoint is recomputed here: its entry
+    must agree within BESIDE_ATOL on every layer of every compared statistic (and in its item
+    and position counts), which shows that this code, these items and these positions are the
+    report's. The baselines (random_init) are recomputed, never carried: they depend on the
+    code alone, and a report written before a fix keeps a stale null; where a recomputed one
+    differs from the report's, the new report names the layers (`beside.recomputed`)."""
+    import hashlib
+
+    from nca_interp.checkpoint import check_architecture, verify_folder
+    from nca_interp.cli import as_paths
+    from nca_interp.runs import task_for_checkpoints
+    from nca_interp.tasks import task_from_record
+
+    where = str(cfg.beside)
+    published = analysis.load(cfg.beside)
+    if not isinstance(published, LayerSimReport):
+        raise UsageError(f"{where} is a {published.analysis or 'unknown'} report, not a "
+                         "layer_sim one; --beside takes the JSON python -m nca_interp.layer_sim "
+                         "wrote")
+    fixed = beside_settings(cfg, published)
+    ref_key, ref = reference_of(published, where)
+    mine = as_paths(cfg.ckpt, "ckpt") or []
+    for p in mine:
+        check_architecture(verify_folder(p))
+    check_same_tokenizers([ref, *mine])
+    depth = len(published.layers) - 1
+    for p in mine:
+        if n_layers_of(p) not in (None, depth):
+            raise UsageError(f"{p} has {n_layers_of(p)} layers, {where}'s models {depth}; a "
+                             "report's per-layer lists share one set of layers: place it beside "
+                             "a report of its own architecture")
+    record = (published.data or {}).get("task_options")
+    if record:
+        found = task_from_record(record)
+    else:
+        found = task_for_checkpoints([str(ref)], fixed["task"], None, fixed["task_options"])
+    ctx = fixed["context"]
+    levels = found.levels("test", fixed["n_levels"], fixed["seed"])
+    if published.data and published.data.get("prompts_sha256"):
+        now = analysis.data_record(found, levels)["prompts_sha256"]
+        if now != published.data["prompts_sha256"]:
+            raise UsageError(f"the items rendered here are not {where}'s (their prompts' "
+                             "sha256 differs): the task's data or code changed since; rerun "
+                             "the report's own command instead")
+    device, at, batch = str(resolve_device(cfg.device)), fixed["at"], cfg.batch
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(verify_folder(ref), local_files_only=True)
+    shared = None
+    if fixed["responses"] == "reference":
+        shared = reference_responses(tok, found.for_tokenizer(tok), levels)
+    elif fixed["responses"] == "base":
+        shared = greedy_responses(ref, found, levels, batch, device)
+    checked = layer_similarity(ref, found, ctx, levels, batch, device, at, shared)
+    old = published.results[ref_key]
+    counts = [(k, checked[k], old[k]) for k in ("n_examples", "n_positions")
+              if checked[k] != old[k]]
+    gap = disagreement(checked, old)
+    if counts or not gap <= BESIDE_ATOL:
+        said = ", ".join(f"{k} {a} here, {b} there" for k, a, b in counts) or \
+            f"largest difference {gap:.3g} > {BESIDE_ATOL}"
+        raise UsageError(f"{ref_key} recomputed here does not match {where} ({said}): the "
+                         "report was made on other items, positions or code, so its entries "
+                         "would not compare with new ones; rerun the report's own command")
+    results: dict[str, dict] = {}
+    folders: dict[str, str | None] = {}
+    recomputed = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        if "random_init" in published.results or cfg.baselines:
+            rnd = random_init_copy(ref, Path(tmp) / "random_init")
+            results["random_init"] = layer_similarity(rnd, found, ctx, levels, batch, device,
+                                                      at, shared)
+            folders["random_init"] = None
+            if "random_init" in published.results:
+                recomputed["random_init"] = changed_layers(
+                    results["random_init"], published.results["random_init"], published.layers)
+        carried = [k for k in published.results if k not in results]
+        for k in carried:
+            results[k] = published.results[k].to_json()
+            folders[k] = published.runs[k].path
+        for p in bar(mine, "layer_sim", unit="ckpt"):
+            name = analysis.label_of(p, results)
+            folders[name] = p
+            results[name] = layer_similarity(p, found, ctx, levels, batch, device, at, shared)
+    carried = [k for k in carried if k != ref_key]
+    digest = hashlib.sha256(Path(cfg.beside).expanduser().read_bytes()).hexdigest()
+    report = analysis.make_report(
+        cfg, task=found.name, context=ctx, paths=folders, results=results, at=at,
+        responses=fixed["responses"], responses_from=published.responses_from,
+        layers=list(published.layers),
+        checkpoints=[*published.checkpoints, *mine],
+        data=analysis.data_record(found, levels),
+        beside={"report": where, "sha256": digest, "carried": carried,
+                "checked": {"entry": ref_key, "folder": str(ref), "max_abs_diff": gap,
+                            "atol": BESIDE_ATOL},
+                "recomputed": recomputed})
+    for k in [*carried, ref_key]:  # carried entries keep who they belong to
+        report.runs[k] = published.runs[k]
+    return report
+
+
 def show(report: LayerSimReport | dict) -> None:
     """The similarity tables, one per statistic, and the context reading per head."""
     report = as_report(report, LayerSimReport)
@@ -524,6 +735,15 @@ def show(report: LayerSimReport | dict) -> None:
     n = next(iter(results.values())).n_examples
     print(f"task={report.task} context={report.context} levels={n} "
           f"positions={report.at} responses={report.responses_from}")
+    if report.beside:
+        b, check = report.beside, report.beside["checked"]
+        print(f"beside {b['report']}: {check['entry']} recomputed, largest difference "
+              f"{check['max_abs_diff']:.2g} (<= {check['atol']}); carried unchanged: "
+              f"{', '.join(b['carried']) or 'none'}")
+        for name, changed in b["recomputed"].items():
+            said = "; ".join(f"{stat} at {', '.join(labs)}" for stat, labs in changed.items())
+            print(f"  {name} recomputed: {said or 'as the report had it'}"
+                  + (" (the report's value there predates this code)" if said else ""))
     print(LEGEND)
     for metric in ("cos", "cos_other", "cos_centred", "cos_centred_view", "offset_share", "cka",
                    "cka_debiased"):

@@ -354,6 +354,10 @@ class LayerSimReport(Report):
     responses_from: str = need("those responses in words")
     layers: list = need("the layer labels of every per-layer list (embed, 0, 1, ...)")
     checkpoints: list = need("the checkpoint folders compared, in order")
+    beside: dict | None = doc("made with --beside: the report placed beside (path, sha256), "
+                              "its entries carried unchanged, the entry recomputed to check "
+                              "them (max_abs_diff, atol) and, per recomputed baseline, the "
+                              "layers where it differs from the report's")
 
 
 @dataclass(eq=False)

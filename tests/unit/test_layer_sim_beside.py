@@ -1,0 +1,109 @@
+"""`layer_sim --beside REPORT`: new checkpoints measured on a published report's items and
+settings, its entries carried in only after its first checkpoint is recomputed and agrees."""
+
+import hashlib
+import json
+import shutil
+
+import pytest
+
+from nca_interp import layer_sim
+from nca_interp.checkpoint import save_checkpoint
+from nca_interp.errors import UsageError
+from tests.conftest import tiny
+
+SETTINGS = ["--task", "sokoban", "--context", "state", "--n-levels", "5", "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def ckpts(tok, tmp_path_factory):
+    root = tmp_path_factory.mktemp("beside")
+    out = {name: save_checkpoint(root / name, tiny(tok, seed=seed), tok)
+           for name, seed in (("base", 0), ("opd", 1), ("mine", 2))}
+    out["deep"] = save_checkpoint(root / "deep", tiny(tok, seed=3, n_layers=3), tok)
+    return out
+
+
+@pytest.fixture(scope="module")
+def published(ckpts, tmp_path_factory):
+    """A report of base and opd, as the pipeline would publish it."""
+    out = tmp_path_factory.mktemp("published") / "layer_sim"
+    layer_sim.main([str(ckpts["base"]), str(ckpts["opd"]), *SETTINGS, "--out", str(out)])
+    return out.with_suffix(".json")
+
+
+def edited(published, tmp_path, edit) -> str:
+    d = json.loads(published.read_text())
+    edit(d)
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(d))
+    return str(path)
+
+
+def test_beside_equals_measuring_everything_together(ckpts, published, tmp_path):
+    """The merged report's every entry equals the one a single run over all the checkpoints
+    gives (the ordinary command is the reference), and the report read is left as it was."""
+    before = hashlib.sha256(published.read_bytes()).hexdigest()
+    together = layer_sim.run(ckpt=[str(ckpts[n]) for n in ("base", "opd", "mine")],
+                             task="sokoban", context="state", n_levels=5, threads=1)
+    rep = layer_sim.main([str(ckpts["mine"]), "--beside", str(published), "--threads", "1",
+                          "--out", str(tmp_path / "ls")])
+    assert list(rep.results) == ["random_init", "base", "opd", "mine"]
+    for name, entry in together.results.items():
+        for stat in layer_sim.STATS:
+            a, b = entry[stat], rep.results[name][stat]
+            assert a == pytest.approx(b, abs=1e-6), (name, stat)
+    assert rep.beside["carried"] == ["opd"] and rep.beside["checked"]["entry"] == "base"
+    assert rep.beside["recomputed"] == {"random_init": {}}
+    assert rep.checkpoints[-1] == str(ckpts["mine"]) and rep.runs["mine"].path == str(ckpts["mine"])
+    assert hashlib.sha256(published.read_bytes()).hexdigest() == before
+    written = json.loads((tmp_path / "ls.json").read_text())
+    assert written["beside"]["sha256"] == before
+
+
+def test_carried_entries_are_the_reports_and_a_stale_baseline_is_recomputed(
+        ckpts, published, tmp_path):
+    def edit(d):
+        d["results"]["opd"]["cos"][2] = 0.123           # carried as it stands
+        d["results"]["random_init"]["cos"][0] = 0.5     # a null from older code: recomputed
+    path = edited(published, tmp_path, edit)
+    rep = layer_sim.run(ckpt=[], beside=path, threads=1)
+    assert rep.results["opd"].cos[2] == 0.123
+    assert rep.results["random_init"].cos[0] == pytest.approx(1.0)
+    assert rep.beside["recomputed"] == {"random_init": {"cos": ["embed"]}}
+
+
+def test_a_report_its_first_checkpoint_does_not_reproduce_is_refused(ckpts, published,
+                                                                     tmp_path):
+    def edit(d):
+        d["results"]["base"]["cos"][1] += 0.01
+    with pytest.raises(UsageError, match="base recomputed here does not match .*largest "
+                                         "difference 0.01"):
+        layer_sim.run(ckpt=[str(ckpts["mine"])], beside=edited(published, tmp_path, edit))
+
+    def items(d):
+        d["data"]["prompts_sha256"] = "0" * 64
+    with pytest.raises(UsageError, match="items rendered here are not"):
+        layer_sim.run(ckpt=[str(ckpts["mine"])], beside=edited(published, tmp_path, items))
+
+
+def test_bad_input_is_refused_before_any_work(ckpts, published, tmp_path):
+    with pytest.raises(UsageError, match="--at prompt differs from the report's response"):
+        layer_sim.run(ckpt=[str(ckpts["mine"])], beside=str(published), at="prompt")
+    with pytest.raises(UsageError, match="--n-levels 7 differs from the report's 5"):
+        layer_sim.run(ckpt=[str(ckpts["mine"])], beside=str(published), n_levels=7)
+    with pytest.raises(UsageError, match="has 3 layers, .* models 2"):
+        layer_sim.run(ckpt=[str(ckpts["deep"])], beside=str(published))
+    with pytest.raises(UsageError, match="would write over --beside"):
+        layer_sim.main([str(ckpts["mine"]), "--beside", str(published),
+                        "--out", str(published.with_suffix(""))])
+    other = edited(published, tmp_path, lambda d: d.update(analysis="param_delta"))
+    with pytest.raises(UsageError, match="edited.json: .* not declared by ParamDeltaReport"):
+        layer_sim.run(ckpt=[str(ckpts["mine"])], beside=other)
+    moved = tmp_path / "moved"
+    shutil.copytree(ckpts["base"], moved)
+    gone = edited(published, tmp_path, lambda d: (
+        d["checkpoints"].__setitem__(0, str(tmp_path / "gone" / "base")),
+        d["runs"]["base"].__setitem__("path", str(tmp_path / "gone" / "base"))))
+    with pytest.raises(UsageError, match="first checkpoint .*gone/base is not here"):
+        layer_sim.run(ckpt=[str(ckpts["mine"])], beside=gone)
