@@ -3,7 +3,6 @@ settings, its entries carried in only after its first checkpoint is recomputed a
 
 import hashlib
 import json
-import shutil
 
 import pytest
 
@@ -100,8 +99,13 @@ def test_bad_input_is_refused_before_any_work(ckpts, published, tmp_path):
     other = edited(published, tmp_path, lambda d: d.update(analysis="param_delta"))
     with pytest.raises(UsageError, match="edited.json: .* not declared by ParamDeltaReport"):
         layer_sim.run(ckpt=[str(ckpts["mine"])], beside=other)
-    moved = tmp_path / "moved"
-    shutil.copytree(ckpts["base"], moved)
+    from nca_interp.checkpoint import load_checkpoint
+    from nca_interp.tokenizer import CHARS, build_char_tokenizer
+
+    model, _ = load_checkpoint(ckpts["mine"])
+    permuted = save_checkpoint(tmp_path / "permuted", model, build_char_tokenizer(CHARS[::-1]))
+    with pytest.raises(UsageError, match="different tokenizers"):
+        layer_sim.run(ckpt=[str(permuted)], beside=str(published))
     gone = edited(published, tmp_path, lambda d: (
         d["checkpoints"].__setitem__(0, str(tmp_path / "gone" / "base")),
         d["runs"]["base"].__setitem__("path", str(tmp_path / "gone" / "base"))))
