@@ -8,8 +8,9 @@
 whose students are not on this machine): only they and the random-init null are computed, on
 the report's items, positions and responses; its first checkpoint (the base) is recomputed and
 must agree within 1e-3 at every layer before the report's other entries are carried into the
-new report unchanged. The random-init null is always recomputed, and the new report names the
-layers where the report's differs (a null written by older code).
+new report unchanged (as the file holds them: the check shows the items and code agree, and the
+new report records the file's sha256). The random-init null is always recomputed, and the new
+report names the layers where the report's differs (a null written by older code).
 
 Every model, the baselines included, is teacher-forced on the *same* responses y (default
 `--responses reference`: the task's own answers, the solver's plan or the correct option; `base`:
@@ -57,6 +58,7 @@ A random-init model of the same config and the base/teacher are added as baselin
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -471,7 +473,8 @@ def format_table(results: dict[str, dict], metric: str, layers: list[str]) -> st
     w = max(12, *(len(n) for n in results))
     lines = [f"{metric:<{w}} " + " ".join(f"{lab:>8}" for lab in layers)]
     for name, r in results.items():
-        lines.append(f"{name:<{w}} " + " ".join(f"{v:>8.4f}" for v in r[metric]))
+        lines.append(f"{name:<{w}} " + " ".join("       -" if v is None else f"{v:>8.4f}"
+                                                for v in r[metric]))
     return "\n".join(lines)
 
 
@@ -535,8 +538,9 @@ def run(cfg: LayerSimConfig | None = None, /, **fields) -> dict:
 # --beside: the settings a report fixes, and how close a recomputed entry must come to it
 BESIDE_FIELDS = ("task", "task_options", "context", "n_levels", "seed", "at", "responses")
 BESIDE_ATOL = 1e-3  # threads, batch and device change float sums by ~1e-6; other items by >0.01
-BESIDE_COMPARED = ("cos", "cos_centred", "cos_centred_view", "cka", "ctx_attn",
-                   "ctx_attn_ratio_layer")
+BESIDE_COMPARED = ("cos", "cos_other", "cos_centred", "cos_centred_view", "cka",
+                   "cka_debiased", "ctx_attn", "ctx_attn_ratio_layer")  # a report lacking one
+# of the optional ones (older reports have no cos_other or cka_debiased) is compared without it
 
 
 def beside_settings(cfg: LayerSimConfig, published: LayerSimReport) -> dict:
@@ -561,7 +565,30 @@ def beside_settings(cfg: LayerSimConfig, published: LayerSimReport) -> dict:
                              f"{theirs} ({cfg.beside}); --beside measures on the report's "
                              f"settings: drop --{name.replace('_', '-')}")
         out[name] = theirs
+    if not cfg.baselines:
+        raise UsageError("--baselines false with --beside: the report's random-init null is "
+                         "always recomputed (a carried one may predate this code); drop it")
     return out
+
+
+def check_entries(published: LayerSimReport, where: str) -> None:
+    """Every entry to be carried holds, for each compared statistic, a list of numbers (null
+    where a value is undefined) as long as the report's other entries' lists: refused in one
+    line naming the entry before any model pass, not after."""
+    lengths: dict[str, int] = {}
+    for name, stats in published.results.items():
+        for stat in ("cos", "cos_std", *BESIDE_COMPARED, "offset_share"):
+            values = stats[stat]
+            if values is None and stat in ("cos_other", "cka_debiased"):
+                continue
+            ok = isinstance(values, list) and all(
+                v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+                for v in values)
+            if not ok or len(values) != lengths.setdefault(stat, len(values) if ok else -1):
+                raise UsageError(f"{where}: results[{name!r}].{stat} is not a list of numbers "
+                                 f"as long as the other entries'; restore the report (git "
+                                 "checkout, or its own command) before placing anything beside "
+                                 "it")
 
 
 def reference_of(published: LayerSimReport, where: str) -> tuple[str, Path]:
@@ -581,10 +608,13 @@ def reference_of(published: LayerSimReport, where: str) -> tuple[str, Path]:
                       ASSETS / name):
         if (candidate / "config.json").is_file():
             return key, candidate
+    from nca_interp.fetch import MODELS
+
+    how = (f"python -m nca_interp.fetch {name}" if name in MODELS else
+           "put that folder there (or rebuild it with the command in the report's manifest)")
     raise UsageError(f"{where}'s first checkpoint {first} is not here (nor {name} in the model "
                      "cache or among the embedded checkpoints); --beside recomputes it to check "
-                     "the report before carrying its entries: put that folder there or "
-                     "`python -m nca_interp.fetch` it")
+                     f"the report before carrying its entries: {how}")
 
 
 def n_layers_of(path: str | Path) -> int | None:
@@ -600,6 +630,8 @@ def disagreement(new: dict, old) -> float:
     statistics every report holds (inf where the shapes differ)."""
     worst = 0.0
     for stat in BESIDE_COMPARED:
+        if new[stat] is None or old[stat] is None:
+            continue
         a, b = np.asarray(new[stat], dtype=float), np.asarray(old[stat], dtype=float)
         if a.shape != b.shape:
             return float("inf")
@@ -612,6 +644,8 @@ def changed_layers(new: dict, old, layers: list[str]) -> dict[str, list[str]]:
     """Per statistic, the layers where a recomputed baseline differs from the report's."""
     out = {}
     for stat in BESIDE_COMPARED:
+        if new[stat] is None or old[stat] is None:
+            continue
         a, b = np.asarray(new[stat], dtype=float), np.asarray(old[stat], dtype=float)
         labels = layers if len(a) == len(layers) else layers[1:]
         if a.shape != b.shape:
@@ -643,10 +677,14 @@ def run_beside(cfg: LayerSimConfig) -> LayerSimReport:
     where = str(cfg.beside)
     published = analysis.load(cfg.beside)
     if not isinstance(published, LayerSimReport):
-        raise UsageError(f"{where} is a {published.analysis or 'unknown'} report, not a "
-                         "layer_sim one; --beside takes the JSON python -m nca_interp.layer_sim "
-                         "wrote")
+        raise UsageError(f"{where} is a report of {published.analysis or 'another analysis'}, "
+                         "not of layer_sim; --beside takes the JSON python -m "
+                         "nca_interp.layer_sim wrote")
     fixed = beside_settings(cfg, published)
+    check_entries(published, where)
+    print(f"--beside {where}: measured at the report's settings, "
+          + ", ".join(f"{k}={v}" for k, v in fixed.items()), flush=True)
+    cfg = dataclasses.replace(cfg, **fixed)  # the config written is what was measured
     ref_key, ref = reference_of(published, where)
     mine = as_paths(cfg.ckpt, "ckpt") or []
     for p in mine:
@@ -711,7 +749,6 @@ def run_beside(cfg: LayerSimConfig) -> LayerSimReport:
             name = analysis.label_of(p, results)
             folders[name] = p
             results[name] = layer_similarity(p, found, ctx, levels, batch, device, at, shared)
-    carried = [k for k in carried if k != ref_key]
     digest = hashlib.sha256(Path(cfg.beside).expanduser().read_bytes()).hexdigest()
     report = analysis.make_report(
         cfg, task=found.name, context=ctx, paths=folders, results=results, at=at,
@@ -723,7 +760,7 @@ def run_beside(cfg: LayerSimConfig) -> LayerSimReport:
                 "checked": {"entry": ref_key, "folder": str(ref), "max_abs_diff": gap,
                             "atol": BESIDE_ATOL},
                 "recomputed": recomputed})
-    for k in [*carried, ref_key]:  # carried entries keep who they belong to
+    for k in carried:  # carried entries keep who they belong to
         report.runs[k] = published.runs[k]
     return report
 
@@ -737,13 +774,15 @@ def show(report: LayerSimReport | dict) -> None:
           f"positions={report.at} responses={report.responses_from}")
     if report.beside:
         b, check = report.beside, report.beside["checked"]
-        print(f"beside {b['report']}: {check['entry']} recomputed, largest difference "
-              f"{check['max_abs_diff']:.2g} (<= {check['atol']}); carried unchanged: "
+        print(f"beside {b['report']}: its {check['entry']} recomputed here to check it, "
+              f"largest difference {check['max_abs_diff']:.2g} (<= {check['atol']}); carried "
+              "as the report holds them (their checkpoints are not recomputed): "
               f"{', '.join(b['carried']) or 'none'}")
         for name, changed in b["recomputed"].items():
             said = "; ".join(f"{stat} at {', '.join(labs)}" for stat, labs in changed.items())
-            print(f"  {name} recomputed: {said or 'as the report had it'}"
-                  + (" (the report's value there predates this code)" if said else ""))
+            print(f"  {name} recomputed: " + (f"differs from the report's at {said} (older code "
+                                                "wrote it, or it was edited)" if said else
+                                                "as the report had it"))
     print(LEGEND)
     for metric in ("cos", "cos_other", "cos_centred", "cos_centred_view", "offset_share", "cka",
                    "cka_debiased"):

@@ -52,7 +52,7 @@ def test_beside_equals_measuring_everything_together(ckpts, published, tmp_path)
         for stat in layer_sim.STATS:
             a, b = entry[stat], rep.results[name][stat]
             assert a == pytest.approx(b, abs=1e-6), (name, stat)
-    assert rep.beside["carried"] == ["opd"] and rep.beside["checked"]["entry"] == "base"
+    assert rep.beside["carried"] == ["base", "opd"] and rep.beside["checked"]["entry"] == "base"
     assert rep.beside["recomputed"] == {"random_init": {}}
     assert rep.checkpoints[-1] == str(ckpts["mine"]) and rep.runs["mine"].path == str(ckpts["mine"])
     assert hashlib.sha256(published.read_bytes()).hexdigest() == before
@@ -65,11 +65,13 @@ def test_carried_entries_are_the_reports_and_a_stale_baseline_is_recomputed(
     def edit(d):
         d["results"]["opd"]["cos"][2] = 0.123           # carried as it stands
         d["results"]["random_init"]["cos"][0] = 0.5     # a null from older code: recomputed
+        d["results"]["random_init"]["cos_other"][1] = 0.5
     path = edited(published, tmp_path, edit)
     rep = layer_sim.run(ckpt=[], beside=path, threads=1)
     assert rep.results["opd"].cos[2] == 0.123
+    assert rep.config["at"] == "response" and rep.config["context"] == "state"
     assert rep.results["random_init"].cos[0] == pytest.approx(1.0)
-    assert rep.beside["recomputed"] == {"random_init": {"cos": ["embed"]}}
+    assert rep.beside["recomputed"] == {"random_init": {"cos": ["embed"], "cos_other": ["0"]}}
 
 
 def test_a_report_its_first_checkpoint_does_not_reproduce_is_refused(ckpts, published,
@@ -111,3 +113,25 @@ def test_bad_input_is_refused_before_any_work(ckpts, published, tmp_path):
         d["runs"]["base"].__setitem__("path", str(tmp_path / "gone" / "base"))))
     with pytest.raises(UsageError, match="first checkpoint .*gone/base is not here"):
         layer_sim.run(ckpt=[str(ckpts["mine"])], beside=gone)
+
+
+def test_undefined_values_are_carried_and_shown_malformed_ones_refused_first(
+        ckpts, published, tmp_path, capsys):
+    def undefined(d):
+        d["results"]["opd"]["cka"][1] = None  # a NaN is written as null
+    rep = layer_sim.run(ckpt=[], beside=edited(published, tmp_path, undefined), threads=1)
+    assert rep.results["opd"].cka[1] is None
+    layer_sim.show(rep)
+    assert "       -" in capsys.readouterr().out
+
+    def text(d):
+        d["results"]["opd"]["cos"][1] = "0.9"
+    with pytest.raises(UsageError, match=r"results\['opd'\].cos is not a list of numbers"):
+        layer_sim.run(ckpt=[str(ckpts["deep"])], beside=edited(published, tmp_path, text))
+
+    def short(d):
+        d["results"]["opd"]["cos"].pop()
+    with pytest.raises(UsageError, match=r"results\['opd'\].cos is not a list"):
+        layer_sim.run(ckpt=[], beside=edited(published, tmp_path, short))
+    with pytest.raises(UsageError, match="--baselines false with --beside"):
+        layer_sim.run(ckpt=[], beside=str(published), baselines=False)
