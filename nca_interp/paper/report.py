@@ -103,6 +103,18 @@ def layer_sim(figs: Path, name: str = "layer_sim") -> str:
     out = [f"Positions: {rep.at or 'response'}; every model teacher-forced on "
            f"{rep.responses_from or 'its own greedy responses'}. Mean (min to max) over "
            "seeds; `random_init` (same config, untrained) is the null."]
+    if rep.beside:  # rebuilt beside an earlier report: say what was recomputed, what carried
+        b = rep.beside
+        changed = "; ".join(f"{name} differed at " + ", ".join(
+            f"{stat} {'/'.join(labs)}" for stat, labs in ch.items())
+            for name, ch in b["recomputed"].items() if ch)
+        out.append(f"Rebuilt with `layer_sim --beside` from an earlier report (sha256 "
+                   f"`{b['sha256'][:12]}`): its {b['checked']['entry']} recomputed agrees within "
+                   f"{b['checked']['max_abs_diff']:.1g} (tolerance {b['checked']['atol']:g}); "
+                   f"the other entries carried as they were; "
+                   f"{', '.join(b['recomputed']) or 'no baseline'} recomputed"
+                   + (f" ({changed} from the earlier report's)" if changed
+                      else ", as the earlier report had it") + ".")
     first = next(iter(rep.results.values()))
     metrics = [m for m in ("cos", "cos_other", "cos_centred", "cka", "cka_debiased")
                if m in first]  # cos_other: views of different items (the anisotropy floor)

@@ -72,6 +72,14 @@ def test_carried_entries_are_the_reports_and_a_stale_baseline_is_recomputed(
     assert rep.config["at"] == "response" and rep.config["context"] == "state"
     assert rep.results["random_init"].cos[0] == pytest.approx(1.0)
     assert rep.beside["recomputed"] == {"random_init": {"cos": ["embed"], "cos_other": ["0"]}}
+    from nca_interp.paper import report  # the page says what was recomputed and carried
+
+    page_dir = tmp_path / "page"
+    page_dir.mkdir()
+    (page_dir / "layer_sim.json").write_text(json.dumps(rep.to_json()))
+    assert ("its base recomputed agrees within" in report.layer_sim(page_dir)
+            and "random_init differed at cos embed, cos_other 0 from the earlier report's"
+            in report.layer_sim(page_dir))
 
 
 def test_a_report_its_first_checkpoint_does_not_reproduce_is_refused(ckpts, published,
