@@ -119,6 +119,21 @@ def test_readme_is_a_front_door_without_typed_numbers():
     assert re.findall(r"\d", prose) == [], "a number typed into README.md; generate it"
 
 
+@pytest.mark.parametrize("page", ["README.md", "docs/real_model.md"])
+def test_prose_beside_verdict_tables_states_no_verdict(page):
+    """A page that shows generated verdicts leaves them to the tables: its hand-written prose
+    names no verdict word of the rule book (nor "holds" / "does not hold" of a claim), so a
+    re-judged table cannot be contradicted by a sentence written against the old one."""
+    text = (ROOT / page).read_text()
+    prose = re.sub(r"<!-- ([\w:-]+):begin.*?<!-- \1:end -->", "", text, flags=re.S)
+    prose = re.sub(r"```.*?```|`[^`]*`|--8<-- \"[^\"]*\"", "", prose, flags=re.S)
+    found = re.findall(r"\b(?:not )?reproduced\b|\breproduces\b|"
+                       r"\bdoes not reproduce\b|\bpartly\b|\binconclusive\b|"
+                       r"\bnot measurable\b|\b(?:claim|claims) (?:do(?:es)? not )?holds?\b|"
+                       r"\bdo(?:es)? not hold\b", prose, flags=re.I)
+    assert found == [], f"{page}: verdict words in prose: {found}; let the tables say them"
+
+
 def test_docs_site_builds_offline_and_strict(tmp_path):
     import re
     import subprocess
