@@ -578,7 +578,7 @@ def check_entries(published: LayerSimReport, where: str) -> None:
     lengths: dict[str, int] = {}
     for name, stats in published.results.items():
         for stat in ("cos", "cos_std", *BESIDE_COMPARED, "offset_share"):
-            values = stats[stat]
+            values = stats.get(stat)
             if values is None and stat in ("cos_other", "cka_debiased"):
                 continue
             ok = isinstance(values, list) and all(
@@ -630,7 +630,7 @@ def disagreement(new: dict, old) -> float:
     statistics every report holds (inf where the shapes differ)."""
     worst = 0.0
     for stat in BESIDE_COMPARED:
-        if new[stat] is None or old[stat] is None:
+        if new.get(stat) is None or old.get(stat) is None:
             continue
         a, b = np.asarray(new[stat], dtype=float), np.asarray(old[stat], dtype=float)
         if a.shape != b.shape:
@@ -644,7 +644,7 @@ def changed_layers(new: dict, old, layers: list[str]) -> dict[str, list[str]]:
     """Per statistic, the layers where a recomputed baseline differs from the report's."""
     out = {}
     for stat in BESIDE_COMPARED:
-        if new[stat] is None or old[stat] is None:
+        if new.get(stat) is None or old.get(stat) is None:
             continue
         a, b = np.asarray(new[stat], dtype=float), np.asarray(old[stat], dtype=float)
         labels = layers if len(a) == len(layers) else layers[1:]

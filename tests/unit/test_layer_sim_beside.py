@@ -132,6 +132,12 @@ def test_undefined_values_are_carried_and_shown_malformed_ones_refused_first(
     layer_sim.show(rep)
     assert "       -" in capsys.readouterr().out
 
+    def older(d):  # a report written before cos_other and cka_debiased existed
+        for entry in d["results"].values():
+            del entry["cos_other"], entry["cka_debiased"]
+    rep = layer_sim.run(ckpt=[], beside=edited(published, tmp_path, older), threads=1)
+    assert rep.results["opd"].cos_other is None and rep.results["random_init"].cos_other
+
     def text(d):
         d["results"]["opd"]["cos"][1] = "0.9"
     with pytest.raises(UsageError, match=r"results\['opd'\].cos is not a list of numbers"):
