@@ -33,7 +33,7 @@ from nca_interp.errors import RunError, UsageError
 from nca_interp.faults import fault_point
 from nca_interp.fsio import pid_alive, read_json, replace_folder, temp_path, write_text
 
-__all__ = ["FetchConfig", "default_cache", "fetch", "gguf_to_hf", "main"]
+__all__ = ["FetchConfig", "default_cache", "fetch", "gguf_to_hf", "main", "registered"]
 
 PROVENANCE = "PROVENANCE.json"
 
@@ -62,6 +62,11 @@ MODELS = {
              "bf16 release",
         disk_bytes=1_200_000_000),
 }
+
+
+def registered() -> tuple[str, ...]:
+    """The model names `fetch` can bring from the registry."""
+    return tuple(MODELS)
 
 
 def default_cache() -> Path:

@@ -608,9 +608,9 @@ def reference_of(published: LayerSimReport, where: str) -> tuple[str, Path]:
                       ASSETS / name):
         if (candidate / "config.json").is_file():
             return key, candidate
-    from nca_interp.fetch import MODELS
+    from nca_interp.fetch import registered
 
-    how = (f"python -m nca_interp.fetch {name}" if name in MODELS else
+    how = (f"python -m nca_interp.fetch {name}" if name in registered() else
            "put that folder there (or rebuild it with the command in the report's manifest)")
     raise UsageError(f"{where}'s first checkpoint {first} is not here (nor {name} in the model "
                      "cache or among the embedded checkpoints); --beside recomputes it to check "

@@ -35,7 +35,9 @@ def size_matched(figs: Path) -> claims.Claim:
     nca_interp.paper.size_control)."""
     sized = figs.parent / f"{figs.name}_size"
     if not (sized / PARAM_DELTA).exists():
-        raise FileNotFoundError(sized / PARAM_DELTA)
+        return claims.not_run("NCA's updates differ from a size-matched OPD's",
+                              f"{sized.name}/{PARAM_DELTA}",
+                              f"python -m nca_interp.paper.size_control --setting {figs.name}")
     return claims.size_matched(sized)
 
 
@@ -50,7 +52,7 @@ def aligned_seeds(figs: Path) -> str:
     from nca_interp.paper.layout import grad_files
 
     labels = [label if " s" in label else f"{label} s0" for label, _ in grad_files(figs)]
-    return "gradients: " + ", ".join(labels)
+    return "gradients: " + ", ".join(labels) if labels else "-"
 
 
 @dataclass(frozen=True)
@@ -146,11 +148,18 @@ def table(rows: list[tuple[str, str, claims.Claim]]) -> str:
     """One row per setting; a claim worded for its setting (e.g. the size-matched OPD's lr)
     keeps that wording in its row."""
     lines = ["| setting | seeds | measured | null / control | verdict |", "|---|---|---|---|---|"]
-    worded = len({c.name for _, _, c in rows}) > 1
-    for s, seeds, c in rows:
+    ran = [r for r in rows if r[2].verdict != "not run"]
+    worded = len({c.name for _, _, c in ran}) > 1
+    for s, seeds, c in ran:
         m = f"{c.name[len(title(c.name)) + 2:-1]}: {c.measured}" \
             if worded and c.name != title(c.name) else c.measured
         lines.append(f"| `{s}` | {seeds} | {m} | {c.null} | **{c.cell}** |")
+    missing: dict[tuple[str, str], list[str]] = {}  # one row per missing input and command
+    for s, _, c in rows:
+        if c.verdict == "not run":
+            missing.setdefault((c.null, c.cell), []).append(f"`{s}`")
+    for (needs, cell), settings in missing.items():
+        lines.append(f"| {', '.join(settings)} | - | not run | {needs} | **{cell}** |")
     return "\n".join(lines)
 
 
@@ -165,11 +174,14 @@ def section(i: int, v: Verdict, root: Path) -> str:
         return "\n".join(out)
     for rule in v.rules:
         rows = []
-        for s in published(root):
+        for s in published(root):  # a setting without the rule's input: a row "not run"
             try:
-                rows.append((s, (v.seeds or seeds_of)(root / s), rule(root / s)))
-            except FileNotFoundError:  # the setting does not measure this
-                continue
+                seeds = (v.seeds or seeds_of)(root / s)
+            except FileNotFoundError:
+                seeds = "-"
+            found = claims.claim_or_not_run(rule, root / s)
+            if found is not None:
+                rows.append((s, seeds, found))
         if not rows:
             continue
         out += ["", f"**{title(rows[0][2].name)}**", "", table(rows), "",

@@ -86,6 +86,11 @@ RULES = (
      "for a claim judged by counting units, **partly** needs the effect on the claimed side of "
      "its null on average and at least one unit clear; a mean on the wrong side of the null is "
      "**not reproduced**, whatever single units show."),
+    ("straddling units",
+     "a counted claim whose units carry intervals and of which no unit is clear is **not "
+     "reproduced** only when a majority of its units lie clear on the other side of the null "
+     "(*against*); when they straddle it, the data cannot tell: **inconclusive**, whatever side "
+     "the mean lies on."),
     ("coverage",
      "a verdict that judges fewer than half of its units is **not measurable**, so a verdict is "
      "never stronger because fewer units could be judged."),
@@ -189,12 +194,17 @@ RULES = (
 )
 
 
-def verdict(flags: list[bool], mean_on_side: bool = True, total: int | None = None) -> str:
+def verdict(flags: list[bool], mean_on_side: bool = True, total: int | None = None,
+            against: list[bool] | None = None) -> str:
     """The verdict of units judged `flags` (True: clear of the null on the claimed side) out of
-    `total` units (default: all were judged), with the mean effect on the claimed side or not."""
+    `total` units (default: all were judged), with the mean effect on the claimed side or not.
+    `against` (for units with intervals): True where a unit lies clear on the other side; with
+    no unit clear, only a majority against makes "not reproduced", else "inconclusive"."""
     total = len(flags) if total is None else total
     if not flags or 2 * len(flags) < total:
         return "not measurable"
+    if against is not None and not any(flags):
+        return "not reproduced" if 2 * sum(against) > len(against) else "inconclusive"
     if not mean_on_side:
         return "not reproduced"
     if all(flags):

@@ -39,13 +39,34 @@ def test_degradation_is_judged_on_the_seeds_pooled_drop(tmp_path):
     assert claims.degrades(figs).cell == "not measurable"
 
 
+def test_harm_beyond_chance_is_its_own_column_beside_the_break(tmp_path):
+    """Regime A breaks; whether the harm also clears independence (1 - accuracy with c) is a
+    separate verdict, not folded into the harm rule that regime A passes."""
+    base = report(0.9, 0.95, 0.01, "B")
+    low = report(0.9, 0.7, 0.1, "A", ci_harm=(0.05, 0.15))   # breaks, harm below 0.3
+    high = report(0.9, 0.3, 0.75, "A", ci_harm=(0.72, 0.78))  # harm above 0.7: beyond chance
+    c = claims.degrades(write(tmp_path, {"t_base": base, "t_opd_s0": low, "t_opd_s1": low}))
+    assert c.verdict == "reproduced"
+    assert c.also[0][0].startswith("harm beyond chance") and c.also[0][1] == "not reproduced"
+    assert "0 of 2 seeds clear above it, 2 clear below" in c.cell
+    c = claims.degrades(write(tmp_path, {"t_base": base, "t_opd_s0": high, "t_opd_s1": high}))
+    assert c.verdict == "reproduced" and c.also[0][1] == "reproduced"
+
+
 def test_internalizing_is_judged_against_the_step_zero_null(tmp_path):
     base = report(0.3, 0.9, 0.0, "B")
     up = report(0.6, 0.9, 0.0, "B", ci_no_c=(0.45, 0.75))
     flat = report(0.35, 0.9, 0.0, "B", ci_no_c=(0.2, 0.5))
     assert claims.internalizes(write(tmp_path, {"b": base, "t_opd_s0": up})).cell == "reproduced"
+    # an interval straddling step 0 shows neither a rise nor its absence
     assert claims.internalizes(write(tmp_path, {"b": base, "t_opd_s0": flat})).cell == \
-        "not reproduced"
+        "inconclusive (no seed clear, 0 of 1 clear the other way, 1 straddling the null)"
+    down = report(0.2, 0.9, 0.0, "B", ci_no_c=(0.1, 0.25))
+    assert claims.internalizes(write(tmp_path, {"b": base, "t_opd_s0": down,
+                                                "t_opd_s1": down, "t_opd_s2": flat})
+                               ).verdict == "not reproduced"  # a majority clear below
+    assert claims.internalizes(write(tmp_path, {"b": base, "t_opd_s0": down, "t_opd_s1": flat,
+                                                "t_opd_s2": flat})).verdict == "inconclusive"
 
 
 def test_nca_blind_to_c_fails_the_keeps_context_claim(tmp_path):
@@ -535,7 +556,7 @@ def test_heads_verdict_needs_one_stable_head_clear_of_random_heads_on_held_out_c
     assert "c's own tokens only" not in verdict([row(1, ["L2H2"], ["L2H2"]), two]).null
 
 
-def test_referee_tally_groups_settings_by_verdict_word_and_skips_unmeasured(tmp_path):
+def test_referee_tally_groups_settings_by_verdict_word_and_keeps_unmeasured_rows(tmp_path):
     from nca_interp.paper import referee
 
     assert referee.tally([("a", "reproduced"), ("b", "partly"), ("c", "reproduced"),
@@ -552,7 +573,9 @@ def test_referee_tally_groups_settings_by_verdict_word_and_skips_unmeasured(tmp_
             (tmp_path / name / "patching.json").write_text(json.dumps(
                 {"results": {f"{name}_opd_s0": {"kind": "harm", "counts": {"harm": 2}}}}))
     text = referee.section(1, referee.VERDICTS[0], tmp_path)
-    assert "| `sokoban` | patched: sokoban_opd_s0 |" in text and "`frozenlake`" not in text
+    assert "| `sokoban` | patched: sokoban_opd_s0 |" in text
+    # a setting without the rule's input keeps its row, "not run" with the command
+    assert "| `frozenlake` | - | not run | needs patching.json |" in text
     assert referee.seeds_of(tmp_path / "frozenlake") == "opd 0,3; nca 0"
     assert "**not measurable** in 1 (sokoban)" in text
 
@@ -599,12 +622,13 @@ def test_the_later_layer_gap_is_opds_below_ncas_and_below_one_beyond_item_noise(
     # OPD keeps step 0's gap (no widening) while NCA closes it: the paper's claim holds
     kept = write(0.05, opd=0.95)
     assert kept.verdict == "reproduced" and "in 0 of 3 seeds" in kept.null
-    assert write(0.5).verdict == "not reproduced"  # se 0.05: the interval reaches 0
+    assert write(0.5).verdict == "inconclusive"  # se 0.05: the interval reaches 0 and 0.09
+    assert write(0.05, opd=0.99, nca=0.90).verdict == "not reproduced"  # OPD clear above NCA
     # NCA below OPD: the mean on the wrong side
     assert write(0.05, opd=0.99, nca=0.95).verdict == "not reproduced"
-    # OPD within noise of 1 (no gap at all), though below NCA's 1.0
+    # OPD within noise of 1 and of NCA's 1.0: no gap shown, nor its absence
     flat = write(0.05, opd=0.999, nca=1.0)
-    assert flat.verdict == "not reproduced" and "within noise of 1 in 3 seeds" in flat.reason
+    assert flat.verdict == "inconclusive" and "within noise of 1 in 3 seeds" in flat.reason
 
 
 def _dose(tmp_path, per_seed, half, t95, reports):

@@ -18,6 +18,19 @@ def test_a_mean_on_the_wrong_side_is_not_reproduced_whatever_single_units_show()
     assert rules.verdict([True, True], mean_on_side=False) == "not reproduced"
 
 
+def test_units_that_straddle_the_null_are_inconclusive_a_majority_against_is_not():
+    straddle, against = [False, False, False], [False, False, False]
+    assert rules.verdict(straddle, against=against) == "inconclusive"
+    assert rules.verdict(straddle, mean_on_side=False, against=against) == "inconclusive"
+    assert rules.verdict(straddle, against=[True, True, False]) == "not reproduced"
+    assert rules.verdict(straddle, against=[True, False, False]) == "inconclusive"
+    # a clear unit: the partly / every-seed rules as before
+    assert rules.verdict([True, False, False], against=[False, True, True]) == "partly"
+    assert rules.verdict([True, False, False], mean_on_side=False,
+                         against=[False, True, True]) == "not reproduced"
+    assert rules.verdict(straddle) == "not reproduced"  # units without intervals
+
+
 def test_fewer_than_half_of_the_units_judged_is_not_measurable():
     assert rules.verdict([True] * 6, total=12) == "reproduced"  # half: judged
     assert rules.verdict([True] * 5, total=12) == "not measurable"  # under half
@@ -81,7 +94,7 @@ def test_breaking_is_accuracy_with_c_below_without_and_chance_is_said_apart(tmp_
     # accuracy with c is above accuracy without: no break, and enough data to exclude one
     up = write(0.85, (0.03, 0.07))
     assert up.verdict == "not reproduced" and "independence baseline" in up.null
-    assert "beyond chance (harm rule) in 0 of 3" in up.reason  # 0.06 < 1 - 0.85
+    assert "0 of 3 seeds clear above it" in up.cell  # 0.06 < 1 - 0.85: not beyond chance
     # a clear drop in every seed
     assert write(0.5, (-0.4, -0.2)).verdict == "reproduced"
     # a large drop too noisy to tell (one seed of 8 facts): inconclusive, not "no"
@@ -101,4 +114,6 @@ def test_breaking_is_accuracy_with_c_below_without_and_chance_is_said_apart(tmp_
     (tmp_path / "context_return.json").write_text(json.dumps({"results": reps}))
     chance = claims.degrades(tmp_path)
     assert chance.verdict == "reproduced"
-    assert "harm beyond chance (harm rule) in 0 of 4 seeds" in chance.reason
+    assert chance.also[0][0].startswith("harm beyond chance")
+    assert chance.also[0][1] == "inconclusive"  # [0.55, 0.74] straddles 1 - 0.375
+    assert "0 of 4 seeds clear above it, 0 clear below" in chance.cell

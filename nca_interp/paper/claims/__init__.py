@@ -59,7 +59,8 @@ from nca_interp.paper.layout import (
 )
 from nca_interp.paper.settings import load
 
-__all__ = ["Claim", "CLAIMS", "DOCS", "pooled_settings", "claims", "degrades", "harm_not_drift",
+__all__ = ["Claim", "CLAIMS", "DOCS", "claim_or_not_run", "pooled_settings", "claims", "degrades",
+           "harm_not_drift",
            "heads_carry_harm", "internalizes", "label_permutation_p", "longer", "main",
            "nca_identical", "nca_improves_no_c", "nca_keeps_context", "nca_new_direction",
            "nca_prevents", "nca_reads_context", "not_run", "opd_gap", "orthogonal",
@@ -97,18 +98,29 @@ CLAIMS: tuple[tuple[Callable[[Path], Claim | None], str, tuple[str, str]], ...] 
 )
 
 
+def claim_or_not_run(fn: Callable[[Path], Claim | None], figs: Path) -> Claim | None:
+    """`fn(figs)`, or where the report it reads is missing the row "not run" naming that
+    report and the command that writes it (`CLAIMS`; a rule outside it names the setting's
+    pipeline)."""
+    try:
+        return fn(figs)
+    except FileNotFoundError as e:
+        name, (file, command) = next(
+            ((n, spec) for f, n, spec in CLAIMS if f is fn),
+            ((fn.__doc__ or fn.__name__).split(".")[0].split(":")[0].strip(),
+             (e.filename or "its input", f"python -m nca_interp.paper.reproduce --task "
+                                         f"{figs.name}")))
+        missing = Path(e.filename).name if e.filename else file
+        return not_run(name, missing, command.format(figs=f"{figs.parent.name}/{figs.name}"))
+
+
 def claims(figs: Path) -> list[Claim]:
     """Every claim of `CLAIMS` on `figs`: judged where its report exists, else "not run" with
     the command that writes the report; the size-matched comparison where
     `<setting>_size` exists beside it."""
     out = []
-    for fn, name, (file, command) in CLAIMS:
-        try:
-            claim = fn(figs)
-        except FileNotFoundError as e:
-            missing = Path(e.filename).name if e.filename else file
-            claim = not_run(name, missing,
-                            command.format(figs=f"{figs.parent.name}/{figs.name}"))
+    for fn, _, _ in CLAIMS:
+        claim = claim_or_not_run(fn, figs)
         if claim is not None:
             out.append(claim)
     if (figs.parent / f"{figs.name}_size" / PARAM_DELTA).exists():

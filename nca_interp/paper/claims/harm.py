@@ -47,10 +47,19 @@ def internalizes(figs: Path) -> Claim:
     rep = analysis.load(figs / CONTEXT_RETURN)
     base, opd = base_of(rep), runs_of(rep, "opd")
     flags = [r.ci95["correct_no_c"][0] > base.correct_no_c for r in opd]
+    against = [r.ci95["correct_no_c"][1] < base.correct_no_c for r in opd]
+    verdict = count_verdict(flags, against=against)
     return Claim("OPD internalizes c (right without c rises)",
                  spread_text([r.correct_no_c for r in opd]),
-                 f"step 0: {base.correct_no_c:.3f}",
-                 count_verdict(flags), coverage=(len(flags), len(opd)))
+                 f"step 0: {base.correct_no_c:.3f}", verdict,
+                 _straddle_reason(flags, against) if verdict == "inconclusive" else "",
+                 coverage=(len(flags), len(opd)))
+
+
+def _straddle_reason(flags: list[bool], against: list[bool]) -> str:
+    n = len(flags)
+    return (f"no seed clear, {sum(against)} of {n} clear the other way, "
+            f"{n - sum(flags) - sum(against)} straddling the null")
 
 
 
@@ -71,10 +80,17 @@ def degrades(figs: Path) -> Claim:
                      np.asarray(it["correct_no_c"], float), units)
     j = judge.effect(units, pooled, 0.0, -1, rules.BREAK_MARGIN)
     step0 = base.harm
-    own = [_harm_is_own(r, step0) for r in opd]
-    beyond = f"harm beyond chance (harm rule) in {sum(own)} of {len(opd)} seeds" + (
-        ", against the independence baseline alone: step 0 has nothing right without c"
-        if step0 is None else "")
+    judged = [r for r in opd if r.harm is not None]
+    ci = [(r.ci95 or {}).get("harm") or [r.harm, r.harm] for r in judged]
+    clear = [lo > rules.independence_harm(r.correct_c) and (step0 is None or lo > step0)
+             for r, (lo, _) in zip(judged, ci)]
+    below = [hi < rules.independence_harm(r.correct_c) for r, (_, hi) in zip(judged, ci)]
+    chance = count_verdict(clear, total=len(opd), against=below) if judged else "not measurable"
+    above = "step 0's harm and " if step0 is not None else ""
+    beyond = ((f"harm beyond chance (above {above}1 - accuracy with c, the independence "
+               "baseline)", chance,
+               f"{sum(clear)} of {len(opd)} seeds clear above it, {sum(below)} clear below"
+               + (": step 0 has nothing right without c" if step0 is None else "")),)
     regimes = " ".join(r.regime for r in opd)
     return Claim(name,
                  f"accuracy with c - without {spread_text([u.point for u in units])}"
@@ -84,7 +100,7 @@ def degrades(figs: Path) -> Claim:
                  f"{'-' if step0 is None else f'{step0:.3f}'}; independence baseline "
                  f"(1 - accuracy with c) "
                  f"{spread_text([rules.independence_harm(r.correct_c) for r in opd])}",
-                 j.verdict, "; ".join(x for x in (j.reason, beyond) if x),
+                 j.verdict, j.reason, also=beyond,
                  coverage=(len(units), len(opd)), detectable=f"{j.mde:.3f}")
 
 
@@ -416,8 +432,12 @@ def longer(figs: Path) -> Claim:
     b = base.rel_len_both
     flags = [r.rel_len_both is not None and (r.ci95["rel_len_both"][0] or 0) > 0 and
              (b is None or r.rel_len_both > b) for r in opd]
+    against = [r.rel_len_both is not None and r.ci95["rel_len_both"][1] is not None and
+               r.ci95["rel_len_both"][1] < max(0.0, b or 0.0) for r in opd]
+    verdict = count_verdict(flags, against=against)
     return Claim("OPD answers get longer with c (rel_len_both)", spread_text(vals, pct=True),
-                 "step 0: " + ("-" if b is None else f"{100 * b:+.1f}%"), count_verdict(flags),
+                 "step 0: " + ("-" if b is None else f"{100 * b:+.1f}%"), verdict,
+                 _straddle_reason(flags, against) if verdict == "inconclusive" else "",
                  coverage=(len(flags), len(opd)))
 
 

@@ -122,6 +122,7 @@ def opd_gap(figs: Path) -> Claim:
     gaps = [(n - o, z * (o_se ** 2 + n_se ** 2) ** 0.5) for (o, o_se), (n, n_se) in pairs]
     below_one = [1 - o > z * o_se for (o, o_se), _ in pairs]
     flags = [d - w > 0 and one for (d, w), one in zip(gaps, below_one)]
+    against = [d + w < 0 for d, w in gaps]  # OPD's later half clear above NCA's
     widened = [(v - b, z * (se ** 2 + b_se ** 2) ** 0.5) for v, se in opd_late]
     n_wide = sum(d + w < 0 for d, w in widened)
     rnd = float(np.mean(ls["random_init"].cos[1:][half:]))
@@ -133,5 +134,6 @@ def opd_gap(figs: Path) -> Claim:
                  + ", ".join(f"{d:+.3f} [{d - w:+.3f}, {d + w:+.3f}]" for d, w in gaps),
                  f"0 (no gap between the methods); step 0 {b:.3f} (OPD widened step 0's gap in "
                  f"{n_wide} of {len(widened)} seeds); random init {rnd:.3f}",
-                 count_verdict(flags, mean_on_side=float(np.mean([d for d, _ in gaps])) > 0),
+                 count_verdict(flags, mean_on_side=float(np.mean([d for d, _ in gaps])) > 0,
+                               against=against),
                  reason, coverage=(len(flags), len(flags)))
