@@ -335,7 +335,12 @@ def make_report(cfg, *, task: str, context: str | None, paths: dict[str, str | P
     refused, so what a report holds is what its class documents."""
     from nca_interp.cli import to_dict
 
-    name = next((s.name for s in specs() if s.module == type(cfg).__module__), None)
+    module = type(cfg).__module__
+    if module == "__main__":  # `python -m nca_interp.layer_sim`: the class's module runs as main
+        import sys
+
+        module = getattr(getattr(sys.modules["__main__"], "__spec__", None), "name", module)
+    name = next((s.name for s in specs() if s.module == module), None)
     cls = report_class(name)
     return cls.from_json({"config": to_dict(cfg), "task": task, "context": context,
                           "runs": {k: run_identity(k, paths.get(k)) for k in results},

@@ -149,3 +149,25 @@ def test_undefined_values_are_carried_and_shown_malformed_ones_refused_first(
         layer_sim.run(ckpt=[], beside=edited(published, tmp_path, short))
     with pytest.raises(UsageError, match="--baselines false with --beside"):
         layer_sim.run(ckpt=[], beside=str(published), baselines=False)
+
+
+def test_a_report_written_by_the_command_line_names_its_analysis(monkeypatch, published):
+    """`python -m nca_interp.layer_sim` defines its config class in `__main__`: the report
+    still records analysis "layer_sim" (it wrote null before)."""
+    import importlib.util
+    import sys
+    import types
+
+    from nca_interp import analysis
+
+    stand_in = types.ModuleType("__main__")
+    stand_in.__spec__ = importlib.util.find_spec("nca_interp.layer_sim")
+    monkeypatch.setitem(sys.modules, "__main__", stand_in)
+    as_main = type("LayerSimConfig", (layer_sim.LayerSimConfig,), {"__module__": "__main__"})
+    rep = analysis.load(published)
+    made = analysis.make_report(as_main(), task=rep.task, context=rep.context, paths={},
+                                results={k: v.to_json() for k, v in rep.results.items()},
+                                at=rep.at, responses=rep.responses,
+                                responses_from=rep.responses_from, layers=rep.layers,
+                                checkpoints=rep.checkpoints)
+    assert made.analysis == "layer_sim"
