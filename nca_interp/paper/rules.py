@@ -12,7 +12,7 @@ from __future__ import annotations
 
 __all__ = ["ALPHA", "BREAK_MARGIN", "DEPTH_THIRDS", "HEADS_MIN_CASES", "KEEP_MARGIN", "MIN_SEEDS",
            "ORTHO_BAND", "PAPER_CLOSED", "PAPER_COS", "PAPER_COS_THRESHOLD", "READ_MARGIN",
-           "SIZE_MATCH", "SUPPORT_MIN", "VERDICTS", "closed_share", "harm_is_own",
+           "SIZE_MATCH", "SUPPORT_MIN", "VERDICTS", "closed_share", "harm_is_own", "prevents",
            "independence_harm", "markdown", "pooled", "verdict"]
 
 VERDICTS = ("reproduced", "partly", "inconclusive", "not reproduced", "not measurable",
@@ -117,6 +117,14 @@ RULES = (
      "with c of the same student: what harm is when being right with c does not depend on "
      "being right without it (a student right without c by chance is 'harmed' that much). "
      "The baseline is printed beside every harm."),
+    ("prevents",
+     "NCA *prevents* the harm only where OPD's break is shown (its verdict reproduced or "
+     "partly; else **not measurable**: nothing to prevent). Units are the seed pairs whose OPD "
+     "harm is its own (the harm rule); a pair is clear when NCA's harm lies below OPD's and "
+     "NCA is not in regime A; the counted verdict follows the every-seed rule, and "
+     "**reproduced** also needs the paired OPD - NCA harm interval, pooled over (seed, unit) "
+     "clusters, clear above 0 (else at most **partly**). No pair with OPD's own harm: **not "
+     "measurable**."),
     ("matched drift",
      "a comparison of the methods *at matched drift* (NCA - OPD: each NCA checkpoint against "
      "OPD's run of the same seed interpolated at the same drift from step 0) counts seeds: a "
@@ -210,6 +218,19 @@ def verdict(flags: list[bool], mean_on_side: bool = True, total: int | None = No
     if all(flags):
         return "reproduced"
     return "partly" if any(flags) else "not reproduced"
+
+
+def prevents(break_verdict: str, pair_flags: list[bool], pairs: int,
+             pooled_lo: float | None) -> str:
+    """The "prevents" rule: `break_verdict` is OPD's break; `pair_flags` the seed pairs whose
+    OPD harm is its own (True: NCA's harm below OPD's, NCA not in regime A) out of `pairs`;
+    `pooled_lo` the lower end of the pooled paired OPD - NCA harm interval (None: none)."""
+    if break_verdict not in ("reproduced", "partly"):
+        return "not measurable"
+    word = verdict(pair_flags, total=pairs)
+    if word == "reproduced" and pooled_lo is not None and not pooled_lo > 0:
+        return "partly"
+    return word
 
 
 def pooled(pooled_clear: bool, unit_flags: list[bool], mean_on_side: bool = True) -> str:

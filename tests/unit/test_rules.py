@@ -117,3 +117,12 @@ def test_breaking_is_accuracy_with_c_below_without_and_chance_is_said_apart(tmp_
     assert chance.also[0][0].startswith("harm beyond chance")
     assert chance.also[0][1] == "inconclusive"  # [0.55, 0.74] straddles 1 - 0.375
     assert "0 of 4 seeds clear above it, 0 clear below" in chance.cell
+
+
+def test_prevents_needs_a_shown_break_own_harm_pairs_and_a_pooled_gap():
+    assert rules.prevents("inconclusive", [True, True], 2, 0.1) == "not measurable"
+    assert rules.prevents("reproduced", [], 3, None) == "not measurable"  # no own harm
+    assert rules.prevents("reproduced", [True, True, True], 3, 0.05) == "reproduced"
+    assert rules.prevents("partly", [True, True, True], 3, -0.01) == "partly"  # pooled reaches 0
+    assert rules.prevents("reproduced", [True, False, True], 3, 0.05) == "partly"
+    assert rules.prevents("reproduced", [False, False], 3, 0.05) == "not reproduced"

@@ -122,23 +122,26 @@ def nca_prevents(figs: Path) -> Claim:
     control = f"OPD harm {spread_text([r.harm for r in opd])}"
     breaks = degrades(figs)
     if breaks.verdict not in ("reproduced", "partly"):
-        return Claim("NCA prevents the harm", measured, control, "not measurable",
+        return Claim("NCA prevents the harm", measured, control,
+                     rules.prevents(breaks.verdict, [], len(opd), None),
                      f"OPD's break is {breaks.verdict} here: nothing shown to prevent")
     base = base_of(rep).harm  # None: undefined at step 0 (the harm rule says what then)
     harmed = [_harm_is_own(o, base) for o in opd]
     flags = [(n.harm or 0) < (o.harm or 0) and n.regime != "A"
              for o, n, h in zip(opd, nca, harmed) if h]
-    verdict, reason = count_verdict(flags, total=len(opd)), ""
-    if verdict == "not measurable":
-        reason = (f"OPD's harm is its own, by the harm rule, in {sum(harmed)} of {len(opd)} "
-                  "seeds: nothing of OPD's to prevent")
+    lo = None
     if (gap := pooled_harm_gap(figs)) is not None:
         d, (lo, hi), n_pairs = gap
         control += (f"; OPD - NCA harm pooled over {n_pairs} seed pair"
                     f"{'s' * (n_pairs != 1)}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}] (paired, "
                     "(seed, unit) clusters)")
-        if verdict == "reproduced" and not lo > 0:
-            verdict, reason = "partly", "the pooled paired interval reaches 0"
+    verdict = rules.prevents(breaks.verdict, flags, len(opd), lo)
+    reason = ""
+    if verdict == "not measurable":
+        reason = (f"OPD's harm is its own, by the harm rule, in {sum(harmed)} of {len(opd)} "
+                  "seeds: nothing of OPD's to prevent")
+    elif verdict == "partly" and count_verdict(flags, total=len(opd)) == "reproduced":
+        reason = "the pooled paired interval reaches 0"
     return Claim("NCA prevents the harm", measured, control, verdict, reason,
                  coverage=(len(flags), len(opd)))
 
