@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 
 from nca_interp.errors import UsageError
 
-__all__ = ["Z95", "Estimate", "Judgement", "effect", "equivalent", "within_band"]
+__all__ = ["Z95", "Estimate", "Judgement", "effect", "equivalent", "mde_of_halfwidths",
+           "within_band"]
 
 Z95 = 1.959963984540054  # two-sided 95%
 Z90 = 1.6448536269514722  # two-sided 90% (each side 5%: the TOST interval)
@@ -199,6 +200,12 @@ def _within_band(units: list[Estimate], pooled: Estimate | None, lo: float, hi: 
     room = min(decide.point - lo, hi - decide.point)
     return Judgement("inconclusive", f"the interval straddles a bound; {of}"
                      + (_more(decide, room) if room > 0 else ""))
+
+
+def mde_of_halfwidths(halfwidths: list[float]) -> float:
+    """The minimum detectable effect of a counted claim's units: (z95 + z80) standard errors,
+    the standard error read back from each unit's 95% half-width, averaged over the units."""
+    return float(sum(halfwidths) / len(halfwidths)) * (Z95 + Z_POWER) / Z95
 
 
 def _with_mde(judge_fn):

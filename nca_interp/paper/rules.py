@@ -168,7 +168,9 @@ RULES = (
      "beside every verdict a test of `nca_interp/paper/judge.py` decides, the table prints the "
      "minimum detectable effect of the deciding interval, (1.96 + 0.84) x its standard error: the "
      "smallest true effect (or distance from a band's bound, for angles) it shows four times "
-     "in five. An absence below it is not shown by these data."),
+     "in five; beside a counted claim whose units carry intervals (internalizes, longer, the "
+     "gap), the same from the units' mean 95% half-width. An absence below it is not shown by "
+     "these data."),
     ("stable to the bootstrap",
      "a verdict must not depend on the bootstrap's seed: where it changes when a bootstrap "
      "interval's ends move out by the resampling's own error (the 1.5% and 98.5% percentiles "

@@ -61,6 +61,8 @@ def test_internalizing_is_judged_against_the_step_zero_null(tmp_path):
     # an interval straddling step 0 shows neither a rise nor its absence
     assert claims.internalizes(write(tmp_path, {"b": base, "t_opd_s0": flat})).cell == \
         "inconclusive (no seed clear, 0 of 1 clear the other way, 1 straddling the null)"
+    flat_claim = claims.internalizes(write(tmp_path, {"b": base, "t_opd_s0": flat}))
+    assert flat_claim.detectable == f"{0.15 * (1.959964 + 0.841621) / 1.959964:.3f}"  # 0.214
     down = report(0.2, 0.9, 0.0, "B", ci_no_c=(0.1, 0.25))
     assert claims.internalizes(write(tmp_path, {"b": base, "t_opd_s0": down,
                                                 "t_opd_s1": down, "t_opd_s2": flat})

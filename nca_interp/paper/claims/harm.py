@@ -49,11 +49,13 @@ def internalizes(figs: Path) -> Claim:
     flags = [r.ci95["correct_no_c"][0] > base.correct_no_c for r in opd]
     against = [r.ci95["correct_no_c"][1] < base.correct_no_c for r in opd]
     verdict = count_verdict(flags, against=against)
+    mde = judge.mde_of_halfwidths([(r.ci95["correct_no_c"][1] - r.ci95["correct_no_c"][0]) / 2
+                                   for r in opd])
     return Claim("OPD internalizes c (right without c rises)",
                  spread_text([r.correct_no_c for r in opd]),
                  f"step 0: {base.correct_no_c:.3f}", verdict,
                  _straddle_reason(flags, against) if verdict == "inconclusive" else "",
-                 coverage=(len(flags), len(opd)))
+                 coverage=(len(flags), len(opd)), detectable=f"{mde:.3f}")
 
 
 def _straddle_reason(flags: list[bool], against: list[bool]) -> str:
@@ -438,10 +440,13 @@ def longer(figs: Path) -> Claim:
     against = [r.rel_len_both is not None and r.ci95["rel_len_both"][1] is not None and
                r.ci95["rel_len_both"][1] < max(0.0, b or 0.0) for r in opd]
     verdict = count_verdict(flags, against=against)
+    widths = [(r.ci95["rel_len_both"][1] - r.ci95["rel_len_both"][0]) / 2 for r in opd
+              if None not in (r.ci95["rel_len_both"] or [None])]
+    mde = f"{100 * judge.mde_of_halfwidths(widths):.1f}%" if widths else ""
     return Claim("OPD answers get longer with c (rel_len_both)", spread_text(vals, pct=True),
                  "step 0: " + ("-" if b is None else f"{100 * b:+.1f}%"), verdict,
                  _straddle_reason(flags, against) if verdict == "inconclusive" else "",
-                 coverage=(len(flags), len(opd)))
+                 coverage=(len(flags), len(opd)), detectable=mde)
 
 
 

@@ -136,4 +136,5 @@ def opd_gap(figs: Path) -> Claim:
                  f"{n_wide} of {len(widened)} seeds); random init {rnd:.3f}",
                  count_verdict(flags, mean_on_side=float(np.mean([d for d, _ in gaps])) > 0,
                                against=against),
-                 reason, coverage=(len(flags), len(flags)))
+                 reason, coverage=(len(flags), len(flags)),
+                 detectable=f"{judge.mde_of_halfwidths([w for _, w in gaps]):.3f}")
