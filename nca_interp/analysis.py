@@ -494,7 +494,7 @@ def check_out_clear(cfg, out: str | Path) -> None:
 
 def execute(mod, cfg) -> dict:
     """An analysis command on its config: checked before any work (fields, --out writable),
-    run, its tables printed, its JSON and figures written when the config has an `out`."""
+    run, its JSON and figures written when the config has an `out`, then its tables printed."""
     import torch
 
     from nca_interp.cli import check_writable, validate
@@ -512,9 +512,10 @@ def execute(mod, cfg) -> dict:
     where = next(n for n in PATH_FIELDS if hasattr(cfg, n))
     check_prompt_formats([str(p) for p in getattr(cfg, where) or []])
     report = mod.run(cfg)
-    mod.show(report)
-    if out:
-        print("wrote", *write(report, out, mod.figures(report), getattr(cfg, "png", False)))
+    written = write(report, out, mod.figures(report), getattr(cfg, "png", False)) if out else []
+    mod.show(report)  # after the files: a table that fails to print loses no work
+    if written:
+        print("wrote", *written)
     return report
 
 

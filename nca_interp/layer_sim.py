@@ -473,8 +473,9 @@ def format_table(results: dict[str, dict], metric: str, layers: list[str]) -> st
     w = max(12, *(len(n) for n in results))
     lines = [f"{metric:<{w}} " + " ".join(f"{lab:>8}" for lab in layers)]
     for name, r in results.items():
+        values = r.get(metric)  # None: a report written before the statistic existed
         lines.append(f"{name:<{w}} " + " ".join("       -" if v is None else f"{v:>8.4f}"
-                                                for v in r[metric]))
+                                                for v in values or [None] * len(layers)))
     return "\n".join(lines)
 
 

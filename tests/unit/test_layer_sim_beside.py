@@ -135,8 +135,10 @@ def test_undefined_values_are_carried_and_shown_malformed_ones_refused_first(
     def older(d):  # a report written before cos_other and cka_debiased existed
         for entry in d["results"].values():
             del entry["cos_other"], entry["cka_debiased"]
-    rep = layer_sim.run(ckpt=[], beside=edited(published, tmp_path, older), threads=1)
+    rep = layer_sim.main(["--beside", edited(published, tmp_path, older), "--threads", "1",
+                          "--out", str(tmp_path / "older_ls")])  # shown and written whole
     assert rep.results["opd"].cos_other is None and rep.results["random_init"].cos_other
+    assert (tmp_path / "older_ls.json").exists()
 
     def text(d):
         d["results"]["opd"]["cos"][1] = "0.9"
