@@ -165,8 +165,9 @@ def story(report: dict, seeds: set[str]) -> dict:
     (A: c hurts, from the interval of correct_c - correct_no_c) and OPD - NCA harm per seed pair
     (the same seed: same levels, same sampling seed) with its paired 95% interval over the held-out
     items (claims.paired_harm_gap), where both carry per-item results. The story holds when
-    OPD is in regime A in every seed, every pair's gap stands above 0 (its interval's lower
-    end where measured, else the point) and no NCA seed is in regime A."""
+    OPD is in regime A in every seed, every pair's paired interval lies above 0 (a pair
+    without per-item results has no interval and is not clear) and no NCA seed is in regime
+    A."""
     from nca_interp.paper.claims.stats import paired_harm_gap
 
     who = roster(report)
@@ -181,7 +182,7 @@ def story(report: dict, seeds: set[str]) -> dict:
     lows = [paired_harm_gap([(s, by["opd", s], by["nca", s])])[1][0]
             if by["opd", s].items_ is not None and by["nca", s].items_ is not None else None
             for s in pairs]
-    clear = [(lo if lo is not None else g) > 0 for g, lo in zip(gaps, lows)]
+    clear = [lo is not None and lo > 0 for lo in lows]  # a point estimate shows nothing
     return {"opd_a": opd.count("A"), "opd_n": len(opd), "nca_a": nca.count("A"),
             "nca_n": len(nca), "gaps": gaps, "lows": lows, "clear": sum(clear),
             "undefined": len(both) - len(pairs),  # pairs where nothing was right without c
@@ -194,8 +195,8 @@ def story_line(row: str, est: str, mine: dict, full: dict, full_name: str) -> st
         gaps, lows = st["gaps"], st["lows"]
         measured = sum(lo is not None for lo in lows)
         how = ("its paired interval above 0" if measured == len(gaps) else
-               "point estimate above 0" if not measured else
-               "paired interval (else point) above 0")
+               f"its paired interval above 0 ({len(gaps) - measured} without per-item "
+               "results, not clear)")
         harm = (f"OPD - NCA harm {fmt(gaps)}, {how} in {st['clear']} of {len(gaps)} seed "
                 f"pairs" + (f" (lowest interval end {min(x for x in lows if x is not None):+.3f})"
                             if measured else "") if gaps else

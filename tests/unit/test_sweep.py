@@ -150,8 +150,16 @@ def test_estimator_story_is_judged_per_seed_against_the_full_kl():
     below OPD's on every same-seed pair and no NCA student is in regime A; a row where it fails
     but the full KL holds says the estimator changes the story; the full row's extra seeds are
     left out."""
+    def one(h, g):  # per-item results: the first round(300 h) of 300 levels lost with c
+        if h is None:  # nothing right without c: no harm, no items to pair
+            return {"harm": None, "regime": g}
+        lost = round(300 * h)
+        return {"harm": h, "regime": g, "items": {
+            "unit": [f"L{i}" for i in range(300)], "correct_no_c": [True] * 300,
+            "correct_c": [i >= lost for i in range(300)]}}
+
     def reps(prefix, harms):
-        return {f"{prefix}_{m}_s{s}": {"harm": h, "regime": g}
+        return {f"{prefix}_{m}_s{s}": one(h, g)
                 for s, (opd, nca) in harms.items()
                 for m, (h, g) in (("opd", opd), ("nca", nca))}
 
@@ -168,6 +176,11 @@ def test_estimator_story_is_judged_per_seed_against_the_full_kl():
     assert "NCA regime A in 1 of 2" in line and "**the estimator changes the story**" in line
     worse = reps("x_k1", {"0": ((0.25, "A"), (0.3, "C")), "1": ((0.2, "A"), (0.05, "C"))})
     assert not sweep.story(_report(worse), seeds)["holds"]
+    # without per-item results a pair has no interval: a point above 0 is not clear
+    points = {k: {"harm": v["harm"], "regime": v["regime"]} for k, v in good.items()}
+    st = sweep.story(_report(points), seeds)
+    assert not st["holds"] and st["clear"] == 0
+    assert "2 without per-item results, not clear" in sweep.story_line("x_k1", "k1", st, st, "x")
     opd_fine = reps("x_k1", {"0": ((0.25, "A"), (0.02, "C")), "1": ((0.0, "C"), (0.0, "C"))})
     assert not sweep.story(_report(opd_fine), seeds)["holds"]
     no_harm = reps("x", {"0": ((None, "C"), (None, "C"))})  # nothing right without c
