@@ -793,3 +793,48 @@ def test_the_stability_check_covers_both_columns_of_the_power_table(tmp_path, mo
         "s: NCA keeps (power, more items): inconclusive, partly, inconclusive"]
     monkeypatch.setattr(power, "rows", lambda figs: [])
     assert claims.flips(tmp_path, 3) == []
+
+
+def test_longer_answers_counted_per_seed_straddling_is_inconclusive(tmp_path):
+    """Answers grow when each OPD seed's interval of the length change lies above 0 and its
+    point above step 0's; intervals across 0 cannot tell; intervals below 0 say no."""
+    def seed(rel, lo, hi):
+        r = report(0.9, 0.8, 0.1, "A")
+        r["rel_len_both"], r["ci95"]["rel_len_both"] = rel, [lo, hi]
+        return r
+
+    base = seed(0.01, -0.02, 0.04)
+    grow, across, shrink = seed(0.3, 0.2, 0.4), seed(0.02, -0.05, 0.09), seed(-0.2, -0.3, -0.1)
+
+    def verdict(*seeds):
+        runs = {"t_base": base, **{f"t_opd_s{i}": s for i, s in enumerate(seeds)}}
+        return claims.longer(write(tmp_path, runs))
+
+    assert verdict(grow, grow, grow).verdict == "reproduced"
+    assert verdict(grow, across, across).verdict == "partly"
+    assert verdict(across, across, shrink).verdict == "inconclusive"
+    assert verdict(shrink, shrink, across).verdict == "not reproduced"
+    assert verdict(grow, grow).detectable == f"{100 * 0.1 * 2.801585 / 1.959964:.1f}%"
+
+
+def test_shallow_qk_needs_every_checkpoint_shallow_and_q_k_on_top(tmp_path):
+    """Per checkpoint: the first third of the layers moves more than the last third
+    (Adam-normalised) and q_proj, k_proj are the two largest of the seven matrix types."""
+    qk = {"q_proj": 3, "k_proj": 2, "v_proj": 1, "o_proj": 1, "gate_proj": 1, "up_proj": 1,
+          "down_proj": 1}
+    mlp = {**qk, "gate_proj": 5}
+
+    def ckpt(shallow, deep, modules):
+        return {"rel": {}, "adam_norm": {}, "share": {}, "per_module": {},
+                "per_layer_adam": {"0": shallow, "1": (shallow + deep) / 2, "2": deep},
+                "per_module_adam": modules}
+
+    def judge(*ckpts):
+        (tmp_path / "param_delta.json").write_text(json.dumps({
+            "n_layers": 3, "results": {f"runs/t_opd_s{i}": c for i, c in enumerate(ckpts)}}))
+        return claims.shallow_qk(tmp_path).verdict
+
+    assert judge(ckpt(2, 1, qk), ckpt(3, 1, qk)) == "reproduced"
+    assert judge(ckpt(2, 1, qk), ckpt(1, 2, qk)) == "partly"   # one deep-heavy checkpoint
+    assert judge(ckpt(2, 1, mlp), ckpt(2, 1, mlp)) == "not reproduced"  # gate on top
+    assert judge(ckpt(1, 2, qk), ckpt(1, 3, qk)) == "not reproduced"
