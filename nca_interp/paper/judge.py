@@ -120,14 +120,15 @@ def _effect(units: list[Estimate], pooled: Estimate | None, null: float, directi
     clear = sum(_side(u, null, direction) == "clear" for u in units)
     of = f"{clear} of {len(units)} {what} clear on their own"
     side = _side(decide, null, direction)
+    beyond = decide.hi - null if direction > 0 else null - decide.lo  # the largest effect left
+    if beyond < margin:  # below the margin is "no change" for the claim, even when clear of 0
+        return Judgement("not reproduced", f"the interval excludes an effect of {margin:g}"
+                         + ("; it lies on the other side" if side == "against" else
+                            "; clear of 0 but below the margin" if side == "clear" else ""))
     if side == "clear":
         if 2 * clear > len(units) or len(units) == 1:
             return Judgement("reproduced", of if len(units) > 1 else "")
         return Judgement("partly", f"pooled clear, {of}; a majority is needed")
-    beyond = decide.hi - null if direction > 0 else null - decide.lo  # the largest effect left
-    if beyond < margin:
-        return Judgement("not reproduced", f"the interval excludes an effect of {margin:g}"
-                         + ("; it lies on the other side" if side == "against" else ""))
     point = abs(decide.point - null)
     # to decide, clear the null when the point lies past the margin, else exclude the margin
     target = point if point >= margin else margin - point
@@ -202,9 +203,12 @@ def _within_band(units: list[Estimate], pooled: Estimate | None, lo: float, hi: 
                      + (_more(decide, room) if room > 0 else ""))
 
 
-def mde_of_halfwidths(halfwidths: list[float]) -> float:
+def mde_of_halfwidths(halfwidths: list[float]) -> float | None:
     """The minimum detectable effect of a counted claim's units: (z95 + z80) standard errors,
-    the standard error read back from each unit's 95% half-width, averaged over the units."""
+    the standard error read back from each unit's 95% half-width, averaged over the units
+    (None: no unit)."""
+    if not halfwidths:
+        return None
     return float(sum(halfwidths) / len(halfwidths)) * (Z95 + Z_POWER) / Z95
 
 

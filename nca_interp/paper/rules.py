@@ -89,8 +89,9 @@ RULES = (
     ("straddling units",
      "a counted claim whose units carry intervals and of which no unit is clear is **not "
      "reproduced** only when a majority of its units lie clear on the other side of the null "
-     "(*against*); when they straddle it, the data cannot tell: **inconclusive**, whatever side "
-     "the mean lies on."),
+     "(*against*: its interval reaches no effect on the claimed side, a zero-width interval on "
+     "the null included); when they straddle it, the data cannot tell: **inconclusive**, "
+     "whatever side the mean lies on."),
     ("coverage",
      "a verdict that judges fewer than half of its units is **not measurable**, so a verdict is "
      "never stronger because fewer units could be judged."),
@@ -101,7 +102,9 @@ RULES = (
      "**reproduced** when its 95% interval lies clear of no change on "
      "the claimed side and a majority of seeds are clear on their own (a minority: **partly**); "
      "**not reproduced** when the interval excludes every change as large as the claim's "
-     f"margin ({BREAK_MARGIN:g} of accuracy); **inconclusive** when it reaches both, with the "
+     f"margin ({BREAK_MARGIN:g} of accuracy), clear of no change or not (a change wholly below "
+     "the margin is too small to count, and this is checked first); **inconclusive** when it "
+     "reaches both, with the "
      "number of seeds that would decide (`nca_interp/paper/judge.py`)."),
     ("equivalence",
      "a claim that something is *kept* (NCA's accuracy with c against step 0's, on the same "
@@ -193,8 +196,14 @@ RULES = (
      "last third (Adam-normalised) and q_proj and k_proj are the two largest matrix types; a "
      "few *heads carry the harm* when one head chosen on each half of the harm cases is the "
      "same and stands clear of random heads on the other half (teacher-forced effect and "
-     f"answers flipped, one-sided p <= {ALPHA:g}, at least {HEADS_MIN_CASES} cases), **partly** "
-     "when only several heads together do or the halves choose different heads."),
+     f"answers flipped, one-sided p <= {ALPHA:g}; the effect's 95% interval above the random "
+     "heads' mean; the both-right controls it breaks below the harm cases it flips, intervals "
+     "apart), **partly** when only several heads together do or the halves choose different "
+     f"heads; **not measurable** under {HEADS_MIN_CASES} harm cases or where the help cases "
+     "were patched instead. A quantity every student has at 0 with no spread (nobody right "
+     "without c: NCA's gain without c) is **not measurable**; a claim that needs a harm is "
+     "**not measurable** where no item is right without c, while a claim on accuracy itself "
+     "(OPD breaks) is judged on accuracy."),
     ("not run",
      "a claim whose input file this setting lacks is a row **not run** naming the command that "
      "makes it, never a vanished row."),

@@ -141,3 +141,22 @@ def test_a_verdict_on_the_bootstraps_edge_takes_the_wider_reading_and_says_so():
     firm = Estimate(-0.24, -0.5, -0.1, 4, outer=(-0.52, -0.09))
     j = effect([unit] * 4, firm, 0.0, -1, 0.02)
     assert j.verdict == "reproduced" and "edge" not in j.reason
+
+
+def test_an_effect_clear_of_0_but_below_the_margin_is_no_change():
+    """The margin is the smallest change the claim is about: an interval clear of 0 yet wholly
+    below it shows a change too small to count (sokoban_long's reads_c [0.0005, 0.014])."""
+    from nca_interp.paper.judge import Estimate, effect
+
+    tiny = [Estimate(0.007, 0.0005, 0.014)] * 3
+    j = effect(tiny, Estimate(0.007, 0.0005, 0.014), 0.0, 1, 0.02)
+    assert j.verdict == "not reproduced" and "below the margin" in j.reason
+    big = [Estimate(0.1, 0.05, 0.15)] * 3
+    assert effect(big, Estimate(0.1, 0.05, 0.15), 0.0, 1, 0.02).verdict == "reproduced"
+
+
+def test_a_counted_claim_without_units_has_no_detectable_effect():
+    from nca_interp.paper.judge import mde_of_halfwidths
+
+    assert mde_of_halfwidths([]) is None  # a setting that trained no OPD (a beta variant)
+    assert abs(mde_of_halfwidths([1.959964]) - 2.801585) < 1e-5

@@ -47,7 +47,7 @@ def internalizes(figs: Path) -> Claim:
     rep = analysis.load(figs / CONTEXT_RETURN)
     base, opd = base_of(rep), runs_of(rep, "opd")
     flags = [r.ci95["correct_no_c"][0] > base.correct_no_c for r in opd]
-    against = [r.ci95["correct_no_c"][1] < base.correct_no_c for r in opd]
+    against = [r.ci95["correct_no_c"][1] <= base.correct_no_c for r in opd]  # reaches no rise
     verdict = count_verdict(flags, against=against)
     mde = judge.mde_of_halfwidths([(r.ci95["correct_no_c"][1] - r.ci95["correct_no_c"][0]) / 2
                                    for r in opd])
@@ -55,7 +55,8 @@ def internalizes(figs: Path) -> Claim:
                  spread_text([r.correct_no_c for r in opd]),
                  f"step 0: {base.correct_no_c:.3f}", verdict,
                  _straddle_reason(flags, against) if verdict == "inconclusive" else "",
-                 coverage=(len(flags), len(opd)), detectable=f"{mde:.3f}")
+                 coverage=(len(flags), len(opd)),
+                 detectable="" if mde is None else f"{mde:.3f}")
 
 
 def _straddle_reason(flags: list[bool], against: list[bool]) -> str:
@@ -75,8 +76,8 @@ def degrades(figs: Path) -> Claim:
     rep = analysis.load(figs / CONTEXT_RETURN)
     base, opd = base_of(rep), runs_of(rep, "opd")
     name = "OPD students break when c returns (harm, regime A)"
-    if all(r.harm is None for r in opd):
-        return Claim(name, "no item right without c", "-", "not measurable")
+    if not opd:
+        return Claim(name, "no OPD student here", "-", "not measurable")
     units = [estimate_of(r, "delta_c") for r in opd]
     pooled = pooled_estimate(opd, lambda it: np.asarray(it["correct_c"], float) -
                      np.asarray(it["correct_no_c"], float), units)
@@ -91,8 +92,9 @@ def degrades(figs: Path) -> Claim:
     above = "step 0's harm and " if step0 is not None else ""
     beyond = ((f"harm beyond chance (above {above}1 - accuracy with c, the independence "
                "baseline)", chance,
-               f"{sum(clear)} of {len(opd)} seeds clear above it, {sum(below)} clear below"
-               + (": step 0 has nothing right without c" if step0 is None else "")),)
+               (f"{sum(clear)} of {len(opd)} seeds clear above it, {sum(below)} clear below"
+                + (": step 0 has nothing right without c" if step0 is None else ""))
+               if judged else "harm undefined: no OPD student is right without c on any item"),)
     regimes = " ".join(r.regime for r in opd)
     return Claim(name,
                  f"accuracy with c - without {spread_text([u.point for u in units])}"
@@ -438,7 +440,7 @@ def longer(figs: Path) -> Claim:
     flags = [r.rel_len_both is not None and (r.ci95["rel_len_both"][0] or 0) > 0 and
              (b is None or r.rel_len_both > b) for r in opd]
     against = [r.rel_len_both is not None and r.ci95["rel_len_both"][1] is not None and
-               r.ci95["rel_len_both"][1] < max(0.0, b or 0.0) for r in opd]
+               r.ci95["rel_len_both"][1] <= max(0.0, b or 0.0) for r in opd]
     verdict = count_verdict(flags, against=against)
     widths = [(r.ci95["rel_len_both"][1] - r.ci95["rel_len_both"][0]) / 2 for r in opd
               if None not in (r.ci95["rel_len_both"] or [None])]

@@ -122,7 +122,7 @@ def opd_gap(figs: Path) -> Claim:
     gaps = [(n - o, z * (o_se ** 2 + n_se ** 2) ** 0.5) for (o, o_se), (n, n_se) in pairs]
     below_one = [1 - o > z * o_se for (o, o_se), _ in pairs]
     flags = [d - w > 0 and one for (d, w), one in zip(gaps, below_one)]
-    against = [d + w < 0 for d, w in gaps]  # OPD's later half clear above NCA's
+    against = [d + w <= 0 for d, w in gaps]  # OPD's later half at or clear above NCA's
     widened = [(v - b, z * (se ** 2 + b_se ** 2) ** 0.5) for v, se in opd_late]
     n_wide = sum(d + w < 0 for d, w in widened)
     rnd = float(np.mean(ls["random_init"].cos[1:][half:]))
@@ -137,4 +137,4 @@ def opd_gap(figs: Path) -> Claim:
                  count_verdict(flags, mean_on_side=float(np.mean([d for d, _ in gaps])) > 0,
                                against=against),
                  reason, coverage=(len(flags), len(flags)),
-                 detectable=f"{judge.mde_of_halfwidths([w for _, w in gaps]):.3f}")
+                 detectable=f"{judge.mde_of_halfwidths([w for _, w in gaps]) or 0:.3f}")
