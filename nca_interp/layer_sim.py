@@ -561,6 +561,10 @@ def beside_settings(cfg: LayerSimConfig, published: LayerSimReport) -> dict:
         elif name == "at":
             theirs = published.at
         mine = getattr(cfg, name)
+        if name == "task_options" and theirs is None and mine is not None and not (
+                published.data or {}).get("task_options"):
+            theirs = mine  # an older report that took its options from the runs' configs:
+            # the user says them, and the base's recomputed entry checks that they were these
         if mine != getattr(defaults, name) and mine != theirs:
             raise UsageError(f"--{name.replace('_', '-')} {mine} differs from the report's "
                              f"{theirs} ({cfg.beside}); --beside measures on the report's "

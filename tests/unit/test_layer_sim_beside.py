@@ -149,6 +149,14 @@ def test_undefined_values_are_carried_and_shown_malformed_ones_refused_first(
         d["results"]["opd"]["cos"].pop()
     with pytest.raises(UsageError, match=r"results\['opd'\].cos is not a list"):
         layer_sim.run(ckpt=[], beside=edited(published, tmp_path, short))
+    def unrecorded(d):  # an older report: its options came from the runs' configs
+        d["config"]["task_options"] = None
+        del d["data"]
+    path = edited(published, tmp_path, unrecorded)
+    assert layer_sim.run(ckpt=[], beside=path, task_options=["num_boxes=1"],
+                         threads=1).config["task_options"] == ["num_boxes=1"]
+    with pytest.raises(UsageError, match="does not match"):  # other options: other items
+        layer_sim.run(ckpt=[], beside=path, task_options=["min_solution=5"], threads=1)
     with pytest.raises(UsageError, match="--baselines false with --beside"):
         layer_sim.run(ckpt=[], beside=str(published), baselines=False)
 
