@@ -115,9 +115,9 @@ def layer_sim(figs: Path, name: str = "layer_sim") -> str:
                    f"{', '.join(b['recomputed']) or 'no baseline'} recomputed"
                    + (f" ({changed} from the earlier report's)" if changed
                       else ", as the earlier report had it") + ".")
-    first = next(iter(rep.results.values()))
     metrics = [m for m in ("cos", "cos_other", "cos_centred", "cka", "cka_debiased")
-               if m in first]  # cos_other: views of different items (the anisotropy floor)
+               if all(m in r for r in rep.results.values())]  # in every entry: a report
+    # rebuilt with --beside holds older entries (cos_other: the different-item floor)
     if next(iter(rep.results.values())).ctx_attn_ratio_layer is not None:
         metrics.append("ctx_attn_ratio_layer")
     for metric in metrics:
