@@ -37,7 +37,7 @@ from nca_interp.fsio import (
 )
 
 __all__ = ["MANIFEST", "CheckpointError", "check_architecture", "check_same_tokenizer",
-           "git_commit", "hash_once", "latest_step_checkpoint", "load_checkpoint",
+           "git_commit", "hash_once", "latest_step_checkpoint", "load_checkpoint", "n_layers_of",
            "read_run_config", "save_checkpoint", "verify_folder", "write_manifest"]
 
 MANIFEST = "nca_checkpoint.json"
@@ -405,6 +405,13 @@ def check_same_tokenizer(tok_a, tok_b, a: str, b: str) -> None:
         raise CheckpointError(f"{b} and {a} use different tokenizers; token-level comparisons "
                               "need one vocabulary - pick checkpoints trained with the same "
                               "tokenizer")
+
+
+def n_layers_of(config: dict) -> int | None:
+    """A model config's number of transformer blocks, under the names HF families use (None:
+    the config names none)."""
+    return next((config[k] for k in ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+                 if isinstance(config.get(k), int)), None)
 
 
 def read_run_config(path: str | Path) -> dict:

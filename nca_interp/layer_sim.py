@@ -406,6 +406,20 @@ def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
     return out
 
 
+def shared_responses(kind: str, first: str | Path, task: Task, levels: list, batch: int,
+                     device: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """What every model is teacher-forced on: `reference` the task's answers, `base` the first
+    checkpoint's greedy responses, `own` None (each model its own)."""
+    if kind == "reference":
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(verify_folder(first), local_files_only=True)
+        return reference_responses(tok, task.for_tokenizer(tok), levels)
+    if kind == "base":
+        return greedy_responses(first, task, levels, batch, device)
+    return None
+
+
 def random_init_copy(path: str | Path, folder: Path) -> Path:
     """A random-init model with `path`'s config and tokenizer, saved to `folder`, built in the
     config's stored dtype (no float32 copy of a big model it does not need)."""
@@ -505,14 +519,7 @@ def run(cfg: LayerSimConfig | None = None, /, **fields) -> dict:
     check_same_tokenizers(paths)
     levels = found.levels("test", cfg.n_levels, cfg.seed)
     device, at, batch = str(resolve_device(cfg.device)), cfg.at, cfg.batch
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(verify_folder(paths[0]), local_files_only=True)
-    shared = None
-    if cfg.responses == "reference":
-        shared = reference_responses(tok, found.for_tokenizer(tok), levels)
-    elif cfg.responses == "base":
-        shared = greedy_responses(paths[0], found, levels, batch, device)
+    shared = shared_responses(cfg.responses, paths[0], found, levels, batch, device)
     results: dict[str, dict] = {}
     folders: dict[str, str | None] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -622,41 +629,35 @@ def reference_of(published: LayerSimReport, where: str) -> tuple[str, Path]:
                      f"the report before carrying its entries: {how}")
 
 
-def n_layers_of(path: str | Path) -> int | None:
-    from nca_interp.fsio import read_json
-
-    config = read_json(Path(path) / "config.json", "model config")
-    return next((config[k] for k in ("num_hidden_layers", "n_layer", "n_layers")
-                 if isinstance(config.get(k), int)), None)
+def differences(new: dict, old) -> dict[str, np.ndarray | None]:
+    """Per compared statistic both entries hold: |new - old| layer by layer (None where the
+    lengths differ; NaN where a value is undefined in either)."""
+    out = {}
+    for stat in BESIDE_COMPARED:
+        if new.get(stat) is None or old.get(stat) is None:
+            continue
+        a = np.asarray([np.nan if v is None else v for v in new[stat]], dtype=float)
+        b = np.asarray([np.nan if v is None else v for v in old[stat]], dtype=float)
+        out[stat] = np.abs(a - b) if a.shape == b.shape else None
+    return out
 
 
 def disagreement(new: dict, old) -> float:
     """The largest absolute difference between a recomputed entry and the report's, over the
-    statistics every report holds (inf where the shapes differ)."""
-    worst = 0.0
-    for stat in BESIDE_COMPARED:
-        if new.get(stat) is None or old.get(stat) is None:
-            continue
-        a, b = np.asarray(new[stat], dtype=float), np.asarray(old[stat], dtype=float)
-        if a.shape != b.shape:
-            return float("inf")
-        if a.size:
-            worst = max(worst, float(np.nanmax(np.abs(a - b))))
-    return worst
+    statistics both hold (inf where the lengths differ)."""
+    diffs = differences(new, old).values()
+    if any(d is None for d in diffs):
+        return float("inf")
+    return max((float(np.nanmax(d)) for d in diffs if d.size and not np.isnan(d).all()),
+               default=0.0)
 
 
 def changed_layers(new: dict, old, layers: list[str]) -> dict[str, list[str]]:
     """Per statistic, the layers where a recomputed baseline differs from the report's."""
     out = {}
-    for stat in BESIDE_COMPARED:
-        if new.get(stat) is None or old.get(stat) is None:
-            continue
-        a, b = np.asarray(new[stat], dtype=float), np.asarray(old[stat], dtype=float)
-        labels = layers if len(a) == len(layers) else layers[1:]
-        if a.shape != b.shape:
-            out[stat] = ["all"]
-            continue
-        hit = [lab for lab, x, y in zip(labels, a, b) if abs(x - y) > BESIDE_ATOL]
+    for stat, d in differences(new, old).items():
+        labels = layers if d is None or len(d) == len(layers) else layers[1:]
+        hit = ["all"] if d is None else [lab for lab, x in zip(labels, d) if x > BESIDE_ATOL]
         if hit:
             out[stat] = hit
     return out
@@ -674,7 +675,7 @@ def run_beside(cfg: LayerSimConfig) -> LayerSimReport:
     differs from the report's, the new report names the layers (`beside.recomputed`)."""
     import hashlib
 
-    from nca_interp.checkpoint import check_architecture, verify_folder
+    from nca_interp.checkpoint import check_architecture, n_layers_of, verify_folder
     from nca_interp.cli import as_paths
     from nca_interp.runs import task_for_checkpoints
     from nca_interp.tasks import task_from_record
@@ -692,13 +693,13 @@ def run_beside(cfg: LayerSimConfig) -> LayerSimReport:
     cfg = dataclasses.replace(cfg, **fixed)  # the config written is what was measured
     ref_key, ref = reference_of(published, where)
     mine = as_paths(cfg.ckpt, "ckpt") or []
-    for p in mine:
-        check_architecture(verify_folder(p))
+    configs = [check_architecture(verify_folder(p)) for p in mine]
     check_same_tokenizers([ref, *mine])
     depth = len(published.layers) - 1
-    for p in mine:
-        if n_layers_of(p) not in (None, depth):
-            raise UsageError(f"{p} has {n_layers_of(p)} layers, {where}'s models {depth}; a "
+    for p, config in zip(mine, configs):
+        n = n_layers_of(config)
+        if n not in (None, depth):
+            raise UsageError(f"{p} has {n} layers, {where}'s models {depth}; a "
                              "report's per-layer lists share one set of layers: place it beside "
                              "a report of its own architecture")
     record = (published.data or {}).get("task_options")
@@ -715,14 +716,7 @@ def run_beside(cfg: LayerSimConfig) -> LayerSimReport:
                              "sha256 differs): the task's data or code changed since; rerun "
                              "the report's own command instead")
     device, at, batch = str(resolve_device(cfg.device)), fixed["at"], cfg.batch
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(verify_folder(ref), local_files_only=True)
-    shared = None
-    if fixed["responses"] == "reference":
-        shared = reference_responses(tok, found.for_tokenizer(tok), levels)
-    elif fixed["responses"] == "base":
-        shared = greedy_responses(ref, found, levels, batch, device)
+    shared = shared_responses(fixed["responses"], ref, found, levels, batch, device)
     checked = layer_similarity(ref, found, ctx, levels, batch, device, at, shared)
     old = published.results[ref_key]
     counts = [(k, checked[k], old[k]) for k in ("n_examples", "n_positions")
@@ -738,14 +732,13 @@ def run_beside(cfg: LayerSimConfig) -> LayerSimReport:
     folders: dict[str, str | None] = {}
     recomputed = {}
     with tempfile.TemporaryDirectory() as tmp:
-        if "random_init" in published.results or cfg.baselines:
-            rnd = random_init_copy(ref, Path(tmp) / "random_init")
-            results["random_init"] = layer_similarity(rnd, found, ctx, levels, batch, device,
-                                                      at, shared)
-            folders["random_init"] = None
-            if "random_init" in published.results:
-                recomputed["random_init"] = changed_layers(
-                    results["random_init"], published.results["random_init"], published.layers)
+        rnd = random_init_copy(ref, Path(tmp) / "random_init")
+        results["random_init"] = layer_similarity(rnd, found, ctx, levels, batch, device,
+                                                  at, shared)
+        folders["random_init"] = None
+        if "random_init" in published.results:  # the null is always recomputed
+            recomputed["random_init"] = changed_layers(
+                results["random_init"], published.results["random_init"], published.layers)
         carried = [k for k in published.results if k not in results]
         for k in carried:
             results[k] = published.results[k].to_json()

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from nca_interp import analysis
-from nca_interp.checkpoint import CheckpointError, read_run_config, verify_folder
+from nca_interp.checkpoint import CheckpointError, n_layers_of, read_run_config, verify_folder
 from nca_interp.cli import (
     as_paths,
     check_arguments,
@@ -238,8 +238,7 @@ def deltas(init: str | Path, ckpts: list[str], rows: str = "all", task: str | No
     gram = stream_deltas(init, paths, keep)
     per = {p: module_table(gram, i + 1, lr_budget(p, schedule)) for i, p in enumerate(ckpts)}
     config = read_config(init)
-    n_layers = next((config[k] for k in ("num_hidden_layers", "n_layer", "num_layers")
-                     if isinstance(config.get(k), int)), None)
+    n_layers = n_layers_of(config)
     return {"results": per, "n_layers": n_layers,
             "rows": rows, "n_task_rows": None if keep is None else
             len(keep["lm_head.weight"])}, gram

@@ -221,11 +221,12 @@ def grad_align_figure(report: GradAlignReport) -> go.Figure:
     fig.update_yaxes(title_text="degrees", range=[0, 180], col=1)
     run = _grad_run(report) if over_training else f"{len(names)} checkpoints"
     fig.update_layout(title=f"{report.task or ''} {run}: angles between loss-term "
-                            "gradients<br><sup>dotted (a dash per checkpoint): each term's "
-                            "noise floor (its two half "
-                            "batches' angle); a missing point: the term is within its own noise "
-                            "there</sup>",
-                      height=430, autosize=True)
+                            "gradients<br><sup>dotted"
+                            + ("" if over_training else " (a dash per checkpoint)")
+                            + ": each term's noise floor (its two half batches' angle);"
+                            "<br>a missing point: the term is within its own noise there</sup>",
+                      margin={"t": 150},
+                      height=470, autosize=True)
     return fig
 
 

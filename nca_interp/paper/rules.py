@@ -12,7 +12,8 @@ from __future__ import annotations
 
 __all__ = ["ALPHA", "BREAK_MARGIN", "DEPTH_THIRDS", "HEADS_MIN_CASES", "KEEP_MARGIN", "MIN_SEEDS",
            "ORTHO_BAND", "PAPER_CLOSED", "PAPER_COS", "PAPER_COS_THRESHOLD", "READ_MARGIN",
-           "SIZE_MATCH", "SUPPORT_MIN", "VERDICTS", "closed_share", "harm_is_own", "prevents",
+           "SIZE_MATCH", "SUPPORT_MIN", "VERDICTS", "beyond_chance", "closed_share",
+           "harm_is_own", "prevents",
            "independence_harm", "markdown", "pooled", "verdict"]
 
 VERDICTS = ("reproduced", "partly", "inconclusive", "not reproduced", "not measurable",
@@ -128,6 +129,13 @@ RULES = (
      "**reproduced** also needs the paired OPD - NCA harm interval, pooled over (seed, unit) "
      "clusters, clear above 0 (else at most **partly**). No pair with OPD's own harm: **not "
      "measurable**."),
+    ("beyond chance",
+     "beside *OPD breaks*, its own column: a seed's harm is *beyond chance* when its 95% "
+     "interval lies above the independence baseline (1 - accuracy with c) and above step 0's "
+     "harm; *below* it when the interval lies wholly under the baseline. The seeds are counted "
+     "by the every-seed and straddling-units rules; **not measurable** where no OPD student "
+     "is right without c (the harm is undefined). Regime A alone does not make a harm beyond "
+     "chance (the harm rule's exemption does not apply here)."),
     ("matched drift",
      "a comparison of the methods *at matched drift* (NCA - OPD: each NCA checkpoint against "
      "OPD's run of the same seed interpolated at the same drift from step 0) counts seeds: a "
@@ -276,6 +284,16 @@ def harm_is_own(harm_lo: float | None, step0_harm: float | None, correct_c: floa
     if not harm_lo > step0_harm:
         return False
     return regime_a or harm_lo > independence_harm(correct_c)
+
+
+def beyond_chance(harm_lo: float, harm_hi: float, step0_harm: float | None,
+                  correct_c: float) -> tuple[bool, bool]:
+    """(clear above chance, clear below it) for one seed's harm interval: above the
+    independence baseline and step 0's harm (where step 0 has one), or wholly under the
+    baseline."""
+    baseline = independence_harm(correct_c)
+    clear = harm_lo > baseline and (step0_harm is None or harm_lo > step0_harm)
+    return clear, harm_hi < baseline
 
 
 def markdown() -> str:

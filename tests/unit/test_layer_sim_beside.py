@@ -20,6 +20,7 @@ def ckpts(tok, tmp_path_factory):
     out = {name: save_checkpoint(root / name, tiny(tok, seed=seed), tok)
            for name, seed in (("base", 0), ("opd", 1), ("mine", 2))}
     out["deep"] = save_checkpoint(root / "deep", tiny(tok, seed=3, n_layers=3), tok)
+    out["llama"] = save_checkpoint(root / "llama", tiny(tok, "llama", seed=4), tok)
     return out
 
 
@@ -181,3 +182,12 @@ def test_a_report_written_by_the_command_line_names_its_analysis(monkeypatch, pu
                                 responses_from=rep.responses_from, layers=rep.layers,
                                 checkpoints=rep.checkpoints)
     assert made.analysis == "layer_sim"
+
+
+def test_another_family_of_the_same_tokenizer_and_depth_goes_beside(ckpts, published):
+    """A Llama checkpoint beside a Qwen3 report: measured on the report's items, its entry
+    equal to measuring it alone on them (the ordinary command)."""
+    rep = layer_sim.run(ckpt=[str(ckpts["llama"])], beside=str(published), threads=1)
+    alone = layer_sim.run(ckpt=[str(ckpts["llama"])], task="sokoban", context="state",
+                          n_levels=5, threads=1, baselines=False)
+    assert rep.results["llama"].cos == pytest.approx(alone.results["llama"].cos, abs=1e-6)

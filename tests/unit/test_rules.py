@@ -126,3 +126,11 @@ def test_prevents_needs_a_shown_break_own_harm_pairs_and_a_pooled_gap():
     assert rules.prevents("partly", [True, True, True], 3, -0.01) == "partly"  # pooled reaches 0
     assert rules.prevents("reproduced", [True, False, True], 3, 0.05) == "partly"
     assert rules.prevents("reproduced", [False, False], 3, 0.05) == "not reproduced"
+
+
+def test_beyond_chance_needs_the_interval_above_the_baseline_and_step_0():
+    assert rules.beyond_chance(0.75, 0.8, 0.1, 0.3) == (True, False)  # baseline 0.7
+    assert rules.beyond_chance(0.65, 0.8, 0.1, 0.3) == (False, False)  # straddles 0.7
+    assert rules.beyond_chance(0.1, 0.2, 0.0, 0.7) == (False, True)   # under 0.3
+    assert rules.beyond_chance(0.75, 0.8, 0.76, 0.3) == (False, False)  # not above step 0
+    assert rules.beyond_chance(0.75, 0.8, None, 0.3) == (True, False)  # no step-0 harm

@@ -105,11 +105,10 @@ def claim_or_not_run(fn: Callable[[Path], Claim | None], figs: Path) -> Claim | 
     try:
         return fn(figs)
     except FileNotFoundError as e:
-        name, (file, command) = next(
+        name, (file, command) = next(  # a rule outside CLAIMS: its setting's pipeline
             ((n, spec) for f, n, spec in CLAIMS if f is fn),
-            ((fn.__doc__ or fn.__name__).split(".")[0].split(":")[0].strip(),
-             (e.filename or "its input", f"python -m nca_interp.paper.reproduce --task "
-                                         f"{figs.name}")))
+            (fn.__name__, ("its input", f"python -m nca_interp.paper.reproduce --task "
+                                        f"{figs.name}")))
         missing = Path(e.filename).name if e.filename else file
         return not_run(name, missing, command.format(figs=f"{figs.parent.name}/{figs.name}"))
 

@@ -85,9 +85,8 @@ def degrades(figs: Path) -> Claim:
     step0 = base.harm
     judged = [r for r in opd if r.harm is not None]
     ci = [(r.ci95 or {}).get("harm") or [r.harm, r.harm] for r in judged]
-    clear = [lo > rules.independence_harm(r.correct_c) and (step0 is None or lo > step0)
-             for r, (lo, _) in zip(judged, ci)]
-    below = [hi < rules.independence_harm(r.correct_c) for r, (_, hi) in zip(judged, ci)]
+    sides = [rules.beyond_chance(lo, hi, step0, r.correct_c) for r, (lo, hi) in zip(judged, ci)]
+    clear, below = [c for c, _ in sides], [b for _, b in sides]
     chance = count_verdict(clear, total=len(opd), against=below) if judged else "not measurable"
     above = "step 0's harm and " if step0 is not None else ""
     beyond = ((f"harm beyond chance (above {above}1 - accuracy with c, the independence "

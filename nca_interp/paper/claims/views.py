@@ -137,4 +137,4 @@ def opd_gap(figs: Path) -> Claim:
                  count_verdict(flags, mean_on_side=float(np.mean([d for d, _ in gaps])) > 0,
                                against=against),
                  reason, coverage=(len(flags), len(flags)),
-                 detectable=f"{judge.mde_of_halfwidths([w for _, w in gaps]) or 0:.3f}")
+                 detectable=f"{judge.mde_of_halfwidths([w for _, w in gaps]):.3f}")  # pairs
