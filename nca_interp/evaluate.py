@@ -258,6 +258,8 @@ def evaluate_checkpoint(model, tokenizer, task: Task, context: str, n_levels: in
         wrong = [task.control_context(levels, i, context) for i in range(len(levels))]
         ctrl = play_levels(model, tokenizer, task, levels, wrong, temperature, seed)
         report["control"] = control_report(no_c, with_c, ctrl, units, task.unit_name)
+        # per item, so that reads_c pools over seeds by the same cluster bootstrap as accuracy
+        report["items"]["correct_control"] = ctrl["won"].astype(int).tolist()
     return report
 
 

@@ -281,8 +281,9 @@ class ContextReturn(Fields):
     hit_budget_no_c: float | None = doc("share of responses without c that hit max_new")
     hit_budget_c: float | None = doc("share of responses with c that hit max_new")
     max_new: int | None = doc("the response token budget")
-    items_: dict | None = doc("per item: its unit, correct_no_c / correct_c (0/1), own data's "
-                              "responses", key="items")
+    items_: dict | None = doc("per item: its unit, correct_no_c / correct_c (0/1), "
+                              "correct_control (0/1, with --control), own data's responses",
+                              key="items")
     control: dict | None = doc("with a wrong context c' of c's form: correct (its rate) and "
                                "harm, and reads_c (correct_c - correct_c') with its interval")
     scored: bool | None = doc("False: own data without a scorer (lengths and KLs only)")

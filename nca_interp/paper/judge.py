@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 from nca_interp.errors import UsageError
 
-__all__ = ["Z95", "Estimate", "Judgement", "effect", "equivalent", "mde_of_halfwidths",
+__all__ = ["Z95", "Z_POWER", "Estimate", "Judgement", "effect", "equivalent", "mde_of_halfwidths",
            "within_band"]
 
 Z95 = 1.959963984540054  # two-sided 95%

@@ -10,11 +10,15 @@ angle within its noise).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from nca_interp.errors import UsageError
+
 __all__ = ["ALPHA", "BREAK_MARGIN", "DEPTH_THIRDS", "HEADS_MIN_CASES", "KEEP_MARGIN", "MIN_SEEDS",
            "ORTHO_BAND", "PAPER_CLOSED", "PAPER_COS", "PAPER_COS_THRESHOLD", "READ_MARGIN",
-           "SIZE_MATCH", "SUPPORT_MIN", "VERDICTS", "beyond_chance", "closed_share",
-           "harm_is_own", "prevents",
-           "independence_harm", "markdown", "pooled", "verdict"]
+           "SIZE_MATCH", "SPECS", "SUPPORT_MIN", "Spec", "VERDICTS", "beyond_chance",
+           "closed_share", "cosine_in_range", "harm_is_own", "independence_harm", "markdown",
+           "pooled", "prevents", "spec_table", "verdict"]
 
 VERDICTS = ("reproduced", "partly", "inconclusive", "not reproduced", "not measurable",
             "not run")
@@ -57,6 +61,14 @@ ORTHO_BAND = (75.0, 105.0)
 # angle lies in the band by the supports alone, and the checkpoint is not judged.
 SUPPORT_MIN = 0.2588190451025208  # cos 75 deg
 
+
+def cosine_in_range(cos_corrected: float | None) -> bool:
+    """The noise-corrected cosine U_ab / sqrt(U_aa U_bb) is an estimate, not a cosine: it
+    leaves [-1, 1] where a term's signal estimate U is within its noise (the denominator too
+    small). Such a checkpoint has no angle, as a term with no signal has none; clipping it
+    to 0 or 180 degrees would invent one. None (no estimate recorded) is left to the caller."""
+    return cos_corrected is None or -1.0 <= cos_corrected <= 1.0
+
 # A test's one-sided error: a permutation or random-draw p-value at or under it is clear (the
 # same 5% per side as the 95% intervals everywhere else).
 ALPHA = 0.05
@@ -75,6 +87,98 @@ HEADS_MIN_CASES = 20
 # seed-to-seed spread of a method's update size is 1.01-1.05x in every published setting but
 # FrozenLake (1.17-1.33x); a tenth is twice the usual spread.
 SIZE_MATCH = 1.1
+
+@dataclass(frozen=True)
+class Spec:
+    """A claim as the rule book types it: the quantity measured, its unit of replication
+    (what a rule counts or pools; items and checkpoints nest inside it), the null it is judged
+    against, the side the paper claims, the rule of `RULES` that decides, and its margin or
+    threshold with where that comes from ("" where none: any effect clear of the noise)."""
+
+    quantity: str
+    unit: str
+    null: str
+    direction: str
+    rule: str
+    margin: str = ""
+
+    def __post_init__(self):
+        if self.rule not in {name for name, _ in RULES}:
+            raise UsageError(f"{self.rule!r} is not a rule of the rule book")
+
+
+_BREAK = f"BREAK_MARGIN {BREAK_MARGIN:g}: the middle of the paper's 0.6-3.6 point effects"
+_BAND = (f"ORTHO_BAND {ORTHO_BAND[0]:g}-{ORTHO_BAND[1]:g} deg: |cos| <= 0.26, under 7% of a "
+         f"squared norm along the other; SUPPORT_MIN {SUPPORT_MIN:.2f}")
+
+
+def _specs() -> dict[str, Spec]:
+    acc = "seed (its items nested, paired on the same items)"
+    return {
+        "internalizes": Spec("OPD's accuracy without c", acc, "step 0's accuracy without c",
+                             "above", "the other counted claims"),
+        "degrades": Spec("accuracy with c - without c (OPD)", acc, "0 (no change)", "below",
+                         "effect or absence", _BREAK),
+        "nca_prevents": Spec("OPD's harm - NCA's harm", "seed pair whose OPD harm is its own "
+                             "(the harm rule)", "0; NCA not in regime A", "above", "prevents"),
+        "harm_not_drift": Spec("NCA's harm - OPD's at matched drift", "seed (checkpoints "
+                               "nested)", "0", "below", "matched drift"),
+        "nca_keeps_context": Spec("NCA's accuracy with c - step 0's", acc, "0", "not below "
+                                  "-margin", "equivalence",
+                                  f"KEEP_MARGIN {KEEP_MARGIN:g}: as BREAK_MARGIN"),
+        "nca_reads_context": Spec("reads_c: accuracy with c - with a wrong c of c's form (NCA)",
+                                  acc, "0 (blind to c)", "above", "reading c",
+                                  f"READ_MARGIN {READ_MARGIN:g}: as BREAK_MARGIN"),
+        "nca_improves_no_c": Spec("NCA's accuracy without c - OPD's", "seed pair (items "
+                                  "nested)", "0", "above", "effect or absence", _BREAK),
+        "longer": Spec("OPD's relative length change with c (answers right both ways)", acc,
+                       "0 and step 0's change", "above", "the other counted claims"),
+        "nca_identical": Spec("NCA's lowest layer cosine between the views; the share of "
+                              "step 0's gap it closes", "seed (layers nested)",
+                              f"the paper's threshold {PAPER_COS_THRESHOLD:g}; its closed "
+                              "share", "at or above", "the paper's thresholds",
+                              f"PAPER_COS {PAPER_COS['nca']:g}: the paper's, as stated"),
+        "opd_gap": Spec("NCA's later-half cosine - OPD's; 1 - OPD's", "seed pair (layers and "
+                        "items nested)", "0 (no gap)", "above", "the gap"),
+        "orthogonal": Spec("noise-corrected angle between OPD's and the context view's "
+                           "gradients", "seed (checkpoints nested)", "the band", "inside",
+                           "angles", _BAND),
+        "nca_new_direction": Spec("noise-corrected angle between the OPD and NCA terms' "
+                                  "gradients", "seed (checkpoints nested)", "the band",
+                                  "inside (beyond it: opposes)", "angles", _BAND),
+        "shallow_qk": Spec("Adam-normalised update: first third of the layers / last third; "
+                           "q_proj and k_proj's rank", "run", "1 (uniform over depth); "
+                           "q, k not the top two", "above; top two", "the other counted claims",
+                           f"DEPTH_THIRDS {DEPTH_THIRDS}"),
+        "updates_differ": Spec("cosine between NCA's and OPD's updates", "pair of runs",
+                               "the same-method (seed-to-seed) cosines; the method-label "
+                               "permutation", "below", "updates differ",
+                               f"ALPHA {ALPHA:g}; SIZE_MATCH {SIZE_MATCH:g}x: twice the usual "
+                               "seed-to-seed spread of update size"),
+        "size_matched": Spec("cosine between NCA's and a size-matched OPD's updates",
+                             "pair of runs", "the same-method cosines", "below",
+                             "updates differ", f"ALPHA {ALPHA:g}"),
+        "heads_carry_harm": Spec("answers flipped and logit-difference effect of removing the "
+                                 "chosen heads' reading of c", "harm case (the held-out half)",
+                                 "random heads neither half chose", "above", "the other "
+                                 "counted claims", f"ALPHA {ALPHA:g}; HEADS_MIN_CASES "
+                                 f"{HEADS_MIN_CASES}: the fewest whose flipped share can clear "
+                                 "a 20-draw null"),
+    }
+
+
+def spec_table() -> str:
+    """Every claim's type (`SPECS`) as a markdown table (docs/method.md)."""
+    rows = ["| claim | quantity | unit | null | claimed side | rule | margin (source) |",
+            "|---|---|---|---|---|---|---|"]
+    def cell(text: str) -> str:  # a cell's own bars (|cos|) would split it
+        return text.replace("|", "\\|")
+
+    rows += [f"| `{k}` | {cell(s.quantity)} | {cell(s.unit)} | {cell(s.null)} | "
+             f"{cell(s.direction)} | *{s.rule}* | {cell(s.margin or '-')} |"
+             for k, s in SPECS.items()]
+    return "\n".join(rows)
+
 
 RULES = (
     ("every seed",
@@ -148,7 +252,12 @@ RULES = (
      "NCA *reads* c when its reads_c (accuracy with c minus with a wrong c of the same form) "
      "is an effect above 0 by the effect test: **reproduced** when the pooled interval lies "
      "above 0 (and a majority of seeds' do), **not reproduced** (blind) when it excludes a "
-     f"reads_c of {READ_MARGIN:g}, **inconclusive** otherwise. Its size beside the teacher's is "
+     f"reads_c of {READ_MARGIN:g}, **inconclusive** otherwise. The seeds pool as accuracy "
+     "does (the cluster bootstrap of the items) where the control runs keep their per-item "
+     "outcomes (`correct_control`, which `evaluate --control` writes); where an older report "
+     "lacks them, by the t interval of the seeds' reads_c, never narrower than their own "
+     "intervals (wider with few seeds: three seeds give 2 degrees of freedom), and the "
+     "reason names which. Its size beside the teacher's is "
      "printed as a description; how much of what c gives NCA keeps is the equivalence claim's "
      "question."),
     ("the paper's thresholds",
@@ -174,14 +283,20 @@ RULES = (
      "reproduced**; wholly beyond the upper bound, the NCA "
      "term *opposes* OPD's, which is not a new direction. A checkpoint whose two gradients' "
      "module norms cannot reach cos 0.26 (their supports barely overlap) is not judged: its "
-     "angle is set by where the gradients live."),
+     "angle is set by where the gradients live. Nor is a checkpoint whose noise-corrected "
+     "cosine lies outside [-1, 1] (a term's signal within its noise): it has no angle, as a "
+     "term with no signal has none, not a clipped 0 or 180 degrees."),
     ("detectable",
      "beside every verdict a test of `nca_interp/paper/judge.py` decides, the table prints the "
      "minimum detectable effect of the deciding interval, (1.96 + 0.84) x its standard error: the "
      "smallest true effect (or distance from a band's bound, for angles) it shows four times "
      "in five; beside a counted claim whose units carry intervals (internalizes, longer, the "
-     "gap), the same from the units' mean 95% half-width. An absence below it is not shown by "
-     "these data."),
+     "gap), the same from the units' mean 95% half-width: for the views' threshold, each NCA "
+     "seed's item noise at its lowest layer; for the heads, the held-out k=1 effect's "
+     "interval (in logit difference); for *prevents*, the pooled paired OPD - NCA harm "
+     "interval. Shallow k/q, whose units carry no interval, prints the runs' spread: "
+     "(1.96 + 0.84) sd / sqrt(n) of their shallow / deep ratio. An absence below it is not "
+     "shown by these data."),
     ("stable to the bootstrap",
      "a verdict must not depend on the bootstrap's seed: where it changes when a bootstrap "
      "interval's ends move out by the resampling's own error (the 1.5% and 98.5% percentiles "
@@ -208,9 +323,14 @@ RULES = (
      "heads' mean; the both-right controls it breaks below the harm cases it flips, intervals "
      "apart), **partly** when only several heads together do or the halves choose different "
      f"heads; **not measurable** under {HEADS_MIN_CASES} harm cases or where the help cases "
-     "were patched instead. A quantity every student has at 0 with no spread (nobody right "
-     "without c: NCA's gain without c) is **not measurable**; a claim that needs a harm is "
-     "**not measurable** where no item is right without c, while a claim on accuracy itself "
+     "were patched instead."),
+    ("the floor",
+     "accuracies at 0 on every item (nobody right without c) are a measurement, judged as any "
+     "other: a zero-width interval on the null is against, so OPD *internalizes* and NCA's "
+     "*gain without c* are **not reproduced** there, the floor said in the reason (and no "
+     "detectable effect printed: a zero-width interval has no spread to compute it from). "
+     "**Not measurable** is kept for quantities the floor leaves undefined: a harm (P(wrong "
+     "with c | right without c)) where no item is right without c; a claim on accuracy itself "
      "(OPD breaks) is judged on accuracy."),
     ("not run",
      "a claim whose input file this setting lacks is a row **not run** naming the command that "
@@ -219,6 +339,9 @@ RULES = (
      "a verdict is one of " + ", ".join(f"**{v}**" for v in VERDICTS) + "; its reason is "
      "written beside it, never in place of it."),
 )
+
+
+SPECS = _specs()
 
 
 def verdict(flags: list[bool], mean_on_side: bool = True, total: int | None = None,
@@ -297,5 +420,7 @@ def beyond_chance(harm_lo: float, harm_hi: float, step0_harm: float | None,
 
 
 def markdown() -> str:
-    """The rule book as a list (docs/method.md)."""
-    return "\n".join(f"- *{name}*: {text}" for name, text in RULES)
+    """The rule book as a list, then every claim's type (docs/method.md)."""
+    return "\n".join(f"- *{name}*: {text}" for name, text in RULES) + \
+        "\n\nEach claim, typed (`rules.SPECS`; a claim's `spec` names its row):\n\n" + \
+        spec_table()

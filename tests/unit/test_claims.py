@@ -218,6 +218,38 @@ def test_reading_c_is_an_effect_test_blind_shown_or_underpowered(tmp_path):
     assert "5% of step 0's 0.600" in c.cell
 
 
+def test_reading_c_pools_item_outcomes_by_the_cluster_bootstrap_where_kept(tmp_path):
+    """Three seeds each clear above 0 but far apart (reads_c 0.04, 0.07, 0.13): the t interval
+    over three seeds (2 degrees of freedom) reaches 0; where the control runs keep per-item
+    outcomes, the seeds pool by the cluster bootstrap of the items, as every accuracy claim
+    does, and the reason says which interval decided."""
+    def run(reads, n=400, with_items=True):
+        wrong = round(reads * n)
+        c = [1] * (n // 2) + [0] * (n // 2)
+        ctl = c[:]
+        for i in range(wrong):  # right with c, wrong with the control
+            ctl[i] = 0
+        rate = reads
+        entry = {"control": {"reads_c": rate, "reads_c_ci95": [rate - 0.03, rate + 0.03]}}
+        if with_items:
+            entry["items"] = {"unit": [f"u{i}" for i in range(n)], "correct_c": c,
+                              "correct_no_c": c, "correct_control": ctl}
+        return entry
+
+    def judge(with_items):
+        reps = {"t_base": {"control": {"reads_c": 0.6, "reads_c_ci95": [0.55, 0.65]}},
+                **{f"t_nca_s{i}": run(v, with_items=with_items)
+                   for i, v in enumerate((0.04, 0.07, 0.13))}}
+        (tmp_path / "context_control.json").write_text(json.dumps({"results": reps}))
+        return claims.nca_reads_context(tmp_path)
+
+    t = judge(False)
+    assert t.verdict == "inconclusive" and "t interval over seeds" in t.reason
+    boot = judge(True)
+    assert boot.verdict == "reproduced" and "cluster bootstrap of the items" in boot.reason
+    assert float(boot.detectable) < float(t.detectable)
+
+
 def test_identical_views_keep_the_papers_threshold_and_set_the_closed_share_beside_it(tmp_path):
     """Near-identical is judged at the paper's 0.997 as stated; beside it, scale-free, the
     share of step 0's distance to 1 closed at every layer against the paper's own (NCA >= 94%
@@ -255,12 +287,17 @@ def test_identical_views_keep_the_papers_threshold_and_set_the_closed_share_besi
 
 def _grad(tmp_path, name, pair, cells, modules=None):
     """A grad_align report `name` whose checkpoints hold `pair`'s noise-corrected angle with
-    its interval, cells as (angle, lo, hi) or None (no signal); `modules`: per-module norms."""
+    its interval, cells as (angle, lo, hi), (angle, lo, hi, noise-corrected cosine) or None
+    (no signal); `modules`: per-module norms."""
+    import math
+
     res = {}
     for i, c in enumerate(cells):
         a, ci = (None, None) if c is None else (c[0], [c[1], c[2]])
+        cos = None if c is None else c[3] if len(c) > 3 else math.cos(math.radians(a))
         res[f"step_{i}"] = {"global": {"parts": {"pairs": {pair: {
-            "angle_corrected_deg": a, "angle_ci95_deg": ci}}}}, "modules": modules or {}}
+            "angle_corrected_deg": a, "angle_ci95_deg": ci, "cos_corrected": cos}}}},
+            "modules": modules or {}}
     (tmp_path / f"{name}.json").write_text(json.dumps({"results": res}))
     return tmp_path
 
@@ -313,6 +350,27 @@ def test_angle_claims_take_the_seed_as_unit_and_need_its_interval_inside_the_ban
         f.unlink()
     row = next(c for c in claims.claims(tmp_path) if c.name.startswith("OPD's gradient"))
     assert row.verdict == "not run" and "grad_align --parts 4" in row.reason
+
+
+def test_a_noise_corrected_cosine_outside_its_range_gives_no_angle(tmp_path):
+    """U_ab / sqrt(U_aa U_bb) leaves [-1, 1] where a term's signal is within its noise: such a
+    checkpoint has no angle (left out, counted as without signal), never a clipped 0 or 180
+    degrees averaged into its seed."""
+    def new_direction(*seeds):
+        return claims.nca_new_direction(_seeds_of_grads(tmp_path, "nca", "opd~nca", seeds))
+
+    inside = [(90, 82, 98), (92, 84, 100)]
+    clipped = inside + [(180, 120, 180, -2.97)]  # cos -2.97 shown as 180 degrees
+    c = new_direction(clipped, inside, inside + [(0, 0, 40, 1.3)])
+    assert c.verdict == "reproduced" and c.coverage == (3, 3)
+    assert "2 checkpoints without signal left out" in c.reason
+    assert "s0: 91 [83, 99]" in c.measured  # the clipped 180 is not averaged in
+    assert "s0: 90 92 -; s1: 90 92; s2: 90 92 -" in c.measured  # nor shown as an angle
+    assert rules.cosine_in_range(1.0) and rules.cosine_in_range(-1.0)
+    assert not rules.cosine_in_range(1.0001) and rules.cosine_in_range(None)
+    # a seed whose every checkpoint left the range is not judged
+    assert new_direction([(0, 0, 30, 1.2)], [(180, 150, 180, -1.5)],
+                         inside).verdict == "not measurable"
 
 
 def test_an_angle_between_gradients_on_disjoint_supports_is_not_judged(tmp_path):
@@ -369,6 +427,24 @@ def test_nca_improves_no_c_is_an_effect_over_seed_pairs(tmp_path):
     mixed = write({"t_opd_s0": rep(opd), "t_nca_s0": rep(better), "t_opd_s1": rep(better),
                    "t_nca_s1": rep(opd), "t_opd_s2": rep(opd), "t_nca_s2": rep(opd)})
     assert mixed.verdict in ("inconclusive", "not reproduced") and mixed.verdict != "partly"
+
+
+def test_accuracies_at_zero_everywhere_are_one_reading_a_measured_floor(tmp_path):
+    """Nobody right on any item without c: internalizing and NCA's gain without c are the same
+    kind of measurement (a zero-width interval on the null, against), both not reproduced with
+    the floor named and no detectable effect; the harm, undefined there, is what is not
+    measurable."""
+    units = [f"u{i}" for i in range(50)]
+    zero = {"items": {"unit": units, "correct_no_c": [0] * 50, "correct_c": [1] * 50}}
+    reps = {"t_base": zero, **{f"t_{m}_s{i}": zero for m in ("opd", "nca") for i in range(3)}}
+    (tmp_path / "context_control.json").write_text(json.dumps({"results": reps}))
+    gain = claims.nca_improves_no_c(tmp_path)
+    floor = report(0.0, 0.9, None, "B", ci_no_c=(0.0, 0.0))
+    inside = claims.internalizes(write(tmp_path, {"b": floor, **{f"t_opd_s{i}": floor
+                                                                 for i in range(3)}}))
+    for c in (gain, inside):
+        assert c.verdict == "not reproduced" and "a floor: no student is right" in c.reason
+        assert c.detectable == "-"
 
 
 def test_nca_prevents_pools_harm_over_seed_and_unit_clusters(tmp_path):

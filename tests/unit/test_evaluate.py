@@ -94,12 +94,18 @@ def test_control_view_is_played_and_paired(monkeypatch):
     rep = evaluate.run([str(embedded("sokoban_opd"))], context="plan", n_levels=60,
                        control=True)["results"]["sokoban_opd"]
     assert rep["control"]["correct"] == rep["correct_c"] and rep["control"]["reads_c"] == 0
+    assert rep["items"]["correct_control"] == rep["items"]["correct_c"]
     monkeypatch.undo()
     rep = evaluate.run([str(embedded("sokoban_opd"))], context="plan", n_levels=60,
                        control=True)["results"]["sokoban_opd"]
     k = rep["control"]
     assert k["reads_c"] == pytest.approx(rep["correct_c"] - k["correct"])
     assert k["reads_c_ci95"][0] <= k["reads_c"] <= k["reads_c_ci95"][1]
+    # the per-item control outcomes are what the control's rate summarises, item by item
+    items = rep["items"]
+    assert len(items["correct_control"]) == len(items["unit"]) == 60
+    assert sum(items["correct_control"]) / 60 == pytest.approx(k["correct"])
+    assert items["correct_control"] != items["correct_c"]
 
 
 def test_the_evaluate_figure_names_accuracy_for_qa_tasks_and_counts_items_once():

@@ -134,3 +134,26 @@ def test_beyond_chance_needs_the_interval_above_the_baseline_and_step_0():
     assert rules.beyond_chance(0.1, 0.2, 0.0, 0.7) == (False, True)   # under 0.3
     assert rules.beyond_chance(0.75, 0.8, 0.76, 0.3) == (False, False)  # not above step 0
     assert rules.beyond_chance(0.75, 0.8, None, 0.3) == (True, False)  # no step-0 harm
+
+
+def test_every_claim_is_typed_by_the_rule_book_and_carries_its_type(tmp_path):
+    """Each judged claim names its row of `rules.SPECS` (quantity, unit, null, side, rule,
+    margin): a claim function without a row, a row naming no rule, or a type outside the book
+    fails here; a missing input keeps its type on the "not run" row."""
+    import pytest
+
+    from nca_interp.errors import UsageError
+    from nca_interp.paper import claims
+
+    for fn, _, _ in claims.CLAIMS:
+        assert fn.__name__ in rules.SPECS, f"{fn.__name__} has no type in rules.SPECS"
+    for spec in rules.SPECS.values():
+        assert spec.quantity and spec.unit and spec.null and spec.direction
+    with pytest.raises(ValueError, match="not a rule"):
+        rules.Spec("q", "seed", "0", "above", "a rule nobody wrote")
+    with pytest.raises(UsageError, match="not in the rule book"):
+        claims.Claim("c", "m", "n", "partly", spec="vibes")
+    rows = claims.claims(tmp_path)  # nothing here: every row not run, every row typed
+    assert rows and all(c.verdict == "not run" and c.typed is not None for c in rows)
+    assert {c.spec for c in rows} == {fn.__name__ for fn, _, _ in claims.CLAIMS}
+    assert "| `degrades` | accuracy with c - without c (OPD) |" in rules.markdown()

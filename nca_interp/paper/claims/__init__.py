@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from nca_interp.fsio import write_text
@@ -103,14 +104,22 @@ def claim_or_not_run(fn: Callable[[Path], Claim | None], figs: Path) -> Claim | 
     report and the command that writes it (`CLAIMS`; a rule outside it names the setting's
     pipeline)."""
     try:
-        return fn(figs)
+        claim = fn(figs)
     except FileNotFoundError as e:
         name, (file, command) = next(  # a rule outside CLAIMS: its setting's pipeline
             ((n, spec) for f, n, spec in CLAIMS if f is fn),
             (fn.__name__, ("its input", f"python -m nca_interp.paper.reproduce --task "
                                         f"{figs.name}")))
         missing = Path(e.filename).name if e.filename else file
-        return not_run(name, missing, command.format(figs=f"{figs.parent.name}/{figs.name}"))
+        claim = not_run(name, missing, command.format(figs=f"{figs.parent.name}/{figs.name}"))
+    return typed(claim, fn.__name__)
+
+
+def typed(claim: Claim | None, spec: str) -> Claim | None:
+    """`claim` with its rule-book type `spec` (a key of `rules.SPECS`) where it has none."""
+    if claim is None or claim.spec or spec not in rules.SPECS:
+        return claim
+    return replace(claim, spec=spec)
 
 
 def claims(figs: Path) -> list[Claim]:

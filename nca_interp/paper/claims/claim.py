@@ -34,11 +34,22 @@ class Claim:
     coverage: tuple[int, int] | None = None
     also: tuple[tuple[str, str, str], ...] = field(default=())
     detectable: str = ""  # the smallest effect its deciding interval detects at 80% power
+    # its type in the rule book (`rules.SPECS`: quantity, unit, null, claimed side, deciding
+    # rule, margin and its source); `claims.claims` sets it from the function that judged it
+    spec: str = ""
 
     def __post_init__(self):
         for word in (self.verdict, *(v for _, v, _ in self.also)):
             if word not in rules.VERDICTS:
                 raise UsageError(f"verdict {word!r} is not one of {', '.join(rules.VERDICTS)}")
+        if self.spec and self.spec not in rules.SPECS:
+            raise UsageError(f"claim type {self.spec!r} is not in the rule book "
+                             f"({', '.join(rules.SPECS)})")
+
+    @property
+    def typed(self) -> rules.Spec | None:
+        """The rule book's type of this claim (None: untyped)."""
+        return rules.SPECS.get(self.spec)
 
     @property
     def cell(self) -> str:

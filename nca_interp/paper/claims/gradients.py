@@ -6,7 +6,8 @@ of its noise-corrected angle, `grad_align --parts`) are averaged into one estima
 narrowing its interval (`stats.average`), the seeds are pooled (`stats.pool_units`) and
 `judge.within_band` decides against the rule book's band (`rules.ORTHO_BAND`). A checkpoint
 whose terms' supports could not reach the band's edge (`rules.SUPPORT_MIN`) is not judged:
-its angle says nothing about the terms, only about where their gradients live.
+its angle says nothing about the terms, only about where their gradients live. Nor is one whose
+noise-corrected cosine left [-1, 1]: a clipped 0 or 180 degrees is no angle.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def _gather(figs: Path, method: str, pair: str) -> dict[str, list[dict]]:
 
 def _seed_units(runs: dict[str, list[dict]]
                 ) -> tuple[list[judge.Estimate], list[str], int, int]:
-    """Each seed's checkpoints averaged into one unit (checkpoints with no signal, or whose
+    """Each seed's checkpoints averaged into one unit (checkpoints with no signal, a
+    noise-corrected cosine outside [-1, 1] included (`rules.cosine_in_range`), or whose
     supports cannot reach the band, left out); the labels of the seeds judged; how many
     checkpoints had no signal; how many were left out for their supports."""
     units, labels, silent, unsupported = [], [], 0, 0
@@ -70,7 +72,7 @@ def _seed_units(runs: dict[str, list[dict]]
         ests = []
         for c in cells:
             a, ci = c.get("angle_corrected_deg"), c.get("angle_ci95_deg")
-            if a is None or not ci:
+            if a is None or not ci or not rules.cosine_in_range(c.get("cos_corrected")):
                 silent += 1
             elif c["support"] is not None and c["support"] < rules.SUPPORT_MIN:
                 unsupported += 1
@@ -101,7 +103,8 @@ def _judge_band(name: str, runs: dict[str, list[dict]], pair: str, oppose: bool)
     extra = [f"{n} seed{'s' * (n != 1)}" + (f"; {rules.MIN_SEEDS} needed to generalise"
                                             if n < rules.MIN_SEEDS else "")]
     if silent:
-        extra.append(f"{silent} checkpoint{'s' * (silent != 1)} without signal left out")
+        extra.append(f"{silent} checkpoint{'s' * (silent != 1)} without signal left out (no "
+                     "noise-corrected cosine, or one outside [-1, 1])")
     if unsupported:
         extra.append(f"{unsupported} checkpoint{'s' * (unsupported != 1)} left out: their "
                      "supports cannot reach "
@@ -116,8 +119,12 @@ def _judge_band(name: str, runs: dict[str, list[dict]], pair: str, oppose: bool)
             extra.append(f"in {beyond} seed{'s' * (beyond != 1)} the NCA term opposes "
                          f"OPD's (wholly beyond {hi:g} deg)")
     fmt = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
-    by_seed = "; ".join(_label(k, runs) + " ".join(fmt(c.get("angle_corrected_deg"))
-                                                   for c in cells) for k, cells in runs.items())
+    def angle(c: dict) -> float | None:  # no angle where the estimate left [-1, 1]
+        return c.get("angle_corrected_deg") if rules.cosine_in_range(c.get("cos_corrected")) \
+            else None
+
+    by_seed = "; ".join(_label(k, runs) + " ".join(fmt(angle(c)) for c in cells)
+                        for k, cells in runs.items())
     seeds = ", ".join(f"{(_label(k, runs) or '')}{u.point:.0f} [{u.lo:.0f}, {u.hi:.0f}]"
                       for k, u in zip(labels, units))
     bounds = [c["support"] for cells in runs.values() for c in cells

@@ -24,6 +24,7 @@ from nca_interp.paper.claims.claim import (
 )
 from nca_interp.paper.claims.stats import (
     boot_mean,
+    cluster_pooled,
     cluster_sums,
     estimate_of,
     gain_estimate,
@@ -41,6 +42,11 @@ __all__ = ["degrades", "harm_not_drift", "internalizes", "longer", "nca_improves
            "pooled_harm_gap", "pooled_settings", "reads_c_verdict"]
 
 
+# The one reading of accuracies at 0 everywhere (rules.RULES, "the floor"): a measurement, judged
+# as any other (a zero-width interval on the null is against), said in the reason.
+FLOOR = "a floor: no student is right on any item without c"
+
+
 def internalizes(figs: Path) -> Claim:
     """OPD raises accuracy without c above the step-0 null: every seed's interval lies above
     the initial checkpoint's point estimate."""
@@ -49,14 +55,18 @@ def internalizes(figs: Path) -> Claim:
     flags = [r.ci95["correct_no_c"][0] > base.correct_no_c for r in opd]
     against = [r.ci95["correct_no_c"][1] <= base.correct_no_c for r in opd]  # reaches no rise
     verdict = count_verdict(flags, against=against)
-    mde = judge.mde_of_halfwidths([(r.ci95["correct_no_c"][1] - r.ci95["correct_no_c"][0]) / 2
-                                   for r in opd])
+    halves = [(r.ci95["correct_no_c"][1] - r.ci95["correct_no_c"][0]) / 2 for r in opd]
+    floor = bool(opd) and base.correct_no_c == 0 and all(
+        r.correct_no_c == 0 and r.ci95["correct_no_c"][1] == 0 for r in opd)
+    # zero-width intervals have no spread to compute a detectable effect from
+    mde = None if floor else judge.mde_of_halfwidths(halves)
+    reason = _straddle_reason(flags, against) if verdict == "inconclusive" else \
+        FLOOR + " (step 0 neither)" if floor else ""
     return Claim("OPD internalizes c (right without c rises)",
                  spread_text([r.correct_no_c for r in opd]),
-                 f"step 0: {base.correct_no_c:.3f}", verdict,
-                 _straddle_reason(flags, against) if verdict == "inconclusive" else "",
+                 f"step 0: {base.correct_no_c:.3f}", verdict, reason,
                  coverage=(len(flags), len(opd)),
-                 detectable="" if mde is None else f"{mde:.3f}")
+                 detectable="-" if floor else "" if mde is None else f"{mde:.3f}")
 
 
 def _straddle_reason(flags: list[bool], against: list[bool]) -> str:
@@ -132,9 +142,10 @@ def nca_prevents(figs: Path) -> Claim:
     harmed = [_harm_is_own(o, base) for o in opd]
     flags = [(n.harm or 0) < (o.harm or 0) and n.regime != "A"
              for o, n, h in zip(opd, nca, harmed) if h]
-    lo = None
+    lo, mde = None, ""
     if (gap := pooled_harm_gap(figs)) is not None:
         d, (lo, hi), n_pairs = gap
+        mde = f"{judge.detectable(judge.Estimate(d, min(lo, d), max(hi, d), n_pairs)):.3f}"
         control += (f"; OPD - NCA harm pooled over {n_pairs} seed pair"
                     f"{'s' * (n_pairs != 1)}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}] (paired, "
                     "(seed, unit) clusters)")
@@ -146,7 +157,7 @@ def nca_prevents(figs: Path) -> Claim:
     elif verdict == "partly" and count_verdict(flags, total=len(opd)) == "reproduced":
         reason = "the pooled paired interval reaches 0"
     return Claim("NCA prevents the harm", measured, control, verdict, reason,
-                 coverage=(len(flags), len(opd)))
+                 coverage=(len(flags), len(opd)), detectable=mde)
 
 
 
@@ -359,8 +370,11 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
              for meth in ("opd", "nca")}
     reads["base"] = [r.control for rep in ctl.values() for _, r in others(rep)]
     teachers = [c["reads_c"] for c in reads["base"]]
+    nca_items = [None if r.items_ is None else
+                 {**r.items_, "unit": [f"{m}|{u}" for u in r.items_["unit"]]}
+                 for m, rep in ctl.items() for r in runs_of(rep, "nca")]
     read_verdict, read_why, clear, share, read_mde = reads_c_verdict(
-        reads["nca"], float(np.mean(teachers)) if teachers else None)
+        reads["nca"], float(np.mean(teachers)) if teachers else None, nca_items)
     share = share.replace("the teacher's", "the teachers' mean")
     read_why = "; ".join(x for x in (read_why, share) if x)
     return [
@@ -370,19 +384,20 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
          f"independence baseline (1 - OPD's accuracy with c) {independence:.3f}; "
          f"teachers (step 0) on the same items: with c - without {fmt(base_delta, '+')}; harm "
          f"{fmt(base)}; {where}", breaks, breaks_why, (len(seed_a), len(seed_a)),
-         detectable=f"{brk.mde:.3f}"),
+         detectable=f"{brk.mde:.3f}", spec="degrades"),
         Claim("NCA prevents the harm (pooled, paired by seed)",
          f"NCA harm {fmt(nca)}; regimes {''.join(regimes['nca'])}",
-         f"OPD - NCA harm {fmt(gap, '+')}", prevents, prevents_why),
+         f"OPD - NCA harm {fmt(gap, '+')}", prevents, prevents_why,
+         detectable=f"{judge.detectable(est(gap)):.3f}", spec="nca_prevents"),
         Claim("NCA still reads c (not blind to it)",
          f"NCA reads_c {spread_text([c['reads_c'] for c in reads['nca']])}",
          f"teachers {spread_text([c['reads_c'] for c in reads['base']])}; OPD "
          f"{spread_text([c['reads_c'] for c in reads['opd']])} (accuracy with c - with a wrong c "
          "of the same form; per-seed 95% intervals)", read_verdict, read_why,
-         (len(clear), len(reads["nca"])), detectable=read_mde),
+         (len(clear), len(reads["nca"])), detectable=read_mde, spec="nca_reads_context"),
         Claim("NCA improves accuracy without c (pooled, paired by seed)",
          f"NCA - OPD {fmt(acc, '+')}", where, improves, improves_why,
-         detectable=f"{imp.mde:.3f}"),
+         detectable=f"{imp.mde:.3f}", spec="nca_improves_no_c"),
     ]
 
 
@@ -485,17 +500,11 @@ def nca_improves_no_c(figs: Path) -> Claim:
         return Claim(name, "-", "-", "not measurable", "needs OPD and NCA of the same seed")
     if not any(r.items_["correct_no_c"] and any(r.items_["correct_no_c"])
                for _, r in students(rep)):
-        return Claim(name, f"NCA - OPD 0 on every item ({len(units)} seed pairs)", "-",
-                     "not measurable", "no student is right on any item without c: there is "
-                     "no accuracy to compare")
-    pooled = None
-    if len(units) > 1:
-        v, m = np.asarray(diff), float(np.mean(diff))
-        lo, hi, olo, ohi = m, m, m, m
-        for clusters in (by_pair, by_unit):  # the wider: seeds share their items
-            b_lo, b_hi, (o_lo, o_hi) = interval(boot_mean(v, clusters))
-            lo, hi, olo, ohi = min(lo, b_lo), max(hi, b_hi), min(olo, o_lo), max(ohi, o_hi)
-        pooled = judge.Estimate(m, lo, hi, len(units), outer=(olo, ohi))
+        return Claim(name, f"NCA - OPD 0 on every item ({len(units)} seed pairs)",
+                     "0 (no change)", "not reproduced", FLOOR + " (NCA - OPD is 0 on every "
+                     "item)", coverage=(len(units), len(units)), detectable="-")
+    # the wider of the two clusterings: the seeds share their items
+    pooled = cluster_pooled(diff, [by_pair, by_unit], len(units)) if len(units) > 1 else None
     j = judge.effect(units, pooled, 0.0, 1, rules.BREAK_MARGIN, what="seed pairs")
     few = "" if len(units) >= rules.MIN_SEEDS else \
         f"{len(units)} seed pair{'s' * (len(units) != 1)}; {rules.MIN_SEEDS} needed to generalise"
@@ -508,23 +517,49 @@ def nca_improves_no_c(figs: Path) -> Claim:
                  coverage=(len(units), len(units)), detectable=f"{j.mde:.3f}")
 
 
-def reads_c_verdict(nca: list[dict], teacher: float | None
+def reads_c_pooled(units: list[judge.Estimate], items: list[dict | None] | None
+                   ) -> tuple[judge.Estimate | None, str]:
+    """NCA's reads_c pooled over its seeds, and how (the rule book's pooled estimate): where
+    every seed's report keeps its per-item control outcomes (`items`: unit, correct_c,
+    correct_control), a cluster bootstrap over (seed, unit) and unit clusters, as every
+    accuracy claim; where they do not (control runs before per-item control outcomes were
+    kept), the t interval of the seeds' reads_c, never narrower than their own intervals.
+    None for a single seed (it decides)."""
+    if len(units) < 2:
+        return None, ""
+    if items and len(items) == len(units) and all(
+            it is not None and "correct_control" in it for it in items):
+        diff, by_seed_unit, by_unit = [], [], []
+        for i, it in enumerate(items):
+            diff += list(np.subtract(it["correct_c"], it["correct_control"]))
+            by_seed_unit += [f"{i}|{u}" for u in it["unit"]]
+            by_unit += [str(u) for u in it["unit"]]
+        return (cluster_pooled(diff, [by_seed_unit, by_unit], len(units)),
+                "pooled by a cluster bootstrap of the items")
+    return pool_units(units), ("pooled by the t interval over seeds (these control runs keep "
+                               "no per-item outcomes)")
+
+
+def reads_c_verdict(nca: list[dict], teacher: float | None,
+                    items: list[dict | None] | None = None
                     ) -> tuple[str, str, list[bool], str, str]:
     """The verdict on NCA reading c from its seeds' control cells (reads_c with its 95%
-    interval): an effect claim (`judge.effect`, margin `rules.READ_MARGIN`): reproduced when
-    the pooled reads_c lies clear above 0 and a majority of seeds do on their own; not
+    interval): an effect claim (`judge.effect`, margin `rules.READ_MARGIN`) on the pooled
+    reads_c (`reads_c_pooled`; `items`: each seed's per-item outcomes, where kept):
+    reproduced when it lies clear above 0 and a majority of seeds do on their own; not
     reproduced when the interval excludes a reads_c as large as the margin (blind to c);
     inconclusive otherwise. Returns the verdict word, its reason, each seed's flag (clear
     above 0), how large NCA's reads_c is beside the teacher's (description, no rule), and
     the minimum detectable reads_c."""
     flags = [c["reads_c_ci95"][0] is not None and c["reads_c_ci95"][0] > 0 for c in nca]
-    units = [judge.Estimate(c["reads_c"], min(c["reads_c_ci95"][0], c["reads_c"]),
-                            max(c["reads_c_ci95"][1], c["reads_c"]))
-             for c in nca if c["reads_c_ci95"][0] is not None]
+    judged = [i for i, c in enumerate(nca) if c["reads_c_ci95"][0] is not None]
+    units = [judge.Estimate(nca[i]["reads_c"], min(nca[i]["reads_c_ci95"][0], nca[i]["reads_c"]),
+                            max(nca[i]["reads_c_ci95"][1], nca[i]["reads_c"])) for i in judged]
     if not units:
         return "not measurable", "not measured here", flags, "", ""
-    j = judge.effect(units, pool_units(units), 0.0, 1, rules.READ_MARGIN)
-    reason = j.reason
+    pooled, how = reads_c_pooled(units, [items[i] for i in judged] if items else None)
+    j = judge.effect(units, pooled, 0.0, 1, rules.READ_MARGIN)
+    reason = "; ".join(x for x in (j.reason, how) if x)
     if j.verdict == "not reproduced":
         reason = "NCA is blind to what c says: " + reason
     mean = float(np.mean([u.point for u in units]))
@@ -550,7 +585,8 @@ def nca_reads_context(figs: Path) -> Claim:
     nca, opd = cells("nca"), cells("opd")
     base = [r.control for _, r in others(reps)]
     teacher = base[0]["reads_c"] if base else None  # step 0: the teacher but cross-model
-    verdict, reason, flags, share, mde = reads_c_verdict(nca, teacher)
+    verdict, reason, flags, share, mde = reads_c_verdict(
+        nca, teacher, [r.items_ for r in runs_of(reps, "nca")])
     if len(base) > 1:  # cross-model: NCA beside its own start, not the teacher
         share = share.replace("the teacher's", "step 0's")
     why = [x for x in (reason, share) if x]

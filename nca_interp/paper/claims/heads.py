@@ -6,7 +6,7 @@ from pathlib import Path
 
 from nca_interp import analysis
 from nca_interp.identity import students
-from nca_interp.paper import rules
+from nca_interp.paper import judge, rules
 from nca_interp.paper.claims.claim import Claim
 from nca_interp.paper.layout import PATCHING
 
@@ -76,4 +76,7 @@ def heads_carry_harm(figs: Path) -> Claim:
                                      f"{' and '.join(map(str, clear))} heads together do")
     else:
         verdict, reason = "not reproduced", ""
-    return Claim(claim, measured, null, verdict, reason)
+    e = one["effect"]  # the held-out k=1 LD effect's interval: what the patching can detect
+    mde = judge.mde_of_halfwidths([(e["hi"] - e["lo"]) / 2])
+    return Claim(claim, measured, null, verdict, reason,
+                 detectable="" if mde is None else f"{mde:.2f} LD")

@@ -12,9 +12,9 @@ import numpy as np
 from nca_interp.errors import UsageError
 from nca_interp.paper import dose, judge
 
-__all__ = ["average", "boot_mean", "bootstrap_seed", "cluster_sums", "estimate_of",
-           "gain_estimate", "interval", "label_permutation_p", "paired_harm_gap", "pool_units",
-           "pooled_estimate", "pooled_gain", "pooled_harm_rate", "resample"]
+__all__ = ["average", "boot_mean", "bootstrap_seed", "cluster_pooled", "cluster_sums",
+           "estimate_of", "gain_estimate", "interval", "label_permutation_p", "paired_harm_gap",
+           "pool_units", "pooled_estimate", "pooled_gain", "pooled_harm_rate", "resample"]
 
 # The claims' cluster bootstrap: resamples and seed. Enough resamples that no published verdict
 # changes with the seed (python -m nca_interp.paper.claims --stability 5 checks every setting: at
@@ -91,14 +91,22 @@ def pooled_estimate(runs: list[dict], per_item, units: list[judge.Estimate]
             vals += list(per_item(r.items_))
             seed_unit += [f"{i}|{u}" for u in r.items_["unit"]]
             unit += [str(u) for u in r.items_["unit"]]
-        v, m = np.asarray(vals, float), float(np.mean(vals))
         # (seed, unit) clusters, and unit clusters (the seeds share their items): the wider
-        lo, hi, olo, ohi = m, m, m, m
-        for cluster in (seed_unit, unit):
-            b_lo, b_hi, (o_lo, o_hi) = interval(boot_mean(v, cluster))
-            lo, hi, olo, ohi = min(lo, b_lo), max(hi, b_hi), min(olo, o_lo), max(ohi, o_hi)
-        return judge.Estimate(m, lo, hi, len(runs), outer=(olo, ohi))
+        return cluster_pooled(vals, [seed_unit, unit], len(runs))
     return pool_units(units)
+
+
+def cluster_pooled(values, clusterings: list[list], n: int) -> judge.Estimate:
+    """The mean of per-item `values` with the widest of the 95% cluster-bootstrap intervals
+    over each of `clusterings` (e.g. (seed, unit) and unit clusters: the seeds share their
+    items), and its outer ends (`interval`); `n`: the seeds behind it."""
+    v = np.asarray(values, float)
+    m = float(v.mean())
+    lo, hi, olo, ohi = m, m, m, m
+    for clusters in clusterings:
+        b_lo, b_hi, (o_lo, o_hi) = interval(boot_mean(v, clusters))
+        lo, hi, olo, ohi = min(lo, b_lo), max(hi, b_hi), min(olo, o_lo), max(ohi, o_hi)
+    return judge.Estimate(m, lo, hi, n, outer=(olo, ohi))
 
 
 def pool_units(units: list[judge.Estimate]) -> judge.Estimate | None:
@@ -143,13 +151,7 @@ def gain_estimate(base: dict, runs: list[dict], key: str = "correct_c") -> judge
         diff += list(np.asarray(r.items_[key], float) - np.asarray(base.items_[key], float))
         by_run += [f"{i}|{u}" for u in r.items_["unit"]]
         by_unit += [str(u) for u in r.items_["unit"]]
-    d = np.asarray(diff)
-    m = float(d.mean())
-    lo, hi, olo, ohi = m, m, m, m
-    for clusters in (by_run, by_unit):
-        b_lo, b_hi, (o_lo, o_hi) = interval(boot_mean(d, clusters))
-        lo, hi, olo, ohi = min(lo, b_lo), max(hi, b_hi), min(olo, o_lo), max(ohi, o_hi)
-    return judge.Estimate(m, lo, hi, len(runs), outer=(olo, ohi))
+    return cluster_pooled(diff, [by_run, by_unit], len(runs))
 
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from nca_interp import analysis
 from nca_interp.fsio import read_json
 from nca_interp.identity import RunId, by_name
-from nca_interp.paper import rules
+from nca_interp.paper import judge, rules
 from nca_interp.paper.claims.claim import Claim, count_verdict, runs_of, spread_text
 from nca_interp.paper.claims.stats import (
     label_permutation_p,
@@ -33,7 +33,7 @@ def shallow_qk(figs: Path) -> Claim:
     and MLP matrices."""
     pd = _adam(figs)
     mats = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-    flags, cells = [], []
+    flags, cells, ratios = [], [], []
     n = pd.n_layers
     third = max(1, n // rules.DEPTH_THIRDS)
     for path, r in pd.results.items():
@@ -46,10 +46,16 @@ def shallow_qk(figs: Path) -> Claim:
         mod = r.per_module_adam
         top2 = sorted(mats, key=lambda m: -(mod.get(m) or 0))[:2]
         flags.append(shallow > deep and set(top2) == {"q_proj", "k_proj"})
+        ratios.append(float(shallow / deep))
         cells.append(f"{Path(path).name}: shallow/deep {shallow / deep:.2f}, top {'+'.join(top2)}")
+    # the runs' spread of shallow / deep: the smallest departure of its mean from 1 (uniform)
+    # a one-sample test over these runs detects (80% power)
+    mde = float((judge.Z95 + judge.Z_POWER) * np.std(ratios, ddof=1) / np.sqrt(len(ratios))) \
+        if len(ratios) > 1 else None
     return Claim("Updates concentrate in shallow layers, mostly k/q", "; ".join(cells),
                  "ratio 1 = uniform over depth; 7 matrix types", count_verdict(flags),
-                 coverage=(len(flags), len(flags)))
+                 coverage=(len(flags), len(flags)),
+                 detectable="" if mde is None else f"{mde:.3f} (shallow/deep)")
 
 
 
@@ -179,7 +185,8 @@ def size_matched(figs: Path) -> Claim:
         sized[key] = v
     claim = "NCA's updates differ from a size-matched OPD's"
     if not cross or not within:
-        return Claim(claim, "-", "-", "not measurable", "needs two seeds of each")
+        return Claim(claim, "-", "-", "not measurable", "needs two seeds of each",
+                     spec="size_matched")
     # the permutation compares OPD with NCA: the size-matched OPD takes OPD's label
     p, p_min, n_labelings = label_permutation_p(
         sized, {n: "opd" if m == "opdsized" else m for n, m in kind.items()})
@@ -211,4 +218,5 @@ def size_matched(figs: Path) -> Claim:
             f"{n_labelings} labelings; smallest possible {p_min:.3f}); size alone: cos(d OPD, "
             f"d sized OPD) same seed {spread_text(same_seed)}; update norm OPD "
             f"{spread_text(size['opd'])}, sized OPD {spread_text(size['opdsized'])}, NCA "
-            f"{spread_text(size['nca'])} (sized OPD / NCA {ratio:.2f})", verdict, reason)
+            f"{spread_text(size['nca'])} (sized OPD / NCA {ratio:.2f})", verdict, reason,
+            spec="size_matched")

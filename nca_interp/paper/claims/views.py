@@ -75,6 +75,15 @@ def nca_identical(figs: Path) -> Claim:
     cl = lambda vals: pct(vals[0]) if len(vals) == 1 else \
         f"{pct(float(np.mean(vals)))} ({pct(min(vals))} to {pct(max(vals))})"  # noqa: E731
     paper = rules.PAPER_COS
+    # each NCA seed's item noise at its lowest layer (95% half-width, cos_std / sqrt(n)):
+    # how far below the threshold a seed's lowest layer must sit to be told from it
+    ls = analysis.load(figs / LAYER_SIM)
+    halves = []
+    for r in runs_of(ls, "nca"):
+        if r.cos_std is not None and r.n_examples:
+            low = int(np.argmin(r.cos[1:])) + 1
+            halves.append(judge.Z95 * r.cos_std[low] / np.sqrt(r.n_examples))
+    mde = judge.mde_of_halfwidths(halves) if len(halves) == len(mins) else None
     return Claim(f"NCA keeps the views near-identical (cos >= {t:g} every layer)",
                  f"lowest layer cos {spread_text(mins)}; share of step 0's gap closed over the "
                  f"layers' mean: NCA {cl(closed_nca)}"
@@ -83,7 +92,8 @@ def nca_identical(figs: Path) -> Claim:
                  f"init {min(rnd):.3f}; {floor_text}; the paper (Qwen3-4B Sokoban): base "
                  f"{paper['base']:g}, OPD {paper['opd']:g}, NCA >= {paper['nca']:g}: OPD closes "
                  f"{100 * paper_opd:.1f}%, NCA >= {100 * paper_nca:.1f}%", verdict, reason,
-                 coverage=(len(mins), len(mins)), also=also)
+                 coverage=(len(mins), len(mins)), also=also,
+                 detectable="" if mde is None else f"{mde:.4f}")
 
 
 def _later_half(r: dict, half: int) -> tuple[float, float]:
