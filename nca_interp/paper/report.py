@@ -509,10 +509,22 @@ def render(figs: Path) -> str:
     return "\n".join(lines)
 
 
+def published(root: Path = Path("figures")) -> list[str]:
+    """Every folder whose README.md this module writes: each setting with pipeline output,
+    and each preset run as its own folder (the depth rows) whose page was written."""
+    from nca_interp.paper.settings import load
+
+    catalogue = load()
+    return [name for name in dict.fromkeys([*catalogue.settings, *catalogue.presets])
+            if (root / name / "manifest.json").exists()
+            and (name in catalogue.settings or (root / name / "README.md").exists())]
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--task", default="sokoban")
+    ap.add_argument("--task", default="sokoban",
+                    help="a setting, or 'all': every published folder (`published`)")
     ap.add_argument("--figures", default="figures")
     ap.add_argument("--write", action="store_true",
                     help="also write figures/<task>/README.md (what the README links)")
@@ -521,6 +533,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--png", action="store_true",
                     help="with --html: the PNGs too (kaleido + Debian chromium)")
     args = ap.parse_args(argv)
+    if args.task == "all":
+        if args.html:
+            raise SystemExit("error: --task all rewrites pages only; redraw figures one "
+                             "setting at a time (--task <setting> --html)")
+        for name in published(Path(args.figures)):
+            figs = Path(args.figures) / name
+            if args.write:
+                write_text(figs / "README.md", render(figs) + "\n")
+                print(f"wrote {figs / 'README.md'}")
+            else:
+                print(render(figs))
+        return
     figs = Path(args.figures) / args.task
     if not (figs / "manifest.json").exists():
         raise SystemExit(f"error: {figs} holds no pipeline output (no manifest.json); run "

@@ -115,8 +115,9 @@ _BAND = (f"ORTHO_BAND {ORTHO_BAND[0]:g}-{ORTHO_BAND[1]:g} deg: |cos| <= 0.26, un
 def _specs() -> dict[str, Spec]:
     acc = "seed (its items nested, paired on the same items)"
     return {
-        "internalizes": Spec("OPD's accuracy without c", acc, "step 0's accuracy without c",
-                             "above", "the other counted claims"),
+        "internalizes": Spec("OPD's accuracy without c", "seed (its items nested)",
+                             "step 0's accuracy without c (its point: each seed's interval "
+                             "against it)", "above", "the other counted claims"),
         "degrades": Spec("accuracy with c - without c (OPD)", acc, "0 (no change)", "below",
                          "effect or absence", _BREAK),
         "nca_prevents": Spec("OPD's harm - NCA's harm", "seed pair whose OPD harm is its own "
@@ -127,19 +128,25 @@ def _specs() -> dict[str, Spec]:
                                   "-margin", "equivalence",
                                   f"KEEP_MARGIN {KEEP_MARGIN:g}: as BREAK_MARGIN"),
         "nca_reads_context": Spec("reads_c: accuracy with c - with a wrong c of c's form (NCA)",
-                                  acc, "0 (blind to c)", "above", "reading c",
+                                  "seed (its items nested; pooled by the items' cluster "
+                                  "bootstrap where kept, else the t interval over seeds)",
+                                  "0 (blind to c)", "above", "reading c",
                                   f"READ_MARGIN {READ_MARGIN:g}: as BREAK_MARGIN"),
         "nca_improves_no_c": Spec("NCA's accuracy without c - OPD's", "seed pair (items "
                                   "nested)", "0", "above", "effect or absence", _BREAK),
-        "longer": Spec("OPD's relative length change with c (answers right both ways)", acc,
-                       "0 and step 0's change", "above", "the other counted claims"),
+        "longer": Spec("OPD's relative length change with c (answers right both ways)",
+                       "seed (its items nested)", "0 (the seed's interval) and step 0's change "
+                       "(its point)", "above", "the other counted claims"),
         "nca_identical": Spec("NCA's lowest layer cosine between the views; the share of "
-                              "step 0's gap it closes", "seed (layers nested)",
+                              "step 0's gap it closes", "seed (layers nested; item noise "
+                              "with the examples taken as independent, understated where "
+                              "they cluster, as a fact's questions do)",
                               f"the paper's threshold {PAPER_COS_THRESHOLD:g}; its closed "
                               "share", "at or above", "the paper's thresholds",
                               f"PAPER_COS {PAPER_COS['nca']:g}: the paper's, as stated"),
         "opd_gap": Spec("NCA's later-half cosine - OPD's; 1 - OPD's", "seed pair (layers and "
-                        "items nested)", "0 (no gap)", "above", "the gap"),
+                        "items nested; item noise with the examples taken as independent, "
+                        "understated where they cluster)", "0 (no gap)", "above", "the gap"),
         "orthogonal": Spec("noise-corrected angle between OPD's and the context view's "
                            "gradients", "seed (checkpoints nested)", "the band", "inside",
                            "angles", _BAND),
@@ -189,14 +196,15 @@ RULES = (
      "band) is decided by its pooled interval first, as its own rule below says."),
     ("partly",
      "for a claim judged by counting units, **partly** needs the effect on the claimed side of "
-     "its null on average and at least one unit clear; a mean on the wrong side of the null is "
-     "**not reproduced**, whatever single units show."),
+     "its null on average and at least one unit clear; with a unit clear, a mean on the wrong "
+     "side of the null is **not reproduced**, whatever that unit shows (with no unit clear, "
+     "the straddling-units rule decides)."),
     ("straddling units",
      "a counted claim whose units carry intervals and of which no unit is clear is **not "
      "reproduced** only when a majority of its units lie clear on the other side of the null "
      "(*against*: its interval reaches no effect on the claimed side, a zero-width interval on "
-     "the null included); when they straddle it, the data cannot tell: **inconclusive**, "
-     "whatever side the mean lies on."),
+     "the null included); otherwise (a minority against, the rest straddling) the data cannot "
+     "tell: **inconclusive**, whatever side the mean lies on."),
     ("coverage",
      "a verdict that judges fewer than half of its units is **not measurable**, so a verdict is "
      "never stronger because fewer units could be judged."),
@@ -255,9 +263,10 @@ RULES = (
      f"reads_c of {READ_MARGIN:g}, **inconclusive** otherwise. The seeds pool as accuracy "
      "does (the cluster bootstrap of the items) where the control runs keep their per-item "
      "outcomes (`correct_control`, which `evaluate --control` writes); where an older report "
-     "lacks them, by the t interval of the seeds' reads_c, never narrower than their own "
-     "intervals (wider with few seeds: three seeds give 2 degrees of freedom), and the "
-     "reason names which. Its size beside the teacher's is "
+     "lacks them, by the t interval of the seeds' reads_c (wide with few seeds: three give "
+     "2 degrees of freedom), never narrower than one seed's own interval (the seeds share "
+     "their items, so their item noise does not average out over seeds), and the reason "
+     "names which. Its size beside the teacher's is "
      "printed as a description; how much of what c gives NCA keeps is the equivalence claim's "
      "question."),
     ("the paper's thresholds",

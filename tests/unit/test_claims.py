@@ -245,6 +245,20 @@ def test_reading_c_pools_item_outcomes_by_the_cluster_bootstrap_where_kept(tmp_p
 
     t = judge(False)
     assert t.verdict == "inconclusive" and "t interval over seeds" in t.reason
+    # seeds on the same items share their item noise: four seeds that agree (-0.094 to -0.115),
+    # each interval reaching 0, do not make the pooled interval four times narrower
+    same = {"t_base": {"control": {"reads_c": 0.6, "reads_c_ci95": [0.55, 0.65]}},
+            **{f"t_nca_s{i}": {"control": {"reads_c": v, "reads_c_ci95": [v - 0.15, 0.0]}}
+               for i, v in enumerate((-0.094, -0.094, -0.115, -0.094))}}
+    (tmp_path / "context_control.json").write_text(json.dumps({"results": same}))
+    assert claims.nca_reads_context(tmp_path).verdict == "inconclusive"
+    # clear of 0 but below the margin: it reads c, by too little, not "blind"
+    little = {"t_base": {"control": {"reads_c": 0.6, "reads_c_ci95": [0.55, 0.65]}},
+              **{f"t_nca_s{i}": {"control": {"reads_c": 0.007, "reads_c_ci95": [0.004, 0.01]}}
+                 for i in range(3)}}
+    (tmp_path / "context_control.json").write_text(json.dumps({"results": little}))
+    assert claims.nca_reads_context(tmp_path).cell.startswith(
+        "not reproduced (NCA reads c by less than the margin: the interval excludes")
     boot = judge(True)
     assert boot.verdict == "reproduced" and "cluster bootstrap of the items" in boot.reason
     assert float(boot.detectable) < float(t.detectable)

@@ -100,8 +100,9 @@ def test_breaking_is_accuracy_with_c_below_without_and_chance_is_said_apart(tmp_
     # a large drop too noisy to tell (one seed of 8 facts): inconclusive, not "no"
     noisy = write(0.45, (-0.8, 0.1), seeds=1)
     assert noisy.verdict == "inconclusive" and "would decide" in noisy.reason
-    # three such seeds together show it, though none does alone
-    assert write(0.45, (-0.8, 0.1)).verdict == "partly"
+    # three such seeds on the same items do not show it together: they share their item
+    # noise, so pooling them (without per-item outcomes) narrows nothing
+    assert write(0.45, (-0.8, 0.1)).verdict == "inconclusive"
     # collapse to chance (sysprompt_kb0: 0.724 -> 0.375 with c in every seed): harm sits at
     # the independence baseline, yet accuracy with c falls clear below without: it breaks,
     # and the harm is said not to be beyond chance

@@ -536,8 +536,9 @@ def reads_c_pooled(units: list[judge.Estimate], items: list[dict | None] | None
             by_unit += [str(u) for u in it["unit"]]
         return (cluster_pooled(diff, [by_seed_unit, by_unit], len(units)),
                 "pooled by a cluster bootstrap of the items")
-    return pool_units(units), ("pooled by the t interval over seeds (these control runs keep "
-                               "no per-item outcomes)")
+    return pool_units(units, shared_items=True), (
+        "pooled by the t interval over seeds, never narrower than one seed's item noise (these "
+        "control runs keep no per-item outcomes, and the seeds share their items)")
 
 
 def reads_c_verdict(nca: list[dict], teacher: float | None,
@@ -560,8 +561,10 @@ def reads_c_verdict(nca: list[dict], teacher: float | None,
     pooled, how = reads_c_pooled(units, [items[i] for i in judged] if items else None)
     j = judge.effect(units, pooled, 0.0, 1, rules.READ_MARGIN)
     reason = "; ".join(x for x in (j.reason, how) if x)
-    if j.verdict == "not reproduced":
-        reason = "NCA is blind to what c says: " + reason
+    decide = pooled if pooled is not None else units[0]
+    if j.verdict == "not reproduced":  # below the margin: blind, or reading c by too little
+        reason = ("NCA reads c by less than the margin: " if decide.lo > 0 else
+                  "NCA is blind to what c says: ") + reason
     mean = float(np.mean([u.point for u in units]))
     share = (f"NCA reads_c {mean:.3f} is {mean / teacher:.0%} of the teacher's {teacher:.3f}"
              if teacher else "")

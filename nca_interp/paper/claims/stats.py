@@ -81,7 +81,8 @@ def pooled_estimate(runs: list[dict], per_item, units: list[judge.Estimate]
                     ) -> judge.Estimate | None:
     """The per-item quantity `per_item(items)` pooled over `runs` with a 95% bootstrap interval
     over (run, unit) clusters; where the reports keep no items, the t interval of the units'
-    points (None for a single run: the run decides)."""
+    points, never narrower than one run's item noise (the runs share their items) (None for
+    a single run: the run decides)."""
 
     if len(runs) == 1:
         return None
@@ -93,7 +94,7 @@ def pooled_estimate(runs: list[dict], per_item, units: list[judge.Estimate]
             unit += [str(u) for u in r.items_["unit"]]
         # (seed, unit) clusters, and unit clusters (the seeds share their items): the wider
         return cluster_pooled(vals, [seed_unit, unit], len(runs))
-    return pool_units(units)
+    return pool_units(units, shared_items=True)
 
 
 def cluster_pooled(values, clusterings: list[list], n: int) -> judge.Estimate:
@@ -109,15 +110,20 @@ def cluster_pooled(values, clusterings: list[list], n: int) -> judge.Estimate:
     return judge.Estimate(m, lo, hi, n, outer=(olo, ohi))
 
 
-def pool_units(units: list[judge.Estimate]) -> judge.Estimate | None:
+def pool_units(units: list[judge.Estimate], shared_items: bool = False
+               ) -> judge.Estimate | None:
     """The units' mean with the t interval over them, never narrower than the units' own
-    intervals allow (units that agree by chance); None for fewer than two units."""
+    noise allows (units that agree by chance): independent units' noise averages out
+    (1.96 sqrt(mean se^2 / n)); units measured on the same items (`shared_items`: seeds
+    evaluated on one item set) share their item noise, which does not (1.96 sqrt(mean se^2)).
+    None for fewer than two units."""
     if len(units) < 2:
         return None
     pts = [u.point for u in units]
     m = float(np.mean(pts))
     lo, hi = dose.t_interval(pts)
-    within = judge.Z95 * float(np.sqrt(np.mean([u.se ** 2 for u in units]) / len(units)))
+    n = 1 if shared_items else len(units)
+    within = judge.Z95 * float(np.sqrt(np.mean([u.se ** 2 for u in units]) / n))
     half = max((hi - lo) / 2, within)
     return judge.Estimate(m, m - half, m + half, len(pts))
 
