@@ -565,6 +565,9 @@ def ensure_plotly_bundle(folder: Path) -> Path:
     return write_bytes(target, get_plotlyjs().encode("utf-8"))
 
 
+PNG_TRIES = 3  # a PNG export's attempts where the browser tab was not ready
+
+
 def write_figure(fig: go.Figure, stem: str | Path, png: bool = False) -> list[str]:
     """Write `stem.html` (and `stem.png` when asked); return the paths written.
 
@@ -586,13 +589,18 @@ def write_figure(fig: go.Figure, stem: str | Path, png: bool = False) -> list[st
     if png:
         if "BROWSER_PATH" not in os.environ and Path("/usr/bin/chromium").exists():
             os.environ["BROWSER_PATH"] = "/usr/bin/chromium"
-        try:
-            from nca_interp.fsio import write_bytes
+        from nca_interp.fsio import write_bytes
 
-            write_bytes(stem.with_suffix(".png"), fig.to_image(format="png", scale=1.5))
-        except Exception as e:  # noqa: BLE001 - kaleido/chromium missing shows up in many ways
-            raise RunError(f"PNG export failed ({e}). Install kaleido (`pip install "
-                               "kaleido`) and Debian chromium (`apt-get install -y chromium`), "
-                               "or drop --png; the HTML was written.") from e
+        for attempt in range(PNG_TRIES):
+            try:
+                write_bytes(stem.with_suffix(".png"), fig.to_image(format="png", scale=1.5))
+                break
+            except Exception as e:  # noqa: BLE001 - kaleido/chromium missing shows up many ways
+                # a loaded machine can outrun the browser tab's own script ("kaleido_scopes
+                # is not defined"): a fresh tab succeeds; a missing install fails every time
+                if attempt + 1 == PNG_TRIES or "kaleido_scopes" not in str(e):
+                    raise RunError(f"PNG export failed ({e}). Install kaleido (`pip install "
+                                   "kaleido`) and Debian chromium (`apt-get install -y "
+                                   "chromium`), or drop --png; the HTML was written.") from e
         written.append(str(stem.with_suffix(".png")))
     return written

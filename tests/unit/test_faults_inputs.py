@@ -215,6 +215,40 @@ def test_an_empty_plotly_bundle_is_rewritten(tmp_path):
     assert (tmp_path / "plotly.min.js").read_text() == get_plotlyjs()
 
 
+def test_a_png_export_retries_a_browser_tab_that_was_not_ready_and_nothing_else(
+        tmp_path, monkeypatch):
+    """kaleido's tab can lose a race on a loaded machine ("kaleido_scopes is not defined"):
+    a fresh attempt succeeds. Any other failure (kaleido or chromium missing) is one clear
+    error at once, the HTML written."""
+    import plotly.graph_objects as go
+    import pytest
+
+    from nca_interp.errors import RunError
+    from nca_interp.plots import PNG_TRIES, write_figure
+
+    calls = []
+
+    def flaky(self, **kw):
+        calls.append(1)
+        if len(calls) < PNG_TRIES:
+            raise RuntimeError("ReferenceError: kaleido_scopes is not defined")
+        return b"png"
+
+    monkeypatch.setattr(go.Figure, "to_image", flaky)
+    write_figure(go.Figure(go.Scatter(x=[1], y=[1])), tmp_path / "f", png=True)
+    assert (tmp_path / "f.png").read_bytes() == b"png" and len(calls) == PNG_TRIES
+
+    def missing(self, **kw):
+        calls.append(1)
+        raise RuntimeError("no Chrome found")
+
+    calls.clear()
+    monkeypatch.setattr(go.Figure, "to_image", missing)
+    with pytest.raises(RunError, match="PNG export failed .*no Chrome found"):
+        write_figure(go.Figure(go.Scatter(x=[1], y=[1])), tmp_path / "g", png=True)
+    assert len(calls) == 1 and (tmp_path / "g.html").exists()
+
+
 def test_a_report_records_its_figures_and_names_stale_ones(tmp_path):
     import plotly.graph_objects as go
 
