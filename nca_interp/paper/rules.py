@@ -195,15 +195,17 @@ RULES = (
      "**partly**. A claim judged by a test of `nca_interp/paper/judge.py` (effect, equivalence, "
      "band) is decided by its pooled interval first, as its own rule below says."),
     ("partly",
-     "for a claim judged by counting units, **partly** needs the effect on the claimed side of "
-     "its null on average and at least one unit clear; with a unit clear, a mean on the wrong "
+     "for a claim judged by counting units, **partly** needs the mean of the units' points "
+     "on the claimed side of its null and at least one unit clear; with a unit clear, a "
+     "mean on the wrong "
      "side of the null is **not reproduced**, whatever that unit shows (with no unit clear, "
      "the straddling-units rule decides)."),
     ("straddling units",
      "a counted claim whose units carry intervals and of which no unit is clear is **not "
      "reproduced** only when a majority of its units lie clear on the other side of the null "
-     "(*against*: its interval reaches no effect on the claimed side, a zero-width interval on "
-     "the null included); otherwise (a minority against, the rest straddling) the data cannot "
+     "(*against*: its interval holds no value on the claimed side of the null, a "
+     "zero-width interval on the null included); otherwise (a minority against, the rest "
+     "straddling) the data cannot "
      "tell: **inconclusive**, whatever side the mean lies on."),
     ("coverage",
      "a verdict that judges fewer than half of its units is **not measurable**, so a verdict is "
@@ -264,9 +266,10 @@ RULES = (
      "does (the cluster bootstrap of the items) where the control runs keep their per-item "
      "outcomes (`correct_control`, which `evaluate --control` writes); where an older report "
      "lacks them, by the t interval of the seeds' reads_c (wide with few seeds: three give "
-     "2 degrees of freedom), never narrower than one seed's own interval (the seeds share "
-     "their items, so their item noise does not average out over seeds), and the reason "
-     "names which. Its size beside the teacher's is "
+     "2 degrees of freedom), never narrower than the seeds' root-mean-square 95% "
+     "half-width, set symmetrically about the pooled mean (the seeds share their items, so "
+     "their item noise does not average out over seeds), and the reason names which. Its "
+     "size beside the teacher's is "
      "printed as a description; how much of what c gives NCA keeps is the equivalence claim's "
      "question."),
     ("the paper's thresholds",
@@ -323,7 +326,9 @@ RULES = (
     ("the other counted claims",
      "counting units: OPD *internalizes* c when each OPD seed's interval of accuracy without c "
      "lies above step 0's; answers grow *longer* when each seed's interval of the length "
-     "change (answers right both ways) lies above 0 and above step 0's; updates are *shallow, "
+     "change (answers right both ways) lies above 0 and its point above step 0's change "
+     "(step 0's undefined: above 0 alone), a seed being against when its interval lies at or "
+     "below the larger of 0 and step 0's change; updates are *shallow, "
      "k/q first* when in each checkpoint the first third of the layers moves more than the "
      "last third (Adam-normalised) and q_proj and k_proj are the two largest matrix types; a "
      "few *heads carry the harm* when one head chosen on each half of the harm cases is the "
