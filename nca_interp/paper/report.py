@@ -533,6 +533,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--png", action="store_true",
                     help="with --html: the PNGs too (kaleido + Debian chromium)")
     args = ap.parse_args(argv)
+    if args.png and not args.html:
+        raise SystemExit("error: --png draws the PNGs beside the HTML figures; pass --html "
+                         "--png (or neither)")
     if args.task == "all":
         if args.html:
             raise SystemExit("error: --task all rewrites pages only; redraw figures one "

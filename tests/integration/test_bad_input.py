@@ -304,6 +304,17 @@ def test_every_entry_point_runs_as_python_m(module):
     assert out.returncode == 0 and "usage:" in out.stdout, module
 
 
+def test_report_refuses_flag_combinations_it_would_ignore(tmp_path):
+    """--png without --html, and --task all with --html, end in one line before any work,
+    not in a run that silently drops a flag."""
+    from nca_interp.paper import report
+
+    with pytest.raises(SystemExit, match="pass --html --png"):
+        report.main(["--task", "sokoban", "--png", "--figures", str(tmp_path)])
+    with pytest.raises(SystemExit, match="rewrites pages only"):
+        report.main(["--task", "all", "--html", "--figures", str(tmp_path)])
+
+
 def test_same_tokenizer_check_fast_path_and_full_comparison(tok, base, tmp_path):
     """Byte-identical tokenizer files pass without loading; files that differ only in a
     setting that does not change ids pass the full comparison; a changed vocabulary does not

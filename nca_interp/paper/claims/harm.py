@@ -523,8 +523,8 @@ def reads_c_pooled(units: list[judge.Estimate], items: list[dict | None] | None
     every seed's report keeps its per-item control outcomes (`items`: unit, correct_c,
     correct_control), a cluster bootstrap over (seed, unit) and unit clusters, as every
     accuracy claim; where they do not (control runs before per-item control outcomes were
-    kept), the t interval of the seeds' reads_c, never narrower than their own intervals.
-    None for a single seed (it decides)."""
+    kept), the t interval of the seeds' reads_c, never narrower than their root-mean-square
+    half-width (`stats.pool_units` with shared items). None for a single seed (it decides)."""
     if len(units) < 2:
         return None, ""
     if items and len(items) == len(units) and all(
