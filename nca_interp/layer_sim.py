@@ -25,7 +25,9 @@ layer by layer (`hook_embed`, then `blocks.{i}.hook_resid_post`) at one set of p
   --at prompt      x's tokens, which both views share (left padding aligns them) and which no
                    loss touches directly: similarity here is the control
 Reported per layer:
-  cos          mean over examples of the mean token cosine (and its std over examples)
+  cos          mean over examples of the mean token cosine (and its std over examples;
+               cos_se its standard error with the examples clustered by the task's unit, so
+               a fact asked in several phrasings counts once)
   cos_centred  the same after subtracting the layer's mean hidden state (pooled over views),
                so the large shared direction that makes raw cosines ~1 does not count
   cos_centred_view  each view centred on its own mean: whether the token-to-token variation
@@ -71,6 +73,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from nca_interp import analysis
+from nca_interp.bootstrap import n_units
 from nca_interp.checkpoint import load_checkpoint, save_checkpoint, verify_folder
 from nca_interp.cli import (
     entry,
@@ -148,11 +151,32 @@ def other_item_cos(rows0: list[torch.Tensor], rows1: list[torch.Tensor]) -> list
     return out
 
 
+def clustered_se(values_n: torch.Tensor, units: list | None = None) -> float:
+    """Standard error of the mean of per-item values, items clustered by their independent
+    unit (the cluster-robust sandwich with the G / (G - 1) correction): the items of one unit
+    (a fact asked in several phrasings) share their noise and count once. With every item its
+    own unit (`units` None) it is the usual std / sqrt(n)."""
+    x = values_n.double()
+    n = len(x)
+    if units is None:
+        return float(x.std() / n ** 0.5) if n > 1 else 0.0
+    if len(units) != n:
+        raise ValueError(f"{len(units)} unit labels for {n} items")
+    _, inverse = np.unique(np.asarray(units), return_inverse=True)
+    G = int(inverse.max()) + 1
+    if G < 2:
+        return float("nan")  # one unit: its noise cannot be told from the mean
+    sums = torch.zeros(G, dtype=torch.float64).index_add_(0, torch.as_tensor(inverse),
+                                                          x - x.mean())
+    return float((sums.pow(2).sum() * G / (G - 1)) ** 0.5 / n)
+
+
 def similarity_by_layer(h0_L_B_N_D: torch.Tensor, h1_L_B_N_D: torch.Tensor,
-                        mask_B_N: torch.Tensor, batch: int | None = None
-                        ) -> dict[str, list[float]]:
-    """Per-layer cosine (mean, std over examples), centred cosine and CKA of two views;
-    `cos_other` pairs each item with the next one of its `batch` (default: all items)."""
+                        mask_B_N: torch.Tensor, batch: int | None = None,
+                        units: list | None = None) -> dict[str, list[float]]:
+    """Per-layer cosine (mean, std over examples, standard error with the examples clustered
+    by `units`), centred cosine and CKA of two views; `cos_other` pairs each item with the
+    next one of its `batch` (default: all items)."""
     m = mask_B_N.bool()
     B = m.shape[0]
     batch = batch or B
@@ -170,6 +194,7 @@ def similarity_by_layer(h0_L_B_N_D: torch.Tensor, h1_L_B_N_D: torch.Tensor,
         within = ((h0[m] - m0).pow(2).sum(1).mean() + (h1[m] - m1).pow(2).sum(1).mean()) / 2
         out["cos"].append(float(ex.mean()))
         out["cos_std"].append(float(ex.std()) if len(ex) > 1 else 0.0)
+        out["cos_se"].append(clustered_se(ex, units))
         out["cos_centred"].append(float(((cc * m).sum(1) / per_ex).mean()))
         out["cos_centred_view"].append(float(((cv * m).sum(1) / per_ex).mean()))
         out["offset_share"].append(offset_share(m0, m1, within))
@@ -183,7 +208,7 @@ def similarity_by_layer(h0_L_B_N_D: torch.Tensor, h1_L_B_N_D: torch.Tensor,
     return out
 
 
-STATS = ("cos", "cos_std", "cos_other", "cos_centred", "cos_centred_view", "offset_share",
+STATS = ("cos", "cos_std", "cos_se", "cos_other", "cos_centred", "cos_centred_view", "offset_share",
          "cka", "cka_debiased")
 
 
@@ -222,7 +247,9 @@ class StreamedSimilarity:
                 yield (h.get_slice("h0")[layer].double(), h.get_slice("h1")[layer].double(),
                        h.get_tensor("ex"))
 
-    def result(self) -> dict[str, list[float]]:
+    def result(self, units: list | None = None) -> dict[str, list[float]]:
+        """Every statistic of `STATS`, per layer; `units` (one label per example, in the
+        order added) clusters the examples for `cos_se`."""
         with safe_open(str(self.files[0]), framework="pt") as h:
             L, _, D = h.get_slice("h0").get_shape()
         out: dict[str, list[float]] = {k: [] for k in STATS}
@@ -275,6 +302,7 @@ class StreamedSimilarity:
             within = (Cxx.trace() + Cyy.trace()) / (2 * n)
             out["cos"].append(float(ex_cos.mean()))
             out["cos_std"].append(float(ex_cos.std()) if self.n_ex > 1 else 0.0)
+            out["cos_se"].append(clustered_se(ex_cos, units))
             out["cos_centred"].append(float((centred / count.clamp(min=1)).mean()))
             out["cos_centred_view"].append(float((centred_view / count.clamp(min=1)).mean()))
             out["offset_share"].append(offset_share(m0, m1, within))
@@ -392,7 +420,8 @@ def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
         part = context_attention(b["pattern"], key_ctx, torch.cat([cx_mask, rmask], 1), qpos, m)
         for k in attn:
             attn[k] = attn[k] + part[k]
-    out = stats.result()
+    units = [task.unit(lv) for lv in levels]
+    out = stats.result(units)
     spill.cleanup()
     n = max(attn["n"], 1.0)
     ratio = (attn["ratio_L_H"] / n)
@@ -400,6 +429,7 @@ def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
     out["ctx_attn_ratio"] = ratio.tolist()  # layer x head, 1 = uniform over visible keys
     out["ctx_attn_ratio_layer"] = ratio.mean(1).tolist()
     out["n_examples"] = len(levels)
+    out["n_units"] = n_units(units)
     out["n_positions"] = n_positions
     out["mean_response_tokens"] = float(responses[1].float().sum(1).mean())
     out["responses"] = analysis.decoded(tok, responses[0], responses[1])

@@ -339,6 +339,10 @@ class LayerSim(Fields):
     n_examples: int = need("items compared")
     n_positions: int = need("token positions compared")
     mean_response_tokens: float = need("mean length of the responses teacher-forced")
+    cos_se: list | None = doc("standard error of cos, the examples clustered by the task's "
+                              "independent unit (a level; a fact asked several ways); older "
+                              "runs lack it and read cos_std / sqrt(n_examples)")
+    n_units: int | None = doc("independent units among the examples (the task's unit)")
     cos_other: list | None = doc("the floor: the same statistic between different items")
     cka_debiased: list | None = doc("CKA with the unbiased HSIC estimator")
     responses: list | None = doc("the responses teacher-forced, as text")

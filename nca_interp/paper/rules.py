@@ -139,14 +139,16 @@ def _specs() -> dict[str, Spec]:
                        "(its point)", "above", "the other counted claims"),
         "nca_identical": Spec("NCA's lowest layer cosine between the views; the share of "
                               "step 0's gap it closes", "seed (layers nested; item noise "
-                              "with the examples taken as independent, understated where "
+                              "clustered by the task's unit; layer_sim runs that predate "
+                              "cos_se take the examples as independent, understated where "
                               "they cluster, as a fact's questions do)",
                               f"the paper's threshold {PAPER_COS_THRESHOLD:g}; its closed "
                               "share", "at or above", "the paper's thresholds",
                               f"PAPER_COS {PAPER_COS['nca']:g}: the paper's, as stated"),
         "opd_gap": Spec("NCA's later-half cosine - OPD's; 1 - OPD's", "seed pair (layers and "
-                        "items nested; item noise with the examples taken as independent, "
-                        "understated where they cluster)", "0 (no gap)", "above", "the gap"),
+                        "items nested; item noise clustered by the task's unit, or, in runs "
+                        "that predate cos_se, with the examples taken as independent)",
+                        "0 (no gap)", "above", "the gap"),
         "orthogonal": Spec("noise-corrected angle between OPD's and the context view's "
                            "gradients", "seed (checkpoints nested)", "the band", "inside",
                            "angles", _BAND),

@@ -193,6 +193,9 @@ def test_every_stage_runs_on_sysprompt(tmp_path):
     assert "acc_no_c" in evaluate.format_table(reports)
     ls = layer_sim.main([*ckpts, "--n-levels", "8", "--out", str(tmp_path / "ls")])
     assert ls["context"] == "system" and len(ls["results"]) >= 3
+    # the item noise clusters a fact's phrasings: units counted, a standard error per layer
+    assert all(r["n_units"] <= r["n_examples"] == 8 and len(r["cos_se"]) == len(r["cos"])
+               for r in ls["results"].values())
     ga = grad_align.main([str(tmp_path / "opd"), "--teacher", str(base), "--batch", "8",
                           "--out", str(tmp_path / "ga")])
     assert ga["task"] == "sysprompt"

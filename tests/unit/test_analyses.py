@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -186,11 +187,33 @@ def test_every_model_sees_the_same_responses(folders, tmp_path):
     assert "sokoban target" in rep["responses_from"]
 
 
+def test_clustered_standard_error_counts_a_unit_once():
+    """Items of one unit share their noise: asking each of 10 facts 4 ways (identical values
+    within a fact) leaves the standard error of the 10 facts, not the 2x smaller one that 40
+    independent items would give. Every item its own unit: the usual std / sqrt(n)."""
+    gen = torch.Generator().manual_seed(0)
+    facts = torch.randn(10, generator=gen, dtype=torch.float64)
+    own = float(facts.std() / 10 ** 0.5)
+    assert layer_sim.clustered_se(facts) == pytest.approx(own, rel=1e-12)
+    assert layer_sim.clustered_se(facts, [str(i) for i in range(10)]) == pytest.approx(own)
+    asked = facts.repeat_interleave(4)
+    units = [f"fact{i}" for i in range(10) for _ in range(4)]
+    assert layer_sim.clustered_se(asked, units) == pytest.approx(own, rel=1e-12)
+    assert layer_sim.clustered_se(asked) < 0.6 * own  # read as independent: understated
+    # the labels' order does not matter, only which items share a unit
+    perm = torch.randperm(40, generator=gen)
+    assert layer_sim.clustered_se(asked[perm], [units[i] for i in perm]) == pytest.approx(own)
+    assert np.isnan(layer_sim.clustered_se(asked, ["one"] * 40))
+    with pytest.raises(ValueError, match="unit labels"):
+        layer_sim.clustered_se(asked, units[:3])
+
+
 def test_streamed_similarity_equals_in_memory(tmp_path):
     """Three batches of different widths and masks, spilled and reduced layer by layer, give
     what `similarity_by_layer` gives on the whole padded tensor (float64, 1e-10)."""
     gen = torch.Generator().manual_seed(0)
     L, D, widths = 3, 8, (5, 2, 7)
+    units = ["a", "a", "b", "c", "b", "d", "d", "d", "e", "a", "f", "e"]  # across batches
     stream = layer_sim.StreamedSimilarity(tmp_path)
     h0s, h1s, masks = [], [], []
     for w in widths:
@@ -207,10 +230,11 @@ def test_streamed_similarity_equals_in_memory(tmp_path):
     ref = layer_sim.similarity_by_layer(torch.cat([pad(h) for h in h0s], 1),
                                         torch.cat([pad(h) for h in h1s], 1),
                                         torch.cat([torch.nn.functional.pad(m, (0, W - m.shape[1]))
-                                                   for m in masks]), batch=4)
-    got = stream.result()
+                                                   for m in masks]), batch=4, units=units)
+    got = stream.result(units)
     for key in layer_sim.STATS:
         assert got[key] == pytest.approx(ref[key], rel=1e-10), key
+    assert got["cos_se"] != pytest.approx(stream.result()["cos_se"], rel=1e-3)  # units used
 
 
 def test_every_analysis_has_run_and_figures():

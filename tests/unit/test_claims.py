@@ -274,12 +274,21 @@ def test_identical_views_keep_the_papers_threshold_and_set_the_closed_share_besi
             r["cos_other"] = [1.0, *other]
         return r
 
-    def write_ls(nca, nca_other=(0.6, 0.7), base=(0.95, 0.95)):
+    def write_ls(nca, nca_other=(0.6, 0.7), base=(0.95, 0.95), noise=None):
         (tmp_path / "layer_sim.json").write_text(json.dumps({"results": {
             "t_base": ls(list(base)), "random_init": ls([0.5, 0.5]),
             "t_opd_s0": ls([0.985, 0.985]),
-            "t_nca_s0": ls(list(nca), None if nca_other is None else list(nca_other))}}))
+            "t_nca_s0": {**ls(list(nca), None if nca_other is None else list(nca_other)),
+                         **(noise or {})}}}))
         return tmp_path
+
+    # the detectable effect is the lowest layer's item noise: cos_std / sqrt(n) in runs
+    # before cos_se, the clustered standard error (5x wider here) where the run recorded it
+    spread = {"cos_std": [0.0, 0.01, 0.02], "n_examples": 100}
+    old = float(claims.nca_identical(write_ls([0.998, 0.9975], noise=spread)).detectable)
+    clustered = {**spread, "cos_se": [0.0, 0.001, 0.01], "n_units": 10}
+    new = float(claims.nca_identical(write_ls([0.998, 0.9975], noise=clustered)).detectable)
+    assert new / old == pytest.approx(5.0, rel=0.01)
 
     assert rules.PAPER_CLOSED["opd"] == pytest.approx(0.681, abs=1e-3)
     assert rules.PAPER_CLOSED["nca"] == pytest.approx(0.936, abs=1e-3)
@@ -701,10 +710,11 @@ def test_the_later_layer_gap_is_opds_below_ncas_and_below_one_beyond_item_noise(
     """The paper's gap: OPD's later-half cosine below NCA's of the same seed and below 1,
     each by more than its 95% item noise; the same means with a wide spread are not clear;
     whether OPD widened step 0's gap is said apart."""
-    def write(std, opd=0.90, nca=0.99, base=0.95):
+    def write(std, opd=0.90, nca=0.99, base=0.95, se=None):
         def row(cos):
-            return {"cos": [1.0, 0.99, 0.99, cos, cos], "cos_std": [0.0, 0.01, 0.01, std, std],
-                    "n_examples": 100}
+            out = {"cos": [1.0, 0.99, 0.99, cos, cos], "cos_std": [0.0, 0.01, 0.01, std, std],
+                   "n_examples": 100}
+            return out if se is None else {**out, "cos_se": [0.0, 0.001, 0.001, se, se]}
         (tmp_path / "layer_sim.json").write_text(json.dumps({"results": {
             "t_base": row(base), "random_init": row(0.5),
             **{f"t_opd_s{s}": row(opd) for s in range(3)},
@@ -718,6 +728,10 @@ def test_the_later_layer_gap_is_opds_below_ncas_and_below_one_beyond_item_noise(
     kept = write(0.05, opd=0.95)
     assert kept.verdict == "reproduced" and "in 0 of 3 seeds" in kept.null
     assert write(0.5).verdict == "inconclusive"  # se 0.05: the interval reaches 0 and 0.09
+    # the same spread over 100 examples that are 5 facts asked 20 ways: layer_sim's clustered
+    # standard error (cos_se) decides, not cos_std / sqrt(n_examples)
+    assert write(0.05, se=0.05).verdict == "inconclusive"
+    assert write(0.5, se=0.005).verdict == "reproduced"
     assert write(0.05, opd=0.99, nca=0.90).verdict == "not reproduced"  # OPD clear above NCA
     # NCA below OPD: the mean on the wrong side
     assert write(0.05, opd=0.99, nca=0.95).verdict == "not reproduced"

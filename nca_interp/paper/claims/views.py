@@ -25,6 +25,18 @@ def _layer_cos(figs: Path, method: str) -> tuple[list[list[float]], list[float],
 
 
 
+def item_se(r, layer: int) -> float | None:
+    """A layer_sim row's standard error of its mean cosine at `layer`: the examples clustered
+    by the task's unit (`cos_se`) where the run recorded it; older runs give only the spread
+    over examples, read as independent (cos_std / sqrt(n_examples), understated where the
+    examples cluster). None where neither was recorded."""
+    if r.cos_se is not None:
+        return float(r.cos_se[layer])
+    if r.cos_std is not None and r.n_examples:
+        return float(r.cos_std[layer]) / np.sqrt(r.n_examples)
+    return None
+
+
 def _floor(figs: Path) -> float | None:
     """The anisotropy floor of the NCA runs' layer cosines: the highest per-layer mean cosine
     between views of *different* items (layer_sim's `cos_other`) over the NCA seeds; None where
@@ -75,14 +87,14 @@ def nca_identical(figs: Path) -> Claim:
     cl = lambda vals: pct(vals[0]) if len(vals) == 1 else \
         f"{pct(float(np.mean(vals)))} ({pct(min(vals))} to {pct(max(vals))})"  # noqa: E731
     paper = rules.PAPER_COS
-    # each NCA seed's item noise at its lowest layer (95% half-width, cos_std / sqrt(n)):
-    # how far below the threshold a seed's lowest layer must sit to be told from it
+    # each NCA seed's item noise at its lowest layer (95% half-width of `item_se`): how far
+    # below the threshold a seed's lowest layer must sit to be told from it
     ls = analysis.load(figs / LAYER_SIM)
     halves = []
     for r in runs_of(ls, "nca"):
-        if r.cos_std is not None and r.n_examples:
-            low = int(np.argmin(r.cos[1:])) + 1
-            halves.append(judge.Z95 * r.cos_std[low] / np.sqrt(r.n_examples))
+        se = item_se(r, int(np.argmin(r.cos[1:])) + 1)
+        if se is not None:
+            halves.append(judge.Z95 * se)
     mde = judge.mde_of_halfwidths(halves) if len(halves) == len(mins) else None
     return Claim(f"NCA keeps the views near-identical (cos >= {t:g} every layer)",
                  f"lowest layer cos {spread_text(mins)}; share of step 0's gap closed over the "
@@ -98,12 +110,11 @@ def nca_identical(figs: Path) -> Claim:
 
 def _later_half(r: dict, half: int) -> tuple[float, float]:
     """A layer_sim row's mean cosine over the later half of its layers and that mean's
-    standard error: each layer's (cos_std / sqrt(n_examples)) averaged, as if the layers moved
-    together (the conservative case: neighbouring layers' errors are correlated)."""
+    standard error: each layer's `item_se` averaged, as if the layers moved together (the
+    conservative case: neighbouring layers' errors are correlated)."""
     cos = r.cos[1:][half:]
-    std = (r.cos_std or [0.0] * len(r.cos))[1:][half:]
-    n = max(1, r.n_examples or 1)
-    return float(np.mean(cos)), float(np.mean(std)) / n ** 0.5
+    ses = [item_se(r, 1 + half + i) for i in range(len(cos))]
+    return float(np.mean(cos)), float(np.mean([0.0 if v is None else v for v in ses]))
 
 
 
