@@ -286,7 +286,9 @@ RULES = (
     ("the gap",
      "OPD *leaves a gap* where NCA closes it: per seed, OPD's mean cosine over the later half "
      "of the layers lies below NCA's of the same seed and below 1, each by more than its 95% "
-     "item noise; whether OPD widened step 0's gap is printed apart."),
+     "item noise (layer_sim's standard error of each layer's mean cosine, the examples "
+     "clustered by the task's unit; runs that predate it give only the spread over examples, "
+     "read as independent); whether OPD widened step 0's gap is printed apart."),
     ("angles",
      "an angle claim takes the seed as its unit: a seed's checkpoints' noise-corrected angles "
      "are averaged, their 95% jackknife intervals averaged without narrowing, and the seeds "
