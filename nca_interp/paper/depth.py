@@ -9,7 +9,10 @@ Each row is a `nca_interp.paper.reproduce` pipeline folder (figures/<preset>/, t
 
 - context return: does OPD break when c returns (regime A) at every depth, and does NCA keep
   what c gives? Null: step 0 (the teacher the students start from, self-distilled) on the same
-  levels; how well that teacher reads c differs with depth, a confound said beside it.
+  levels; how well that teacher reads c differs with depth, a confound said beside it. OPD's
+  harm stands beside step 0's and the independence baseline (1 - accuracy with c), the length
+  change beside step 0's, and each model's reads_c (with c - with a wrong c of c's form)
+  beside step 0's: a break without reading c, or robustness that is blindness, shows there.
 - views: does OPD leave a gap between the two views' hidden states in the later half of the
   layers, and what share of step 0's gap does NCA close (`rules.closed_share`)? Nulls: step 0,
   a random-init model of the same shape, and the cosine between *different* items (the floor).
@@ -17,8 +20,9 @@ Each row is a `nca_interp.paper.reproduce` pipeline folder (figures/<preset>/, t
   shallow / deep; 1 = uniform) and in q_proj / k_proj (their share of the seven matrix types;
   2/7 = uniform)?
 
-A row whose folder lacks a report shows "not run" with the command that makes it. Numbers are
-seed means with the seed range (a spread, not an interval).
+Last, each claim's verdict by depth, as each row's own page judges it by the rule book. A row
+whose folder lacks a report shows "not run" with the command that makes it. Numbers are seed
+means with the seed range (a spread, not an interval).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from nca_interp.errors import UsageError
 from nca_interp.fsio import write_text
 from nca_interp.identity import others, roster, students
 from nca_interp.paper import rules
-from nca_interp.paper.layout import CONTEXT_RETURN, LAYER_SIM, PARAM_DELTA
+from nca_interp.paper.layout import CONTEXT_CONTROL, CONTEXT_RETURN, LAYER_SIM, PARAM_DELTA
 from nca_interp.paper.settings import load
 
 __all__ = ["MATRICES", "depth_of", "figures", "main", "row", "rows", "table"]
@@ -71,16 +75,38 @@ def _spread(vals: list[float]) -> dict | None:
 
 
 def _context_return(figs: Path, seeds) -> dict | None:
+    """Per method, the seeds' accuracies, harm and length change with c; beside OPD's harm
+    its nulls: step 0's harm and the independence baseline (1 - accuracy with c, per seed),
+    and how many seeds' harm intervals clear both (`rules.beyond_chance`)."""
     if not (figs / CONTEXT_RETURN).exists():
         return None
     rep = analysis.load(figs / CONTEXT_RETURN)
     base = next(e for _, e in others(rep))
-    out = {"step0": {k: base[k] for k in ("correct_no_c", "correct_c", "harm")}}
+    out = {"n": base["n"], "step0": {k: base.get(k) for k in ("correct_no_c", "correct_c",
+                                                               "harm", "rel_len_both")}}
     for m in ("opd", "nca"):
         runs = _seeded(rep, m, seeds)
         out[m] = {k: _spread([r.get(k) for r in runs])
-                  for k in ("correct_no_c", "correct_c", "harm", "rel_len")}
+                  for k in ("correct_no_c", "correct_c", "harm", "rel_len_both")}
         out[m]["regimes"] = "".join(r.regime for r in runs)
+        out[m]["baseline"] = _spread([rules.independence_harm(r["correct_c"]) for r in runs])
+        clear = [rules.beyond_chance(r["ci95"]["harm"][0], r["ci95"]["harm"][1], base["harm"],
+                                     r["correct_c"])[0] for r in runs
+                 if r.get("harm") is not None and r["ci95"]["harm"][0] is not None]
+        out[m]["beyond"] = f"{sum(clear)} of {len(clear)}"
+    return out
+
+
+def _reading(figs: Path, seeds) -> dict | None:
+    """reads_c (accuracy with c - with a wrong c of c's form, `evaluate --control`) of step 0
+    and of each method's seeds: whether a model uses what c says."""
+    if not (figs / CONTEXT_CONTROL).exists():
+        return None
+    rep = analysis.load(figs / CONTEXT_CONTROL)
+    base = next(e for _, e in others(rep))
+    out = {"step0": base.control["reads_c"]}
+    for m in ("opd", "nca"):
+        out[m] = _spread([r.control["reads_c"] for r in _seeded(rep, m, seeds)])
     return out
 
 
@@ -100,7 +126,8 @@ def _views(figs: Path, seeds) -> dict | None:
         return float(np.mean(cos)), float(np.mean(cos[half:]))
 
     b_all, b_late = means(base)
-    out = {"layers": n, "step0": {"all": b_all, "late": b_late},
+    out = {"layers": n, "half": half, "n_examples": base.n_examples,
+           "responses_from": rep.responses_from, "step0": {"all": b_all, "late": b_late},
            "random_init": dict(zip(("all", "late"), means(rows["random_init"])))
            if "random_init" in rows else None}
     for m in ("opd", "nca"):
@@ -108,7 +135,8 @@ def _views(figs: Path, seeds) -> dict | None:
         out[m] = {"all": _spread([means(r)[0] for r in runs]),
                   "late": _spread([means(r)[1] for r in runs]),
                   "closed": _spread([rules.closed_share(means(r)[0], b_all) for r in runs]),
-                  "floor": _spread([max(r.cos_other[1:]) for r in runs if r.cos_other is not None])}
+                  "floor": _spread([max(r.cos_other[1:][half:]) for r in runs
+                                    if r.cos_other is not None])}
     return out
 
 
@@ -120,7 +148,7 @@ def _updates(figs: Path, seeds) -> dict | None:
     rep = analysis.load(figs / PARAM_DELTA)
     n = rep.n_layers
     third = max(1, n // rules.DEPTH_THIRDS)
-    out = {"layers": n}
+    out = {"layers": n, "third": third}
     for m in ("opd", "nca"):
         ratio, qk, top = [], [], []
         for r in _seeded(rep, m, seeds):
@@ -143,8 +171,8 @@ def row(preset: str, figures: Path = Path("figures"), seeds=SEEDS) -> dict:
     """Everything the depth sweep reads of one row's folder (None where a report is missing)."""
     figs = figures / preset
     return {"preset": preset, "depth": depth_of(preset),
-            "context_return": _context_return(figs, seeds), "views": _views(figs, seeds),
-            "updates": _updates(figs, seeds)}
+            "context_return": _context_return(figs, seeds), "reading": _reading(figs, seeds),
+            "views": _views(figs, seeds), "updates": _updates(figs, seeds)}
 
 
 def rows(figures: Path = Path("figures")) -> list[dict]:
@@ -166,59 +194,155 @@ def _fmt(s: dict | None, pct: bool = False) -> str:
     return f(s["mean"]) if s["n"] == 1 else f"{f(s['mean'])} ({f(s['lo'])} to {f(s['hi'])})"
 
 
+def _span(lo: int, hi: int) -> str:
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def _not_run(r: dict, cols: int) -> str:
+    return f"| {r['depth']} | not run: `{command(r['preset'])}` |" + " |" * (cols - 2)
+
+
+def verdicts(figures: Path = Path("figures")) -> list[tuple[str, dict[int, str]]]:
+    """Each claim of the rule book as each row's own page judges it (all of that row's
+    seeds): [(claim, {depth: verdict word, then the other thresholds' words in brackets})],
+    claims matched across rows by their rule-book type; "not run" for a row without its
+    evaluation, "-" where a row's design has no such run (the size-matched OPD)."""
+    from nca_interp.paper import claims
+
+    names: dict[str, str] = {}
+    words: dict[str, dict[int, str]] = {}
+    missing = []
+    for preset in load().depth_rows:
+        figs, depth = figures / preset, depth_of(preset)
+        if not (figs / CONTEXT_RETURN).exists():
+            missing.append(depth)
+            continue
+        for c in claims.claims(figs):
+            key = c.spec or c.name
+            if key not in names or c.verdict != "not run":
+                names[key] = c.name
+            words.setdefault(key, {})[depth] = c.verdict if not c.also else \
+                f"{c.verdict} ({'; '.join(w for _, w, _ in c.also)})"
+    for by_depth in words.values():
+        by_depth.update({d: "not run" for d in missing})
+    return [(names[k], words[k]) for k in words]
+
+
 def table(figures: Path = Path("figures")) -> str:
-    """The sweep's three tables (context return, views, updates), a row per depth."""
+    """The sweep's tables, a row per depth: context return, harm and length with their nulls,
+    reading c, the views, the updates, and every claim's verdict by depth."""
     rs = rows(figures)
-    out = ["Context return (1000 held-out levels; mean (min to max) over seeds; step 0 is "
-           "the null):", "",
-           "| layers | step 0 without c / with c | OPD without c | OPD with c | OPD harm "
-           "| OPD regimes | NCA without c | NCA with c | NCA regimes | OPD length change "
-           "with c |", "|---|---|---|---|---|---|---|---|---|---|"]
+    ns = sorted({r["context_return"]["n"] for r in rs if r["context_return"]})
+    out = [f"Context return ({' or '.join(map(str, ns)) or 'the'} held-out levels; mean (min "
+           f"to max) over seeds {', '.join(map(str, SEEDS))}, a "
+           "spread, not an interval; regimes per seed in seed order: A = c hurts, B = c still "
+           "needed, C = c irrelevant, by the seed's 95% interval of with c - without c; step 0 "
+           "is the null):", "",
+           "| layers | step 0 without c / with c | OPD without c | OPD with c | OPD regimes "
+           "| NCA without c | NCA with c | NCA regimes |", "|---|---|---|---|---|---|---|---|"]
     for r in rs:
         cr = r["context_return"]
         if cr is None:
-            out.append(f"| {r['depth']} | not run: `{command(r['preset'])}` |" + " |" * 8)
+            out.append(_not_run(r, 8))
             continue
         o, n, s0 = cr["opd"], cr["nca"], cr["step0"]
         out.append(f"| {r['depth']} | {s0['correct_no_c']:.3f} / {s0['correct_c']:.3f} | "
-                   f"{_fmt(o['correct_no_c'])} | {_fmt(o['correct_c'])} | {_fmt(o['harm'])} | "
-                   f"{o['regimes']} | "
-                   f"{_fmt(n['correct_no_c'])} | {_fmt(n['correct_c'])} | {n['regimes']} | "
-                   f"{_fmt(o['rel_len'], pct=True)} |")
-    out += ["", "Views (layer_sim at the response positions: cosine of the hidden states with "
-            "and without c, the embedding excluded; later half = the deeper half of the "
-            "layers; closed = share of step 0's gap closed on the mean over layers):", "",
-            "| layers | step 0 later half | random init later half | OPD later half | NCA later "
-            "half | OPD closed | NCA closed | different-item floor (NCA) |",
+                   f"{_fmt(o['correct_no_c'])} | {_fmt(o['correct_c'])} | {o['regimes']} | "
+                   f"{_fmt(n['correct_no_c'])} | {_fmt(n['correct_c'])} | {n['regimes']} |")
+    out += ["", "OPD's harm (P(wrong with c | right without c)) beside its two nulls: step 0's "
+            "harm and the independence baseline 1 - accuracy with c (the harm of a model whose "
+            "being right with c does not depend on being right without it); 'beyond both' "
+            "counts the seeds whose 95% harm interval clears both (the rule book's *harm "
+            "beyond chance*). Length: the relative change of the answer's length with c on the "
+            "levels right both ways, beside step 0's:", "",
+            "| layers | OPD harm | step 0 harm | independence baseline | OPD seeds beyond both "
+            "| NCA harm | OPD length change with c | step 0 length change |",
             "|---|---|---|---|---|---|---|---|"]
+    for r in rs:
+        cr = r["context_return"]
+        if cr is None:
+            out.append(_not_run(r, 8))
+            continue
+        o, n, s0 = cr["opd"], cr["nca"], cr["step0"]
+        s0_len = "-" if s0["rel_len_both"] is None else f"{100 * s0['rel_len_both']:+.1f}%"
+        out.append(f"| {r['depth']} | {_fmt(o['harm'])} | {s0['harm']:.3f} | "
+                   f"{_fmt(o['baseline'])} | {o['beyond']} | {_fmt(n['harm'])} | "
+                   f"{_fmt(o['rel_len_both'], pct=True)} | {s0_len} |")
+    out += ["", "Reading c (`evaluate --control`): reads_c = accuracy with c - with a wrong c "
+            "of c's form. A model that breaks when c returns without reading it (reads_c near "
+            "0) is hurt by any text in c's place, not by what c says; a model that keeps its "
+            "accuracy with c but reads_c near 0 is blind to c, not robust to it. Step 0 (the "
+            "teacher) is the reference:", "",
+            "| layers | step 0 reads_c | OPD reads_c | NCA reads_c | NCA's share of step 0's |",
+            "|---|---|---|---|---|"]
+    for r in rs:
+        rd = r["reading"]
+        if rd is None:
+            out.append(_not_run(r, 5))
+            continue
+        share = "-" if not rd["step0"] or rd["nca"] is None else \
+            f"{rd['nca']['mean'] / rd['step0']:.0%}"
+        out.append(f"| {r['depth']} | {rd['step0']:.3f} | {_fmt(rd['opd'])} | "
+                   f"{_fmt(rd['nca'])} | {share} |")
+    sample = next((r["views"] for r in rs if r["views"] is not None), None)
+    levels = "held-out levels" if sample is None else \
+        f"{sample['n_examples']} held-out levels, teacher-forced on {sample['responses_from']}"
+    out += ["", f"Views (layer_sim at the response positions, {levels}: cosine of the hidden "
+            "states with and without c, the embedding excluded; later half = the blocks "
+            "listed, the deeper half; closed = share of step 0's distance to 1 closed, on the "
+            "mean over *all* blocks, as the paper's cosines are; different-item floor = the "
+            "same cosine between views of different items, its highest block in the later "
+            "half, to be read against the later-half cosines):", "",
+            "| layers | later half | step 0 later half | random init later half | OPD later "
+            "half | NCA later half | different-item floor (NCA) | OPD closed | NCA closed |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for r in rs:
         v = r["views"]
         if v is None:
-            out.append(f"| {r['depth']} | not run: `{command(r['preset'])}` |" + " |" * 6)
+            out.append(_not_run(r, 9))
             continue
         rnd = f"{v['random_init']['late']:.3f}" if v["random_init"] else "-"
-        out.append(f"| {r['depth']} | {v['step0']['late']:.3f} | {rnd} | "
+        out.append(f"| {r['depth']} | {_span(v['half'], v['layers'] - 1)} | "
+                   f"{v['step0']['late']:.3f} | {rnd} | "
                    f"{_fmt(v['opd']['late'])} | {_fmt(v['nca']['late'])} | "
-                   f"{_fmt(v['opd']['closed'])} | {_fmt(v['nca']['closed'])} | "
-                   f"{_fmt(v['nca']['floor'])} |")
+                   f"{_fmt(v['nca']['floor'])} | {_fmt(v['opd']['closed'])} | "
+                   f"{_fmt(v['nca']['closed'])} |")
     paper = rules.PAPER_CLOSED
     out += ["", f"The paper's Qwen3-4B (36 layers): cosine {rules.PAPER_COS['base']} at the "
             f"base, {rules.PAPER_COS['opd']} after OPD, >= {rules.PAPER_COS['nca']} after NCA "
-            f"(closed share OPD {paper['opd']:.2f}, NCA >= {paper['nca']:.2f}).", "",
-            "Updates (param_delta, Adam-normalised: shallow / deep = first third of the layers "
-            "over the last third, 1 = uniform; q+k share = q_proj and k_proj's share of the "
-            "seven matrix types, 2/7 = 0.286 = uniform):", "",
-            "| layers | OPD shallow / deep | NCA shallow / deep | OPD q+k share | NCA q+k share "
-            "| q, k the top two (OPD; NCA) |", "|---|---|---|---|---|---|"]
+            f"at every layer; as closed shares, OPD {paper['opd']:.3f}, NCA >= "
+            f"{paper['nca']:.3f} (from its cosines; here the shares are of the mean over "
+            "blocks).", "",
+            "Updates (param_delta, Adam-normalised update size; shallow / deep = the first "
+            "third of the blocks over the last third, floor(layers / 3) blocks each and at "
+            "least one, listed per row: 1 = uniform over depth, below 1 = the deep blocks move "
+            "more; q+k share = q_proj and k_proj's share of the seven matrix types, 2/7 = "
+            "0.286 = uniform):", "",
+            "| layers | shallow / deep blocks | OPD shallow / deep | NCA shallow / deep | OPD q+k "
+            "share | NCA q+k share | q, k the top two (OPD; NCA) |",
+            "|---|---|---|---|---|---|---|"]
     for r in rs:
         u = r["updates"]
         if u is None:
-            out.append(f"| {r['depth']} | not run: `{command(r['preset'])}` |" + " |" * 4)
+            out.append(_not_run(r, 7))
             continue
-        out.append(f"| {r['depth']} | {_fmt(u['opd']['shallow_deep'])} | "
-                   f"{_fmt(u['nca']['shallow_deep'])} | {_fmt(u['opd']['qk_share'])} | "
-                   f"{_fmt(u['nca']['qk_share'])} | {u['opd']['qk_top']}; "
-                   f"{u['nca']['qk_top']} |")
+        n, t = u["layers"], u["third"]
+        out.append(f"| {r['depth']} | {_span(0, t - 1)} / {_span(n - t, n - 1)} | "
+                   f"{_fmt(u['opd']['shallow_deep'])} | {_fmt(u['nca']['shallow_deep'])} | "
+                   f"{_fmt(u['opd']['qk_share'])} | {_fmt(u['nca']['qk_share'])} | "
+                   f"{u['opd']['qk_top']}; {u['nca']['qk_top']} |")
+    judged = verdicts(figures)
+    depths = [r["depth"] for r in rs]
+    out += ["", "Verdicts by depth: each claim as its row's own page judges it by the rule book "
+            "(docs/method.md), on all of that row's seeds (the 4-layer row has five, so its "
+            "numbers differ slightly from the tables above, which use seeds 0, 1, 2); words "
+            "in brackets are the verdicts under the claim's other thresholds; - where a row's "
+            "design has no such run:", "",
+            "| claim | " + " | ".join(f"{d} layers" for d in depths) + " |",
+            "|---|" + "---|" * len(depths)]
+    for name, by_depth in judged:
+        out.append(f"| {name} | " + " | ".join(by_depth.get(d, "-") for d in depths)
+                   + " |")
     return "\n".join(out)
 
 
@@ -325,7 +449,7 @@ def figures(rs: list[dict]) -> dict:
 def page(figures_dir: Path, text: str, png: bool) -> str:
     names = load().depth_rows
     cmds = "\n".join(f"    {command(n)}" for n in names)
-    pages = ", ".join(f"[{depth_of(n)} layers]({n}.md)" for n in names
+    pages = ", ".join(f"{depth_of(n)} layers: `figures/{n}/`" for n in names
                       if (figures_dir.parent / n / "README.md").exists())
     links = []
     for stem, what in (("depth_context_return", "context return"),
@@ -335,12 +459,14 @@ def page(figures_dir: Path, text: str, png: bool) -> str:
         links.append(f"[{what} against depth (interactive)]({stem}.html){image}\n")
     return (f"# Sokoban depth sweep\n\nGenerated by `python -m nca_interp.paper.depth --write "
             f"--png` from each row's figures/<row>/ JSON (seeds {', '.join(map(str, SEEDS))} "
-            f"of each method). sokoban_remap's recipe at each depth, same width, data and "
-            f"steps; each remap teacher is fine-tuned from the plain game's teacher of its "
-            f"depth. How well that teacher reads c differs with depth (step 0 with c in the "
-            f"first table): read each row against its own step 0. Each row's own page has "
-            f"every claim judged by the rule book ({pages}).\n\nRows:\n\n{cmds}\n\n"
-            f"{text}\n\n" + "\n".join(links))
+            f"of each method). sokoban_remap's recipe at each depth: the same width, data, "
+            f"distillation steps and learning rate, so the parameter count grows with depth "
+            f"and nothing is retuned for it; each remap teacher is fine-tuned from the plain "
+            f"game's teacher of its depth. How well that teacher reads c differs with depth "
+            f"(step 0 with c in the first table, its reads_c in the third): read each row "
+            f"against its own step 0. Each row's own page has every claim judged by the rule "
+            f"book, with its intervals ({pages}; in the docs, the results pages of the same "
+            f"names).\n\nRows:\n\n{cmds}\n\n{text}\n\n" + "\n".join(links))
 
 
 def main(argv: list[str] | None = None) -> None:

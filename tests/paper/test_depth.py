@@ -35,7 +35,50 @@ def test_the_rows_agree_with_the_claims_code_on_the_same_files():
 def test_a_row_without_reports_says_not_run_with_its_command(tmp_path):
     text = depth.table(tmp_path)
     assert text.count("not run: `python -m nca_interp.paper.reproduce --task "
-                      "sokoban_remap_d8 --seeds 0,1,2 --threads 1`") == 3
+                      "sokoban_remap_d8 --seeds 0,1,2 --threads 1`") == 5  # five tables
+
+
+def test_harm_and_reading_c_carry_their_nulls_read_from_the_json():
+    """Beside OPD's harm, step 0's harm and each seed's independence baseline 1 - accuracy
+    with c; 'beyond both' counts seeds whose harm interval clears both; reads_c as the control
+    run wrote it. Read here from the JSON directly, not through the depth code."""
+    import json
+
+    figs = ROOT / "figures" / "sokoban_remap_d2"
+    res = json.loads((figs / "context_return.json").read_text())["results"]
+    opd = [res[f"sokoban_remap_d2_opd_s{s}"] for s in (0, 1, 2)]
+    for r in opd:  # reports written before version 3's vocabulary say win for correct
+        r.setdefault("correct_c", r.get("win_c"))
+    step0 = res["sokoban_remap_d2_base"]
+    cr = depth.row("sokoban_remap_d2", ROOT / "figures")["context_return"]
+    assert cr["step0"]["harm"] == pytest.approx(step0["harm"])
+    assert cr["opd"]["baseline"]["each"] == pytest.approx([1 - r["correct_c"] for r in opd])
+    beyond = sum(r["ci95"]["harm"][0] > max(1 - r["correct_c"], step0["harm"]) for r in opd)
+    assert cr["opd"]["beyond"] == f"{beyond} of 3"
+    assert cr["opd"]["rel_len_both"]["each"] == pytest.approx([r["rel_len_both"] for r in opd])
+    ctl = json.loads((figs / "context_control.json").read_text())["results"]
+    rd = depth.row("sokoban_remap_d2", ROOT / "figures")["reading"]
+    assert rd["opd"]["each"] == pytest.approx(
+        [ctl[f"sokoban_remap_d2_opd_s{s}"]["control"]["reads_c"] for s in (0, 1, 2)])
+
+
+def test_the_verdicts_by_depth_are_each_row_pages_own():
+    """Every verdict cell of a row is the verdict its own published page prints for the same
+    claim (the row pages are checked against their JSON by the page tests)."""
+    cells = dict(depth.verdicts(ROOT / "figures"))
+    checked = 0
+    for preset in ("sokoban_remap_d2", "sokoban_remap"):
+        page = (ROOT / "figures" / preset / "README.md").read_text()
+        for name, by_depth in cells.items():
+            row = next((ln for ln in page.splitlines() if ln.startswith(f"| {name} |")), None)
+            word = by_depth.get(depth.depth_of(preset), "-")
+            if row is None:
+                assert word == "-", (preset, name)
+                continue
+            assert f"**{word.split(' (')[0]} " in row or f"**{word.split(' (')[0]}**" in row, \
+                (preset, name, word)
+            checked += 1
+    assert checked >= 25
 
 
 def test_the_published_depth_page_is_what_the_command_writes():
