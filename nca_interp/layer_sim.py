@@ -161,7 +161,7 @@ def clustered_se(values_n: torch.Tensor, units: list | None = None) -> float:
     if units is None:
         return float(x.std() / n ** 0.5) if n > 1 else 0.0
     if len(units) != n:
-        raise ValueError(f"{len(units)} unit labels for {n} items")
+        raise UsageError(f"{len(units)} unit labels for {n} items: give one per item")
     _, inverse = np.unique(np.asarray(units), return_inverse=True)
     G = int(inverse.max()) + 1
     if G < 2:

@@ -6,6 +6,7 @@ import torch
 
 from nca_interp import grad_align, layer_sim, masks, param_delta
 from nca_interp.checkpoint import save_checkpoint
+from nca_interp.errors import UsageError
 from nca_interp.hooks import attached, attached_hooks, boot_bridge, capture
 from nca_interp.rollout import encode
 from tests.conftest import tiny
@@ -204,7 +205,7 @@ def test_clustered_standard_error_counts_a_unit_once():
     perm = torch.randperm(40, generator=gen)
     assert layer_sim.clustered_se(asked[perm], [units[i] for i in perm]) == pytest.approx(own)
     assert np.isnan(layer_sim.clustered_se(asked, ["one"] * 40))
-    with pytest.raises(ValueError, match="unit labels"):
+    with pytest.raises(UsageError, match="unit labels"):
         layer_sim.clustered_se(asked, units[:3])
 
 
