@@ -221,8 +221,10 @@ def verdicts(figures: Path = Path("figures")) -> list[tuple[str, dict[int, str]]
             key = c.spec or c.name
             if key not in names or c.verdict != "not run":
                 names[key] = c.name
-            words.setdefault(key, {})[depth] = c.verdict if not c.also else \
+            word = c.verdict if not c.also else \
                 f"{c.verdict} ({'; '.join(w for _, w, _ in c.also)})"
+            words.setdefault(key, {})[depth] = word if c.coverage is None else \
+                f"{word}, n={c.coverage[1]}"
     for by_depth in words.values():
         by_depth.update({d: "not run" for d in missing})
     return [(names[k], words[k]) for k in words]
@@ -336,8 +338,9 @@ def table(figures: Path = Path("figures")) -> str:
     out += ["", "Verdicts by depth: each claim as its row's own page judges it by the rule book "
             "(docs/method.md), on all of that row's seeds (the 4-layer row has five, so its "
             "numbers differ slightly from the tables above, which use seeds 0, 1, 2); words "
-            "in brackets are the verdicts under the claim's other thresholds; - where a row's "
-            "design has no such run:", "",
+            "in brackets are the verdicts under the claim's other thresholds; n = the units its "
+            "rule counts (seeds, or runs for the updates; the rule book asks for 3 to "
+            "generalise); - where a row's design has no such run:", "",
             "| claim | " + " | ".join(f"{d} layers" for d in depths) + " |",
             "|---|" + "---|" * len(depths)]
     for name, by_depth in judged:
