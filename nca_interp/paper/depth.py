@@ -436,7 +436,8 @@ def figures(rs: list[dict]) -> dict:
             rs, ["cosine", "closed share"])
 
     up = lambda m, k: lambda r: (r["updates"] or {}).get(m, {}).get(k)  # noqa: E731
-    fig_u = _pair(("first third / last third of the layers", "q_proj + k_proj share of 7 types"))
+    fig_u = _pair(("first / last floor(layers / 3) blocks (at least 1)",
+                   "q_proj + k_proj share of 7 types"))
     for m in ("opd", "nca"):
         _seed_traces(fig_u, rs, up(m, "shallow_deep"), m, m.upper(), 1)
         _seed_traces(fig_u, rs, up(m, "qk_share"), m, m.upper(), 2, showlegend=False)
