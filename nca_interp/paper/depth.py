@@ -202,6 +202,13 @@ def _not_run(r: dict, cols: int) -> str:
     return f"| {r['depth']} | not run: `{command(r['preset'])}` |" + " |" * (cols - 2)
 
 
+def _rows(rs: list[dict], key: str, cols: int, cells) -> list[str]:
+    """A table's body: per depth, `cells(r[key])` (the cells after the depth), or "not run"
+    with the command where the row lacks that report."""
+    return [_not_run(r, cols) if r[key] is None else
+            f"| {r['depth']} | " + " | ".join(cells(r[key])) + " |" for r in rs]
+
+
 def verdicts(figures: Path = Path("figures")) -> list[tuple[str, dict[int, str]]]:
     """Each claim of the rule book as each row's own page judges it (all of that row's
     seeds): [(claim, {depth: verdict word, then the other thresholds' words in brackets})],
@@ -242,15 +249,10 @@ def table(figures: Path = Path("figures")) -> str:
            "is the null):", "",
            "| layers | step 0 without c / with c | OPD without c | OPD with c | OPD regimes "
            "| NCA without c | NCA with c | NCA regimes |", "|---|---|---|---|---|---|---|---|"]
-    for r in rs:
-        cr = r["context_return"]
-        if cr is None:
-            out.append(_not_run(r, 8))
-            continue
-        o, n, s0 = cr["opd"], cr["nca"], cr["step0"]
-        out.append(f"| {r['depth']} | {s0['correct_no_c']:.3f} / {s0['correct_c']:.3f} | "
-                   f"{_fmt(o['correct_no_c'])} | {_fmt(o['correct_c'])} | {o['regimes']} | "
-                   f"{_fmt(n['correct_no_c'])} | {_fmt(n['correct_c'])} | {n['regimes']} |")
+    out += _rows(rs, "context_return", 8, lambda cr: (
+        f"{cr['step0']['correct_no_c']:.3f} / {cr['step0']['correct_c']:.3f}",
+        _fmt(cr["opd"]["correct_no_c"]), _fmt(cr["opd"]["correct_c"]), cr["opd"]["regimes"],
+        _fmt(cr["nca"]["correct_no_c"]), _fmt(cr["nca"]["correct_c"]), cr["nca"]["regimes"]))
     out += ["", "OPD's harm (P(wrong with c | right without c)) beside its two nulls: step 0's "
             "harm and the independence baseline 1 - accuracy with c (the harm of a model whose "
             "being right with c does not depend on being right without it); 'beyond both' "
@@ -260,16 +262,11 @@ def table(figures: Path = Path("figures")) -> str:
             "| layers | OPD harm | step 0 harm | independence baseline | OPD seeds beyond both "
             "| NCA harm | OPD length change with c | step 0 length change |",
             "|---|---|---|---|---|---|---|---|"]
-    for r in rs:
-        cr = r["context_return"]
-        if cr is None:
-            out.append(_not_run(r, 8))
-            continue
-        o, n, s0 = cr["opd"], cr["nca"], cr["step0"]
-        s0_len = "-" if s0["rel_len_both"] is None else f"{100 * s0['rel_len_both']:+.1f}%"
-        out.append(f"| {r['depth']} | {_fmt(o['harm'])} | {s0['harm']:.3f} | "
-                   f"{_fmt(o['baseline'])} | {o['beyond']} | {_fmt(n['harm'])} | "
-                   f"{_fmt(o['rel_len_both'], pct=True)} | {s0_len} |")
+    out += _rows(rs, "context_return", 8, lambda cr: (
+        _fmt(cr["opd"]["harm"]), f"{cr['step0']['harm']:.3f}", _fmt(cr["opd"]["baseline"]),
+        cr["opd"]["beyond"], _fmt(cr["nca"]["harm"]), _fmt(cr["opd"]["rel_len_both"], pct=True),
+        "-" if cr["step0"]["rel_len_both"] is None
+        else f"{100 * cr['step0']['rel_len_both']:+.1f}%"))
     out += ["", "Reading c (`evaluate --control`): reads_c = accuracy with c - with a wrong c "
             "of c's form. A model that breaks when c returns without reading it (reads_c near "
             "0) is hurt by any text in c's place, not by what c says; a model that keeps its "
@@ -277,15 +274,9 @@ def table(figures: Path = Path("figures")) -> str:
             "teacher) is the reference:", "",
             "| layers | step 0 reads_c | OPD reads_c | NCA reads_c | NCA's share of step 0's |",
             "|---|---|---|---|---|"]
-    for r in rs:
-        rd = r["reading"]
-        if rd is None:
-            out.append(_not_run(r, 5))
-            continue
-        share = "-" if not rd["step0"] or rd["nca"] is None else \
-            f"{rd['nca']['mean'] / rd['step0']:.0%}"
-        out.append(f"| {r['depth']} | {rd['step0']:.3f} | {_fmt(rd['opd'])} | "
-                   f"{_fmt(rd['nca'])} | {share} |")
+    out += _rows(rs, "reading", 5, lambda rd: (
+        f"{rd['step0']:.3f}", _fmt(rd["opd"]), _fmt(rd["nca"]),
+        "-" if not rd["step0"] or rd["nca"] is None else f"{rd['nca']['mean'] / rd['step0']:.0%}"))
     sample = next((r["views"] for r in rs if r["views"] is not None), None)
     levels = "held-out levels" if sample is None else \
         f"{sample['n_examples']} held-out levels, teacher-forced on {sample['responses_from']}"
@@ -298,17 +289,11 @@ def table(figures: Path = Path("figures")) -> str:
             "| layers | later half | step 0 later half | random init later half | OPD later "
             "half | NCA later half | different-item floor (NCA) | OPD closed | NCA closed |",
             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rs:
-        v = r["views"]
-        if v is None:
-            out.append(_not_run(r, 9))
-            continue
-        rnd = f"{v['random_init']['late']:.3f}" if v["random_init"] else "-"
-        out.append(f"| {r['depth']} | {_span(v['half'], v['layers'] - 1)} | "
-                   f"{v['step0']['late']:.3f} | {rnd} | "
-                   f"{_fmt(v['opd']['late'])} | {_fmt(v['nca']['late'])} | "
-                   f"{_fmt(v['nca']['floor'])} | {_fmt(v['opd']['closed'])} | "
-                   f"{_fmt(v['nca']['closed'])} |")
+    out += _rows(rs, "views", 9, lambda v: (
+        _span(v["half"], v["layers"] - 1), f"{v['step0']['late']:.3f}",
+        f"{v['random_init']['late']:.3f}" if v["random_init"] else "-",
+        _fmt(v["opd"]["late"]), _fmt(v["nca"]["late"]), _fmt(v["nca"]["floor"]),
+        _fmt(v["opd"]["closed"]), _fmt(v["nca"]["closed"])))
     paper = rules.PAPER_CLOSED
     out += ["", f"The paper's Qwen3-4B (36 layers): cosine {rules.PAPER_COS['base']} at the "
             f"base, {rules.PAPER_COS['opd']} after OPD, >= {rules.PAPER_COS['nca']} after NCA "
@@ -323,16 +308,11 @@ def table(figures: Path = Path("figures")) -> str:
             "| layers | shallow / deep blocks | OPD shallow / deep | NCA shallow / deep | OPD q+k "
             "share | NCA q+k share | q, k the top two (OPD; NCA) |",
             "|---|---|---|---|---|---|---|"]
-    for r in rs:
-        u = r["updates"]
-        if u is None:
-            out.append(_not_run(r, 7))
-            continue
-        n, t = u["layers"], u["third"]
-        out.append(f"| {r['depth']} | {_span(0, t - 1)} / {_span(n - t, n - 1)} | "
-                   f"{_fmt(u['opd']['shallow_deep'])} | {_fmt(u['nca']['shallow_deep'])} | "
-                   f"{_fmt(u['opd']['qk_share'])} | {_fmt(u['nca']['qk_share'])} | "
-                   f"{u['opd']['qk_top']}; {u['nca']['qk_top']} |")
+    out += _rows(rs, "updates", 7, lambda u: (
+        f"{_span(0, u['third'] - 1)} / {_span(u['layers'] - u['third'], u['layers'] - 1)}",
+        _fmt(u["opd"]["shallow_deep"]), _fmt(u["nca"]["shallow_deep"]),
+        _fmt(u["opd"]["qk_share"]), _fmt(u["nca"]["qk_share"]),
+        f"{u['opd']['qk_top']}; {u['nca']['qk_top']}"))
     judged = verdicts(figures)
     depths = [r["depth"] for r in rs]
     out += ["", "Verdicts by depth: each claim as its row's own page judges it by the rule book "
