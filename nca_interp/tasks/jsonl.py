@@ -11,7 +11,10 @@ One JSON object per line:
 - `answer` (optional): the reference a scorer compares with, and the response budget's length;
 - `split` (optional): `train` or `test`; items without one are split by a seeded draw
   (`test_share`, `split_seed`);
-- `id` (optional): the item's name in every report (default: its line number).
+- `id` (optional): the item's name in every report (default: its line number);
+- `group` (optional): items that share a group (one fact asked in several phrasings) are one
+  independent unit: every interval resamples groups, not items, and a group is never split
+  between train and test (default: each item its own group).
 
 Where c goes (`context_as`): `system` (the system message; without c the chat template's own
 default system message stays), `user` (c, a blank line, then the user's first message) or
@@ -105,6 +108,11 @@ class Item:
     split: str
     source: str  # file:line, for messages
     raw: dict = field(compare=False, repr=False, hash=False)
+    group: str = ""  # the independent unit it belongs to ("": itself)
+
+    @property
+    def unit(self) -> str:
+        return self.group or self.id
 
     @property
     def key(self) -> str:
@@ -164,7 +172,10 @@ def parse_line(line: str, where: str, shared: bool, n: int) -> Item:
     if split not in ("", "train", "test"):
         raise _fail(where, f"\"split\" must be train or test, not {split!r}")
     ident = row.get("id", n)
-    return Item(str(ident), prompt, context, answer, split, where, row)
+    group = row.get("group", "")
+    if isinstance(group, bool) or not isinstance(group, (str, int)):
+        raise _fail(where, "\"group\" must be text or a whole number")
+    return Item(str(ident), prompt, context, answer, split, where, row, str(group))
 
 
 @functools.lru_cache(maxsize=8)
@@ -187,13 +198,28 @@ def load(path: str, shared: bool, test_share: float, split_seed: int,
             raise InputError(f"{it.source}: id {it.id!r} repeats the one at {seen[it.id]}; "
                              "give every item its own id")
         seen[it.id] = it.source
-    free = [i for i, it in enumerate(items) if not it.split]  # a seeded share held out
+    for it in items:  # an ungrouped item is its own unit, named by its id
+        other = seen.get(it.group) if it.group and it.group != it.id else None
+        if other and not next(o for o in items if o.id == it.group).group:
+            raise InputError(f"{it.source}: group {it.group!r} is also the id of the item at "
+                             f"{other}, which names no group; rename the group or give that "
+                             "item a group")
+    fixed: dict[str, Item] = {}  # a group's explicit split, from its first item that names one
+    for it in items:
+        if it.split and fixed.setdefault(it.unit, it).split != it.split:
+            first = fixed[it.unit]
+            raise InputError(f"{it.source}: group {it.unit!r} is marked {it.split!r} here and "
+                             f"{first.split!r} at {first.source}; a group's items must share "
+                             "one split (or name none)")
+    # the groups with no split named are held out by a seeded draw (one item per group: the
+    # same draw as drawing items)
+    free = list(dict.fromkeys(it.unit for it in items if it.unit not in fixed))
     random.Random(f"jsonl-split-{split_seed}").shuffle(free)
     held = set(free[: max(1, round(test_share * len(free)))] if free else [])
     out = tuple(it if it.split else
-                Item(it.id, it.prompt, it.context, it.answer,
-                     "test" if i in held else "train", it.source, it.raw)
-                for i, it in enumerate(items))
+                replace(it, split=fixed[it.unit].split if it.unit in fixed else
+                        "test" if it.unit in held else "train")
+                for it in items)
     for split in ("train", "test"):
         if not any(it.split == split for it in out):
             raise InputError(f"{p}: no {split} item (of {len(out)}); mark some items "
@@ -358,7 +384,6 @@ class JsonlTask(Task):
 
     budget_tokenizer: object = field(default=None, compare=False, repr=False)
     success = "accuracy"
-    unit_name = "item"
     default_context = "context"
     context_kinds = KINDS
 
@@ -366,8 +391,13 @@ class JsonlTask(Task):
     def scored(self) -> bool:
         return scored(self.config)
 
+    @property
+    def unit_name(self) -> str:
+        """What the intervals resample: groups when the data names any, else items."""
+        return "group" if any(it.group for it in items(self.config)) else "item"
+
     def unit(self, level) -> str:
-        return level.key
+        return level.unit
 
     def level(self, seed: int | str, split: str = "train"):
         return generate_level(seed, self.config, split)

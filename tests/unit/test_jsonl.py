@@ -96,6 +96,57 @@ def test_a_repeated_id_and_a_missing_file_are_named(tmp_path):
         task_from_record(None, "jsonl", None, [])
 
 
+
+def grouped(n_groups=6, per=3, **extra):
+    """`n_groups` facts, each asked `per` ways (one group each)."""
+    return [{"prompt": f"phrasing {k} of question {g}", "context": f"the answer is {g}",
+             "answer": str(g), "id": f"g{g}p{k}", "group": f"fact{g}", **extra}
+            for g in range(n_groups) for k in range(per)]
+
+
+def test_a_group_is_one_unit_and_never_straddles_the_split(tmp_path):
+    data = write(tmp_path / "d.jsonl", grouped(8))
+    for seed in range(12):
+        t = task(tmp_path, "test_share=0.25", f"split_seed={seed}", data=data)
+        test = t.levels("test", 100)
+        train = {it.group for it in jsonl.items(t.config) if it.split == "train"}
+        assert len(test) == 2 * 3 and not train & {it.group for it in test}
+        assert {t.unit(it) for it in test} == {it.group for it in test}
+    assert t.unit_name == "group" and task(tmp_path).unit_name == "item"
+
+
+def test_naming_each_item_its_own_group_splits_as_no_groups_do(tmp_path):
+    """The draw over groups is the draw over items when every group is one item: data written
+    before groups existed keeps its split."""
+    plain = rows(20)
+    own = [{**r, "group": r["id"]} for r in plain]
+    for seed in range(5):
+        a = task(tmp_path, f"split_seed={seed}", data=write(tmp_path / "a.jsonl", plain))
+        b = task(tmp_path, f"split_seed={seed}", data=write(tmp_path / "b.jsonl", own))
+        assert [it.id for it in a.levels("test", 99)] == [it.id for it in b.levels("test", 99)]
+
+
+def test_a_group_follows_its_named_split_and_a_conflict_is_named(tmp_path):
+    data = grouped(4)
+    data[0]["split"] = "test"  # the rest of fact0 follows it
+    data[3]["split"] = "train"
+    t = task(tmp_path, data=write(tmp_path / "d.jsonl", data))
+    assert {it.id for it in t.levels("test", 99)} >= {"g0p0", "g0p1", "g0p2"}
+    assert all(it.split == "train" for it in jsonl.items(t.config) if it.group == "fact1")
+    data[1]["split"] = "train"
+    with pytest.raises(InputError, match=r"d2.jsonl:2: group 'fact0' is marked 'train' here and "
+                                          r"'test' at .*d2.jsonl:1"):
+        task(tmp_path, data=write(tmp_path / "d2.jsonl", data)).levels("test", 5)
+    clash = rows(3)
+    clash[0]["group"] = "q1"  # q1 is an ungrouped item's id: the two would silently merge
+    with pytest.raises(InputError, match=r"d3.jsonl:1: group 'q1' is also the id of the item "
+                                          r"at .*d3.jsonl:2"):
+        task(tmp_path, data=write(tmp_path / "d3.jsonl", clash)).levels("test", 5)
+    bad = rows(3)
+    bad[1]["group"] = ["a"]
+    with pytest.raises(InputError, match=r"d4.jsonl:2: \"group\" must be text"):
+        task(tmp_path, data=write(tmp_path / "d4.jsonl", bad)).levels("test", 5)
+
 # -- scorers -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("options, response, right", [
@@ -233,6 +284,41 @@ def test_the_views_kl_is_zero_when_c_changes_nothing(student, tmp_path, tok):
     differ = evaluate.views_kl(model, tk, t, levels, "context", resp, [lv.id for lv in levels])
     assert differ["kl_views"] > 1e-4
 
+
+
+def test_layer_sim_and_evaluate_count_a_group_once(student, tmp_path):
+    """A fact asked three times in identical words is one fact: with the copies grouped,
+    layer_sim's standard error and evaluate's units are those of the file holding each fact
+    once; read as independent items, the standard error shrinks by about sqrt(3)."""
+    from nca_interp import layer_sim
+
+    train = [{"prompt": "a training item", "context": "c", "answer": "1", "id": "t",
+              "split": "train"}]
+    once = [{"prompt": f"what is {g} plus one", "context": f"you answer {g + 1}",
+             "answer": str(g + 1), "id": f"f{g}", "split": "test"} for g in range(5)]
+    thrice = [{**r, "id": f"{r['id']}_{k}", "group": r["id"]} for r in once for k in range(3)]
+    loose = [{k: v for k, v in r.items() if k != "group"} for r in thrice]
+
+    def run(name, rows_):
+        data = write(tmp_path / f"{name}.jsonl", train + rows_)
+        opts = [f"data={data}"]
+        ls = layer_sim.execute(layer_sim.LayerSimConfig(
+            ckpt=[str(student)], task="jsonl", task_options=opts, n_levels=50, baselines=False,
+            threads=1, out=str(tmp_path / name)))["results"]["student"]
+        ev = evaluate.execute(evaluate.EvalConfig(
+            ckpt=[str(student)], task="jsonl", task_options=opts, n_levels=50, threads=1,
+            out=str(tmp_path / f"{name}_ev")))["results"]["student"]
+        return ls, ev
+
+    (a, ea), (b, eb), (c, ec) = run("once", once), run("thrice", thrice), run("loose", loose)
+    assert b["n_units"] == a["n_units"] == 5 and c["n_units"] == 15
+    assert (ea["n_units"], eb["n_units"], eb["unit"], ec["n_units"]) == (5, 5, "group", 15)
+    assert b["cos"] == pytest.approx(a["cos"], abs=1e-6)
+    assert b["cos_se"] == pytest.approx(a["cos_se"], rel=1e-4)
+    assert all(se > 0 for se in b["cos_se"])
+    ratio = [lo / gr for lo, gr in zip(c["cos_se"], b["cos_se"])]
+    # sqrt(S / 70) over sqrt(S / 20), S the facts' summed squared deviations
+    assert ratio == pytest.approx([(20 / 70) ** 0.5] * len(ratio), rel=1e-3)
 
 def test_task_options_as_a_dict_a_list_or_a_comma_string(tmp_path):
     from nca_interp import analysis
