@@ -368,6 +368,7 @@ def data_record(task, levels: list) -> dict:
            "prompts_sha256": hashlib.sha256("\n".join(prompts).encode()).hexdigest()}
     if task.name == "jsonl":
         out["prompts"] = prompts
+        out["ids"] = [lv.id for lv in levels]  # the units may be groups
     return out
 
 

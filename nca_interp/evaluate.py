@@ -222,6 +222,12 @@ def paired_report(no_c: dict[str, np.ndarray], with_c: dict[str, np.ndarray],
             "parse_fail_c": float(1 - with_c["parsed"].mean())}
 
 
+def item_ids(task: Task, levels: list) -> dict:
+    """Own data's item ids (its units may be groups of items); nothing for the built-in tasks,
+    whose unit is the item."""
+    return {"id": [lv.id for lv in levels]} if getattr(task, "name", None) == "jsonl" else {}
+
+
 def evaluate_checkpoint(model, tokenizer, task: Task, context: str, n_levels: int = 1000,
                         seed: int = 0, temperature: float = 0.0, control: bool = False) -> dict:
     task = task.for_tokenizer(tokenizer)  # chat checkpoints: their own template
@@ -236,7 +242,8 @@ def evaluate_checkpoint(model, tokenizer, task: Task, context: str, n_levels: in
         report = {**unscored_report(no_c, with_c, units, task.unit_name), **budget,
                   **views_kl(model, tokenizer, task, levels, context, no_c["ids"], units),
                   "metric": task.success,
-                  "items": {"unit": units, "response_no_c": no_c["texts"],
+                  "items": {"unit": units, **item_ids(task, levels),
+                            "response_no_c": no_c["texts"],
                             "response_c": with_c["texts"]}}
         if control:
             wrong = [task.control_context(levels, i, context) for i in range(len(levels))]
@@ -253,7 +260,8 @@ def evaluate_checkpoint(model, tokenizer, task: Task, context: str, n_levels: in
               "items": {"unit": units, "correct_no_c": no_c["won"].astype(int).tolist(),
                         "correct_c": with_c["won"].astype(int).tolist()}}
     if getattr(task, "name", None) == "jsonl":  # own data: what was fed in and answered
-        report["items"].update(response_no_c=no_c["texts"], response_c=with_c["texts"])
+        report["items"].update(**item_ids(task, levels), response_no_c=no_c["texts"],
+                               response_c=with_c["texts"])
     if control:
         wrong = [task.control_context(levels, i, context) for i in range(len(levels))]
         ctrl = play_levels(model, tokenizer, task, levels, wrong, temperature, seed)
@@ -295,6 +303,8 @@ def metric_of(entries: Mapping[str, ContextReturn | dict]) -> str:
     return (first.metric if first is not None else None) or "win"
 
 
+FEW_UNITS = 10  # below it, a percentile bootstrap over units is flagged as narrow
+
 REGIMES = ("regime: A = context hurts (95% interval of correct_c - correct_no_c below 0), "
            "B = context still needed (above 0), C = context irrelevant (interval spans 0); "
            "parse_fail: share of responses the scorer could not read")
@@ -316,6 +326,9 @@ def format_table(reports: Mapping[str, ContextReturn | dict],
         lines.append(f"(intervals resample {r.n_units} {r.unit}s over {r.n} items; "
                      "harm = P(lost with c | won without c); regime from the interval of "
                      "correct_c - correct_no_c)")
+        if r.n_units < FEW_UNITS:
+            lines.append(f"(only {r.n_units} {r.unit}s: a percentile bootstrap over fewer than "
+                         f"{FEW_UNITS} units covers less than 95%; add {r.unit}s)")
     return "\n".join(lines)
 
 

@@ -139,12 +139,31 @@ def defined_cos(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return torch.nn.functional.cosine_similarity(a, b, dim=-1) * defined, defined
 
 
-def other_item_cos(rows0: list[torch.Tensor], rows1: list[torch.Tensor]) -> list[float]:
+# how `cos_other` pairs items (recorded in each report as `other_pairs`): the next item of
+# another unit; reports written before session 35 paired the next item, whatever its unit, and
+# --beside keeps a report's own rule so its entries stay comparable
+OTHER_UNIT, OTHER_NEXT = "the next item of another unit", "the next item"
+
+
+def other_partner(i: int, units: list | None, n: int) -> int:
+    """The item `cos_other` pairs item i with: the next one (cyclically) of another unit, so a
+    rewording of the same fact is never the different-item floor; the next one when every item
+    shares one unit (or no units are given)."""
+    if units is not None:
+        for step in range(1, n):
+            if units[(i + step) % n] != units[i]:
+                return (i + step) % n
+    return (i + 1) % n
+
+
+def other_item_cos(rows0: list[torch.Tensor], rows1: list[torch.Tensor],
+                   units: list | None = None) -> list[float]:
     """Per item i: the mean cosine of its no-context token k with token k of the *next* item's
-    context view (cyclically; the first min(length) tokens): the anisotropy floor."""
+    context view (cyclically; the next of another unit when `units` are given; the first
+    min(length) tokens): the anisotropy floor."""
     out = []
     for i, a in enumerate(rows0):
-        b = rows1[(i + 1) % len(rows1)]
+        b = rows1[other_partner(i, units, len(rows1))]
         k = min(len(a), len(b))
         c, ok = defined_cos(a[:k], b[:k]) if k else (None, None)
         out.append(float(c.sum() / ok.sum()) if k and ok.any() else float("nan"))
@@ -173,10 +192,13 @@ def clustered_se(values_n: torch.Tensor, units: list | None = None) -> float:
 
 def similarity_by_layer(h0_L_B_N_D: torch.Tensor, h1_L_B_N_D: torch.Tensor,
                         mask_B_N: torch.Tensor, batch: int | None = None,
-                        units: list | None = None) -> dict[str, list[float]]:
+                        units: list | None = None, other: str = OTHER_UNIT
+                        ) -> dict[str, list[float]]:
     """Per-layer cosine (mean, std over examples, standard error with the examples clustered
     by `units`), centred cosine and CKA of two views; `cos_other` pairs each item with the
-    next one of its `batch` (default: all items)."""
+    next one of its `batch` (default: all items) of another unit (`other`: OTHER_NEXT, the
+    next one)."""
+    pairs = units if other == OTHER_UNIT else None
     m = mask_B_N.bool()
     B = m.shape[0]
     batch = batch or B
@@ -203,7 +225,8 @@ def similarity_by_layer(h0_L_B_N_D: torch.Tensor, h1_L_B_N_D: torch.Tensor,
         other = []
         for s in range(0, B, batch):
             rows = range(s, min(s + batch, B))
-            other += other_item_cos([h0[b][m[b]] for b in rows], [h1[b][m[b]] for b in rows])
+            other += other_item_cos([h0[b][m[b]] for b in rows], [h1[b][m[b]] for b in rows],
+                                    None if pairs is None else [pairs[b] for b in rows])
         out["cos_other"].append(float(np.nanmean(other)))
     return out
 
@@ -247,9 +270,12 @@ class StreamedSimilarity:
                 yield (h.get_slice("h0")[layer].double(), h.get_slice("h1")[layer].double(),
                        h.get_tensor("ex"))
 
-    def result(self, units: list | None = None) -> dict[str, list[float]]:
+    def result(self, units: list | None = None, other: str = OTHER_UNIT
+               ) -> dict[str, list[float]]:
         """Every statistic of `STATS`, per layer; `units` (one label per example, in the
-        order added) clusters the examples for `cos_se`."""
+        order added) clusters the examples for `cos_se` and, with `other` OTHER_UNIT, keeps a
+        unit's items out of each other's `cos_other`."""
+        pairs = units if other == OTHER_UNIT else None
         with safe_open(str(self.files[0]), framework="pt") as h:
             L, _, D = h.get_slice("h0").get_shape()
         out: dict[str, list[float]] = {k: [] for k in STATS}
@@ -278,7 +304,8 @@ class StreamedSimilarity:
                 diag += torch.stack([(n0 * n1).sum(), (n0 * n0).sum(), (n1 * n1).sum()])
                 sq += torch.stack([n0.sum(), n1.sum()])
                 items = torch.unique_consecutive(ex)  # the batch's items, in order
-                other += other_item_cos([h0[ex == e] for e in items], [h1[ex == e] for e in items])
+                other += other_item_cos([h0[ex == e] for e in items], [h1[ex == e] for e in items],
+                                        None if pairs is None else [pairs[e] for e in items])
             m0, m1 = s0 / n, s1 / n
             Cxx = Sxx - n * torch.outer(m0, m0)
             Cyy = Syy - n * torch.outer(m1, m1)
@@ -369,7 +396,8 @@ POSITIONS = ("response", "generating", "prompt")
 
 def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
                      batch: int = 100, device: str = "cpu", at: str = "response",
-                     responses: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
+                     responses: tuple[torch.Tensor, torch.Tensor] | None = None,
+                     other: str = OTHER_UNIT) -> dict:
     """Similarity of the with/without-context residual streams of one checkpoint folder, both
     views teacher-forced on the same `responses` (default: the checkpoint's own greedy ones).
 
@@ -421,7 +449,7 @@ def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
         for k in attn:
             attn[k] = attn[k] + part[k]
     units = [task.unit(lv) for lv in levels]
-    out = stats.result(units)
+    out = stats.result(units, other)
     spill.cleanup()
     n = max(attn["n"], 1.0)
     ratio = (attn["ratio_L_H"] / n)
@@ -504,7 +532,10 @@ LEGEND = """Rows: checkpoints (random_init: the same architecture untrained, the
 structure alone gives); columns: the embeddings, then each layer's output. Every value compares
 a position's hidden state without c with the same position's with c, averaged over positions:
   cos               cosine (1 = the two views identical)
-  cos_other         cosine between views of *different* items: the anisotropy floor, the null
+  cos_se            standard error of cos, items clustered by the task's unit (a level, a fact,
+                    a group of your data): their noise
+  cos_other         cosine between views of *different* items (of another unit): the
+                    anisotropy floor, the null
   cos_centred       cosine after removing the mean over both views
   cos_centred_view  cosine after removing each view's own mean (no constant offset)
   offset_share      share of the centred variance that is a constant offset between the views
@@ -570,7 +601,7 @@ def run(cfg: LayerSimConfig | None = None, /, **fields) -> dict:
                         "base": f"greedy responses of {paths[0]}",
                         "own": "each model's own greedy responses"}[cfg.responses],
         layers=["embed"] + [str(i) for i in range(n_layers)], checkpoints=paths,
-        data=analysis.data_record(found, levels))
+        data=analysis.data_record(found, levels), other_pairs=OTHER_UNIT)
 
 
 # --beside: the settings a report fixes, and how close a recomputed entry must come to it
@@ -746,8 +777,9 @@ def run_beside(cfg: LayerSimConfig) -> LayerSimReport:
                              "sha256 differs): the task's data or code changed since; rerun "
                              "the report's own command instead")
     device, at, batch = str(resolve_device(cfg.device)), fixed["at"], cfg.batch
+    other = published.other_pairs or OTHER_NEXT  # the report's own rule for cos_other
     shared = shared_responses(fixed["responses"], ref, found, levels, batch, device)
-    checked = layer_similarity(ref, found, ctx, levels, batch, device, at, shared)
+    checked = layer_similarity(ref, found, ctx, levels, batch, device, at, shared, other)
     old = published.results[ref_key]
     counts = [(k, checked[k], old[k]) for k in ("n_examples", "n_positions")
               if checked[k] != old[k]]
@@ -764,7 +796,7 @@ def run_beside(cfg: LayerSimConfig) -> LayerSimReport:
     with tempfile.TemporaryDirectory() as tmp:
         rnd = random_init_copy(ref, Path(tmp) / "random_init")
         results["random_init"] = layer_similarity(rnd, found, ctx, levels, batch, device,
-                                                  at, shared)
+                                                  at, shared, other)
         folders["random_init"] = None
         if "random_init" in published.results:  # the null is always recomputed
             recomputed["random_init"] = changed_layers(
@@ -776,14 +808,15 @@ def run_beside(cfg: LayerSimConfig) -> LayerSimReport:
         for p in bar(mine, "layer_sim", unit="ckpt"):
             name = analysis.label_of(p, results)
             folders[name] = p
-            results[name] = layer_similarity(p, found, ctx, levels, batch, device, at, shared)
+            results[name] = layer_similarity(p, found, ctx, levels, batch, device, at, shared,
+                                             other)
     digest = hashlib.sha256(Path(cfg.beside).expanduser().read_bytes()).hexdigest()
     report = analysis.make_report(
         cfg, task=found.name, context=ctx, paths=folders, results=results, at=at,
         responses=fixed["responses"], responses_from=published.responses_from,
         layers=list(published.layers),
         checkpoints=[*published.checkpoints, *mine],
-        data=analysis.data_record(found, levels),
+        data=analysis.data_record(found, levels), other_pairs=other,
         beside={"report": where, "sha256": digest, "carried": carried,
                 "checked": {"entry": ref_key, "folder": str(ref), "max_abs_diff": gap,
                             "atol": BESIDE_ATOL},
@@ -812,8 +845,11 @@ def show(report: LayerSimReport | dict) -> None:
                                                 "wrote it, or it was edited)" if said else
                                                 "as the report had it"))
     print(LEGEND)
-    for metric in ("cos", "cos_other", "cos_centred", "cos_centred_view", "offset_share", "cka",
-                   "cka_debiased"):
+    first = next(iter(results.values()))
+    if first.n_units is not None:
+        print(f"{n} items in {first.n_units} independent units: cos_se clusters by them")
+    for metric in ("cos", "cos_se", "cos_other", "cos_centred", "cos_centred_view",
+                   "offset_share", "cka", "cka_debiased"):
         print(format_table(results, metric, layers) + "\n")
     print(format_table(results, "ctx_attn_ratio_layer", layers[1:]))
     print(format_heads(results))

@@ -343,7 +343,8 @@ class LayerSim(Fields):
                               "independent unit (a level; a fact asked several ways); older "
                               "runs lack it and read cos_std / sqrt(n_examples)")
     n_units: int | None = doc("independent units among the examples (the task's unit)")
-    cos_other: list | None = doc("the floor: the same statistic between different items")
+    cos_other: list | None = doc("the floor: the same statistic between different items "
+                                "(paired as the report's `other_pairs` says)")
     cka_debiased: list | None = doc("CKA with the unbiased HSIC estimator")
     responses: list | None = doc("the responses teacher-forced, as text")
 
@@ -359,6 +360,9 @@ class LayerSimReport(Report):
     responses_from: str = need("those responses in words")
     layers: list = need("the layer labels of every per-layer list (embed, 0, 1, ...)")
     checkpoints: list = need("the checkpoint folders compared, in order")
+    other_pairs: str | None = doc("how cos_other pairs items: the next item of another unit "
+                                  "(absent: the next item, whatever its unit, as reports before "
+                                  "session 35 did)")
     beside: dict | None = doc("made with --beside: the report placed beside (path, sha256), "
                               "its entries carried unchanged, the entry recomputed to check "
                               "them (max_abs_diff, atol) and, per recomputed baseline, the "

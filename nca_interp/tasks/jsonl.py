@@ -47,7 +47,7 @@ from nca_interp.tasks.base import Scored, Task, TaskSpec, register, shuffled_wor
 
 __all__ = ["BUDGET_MARGIN", "DEFAULT_BUDGET", "KINDS", "JsonlConfig", "JsonlTask",
            "all_test_questions", "chat_messages", "generate_level", "items", "score", "scored",
-           "shared_context"]
+           "shared_context", "whole_groups"]
 
 CONTEXT_AS = ("system", "user", "prefix")
 SCORERS = ("exact", "contains", "startswith", "regex", "language")
@@ -174,7 +174,8 @@ def parse_line(line: str, where: str, shared: bool, n: int) -> Item:
     ident = row.get("id", n)
     group = row.get("group", "")
     if isinstance(group, bool) or not isinstance(group, (str, int)):
-        raise _fail(where, "\"group\" must be text or a whole number")
+        raise InputError(f"{where}: \"group\" must be text or a whole number (items of one "
+                         f"fact share it), not {type(group).__name__}")
     return Item(str(ident), prompt, context, answer, split, where, row, str(group))
 
 
@@ -253,6 +254,22 @@ def generate_level(seed: int | str, cfg: JsonlConfig, split: str = "train") -> I
 def all_test_questions(cfg: JsonlConfig, seed: int = 0) -> list[Item]:
     """The held-out items, in file order."""
     return [it for it in items(cfg) if it.split == "test"]
+
+
+def whole_groups(test: list[Item], n: int) -> list[Item]:
+    """The items of the first groups (in order of first appearance) that fit in `n` items
+    together, at least one group, in file order: `n` never cuts a group. Without groups: the
+    first `n` items."""
+    size: dict[str, int] = {}
+    for it in test:
+        size[it.unit] = size.get(it.unit, 0) + 1
+    keep, total = set(), 0
+    for unit, k in size.items():
+        if keep and total + k > n:
+            break
+        keep.add(unit)
+        total += k
+    return [it for it in test if it.unit in keep]
 
 
 # -- scoring -----------------------------------------------------------------------------------
@@ -403,9 +420,10 @@ class JsonlTask(Task):
         return generate_level(seed, self.config, split)
 
     def levels(self, split: str, n: int, seed: int = 0) -> list:
-        """Held-out: the test items in file order, the first `n`; training: seeded draws."""
+        """Held-out: the test items in file order, the first `n`, taken in whole groups (the
+        groups whose items all fit in `n`, at least one); training: seeded draws."""
         if split == "test":
-            return all_test_questions(self.config, seed)[:n]
+            return whole_groups(all_test_questions(self.config, seed), n)
         return [self.level(f"{split}-{seed}-{i}") for i in range(n)]
 
     def sample_levels(self, stream: str, n: int, exclude: set[str]) -> list:
@@ -421,12 +439,13 @@ class JsonlTask(Task):
         return shared_context(self.config) or level.context
 
     def control_context(self, levels: list, i: int, kind: str) -> str:
-        """Another item's c (the next one whose c differs); with one shared c, its words
-        shuffled."""
+        """Another unit's c (the next item of another group whose c differs: a rewording of the
+        same fact would be no wrong c); with one shared c, its words shuffled."""
         own = self.context(levels[i], kind)
         if self.config.context_file:
             return shuffled_words(own, i)
-        pool = [it for it in items(self.config) if it.context != own]
+        pool = [it for it in items(self.config)
+                if it.context != own and it.unit != levels[i].unit]
         if not pool:
             return shuffled_words(own, i)
         order = [it.id for it in items(self.config)]

@@ -238,6 +238,25 @@ def test_streamed_similarity_equals_in_memory(tmp_path):
     assert got["cos_se"] != pytest.approx(stream.result()["cos_se"], rel=1e-3)  # units used
 
 
+
+def test_the_different_item_floor_never_pairs_a_unit_with_itself(tmp_path):
+    """Items of one unit (a fact asked twice) share their hidden state, units are orthogonal:
+    paired with another unit's item, the floor is 0; the next item, whatever its unit (the rule
+    of reports before session 35, OTHER_NEXT), pairs half of them with themselves: 0.5. In
+    memory and streamed alike."""
+    e = torch.eye(4)
+    units = ["a", "a", "b", "b"]
+    h = torch.stack([e[0], e[0], e[1], e[1]])[None, :, None, :].expand(2, 4, 3, 4).clone()
+    mask = torch.ones(4, 3)
+    stream = layer_sim.StreamedSimilarity(tmp_path)
+    stream.add(h, h.clone(), mask)
+    for rule, floor in ((layer_sim.OTHER_UNIT, 0.0), (layer_sim.OTHER_NEXT, 0.5)):
+        got = layer_sim.similarity_by_layer(h, h.clone(), mask, units=units, other=rule)
+        assert got["cos_other"] == pytest.approx([floor, floor]), rule
+        assert stream.result(units, rule)["cos_other"] == pytest.approx([floor, floor]), rule
+    assert layer_sim.similarity_by_layer(h, h.clone(), mask)["cos_other"] == [0.5, 0.5]
+    assert [layer_sim.other_partner(i, ["x"] * 3, 3) for i in range(3)] == [1, 2, 0]
+
 def test_every_analysis_has_run_and_figures():
     """The Python API: run(...) returns the report, figures(report) its plotly figures; the
     CLI is a wrapper (the embedded Sokoban checkpoints named, tiny sizes)."""

@@ -144,8 +144,27 @@ def test_a_group_follows_its_named_split_and_a_conflict_is_named(tmp_path):
         task(tmp_path, data=write(tmp_path / "d3.jsonl", clash)).levels("test", 5)
     bad = rows(3)
     bad[1]["group"] = ["a"]
-    with pytest.raises(InputError, match=r"d4.jsonl:2: \"group\" must be text"):
+    with pytest.raises(InputError, match=r"d4.jsonl:2: \"group\" must be text or a whole "
+                                          r"number \(items of one fact share it\), not list$"):
         task(tmp_path, data=write(tmp_path / "d4.jsonl", bad)).levels("test", 5)
+
+
+def test_n_levels_takes_whole_groups_and_the_wrong_c_comes_from_another_group(tmp_path):
+    data = grouped(4)
+    for r in data:  # each phrasing words its fact's c its own way
+        r["context"] += f" (as put in {r['id']})"
+        r["split"] = "test"
+    data.append({**rows(1)[0], "split": "train"})
+    t = task(tmp_path, data=write(tmp_path / "d.jsonl", data))
+    assert [it.id for it in t.levels("test", 5)] == ["g0p0", "g0p1", "g0p2"]  # not g1's first 2
+    assert len(t.levels("test", 6)) == 6 and len(t.levels("test", 2)) == 3  # one group at least
+    levels = t.levels("test", 99)
+    for i, lv in enumerate(levels):
+        wrong = t.control_context(levels, i, "context")
+        owner = next(it for it in jsonl.items(t.config) if it.context == wrong)
+        assert owner.group != lv.group, (lv.id, wrong)
+    assert [it.id for it in task(tmp_path).levels("test", 2)] == [
+        it.id for it in task(tmp_path).levels("test", 99)][:2]  # no groups: the first n
 
 # -- scorers -----------------------------------------------------------------------------------
 
@@ -286,7 +305,7 @@ def test_the_views_kl_is_zero_when_c_changes_nothing(student, tmp_path, tok):
 
 
 
-def test_layer_sim_and_evaluate_count_a_group_once(student, tmp_path):
+def test_layer_sim_and_evaluate_count_a_group_once(student, tmp_path, capsys):
     """A fact asked three times in identical words is one fact: with the copies grouped,
     layer_sim's standard error and evaluate's units are those of the file holding each fact
     once; read as independent items, the standard error shrinks by about sqrt(3)."""
@@ -298,13 +317,16 @@ def test_layer_sim_and_evaluate_count_a_group_once(student, tmp_path):
              "answer": str(g + 1), "id": f"f{g}", "split": "test"} for g in range(5)]
     thrice = [{**r, "id": f"{r['id']}_{k}", "group": r["id"]} for r in once for k in range(3)]
     loose = [{k: v for k, v in r.items() if k != "group"} for r in thrice]
+    ids = {}
 
     def run(name, rows_):
         data = write(tmp_path / f"{name}.jsonl", train + rows_)
         opts = [f"data={data}"]
-        ls = layer_sim.execute(layer_sim.LayerSimConfig(
+        full = layer_sim.execute(layer_sim.LayerSimConfig(
             ckpt=[str(student)], task="jsonl", task_options=opts, n_levels=50, baselines=False,
-            threads=1, out=str(tmp_path / name)))["results"]["student"]
+            threads=1, out=str(tmp_path / name)))
+        ids[name] = full["data"]["ids"]
+        ls = full["results"]["student"]
         ev = evaluate.execute(evaluate.EvalConfig(
             ckpt=[str(student)], task="jsonl", task_options=opts, n_levels=50, threads=1,
             out=str(tmp_path / f"{name}_ev")))["results"]["student"]
@@ -316,6 +338,12 @@ def test_layer_sim_and_evaluate_count_a_group_once(student, tmp_path):
     assert b["cos"] == pytest.approx(a["cos"], abs=1e-6)
     assert b["cos_se"] == pytest.approx(a["cos_se"], rel=1e-4)
     assert all(se > 0 for se in b["cos_se"])
+    assert eb["items"]["id"] == [f"f{g}_{k}" for g in range(5) for k in range(3)]
+    assert eb["items"]["unit"] == [f"f{g}" for g in range(5) for k in range(3)]
+    assert ids["thrice"] == eb["items"]["id"]  # the report keeps the items, not only groups
+    out = capsys.readouterr().out
+    assert "only 5 groups: a percentile bootstrap over fewer than 10 units" in out
+    assert "15 items in 5 independent units: cos_se clusters by them" in out
     ratio = [lo / gr for lo, gr in zip(c["cos_se"], b["cos_se"])]
     # sqrt(S / 70) over sqrt(S / 20), S the facts' summed squared deviations
     assert ratio == pytest.approx([(20 / 70) ** 0.5] * len(ratio), rel=1e-3)
@@ -442,3 +470,33 @@ def test_every_report_records_the_data_file_the_prompts_and_the_responses(studen
     assert len(ga["results"]["student"]["responses"]) == 4 == len(ga["data"]["units"])
     assert ev["data"]["prompts_sha256"] == hashlib.sha256(
         "\n".join(lv.prompt for lv in held_out).encode()).hexdigest()
+
+
+def test_a_report_from_before_the_unit_floor_goes_beside_on_its_own_rule(student, tmp_path,
+                                                                         monkeypatch):
+    """A layer_sim report written before `cos_other` kept a unit's items apart (no
+    `other_pairs`) paired the next item: `--beside` recomputes its base on that rule, so the
+    check passes and new entries compare with the carried ones; on the new rule the grouped
+    items' floor differs and the report would be refused."""
+    import functools
+
+    from nca_interp import layer_sim
+
+    rows_ = grouped(3, 2, split="test") + [{**rows(1)[0], "split": "train"}]
+    opts = [f"data={write(tmp_path / 'd.jsonl', rows_)}"]
+    new = layer_sim.run(ckpt=[str(student)], task="jsonl", task_options=opts, n_levels=50,
+                        threads=1)
+    old_code = functools.partial(layer_sim.layer_similarity, other=layer_sim.OTHER_NEXT)
+    with monkeypatch.context() as m:
+        m.setattr(layer_sim, "layer_similarity", old_code)
+        layer_sim.execute(layer_sim.LayerSimConfig(
+            ckpt=[str(student)], task="jsonl", task_options=opts, n_levels=50, threads=1,
+            out=str(tmp_path / "old")))
+    report = json.loads((tmp_path / "old.json").read_text())
+    del report["other_pairs"]  # as an older report has it
+    (tmp_path / "old.json").write_text(json.dumps(report))
+    old_floor = report["results"]["student"]["cos_other"]
+    assert max(abs(a - b) for a, b in zip(old_floor, new.results["student"].cos_other)) > 1e-2
+    rep = layer_sim.run(beside=str(tmp_path / "old.json"), threads=1)
+    assert rep.other_pairs == layer_sim.OTHER_NEXT and rep.beside["checked"]["max_abs_diff"] < 1e-5
+    assert new.other_pairs == layer_sim.OTHER_UNIT
