@@ -12,10 +12,12 @@ holds the hooks and sweeps, `heads` the held-out head selection and its random-h
 module runs them and writes the report. Numbers are normalised per case: 0 = the running view
 unchanged, 1 = the other view's logit difference at the deciding position. forward = the
 no-context run's activations written into the context run, reverse = the other way. Intervals:
-95% bootstrap over cases. TransformerLens 4's `transformer_lens.patching` helpers run clean and
-corrupted prompts of one length without attention masks; our two views differ by the context
-prefix and are batched with left padding, which needs masks, so the sweeps are our own loops
-over hooks (`bridge.run_with_hooks` with `attention_mask`).
+95% bootstrap over cases, or over their units where several cases share one (a fact asked in
+several phrasings: its cases are resampled together, and kept in one half by `heads`).
+TransformerLens 4's `transformer_lens.patching` helpers run clean and corrupted prompts of one
+length without attention masks; our two views differ by the context prefix and are batched
+with left padding, which needs masks, so the sweeps are our own loops over hooks
+(`bridge.run_with_hooks` with `attention_mask`).
 """
 
 from __future__ import annotations
@@ -106,8 +108,8 @@ class PatchingConfig:
     threads: int = field(default=2, metadata={"help": "torch threads"})
 
 
-def summarise(arr: np.ndarray) -> dict:
-    return {"per_case": np.asarray(arr).tolist(), **interval(arr)}
+def summarise(arr: np.ndarray, units: list | None = None) -> dict:
+    return {"per_case": np.asarray(arr).tolist(), **interval(arr, units=units)}
 
 
 def run(cfg: PatchingConfig | None = None, /, **fields) -> dict:
@@ -170,14 +172,16 @@ def run_checkpoint(path: str, cfg: PatchingConfig) -> dict:
               "n_heads": bridge.cfg.n_heads, "data": analysis.data_record(found, levels)}
     control = build_cases(tok, found, ctx, control_rows[:max_cases], limit, ablate) \
         if control_rows else None
+    control_units = [found.unit(lv) for lv in control.levels] if control is not None else None
     if control is not None:
         report["control"] = {"n": len(control), "lens": {
-            k: summarise(v) for k, v in logit_lens(bridge, control).items()}}
+            k: summarise(v, control_units) for k, v in logit_lens(bridge, control).items()}}
     if not rows:
         what = {"harm": "right without c, wrong with c", "help": "wrong without c, right with c"}
         report["note"] = f"no {kind} case ({what[kind]}) among these levels"
         return report
     cases = build_cases(tok, found, ctx, rows[:max_cases], limit, ablate)
+    units = [found.unit(lv) for lv in cases.levels]
     report["cases"] = [{"unit": found.unit(lv), "right": tok.decode(right),
                         "wrong": tok.decode(wrong), "t_star": t}
                        for lv, right, wrong, t in rows[:max_cases]]
@@ -190,13 +194,14 @@ def run_checkpoint(path: str, cfg: PatchingConfig) -> dict:
     report[kind] = {"n": len(cases), "t_star": cases.t_star,
                     "ld_no_c": fwd["ld_src"], "ld_c": fwd["ld_dst"]}
     for tag, res in (("forward", fwd), ("reverse", rev)):
-        report[tag] = {k: ({g: summarise(v) for g, v in res[k].items()} if k == "resid_groups"
-                           else summarise(res[k]))
+        report[tag] = {k: ({g: summarise(v, units) for g, v in res[k].items()}
+                           if k == "resid_groups" else summarise(res[k], units))
                        for k in ("resid_groups", "mlp", "resid_offsets", "heads") if k in res}
-    report["ablation"] = summarise(abl)
+    report["ablation"] = summarise(abl, units)
     report["heads"] = held_out_heads(bridge, found, cases, control, abl, kind, list(ks), stops,
-                                     n_random, n_random_generate, seed, stats)
-    report["lens"] = {k: summarise(v) for k, v in logit_lens(bridge, cases).items()}
+                                     n_random, n_random_generate, seed, stats, units,
+                                     control_units)
+    report["lens"] = {k: summarise(v, units) for k, v in logit_lens(bridge, cases).items()}
     report["cost"] = {"cases": len(cases), "patched_forwards": stats["forwards"],
                       "generations": stats.get("generations", 0), "sweep_s": sweep_s,
                       "total_s": time.time() - t0}
@@ -266,7 +271,7 @@ def format_report(r: dict) -> str:
         return "\n".join(lines + [r.note or ""])
     L, H = r.n_layers, r.n_heads
     lines.append(f"patched {r[kind]['n']} {kind} cases (0 = run unchanged, 1 = the other "
-                 "view's value; mean [95% bootstrap over cases])")
+                 "view's value; mean [95% bootstrap over cases, a unit's cases together])")
     for tag in ("forward", "reverse"):
         lines.append(f"  residual stream, {DIRECTIONS[kind][tag]}:")
         lines.append("    layer " + " ".join(f"{g:>18}" for g in GROUPS))

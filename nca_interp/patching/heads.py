@@ -1,6 +1,8 @@
 """Which heads' reading of the context causes the effect, chosen and judged on different cases.
 
-The cases are split in two halves at random. Heads are ranked by the effect of removing their
+The cases are split in two halves at random, by their independent unit (a fact asked in
+several phrasings lands in one half, so heads are never chosen on a rewording of a case they
+are judged on). Heads are ranked by the effect of removing their
 attention to c on one half; the top k are then removed together on the *other* half (and the
 reverse), so every case is scored with heads chosen without it. Beside each held-out effect:
   percentile  where the chosen heads' single-head effect on the held-out half ranks among all
@@ -18,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from nca_interp.bootstrap import iid_indices, percentile_ci
+from nca_interp.bootstrap import cluster_indices, iid_indices, n_units, percentile_ci
 from nca_interp.patching.cases import Cases, score
 from nca_interp.patching.interventions import (
     ablation_effect,
@@ -31,10 +33,21 @@ from nca_interp.rollout import pad_id
 __all__ = ["held_out_heads", "interval"]
 
 
-def interval(per_case: np.ndarray, n_boot: int = 2000, seed: int = 0) -> dict:
-    """Mean over cases per cell and its 95% bootstrap interval (cases resampled)."""
+def own_units(units: list | None, n: int) -> bool:
+    """Is every case its own unit (no units given, or all different)? Then cases are resampled
+    and split as independent, exactly as before units were read."""
+    return units is None or n_units(units) == n
+
+
+def interval(per_case: np.ndarray, n_boot: int = 2000, seed: int = 0,
+             units: list | None = None) -> dict:
+    """Mean over cases per cell and its 95% bootstrap interval: the cases resampled, or, where
+    several share a unit (`units`, one label per case), their units with all their cases."""
     x = np.asarray(per_case, float)
-    boots = np.nanmean(x[iid_indices(len(x), n_boot, seed)], axis=1)
+    if own_units(units, len(x)):
+        boots = np.nanmean(x[iid_indices(len(x), n_boot, seed)], axis=1)
+    else:
+        boots = np.stack([np.nanmean(x[idx], 0) for idx in cluster_indices(units, n_boot, seed)])
     lo, hi = percentile_ci(boots, axis=0, nan=True)
     return {"mean": np.nanmean(x, 0).tolist(), "lo": lo.tolist(), "hi": hi.tolist()}
 
@@ -49,9 +62,16 @@ def null_summary(draws: list[float], observed: float) -> dict:
             "p": float((1 + (d >= observed).sum()) / (1 + len(d)))}
 
 
-def halves(n: int, seed: int) -> tuple[list[int], list[int]]:
-    perm = np.random.default_rng(seed).permutation(n).tolist()
-    return sorted(perm[: n // 2]), sorted(perm[n // 2:])
+def halves(n: int, seed: int, units: list | None = None) -> tuple[list[int], list[int]]:
+    """Two halves of the cases, drawn at random by unit: a unit's cases stay together."""
+    if own_units(units, n):
+        perm = np.random.default_rng(seed).permutation(n).tolist()
+        return sorted(perm[: n // 2]), sorted(perm[n // 2:])
+    order = list(dict.fromkeys(units))
+    perm = np.random.default_rng(seed).permutation(len(order)).tolist()
+    first = {order[j] for j in perm[: len(order) // 2]}
+    return ([i for i in range(n) if units[i] in first],
+            [i for i in range(n) if units[i] not in first])
 
 
 def ranked(abl_N_L_H: np.ndarray, idx: list[int]) -> list[tuple[int, int]]:
@@ -86,15 +106,19 @@ def answered_right(bridge, task, cases: Cases, heads: list[tuple[int, int]], sto
 
 def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H: np.ndarray,
                    kind: str, ks: list[int], stops: list[int], n_random: int = 100,
-                   n_random_generate: int = 100, seed: int = 0, stats: dict | None = None
-                   ) -> dict:
-    """The held-out head table (see the module docstring) for each k in `ks` and all heads."""
+                   n_random_generate: int = 100, seed: int = 0, stats: dict | None = None,
+                   units: list | None = None, control_units: list | None = None) -> dict:
+    """The held-out head table (see the module docstring) for each k in `ks` and all heads;
+    `units` (one per case) keep a unit's cases in one half and resample them together, as
+    `control_units` do the controls'."""
     N = len(cases)
     if N < 4:
         return {"note": f"{N} cases: too few to choose heads on one half and judge on the other"}
+    if units is not None and n_units(units) < 2:
+        return {"note": f"{N} cases of one unit: no half can be held out from the other"}
     L, H = abl_N_L_H.shape[1:]
     every = [(li, h) for li in range(L) for h in range(H)]
-    A, B = halves(N, seed)
+    A, B = halves(N, seed, units)
     order = {"A": ranked(abl_N_L_H, A), "B": ranked(abl_N_L_H, B)}
     sub = {"A": cases.subset(A), "B": cases.subset(B)}
     rng = np.random.default_rng(seed + 1)
@@ -119,7 +143,8 @@ def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H
                "chosen_on_b": [f"L{li}H{h}" for li, h in chosen["B"][:8]],
                "percentile": float(np.mean([percentile(abl_N_L_H, B, chosen["A"]),
                                             percentile(abl_N_L_H, A, chosen["B"])])),
-               "effect": interval(tf), "flipped": interval(flip.astype(float)),
+               "effect": interval(tf, units=units),
+               "flipped": interval(flip.astype(float), units=units),
                "per_case_flipped": flip.astype(int).tolist()}
         if k < L * H:
             pool = [x for x in every if x not in set(chosen["A"]) | set(chosen["B"])]
@@ -135,7 +160,8 @@ def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H
         if controls is not None:
             top = ranked(abl_N_L_H, list(range(N)))[:k]
             row["broken_control"] = interval(
-                (~answered_right(bridge, task, controls, top, stops)).astype(float))
+                (~answered_right(bridge, task, controls, top, stops)).astype(float),
+                units=control_units)
         rows.append(row)
     return {"halves": [A, B], "n_random": n_random, "n_random_generate": n_random_generate,
             "rows": rows}

@@ -211,6 +211,64 @@ def test_heads_are_chosen_on_one_half_and_judged_on_the_other(monkeypatch, setup
                                               [0])
 
 
+
+def test_halves_keep_a_unit_together_and_cases_of_their_own_split_as_before():
+    from nca_interp.patching import heads as heads_mod
+
+    units = ["a", "a", "b", "c", "c", "c", "d", "e", "e", "f"]
+    for seed in range(20):
+        A, B = heads_mod.halves(len(units), seed, units)
+        assert sorted(A + B) == list(range(10)) and A and B
+        assert not {units[i] for i in A} & {units[i] for i in B}, seed
+        assert len({units[i] for i in A}) == 3  # half of the six units
+        own = [str(i) for i in range(10)]
+        assert heads_mod.halves(10, seed, own) == heads_mod.halves(10, seed)
+
+
+def test_intervals_resample_units_and_cases_of_their_own_as_before():
+    """Five values, each case asked three times (one unit): the interval is the five's, not
+    the narrower one of fifteen independent cases; every case its own unit gives the interval
+    without units, draw for draw."""
+    from nca_interp.patching.heads import interval
+
+    five = np.array([0.1, 0.9, 0.4, 0.7, 0.2])
+    thrice, units = np.repeat(five, 3), [u for u in "abcde" for _ in range(3)]
+    width = lambda s: s["hi"] - s["lo"]  # noqa: E731
+    grouped, alone, loose = interval(thrice, units=units), interval(five), interval(thrice)
+    assert grouped["mean"] == pytest.approx(alone["mean"])
+    assert width(grouped) == pytest.approx(width(alone), rel=0.1)
+    assert width(loose) < 0.75 * width(grouped)
+    assert interval(thrice, units=[str(i) for i in range(15)]) == loose
+
+
+def test_run_keeps_a_units_cases_in_one_half_and_resamples_them_together(monkeypatch, setup,
+                                                                          tmp_path):
+    """Each case found twice (one unit, the same level): the report's halves never split a
+    level, and every interval is the units' one."""
+    from nca_interp.patching.heads import interval
+
+    bridge, task, cases, folder = setup
+    tok = bridge.tokenizer
+    ids = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    once = [(cases.levels[0], ids("UR") + [tok.eos_token_id], ids("DR"), 0),
+            (cases.levels[1], ids("LUR") + [tok.eos_token_id], ids("LD"), 1),
+            (cases.levels[2], ids("RRD") + [tok.eos_token_id], ids("RRU"), 2)]
+    rows = [row for row in once for _ in range(2)]
+    monkeypatch.setattr(patching, "find_cases", lambda *a: (
+        rows, [], {"levels": 3, "right_no_c": 3, "right_c": 0, "harm": 6, "help": 0,
+                   "both": 0}))
+    rep = patching.run_checkpoint(str(folder), patching.PatchingConfig(
+        task="sokoban", context="state", n_levels=3, ks=[1], n_random=2, n_random_generate=1,
+        scope="groups", threads=1))
+    units = [c["unit"] for c in rep["cases"]]
+    assert len(units) == 6 and len(set(units)) == 3
+    A, B = rep["heads"]["halves"]
+    assert not {units[i] for i in A} & {units[i] for i in B}
+    abl = rep["ablation"]
+    assert {k: abl[k] for k in ("lo", "hi")} == {
+        k: interval(np.array(abl["per_case"]), units=units)[k] for k in ("lo", "hi")}
+    assert abl["lo"] != interval(np.array(abl["per_case"]))["lo"]
+
 def test_null_summary_p_value():
     from nca_interp.patching.heads import null_summary
 
