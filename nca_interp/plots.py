@@ -346,7 +346,8 @@ def patching_figures(report: Patching) -> dict[str, go.Figure]:
         sel.update_yaxes(title_text=f"fraction of {kind} cases flipped", col=2)
         hd = report["heads"]
         sel.update_layout(title=f"{who}:<br>heads chosen on one half, judged on the other"
-                                f"<br><sup>bars: 95% bootstrap over cases; null: "
+                                "<br><sup>bars: 95% bootstrap over cases (a unit's cases "
+                                f"together); null: "
                                 f"{hd['n_random']} / {hd['n_random_generate']} draws of k random "
                                 "heads the selection did not pick</sup>",
                           height=480, autosize=True, margin={"t": 120},
