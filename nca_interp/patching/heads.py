@@ -28,6 +28,7 @@ from nca_interp.patching.interventions import (
     greedy,
     view_lds,
 )
+from nca_interp.patching.rerun import Rerun
 from nca_interp.rollout import pad_id
 
 __all__ = ["held_out_heads", "interval"]
@@ -124,8 +125,9 @@ def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H
     rng = np.random.default_rng(seed + 1)
     stats = stats if stats is not None else {}
     # both views' LDs once per case set: every draw below changes only the ablated heads
-    lds = {"A": view_lds(bridge, sub["A"]), "B": view_lds(bridge, sub["B"]),
-           "all": view_lds(bridge, cases)}
+    sets = {"A": sub["A"], "B": sub["B"], "all": cases}
+    lds = {k: view_lds(bridge, c) for k, c in sets.items()}
+    dst = {k: Rerun(bridge, c.dst_ids, c.dst_mask) for k, c in sets.items()}
 
     def flipped(c: Cases, heads) -> np.ndarray:
         right = answered_right(bridge, task, c, heads, stops)
@@ -136,8 +138,8 @@ def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H
     for k in sorted({min(k, L * H) for k in ks} | {L * H}):
         chosen = {"A": order["A"][:k], "B": order["B"][:k]}  # chosen on A, judged on B, ...
         tf, flip = np.full(N, np.nan), np.zeros(N, bool)
-        tf[B] = ablation_effect(bridge, sub["B"], chosen["A"], lds["B"])
-        tf[A] = ablation_effect(bridge, sub["A"], chosen["B"], lds["A"])
+        tf[B] = ablation_effect(bridge, sub["B"], chosen["A"], lds["B"], dst["B"])
+        tf[A] = ablation_effect(bridge, sub["A"], chosen["B"], lds["A"], dst["A"])
         flip[B], flip[A] = flipped(sub["B"], chosen["A"]), flipped(sub["A"], chosen["B"])
         row = {"k": k, "chosen_on_a": [f"L{li}H{h}" for li, h in chosen["A"][:8]],
                "chosen_on_b": [f"L{li}H{h}" for li, h in chosen["B"][:8]],
@@ -151,7 +153,7 @@ def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H
             draws = [[pool[j] for j in rng.choice(len(pool), min(k, len(pool)), replace=False)]
                      for _ in range(max(n_random, n_random_generate))]
             row["effect_null"] = null_summary(
-                [np.nanmean(ablation_effect(bridge, cases, d, lds["all"]))
+                [np.nanmean(ablation_effect(bridge, cases, d, lds["all"], dst["all"]))
                  for d in draws[:n_random]],
                 row["effect"]["mean"])
             row["flipped_null"] = null_summary(

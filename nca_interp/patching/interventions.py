@@ -20,6 +20,7 @@ from einops import rearrange, reduce
 from nca_interp.hooks import attached
 from nca_interp.names import EMBED_HOOK, head_z_hook, mlp_out_hook, pattern_hook, resid_hook
 from nca_interp.patching.cases import Cases
+from nca_interp.patching.rerun import Rerun
 
 __all__ = ["GROUPS", "SCOPES", "ablate_context_hook", "ablation", "ablation_effect",
            "ablation_hooks", "cache_of", "greedy", "last_logits", "logit_diff", "logit_lens",
@@ -131,10 +132,9 @@ def sweep(bridge, cases: Cases, direction: str, stats: dict, scope: str = "full"
     if full:
         names += [head_z_hook(li) for li in range(L)]
     fwd = direction == "forward"
-    run_ids, run_mask = (cases.dst_ids, cases.dst_mask) if fwd else (cases.src_ids,
-                                                                     cases.src_mask)
-    other = cache_of(bridge, *((cases.src_ids, cases.src_mask) if fwd else
-                               (cases.dst_ids, cases.dst_mask)), names)
+    src, dst = (cases.src_ids, cases.src_mask), (cases.dst_ids, cases.dst_mask)
+    run = Rerun(bridge, *(dst if fwd else src))
+    other = cache_of(bridge, *(src if fwd else dst), names)
     ld_src, ld_dst = view_lds(bridge, cases)
     start, end = (ld_dst, ld_src) if fwd else (ld_src, ld_dst)
     W0 = cases.src_ids.shape[1]
@@ -145,8 +145,7 @@ def sweep(bridge, cases: Cases, direction: str, stats: dict, scope: str = "full"
     def effect(name, where, head=None):
         src = other[name][:, -A:]
         stats["forwards"] += 1
-        ld = logit_diff(last_logits(bridge, run_ids, run_mask,
-                                    [(name, patch_hook(src, where[:, -A:], head))]), cases)
+        ld = logit_diff(run.logits([(name, patch_hook(src, where[:, -A:], head))]), cases)
         return normalised(ld, start, end)
 
     out = {"ld_src": ld_src.tolist(), "ld_dst": ld_dst.tolist()}
@@ -173,23 +172,27 @@ def sweep(bridge, cases: Cases, direction: str, stats: dict, scope: str = "full"
 
 
 def ablation_effect(bridge, cases: Cases, heads: list[tuple[int, int]],
-                    lds: tuple[torch.Tensor, torch.Tensor] | None = None) -> np.ndarray:
+                    lds: tuple[torch.Tensor, torch.Tensor] | None = None,
+                    dst: Rerun | None = None) -> np.ndarray:
     """Per case: the normalised effect of removing the context reading of `heads` together
-    (0 = the context run unchanged, 1 = the no-context run's LD)."""
+    (0 = the context run unchanged, 1 = the no-context run's LD). `dst`: the context view's
+    kept run, where many calls share it."""
     ld_src, ld_dst = lds if lds is not None else view_lds(bridge, cases)
-    ld = logit_diff(last_logits(bridge, cases.dst_ids, cases.dst_mask,
-                                ablation_hooks(cases.ctx_B_W1, heads)), cases)
-    return normalised(ld, ld_dst, ld_src)
+    hooks = ablation_hooks(cases.ctx_B_W1, heads)
+    logits = dst.logits(hooks) if dst is not None else last_logits(
+        bridge, cases.dst_ids, cases.dst_mask, hooks)
+    return normalised(logit_diff(logits, cases), ld_dst, ld_src)
 
 
 def ablation(bridge, cases: Cases) -> np.ndarray:
     """N L H: normalised effect of removing each head's attention to the context."""
     L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
     lds = view_lds(bridge, cases)
+    dst = Rerun(bridge, cases.dst_ids, cases.dst_mask)
     out = np.zeros((len(cases), L, H))
     for li in range(L):
         for h in range(H):
-            out[:, li, h] = ablation_effect(bridge, cases, [(li, h)], lds)
+            out[:, li, h] = ablation_effect(bridge, cases, [(li, h)], lds, dst)
     return out
 
 

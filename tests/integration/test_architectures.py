@@ -67,6 +67,34 @@ def test_every_analysis_runs_on_the_family(family):
     assert pt["results"]
 
 
+def test_patching_reruns_from_the_hooked_layer_as_the_full_forward_does(family, tok):
+    """The rerun of blocks l.. equals the full forward for every family; where a family cannot
+    be rerun exactly (Gemma 2 soft-caps its logits after the unembedding) it falls back to the
+    full forward, and says so."""
+    from nca_interp.hooks import boot_bridge
+    from nca_interp.patching.rerun import Rerun
+
+    name, root, base, runs = family
+    bridge = boot_bridge(runs["opd"])
+    torch.manual_seed(0)
+    ids = torch.randint(3, 200, (3, 12))
+    mask = torch.ones_like(ids)
+    mask[0, :4] = 0  # left padding
+    run = Rerun(bridge, ids, mask)
+    assert run.exact == (name != "gemma2"), name
+
+    def scaled(act, hook):
+        return act * 1.5
+
+    for li in range(bridge.cfg.n_layers):
+        for hook in (f"blocks.{li}.hook_resid_post", f"blocks.{li}.attn.hook_pattern"):
+            with torch.no_grad():
+                want = bridge.run_with_hooks(ids, attention_mask=mask,
+                                             fwd_hooks=[(hook, scaled)])[:, -1]
+            bridge.reset_hooks()
+            assert torch.allclose(run.logits([(hook, scaled)]), want, atol=1e-5), (name, hook)
+
+
 def test_train_distill_runs_on_the_family(family, tmp_path):
     from train import distill
 

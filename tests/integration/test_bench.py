@@ -15,7 +15,9 @@ def test_patching_cost_runs():
     from bench import patching_cost
 
     out = patching_cost.main(["--n-levels", "40", "--cases", "4"])
-    assert out["forwards"] == out["layers"] * out["heads"] + 1 and out["sweep_s"] > 0
+    heads = out["sweeps"]["head"]
+    assert heads["forwards"] == out["layers"] * out["heads"] and heads["rerun_s"] > 0
+    assert all(s["exact"] and s["max_abs_diff"] < 1e-5 for s in out["sweeps"].values())
 
 
 def test_analysis_scale_runs_at_tiny_shape(tmp_path):

@@ -9,6 +9,7 @@ import torch
 from nca_interp import patching
 from nca_interp.checkpoint import save_checkpoint
 from nca_interp.hooks import attached_hooks, boot_bridge
+from nca_interp.patching.rerun import Rerun, first_layer
 from nca_interp.tasks import make_task
 from tests.conftest import tiny
 
@@ -82,6 +83,43 @@ def test_patching_every_layer_from_the_source_reproduces_its_logits(setup):
     assert torch.allclose(patched[resp], source[resp], atol=1e-5)
     assert not torch.allclose(full_logits(bridge, cases.dst_ids, cases.dst_mask)[:, -W0:][resp],
                               source[resp], atol=1e-3)  # the views did differ
+
+
+def scaled(act, hook):
+    act.mul_(1.5)  # in place, as the patch hooks write
+    return act
+
+
+def test_a_rerun_from_the_hooked_layer_equals_the_full_forward(setup):
+    """Every hook kind at every layer, on left-padded views of several lengths: the rerun of
+    blocks l.. gives the full forward's last logits, and stays exact when asked again (an
+    in-place hook on a block's input must not reach the kept clean run)."""
+    bridge, _, cases, _ = setup
+    L = bridge.cfg.n_layers
+    for ids, mask in ((cases.src_ids, cases.src_mask), (cases.dst_ids, cases.dst_mask)):
+        run = Rerun(bridge, ids, mask)
+        assert run.exact  # the fast path is the one under test
+        assert torch.equal(run.logits(), full_logits(bridge, ids, mask)[:, -1])
+        for li in range(L):
+            for name in (f"blocks.{li}.hook_resid_pre", f"blocks.{li}.hook_resid_post",
+                         f"blocks.{li}.hook_mlp_out", f"blocks.{li}.attn.hook_z",
+                         f"blocks.{li}.attn.hook_pattern"):
+                want = full_logits(bridge, ids, mask, [(name, scaled)])[:, -1]
+                assert not torch.allclose(want, run.logits(), atol=1e-4), name  # it did act
+                for _ in range(2):
+                    assert torch.allclose(run.logits([(name, scaled)]), want, atol=1e-5), name
+        both = [("blocks.1.hook_mlp_out", scaled), ("blocks.0.attn.hook_z", scaled)]
+        assert torch.allclose(run.logits(both), full_logits(bridge, ids, mask, both)[:, -1],
+                              atol=1e-5)
+        assert torch.equal(run.logits([("hook_embed", scaled)]),  # outside the blocks: full
+                           full_logits(bridge, ids, mask, [("hook_embed", scaled)])[:, -1])
+    assert attached_hooks(bridge) == 0
+
+
+def test_first_layer_is_the_lowest_block_a_hook_touches():
+    assert first_layer([("blocks.7.hook_resid_post", None), ("blocks.12.attn.hook_z", None)]) == 7
+    assert first_layer([("blocks.3.hook_mlp_out", None), ("hook_embed", None)]) is None
+    assert first_layer([]) is None
 
 
 def test_logit_lens_last_layer_equals_the_logits(setup):
@@ -188,7 +226,7 @@ def test_heads_are_chosen_on_one_half_and_judged_on_the_other(monkeypatch, setup
     abl[B, L - 1, H - 1], abl[A, L - 1, H - 1] = 0.95, 0.0  # B's best head, A's worst
     seen = []
 
-    def fake_effect(bridge, c, heads, lds=None):
+    def fake_effect(bridge, c, heads, lds=None, dst=None):
         seen.append(list(heads))
         return np.full(len(c), 0.5)
 
