@@ -284,6 +284,7 @@ class ParamDeltaConfig:
     warmup: int = field(default=0, metadata={"help": "their warm-up steps (with --lr)"})
     schedule: str = field(default="constant", metadata={"help": "their schedule: constant|cosine"})
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
+    threads: int = field(default=2, metadata={"help": "torch threads"})
 
 
 LEGEND = ("(rel = ||W - W0|| / ||W0||; adam = ||W - W0|| / (sum_t lr_t x sqrt(n)), the share of "

@@ -706,7 +706,7 @@ def plan_param_delta(p: Pipeline) -> list[analysis.Job]:
         return param_delta.ParamDeltaConfig(
             ckpt=runs, init=str(p.base), control=[runs[0], runs[2]] if len(cfg.seeds) > 1
             else [], pair=[str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"])],
-            out=str(p.figs / "param_delta"))
+            out=str(p.figs / "param_delta"), **p.threads)
 
     return [analysis.Job("param_delta", p.figs / PARAM_DELTA, config, keys)]
 
