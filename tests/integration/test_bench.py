@@ -20,6 +20,14 @@ def test_patching_cost_runs():
     assert all(s["exact"] and s["max_abs_diff"] < 1e-5 for s in out["sweeps"].values())
 
 
+def test_grad_align_cost_runs_and_both_ways_agree():
+    from bench import grad_align_cost
+
+    out = grad_align_cost.main(["--batch", "8", "--parts", "2", "--micro-batch", "2",
+                                "--repeat", "1"])
+    assert out["gram_max_rel_diff"] < 1e-6 and out["median_s"]["shared"] > 0
+
+
 def test_analysis_scale_runs_at_tiny_shape(tmp_path):
     """bench/analysis_scale.py end to end on bf16, sharded-as-saved folders of a tiny shape
     (the 0.6B / 1.7B runs are the benchmark's, not the tests')."""

@@ -134,6 +134,41 @@ def test_micro_batches_give_the_same_gradients(setup, tok):
     assert np.allclose(grams[0].mats["global"], grams[1].mats["global"], rtol=1e-4)
 
 
+def test_term_by_term_past_the_memory_bound_gives_the_same_gradients(setup, tok, monkeypatch):
+    """Several micro-batches a part: the shared forward (every term's sum held at once) and,
+    past SHARED_GRAD_BYTES, the term-by-term loop spill the same gradients; a frozen
+    parameter's gradient is zero either way."""
+    task, student, teacher, levels = setup
+    import tempfile
+    from pathlib import Path
+
+    whole = grad_align.sample_halves(student, tok, task, levels, "state", 1.0, 0, 4, 512)
+    split = [[b.rows(i, i + 2) for i in (0, 2)] for (b,) in whole]
+    labels = [f"{t}:{h}" for t in ("opd", "nca", "ctx") for h in (1, 2)]
+    frozen = student.get_parameter(NAME)
+    grams = []
+    try:
+        frozen.requires_grad_(False)
+        for bound in (grad_align.SHARED_GRAD_BYTES, 0):
+            monkeypatch.setattr(grad_align, "SHARED_GRAD_BYTES", bound)
+            with tempfile.TemporaryDirectory() as tmp:
+                grad_align.spill_term_gradients(student, teacher, split, ("opd", "nca", "ctx"),
+                                                Path(tmp))
+                grams.append(grad_align.stream_gram(Path(tmp), labels))
+    finally:
+        frozen.requires_grad_(True)
+    assert np.allclose(grams[0].mats["global"], grams[1].mats["global"], rtol=1e-6)
+    for g in grams:
+        assert not g.mats["0.q_proj"].any()  # layer 0 has one q_proj: the frozen one
+    flat = {}
+    for h, (piece,) in zip((1, 2), whole):
+        for t, g in gradients_in_memory(student, teacher, piece).items():
+            flat[f"{t}:{h}"] = torch.cat([v.flatten().double() for n, v in g.items()
+                                          if n != NAME])
+    ref = np.array([[float(flat[a] @ flat[b]) for b in labels] for a in labels])
+    assert np.allclose(grams[0].mats["global"], ref, rtol=1e-4)
+
+
 def test_batch_must_split_in_two(tmp_path):
     with pytest.raises(ValueError, match="even number"):
         grad_align.main(["--batch", "3", "--out", str(tmp_path / "x")])
