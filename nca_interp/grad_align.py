@@ -23,12 +23,12 @@ module:
                   angle between the two expected gradients (clipped to [-1, 1])
   norm            full-batch gradient norm per term, and their ratios
 The terms share their views: one forward of each view per micro-batch serves all three, and
-each term takes its own backward from the kept graph (1.28x faster on an 8-layer run than a
+each term takes its own backward from the kept graph (1.32x faster on an 8-layer run than a
 forward per term; bench.grad_align_cost). Memory is bounded: micro-batches for sampling and
 backward, each (term, half) gradient spilled to a temporary safetensors file and the inner
-products streamed tensor by tensor in float64 (nca_interp.reduce), so at most the model, the
-terms' gradients (one, past SHARED_GRAD_BYTES) and a chunk of each spilled vector are in
-memory.
+products streamed tensor by tensor in float64 (nca_interp.reduce), so at most the model, one
+gradient (each term's running sum and one more, where a part has several micro-batches and they
+fit SHARED_GRAD_BYTES) and a chunk of each spilled vector are in memory.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from nca_interp.cli import (
 from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.fsio import spill_folder
-from nca_interp.losses import TERMS, loss_terms
+from nca_interp.losses import TERMS, loss_views, terms_of
 from nca_interp.models import PRECISION_HELP, context_limit, resolve_device, weights_dtype
 from nca_interp.progress import bar
 from nca_interp.reduce import Gram, cosine, stream_by_name
@@ -97,9 +97,9 @@ def sample_halves(student, tok, task, levels: list, context: str, temperature: f
     return out
 
 
-# the per-term gradient sums a shared forward keeps while a part has several micro-batches:
-# at most this many bytes (SmolLM2's three terms: 1.6 GB); above it each term runs its own
-# forwards, one gradient in memory at a time
+# a part of several micro-batches keeps every term's running gradient sum at once (with one
+# in the making) where that comes to at most this many bytes (SmolLM2's three terms and one:
+# 2.2 GB); above it each term runs its own forwards, one sum in memory at a time
 SHARED_GRAD_BYTES = 4 << 30
 
 
@@ -109,36 +109,46 @@ def spill_term_gradients(student, teacher, halves: list[list[Batch]], terms, fol
     micro-batches, written to `folder/{term}_{part}/` (shards in the gradient's dtype, one in
     memory at a time). Returns each part's token count (the weights of the full-batch mean).
 
-    The terms share their views (the student's with and without c, the teacher's), so one
-    forward of each per micro-batch serves all of them and each term takes its own backward
-    from the kept graph: half the forwards of a term-by-term loop. Where a part has several
-    micro-batches, the terms' running sums must be held at once; past SHARED_GRAD_BYTES the
-    loop goes term by term instead (the same gradients, more forwards)."""
+    The terms share their views (the student's logits with and without c, the teacher's), so
+    one forward of each per micro-batch serves all of them; each term's KL is then built, its
+    gradient taken and its graph freed before the next (the views' graphs are held as in an
+    NCA training step). A part of one micro-batch writes each term's gradient as soon as it is
+    taken (one gradient in memory); with several, the terms' running sums are held together,
+    or, past SHARED_GRAD_BYTES, the loop goes term by term (the same gradients, more
+    forwards). With dropout on, the terms now share each view's dropout mask."""
     names, params = zip(*((n, p) for n, p in student.named_parameters() if p.requires_grad))
     frozen = [(n, p) for n, p in student.named_parameters() if not p.requires_grad]
     size = sum(p.numel() * p.element_size() for p in params)
+
+    def save(term, h, grads):
+        save_sharded(itertools.chain(
+            ((n, g if g is not None else torch.zeros_like(p))
+             for n, p, g in zip(names, params, grads)),
+            ((n, torch.zeros_like(p)) for n, p in frozen)), folder / f"{term}_{h}")
+
     tokens = {}
     for h, pieces in enumerate(halves, 1):
         denom = float(sum(int(b.resp_mask.sum()) for b in pieces))
         tokens[h] = denom
-        shared = len(pieces) == 1 or size * len(terms) <= SHARED_GRAD_BYTES
-        groups = [tuple(terms)] if shared else [(t,) for t in terms]
-        for group in groups:
+        shared = len(pieces) == 1 or size * (len(terms) + 1) <= SHARED_GRAD_BYTES
+        for group in [tuple(terms)] if shared else [(t,) for t in terms]:
             sums = {t: [None] * len(params) for t in group}
             for piece in pieces:
-                losses = loss_terms(student, teacher, piece, group, denom=denom,
-                                    temperature=temperature)
+                views = loss_views(student, teacher, piece, group, temperature)
                 for i, t in enumerate(group):
-                    grads = torch.autograd.grad(losses[t], params, allow_unused=True,
+                    loss = terms_of(views, piece, (t,), denom)[t]
+                    grads = torch.autograd.grad(loss, params, allow_unused=True,
                                                 retain_graph=i < len(group) - 1)
-                    sums[t] = [g if acc is None else acc if g is None else acc.add_(g)
-                               for acc, g in zip(sums[t], grads)]
-                del losses
-            for t in group:
-                save_sharded(itertools.chain(
-                    ((n, g if g is not None else torch.zeros_like(p))
-                     for n, p, g in zip(names, params, sums[t])),
-                    ((n, torch.zeros_like(p)) for n, p in frozen)), folder / f"{t}_{h}")
+                    del loss
+                    if len(pieces) == 1:
+                        save(t, h, grads)
+                    else:
+                        sums[t] = [g if acc is None else acc if g is None else acc.add_(g)
+                                   for acc, g in zip(sums[t], grads)]
+                    del grads
+                del views
+            for t in group if len(pieces) > 1 else ():
+                save(t, h, sums[t])
                 sums[t] = None
     return tokens
 

@@ -52,7 +52,8 @@ from nca_interp.forward import response_logits
 from nca_interp.prefix import PrefixCache, view_logits
 from nca_interp.rollout import Batch, model_device
 
-__all__ = ["TERMS", "Estimator", "combine", "estimated_kl", "loss_terms", "position_kl"]
+__all__ = ["TERMS", "Estimator", "combine", "estimated_kl", "loss_terms", "loss_views",
+           "position_kl", "terms_of"]
 
 TERMS = ("opd", "nca", "ctx")
 
@@ -156,6 +157,56 @@ def estimated_kl(estimator: Estimator, p_logits_B_N_V: torch.Tensor,
     return (loss_B_N * mask).sum() / d, (value_B_N.detach() * mask).sum() / d
 
 
+def loss_views(student, teacher, batch: Batch, terms: tuple[str, ...] = ("opd", "nca"),
+               temperature: float = 1.0, prefix_cache: PrefixCache | None = None,
+               share_prefix: bool = True) -> dict[str, torch.Tensor]:
+    """The logits (B N V, over the response tokens, divided by `temperature`) that `terms`
+    need: `g` the student without c, `g_c` the student with c, `f_c` the teacher with c (no
+    gradient). Arguments as `loss_terms`'s."""
+    unknown = set(terms) - set(TERMS)
+    if unknown:
+        raise UsageError(f"unknown loss terms {sorted(unknown)}; choose from {TERMS}")
+    if not temperature > 0 or temperature != temperature or temperature == float("inf"):
+        raise UsageError(f"temperature must be a positive finite number, not {temperature}; "
+                         "greedy (0) rollouts are not on-policy samples")
+    b, views = batch, {}
+    # the student's views run their shared prompt prefix once per call (nca_interp.prefix);
+    # not through DDP (two forwards before one backward) or activation checkpointing (which
+    # turns the KV cache off)
+    shared = share_prefix and not isinstance(student, DistributedDataParallel) and \
+        not getattr(student, "is_activation_checkpointing", False)
+    student_view = view_logits if shared else response_logits
+    if "opd" in terms or "nca" in terms:
+        views["g"] = student_view(student, b.x_ids, b.x_mask, b.resp, b.resp_mask)
+    if "nca" in terms or "ctx" in terms:
+        views["g_c"] = student_view(student, b.cx_ids, b.cx_mask, b.resp, b.resp_mask)
+    if "opd" in terms or "ctx" in terms:
+        dev = model_device(teacher)
+        args = (b.cx_ids.to(dev), b.cx_mask.to(dev), b.resp.to(dev), b.resp_mask.to(dev))
+        with torch.no_grad():
+            views["f_c"] = (view_logits(teacher, *args, cache=prefix_cache) if share_prefix
+                            else response_logits(teacher, *args)).to(b.resp.device)
+    if temperature != 1.0:
+        views = {k: v / temperature for k, v in views.items()}
+    return views
+
+
+def terms_of(views: dict[str, torch.Tensor], batch: Batch, terms: tuple[str, ...],
+             denom: torch.Tensor | float | None = None, estimator: Estimator | None = None,
+             nca_estimator: Estimator | None = None) -> dict[str, torch.Tensor]:
+    """The named loss terms from `loss_views`'s logits (`views` is only read)."""
+    est, out = estimator or Estimator(), {}
+    kl = dict(tokens_B_N=batch.resp, mask_B_N=batch.resp_mask, denom=denom)
+    if "opd" in terms:
+        out["opd"] = estimated_kl(est, views["g"], views["f_c"], **kl)[0]
+    if "ctx" in terms:
+        out["ctx"] = estimated_kl(est, views["g_c"], views["f_c"], **kl)[0]
+    if "nca" in terms:
+        out["nca"] = estimated_kl(nca_estimator or est, views["g"].detach(), views["g_c"],
+                                  **kl)[0]
+    return out
+
+
 def loss_terms(student, teacher, batch: Batch, terms: tuple[str, ...] = ("opd", "nca"),
                denom: torch.Tensor | float | None = None, temperature: float = 1.0,
                estimator: Estimator | None = None, nca_estimator: Estimator | None = None,
@@ -171,41 +222,11 @@ def loss_terms(student, teacher, batch: Batch, terms: tuple[str, ...] = ("opd", 
     `share_prefix`: run the prompts' shared prefix once (exact; nca_interp.prefix), the
     teacher's from `prefix_cache` across calls when one is given; False runs every prompt
     whole."""
-    unknown = set(terms) - set(TERMS)
-    if unknown:
-        raise UsageError(f"unknown loss terms {sorted(unknown)}; choose from {TERMS}")
-    if not temperature > 0 or temperature != temperature or temperature == float("inf"):
-        raise UsageError(f"temperature must be a positive finite number, not {temperature}; "
-                         "greedy (0) rollouts are not on-policy samples")
-    b, out = batch, {}
-    g = g_c = f_c = None
-    # the student's views run their shared prompt prefix once per call (nca_interp.prefix);
-    # not through DDP (two forwards before one backward) or activation checkpointing (which
-    # turns the KV cache off)
-    shared = share_prefix and not isinstance(student, DistributedDataParallel) and \
-        not getattr(student, "is_activation_checkpointing", False)
-    student_view = view_logits if shared else response_logits
-    if "opd" in terms or "nca" in terms:
-        g = student_view(student, b.x_ids, b.x_mask, b.resp, b.resp_mask)
-    if "nca" in terms or "ctx" in terms:
-        g_c = student_view(student, b.cx_ids, b.cx_mask, b.resp, b.resp_mask)
-    if "opd" in terms or "ctx" in terms:
-        dev = model_device(teacher)
-        args = (b.cx_ids.to(dev), b.cx_mask.to(dev), b.resp.to(dev), b.resp_mask.to(dev))
-        with torch.no_grad():
-            f_c = (view_logits(teacher, *args, cache=prefix_cache) if share_prefix
-                   else response_logits(teacher, *args)).to(b.resp.device)
-    if temperature != 1.0:
-        g, g_c, f_c = (None if v is None else v / temperature for v in (g, g_c, f_c))
-    est = estimator or Estimator()
-    kl = dict(tokens_B_N=b.resp, mask_B_N=b.resp_mask, denom=denom)
-    if "opd" in terms:
-        out["opd"] = estimated_kl(est, g, f_c, **kl)[0]
-    if "ctx" in terms:
-        out["ctx"] = estimated_kl(est, g_c, f_c, **kl)[0]
-    del f_c
-    if "nca" in terms:
-        out["nca"] = estimated_kl(nca_estimator or est, g.detach(), g_c, **kl)[0]
+    views = loss_views(student, teacher, batch, terms, temperature, prefix_cache, share_prefix)
+    out = terms_of(views, batch, tuple(t for t in terms if t != "nca"), denom, estimator)
+    views.pop("f_c", None)  # the teacher's full-vocabulary logits: the NCA term reads none
+    out.update(terms_of(views, batch, tuple(t for t in terms if t == "nca"), denom, estimator,
+                        nca_estimator))
     return out
 
 

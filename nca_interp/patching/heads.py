@@ -127,7 +127,8 @@ def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H
     # both views' LDs once per case set: every draw below changes only the ablated heads
     sets = {"A": sub["A"], "B": sub["B"], "all": cases}
     lds = {k: view_lds(bridge, c) for k, c in sets.items()}
-    dst = {k: Rerun(bridge, c.dst_ids, c.dst_mask) for k, c in sets.items()}
+    dst = {k: Rerun(bridge, c.dst_ids, c.dst_mask) for k, c in sets.items()
+           if k != "all" or n_random}  # "all" serves only the random-head draws
 
     def flipped(c: Cases, heads) -> np.ndarray:
         right = answered_right(bridge, task, c, heads, stops)

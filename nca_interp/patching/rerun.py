@@ -11,9 +11,14 @@ of every position, a fifth of SmolLM2's forward).
 TransformerLens 4.3's `run_with_hooks(..., start_at_layer=k)` is not this: by its docstring
 blocks 0..k-1 "still execute internally", so it saves nothing.
 
-Where a model transforms logits after its unembedding (Gemma 2's soft-capping) or its blocks
-take what this cannot keep, the clean rerun from block 0 would not equal the full forward.
-That is checked once per batch; where they differ, every call runs the full forward.
+Where the rerun may not equal the full forward, every call runs the full forward instead: a
+model whose rerun from block 0 differs from its clean forward, or whose logits differ once
+pushed to a large scale (a transform after the unembedding: Gemma 2's soft-capping, Cohere's
+logit scale, which small logits hide), or that has no final norm and unembedding to rerun (OPT);
+and a call whose hooks TransformerLens gates behind a flag (`attn.hook_result` and the like:
+the full forward refuses them, which says what to set) or names no block (`hook_embed`, a
+filter function). The kept inputs are copied for every call, so an in-place hook (on the
+rotary `hook_cos`, say) cannot reach a later call.
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ _BLOCK = re.compile(r"^blocks\.(\d+)\.")
 
 def first_layer(hooks) -> int | None:
     """The lowest block a list of (hook name, fn) touches; None where one is outside the
-    blocks (the embedding: only the full forward runs it)."""
-    found = [_BLOCK.match(name) for name, _ in hooks]
+    blocks (the embedding: only the full forward runs it) or is a filter, not a name."""
+    found = [_BLOCK.match(name) if isinstance(name, str) else None for name, _ in hooks]
     if not found or not all(found):
         return None
     return min(int(m.group(1)) for m in found)
@@ -44,6 +49,19 @@ def _fresh(kwargs: dict) -> dict:
     if "use_cache" in out:
         out["use_cache"] = False
     return out
+
+
+def _copied(value, memo: dict):
+    """`value` with every tensor in it cloned (a tensor shared by several blocks, once)."""
+    if torch.is_tensor(value):
+        if id(value) not in memo:
+            memo[id(value)] = value.clone()
+        return memo[id(value)]
+    if isinstance(value, (tuple, list)):
+        return type(value)(_copied(v, memo) for v in value)
+    if isinstance(value, dict):
+        return {k: _copied(v, memo) for k, v in value.items()}
+    return value
 
 
 class Rerun:
@@ -65,10 +83,23 @@ class Rerun:
         finally:
             for h in handles:
                 h.remove()
-        rerun = self._from(0, ())
-        scale = max(1.0, float(self.clean.abs().max()))
-        self.exact = bool(len(self.inputs) == len(bridge.blocks) and
-                          (rerun - self.clean).abs().max() <= tol * scale)
+        self.exact = self._check(tol)
+
+    def _check(self, tol: float) -> bool:
+        b = self.bridge
+        if len(self.inputs) != len(b.blocks) or not all(
+                hasattr(b, m) and f"{m}.hook_in" in b.hook_dict for m in ("ln_final", "unembed")):
+            return False
+
+        def close(a, want):
+            return bool((a - want).abs().max() <= tol * max(1.0, float(want.abs().max())))
+
+        if not close(self._from(0, ()), self.clean):
+            return False
+        # logits pushed to |200|: a transform after the unembedding shows there
+        k = 200.0 / max(float(self.clean.abs().max()), 1e-6)
+        big = [("unembed.hook_in", lambda act, hook: act * k)]
+        return close(self._from(len(b.blocks) - 1, big), self._full(big))
 
     def _full(self, hooks) -> torch.Tensor:
         with attached(self.bridge):
@@ -76,7 +107,7 @@ class Rerun:
                                               fwd_hooks=list(hooks))[:, -1]
 
     def _from(self, start: int, hooks) -> torch.Tensor:
-        b = self.bridge
+        b, memo = self.bridge, {}
         with attached(b):
             for name, fn in hooks:
                 b.hook_dict[name].add_hook(fn, dir="fwd")
@@ -84,17 +115,24 @@ class Rerun:
             resid = (args[0] if args else kwargs["hidden_states"]).clone()
             for li in range(start, len(b.blocks)):
                 args, kwargs = self.inputs[li]
-                kwargs = {k: v for k, v in kwargs.items() if k != "hidden_states"}
-                out = b.blocks[li](resid, *args[1:], **kwargs)
+                kwargs = {k: _copied(v, memo) for k, v in kwargs.items() if k != "hidden_states"}
+                out = b.blocks[li](resid, *_copied(args[1:], memo), **kwargs)
                 resid = out[0] if isinstance(out, tuple) else out
             return b.unembed(b.ln_final(resid[:, -1:]))[:, -1]
+
+    def _gated(self, hooks) -> bool:
+        """A hook the full forward would refuse or resolve by alias: leave it to that path."""
+        b = self.bridge
+        reason = getattr(b, "_gated_hook_reason", lambda name: None)
+        return any(name not in b.hook_dict or reason(b.hook_dict[name].name or name) is not None
+                   for name, _ in hooks)
 
     @torch.no_grad()
     def logits(self, hooks=()) -> torch.Tensor:
         """B V: the last position's logits with `hooks` ((name, fn) pairs) attached."""
         if not hooks:
-            return self.clean
+            return self.clean.clone()
         start = first_layer(hooks)
-        if not self.exact or start is None:
+        if not self.exact or start is None or self._gated(hooks):
             return self._full(hooks)
         return self._from(start, hooks)

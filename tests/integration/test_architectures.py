@@ -95,6 +95,25 @@ def test_patching_reruns_from_the_hooked_layer_as_the_full_forward_does(family, 
             assert torch.allclose(run.logits([(hook, scaled)]), want, atol=1e-5), (name, hook)
 
 
+def test_a_soft_cap_small_logits_hide_still_sends_patching_to_the_full_forward(tok, tmp_path):
+    """Gemma 2 soft-capped at 100: at an untrained model's logits (|l| < 1) the cap changes them
+    by < 1e-5, so the clean rerun agrees; pushed to |200| it does not, and the rerun is not
+    used."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from nca_interp.hooks import boot_bridge
+    from nca_interp.patching.rerun import Rerun
+
+    cfg = AutoConfig.for_model("gemma2", **SIZE, head_dim=8, final_logit_softcapping=100.0)
+    torch.manual_seed(0)
+    folder = save_checkpoint(tmp_path / "g", AutoModelForCausalLM.from_config(cfg), tok,
+                             {"task": TASK})
+    bridge = boot_bridge(folder)
+    ids = torch.randint(3, 200, (2, 10))
+    run = Rerun(bridge, ids, torch.ones_like(ids))
+    assert float(run.clean.abs().max()) < 5 and not run.exact
+
+
 def test_train_distill_runs_on_the_family(family, tmp_path):
     from train import distill
 

@@ -169,6 +169,39 @@ def test_term_by_term_past_the_memory_bound_gives_the_same_gradients(setup, tok,
     assert np.allclose(grams[0].mats["global"], ref, rtol=1e-4)
 
 
+def test_gradients_held_at_once_stay_within_the_stated_bound(setup, tok, monkeypatch):
+    """Gradient tensors alive at each backward, in model sizes: one for a part of one
+    micro-batch (each term written as soon as taken); the terms' running sums and one more for
+    several; a running sum and one more past SHARED_GRAD_BYTES."""
+    import gc
+    import tempfile
+    import weakref
+    from pathlib import Path
+
+    task, student, teacher, levels = setup
+    size = sum(p.numel() * p.element_size() for p in student.parameters())
+    real, live, peak = torch.autograd.grad, [], [0]
+
+    def counting(*a, **k):
+        out = real(*a, **k)
+        live.extend(weakref.ref(g) for g in out if g is not None)
+        gc.collect()
+        alive = [r() for r in live if r() is not None]
+        peak[0] = max(peak[0], sum(g.numel() * g.element_size() for g in alive))
+        return out
+
+    monkeypatch.setattr(torch.autograd, "grad", counting)
+    terms = ("opd", "nca", "ctx")
+    for micro, bound, most in ((4, 1 << 40, 1), (2, 1 << 40, len(terms) + 1), (2, 0, 2)):
+        parts = grad_align.sample_halves(student, tok, task, levels, "state", 1.0, 0, micro, 512)
+        monkeypatch.setattr(grad_align, "SHARED_GRAD_BYTES", bound)
+        live.clear()
+        peak[0] = 0
+        with tempfile.TemporaryDirectory() as tmp:
+            grad_align.spill_term_gradients(student, teacher, parts, terms, Path(tmp))
+        assert peak[0] / size == pytest.approx(most), (micro, bound)
+
+
 def test_batch_must_split_in_two(tmp_path):
     with pytest.raises(ValueError, match="even number"):
         grad_align.main(["--batch", "3", "--out", str(tmp_path / "x")])

@@ -116,10 +116,44 @@ def test_a_rerun_from_the_hooked_layer_equals_the_full_forward(setup):
     assert attached_hooks(bridge) == 0
 
 
+def test_a_rerun_cannot_be_changed_by_what_a_call_writes(setup):
+    """An in-place hook on a kept input (the rotary cos of block 0, shared by every block) or a
+    caller writing into the returned logits leaves every later call exact."""
+    bridge, _, cases, _ = setup
+    ids, mask = cases.dst_ids, cases.dst_mask
+    run = Rerun(bridge, ids, mask)
+    probe = [("blocks.1.hook_resid_post", scaled)]
+    want = full_logits(bridge, ids, mask, probe)[:, -1]
+    clean = full_logits(bridge, ids, mask)[:, -1]
+    run.logits([("blocks.0.attn.hook_cos", scaled)])
+    run.logits().mul_(0)
+    assert torch.allclose(run.logits(probe), want, atol=1e-5)
+    assert torch.equal(run.logits(), clean)
+
+
+def test_hooks_the_rerun_cannot_take_go_to_the_full_forward(setup):
+    """A hook TransformerLens gates behind a flag is refused as the full forward refuses it
+    (never silently skipped); a filter function runs the full forward."""
+    bridge, _, cases, _ = setup
+    ids, mask = cases.dst_ids, cases.dst_mask
+    run = Rerun(bridge, ids, mask)
+    with pytest.raises(ValueError, match="use_attn_result"):
+        run.logits([("blocks.1.attn.hook_result", scaled)])
+    bridge.reset_hooks()
+
+    def last_resid(name):
+        return name == "blocks.1.hook_resid_post"
+
+    assert torch.equal(run.logits([(last_resid, scaled)]),
+                       full_logits(bridge, ids, mask, [(last_resid, scaled)])[:, -1])
+    assert attached_hooks(bridge) == 0
+
+
 def test_first_layer_is_the_lowest_block_a_hook_touches():
     assert first_layer([("blocks.7.hook_resid_post", None), ("blocks.12.attn.hook_z", None)]) == 7
     assert first_layer([("blocks.3.hook_mlp_out", None), ("hook_embed", None)]) is None
     assert first_layer([]) is None
+    assert first_layer([(lambda name: True, None)]) is None
 
 
 def test_logit_lens_last_layer_equals_the_logits(setup):
