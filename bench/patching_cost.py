@@ -24,6 +24,7 @@ from bench.common import timeit
 from nca_interp import patching
 from nca_interp.assets import embedded
 from nca_interp.checkpoint import load_checkpoint
+from nca_interp.errors import InputError
 from nca_interp.hooks import boot_bridge
 from nca_interp.models import context_limit
 from nca_interp.names import head_z_hook, resid_hook
@@ -40,6 +41,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--n-levels", type=int, default=1000)
     ap.add_argument("--heads", default="true", choices=("true", "false"))
     args = ap.parse_args(argv)
+    for flag in ("threads", "cases", "n_levels"):
+        if getattr(args, flag) < 1:
+            ap.error(f"--{flag.replace('_', '-')} must be at least 1 (got {getattr(args, flag)})")
     torch.set_num_threads(args.threads)
     task, ctx = resolve_task_and_context([args.ckpt], None, None)
     model, tok = load_checkpoint(args.ckpt)
@@ -47,7 +51,11 @@ def main(argv=None) -> dict:
     harm, control, counts = patching.find_cases(model, tok, task, ctx,
                                                 task.levels("test", args.n_levels))
     rows = (harm + control)[:args.cases]  # timing needs a batch: harm cases, then controls
-    cases = patching.build_cases(tok, task, ctx, rows[:args.cases], context_limit(model))
+    if not rows:
+        raise InputError(f"{args.ckpt}: no harm or control case among {args.n_levels} test "
+                         f"levels (it wins none of them either way), so there is no batch to "
+                         f"time: raise --n-levels or time a checkpoint that wins some")
+    cases = patching.build_cases(tok, task, ctx, rows, context_limit(model))
     bridge = boot_bridge(args.ckpt, loaded=(model, tok))
     L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
     W0 = cases.src_ids.shape[1]

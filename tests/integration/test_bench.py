@@ -1,3 +1,6 @@
+import pytest
+
+
 def test_gpu_check_script_runs_on_cpu_at_tiny_shape(tmp_path):
     """The prepared GPU check (bench/gpu_check.py) runs end to end at a tiny shape on the CPU,
     so it is ready for a session that is lent a GPU."""
@@ -18,6 +21,19 @@ def test_patching_cost_runs():
     heads = out["sweeps"]["head"]
     assert heads["forwards"] == out["layers"] * out["heads"] and heads["rerun_s"] > 0
     assert all(s["exact"] and s["max_abs_diff"] < 1e-5 for s in out["sweeps"].values())
+
+
+def test_patching_cost_says_what_to_do_without_a_case(monkeypatch):
+    """A checkpoint that wins no level either way gives no batch to time: one line naming the
+    flag, not an IndexError from an empty batch."""
+    from bench import patching_cost
+    from nca_interp.errors import InputError
+
+    monkeypatch.setattr(patching_cost.patching, "find_cases", lambda *a, **k: ([], [], {}))
+    with pytest.raises(InputError, match="raise --n-levels"):
+        patching_cost.main(["--n-levels", "4", "--cases", "4"])
+    with pytest.raises(SystemExit):
+        patching_cost.main(["--cases", "0"])
 
 
 def test_grad_align_cost_runs_and_both_ways_agree():
