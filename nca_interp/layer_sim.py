@@ -545,6 +545,9 @@ a position's hidden state without c with the same position's with c, averaged ov
 
 
 def format_table(results: dict[str, dict], metric: str, layers: list[str]) -> str:
+    if all(r.get(metric) is None for r in results.values()):
+        return (f"{metric}: not in this report (written before the statistic existed; rerun "
+                f"layer_sim to have it)")
     w = max(12, *(len(n) for n in results))
     lines = [f"{metric:<{w}} " + " ".join(f"{lab:>8}" for lab in layers)]
     for name, r in results.items():

@@ -422,7 +422,8 @@ def evaluate_figure(report: ContextReturnReport) -> go.Figure:
                             "cluster-bootstrap "
                             "intervals; legend: regime</sup>",
                       barmode="group", yaxis=dict(range=[0, 1], title="rate"), height=450,
-                      width=900)
+                      width=900, showlegend=True)  # plotly hides a lone trace's legend, and
+    # with it the regime the subtitle points to
     return fig
 
 

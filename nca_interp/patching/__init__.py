@@ -305,8 +305,7 @@ def format_report(r: dict) -> str:
     lines.append("  rank of the right answer in the context view per layer: " +
                  " ".join(f"{v:.1f}" for v in rk))
     cost = r.cost
-    lines.append(f"  cost: {cost['patched_forwards']} batched patched runs (each from the hooked "
-                 f"block on where that equals the full forward) and "
+    lines.append(f"  cost: {cost['patched_forwards']} batched patched runs and "
                  f"{cost.get('generations', 0)} generations over {cost['cases']} cases; "
                  f"{cost['sweep_s']:.1f} s sweeps, {cost['total_s']:.1f} s in all")
     return "\n".join(lines)

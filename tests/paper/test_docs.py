@@ -175,6 +175,22 @@ def test_every_setting_page_is_its_generated_report():
     assert len(names) >= 8
 
 
+@pytest.mark.pages
+def test_the_persona_page_is_what_its_script_prints_from_its_json():
+    """figures/persona/README.md (docs/own_data.md embeds it) is docs/examples/persona/page.py's
+    rendering of the JSON beside it: a changed table or cost line left unregenerated fails."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "persona_page", ROOT / "docs" / "examples" / "persona" / "page.py")
+    page = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(page)
+    figs = ROOT / "figures" / "persona"
+    assert (figs / "README.md").read_text() == page.render(figs), \
+        ("figures/persona/README.md is stale; run "
+         "python docs/examples/persona/page.py figures/persona")
+
+
 def test_every_generated_page_is_on_the_docs_site():
     """Each figures/<folder>/README.md is embedded by a docs page (a docs/results page, or a
     walk-through such as docs/own_data.md), and each such page is in mkdocs.yml's nav: a

@@ -126,6 +126,8 @@ def test_the_evaluate_figure_names_accuracy_for_qa_tasks_and_counts_items_once()
     game = evaluate_figure(report("win", "level", 4))
     assert list(game.data[0].x)[:2] == ["win_no_c", "win_c"]
     assert "16 items, 4 levels" in game.layout.title.text
+    # one checkpoint still shows its legend: the regime the subtitle points to is in it
+    assert game.layout.showlegend is True and game.data[0].name == "base (B)"
     # a dict that lacks what the report declares is refused naming it, not drawn half
     partial = report("win", "level", 4)
     del partial["results"]["base"]["ci95"]

@@ -191,3 +191,14 @@ def test_another_family_of_the_same_tokenizer_and_depth_goes_beside(ckpts, publi
     alone = layer_sim.run(ckpt=[str(ckpts["llama"])], task="sokoban", context="state",
                           n_levels=5, threads=1, baselines=False)
     assert rep.results["llama"].cos == pytest.approx(alone.results["llama"].cos, abs=1e-6)
+
+
+def test_a_statistic_no_row_has_is_one_line_and_a_partial_one_keeps_its_dashes():
+    """An older report without a statistic prints one line saying so, not a table of dashes;
+    where some rows have it, the others show '-' in their cells."""
+    none = {"a": {"cos": [1.0, 0.9]}, "b": {"cos": [1.0, 0.8]}}
+    assert layer_sim.format_table(none, "cos_se", ["embed", "0"]).startswith(
+        "cos_se: not in this report")
+    some = {"a": {"cos_se": [0.01, 0.02]}, "b": {}}
+    text = layer_sim.format_table(some, "cos_se", ["embed", "0"])
+    assert "0.0100" in text and text.splitlines()[2].split()[1:] == ["-", "-"]
