@@ -28,7 +28,10 @@ from nca_interp.errors import InputError
 from nca_interp.hooks import boot_bridge
 from nca_interp.models import context_limit
 from nca_interp.names import head_z_hook, resid_hook
+from nca_interp.patching.heads import prompt_context
+from nca_interp.patching.interventions import ablation_hooks, greedy
 from nca_interp.patching.rerun import Rerun
+from nca_interp.rollout import pad_id, stop_ids
 from nca_interp.runs import resolve_task_and_context
 
 
@@ -40,10 +43,14 @@ def main(argv=None) -> dict:
     ap.add_argument("--cases", type=int, default=64)
     ap.add_argument("--n-levels", type=int, default=1000)
     ap.add_argument("--heads", default="true", choices=("true", "false"))
+    ap.add_argument("--heads-ablated", type=float, default=0.5,
+                    help="share of heads whose reading of c the timed greedy answers remove")
     args = ap.parse_args(argv)
     for flag in ("threads", "cases", "n_levels"):
         if getattr(args, flag) < 1:
             ap.error(f"--{flag.replace('_', '-')} must be at least 1 (got {getattr(args, flag)})")
+    if not 0 <= args.heads_ablated <= 1:
+        ap.error(f"--heads-ablated is a share of the heads, 0 to 1 (got {args.heads_ablated})")
     torch.set_num_threads(args.threads)
     task, ctx = resolve_task_and_context([args.ckpt], None, None)
     model, tok = load_checkpoint(args.ckpt)
@@ -97,7 +104,35 @@ def main(argv=None) -> dict:
               f"{diff:>12.1e}")
     print("rerun: blocks l.. of a kept clean run and the last position's unembedding; the "
           "rerun column includes keeping that run (two forwards)")
+    out["generation"] = generation_cost(bridge, task, tok, model, cases, args.heads_ablated)
     return out
+
+
+def generation_cost(bridge, task, tok, model, cases, share: float) -> dict:
+    """The held-out head table's greedy answers with heads' reading of c removed, both ways:
+    the whole sequence rerun at every step, and the KV-cached decoding (its first step checked
+    against the former); the same tokens, or the difference is printed."""
+    L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
+    ids, mask = cases.dst_prompt
+    ctx = prompt_context(cases)
+    every = [(li, h) for li in range(L) for h in range(H)]
+    heads = every[::max(1, round(1 / share))] if share > 0 else []
+    hooks = ablation_hooks(ctx, heads)
+    times, outs = {}, {}
+    for way, kv in (("rerun", False), ("cached", True)):
+        t0 = time.perf_counter()
+        outs[way] = greedy(bridge, ids, mask, task.max_response_tokens(),
+                           stop_ids(tok, model), pad_id(tok), hooks, kv_cache=kv)
+        times[way] = time.perf_counter() - t0
+    same = sum(a == b for a, b in zip(outs["rerun"], outs["cached"]))
+    mean_len = sum(map(len, outs["rerun"])) / len(ids)
+    print(f"greedy answers, {len(heads)} of {L * H} heads' reading of c removed, {len(ids)} "
+          f"cases, mean {mean_len:.1f} tokens: whole sequence each step {times['rerun']:.2f} s, "
+          f"KV cache {times['cached']:.2f} s ({times['rerun'] / times['cached']:.2f}x); "
+          f"{same}/{len(ids)} answers identical")
+    return {"heads_ablated": len(heads), "mean_tokens": mean_len, "rerun_s": times["rerun"],
+            "cached_s": times["cached"], "speedup": times["rerun"] / times["cached"],
+            "identical": same, "n": len(ids)}
 
 
 if __name__ == "__main__":

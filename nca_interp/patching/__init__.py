@@ -59,6 +59,7 @@ from nca_interp.patching.interventions import (  # noqa: F401 - the package's su
     logit_lens,
     normalised,
     patch_hook,
+    pattern_edits_reach_logits,
     sweep,
 )
 from nca_interp.reports import PatchingReport, as_report
@@ -168,6 +169,12 @@ def run_checkpoint(path: str, cfg: PatchingConfig) -> dict:
     levels = found.levels("test", cfg.n_levels, seed)
     rows, control_rows, counts = find_cases(model, tok, found, ctx, levels, kind)
     bridge = boot_bridge(path, loaded=(model, tok))
+    if not pattern_edits_reach_logits(bridge):
+        raise UsageError(f"{path}: through TransformerLens's bridge, editing attn.hook_pattern "
+                         f"changes none of this {model.config.model_type} model's logits (its "
+                         "attention does not read the hooked pattern), so removing heads' "
+                         "reading of c would measure nothing; patching cannot run on this "
+                         "architecture (layer_sim, grad_align and param_delta can)")
     report = {"checkpoint": path, "task": found.name, "context": ctx, "kind": kind,
               "scope": scope, "ablate": ablate, "counts": counts, "n_layers": bridge.cfg.n_layers,
               "n_heads": bridge.cfg.n_heads, "data": analysis.data_record(found, levels)}

@@ -31,7 +31,7 @@ from nca_interp.patching.interventions import (
 from nca_interp.patching.rerun import Rerun
 from nca_interp.rollout import pad_id
 
-__all__ = ["held_out_heads", "interval"]
+__all__ = ["held_out_heads", "interval", "prompt_context"]
 
 
 def own_units(units: list | None, n: int) -> bool:
@@ -90,16 +90,21 @@ def percentile(abl_N_L_H: np.ndarray, idx: list[int], heads: list[tuple[int, int
                           for li, h in heads]))
 
 
+def prompt_context(cases: Cases) -> torch.Tensor:
+    """B W: the context columns of the bare [c, x] prompts (`cases.dst_prompt`), the cases'
+    columns shifted by their response prefix length."""
+    W = cases.dst_prompt[0].shape[1]
+    return torch.stack([torch.roll(r, int(t))[-W:] if t else r[-W:]
+                        for r, t in zip(cases.ctx_B_W1, cases.t_star)])
+
+
 def answered_right(bridge, task, cases: Cases, heads: list[tuple[int, int]], stops: list[int]
                    ) -> np.ndarray:
     """Per case: is the greedy answer from [c, x] right with the context reading of `heads`
     removed?"""
     tok = bridge.tokenizer
     ids, mask = cases.dst_prompt
-    W = ids.shape[1]
-    # context columns of the bare prompt: the cases' columns shifted by their prefix length
-    ctx = torch.stack([torch.roll(r, int(t))[-W:] if t else r[-W:]
-                       for r, t in zip(cases.ctx_B_W1, cases.t_star)])
+    ctx = prompt_context(cases)
     outs = greedy(bridge, ids, mask, task.max_response_tokens(), stops, pad_id(tok),
                   ablation_hooks(ctx, heads))
     return np.array([score(task, tok, lv, o) for lv, o in zip(cases.levels, outs)])

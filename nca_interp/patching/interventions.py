@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 import torch
 from einops import rearrange, reduce
@@ -24,7 +26,8 @@ from nca_interp.patching.rerun import Rerun
 
 __all__ = ["GROUPS", "SCOPES", "ablate_context_hook", "ablation", "ablation_effect",
            "ablation_hooks", "cache_of", "greedy", "last_logits", "logit_diff", "logit_lens",
-           "normalised", "patch_hook", "sweep", "view_lds"]
+           "normalised", "patch_hook", "pattern_edits_reach_logits", "sweep", "view_lds",
+           "window"]
 
 GROUPS = ("all", "x", "response", "decide")
 SCOPES = ("full", "groups")
@@ -38,24 +41,106 @@ def last_logits(bridge, ids, mask, hooks=()) -> torch.Tensor:
 
 @torch.no_grad()
 def greedy(bridge, ids: torch.Tensor, mask: torch.Tensor, max_new: int, stop: list[int],
-           pad: int, hooks: list | None = None) -> list[list[int]]:
-    """Greedy responses through the bridge (with `hooks` active at every step), eos included."""
+           pad: int, hooks: list | None = None, tol: float = 1e-4, kv_cache: bool = True
+           ) -> list[list[int]]:
+    """Greedy responses through the bridge (with `hooks` active at every step), eos included.
+
+    Decodes with a KV cache: each step runs the new token alone, attending to the kept keys and
+    values. That equals rerunning the whole sequence where a hook changes a position only from
+    the columns at or before it (the attention-pattern ablations: a query row, its key columns
+    counted from the left). The first step is checked against the full forward of the same
+    sequence with the same hooks; where it differs by more than `tol` of the largest logit or
+    fails (a hook indexing columns from the right, an attention the cache does not reach),
+    every step reruns the whole sequence (as `kv_cache=False` does throughout). So does a
+    sliding-window model whose prompt and response may outgrow its window: its cache then
+    keeps only the window's keys, the pattern's columns no longer count from the left, and
+    the first step, still inside the window, cannot show it."""
+    from transformers import DynamicCache
+
+    hooks = list(hooks or [])
     out = [[] for _ in range(len(ids))]
     done = torch.zeros(len(ids), dtype=torch.bool)
     stops = torch.tensor(stop)
-    with attached(bridge):
-        for _ in range(max_new):
-            logits = bridge.run_with_hooks(ids, attention_mask=mask, fwd_hooks=hooks or [])
-            tok = logits[:, -1].argmax(-1)
+    with attached(bridge), _cache_reaches_attention(bridge):
+        def run(seq, **kw):
+            return bridge.run_with_hooks(seq, attention_mask=mask, fwd_hooks=hooks, **kw)[:, -1]
+
+        config = getattr(getattr(bridge, "original_model", None), "config", None)
+        cache = DynamicCache(config=config) if config is not None else DynamicCache()
+        cached = kv_cache and ids.shape[1] + max_new <= window(config)
+        logits = run(ids, cache=cache, use_cache=True) if cached else run(ids)
+        for step in range(max_new):
+            tok = logits.argmax(-1)
             for i in range(len(ids)):
                 if not done[i]:
                     out[i].append(int(tok[i]))
             done |= torch.isin(tok, stops)
-            if bool(done.all()):
+            if bool(done.all()) or step == max_new - 1:
                 break
-            ids = torch.cat([ids, torch.where(done, torch.full_like(tok, pad), tok)[:, None]], 1)
+            nxt = torch.where(done, torch.full_like(tok, pad), tok)[:, None]
+            ids = torch.cat([ids, nxt], 1)
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+            if not cached:
+                logits = run(ids)
+                continue
+            if step > 0:
+                logits = run(nxt, cache=cache, use_cache=True)
+                continue
+            full = run(ids)
+            try:
+                logits = run(nxt, cache=cache, use_cache=True)
+            except RuntimeError:  # a hook that cannot take one column (shapes from the right)
+                cached, logits = False, full
+                continue
+            if (logits - full).abs().max() > tol * max(1.0, float(full.abs().max())):
+                cached, logits = False, full
     return out
+
+
+@torch.no_grad()
+def pattern_edits_reach_logits(bridge) -> bool:
+    """Does editing `attn.hook_pattern` change the model's output? Every layer's pattern zeroed
+    on a short sequence: a model whose attention reads the hooked pattern changes its logits;
+    one whose attention computes its own (OPT through TransformerLens 4.3's bridge) does not,
+    and there an ablation of heads' attention would measure exactly nothing."""
+    L = bridge.cfg.n_layers
+    ids = (torch.arange(1, 9) % bridge.cfg.d_vocab)[None]
+    mask = torch.ones_like(ids)
+    zero = [(pattern_hook(li), lambda p, hook: torch.zeros_like(p)) for li in range(L)]
+    return not torch.equal(last_logits(bridge, ids, mask), last_logits(bridge, ids, mask, zero))
+
+
+def window(config) -> float:
+    """The fewest keys any layer of the model attends to (sliding-window or chunked attention;
+    infinite where every layer sees the whole sequence)."""
+    if config is None:
+        return float("inf")
+    config = getattr(config, "get_text_config", lambda: config)()
+    spans = [getattr(config, "attention_chunk_size", None)]
+    if getattr(config, "use_sliding_window", True) is not False:  # Qwen2 names one unused
+        spans.append(getattr(config, "sliding_window", None))
+    spans = [s for s in spans if isinstance(s, int) and s > 0]
+    return float(min(spans)) if spans else float("inf")
+
+
+@contextmanager
+def _cache_reaches_attention(bridge):
+    """transformers 5 hands each attention layer its KV cache as `cache`; TransformerLens 4.3's
+    attention bridges look for `past_key_values` (or `layer_past`) and, finding neither, leave
+    the cache empty, so a cached step would attend to itself alone. Name it both ways while
+    the block runs (a hook on the modules, removed on exit)."""
+    def alias(module, args, kwargs):
+        if kwargs.get("cache") is not None and kwargs.get("past_key_values") is None:
+            kwargs["past_key_values"] = kwargs["cache"]
+        return args, kwargs
+
+    handles = [m.register_forward_pre_hook(alias, with_kwargs=True)
+               for m in bridge.modules() if hasattr(m, "_update_kv_cache")]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def logit_diff(logits_B_V: torch.Tensor, cases: Cases) -> torch.Tensor:

@@ -21,6 +21,8 @@ def test_patching_cost_runs():
     heads = out["sweeps"]["head"]
     assert heads["forwards"] == out["layers"] * out["heads"] and heads["rerun_s"] > 0
     assert all(s["exact"] and s["max_abs_diff"] < 1e-5 for s in out["sweeps"].values())
+    gen = out["generation"]
+    assert gen["identical"] == gen["n"] == 4 and gen["heads_ablated"] > 0
 
 
 def test_patching_cost_says_what_to_do_without_a_case(monkeypatch):

@@ -411,3 +411,149 @@ def test_a_shorter_c_than_the_default_system_message_lines_up_its_shared_tail(se
     r = layer_sim.layer_similarity(folder, task, "state", levels, 3, "cpu", "prompt", None)
     assert 0 < r["n_positions"] <= sum(shared)
     assert attached_hooks(bridge) == 0
+
+
+def reference_greedy(bridge, ids, mask, max_new, stops, pad, hooks):
+    """Greedy decoding the plain way: the whole sequence rerun at every step."""
+    out, done = [[] for _ in range(len(ids))], torch.zeros(len(ids), dtype=torch.bool)
+    for _ in range(max_new):
+        tok = full_logits(bridge, ids, mask, hooks)[:, -1].argmax(-1)
+        for i in range(len(ids)):
+            if not done[i]:
+                out[i].append(int(tok[i]))
+        done |= torch.isin(tok, torch.tensor(stops))
+        if bool(done.all()):
+            break
+        ids = torch.cat([ids, torch.where(done, torch.full_like(tok, pad), tok)[:, None]], 1)
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+    return out
+
+
+def lengths_run(bridge):
+    """The sequence length of every forward the bridge runs, read at the embedding."""
+    seen = []
+    hook = ("hook_embed", lambda act, hook: seen.append(act.shape[1]))
+    return seen, hook
+
+
+def test_cached_greedy_decoding_equals_rerunning_the_sequence(setup, tok):
+    """With the context-reading ablation of some heads active, the KV-cached greedy responses
+    are the plain loop's, token for token, over a left-padded batch, and the steps after the
+    first really run one token (the cache reaches the attention)."""
+    from nca_interp.patching.interventions import ablation_hooks, greedy
+
+    bridge, _, cases, _ = setup
+    L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
+    ids, mask = cases.dst_prompt
+    ctx = cases.ctx_B_W1[:, -ids.shape[1]:]
+    # left padding is part of what is checked: row 0 three tokens shorter than the others
+    pad_cols = torch.full_like(ids[:, :3], tok.pad_token_id or 0)
+    ids = torch.cat([pad_cols, ids], 1)
+    ids[1:, :3] = ids[1:, 3:6]
+    mask = torch.cat([torch.ones_like(pad_cols), mask], 1)
+    mask[0, :3] = 0
+    ctx = torch.cat([torch.zeros_like(pad_cols, dtype=torch.bool), ctx], 1)
+    hooks = ablation_hooks(ctx, [(li, h) for li in range(L) for h in range(0, H, 2)])
+    stops, pad = [tok.eos_token_id], tok.pad_token_id or 0
+    want = reference_greedy(bridge, ids, mask, 12, stops, pad, hooks)
+    seen, count = lengths_run(bridge)
+    got = greedy(bridge, ids, mask, 12, stops, pad, hooks + [count])
+    assert got == want and max(map(len, want)) > 3
+    assert greedy(bridge, ids, mask, 12, stops, pad, hooks, kv_cache=False) == want
+    # prefill, the first step's full-forward check, then one token per step
+    assert seen[:2] == [ids.shape[1], ids.shape[1] + 1] and seen[2:] == [1] * len(seen[2:])
+    assert attached_hooks(bridge) == 0
+
+
+def test_a_hook_the_cache_cannot_follow_reruns_the_whole_sequence(setup, tok):
+    """A hook that copies the first column into the last (a different position at each step,
+    and under a cache the new token's own) is not causal under a cache: the first step's check
+    catches it and every step reruns the sequence, so the responses are still the plain
+    loop's."""
+    from nca_interp.patching.interventions import greedy
+
+    bridge, _, cases, _ = setup
+    ids, mask = cases.dst_prompt
+
+    def last_column(act, hook):
+        act[:, -1] = act[:, 0]
+        return act
+
+    hooks = [("blocks.0.hook_resid_post", last_column)]
+    stops, pad = [tok.eos_token_id], tok.pad_token_id or 0
+    want = reference_greedy(bridge, ids, mask, 8, stops, pad, hooks)
+    seen, count = lengths_run(bridge)
+    assert greedy(bridge, ids, mask, 8, stops, pad, hooks + [count]) == want
+    assert seen[3:] and min(seen[3:]) > ids.shape[1]  # whole sequences after the check
+    # a hook that writes the last W columns cannot take a one-column step at all: the failed
+    # step reruns the sequence instead of stopping the decoding
+    g = torch.Generator().manual_seed(0)
+    src = torch.randn(len(ids), 5, bridge.cfg.d_model, generator=g) * 3
+    hooks = [("blocks.0.hook_resid_post", patching.patch_hook(src, torch.ones(len(ids), 5,
+                                                                              dtype=torch.bool)))]
+    want = reference_greedy(bridge, ids, mask, 8, stops, pad, hooks)
+    assert greedy(bridge, ids, mask, 8, stops, pad, hooks) == want
+    assert attached_hooks(bridge) == 0
+
+
+def test_a_window_the_decoding_may_outgrow_reruns_the_whole_sequence(tok, tmp_path):
+    """A sliding-window model (Mistral, window 16) whose 14-column prompt fits the window but
+    whose prompt and response do not: its cache would keep only the window's keys (the pattern's
+    columns no longer counted from the left, and the first step, still inside the window,
+    cannot show it), so every step reruns the sequence and the answers are the plain loop's."""
+    import transformers as T
+
+    from nca_interp.patching.interventions import ablation_hooks, greedy, window
+
+    cfg = T.MistralConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                          head_dim=8, sliding_window=16, initializer_range=0.3,
+                          tie_word_embeddings=False, pad_token_id=tok.pad_token_id,
+                          eos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    model = T.MistralForCausalLM(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(5)  # answers that change from step to step
+    bridge = boot_bridge(save_checkpoint(tmp_path / "m", model, tok, {"task": TASK}))
+    g = torch.Generator().manual_seed(1)
+    ids = torch.full((3, 14), tok.pad_token_id)
+    mask = torch.zeros(3, 14, dtype=torch.long)
+    for i, n in enumerate([10, 12, 14]):
+        ids[i, 14 - n:] = torch.randint(4, len(tok), (n,), generator=g)
+        mask[i, 14 - n:] = 1
+    ctx = (torch.rand(3, 14, generator=g) < 0.5) & mask.bool()
+    hooks = ablation_hooks(ctx, [(li, h) for li in range(2) for h in (0, 2)])
+    stops = [tok.eos_token_id]
+    want = reference_greedy(bridge, ids, mask, 12, stops, tok.pad_token_id, hooks)
+    seen, count = lengths_run(bridge)
+    assert greedy(bridge, ids, mask, 12, stops, tok.pad_token_id, hooks + [count]) == want
+    assert min(seen) >= 14  # never one column: the cache was not used
+    # the window read from the config, and no window where none is used
+    assert window(cfg) == 16 and window(None) == window(T.LlamaConfig()) == float("inf")
+    assert window(T.Qwen2Config(sliding_window=8, use_sliding_window=False)) == float("inf")
+    assert window(T.Gemma2Config(sliding_window=8)) == 8
+
+
+def test_a_model_whose_attention_ignores_the_pattern_hook_is_refused(tok, tmp_path):
+    """OPT through TransformerLens 4.3's bridge computes attention without the hooked pattern:
+    zeroing every pattern changes no logit, so a head ablation there would report effects of
+    exactly 0. patching says so in one line and writes nothing; a model whose attention reads
+    the pattern passes the probe."""
+    import transformers as T
+
+    from nca_interp.errors import UsageError
+    from nca_interp.patching.interventions import pattern_edits_reach_logits
+
+    cfg = T.OPTConfig(vocab_size=len(tok), hidden_size=32, ffn_dim=64, num_hidden_layers=2,
+                      num_attention_heads=4, word_embed_proj_dim=32, max_position_embeddings=256,
+                      pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                      eos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    folder = save_checkpoint(tmp_path / "opt", T.OPTForCausalLM(cfg).eval(), tok, {"task": TASK})
+    assert not pattern_edits_reach_logits(boot_bridge(folder))
+    with pytest.raises(UsageError, match="editing attn.hook_pattern changes none"):
+        patching.main([str(folder), "--n-levels", "2", "--threads", "1",
+                       "--out", str(tmp_path / "p")])
+    assert not list(tmp_path.glob("p*"))
+    assert pattern_edits_reach_logits(boot_bridge(save_checkpoint(
+        tmp_path / "qwen", tiny(tok, seed=1), tok, {"task": TASK})))
