@@ -38,7 +38,14 @@ from nca_interp.errors import UsageError
 from nca_interp.fsio import write_text
 from nca_interp.identity import others, roster, students
 from nca_interp.paper import rules
-from nca_interp.paper.layout import CONTEXT_CONTROL, CONTEXT_RETURN, LAYER_SIM, PARAM_DELTA
+from nca_interp.paper.layout import (
+    CONTEXT_CONTROL,
+    CONTEXT_RETURN,
+    LAYER_SIM,
+    PARAM_DELTA,
+    TEACHER_GLOB,
+    teacher_file,
+)
 from nca_interp.paper.settings import load
 
 __all__ = ["MATRICES", "depth_of", "figures", "main", "row", "rows", "table"]
@@ -167,12 +174,26 @@ def _updates(figs: Path, seeds) -> dict | None:
     return out
 
 
+def _teacher(figs: Path, preset: str) -> dict | None:
+    """The row's teacher evaluated in the distilled context (its `teacher_<context>.json`),
+    for a row whose students are not yet evaluated: step 0 without c / with c."""
+    presets = load().presets
+    ctx = presets[preset].context if preset in presets else None
+    found = sorted(figs.glob(TEACHER_GLOB))
+    path = figs / teacher_file(ctx) if ctx else (found[0] if len(found) == 1 else None)
+    if path is None or not path.exists():
+        return None
+    base = next(iter(analysis.load(path).results.values()))
+    return {"correct_no_c": base["correct_no_c"], "correct_c": base["correct_c"]}
+
+
 def row(preset: str, figures: Path = Path("figures"), seeds=SEEDS) -> dict:
     """Everything the depth sweep reads of one row's folder (None where a report is missing)."""
     figs = figures / preset
     return {"preset": preset, "depth": depth_of(preset),
             "context_return": _context_return(figs, seeds), "reading": _reading(figs, seeds),
-            "views": _views(figs, seeds), "updates": _updates(figs, seeds)}
+            "views": _views(figs, seeds), "updates": _updates(figs, seeds),
+            "teacher": _teacher(figs, preset)}
 
 
 def rows(figures: Path = Path("figures")) -> list[dict]:
@@ -249,10 +270,16 @@ def table(figures: Path = Path("figures")) -> str:
            "is the null):", "",
            "| layers | step 0 without c / with c | OPD without c | OPD with c | OPD regimes "
            "| NCA without c | NCA with c | NCA regimes |", "|---|---|---|---|---|---|---|---|"]
-    out += _rows(rs, "context_return", 8, lambda cr: (
+    first = _rows(rs, "context_return", 8, lambda cr: (
         f"{cr['step0']['correct_no_c']:.3f} / {cr['step0']['correct_c']:.3f}",
         _fmt(cr["opd"]["correct_no_c"]), _fmt(cr["opd"]["correct_c"]), cr["opd"]["regimes"],
         _fmt(cr["nca"]["correct_no_c"]), _fmt(cr["nca"]["correct_c"]), cr["nca"]["regimes"]))
+    # a row whose teacher is evaluated but whose students are not shows its step 0 already
+    out += [f"| {r['depth']} | {r['teacher']['correct_no_c']:.3f} / "
+            f"{r['teacher']['correct_c']:.3f} (teacher alone) | students not run: "
+            f"`{command(r['preset'])}` |" + " |" * 5
+            if r["context_return"] is None and r["teacher"] else line
+            for r, line in zip(rs, first)]
     out += ["", "OPD's harm (P(wrong with c | right without c)) beside its two nulls: step 0's "
             "harm and the independence baseline 1 - accuracy with c (the harm of a model whose "
             "being right with c does not depend on being right without it); 'beyond both' "

@@ -38,6 +38,26 @@ def test_a_row_without_reports_says_not_run_with_its_command(tmp_path):
                       "sokoban_remap_d8 --seeds 0,1,2 --threads 1`") == 5  # five tables
 
 
+def test_a_row_with_its_teacher_alone_shows_step_0_read_from_its_json(tmp_path):
+    """A row whose teacher is evaluated and whose students are not: the context-return table
+    shows the teacher's accuracies, from its teacher_<context>.json, beside the command."""
+    import shutil
+
+    (tmp_path / "sokoban_remap_d12").mkdir()
+    shutil.copy(ROOT / "figures" / "sokoban_remap_d12" / "teacher_remap.json",
+                tmp_path / "sokoban_remap_d12")
+    text = depth.table(tmp_path)
+    from nca_interp import analysis
+
+    t = analysis.load(tmp_path / "sokoban_remap_d12" / "teacher_remap.json")
+    (base,) = t.results.values()
+    line = next(x for x in text.splitlines() if x.startswith("| 12 |"))
+    assert f"{base['correct_no_c']:.3f} / {base['correct_c']:.3f} (teacher alone)" in line
+    assert "students not run: `python -m nca_interp.paper.reproduce --task sokoban_remap_d12" \
+        in line and line.count("|") == 9  # the header's 8 cells
+    assert text.count("sokoban_remap_d12 --seeds") == 5  # the other tables: not run
+
+
 def test_harm_and_reading_c_carry_their_nulls_read_from_the_json():
     """Beside OPD's harm, step 0's harm and each seed's independence baseline 1 - accuracy
     with c; 'beyond both' counts seeds whose harm interval clears both; reads_c as the control
