@@ -170,9 +170,9 @@ def run_checkpoint(path: str, cfg: PatchingConfig) -> dict:
     rows, control_rows, counts = find_cases(model, tok, found, ctx, levels, kind)
     bridge = boot_bridge(path, loaded=(model, tok))
     if not pattern_edits_reach_logits(bridge):
-        raise UsageError(f"{path}: through TransformerLens's bridge, editing attn.hook_pattern "
-                         f"changes none of this {model.config.model_type} model's logits (its "
-                         "attention does not read the hooked pattern), so removing heads' "
+        raise UsageError(f"{path}: through TransformerLens's bridge, editing the hooked "
+                         f"attention pattern changes none of this {model.config.model_type} "
+                         "model's logits (its attention does not read it), so removing heads' "
                          "reading of c would measure nothing; patching cannot run on this "
                          "architecture (layer_sim, grad_align and param_delta can)")
     report = {"checkpoint": path, "task": found.name, "context": ctx, "kind": kind,

@@ -551,7 +551,7 @@ def test_a_model_whose_attention_ignores_the_pattern_hook_is_refused(tok, tmp_pa
     torch.manual_seed(0)
     folder = save_checkpoint(tmp_path / "opt", T.OPTForCausalLM(cfg).eval(), tok, {"task": TASK})
     assert not pattern_edits_reach_logits(boot_bridge(folder))
-    with pytest.raises(UsageError, match="editing attn.hook_pattern changes none"):
+    with pytest.raises(UsageError, match="editing the hooked attention pattern changes none"):
         patching.main([str(folder), "--n-levels", "2", "--threads", "1",
                        "--out", str(tmp_path / "p")])
     assert not list(tmp_path.glob("p*"))
