@@ -2,6 +2,7 @@
 only the blocks from the hooked layer on (`nca_interp.patching.rerun`).
 
     python -m bench.patching_cost [--ckpt DIR] [--threads 1] [--cases 64] [--heads true]
+                                  [--resid true] [--heads-ablated 0.5]
 
 The harm cases of a checkpoint (default: the embedded Sokoban OPD), topped up with its
 controls to `--cases`, are one left-padded batch. Timed: one plain batched forward of the
@@ -43,6 +44,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--cases", type=int, default=64)
     ap.add_argument("--n-levels", type=int, default=1000)
     ap.add_argument("--heads", default="true", choices=("true", "false"))
+    ap.add_argument("--resid", default="true", choices=("true", "false"),
+                    help="the residual sweep (false with --heads false: the answers alone)")
     ap.add_argument("--heads-ablated", type=float, default=0.5,
                     help="share of heads whose reading of c the timed greedy answers remove")
     args = ap.parse_args(argv)
@@ -74,7 +77,8 @@ def main(argv=None) -> dict:
                    3, 1)
     src = patching.cache_of(bridge, cases.src_ids, cases.src_mask, resid + z)
     where = cases.groups["all"]
-    sweeps = {"resid": [[(n, patching.patch_hook(src[n][:, -W0:], where))] for n in resid]}
+    sweeps = {"resid": [[(n, patching.patch_hook(src[n][:, -W0:], where))] for n in resid]} \
+        if args.resid == "true" else {}
     if args.heads == "true":
         sweeps["head"] = [[(n, patching.patch_hook(src[n][:, -W0:], where, h))]
                           for n in z for h in range(H)]
@@ -86,8 +90,9 @@ def main(argv=None) -> dict:
           f"tokens), {L} layers x {H} heads, {args.threads} thread(s)")
     print(f"{'one batched forward, context view (s)':<44}{plain:.4f}")
     print(f"{'source activations cached once (s)':<44}{cache:.4f}")
-    print(f"{'sweep':<8}{'forwards':>9}{'full (s)':>11}{'rerun (s)':>11}{'full/rerun':>12}"
-          f"{'max |diff|':>12}")
+    if sweeps:
+        print(f"{'sweep':<8}{'forwards':>9}{'full (s)':>11}{'rerun (s)':>11}{'full/rerun':>12}"
+              f"{'max |diff|':>12}")
     for name, hooks in sweeps.items():
         t0 = time.perf_counter()
         full = [patching.last_logits(bridge, *dst, h) for h in hooks]
@@ -102,8 +107,9 @@ def main(argv=None) -> dict:
                                "exact": run.exact}
         print(f"{name:<8}{len(hooks):>9}{t_full:>11.2f}{t_fast:>11.2f}{t_full / t_fast:>11.2f}x"
               f"{diff:>12.1e}")
-    print("rerun: blocks l.. of a kept clean run and the last position's unembedding; the "
-          "rerun column includes keeping that run (two forwards)")
+    if sweeps:
+        print("rerun: blocks l.. of a kept clean run and the last position's unembedding; the "
+              "rerun column includes keeping that run (two forwards)")
     out["generation"] = generation_cost(bridge, task, tok, model, cases, args.heads_ablated)
     return out
 

@@ -23,6 +23,11 @@ def test_patching_cost_runs():
     assert all(s["exact"] and s["max_abs_diff"] < 1e-5 for s in out["sweeps"].values())
     gen = out["generation"]
     assert gen["identical"] == gen["n"] == 4 and gen["heads_ablated"] > 0
+    alone = patching_cost.main(["--n-levels", "40", "--cases", "4", "--heads", "false",
+                                "--resid", "false", "--heads-ablated", "0"])
+    assert alone["sweeps"] == {} and alone["generation"]["heads_ablated"] == 0
+    with pytest.raises(SystemExit):
+        patching_cost.main(["--heads-ablated", "1.5"])
 
 
 def test_patching_cost_says_what_to_do_without_a_case(monkeypatch):
