@@ -47,7 +47,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--resid", default="true", choices=("true", "false"),
                     help="the residual sweep (false with --heads false: the answers alone)")
     ap.add_argument("--heads-ablated", type=float, default=0.5,
-                    help="share of heads whose reading of c the timed greedy answers remove")
+                    help="share of heads whose reading of c the timed greedy answers remove: "
+                         "every round(1/share)-th head, so 0.3 removes a third (the count "
+                         "removed is printed)")
     args = ap.parse_args(argv)
     for flag in ("threads", "cases", "n_levels"):
         if getattr(args, flag) < 1:
