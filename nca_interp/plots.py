@@ -306,23 +306,25 @@ def patching_figures(report: Patching) -> dict[str, go.Figure]:
               f"<sup>0 = unchanged, {undo}; mean over cases</sup>",
         xaxis_title=xtitle, yaxis_title="layer", yaxis=dict(autorange="reversed"),
         height=max(380, 16 * L + 160), autosize=True)
-    panels = [("ablation", report.ablation["mean"], "attention to c removed")]
+    panels = [("ablation", report.ablation["mean"], "attention to c removed")] \
+        if report.ablation is not None else []  # None: the bridge ignores pattern edits
     if "heads" in report.forward:
         panels = [("forward", report["forward"]["heads"]["mean"], "output no-c -> c"),
                   ("reverse", report["reverse"]["heads"]["mean"], "output c -> no-c")] + panels
-    heads = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[2] for p in panels])
-    for col, (_, zz, _) in enumerate(panels):
-        heads.add_trace(go.Heatmap(z=zz, x=[f"H{h}" for h in range(H)], y=layers,
-                                   colorscale="RdBu", zmid=0, zmin=-1, zmax=1,
-                                   showscale=col == len(panels) - 1,
-                                   colorbar={"title": "normalised<br>effect"}), 1, col + 1)
-    heads.update_xaxes(title_text="head")
-    heads.update_yaxes(autorange="reversed")  # layer 0 on top in every panel
-    heads.update_yaxes(title_text="layer", col=1)
-    heads.update_layout(title=f"{who}: per head<br><sup>0 = unchanged, 1 = the other view's "
-                              f"logit difference at the deciding position</sup>",
-                        height=max(380, 16 * L + 160), autosize=True)
-    figs["heads"] = heads
+    if panels:
+        heads = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[2] for p in panels])
+        for col, (_, zz, _) in enumerate(panels):
+            heads.add_trace(go.Heatmap(z=zz, x=[f"H{h}" for h in range(H)], y=layers,
+                                       colorscale="RdBu", zmid=0, zmin=-1, zmax=1,
+                                       showscale=col == len(panels) - 1,
+                                       colorbar={"title": "normalised<br>effect"}), 1, col + 1)
+        heads.update_xaxes(title_text="head")
+        heads.update_yaxes(autorange="reversed")  # layer 0 on top in every panel
+        heads.update_yaxes(title_text="layer", col=1)
+        heads.update_layout(title=f"{who}: per head<br><sup>0 = unchanged, 1 = the other view's "
+                                  f"logit difference at the deciding position</sup>",
+                            height=max(380, 16 * L + 160), autosize=True)
+        figs["heads"] = heads
     rows = (report.heads or {}).get("rows")
     if rows:
         sel = make_subplots(rows=1, cols=2, horizontal_spacing=0.14, subplot_titles=[

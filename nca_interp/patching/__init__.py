@@ -169,12 +169,14 @@ def run_checkpoint(path: str, cfg: PatchingConfig) -> dict:
     levels = found.levels("test", cfg.n_levels, seed)
     rows, control_rows, counts = find_cases(model, tok, found, ctx, levels, kind)
     bridge = boot_bridge(path, loaded=(model, tok))
-    if not pattern_edits_reach_logits(bridge):
-        raise UsageError(f"{path}: through TransformerLens's bridge, editing the hooked "
-                         f"attention pattern changes none of this {model.config.model_type} "
-                         "model's logits (its attention does not read it), so removing heads' "
-                         "reading of c would measure nothing; patching cannot run on this "
-                         "architecture (layer_sim, grad_align and param_delta can)")
+    own_hooks = attached_hooks(bridge)  # the bridge's own (OPT's attention keeps six)
+    no_ablation = None if pattern_edits_reach_logits(bridge) else (
+        f"not measured: through TransformerLens's bridge, editing the hooked attention pattern "
+        f"changes none of this {model.config.model_type} model's logits (its attention does not "
+        "read it), so removing heads' reading of c would measure exactly nothing; the residual, "
+        "MLP and head-output patching and the logit lens do take effect and are reported")
+    if no_ablation:
+        print(f"{Path(path).name}: head ablation {no_ablation}", flush=True)
     report = {"checkpoint": path, "task": found.name, "context": ctx, "kind": kind,
               "scope": scope, "ablate": ablate, "counts": counts, "n_layers": bridge.cfg.n_layers,
               "n_heads": bridge.cfg.n_heads, "data": analysis.data_record(found, levels)}
@@ -198,22 +200,22 @@ def run_checkpoint(path: str, cfg: PatchingConfig) -> dict:
     fwd = sweep(bridge, cases, "forward", stats, scope)
     rev = sweep(bridge, cases, "reverse", stats, scope)
     sweep_s = time.time() - t1
-    abl = ablation(bridge, cases)
+    abl = ablation(bridge, cases) if not no_ablation else None
     report[kind] = {"n": len(cases), "t_star": cases.t_star,
                     "ld_no_c": fwd["ld_src"], "ld_c": fwd["ld_dst"]}
     for tag, res in (("forward", fwd), ("reverse", rev)):
         report[tag] = {k: ({g: summarise(v, units) for g, v in res[k].items()}
                            if k == "resid_groups" else summarise(res[k], units))
                        for k in ("resid_groups", "mlp", "resid_offsets", "heads") if k in res}
-    report["ablation"] = summarise(abl, units)
-    report["heads"] = held_out_heads(bridge, found, cases, control, abl, kind, list(ks), stops,
-                                     n_random, n_random_generate, seed, stats, units,
-                                     control_units)
+    report["ablation"] = summarise(abl, units) if abl is not None else None
+    report["heads"] = {"note": f"head ablation {no_ablation}"} if no_ablation else \
+        held_out_heads(bridge, found, cases, control, abl, kind, list(ks), stops, n_random,
+                       n_random_generate, seed, stats, units, control_units)
     report["lens"] = {k: summarise(v, units) for k, v in logit_lens(bridge, cases).items()}
     report["cost"] = {"cases": len(cases), "patched_forwards": stats["forwards"],
                       "generations": stats.get("generations", 0), "sweep_s": sweep_s,
                       "total_s": time.time() - t0}
-    assert attached_hooks(bridge) == 0
+    assert attached_hooks(bridge) == own_hooks
     return report
 
 
@@ -296,10 +298,11 @@ def format_report(r: dict) -> str:
             top = np.argsort(-np.nan_to_num(hd, nan=-9), axis=None)[:4]
             lines.append("    heads (hook_z): " + ", ".join(
                 f"L{i // H}H{i % H} {hd.flat[i]:.2f}" for i in top))
-    ab = np.array(r.ablation["mean"])
-    top = np.argsort(-np.nan_to_num(ab, nan=-9), axis=None)[:6]
-    lines.append("  removing one head's attention to c, all cases (1 = the no-context value): "
-                 + ", ".join(f"L{i // H}H{i % H} {ab.flat[i]:.2f}" for i in top))
+    if r.ablation is not None:
+        ab = np.array(r.ablation["mean"])
+        top = np.argsort(-np.nan_to_num(ab, nan=-9), axis=None)[:6]
+        lines.append("  removing one head's attention to c, all cases (1 = the no-context "
+                     "value): " + ", ".join(f"L{i // H}H{i % H} {ab.flat[i]:.2f}" for i in top))
     lines += format_heads(r).splitlines()
     kl = r.lens["kl"]["mean"]
     lines.append("  logit lens at the deciding position, KL(no c || c) per layer (embed first): "

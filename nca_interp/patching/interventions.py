@@ -51,13 +51,17 @@ def greedy(bridge, ids: torch.Tensor, mask: torch.Tensor, max_new: int, stop: li
     counted from the left). The first step is checked against the full forward of the same
     sequence with the same hooks; where it differs by more than `tol` of the largest logit or
     fails (a hook indexing columns from the right, an attention the cache does not reach),
-    every step reruns the whole sequence (as `kv_cache=False` does throughout). So does a
+    every step reruns the whole sequence (as `kv_cache=False` does throughout). The last
+    cached step is checked the same way, so a hook whose cached effect shows only later (one
+    that edits earlier positions once the sequence has grown) is decoded again without the
+    cache: one more full forward per call, the answers always the plain loop's. So does a
     sliding-window model whose prompt and response may outgrow its window: its cache then
     keeps only the window's keys, the pattern's columns no longer count from the left, and
     the first step, still inside the window, cannot show it."""
     from transformers import DynamicCache
 
     hooks = list(hooks or [])
+    start = ids, mask
     out = [[] for _ in range(len(ids))]
     done = torch.zeros(len(ids), dtype=torch.bool)
     stops = torch.tensor(stop)
@@ -69,6 +73,7 @@ def greedy(bridge, ids: torch.Tensor, mask: torch.Tensor, max_new: int, stop: li
         cache = DynamicCache(config=config) if config is not None else DynamicCache()
         cached = kv_cache and ids.shape[1] + max_new <= window(config)
         logits = run(ids, cache=cache, use_cache=True) if cached else run(ids)
+        unchecked = False  # whether `logits` came from a cached step no full forward checked
         for step in range(max_new):
             tok = logits.argmax(-1)
             for i in range(len(ids)):
@@ -84,7 +89,7 @@ def greedy(bridge, ids: torch.Tensor, mask: torch.Tensor, max_new: int, stop: li
                 logits = run(ids)
                 continue
             if step > 0:
-                logits = run(nxt, cache=cache, use_cache=True)
+                logits, unchecked = run(nxt, cache=cache, use_cache=True), True
                 continue
             full = run(ids)
             try:
@@ -92,9 +97,18 @@ def greedy(bridge, ids: torch.Tensor, mask: torch.Tensor, max_new: int, stop: li
             except RuntimeError:  # a hook that cannot take one column (shapes from the right)
                 cached, logits = False, full
                 continue
-            if (logits - full).abs().max() > tol * max(1.0, float(full.abs().max())):
+            if _differ(logits, full, tol):
                 cached, logits = False, full
+        redo = cached and unchecked and _differ(logits, run(ids), tol)
+    if redo:  # the cache drifted after the first step: decode again the plain way
+        return greedy(bridge, *start, max_new, stop, pad, hooks, tol, kv_cache=False)
     return out
+
+
+def _differ(logits: torch.Tensor, full: torch.Tensor, tol: float) -> bool:
+    """Whether cached-step logits differ from the full forward's by more than `tol` of its
+    largest logit."""
+    return bool((logits - full).abs().max() > tol * max(1.0, float(full.abs().max())))
 
 
 @torch.no_grad()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from nca_interp import patching
+from nca_interp import patching, plots
 from nca_interp.checkpoint import save_checkpoint
 from nca_interp.hooks import attached_hooks, boot_bridge
 from nca_interp.patching.rerun import Rerun, first_layer
@@ -460,8 +460,36 @@ def test_cached_greedy_decoding_equals_rerunning_the_sequence(setup, tok):
     got = greedy(bridge, ids, mask, 12, stops, pad, hooks + [count])
     assert got == want and max(map(len, want)) > 3
     assert greedy(bridge, ids, mask, 12, stops, pad, hooks, kv_cache=False) == want
-    # prefill, the first step's full-forward check, then one token per step
-    assert seen[:2] == [ids.shape[1], ids.shape[1] + 1] and seen[2:] == [1] * len(seen[2:])
+    # prefill, the first step's full-forward check, one token per step, the last step's check
+    n, steps = ids.shape[1], max(map(len, want))
+    assert seen[:2] == [n, n + 1] and seen[2:-1] == [1] * (steps - 1)
+    assert seen[-1] == n + steps - 1
+    assert attached_hooks(bridge) == 0
+
+
+def test_a_hook_whose_cached_effect_shows_late_reruns_the_whole_sequence(setup, tok):
+    """A hook that, once the sequence has grown two tokens past the prompt, removes every
+    position's attention to the prompt's first half (earlier positions too, which a cache has
+    already kept unablated): the first step's check passes, the last step's does not, and the
+    answers are decoded again the plain way (without that check one answer differs)."""
+    from nca_interp.names import pattern_hook
+    from nca_interp.patching.interventions import greedy
+
+    bridge, _, cases, _ = setup
+    ids, mask = cases.dst_prompt
+    n = ids.shape[1]
+
+    def late(p, hook):
+        if p.shape[-1] >= n + 2:
+            p[..., : n // 2] = 0
+        return p
+
+    hooks = [(pattern_hook(li), late) for li in range(bridge.cfg.n_layers)]
+    stops, pad = [tok.eos_token_id], tok.pad_token_id or 0
+    want = reference_greedy(bridge, ids, mask, 10, stops, pad, hooks)
+    seen, count = lengths_run(bridge)
+    assert greedy(bridge, ids, mask, 10, stops, pad, hooks + [count]) == want
+    assert max(map(len, want)) > 3 and seen.count(n) == 2  # a second decoding from the prompt
     assert attached_hooks(bridge) == 0
 
 
@@ -534,14 +562,15 @@ def test_a_window_the_decoding_may_outgrow_reruns_the_whole_sequence(tok, tmp_pa
     assert window(T.Gemma2Config(sliding_window=8)) == 8
 
 
-def test_a_model_whose_attention_ignores_the_pattern_hook_is_refused(tok, tmp_path):
+def test_a_model_whose_attention_ignores_the_pattern_hook_is_patched_without_ablation(
+        tok, tmp_path, monkeypatch, capsys):
     """OPT through TransformerLens 4.3's bridge computes attention without the hooked pattern:
     zeroing every pattern changes no logit, so a head ablation there would report effects of
-    exactly 0. patching says so in one line and writes nothing; a model whose attention reads
-    the pattern passes the probe."""
+    exactly 0. patching says so in one line and in the report (no ablation, no head table, a
+    note), and still runs what does take effect there (residual and MLP patching, the logit
+    lens, their figures); a model whose attention reads the pattern passes the probe."""
     import transformers as T
 
-    from nca_interp.errors import UsageError
     from nca_interp.patching.interventions import pattern_edits_reach_logits
 
     cfg = T.OPTConfig(vocab_size=len(tok), hidden_size=32, ffn_dim=64, num_hidden_layers=2,
@@ -551,9 +580,27 @@ def test_a_model_whose_attention_ignores_the_pattern_hook_is_refused(tok, tmp_pa
     torch.manual_seed(0)
     folder = save_checkpoint(tmp_path / "opt", T.OPTForCausalLM(cfg).eval(), tok, {"task": TASK})
     assert not pattern_edits_reach_logits(boot_bridge(folder))
-    with pytest.raises(UsageError, match="editing the hooked attention pattern changes none"):
-        patching.main([str(folder), "--n-levels", "2", "--threads", "1",
-                       "--out", str(tmp_path / "p")])
-    assert not list(tmp_path.glob("p*"))
+    ids = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+
+    def cases(model, tok_, task, ctx, levels, kind):  # an untrained model has no harm case
+        rows = [(lv, ids("UR") + [tok.eos_token_id], ids("DR"), 0) for lv in levels]
+        return rows, rows[:2], {"levels": len(levels), "right_no_c": len(levels),
+                                "right_c": 0, "harm": len(levels), "help": 0, "both": 0}
+
+    monkeypatch.setattr(patching, "find_cases", cases)
+    rep = patching.run(ckpt=[str(folder)], n_levels=4, threads=1, n_random=2,
+                       n_random_generate=0, out=str(tmp_path / "p"))
+    (r,) = rep.results.values()
+    assert r.ablation is None and "pattern changes none" in r.heads["note"]
+    assert "pattern changes none" in capsys.readouterr().out
+    fwd = np.array(r.forward["resid_groups"]["all"]["per_case"])
+    assert fwd.shape == (4, 2) and np.isfinite(fwd).any()
+    assert len(r.lens["kl"]["mean"]) == 3
+    text = patching.format_report(r)
+    assert "removing one head" not in text and "not measured" in text
+    figs = plots.patching_figures(r)
+    assert {"positions", "lens"} <= set(figs) and "head_selection" not in figs
+    # the per-head figure shows the head outputs patched both ways, and no ablation panel
+    assert "heads" in r.forward and len(figs["heads"].data) == 2
     assert pattern_edits_reach_logits(boot_bridge(save_checkpoint(
         tmp_path / "qwen", tiny(tok, seed=1), tok, {"task": TASK})))

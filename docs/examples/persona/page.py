@@ -10,7 +10,7 @@ import io
 import sys
 from pathlib import Path
 
-from nca_interp.fsio import read_json
+from nca_interp.fsio import read_json, write_text
 
 ANALYSES = (
     ("evaluate", "Does c still help, or hurt, when it returns? Accuracy with and without c "
@@ -50,7 +50,7 @@ def render(folder: Path) -> str:
 
 def main(folder: str) -> None:
     folder = Path(folder)
-    (folder / "README.md").write_text(render(folder))
+    write_text(folder / "README.md", render(folder))  # whole or not at all
     print(f"wrote {folder / 'README.md'}")
 
 
