@@ -14,7 +14,10 @@ c: what harm would be if c scrambled answers independently of x), help, the regi
 (accuracy with c minus with the wrong c), the mean token KL(g(.|x) || g(.|x,c)) on the
 no-context responses, and the relative length change. The same items and greedy decoding each
 time, so two logs compare; the numbers are those `python -m nca_interp.evaluate --control` gives
-for a checkpoint saved at that step (tested inside `trainer.train()`).
+for a checkpoint saved at that step (tested inside `trainer.train()`). They are measured in the
+model's own precision: a trainer in mixed precision (TRL's CPU default, bf16) has accelerate wrap
+the model's forward in autocast, and the monitor runs the unwrapped forward instead, as
+`evaluate` runs the saved weights.
 
 Training anchors that never look at the context's return (TRL's distillation trainers, GKD,
 SFT, GRPO with a privileged-context column) get the warning the paper is about while it
@@ -23,6 +26,9 @@ happens: a student whose accuracy with c falls below its accuracy without c is b
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
+import torch
 from transformers import TrainerCallback
 
 from nca_interp.errors import UsageError
@@ -46,29 +52,53 @@ def measure(model, tokenizer, task, context: str | None = None, n_items: int = 6
     was_training = model.training
     model.eval()
     try:
-        task = task.for_tokenizer(tokenizer)
-        context = context or task.default_context
-        levels = task.levels("test", n_items, seed)
-        units = [task.unit(lv) for lv in levels]
-        no_c = play_levels(model, tokenizer, task, levels, None, 0.0, seed)
-        with_c = play_levels(model, tokenizer, task, levels, context, 0.0, seed)
-        out = views_kl(model, tokenizer, task, levels, context, no_c["ids"], units)
-        out = {"kl_views": out["kl_views"]}
-        if not getattr(task, "scored", True):
-            rep = unscored_report(no_c, with_c, units, task.unit_name)
-            return {**out, "rel_len": rep["rel_len"], "len_no_c": rep["len_no_c"],
-                    "len_c": rep["len_c"]}
-        rep = paired_report(no_c, with_c, units, task.unit_name)
-        out.update({k: rep[k] for k in KEYS})
-        out["harm_baseline"] = None if rep["correct_c"] is None else 1 - rep["correct_c"]
-        out["regime"] = rep["regime"]
-        if control:
-            wrong = [task.control_context(levels, i, context) for i in range(len(levels))]
-            ctrl = play_levels(model, tokenizer, task, levels, wrong, 0.0, seed)
-            out["reads_c"] = control_report(no_c, with_c, ctrl, units, task.unit_name)["reads_c"]
-        return out
+        with own_precision(model):
+            return _measure_views(model, tokenizer, task, context, n_items, seed, control)
     finally:
         model.train(was_training)
+
+
+@contextmanager
+def own_precision(model):
+    """The block runs `model` in its weights' precision: accelerate's mixed precision replaces
+    `model.forward` with one wrapped in autocast (the original kept as `_original_forward`);
+    the original is put back for the block, and any autocast around it is switched off."""
+    wrapped = model.__dict__.get("forward")
+    original = model.__dict__.get("_original_forward")
+    device = next(model.parameters()).device.type
+    if wrapped is not None and original is not None:
+        model.forward = original
+    try:
+        with torch.autocast(device_type=device, enabled=False):
+            yield
+    finally:
+        if wrapped is not None and original is not None:
+            model.forward = wrapped
+
+
+def _measure_views(model, tokenizer, task, context, n_items, seed, control) -> dict:
+    """`measure` on a model already in eval mode and in its own precision."""
+    task = task.for_tokenizer(tokenizer)
+    context = context or task.default_context
+    levels = task.levels("test", n_items, seed)
+    units = [task.unit(lv) for lv in levels]
+    no_c = play_levels(model, tokenizer, task, levels, None, 0.0, seed)
+    with_c = play_levels(model, tokenizer, task, levels, context, 0.0, seed)
+    out = views_kl(model, tokenizer, task, levels, context, no_c["ids"], units)
+    out = {"kl_views": out["kl_views"]}
+    if not getattr(task, "scored", True):
+        rep = unscored_report(no_c, with_c, units, task.unit_name)
+        return {**out, "rel_len": rep["rel_len"], "len_no_c": rep["len_no_c"],
+                "len_c": rep["len_c"]}
+    rep = paired_report(no_c, with_c, units, task.unit_name)
+    out.update({k: rep[k] for k in KEYS})
+    out["harm_baseline"] = None if rep["correct_c"] is None else 1 - rep["correct_c"]
+    out["regime"] = rep["regime"]
+    if control:
+        wrong = [task.control_context(levels, i, context) for i in range(len(levels))]
+        ctrl = play_levels(model, tokenizer, task, levels, wrong, 0.0, seed)
+        out["reads_c"] = control_report(no_c, with_c, ctrl, units, task.unit_name)["reads_c"]
+    return out
 
 
 class ContextReturnCallback(TrainerCallback):

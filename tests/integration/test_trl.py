@@ -251,3 +251,23 @@ def test_the_callback_rides_in_trls_own_sft_trainer(tmp_path):
             assert h[k] == rep[k], (h["step"], k)
         assert h["reads_c"] == rep["control"]["reads_c"]
     assert cb.history[0]["correct_no_c"] != cb.history[1]["correct_no_c"]  # SFT moved the model
+
+
+def test_the_monitor_measures_in_the_weights_precision_and_puts_the_wrapper_back():
+    """accelerate's mixed precision (TRL's CPU default) swaps `model.forward` for one wrapped in
+    bf16 autocast; inside `own_precision` the model runs its original fp32 forward, and after
+    it the wrapper is back, so training goes on in the precision it chose."""
+    from types import MethodType
+
+    from nca_interp.trl_callbacks import own_precision
+
+    model = torch.nn.Linear(4, 4)
+    model._original_forward = model.forward
+    model.forward = MethodType(torch.autocast("cpu", dtype=torch.bfloat16)(
+        type(model).forward), model)
+    wrapped = model.forward
+    x = torch.randn(2, 4)
+    assert model(x).dtype == torch.bfloat16
+    with torch.autocast("cpu", dtype=torch.bfloat16), own_precision(model):
+        assert model(x).dtype == torch.float32
+    assert model.forward == wrapped and model(x).dtype == torch.bfloat16
