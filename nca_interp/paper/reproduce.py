@@ -4,8 +4,9 @@ layer_sim, grad_align over training checkpoints, param_delta, and a manifest.
     python -m nca_interp.paper.reproduce --task sokoban --seeds 0,1,2
     python -m nca_interp.paper.reproduce --task sokoban --quick          # one seed, short runs
 
-Stages whose outputs exist are skipped (training stages resume after a kill: each run directory
-continues from its last checkpoint). Outputs: runs/<task>_* (checkpoints) and figures/<task>/
+Stages whose outputs exist and were made from their inputs as they are now (by content digest)
+are skipped (training stages resume after a kill: each run directory continues from its last
+checkpoint). Outputs: runs/<task>_* (checkpoints) and figures/<task>/
 (JSON, HTML, PNG with --png). figures/<task>/manifest.json records, per file, the command,
 commit, seeds and wall time that produced it.
 """
@@ -23,7 +24,13 @@ from pathlib import Path
 import numpy as np
 
 from nca_interp import analysis, evaluate, grad_align, layer_sim, param_delta, patching, trajectory
-from nca_interp.checkpoint import git_commit, latest_step_checkpoint, read_run_config, verify_folder
+from nca_interp.checkpoint import (
+    content_digest,
+    git_commit,
+    latest_step_checkpoint,
+    read_run_config,
+    verify_folder,
+)
 from nca_interp.cli import (
     argv_of,
     check_disk,
@@ -183,7 +190,7 @@ class ReproduceConfig:
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
     keep: list[str] | None = field(default=None, metadata={
-        "help": lambda: "steps whose outputs stay as they are although checkpoints are newer "
+        "help": lambda: "steps whose outputs stay as they are although checkpoints changed "
                         "(students retrained and shown identical): context_return, "
                         "over_training, analyses, or one analysis (" + ", ".join(planned())
                         + "); only the students the other steps read are trained",
@@ -210,13 +217,17 @@ class Manifest:
         self.resumed: list[str] = []  # training stages it resumed from an earlier checkpoint
 
     def record(self, files: list[str], command: list[str], seconds: float,
-               seconds_from: str | None = None) -> None:
+               seconds_from: str | None = None, inputs: dict | None = None) -> None:
+        """Record how each of `files` was made; `inputs`: the content digest of each input it
+        was computed from (`digests`), by which a later invocation tells whether it is stale."""
         for f in files:
             self.data["files"][str(f)] = {"command": " ".join(command), "commit": git_commit(),
                                           "seeds": self.cfg.seeds, "seconds": round(seconds, 1),
                                           "date": time.strftime("%Y-%m-%d %H:%M:%S")}
             if seconds_from:
                 self.data["files"][str(f)]["seconds_from"] = seconds_from
+            if inputs is not None:
+                self.data["files"][str(f)]["inputs"] = inputs
         self.data["config"] = to_dict(self.cfg)
         write_text(self.path, json.dumps(self.data, indent=1))
 
@@ -224,6 +235,35 @@ class Manifest:
 def done(run_dir: Path, steps: int) -> bool:
     last = latest_step_checkpoint(run_dir)
     return last is not None and last.name == f"step_{steps:06d}"
+
+
+def digests(inputs: list[Path]) -> dict[str, str | None]:
+    """The content digest of each input (`checkpoint.content_digest`: a checkpoint's manifest,
+    which records every file's sha256, or a file's own sha256); None where it does not exist."""
+    return {str(p): content_digest(p) if Path(p).exists() else None for p in inputs}
+
+
+def up_to_date(entry: dict, outputs: list[Path], inputs: list[Path]) -> bool:
+    """Whether outputs computed from `inputs` still stand: by content where the manifest entry
+    recorded its inputs' digests (a checkout or a copy renews every file's time, never its
+    content), else (entries written before digests were kept) by time: no input newer than an
+    output."""
+    if not inputs:
+        return True
+    if "inputs" in entry:
+        return entry["inputs"] == digests(inputs)
+    return min(mtime(p) for p in outputs) >= max(mtime(p) for p in inputs)
+
+
+def distilled_from(run: Path, init: Path, teacher_final: Path) -> bool:
+    """Whether student `run` started from `init` as it is now: by the content digest the run
+    recorded for its --student (a copy or checkout of both stays a match), else (runs from
+    before digests were kept) by time: its final checkpoint newer than the teacher's."""
+    recorded = (read_run_config(run).get("inputs") or {}).get("--student")
+    if isinstance(recorded, dict) and recorded.get("sha256"):
+        return recorded["sha256"] == content_digest(init)
+    final = latest_step_checkpoint(run)
+    return final is not None and mtime(final) >= mtime(teacher_final)
 
 
 def mtime(path: Path) -> float:
@@ -234,27 +274,30 @@ def mtime(path: Path) -> float:
 
 def stage(name: str, manifest: Manifest, outputs: list[Path], fn, cfg,
           inputs: list[Path] = (), positional: str | None = "ckpt") -> None:
-    """Run `fn(cfg)` (a command's `execute` on its config object) unless every output exists
-    and is newer than every input (a retrained checkpoint makes what was computed from it
-    stale) and was made by the same config; record the command line that runs that config
-    (`python -m <fn's module> ...`), so each output names how to make it again."""
+    """Run `fn(cfg)` (a command's `execute` on its config object) unless every output exists,
+    was made by the same config and from the same inputs (`up_to_date`: a retrained checkpoint
+    makes what was computed from it stale); record the command line that runs that config
+    (`python -m <fn's module> ...`) and the inputs' digests, so each output names how to make
+    it again and from what."""
     module = fn.__module__
     argv = argv_of(cfg, positional)
     if outputs and all(p.exists() for p in outputs):
-        before = manifest.data["files"].get(str(outputs[0]), {}).get("command")
+        entry = manifest.data["files"].get(str(outputs[0]), {})
+        before = entry.get("command")
         if before is not None and not recorded_as(before, module, cfg, positional):
             print(f"[changed] {name}: its command changed (e.g. other seeds)")
-        elif not inputs or min(mtime(p) for p in outputs) >= max(mtime(p) for p in inputs):
+        elif up_to_date(entry, outputs, inputs):
             print(f"[skip] {name}: outputs exist and are up to date")
             manifest.skipped.append(name)
             return
         else:
-            print(f"[stale] {name}: an input checkpoint is newer than its outputs")
+            print(f"[stale] {name}: an input checkpoint changed since its outputs were made")
     print(f"[run] {name}: python -m {module} {' '.join(argv)}")
     t0 = time.time()
     fn(cfg)
     manifest.ran += 1
-    manifest.record([str(p) for p in outputs], ["python", "-m", module, *argv], time.time() - t0)
+    manifest.record([str(p) for p in outputs], ["python", "-m", module, *argv], time.time() - t0,
+                    inputs=digests(inputs))
 
 
 def recorded_as(command: str, module: str, cfg, positional: str | None) -> bool:
@@ -576,9 +619,9 @@ def train_students(p: Pipeline) -> None:
                     *PRECISION, "--threads", str(max(1, cfg.threads // cfg.jobs))]
             p.student_args[f"{method}_s{seed}"] = args
             final = out / "checkpoints" / f"step_{cfg.distill_steps:06d}"
-            if final.exists() and mtime(final) < mtime(p.teacher_final):
-                raise RunError(f"{out} was distilled from an older teacher than "
-                               f"{p.teacher_final}; delete {out} to rebuild it")
+            if final.exists() and not distilled_from(out, p.student_init, p.teacher_final):
+                raise RunError(f"{out} was distilled from another {p.student_init} than the "
+                               f"one there now; delete {out} to rebuild it")
             if final.exists():
                 print(f"[skip] {method} seed {seed}: outputs exist")
                 p.manifest.skipped.append(f"{method} seed {seed}")

@@ -79,19 +79,54 @@ def test_a_command_other_than_a_published_settings_writes_its_own_folder(tmp_pat
     assert reproduce.plan(cfg, []).figs == tmp_path / "published" / "sokoban"
 
 
-def test_stage_reruns_only_when_stale(tmp_path):
-    """A stage runs a command's `execute` on its config object and records the command line
-    that makes the same config; it reruns when an input is newer or the config differs (not
-    for another thread count, flag order or a spelled-out default)."""
+def test_a_student_is_matched_to_its_teacher_by_content(tmp_path, tok):
+    """A student run records its --student's content digest: it matches the teacher in place
+    after a copy (times renewed), not after the teacher is retrained; a run from before
+    digests were kept is judged by time."""
     import os
+    import shutil
+
+    from nca_interp.checkpoint import content_digest, save_checkpoint
+    from tests.conftest import tiny
+
+    teacher, run = tmp_path / "teacher", tmp_path / "student"
+    save_checkpoint(teacher, tiny(tok, seed=0), tok, {"task": {"name": "sokoban"}})
+    final = save_checkpoint(run / "checkpoints" / "step_000002", tiny(tok, seed=2), tok, {})
+    config = {"inputs": {"--student": {"path": str(teacher), "sha256": content_digest(teacher)}}}
+    (run / "run_config.json").write_text(json.dumps(config))
+    assert reproduce.distilled_from(run, teacher, teacher)
+    shutil.copytree(teacher, tmp_path / "copy")
+    shutil.rmtree(teacher)
+    (tmp_path / "copy").rename(teacher)
+    os.utime(teacher / "nca_checkpoint.json", (final.stat().st_mtime + 100,) * 2)
+    assert reproduce.distilled_from(run, teacher, teacher)  # newer, but the same weights
+    save_checkpoint(teacher, tiny(tok, seed=1), tok, {"task": {"name": "sokoban"}})
+    os.utime(teacher / "nca_checkpoint.json", (0, 0))
+    assert not reproduce.distilled_from(run, teacher, teacher)  # older, but other weights
+    (run / "run_config.json").write_text("{}")  # recorded before digests were kept
+    assert reproduce.distilled_from(run, teacher, teacher)
+    os.utime(teacher / "nca_checkpoint.json", (final.stat().st_mtime + 100,) * 2)
+    assert not reproduce.distilled_from(run, teacher, teacher)
+
+
+def test_stage_reruns_only_when_stale(tmp_path, tok):
+    """A stage runs a command's `execute` on its config object and records the command line
+    that makes the same config and its inputs' content digests; it reruns when an input's
+    content changed (a retrained checkpoint) or the config differs (not for another thread
+    count, flag order or a spelled-out default), and not when an input was only copied or
+    checked out again (every file's time renewed, its content the same). An entry recorded
+    before digests were kept falls back to times."""
+    import os
+    import shutil
     from dataclasses import replace
 
+    from nca_interp.checkpoint import save_checkpoint
     from nca_interp.evaluate import EvalConfig
+    from tests.conftest import tiny
 
     manifest = reproduce.Manifest(tmp_path / "manifest.json", reproduce.ReproduceConfig())
     ckpt, out = tmp_path / "ckpt", tmp_path / "out.json"
-    ckpt.mkdir()
-    (ckpt / "nca_checkpoint.json").write_text("{}")
+    save_checkpoint(ckpt, tiny(tok, seed=0), tok, {"task": {"name": "sokoban"}})
     calls = []
 
     def fn(cfg):
@@ -103,7 +138,16 @@ def test_stage_reruns_only_when_stale(tmp_path):
     reproduce.stage("s", manifest, [out], fn, cfg, inputs=[ckpt])
     reproduce.stage("s", manifest, [out], fn, cfg, inputs=[ckpt])
     assert len(calls) == 1 and calls[0] is cfg  # up to date: skipped
-    os.utime(ckpt / "nca_checkpoint.json", (out.stat().st_mtime + 10,) * 2)  # retrained
+    copy = tmp_path / "copy"  # a copy, or a fresh checkout: every time renewed, content kept
+    shutil.copytree(ckpt, copy)
+    shutil.rmtree(ckpt)
+    copy.rename(ckpt)
+    for f in ckpt.iterdir():
+        os.utime(f, (out.stat().st_mtime + 10,) * 2)
+    reproduce.stage("s", manifest, [out], fn, cfg, inputs=[ckpt])
+    assert len(calls) == 1
+    save_checkpoint(ckpt, tiny(tok, seed=1), tok, {"task": {"name": "sokoban"}})  # retrained
+    os.utime(ckpt / "nca_checkpoint.json", (0, 0))  # older than the output, yet stale
     reproduce.stage("s", manifest, [out], fn, cfg, inputs=[ckpt])
     assert len(calls) == 2
     recorded = json.loads((tmp_path / "manifest.json").read_text())["files"][str(out)]["command"]
@@ -118,6 +162,13 @@ def test_stage_reruns_only_when_stale(tmp_path):
     assert len(calls) == 3  # another config (another seed): rerun
     reproduce.stage("s", manifest, [out], fn, replace(cfg, seed=1), inputs=[ckpt])
     assert len(calls) == 3
+    # an entry written before digests were kept: an input newer than the output is stale
+    del manifest.data["files"][str(out)]["inputs"]
+    reproduce.stage("s", manifest, [out], fn, replace(cfg, seed=1), inputs=[ckpt])
+    assert len(calls) == 3
+    os.utime(ckpt / "nca_checkpoint.json", (out.stat().st_mtime + 10,) * 2)
+    reproduce.stage("s", manifest, [out], fn, replace(cfg, seed=1), inputs=[ckpt])
+    assert len(calls) == 4
     # a PNG export computes nothing new (the pipeline draws PNGs from the JSON at its end): a
     # published stage is not re-run because a later invocation asks for PNGs
     from nca_interp.cli import argv_of, same_config
@@ -160,13 +211,18 @@ def test_sweep_row_shares_the_teacher_and_times_every_stage(tmp_path):
         assert run["seconds"] > 0 and "--method opd" in run["command"]
     with pytest.raises(ValueError, match="--analyses false"):
         reproduce.main([*argv[:7], "true", *argv[8:]])
-    # students retrained (newer finals): --keep leaves the named steps' outputs as they are;
-    # without it the evaluation is stale and runs again
-    import os
+    # a student retrained to other weights: --keep leaves the named steps' outputs as they
+    # are; without it the evaluation is stale and runs again
+    import torch
+
+    from nca_interp.checkpoint import load_checkpoint, save_checkpoint
 
     final = runs / "sk_long_opd_s0" / "checkpoints" / "step_000004"
     kept = {n: (out / n).stat().st_mtime for n in ("context_return.json", "trajectory.json")}
-    os.utime(final / "nca_checkpoint.json", (max(kept.values()) + 100,) * 2)
+    model, tk = load_checkpoint(final)
+    with torch.no_grad():
+        next(model.parameters()).add_(1e-3)
+    save_checkpoint(final, model, tk, json.loads((final / "run_config.json").read_text()))
     reproduce.main([*argv, "--keep", "context_return,over_training"])
     assert {n: (out / n).stat().st_mtime for n in kept} == kept
     reproduce.main(argv)
