@@ -37,8 +37,9 @@ from nca_interp.fsio import (
 )
 
 __all__ = ["MANIFEST", "CheckpointError", "check_architecture", "check_same_tokenizer",
-           "git_commit", "hash_once", "latest_step_checkpoint", "load_checkpoint", "n_layers_of",
-           "read_run_config", "save_checkpoint", "verify_folder", "write_manifest"]
+           "content_digest", "drop_optimizer_state", "git_commit", "hash_once",
+           "latest_step_checkpoint", "load_checkpoint", "n_layers_of", "read_run_config",
+           "save_checkpoint", "verify_folder", "weight_files", "weights_digest", "write_manifest"]
 
 MANIFEST = "nca_checkpoint.json"
 RUN_CONFIG = "run_config.json"
@@ -476,6 +477,17 @@ def latest_step_checkpoint(run_dir: str | Path) -> Path | None:
     steps = sorted(p for p in root.glob("step_*") if (p / MANIFEST).exists()) \
         if root.is_dir() else []
     return steps[-1] if steps else None
+
+
+def weights_digest(folder: str | Path) -> str:
+    """What a checkpoint folder computes with: the sha256s its manifest records for every file
+    but the trainer state (Adam's moments and the step, which only resuming reads), hashed
+    together; so dropping the moments, copying or checking out keeps it, retraining does not."""
+    folder = verify_folder(folder)
+    files = read_json(folder / MANIFEST, "checkpoint manifest")["files"]
+    kept = sorted((name, meta["sha256"]) for name, meta in files.items()
+                  if not name.startswith("trainer_state"))
+    return hashlib.sha256(json.dumps(kept).encode()).hexdigest()
 
 
 def content_digest(path: str | Path) -> str:

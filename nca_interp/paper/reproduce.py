@@ -25,11 +25,13 @@ import numpy as np
 
 from nca_interp import analysis, evaluate, grad_align, layer_sim, param_delta, patching, trajectory
 from nca_interp.checkpoint import (
+    MANIFEST,
     content_digest,
     git_commit,
     latest_step_checkpoint,
     read_run_config,
     verify_folder,
+    weights_digest,
 )
 from nca_interp.cli import (
     argv_of,
@@ -43,7 +45,7 @@ from nca_interp.cli import (
 from nca_interp.errors import RunError, UsageError
 from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import roster, students
-from nca_interp.paper import dose
+from nca_interp.paper import dose, kept
 from nca_interp.paper.figures import render_figures
 from nca_interp.paper.layout import (
     CONTEXT_CONTROL,
@@ -238,9 +240,16 @@ def done(run_dir: Path, steps: int) -> bool:
 
 
 def digests(inputs: list[Path]) -> dict[str, str | None]:
-    """The content digest of each input (`checkpoint.content_digest`: a checkpoint's manifest,
-    which records every file's sha256, or a file's own sha256); None where it does not exist."""
-    return {str(p): content_digest(p) if Path(p).exists() else None for p in inputs}
+    """The digest of what each input holds: a checkpoint's weights, config and tokenizer
+    (`checkpoint.weights_digest`: not its optimizer moments, which a kept copy drops), a file's
+    own sha256 (`checkpoint.content_digest`); None where it does not exist."""
+    def one(p: Path) -> str | None:
+        p = Path(p)
+        if not p.exists():
+            return None
+        return weights_digest(p) if (p / MANIFEST).is_file() else content_digest(p)
+
+    return {str(p): one(p) for p in inputs}
 
 
 def up_to_date(entry: dict, outputs: list[Path], inputs: list[Path]) -> bool:
@@ -570,6 +579,11 @@ def make_teacher(p: Pipeline) -> None:
     else:
         base_args = ["--out", str(p.base), *preset.sft_args, "--steps", str(cfg.teacher_steps),
                      *PRECISION, "--threads", str(cfg.threads)]
+        for run in ([p.runs / f"{preset.teacher_init}_base"] if preset.teacher_init else []) \
+                + [p.base]:
+            if kept.restore(run):
+                print(f"[kept] {run}: copied from {kept.KEPT / run.name} (the teacher the "
+                      "published figures came from; python -m nca_interp.paper.kept)")
         if preset.teacher_init:
             init = p.runs / f"{preset.teacher_init}_base"
             if latest_step_checkpoint(init) is None:

@@ -1,0 +1,109 @@
+"""Teachers kept in git: the from-scratch teacher a published setting's students came from,
+committed under checkpoints/ so that a fresh clone distils the same students without training
+it again.
+
+    python -m nca_interp.paper.kept save runs/sokoban_remap_d12_base   # -> checkpoints/
+    python -m nca_interp.paper.kept list
+
+Why: a teacher is the costliest serial stage of a setting (12 layers: about 35 minutes for the
+plain game's, as long again for the remap's), and training it again from its recorded command is
+not guaranteed to give the same model (the 12-layer plain teacher did not: 0.832 without c
+against the 0.856 published). What is kept is the run's published copy at its root and its final
+step checkpoint, without Adam's moments (twice the weights; only resuming needs them), so its
+weights digest (`checkpoint.weights_digest`) is the run's own and what the pipeline computed
+from it stays up to date. `reproduce` copies a kept teacher into RUNS when RUNS lacks it
+(`restore`). Only small runs are kept (`LIMIT`): a pretrained model's fine-tune is hundreds of
+MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+from nca_interp.checkpoint import (
+    MANIFEST,
+    drop_optimizer_state,
+    latest_step_checkpoint,
+    verify_folder,
+    weight_files,
+    weights_digest,
+)
+from nca_interp.errors import UsageError
+
+__all__ = ["KEPT", "LIMIT", "main", "restore", "save"]
+
+KEPT = Path(__file__).resolve().parents[2] / "checkpoints"
+LIMIT = 32 * 2**20  # bytes of weights a kept run may hold (a 12-layer Sokoban model: 10 MB)
+ROOT_FILES = ("config.json", "generation_config.json", "model.safetensors", MANIFEST,
+              "run_config.json", "tokenizer.json", "tokenizer_config.json", "metrics.jsonl")
+
+
+def save(run: str | Path, kept: Path = KEPT) -> Path:
+    """Copy finished run `run` (its root and its last step checkpoint, moments dropped from the
+    copy) to `kept`/<run's name>; the run itself is left as it is."""
+    run = Path(run)
+    last = latest_step_checkpoint(run)
+    if last is None:
+        raise UsageError(f"{run} holds no step checkpoint: keep a run once it has trained")
+    verify_folder(run)
+    verify_folder(last)
+    size = sum(f.stat().st_size for f in weight_files(last))
+    if size > LIMIT:
+        raise UsageError(f"{run}'s weights are {size / 2**20:.0f} MB, over the {LIMIT // 2**20} "
+                         "MB a run kept in git may hold; keep it outside the repository")
+    dest = kept / run.name
+    if dest.exists():
+        raise UsageError(f"{dest} exists: a kept run is never overwritten; remove it with git "
+                         "rm first if it is to be replaced")
+    tmp = kept / f".{run.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "checkpoints").mkdir(parents=True)
+    for name in ROOT_FILES:
+        if (run / name).is_file():
+            shutil.copy2(run / name, tmp / name)
+    step = tmp / "checkpoints" / last.name
+    shutil.copytree(last, step)
+    if (step / "trainer_state.safetensors").exists():
+        drop_optimizer_state(step)
+    if weights_digest(step) != weights_digest(last) or weights_digest(tmp) != weights_digest(run):
+        shutil.rmtree(tmp)
+        raise RuntimeError(f"the copy of {run} does not hold its weights; nothing was kept")
+    tmp.rename(dest)
+    return dest
+
+
+def restore(run: Path, kept: Path = KEPT) -> bool:
+    """Copy the kept run of `run`'s name into `run` when `run` holds no step checkpoint (never
+    over one); whether it did."""
+    src = kept / run.name
+    if latest_step_checkpoint(run) is not None or latest_step_checkpoint(src) is None:
+        return False
+    if run.exists() and any(run.iterdir()):
+        raise UsageError(f"{run} holds files but no step checkpoint, and {src} is kept for it: "
+                         f"move {run} aside to use the kept run, or finish training it")
+    shutil.copytree(src, run, dirs_exist_ok=True)
+    verify_folder(latest_step_checkpoint(run))
+    return True
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m nca_interp.paper.kept",
+                                 description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("save", help="keep finished runs in checkpoints/").add_argument(
+        "runs", nargs="+")
+    sub.add_parser("list", help="the kept runs")
+    args = ap.parse_args(argv)
+    if args.cmd == "save":
+        for run in args.runs:
+            print(f"kept {run} as {save(run)}")
+        return
+    for src in sorted(p for p in KEPT.glob("*") if p.is_dir() and not p.name.startswith(".")):
+        last = latest_step_checkpoint(src)
+        print(f"{src.name}: {last.name if last else 'no step checkpoint'}")
+
+
+if __name__ == "__main__":
+    main()
