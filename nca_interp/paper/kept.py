@@ -11,44 +11,64 @@ not guaranteed to give the same model (the 12-layer plain teacher did not: 0.832
 against the 0.856 published). What is kept is the run's published copy at its root and its final
 step checkpoint, without Adam's moments (twice the weights; only resuming needs them), so its
 weights digest (`checkpoint.weights_digest`) is the run's own and what the pipeline computed
-from it stays up to date. `reproduce` copies a kept teacher into RUNS when RUNS lacks it
-(`restore`). Only small runs are kept (`LIMIT`): a pretrained model's fine-tune is hundreds of
-MB.
+from it stays up to date (its `content_digest`, which counts the moments, changes). A kept run
+cannot be trained further (its moments are gone). `reproduce` copies a kept teacher into RUNS
+when RUNS lacks it (`restore`). Only small runs are kept (`LIMIT`): a pretrained model's
+fine-tune is hundreds of MB.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 from pathlib import Path
 
 from nca_interp.checkpoint import (
     MANIFEST,
     drop_optimizer_state,
     latest_step_checkpoint,
+    read_run_config,
+    same_weights,
     verify_folder,
     weight_files,
     weights_digest,
 )
+from nca_interp.cli import entry
 from nca_interp.errors import UsageError
 
 __all__ = ["KEPT", "LIMIT", "main", "restore", "save"]
 
 KEPT = Path(__file__).resolve().parents[2] / "checkpoints"
-LIMIT = 32 * 2**20  # bytes of weights a kept run may hold (a 12-layer Sokoban model: 10 MB)
+# bytes of weights a kept run may hold (a 12-layer Sokoban model: 10 MB). The root and the step
+# hold the same weights twice on disk, one blob in git.
+LIMIT = 32 * 2**20
 ROOT_FILES = ("config.json", "generation_config.json", "model.safetensors", MANIFEST,
               "run_config.json", "tokenizer.json", "tokenizer_config.json", "metrics.jsonl")
 
 
-def save(run: str | Path, kept: Path = KEPT) -> Path:
-    """Copy finished run `run` (its root and its last step checkpoint, moments dropped from the
-    copy) to `kept`/<run's name>; the run itself is left as it is."""
-    run = Path(run)
+def save(run: str | Path, kept: Path | None = None) -> Path:
+    """Copy finished teacher run `run` (its root and its last step checkpoint, moments dropped
+    from the copy) to `kept` (default `KEPT`)/<run's name>; the run itself is left as it is."""
+    kept = KEPT if kept is None else Path(kept)
+    run = Path(run).expanduser().resolve()
+    if not run.is_dir():
+        raise UsageError(f"no run at {run}: name a training run's folder (runs/<task>_base)")
     last = latest_step_checkpoint(run)
     if last is None:
         raise UsageError(f"{run} holds no step checkpoint: keep a run once it has trained")
+    config = read_run_config(run)
+    if config.get("kind") != "sft":
+        raise UsageError(f"{run} is a {config.get('kind') or 'run of unknown kind'}, not a "
+                         "teacher (train.sft): only teachers are kept")
+    if config.get("steps") is not None and last.name != f"step_{int(config['steps']):06d}":
+        raise UsageError(f"{run} has not finished: its last checkpoint is {last.name} of "
+                         f"{config['steps']} steps; finish training it (rerun its command)")
     verify_folder(run)
     verify_folder(last)
+    if not same_weights(last, run):
+        raise UsageError(f"{run}'s root is not its last checkpoint {last.name} (a kill between "
+                         "its save and its publish); rerun its training command to publish it")
     size = sum(f.stat().st_size for f in weight_files(last))
     if size > LIMIT:
         raise UsageError(f"{run}'s weights are {size / 2**20:.0f} MB, over the {LIMIT // 2**20} "
@@ -58,52 +78,73 @@ def save(run: str | Path, kept: Path = KEPT) -> Path:
         raise UsageError(f"{dest} exists: a kept run is never overwritten; remove it with git "
                          "rm first if it is to be replaced")
     tmp = kept / f".{run.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "checkpoints").mkdir(parents=True)
-    for name in ROOT_FILES:
-        if (run / name).is_file():
-            shutil.copy2(run / name, tmp / name)
-    step = tmp / "checkpoints" / last.name
-    shutil.copytree(last, step)
-    if (step / "trainer_state.safetensors").exists():
-        drop_optimizer_state(step)
-    if weights_digest(step) != weights_digest(last) or weights_digest(tmp) != weights_digest(run):
-        shutil.rmtree(tmp)
-        raise RuntimeError(f"the copy of {run} does not hold its weights; nothing was kept")
+    shutil.rmtree(tmp, ignore_errors=True)  # what an interrupted save left
+    try:
+        (tmp / "checkpoints").mkdir(parents=True)
+        for name in ROOT_FILES:
+            if (run / name).is_file():
+                shutil.copy2(run / name, tmp / name)
+        step = tmp / "checkpoints" / last.name
+        shutil.copytree(last, step)
+        if (step / "trainer_state.safetensors").exists():
+            drop_optimizer_state(step)
+        if weights_digest(step) != weights_digest(last) or \
+                weights_digest(tmp) != weights_digest(run):
+            raise RuntimeError(f"the copy of {run} does not hold its weights; nothing was kept")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     tmp.rename(dest)
     return dest
 
 
-def restore(run: Path, kept: Path = KEPT) -> bool:
+def restore(run: Path, kept: Path | None = None) -> bool:
     """Copy the kept run of `run`'s name into `run` when `run` holds no step checkpoint (never
-    over one); whether it did."""
+    over one), whole or not at all (a temporary folder renamed into place); whether it did."""
+    kept = KEPT if kept is None else Path(kept)
+    run = Path(run)
     src = kept / run.name
     if latest_step_checkpoint(run) is not None or latest_step_checkpoint(src) is None:
         return False
     if run.exists() and any(run.iterdir()):
         raise UsageError(f"{run} holds files but no step checkpoint, and {src} is kept for it: "
-                         f"move {run} aside to use the kept run, or finish training it")
-    shutil.copytree(src, run, dirs_exist_ok=True)
-    verify_folder(latest_step_checkpoint(run))
+                         f"move {run} aside to use the kept run")
+    tmp = run.parent / f".{run.name}.restore.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        shutil.copytree(src, tmp)
+        verify_folder(tmp)
+        verify_folder(latest_step_checkpoint(tmp))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if run.exists():
+        run.rmdir()  # empty (checked above)
+    tmp.rename(run)
     return True
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m nca_interp.paper.kept",
                                  description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kept", default=str(KEPT), help="where kept runs live (default: the "
+                    "repository's checkpoints/)")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("save", help="keep finished runs in checkpoints/").add_argument(
-        "runs", nargs="+")
+    sub.add_parser("save", help="keep finished teacher runs").add_argument("runs", nargs="+")
     sub.add_parser("list", help="the kept runs")
     args = ap.parse_args(argv)
+    store = Path(args.kept)
     if args.cmd == "save":
         for run in args.runs:
-            print(f"kept {run} as {save(run)}")
+            print(f"kept {run} as {save(run, store)}")
         return
-    for src in sorted(p for p in KEPT.glob("*") if p.is_dir() and not p.name.startswith(".")):
+    found = sorted(p for p in store.glob("*") if p.is_dir() and not p.name.startswith("."))
+    for src in found:
         last = latest_step_checkpoint(src)
         print(f"{src.name}: {last.name if last else 'no step checkpoint'}")
+    if not found:
+        print(f"no kept runs in {store}")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(entry(main))

@@ -231,6 +231,9 @@ class Manifest:
             if inputs is not None:
                 self.data["files"][str(f)]["inputs"] = inputs
         self.data["config"] = to_dict(self.cfg)
+        self.save()
+
+    def save(self) -> None:
         write_text(self.path, json.dumps(self.data, indent=1))
 
 
@@ -298,6 +301,9 @@ def stage(name: str, manifest: Manifest, outputs: list[Path], fn, cfg,
         elif up_to_date(entry, outputs, inputs):
             print(f"[skip] {name}: outputs exist and are up to date")
             manifest.skipped.append(name)
+            if entry and "inputs" not in entry and inputs:  # judged by time: from now on
+                entry["inputs"] = digests(inputs)           # by content
+                manifest.save()
             return
         else:
             print(f"[stale] {name}: an input checkpoint changed since its outputs were made")
@@ -582,8 +588,8 @@ def make_teacher(p: Pipeline) -> None:
         for run in ([p.runs / f"{preset.teacher_init}_base"] if preset.teacher_init else []) \
                 + [p.base]:
             if kept.restore(run):
-                print(f"[kept] {run}: copied from {kept.KEPT / run.name} (the teacher the "
-                      "published figures came from; python -m nca_interp.paper.kept)")
+                print(f"[kept] {run}: the teacher kept in git, copied from "
+                      f"{kept.KEPT / run.name} (python -m nca_interp.paper.kept)")
         if preset.teacher_init:
             init = p.runs / f"{preset.teacher_init}_base"
             if latest_step_checkpoint(init) is None:

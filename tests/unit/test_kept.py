@@ -17,9 +17,9 @@ def finished_run(tmp_path, tok, seed=0):
     run = tmp_path / "runs" / "sk_base"
     model = tiny(tok, seed=seed)
     state = ({"m": torch.randn(3, 4)}, {"step": 4})
-    save_checkpoint(run, model, tok, {"task": {"name": "sokoban"}})  # replaces the folder
-    save_checkpoint(run / "checkpoints" / "step_000004", model, tok, {"task": {"name": "sokoban"}},
-                    trainer_state=state)
+    config = {"task": {"name": "sokoban"}, "kind": "sft", "steps": 4}
+    save_checkpoint(run, model, tok, config)  # replaces the folder
+    save_checkpoint(run / "checkpoints" / "step_000004", model, tok, config, trainer_state=state)
     return run
 
 
@@ -65,3 +65,68 @@ def test_a_run_too_large_for_git_is_refused(tmp_path, tok, monkeypatch):
     with pytest.raises(UsageError, match="over the"):
         kept.save(run, tmp_path / "kept")
     assert not (tmp_path / "kept" / run.name).exists()
+
+
+def test_only_a_finished_published_teacher_is_kept(tmp_path, tok):
+    """An unfinished run, a run whose root is not its last step (a kill between save and
+    publish) and a student are refused in one line each; nothing is left in the store."""
+    import json
+
+    run = finished_run(tmp_path, tok)
+    store = tmp_path / "kept"
+    config = json.loads((run / "run_config.json").read_text())
+    (run / "run_config.json").write_text(json.dumps({**config, "steps": 8}))
+    with pytest.raises(UsageError, match="has not finished: its last checkpoint is step_000004"):
+        kept.save(run, store)
+    (run / "run_config.json").write_text(json.dumps({**config, "kind": "distill"}))
+    with pytest.raises(UsageError, match="not a teacher"):
+        kept.save(run, store)
+    run = finished_run(tmp_path / "b", tok)
+    save_checkpoint(run / "checkpoints" / "step_000004", tiny(tok, seed=5), tok,
+                    json.loads((run / "run_config.json").read_text()))
+    with pytest.raises(UsageError, match="root is not its last checkpoint"):
+        kept.save(run, store)
+    with pytest.raises(UsageError, match="no run at"):
+        kept.save(tmp_path / "nowhere", store)
+    assert not store.exists() or not any(store.iterdir())
+
+
+def test_a_failed_restore_leaves_nothing_and_a_later_one_works(tmp_path, tok, monkeypatch):
+    import shutil
+
+    run = finished_run(tmp_path, tok)
+    store = tmp_path / "kept"
+    kept.save(run, store)
+    fresh = tmp_path / "clone" / run.name
+    copy, calls = shutil.copyfile, []
+
+    def failing(src, dst, **kw):  # a kill in the middle of the copy
+        calls.append(fresh.exists())  # the run's name appears only once the copy is whole
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return copy(src, dst, **kw)
+
+    monkeypatch.setattr(shutil, "copyfile", failing)
+    with pytest.raises(KeyboardInterrupt):
+        kept.restore(fresh, store)
+    monkeypatch.setattr(shutil, "copyfile", copy)
+    assert not any(calls) and not fresh.exists() and not list(fresh.parent.glob(".*"))
+    assert kept.restore(fresh, store) and latest_step_checkpoint(fresh) is not None
+
+
+def test_the_command_line_saves_from_a_relative_path_and_says_errors_in_a_line(
+        tmp_path, tok, monkeypatch, capsys):
+    from nca_interp.cli import entry
+
+    run = finished_run(tmp_path, tok)
+    store = tmp_path / "kept"
+    assert entry(kept.main, ["--kept", str(store), "list"]) == 0
+    assert "no kept runs" in capsys.readouterr().out
+    monkeypatch.chdir(run)
+    assert entry(kept.main, ["--kept", str(store), "save", "."]) == 0
+    assert (store / run.name / "checkpoints" / "step_000004").is_dir()
+    assert entry(kept.main, ["--kept", str(store), "list"]) == 0
+    assert "sk_base: step_000004" in capsys.readouterr().out
+    assert entry(kept.main, ["--kept", str(store), "save", str(tmp_path / "nowhere")]) != 0
+    err = capsys.readouterr().err
+    assert "no run at" in err and "Traceback" not in err
