@@ -36,11 +36,11 @@ from nca_interp.fsio import (
     write_text,
 )
 
-__all__ = ["MANIFEST", "CheckpointError", "check_architecture", "check_same_tokenizer",
-           "content_digest", "drop_optimizer_state", "git_commit", "hash_once",
-           "latest_step_checkpoint", "load_checkpoint", "n_layers_of", "read_run_config",
-           "same_weights", "save_checkpoint", "verify_folder", "weight_files", "weights_digest",
-           "write_manifest"]
+__all__ = ["MANIFEST", "RUN_CONFIG_CIRCUMSTANCES", "CheckpointError", "check_architecture",
+           "check_same_tokenizer", "content_digest", "drop_optimizer_state", "git_commit",
+           "hash_once", "latest_step_checkpoint", "load_checkpoint", "n_layers_of",
+           "read_run_config", "same_weights", "save_checkpoint", "verify_folder", "weight_files",
+           "weights_digest", "write_manifest"]
 
 MANIFEST = "nca_checkpoint.json"
 RUN_CONFIG = "run_config.json"
@@ -480,15 +480,27 @@ def latest_step_checkpoint(run_dir: str | Path) -> Path | None:
     return steps[-1] if steps else None
 
 
+# run-config entries that say how or where a run was made, not what its checkpoint computes
+RUN_CONFIG_CIRCUMSTANCES = ("git_commit", "out", "threads", "device", "teacher_device",
+                            "micro_batch", "grad_checkpointing", "inputs", "resume_from",
+                            "eval_every", "eval_levels", "save_every")
+
+
 def weights_digest(folder: str | Path) -> str:
-    """What a checkpoint folder computes with: the sha256s its manifest records for every file
-    but the trainer state (Adam's moments and the step, which only resuming reads), hashed
-    together; so dropping the moments, copying or checking out keeps it, retraining does not."""
+    """What a checkpoint folder computes with: the sha256s its manifest records for its
+    weights, config and tokenizer, and its run config without the circumstances of the run
+    (`RUN_CONFIG_CIRCUMSTANCES`: commit, output folder, threads, ...), hashed together; not
+    the trainer state (Adam's moments and the step, which only resuming reads). So dropping
+    the moments, copying, checking out or retraining to the same weights keeps it; retraining
+    to other weights, or another task or method in the run config, does not."""
     folder = verify_folder(folder)
     files = read_json(folder / MANIFEST, "checkpoint manifest")["files"]
     kept = sorted((name, meta["sha256"]) for name, meta in files.items()
-                  if not name.startswith("trainer_state"))
-    return hashlib.sha256(json.dumps(kept).encode()).hexdigest()
+                  if not name.startswith("trainer_state") and name != RUN_CONFIG)
+    config = {k: v for k, v in read_run_config(folder).items()
+              if k not in RUN_CONFIG_CIRCUMSTANCES}
+    return hashlib.sha256(json.dumps([kept, config], sort_keys=True, default=str)
+                          .encode()).hexdigest()
 
 
 def content_digest(path: str | Path) -> str:

@@ -130,3 +130,24 @@ def test_the_command_line_saves_from_a_relative_path_and_says_errors_in_a_line(
     assert entry(kept.main, ["--kept", str(store), "save", str(tmp_path / "nowhere")]) != 0
     err = capsys.readouterr().err
     assert "no run at" in err and "Traceback" not in err
+
+
+def test_a_retrain_to_the_same_weights_keeps_the_digest_and_other_weights_do_not(tmp_path, tok):
+    """The weights digest leaves out the run's circumstances (commit, output folder, threads,
+    its inputs' recorded digests), so a bit-identical retrain elsewhere or at another commit
+    matches, while other weights or another method in the run config do not."""
+    import json
+
+    from nca_interp.checkpoint import RUN_CONFIG_CIRCUMSTANCES
+
+    config = {"task": {"name": "sokoban"}, "kind": "distill", "method": "nca", "seed": 0}
+    a = save_checkpoint(tmp_path / "a", tiny(tok, seed=0), tok,
+                        {**config, "out": "runs/a", "git_commit": "1", "threads": 1})
+    b = save_checkpoint(tmp_path / "b", tiny(tok, seed=0), tok,
+                        {**config, "out": "elsewhere", "git_commit": "2", "threads": 2})
+    assert weights_digest(a) == weights_digest(b)
+    assert "git_commit" in RUN_CONFIG_CIRCUMSTANCES and "method" not in RUN_CONFIG_CIRCUMSTANCES
+    c = save_checkpoint(tmp_path / "c", tiny(tok, seed=0), tok, {**config, "method": "opd"})
+    d = save_checkpoint(tmp_path / "d", tiny(tok, seed=1), tok, config)
+    assert len({weights_digest(a), weights_digest(c), weights_digest(d)}) == 3
+    assert json.loads((a / "run_config.json").read_text())["git_commit"] == "1"
