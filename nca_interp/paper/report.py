@@ -292,9 +292,12 @@ def patching(figs: Path) -> str:
                                                   for g in ("all", "x", "response", "decide"))
                         + f" | {cell(f['mlp'], i)} | {cell(rv['resid_groups']['all'], i)} |")
         H = r.n_heads
-        ab = np.array(r.ablation["mean"])
-        top = np.argsort(-np.nan_to_num(ab, nan=-9), axis=None)[:4]
-        heads = ", ".join(f"L{i // H}H{i % H} {ab.flat[i]:.2f}" for i in top)
+        if r.ablation is None:  # a model whose attention ignores pattern edits (OPT)
+            heads = "not measured (" + r.heads.get("note", "no ablation") + ")"
+        else:
+            ab = np.array(r.ablation["mean"])
+            top = np.argsort(-np.nan_to_num(ab, nan=-9), axis=None)[:4]
+            heads = ", ".join(f"L{i // H}H{i % H} {ab.flat[i]:.2f}" for i in top)
         out.append(f"{head} Patched: {r[kind]['n']} {kind} cases (forward = "
                    f"{DIRECTIONS[kind]['forward']}; 0 = the run unchanged, 1 = the other run's "
                    "logit difference at the deciding position; mean [95% bootstrap over "

@@ -602,5 +602,13 @@ def test_a_model_whose_attention_ignores_the_pattern_hook_is_patched_without_abl
     assert {"positions", "lens"} <= set(figs) and "head_selection" not in figs
     # the per-head figure shows the head outputs patched both ways, and no ablation panel
     assert "heads" in r.forward and len(figs["heads"].data) == 2
+    # a setting's page renders it too, saying the ablation was not measured
+    import json
+
+    from nca_interp.paper import report
+
+    (tmp_path / "figs").mkdir()
+    (tmp_path / "figs" / "patching.json").write_text(json.dumps(rep.to_json()))
+    assert "not measured" in report.patching(tmp_path / "figs")
     assert pattern_edits_reach_logits(boot_bridge(save_checkpoint(
         tmp_path / "qwen", tiny(tok, seed=1), tok, {"task": TASK})))
