@@ -18,6 +18,9 @@ __all__ = ["Batch", "decode_responses", "encode", "model_device", "onpolicy_batc
            "sample", "segment_batch", "stop_ids", "target_batch"]
 
 
+CHARS_PER_TOKEN = 32  # more than any tokenizer packs into one token of text
+
+
 class ContextOverflowError(UsageError):
     """A prompt (+ response budget) longer than the model's context window."""
 
@@ -31,7 +34,15 @@ def encode(tokenizer, texts: list[str], limit: int | None = None,
            reserve: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded (ids_B_T, mask_B_T). Raises ContextOverflowError instead of truncating when
     a prompt plus `reserve` response tokens exceeds `limit`, and ValueError on characters the
-    tokenizer cannot represent (they would silently become <unk>)."""
+    tokenizer cannot represent (they would silently become <unk>). A text of more than
+    CHARS_PER_TOKEN characters per token of `limit` is refused before it is tokenized (that
+    alone would take minutes for megabytes of text)."""
+    longest_text = max((len(t) for t in texts), default=0)
+    if limit and longest_text > CHARS_PER_TOKEN * limit:
+        raise ContextOverflowError(
+            f"a prompt of {longest_text:,} characters cannot fit the model's context of {limit} "
+            f"tokens (that would take more than {CHARS_PER_TOKEN} characters a token); shorten "
+            "the prompt or context (or use a model with a longer window)")
     rows = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     unk = tokenizer.unk_token_id
     for t, r in zip(texts, rows):

@@ -1,4 +1,5 @@
-"""Character-level tokenizer, built with `tokenizers` and saved as a `PreTrainedTokenizerFast`.
+"""Character-level tokenizer, built with `tokenizers` and saved as a `PreTrainedTokenizerFast`,
+and `render_chat`, the one call of a checkpoint's chat template.
 
 Every printable ASCII character, newline and the textarena box-on-target symbol `√` is one token,
 so both renderings and every context kind (including free-text rules) round-trip exactly.
@@ -11,7 +12,9 @@ import string
 from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast
 
-__all__ = ["EOS", "build_char_tokenizer"]
+from nca_interp.errors import UsageError
+
+__all__ = ["EOS", "build_char_tokenizer", "render_chat"]
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 CHARS = sorted(set(string.printable) - set("\t\r\x0b\x0c")) + ["√"]
@@ -31,3 +34,23 @@ def build_char_tokenizer(chars: list[str] = CHARS) -> PreTrainedTokenizerFast:
     tok.init_kwargs["name_or_path"] = "nca_interp-char"
     tok.init_kwargs["add_bos_token"] = False
     return tok
+
+
+def render_chat(tokenizer, messages: list[dict], **template_kwargs) -> str:
+    """`messages` through `tokenizer`'s chat template, as text with the generation prompt.
+    A template that fails (one the jinja sandbox blocks, an undefined name, its own
+    `raise_exception`) is a UsageError naming the tokenizer, not a jinja traceback."""
+    from jinja2 import TemplateError
+    from jinja2.exceptions import SecurityError
+
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False,
+                                             add_generation_prompt=True, **template_kwargs)
+    except TemplateError as e:
+        name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+        why = ("tries something the jinja sandbox forbids" if isinstance(e, SecurityError)
+               else "fails")
+        said = " ".join(str(e).split())
+        raise UsageError(f"the chat template of tokenizer {name} {why} ({type(e).__name__}: "
+                         f"{said}); use a checkpoint whose tokenizer has another template, or set "
+                         "one that renders these messages") from None

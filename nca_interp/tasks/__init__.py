@@ -50,7 +50,7 @@ discover()
 __all__ = ["CONTEXT_CHOICES", "FORMATS", "PLUGINS_ENV", "REGISTRY", "TASKS", "TASK_CHOICES",
            "ChatFormat", "QATask", "Scored", "Task", "TaskSpec", "context_choices", "discover",
            "json_safe", "make_task", "parse_task_options", "register", "rotated", "shuffled_words",
-           "task_choices", "task_from_record", "task_record"]
+           "names_code", "task_choices", "task_from_record", "task_record"]
 
 
 # read from the registry when asked, so a task registered after import is in them too
@@ -85,15 +85,34 @@ def json_safe(d: dict) -> dict:
 
 def parse_task_options(name: str, options: list[str] | None) -> dict:
     """`["kb=3", "word_len=3"]` or `["train=a.jsonl", "test=b.jsonl", "system_prompt=s.txt"]`
-    into typed config values of task `name` (`none` is None)."""
+    into typed config values of task `name` (`none` is None).
+
+    The command line splits `--task-options` at every comma, so a value's own comma arrives as
+    two pieces; they are joined again when written `data=my\\,file.jsonl` (a piece ending in a
+    backslash) or `data="my,file.jsonl"` (a piece with an unclosed double quote), or when the
+    path they make together exists (`data=my,file.jsonl`, a file you have)."""
     defaults = {f.name: f.default for f in fields(spec(name).config)}
     out = {}
-    for opt in options or []:
+    pieces = _rejoined(list(options or []))
+    i, prev = 0, ""
+    while i < len(pieces):
+        opt = pieces[i]
+        i += 1
         key, sep, value = opt.partition("=")
         if not sep or key not in defaults:
+            if prev and isinstance(out[prev], str) and isinstance(defaults[prev], str):
+                path, i = _rejoined_path(out[prev], pieces, i - 1)
+                if path is not None:
+                    out[prev] = path
+                    continue
+                raise UsageError(f"task option {opt!r}: expected KEY=VALUE with KEY one of "
+                                 f"{sorted(defaults)} for {name}; if it is the rest of "
+                                 f"{prev}={out[prev]!r}, write a comma inside a value as \\, "
+                                 f"({prev}=a\\,b) or quote the value ('{prev}=\"a,b\"')")
             raise UsageError(f"task option {opt!r}: expected KEY=VALUE with KEY one of "
                              f"{sorted(defaults)} for {name}")
-        default = defaults[key]
+        default, prev = defaults[key], key
+        value = _unquoted(value)
         try:
             if value.lower() == "none":
                 out[key] = None
@@ -115,6 +134,37 @@ def parse_task_options(name: str, options: list[str] | None) -> dict:
     return out
 
 
+def _rejoined(pieces: list[str]) -> list[str]:
+    """The options as written before the command line split them at commas: a piece ending in
+    a backslash, or with an unclosed double quote, goes on into the next."""
+    out: list[str] = []
+    for piece in pieces:
+        if out and (out[-1].endswith("\\") or out[-1].count('"') % 2):
+            last = out.pop()
+            piece = (last[:-1] if last.endswith("\\") else last) + "," + piece
+        out.append(piece)
+    return out
+
+
+def _unquoted(value: str) -> str:
+    r"""A value without its surrounding double quotes, its `\,` read as a comma."""
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    return value.replace("\\,", ",")
+
+
+def _rejoined_path(head: str, pieces: list[str], i: int) -> tuple[str | None, int]:
+    """`head` joined by commas with pieces i, i+1, ... up to the first join that names an
+    existing file, and the index after it; (None, i) when none does."""
+    from pathlib import Path
+
+    for j in range(i, len(pieces)):
+        path = ",".join([head, *pieces[i:j + 1]])
+        if Path(path).expanduser().is_file():
+            return path, j + 1
+    return None, i
+
+
 def task_from_record(record: dict | None, name: str | None = None,
                      fmt: str | None = None, options: list[str] | None = None) -> Task:
     """The task a run was trained on. `name` overrides it (a different task then starts from
@@ -128,5 +178,18 @@ def task_from_record(record: dict | None, name: str | None = None,
     config = {k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k in known}
     if name == "sysprompt" and record and "layout" not in record:
         config["layout"] = "table"  # runs recorded before layouts existed used the table
-    config.update(parse_task_options(name, options))
+    given = parse_task_options(name, options)
+    for key, value in config.items():
+        if key not in given and names_code(key, value):
+            raise UsageError(
+                f"the checkpoint's run config names the {key} {value!r}: code, which this "
+                "package runs only when this command names it (a checkpoint is data, never "
+                f"code). To run it, add --task-options {key}={value} (or name another {key})")
+    config.update(given)
     return make_task(name, fmt or record.get("fmt", "compact"), record.get("plan_k", 3), **config)
+
+
+def names_code(key: str, value) -> bool:
+    """Whether task option `key=value` names code to import and run (a `FILE.py:fn` or
+    `module:fn` scorer), which only a command line or a caller may name, never a run config."""
+    return key == "scorer" and isinstance(value, str) and ":" in value

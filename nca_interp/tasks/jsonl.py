@@ -25,35 +25,48 @@ Scorers (`scorer=`): `exact`, `contains`, `startswith` (against `pattern=` when 
 item's `answer`; case and surrounding space ignored), `regex` (`pattern=`, or `pattern=@FILE`),
 `language` (`language=fr|de|...`: the identifier of the `french` rule), or your function
 `scorer=path/to/file.py:fn` (or `module:fn`), called as `fn(item: dict, response: str)` on the raw
-response and returning a bool, or a float read as right when >= 0.5. Without a scorer, an
-item's `answer` is scored `exact`; with neither, nothing is scored, and `evaluate` reports what
-needs no score (the views' KL, the length change).
+response and returning a bool, or a finite number in [0, 1] read as right when >= 0.5, within
+`scorer_timeout` seconds (default 10) per item. It runs in a worker process of its own
+(`nca_interp.scorer_worker`), imported when the task meets its checkpoint's tokenizer, before
+any response is generated; anything else it does (NaN, another type, an exception, `sys.exit`,
+a hang) stops the command with one line naming the item. Without a scorer, an item's `answer`
+is scored `exact`; with neither, nothing is scored, and `evaluate` reports what needs no score
+(the views' KL, the length change).
+
+Refused when the file is read, naming file and line: text that is not valid Unicode (a lone
+surrogate such as `"\\ud800"`) and a field of more than `MAX_FIELD_CHARS` characters (no
+model's context holds it; tokenizing it would take minutes first).
+
+A value with a comma in it (`data=my,file.jsonl`) is written `data=my\\,file.jsonl` or quoted,
+`'data="my,file.jsonl"'`; a path that exists is also rejoined when written plainly.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
-import importlib.util
 import random
 import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from nca_interp import scorer_worker
 from nca_interp.errors import InputError, UsageError
 from nca_interp.fsio import parse_json, read_text
 from nca_interp.tasks.base import Scored, Task, TaskSpec, register, shuffled_words
 
-__all__ = ["BUDGET_MARGIN", "DEFAULT_BUDGET", "KINDS", "JsonlConfig", "JsonlTask",
-           "all_test_questions", "chat_messages", "generate_level", "items", "score", "scored",
-           "shared_context", "whole_groups"]
+__all__ = ["BUDGET_MARGIN", "DEFAULT_BUDGET", "KINDS", "MAX_FIELD_CHARS", "JsonlConfig",
+           "JsonlTask", "all_test_questions", "chat_messages", "generate_level", "items", "score",
+           "scored", "shared_context", "user_scorer", "whole_groups"]
 
 CONTEXT_AS = ("system", "user", "prefix")
 SCORERS = ("exact", "contains", "startswith", "regex", "language")
 KINDS = ("context",)  # the one context kind: the item's c (or the shared file's)
 DEFAULT_BUDGET = 64  # response tokens when no item has an answer
 BUDGET_MARGIN = 8  # tokens past the longest answer
+# 32 characters per token (more than any tokenizer packs into a token of text) times 128k tokens
+# (the longest window of the checkpoints loaded here): a field no context could hold
+MAX_FIELD_CHARS = 32 * 131_072
 
 
 @dataclass(frozen=True)
@@ -67,6 +80,7 @@ class JsonlConfig:
     test_share: float = 0.25  # held-out share of the items that name no split
     split_seed: int = 0
     max_new: int = 0  # response budget in tokens; 0: from the data (longest answer + margin)
+    scorer_timeout: float = scorer_worker.DEFAULT_TIMEOUT  # seconds per item for your scorer
 
     def __post_init__(self):
         if not self.data:
@@ -79,6 +93,9 @@ class JsonlConfig:
             raise UsageError(f"test_share must lie between 0 and 1, not {self.test_share}")
         if self.max_new < 0:
             raise UsageError(f"max_new must be >= 0 (0: from the data), not {self.max_new}")
+        if not self.scorer_timeout > 0:
+            raise UsageError(f"scorer_timeout must be a number of seconds > 0, not "
+                             f"{self.scorer_timeout}")
         builtin = self.scorer in SCORERS
         if self.scorer and not builtin and ":" not in self.scorer:
             raise UsageError(f"scorer={self.scorer!r}: choose one of {', '.join(SCORERS)}, or "
@@ -146,6 +163,35 @@ def _messages(value, where: str) -> tuple:
     return tuple(out)
 
 
+PROMPT_FIELDS = ("prompt", "context", "answer")  # the fields a model is fed
+
+
+def check_text(value, where: str, field: str) -> None:
+    """An InputError when a text in `value` (a field of the line at `where`, searched through
+    its lists and objects) is no valid Unicode, or one of PROMPT_FIELDS is longer than
+    MAX_FIELD_CHARS: both would fail later, in a traceback or after minutes of tokenizing."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            check_text(k, where, field)
+            check_text(v, where, field)
+    elif isinstance(value, list):
+        for v in value:
+            check_text(v, where, field)
+    elif isinstance(value, str):
+        field = field.encode("utf-8", "backslashreplace").decode("utf-8")  # a broken key too
+        if len(value) > MAX_FIELD_CHARS and field in (*PROMPT_FIELDS, "context_file"):
+            raise InputError(f"{where}: \"{field}\" holds {len(value):,} characters, more than "
+                             f"the {MAX_FIELD_CHARS:,} any model's context could hold; shorten "
+                             "it or split it into several items")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InputError(f"{where}: \"{field}\" is not valid Unicode text: a lone surrogate "
+                             f"({ascii(value[e.start])[1:-1]}) at character {e.start}; write the "
+                             "whole character (a surrogate pair, or the character itself)"
+                             ) from None
+
+
 def parse_line(line: str, where: str, shared: bool, n: int) -> Item:
     try:
         row = parse_json(line, where)
@@ -153,6 +199,9 @@ def parse_line(line: str, where: str, shared: bool, n: int) -> Item:
         raise _fail(where, str(e).split(": ", 1)[-1]) from None
     if not isinstance(row, dict):
         raise _fail(where, "not a JSON object")
+    for name, value in row.items():
+        check_text(name, where, name)
+        check_text(value, where, name)
     prompt = row.get("prompt")
     if isinstance(prompt, list):
         prompt = _messages(prompt, where)
@@ -243,6 +292,7 @@ def shared_context(cfg: JsonlConfig) -> str | None:
     text = read_text(p, "context file").strip()
     if not text:
         raise InputError(f"context file {p} is empty")
+    check_text(text, str(p), "context_file")
     return text
 
 
@@ -295,34 +345,28 @@ def _pattern(cfg: JsonlConfig) -> str:
     return cfg.pattern
 
 
-@functools.lru_cache(maxsize=8)
-def user_scorer(spec: str):
-    """`path/to/file.py:fn` or `module:fn`, imported once; an error names what is missing."""
-    where, _, name = spec.rpartition(":")
-    if not where or not name:
-        raise UsageError(f"scorer={spec!r}: give your function as path/to/file.py:fn or "
-                         "module:fn")
-    if where.endswith(".py"):
-        path = Path(where).expanduser()
-        if not path.is_file():
-            raise UsageError(f"scorer file {path} not found (scorer={spec})")
-        module_spec = importlib.util.spec_from_file_location(f"nca_user_scorer_{path.stem}",
-                                                             path)
-        module = importlib.util.module_from_spec(module_spec)
-        try:
-            module_spec.loader.exec_module(module)
-        except Exception as e:  # noqa: BLE001 - the user's code: its error, named
-            raise UsageError(f"scorer file {path} failed to import: {type(e).__name__}: "
-                             f"{e}") from None
-    else:
-        try:
-            module = importlib.import_module(where)
-        except ImportError as e:
-            raise UsageError(f"scorer module {where!r} cannot be imported ({e})") from None
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        raise UsageError(f"scorer {spec}: {where} has no function {name!r}")
-    return fn
+def user_scorer(spec: str, timeout: float = scorer_worker.DEFAULT_TIMEOUT
+                ) -> scorer_worker.ScorerWorker:
+    """Your scorer `path/to/file.py:fn` or `module:fn` in its worker process (one per scorer
+    and time limit, started at its first use; see `nca_interp.scorer_worker`): called as
+    `fn(item, response)`, it says right or wrong under the contract, and a UsageError names
+    whatever breaks it."""
+    key = (spec, float(timeout))
+    worker = _WORKERS.pop(key, None) or scorer_worker.ScorerWorker(spec, float(timeout))
+    _WORKERS[key] = worker  # the most recently used last
+    while len(_WORKERS) > MAX_WORKERS:  # the oldest closed (it starts again if used again)
+        _WORKERS.pop(next(iter(_WORKERS))).close()
+    return worker
+
+
+# A command's scorer workers by (scorer, time limit), so that a scorer is imported once: each
+# is closed when evicted, and by its finalizer when the process ends (never left behind).
+_WORKERS: dict[tuple[str, float], scorer_worker.ScorerWorker] = {}
+MAX_WORKERS = 4
+
+
+def is_user_scorer(kind: str) -> bool:
+    return bool(kind) and kind not in SCORERS
 
 
 def scored(cfg: JsonlConfig) -> bool:
@@ -351,18 +395,8 @@ def score(cfg: JsonlConfig, item: Item, response: str) -> bool | None:
 
         langs = LANGUAGES if cfg.language in LANGUAGES else (*LANGUAGES, cfg.language)
         return language(response, langs) == cfg.language
-    fn = user_scorer(kind)
-    try:
-        value = fn(dict(item.raw, id=item.id), response)
-    except Exception as e:  # noqa: BLE001 - the user's code: its error, named by item
-        raise UsageError(f"scorer {kind} raised {type(e).__name__}: {e} on item {item.id!r} "
-                         f"({item.source})") from None
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)):
-        return float(value) >= 0.5
-    raise UsageError(f"scorer {kind} returned {type(value).__name__} {value!r} for item "
-                     f"{item.id!r}; return a bool or a number")
+    return user_scorer(kind, cfg.scorer_timeout).score(
+        dict(item.raw, id=item.id), response, f"item {item.id!r} ({item.source})")
 
 
 # -- prompts -------------------------------------------------------------------------------
@@ -454,17 +488,27 @@ class JsonlTask(Task):
 
     def for_tokenizer(self, tokenizer, context_as: str | None = None,
                       template_kwargs: tuple = (("enable_thinking", False),)) -> Task:
-        task = super().for_tokenizer(tokenizer, "system", template_kwargs)
-        return replace(task, budget_tokenizer=tokenizer)
+        """This task as the checkpoint with `tokenizer` sees it, checked before any work: the
+        chat template renders the first item with and without its c, and your scorer imports
+        (its errors are one line here, not after the responses are generated)."""
+        task = replace(super().for_tokenizer(tokenizer, "system", template_kwargs),
+                       budget_tokenizer=tokenizer)
+        first = items(self.config)[0]
+        task.prompt(first)
+        task.prompt(first, task.context(first, KINDS[0]))
+        if is_user_scorer(self.config.scorer):
+            user_scorer(self.config.scorer, self.config.scorer_timeout).start()
+        return task
 
     def prompt(self, level, context: str | None = None) -> str:
         """x exactly as written (a chat checkpoint: through its template); c as `context_as`
         places it."""
         where = self.config.context_as
         if self.chat is not None:
-            text = self.chat.tokenizer.apply_chat_template(
-                chat_messages(level, context, where), tokenize=False,
-                add_generation_prompt=True, **dict(self.chat.template_kwargs))
+            from nca_interp.tokenizer import render_chat
+
+            text = render_chat(self.chat.tokenizer, chat_messages(level, context, where),
+                               **dict(self.chat.template_kwargs))
             return f"{context}\n{text}" if context is not None and where == "prefix" else text
         x = level.text()
         return x if context is None else f"{context}\n{x}"
