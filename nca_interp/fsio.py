@@ -6,14 +6,16 @@ file), decoded as UTF-8 and parsed; every failure is one `InputError` line that 
 and says what to do. Append-only logs (`metrics.jsonl`) are read up to their last whole line:
 a kill mid-append leaves a half line, which is not data.
 
-Writing: every file goes to a temporary beside its target, named `.NAME.nca-tmp-PID` (a prefix
-and pid this package alone uses: nothing a user made is ever taken for one), then is renamed
-over the target, so a reader or a kill sees the old file or the new one, never a part.
-`clear_temporaries` removes the temporaries of processes that are gone, and only those.
+Writing: every file goes to a fresh private folder beside its target (a *stage*, created with
+O_EXCL semantics so no name the package writes can have been planted as a link), then is renamed
+over the target, so a reader or a kill sees the old file or the new one, never a part; a link at
+the target is refused. `clear_temporaries` removes the stages of processes that are gone, and
+only stages that carry the package's marker (see "writing" below).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -22,17 +24,20 @@ import stat
 from contextlib import contextmanager
 from pathlib import Path
 
-from nca_interp.errors import InputError, MissingInputError
+from nca_interp.errors import InputError, MissingInputError, RunError, UsageError
 
-__all__ = ["MAX_JSON_BYTES", "MAX_TEXT_BYTES", "clear_temporaries", "is_temporary", "old_path",
-           "parse_json", "pid_alive", "read_bytes", "read_json", "read_jsonl", "read_text",
-           "regular_file", "replace_folder", "spill_folder", "temp_path", "write_bytes",
-           "write_text"]
+__all__ = ["MAX_JSON_BYTES", "MAX_TEXT_BYTES", "STAGE_MARK", "UnsafePathError", "check_target",
+           "clear_temporaries", "default_cache", "is_temporary", "is_write_fault", "new_stage", "parse_json",
+           "pid_alive", "read_bytes", "read_json", "read_jsonl", "read_text", "regular_file",
+           "replace_folder", "spill_folder", "staged", "write_bytes", "write_error",
+           "write_text", "WriteFault"]
 
 MAX_JSON_BYTES = 1 << 30  # a report of a 1.7B model's per-module table is tens of MB
 MAX_TEXT_BYTES = 64 << 20  # prompts, system prompts, data files of questions
 
-_TEMP = re.compile(r"^\..+\.nca-(?:tmp|old)-(\d+)$")
+def default_cache() -> Path:
+    """The package's cache folder (fetched models): $NCA_INTERP_CACHE or ~/.cache/nca_interp."""
+    return Path(os.environ.get("NCA_INTERP_CACHE", Path.home() / ".cache" / "nca_interp"))
 
 
 def regular_file(path: str | Path, what: str = "file", limit: int | None = None) -> Path:
@@ -114,22 +119,32 @@ def read_jsonl(path: str | Path, what: str = "file", log: bool = False
 
 
 # -- writing -----------------------------------------------------------------------------------
+#
+# Every temporary lives in a *stage*: a folder `.nca-tmp-PID-XXXXXXXX` that `tempfile.mkdtemp`
+# creates inside the target's folder (O_EXCL: it cannot already exist, so no name the package
+# writes can have been planted as a link to somewhere else; mode 0700) and that holds a marker
+# file `.nca-temporary` whose content is the stage's own name: the record that this package made
+# it. A file or folder is written inside the stage and renamed out over its target (same file
+# system: atomic). Only stages are ever removed as leftovers, and only when the name matches,
+# the writer's pid is gone and the marker holds the name: a user's `.draft.tmp-4242` or
+# `.backup.old-2020/` is never taken for one.
 
-def temp_path(path: str | Path) -> Path:
-    """This process's temporary for `path` (beside it, hidden, tagged with the pid)."""
-    path = Path(path)
-    return path.with_name(f".{path.name}.nca-tmp-{os.getpid()}")
+STAGE_MARK = ".nca-temporary"
+_STAGE = re.compile(r"^\.nca-tmp-(\d+)-[a-z0-9_]{8}$")
+# earlier versions' temporaries (`.NAME.nca-tmp-PID`, `.NAME.nca-old-PID`): skipped when a folder
+# is listed, never removed (no record says the package made them)
+_LEGACY = re.compile(r"^\..+\.nca-(?:tmp|old)-(\d+)$")
 
 
-def old_path(path: str | Path) -> Path:
-    """Where `path` is moved aside while its replacement is renamed in."""
-    path = Path(path)
-    return path.with_name(f".{path.name}.nca-old-{os.getpid()}")
+class UnsafePathError(UsageError):
+    """A name the package would write over that is a link (or a file with other hard links):
+    writing there would damage what it points to."""
 
 
 def is_temporary(name: str) -> bool:
-    """Whether a file name is one of this package's temporaries (any pid)."""
-    return bool(_TEMP.match(name))
+    """Whether a file name is one of this package's temporaries (a stage, or an earlier
+    version's temporary): what a listing of a folder's contents skips."""
+    return bool(_STAGE.match(name) or _LEGACY.match(name))
 
 
 def pid_alive(pid: int) -> bool:
@@ -144,18 +159,69 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def _is_own_stage(p: Path) -> bool:
+    """`p` is a stage this package made (by name, kind and marker), whatever its pid."""
+    if not _STAGE.match(p.name) or p.is_symlink() or not p.is_dir():
+        return False
+    mark = p / STAGE_MARK
+    try:
+        if mark.is_symlink() or not mark.is_file() or mark.stat().st_size > 256:
+            return False
+        return mark.read_text() == p.name
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def clear_temporaries(folder: str | Path) -> list[Path]:
-    """Remove the temporaries in `folder` left by processes that are gone (a live writer's
-    are kept); the paths removed. Nothing else is touched."""
+    """Remove the stages in `folder` of processes that are gone (a live writer's are kept);
+    the paths removed. Nothing without the package's record is touched."""
     folder = Path(folder)
     removed = []
-    for p in folder.iterdir() if folder.is_dir() else []:
-        m = _TEMP.match(p.name)
-        if m and not pid_alive(int(m.group(1))):
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() \
-                else p.unlink(missing_ok=True)
+    for p in folder.iterdir() if folder.is_dir() and not folder.is_symlink() else []:
+        m = _STAGE.match(p.name)
+        if m and not pid_alive(int(m.group(1))) and _is_own_stage(p):
+            shutil.rmtree(p, ignore_errors=True)
             removed.append(p)
     return removed
+
+
+def new_stage(folder: str | Path) -> Path:
+    """A fresh stage inside `folder` (created if missing) with its marker written."""
+    import tempfile
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".nca-tmp-{os.getpid()}-", dir=folder))
+    fd = os.open(stage / STAGE_MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                 0o600)
+    try:
+        os.write(fd, stage.name.encode())
+    finally:
+        os.close(fd)
+    return stage
+
+
+@contextmanager
+def staged(folder: str | Path):
+    """A stage inside `folder` for the duration of the block, removed with what is left in
+    it (a file renamed out of it is gone from it already)."""
+    stage = new_stage(folder)
+    try:
+        yield stage
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def check_target(path: str | Path) -> Path:
+    """`path` if the package may put a file or folder there: absent, or not a symbolic link.
+    Renaming over a link replaces the link, not what it points to, but a link at a name the
+    package writes is not the package's: it is refused, never replaced."""
+    path = Path(path)
+    if path.is_symlink():
+        raise UnsafePathError(f"{path} is a symbolic link, which this package did not make; "
+                              "it never writes over a link: remove it or choose another "
+                              "output")
+    return path
 
 
 SPILL_PREFIX = "nca_interp-spill-"
@@ -164,25 +230,35 @@ SPILL_PREFIX = "nca_interp-spill-"
 @contextmanager
 def spill_folder(what: str):
     """A temporary folder for tensors spilled to disk (grad_align's gradients: gigabytes at
-    1.7B), named `nca_interp-spill-WHAT-PID-*` in the system's temporary folder and removed on
-    exit. A process killed with SIGKILL cannot remove its own: the next spill removes every
-    spill folder whose process is gone."""
+    1.7B), a stage named `nca_interp-spill-WHAT-PID-*` in the system's temporary folder and
+    removed on exit. A process killed with SIGKILL cannot remove its own: the next spill
+    removes every spill folder whose process is gone and whose marker says it is a spill."""
     import tempfile
 
     base = Path(tempfile.gettempdir())
     for p in base.glob(f"{SPILL_PREFIX}*"):
         m = re.match(rf"^{SPILL_PREFIX}[A-Za-z_]+-(\d+)-", p.name)
         if m and p.is_dir() and not p.is_symlink() and not pid_alive(int(m.group(1))):
-            shutil.rmtree(p, ignore_errors=True)
+            try:
+                ours = (p / STAGE_MARK).read_text() == p.name
+            except (OSError, UnicodeDecodeError):
+                ours = False
+            if ours:
+                shutil.rmtree(p, ignore_errors=True)
     with tempfile.TemporaryDirectory(prefix=f"{SPILL_PREFIX}{what}-{os.getpid()}-") as tmp:
+        fd = os.open(Path(tmp) / STAGE_MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, Path(tmp).name.encode())
+        os.close(fd)
         yield Path(tmp)
 
 
 def replace_folder(fresh: Path, path: Path) -> Path:
-    """Put the complete folder `fresh` at `path`: an existing one is moved aside first and
-    removed once the new one is in place (a reader sees the old folder or the new one)."""
+    """Put the complete folder `fresh` (inside a stage beside `path`) at `path`: an existing
+    one is moved aside into that stage first and removed once the new one is in place (a
+    reader sees the old folder or the new one)."""
+    check_target(path)
     if path.exists():
-        aside = old_path(path)
+        aside = fresh.parent / f"{fresh.name}.old"
         os.rename(path, aside)
         os.rename(fresh, path)
         shutil.rmtree(aside)
@@ -192,26 +268,75 @@ def replace_folder(fresh: Path, path: Path) -> Path:
 
 
 def write_bytes(path: str | Path, data: bytes, fault: str | None = None) -> Path:
-    """`data` to `path` atomically (temporary, fsync, rename). `fault` names the moment for
-    the fault-injection tests (nca_interp.faults)."""
+    """`data` to `path` atomically (a file in a fresh stage, fsync, rename). `fault` names the
+    moment for the fault-injection tests (nca_interp.faults). A link at `path` is refused; a
+    write the OS refuses is one line naming the file (`write_error`)."""
     from nca_interp.faults import fault_point
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_path(path)
+    path = check_target(path)
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if fault:
-            fault_point(fault)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        with staged(path.parent) as stage:
+            tmp = stage / path.name
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            if fault:
+                fault_point(fault)
+            os.replace(tmp, path)
+    except OSError as e:
+        raise write_error(e, path) from None
     return path
 
 
 def write_text(path: str | Path, text: str, fault: str | None = None) -> Path:
     return write_bytes(path, text.encode("utf-8"), fault)
+
+
+# errno -> what the user can do about it
+_WRITE_REMEDIES = {
+    errno.ENOSPC: "the disk is full: free space or write elsewhere",
+    errno.EDQUOT: "the disk quota is used up: free space in your quota or write elsewhere",
+    errno.EFBIG: "the file is larger than this process may write (a file-size limit, "
+                 "`ulimit -f`): raise the limit or write elsewhere",
+    errno.EROFS: "the file system is read-only: write elsewhere",
+    errno.EACCES: "permission denied: write elsewhere or fix the folder's permissions",
+    errno.EPERM: "not permitted: write elsewhere or fix the folder's permissions",
+}
+
+
+def is_write_fault(e: BaseException) -> bool:
+    """An error a user's disk or limits cause on write (full, quota, file size, read-only,
+    permission), as an OSError or as safetensors' own error that wraps one."""
+    if isinstance(e, WriteFault) or isinstance(e, OSError) and e.errno in _WRITE_REMEDIES:
+        return True
+    text = str(e)
+    return any(os.strerror(n) in text for n in _WRITE_REMEDIES) or "No space left" in text
+
+
+class WriteFault(RunError):
+    """A write the OS refused for a reason the user can fix (`errno`, at `path`)."""
+
+    def __init__(self, message: str, errno_: int, path: Path):
+        super().__init__(message)
+        self.errno, self.path = errno_, path
+
+    @property
+    def remedy(self) -> str:
+        return _WRITE_REMEDIES[self.errno]
+
+
+def write_error(e: BaseException, path: str | Path):
+    """The user error for OSError `e` met writing `path`: a `WriteFault`, one line naming the
+    file and what to do (nothing half-written is left: the stage goes with it); another error
+    as it is."""
+    if isinstance(e, WriteFault):
+        return e
+    code = getattr(e, "errno", None)
+    if code not in _WRITE_REMEDIES:
+        code = next((n for n in _WRITE_REMEDIES if os.strerror(n) in str(e)), None)
+    if code is None:
+        return e
+    return WriteFault(f"cannot write {path}: {_WRITE_REMEDIES[code]} (nothing half-written was "
+                      "left)", code, Path(path))

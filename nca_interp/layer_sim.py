@@ -672,7 +672,7 @@ def reference_of(published: LayerSimReport, where: str) -> tuple[str, Path]:
     recorded, in this machine's model cache by name, or embedded by name. Refused in one line
     when none is here."""
     from nca_interp.assets import ROOT as ASSETS
-    from nca_interp.fetch import default_cache
+    from nca_interp.fsio import default_cache
 
     first = str(published.checkpoints[0])
     key = next((k for k, r in published.runs.items() if r.path == first), None)

@@ -16,12 +16,15 @@ lock failed both ways in tests/integration/test_faults.py's race harness).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
 import time
 from pathlib import Path
 
 from nca_interp.errors import RunError
+from nca_interp.fsio import UnsafePathError
 
 __all__ = ["RunLock"]
 
@@ -37,14 +40,28 @@ def _cmdline(pid: int) -> str:
 class RunLock:
     """Hold `folder/.lock` exclusively, or raise RunError naming the holder."""
 
-    def __init__(self, folder: str | Path):
-        self.path = Path(folder) / ".lock"
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    def __init__(self, folder: str | Path, name: str = ".lock", label: str | None = None):
+        """Lock `folder/name` (`name`: a run directory's `.lock`, or an analysis's
+        `.STEM.nca-lock` beside its report; `label`: what a refusal calls it)."""
+        self.path = Path(folder) / name
+        try:  # never through a link planted at the name: O_NOFOLLOW refuses it
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise UnsafePathError(f"{self.path} is a symbolic link, which this package did "
+                                      "not make; remove it (it never writes through a link)"
+                                      ) from None
+            raise
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a hard link shares a victim's data
+            os.close(fd)
+            raise UnsafePathError(f"{self.path} is not a plain file of its own (a device, a pipe "
+                                  "or a hard link to another file); remove it")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise RunError(self._refusal(folder)) from None
+            raise RunError(self._refusal(label or folder)) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n{_cmdline(os.getpid())}\n".encode(), 0)
         self._fd: int | None = fd

@@ -4,12 +4,11 @@ torch.distributed process group."""
 
 from __future__ import annotations
 
+import errno
 import faulthandler
 import json
 import math
 import os
-import re
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -22,7 +21,14 @@ from nca_interp.cli import check_writable, finite_json, write_atomic
 from nca_interp.errors import RunError, UsageError
 from nca_interp.evaluate import play_levels
 from nca_interp.faults import fault_point
-from nca_interp.fsio import pid_alive, read_json, read_jsonl
+from nca_interp.fsio import (
+    WriteFault,
+    clear_temporaries,
+    is_temporary,
+    is_write_fault,
+    read_json,
+    read_jsonl,
+)
 from nca_interp.models import resolve_device
 from nca_interp.runlock import RunLock
 
@@ -159,11 +165,16 @@ DISK_REMEDY = ("free space outside this run's folder (files of your own you no l
                "raise --save-every")
 
 
-def _disk_full(e: BaseException) -> bool:
-    """An OSError ENOSPC, or safetensors' own error for it (a SafetensorError, not OSError)."""
-    import errno
+def _write_fault(e: BaseException) -> WriteFault | None:
+    """A write the user's disk or limits refused (full, quota, file size, read-only,
+    permission), as the package's WriteFault, an OSError, or safetensors' own error for one (a
+    SafetensorError, not OSError); None for any other error."""
+    from nca_interp.fsio import write_error
 
-    return getattr(e, "errno", None) == errno.ENOSPC or "No space left on device" in str(e)
+    if not is_write_fault(e):
+        return None
+    fault = write_error(e, getattr(e, "filename", None) or "?")
+    return fault if isinstance(fault, WriteFault) else None
 
 
 # Flags that do not change a run's result: they may differ when a run is resumed.
@@ -212,11 +223,13 @@ def check_out(out: str | Path, inputs: dict[str, str | Path | None]) -> None:
                              "its input checkpoints live: choose a new --out")
 
 
-# What this package leaves in a run directory besides a run's files: its lock, and the
-# temporaries of a write killed half-way (`.name.nca-tmp-PID`, `.name.nca-old-PID`; earlier
-# versions wrote `.name.tmp-PID`). Any other entry, hidden ones included (a `.git`, a user's
-# `notes.tmp`), is something the run did not make, and is never deleted.
-_LEFTOVER = re.compile(r"^(?:\.lock|\..+\.(?:nca-)?(?:tmp|old)-\d+)$")
+# What this package leaves in a run directory besides a run's files: its lock, and the stage of
+# a write killed half-way (`.nca-tmp-PID-XXXXXXXX` holding the package's marker,
+# nca_interp.fsio; earlier versions' `.name.nca-tmp-PID` are tolerated, never removed). Any
+# other entry, hidden ones included (a `.git`, a user's `notes.tmp`, `.draft.tmp-4242`), is
+# something the run did not make: the run refuses the folder, and never deletes it.
+def _leftover_name(p: Path) -> bool:
+    return p.name == ".lock" or is_temporary(p.name) and not p.is_symlink()
 
 
 def check_own(folder: Path, run_config: dict) -> bool:
@@ -230,9 +243,9 @@ def check_own(folder: Path, run_config: dict) -> bool:
         raise UsageError(f"--out {folder} is a file; choose a folder for the run")
 
     def leftover(p: Path) -> bool:  # run state, temporaries, a first save killed half-way
-        return bool(_LEFTOVER.match(p.name)) or (
-            p.name == "checkpoints" and p.is_dir()
-            and all(_LEFTOVER.match(c.name) for c in p.iterdir()))
+        return _leftover_name(p) or (
+            p.name == "checkpoints" and p.is_dir() and not p.is_symlink()
+            and all(_leftover_name(c) for c in p.iterdir()))
 
     entries = sorted(p.name for p in folder.iterdir() if not leftover(p))
     if not entries:
@@ -262,9 +275,6 @@ def check_own(folder: Path, run_config: dict) -> bool:
                          "(a finished run's copy, or one whose checkpoints were deleted); "
                          "choose a new --out")
     return steps
-
-
-_TEMP_OF_KILLED = re.compile(r"^\..+\.(?:nca-)?(?:tmp|old)-(\d+)$")
 
 
 def _intact(folder: Path) -> bool:
@@ -332,7 +342,7 @@ class Run:
         if not writer:
             return
         inputs = {k: v for k, v in (inputs or {}).items() if v is not None}
-        from nca_interp.fetch import default_cache
+        from nca_interp.fsio import default_cache
 
         check_out(self.dir, {**inputs, "the model cache": default_cache() / "models"})
         check_own(self.dir, run_config)  # before the lock file is written into it
@@ -412,14 +422,11 @@ class Run:
             self.lock.release()
 
     def _clear_temporaries(self) -> None:
-        """Files and folders of saves that were killed half-way (never loaded: no manifest),
-        named as this package names its temporaries, of processes that are gone."""
+        """The stages of saves that were killed half-way (never loaded: no manifest) of
+        processes that are gone, each known by the package's marker inside it
+        (`fsio.clear_temporaries`); nothing else."""
         for folder in (self.dir, self.dir / "checkpoints"):
-            for p in folder.iterdir() if folder.is_dir() else []:
-                m = _TEMP_OF_KILLED.match(p.name)
-                if m and not pid_alive(int(m.group(1))):
-                    shutil.rmtree(p, ignore_errors=True) if p.is_dir() else \
-                        p.unlink(missing_ok=True)
+            clear_temporaries(folder)
 
     def resume_point(self) -> Path | None:
         return ckpt.latest_step_checkpoint(self.dir)
@@ -454,7 +461,10 @@ class Run:
         if not self.writer:
             return
         record = {**record, "time": round(time.time(), 3)}  # wall clock: stage durations
-        with open(self.dir / "metrics.jsonl", "a") as f:
+        # O_NOFOLLOW: a link at the log's name is never written through
+        fd = os.open(self.dir / "metrics.jsonl",
+                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "a") as f:
             f.write(json.dumps(finite_json(record)) + "\n")
 
     def truncate_log(self, step: int) -> None:
@@ -480,12 +490,17 @@ class Run:
             fault_point("step-renamed")
             ckpt.publish(path, self.dir)
         except Exception as e:
-            if not _disk_full(e):
+            fault = _write_fault(e)
+            if fault is None:
                 raise
             kept_msg = f"the last complete checkpoint, {kept}," if kept else "no checkpoint"
-            raise RunError(f"the disk filled while saving step {step} of {self.dir}; the "
-                           f"partial save was removed and {kept_msg} is kept (the same "
-                           f"command resumes from it). To go on: {DISK_REMEDY}") from None
+            if fault.errno == errno.ENOSPC:
+                raise RunError(f"the disk filled while saving step {step} of {self.dir}; the "
+                               f"partial save was removed and {kept_msg} is kept (the same "
+                               f"command resumes from it). To go on: {DISK_REMEDY}") from None
+            raise RunError(f"cannot write step {step} of {self.dir} ({fault.path}): "
+                           f"{fault.remedy}; the partial save was removed and {kept_msg} is "
+                           "kept (the same command resumes from it)") from None
         for older in sorted((self.dir / "checkpoints").glob("step_*")):
             if older.name < path.name and (older / "trainer_state.safetensors").exists():
                 ckpt.drop_optimizer_state(older)  # only the newest is resumed from

@@ -103,9 +103,9 @@ class ChatFormat:
         user = x_text if context is None or self.context_as == "system" \
             else f"{context}\n\n{x_text}"
         messages.append({"role": "user", "content": user})
-        return self.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                  add_generation_prompt=True,
-                                                  **dict(self.template_kwargs))
+        from nca_interp.tokenizer import render_chat  # a sandbox refusal is one line
+
+        return render_chat(self.tokenizer, messages, **dict(self.template_kwargs))
 
 
 def rotated(values) -> list:

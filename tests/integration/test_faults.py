@@ -103,14 +103,62 @@ def test_a_folder_holding_only_hidden_files_is_not_empty(base, tmp_path):
 
 
 def test_the_leftovers_a_kill_leaves_do_not_make_a_folder_someone_elses(base, tmp_path):
+    from nca_interp.fsio import STAGE_MARK
+
     run = tmp_path / "run"
-    (run / "checkpoints" / ".step_000001.nca-tmp-99999").mkdir(parents=True)
-    for name in (".lock", ".run_config.json.tmp-4242", ".model.safetensors.nca-tmp-99998"):
-        (run / name).write_text("")
+    (run / "checkpoints").mkdir(parents=True)
+    (run / ".lock").write_text("")
+    for folder in (run, run / "checkpoints"):  # as a writer killed half-way leaves them
+        stage = folder / ".nca-tmp-999999-k1ll3d00"
+        (stage / "model.safetensors").mkdir(parents=True)
+        (stage / STAGE_MARK).write_text(stage.name)
+    legacy = run / ".model.safetensors.nca-tmp-99998"  # an earlier version's: kept, never ours
+    legacy.write_text("")
     distill.main(args(base, run, steps=1))
     assert (run / "checkpoints" / "step_000001").is_dir()
-    assert not (run / ".model.safetensors.nca-tmp-99998").exists()
-    assert not (run / "checkpoints" / ".step_000001.nca-tmp-99999").exists()
+    assert not [p for p in run.rglob(".nca-tmp-*")]
+    assert legacy.exists()
+
+
+@pytest.mark.parametrize("name", [".run_config.json.tmp-4242", ".draft.tmp-4242",
+                                  ".backup.old-2020"])
+def test_a_users_files_named_like_old_temporaries_make_the_run_refuse(base, tmp_path, name):
+    """The probe's LOST cases: without the package's marker a name is the user's, however it
+    looks; the run refuses the folder and deletes nothing."""
+    run = tmp_path / "run"
+    run.mkdir()
+    if name.startswith(".backup"):
+        (run / name).mkdir()
+        (run / name / "thesis.txt").write_text("four years")
+    else:
+        (run / name).write_text("mine")
+    before = snapshot(run)
+    with pytest.raises(UsageError, match="already holds"):
+        distill.main(args(base, run, steps=1))
+    assert snapshot(run) == before
+
+
+def test_a_stage_without_the_marker_is_never_removed(base, tmp_path):
+    """A folder named as a stage but without the package's record inside (a user's, or one
+    planted) survives a resume: removal needs name, dead pid and marker together."""
+    run = tmp_path / "run"
+    distill.main(args(base, run, steps=1))
+    fake = run / "checkpoints" / ".nca-tmp-999999-abcdefgh"
+    fake.mkdir()
+    (fake / "thesis.txt").write_text("four years")
+    distill.main(args(base, run, steps=2))
+    assert (fake / "thesis.txt").read_text() == "four years"
+
+
+def test_a_users_old_folder_inside_a_run_survives_a_resume(base, tmp_path):
+    """The probe's second LOST case: `.weights.old-2021/` inside a run was deleted on resume."""
+    run = tmp_path / "run"
+    distill.main(args(base, run, steps=1))
+    mine = run / "checkpoints" / ".weights.old-2021"
+    mine.mkdir()
+    (mine / "w.bin").write_text("mine")
+    distill.main(args(base, run, steps=2))
+    assert (mine / "w.bin").read_text() == "mine"
 
 
 @pytest.mark.parametrize("command", ["distill", "sft"])
@@ -193,12 +241,19 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_checkpoint(
 
 
 def test_a_full_disk_during_a_safetensors_write_is_recognised():
-    from train.common import _disk_full
+    import errno
 
-    assert _disk_full(OSError(28, "No space left on device"))
-    assert _disk_full(Exception("Error while serializing: IoError(Os { code: 28, kind: "
-                                "StorageFull, message: \"No space left on device\" })"))
-    assert not _disk_full(OSError(13, "Permission denied"))
+    from train.common import _write_fault
+
+    assert _write_fault(OSError(28, "No space left on device")).errno == errno.ENOSPC
+    assert _write_fault(Exception("Error while serializing: IoError(Os { code: 28, kind: "
+                                  "StorageFull, message: \"No space left on device\" })")
+                        ).errno == errno.ENOSPC
+    assert _write_fault(Exception("Error while serializing: IoError(Os { code: 27, kind: "
+                                  "FileTooLarge, message: \"File too large\" })")
+                        ).errno == errno.EFBIG
+    assert _write_fault(OSError(122, "Disk quota exceeded")).errno == errno.EDQUOT
+    assert _write_fault(ValueError("a bug")) is None
 
 
 def test_a_killed_fetch_leaves_nothing_behind(tmp_path):

@@ -264,7 +264,7 @@ def test_a_report_records_its_figures_and_names_stale_ones(tmp_path):
 def test_a_killed_spill_is_removed_by_the_next_and_a_live_ones_kept(tmp_path, monkeypatch):
     import tempfile
 
-    from nca_interp.fsio import spill_folder
+    from nca_interp.fsio import STAGE_MARK, spill_folder
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
@@ -272,12 +272,16 @@ def test_a_killed_spill_is_removed_by_the_next_and_a_live_ones_kept(tmp_path, mo
     killed = tmp_path / f"nca_interp-spill-grad_align-{dead}-abc"
     live = tmp_path / f"nca_interp-spill-grad_align-{os.getppid()}-abc"
     mine = tmp_path / "grad_align_notes"  # a user's folder of a similar name
-    for d in (killed, live, mine):
+    unmarked = tmp_path / f"nca_interp-spill-grad_align-{dead}-def"  # no record: not ours
+    for d in (killed, live, mine, unmarked):
         (d / "g.safetensors").parent.mkdir()
         (d / "g.safetensors").write_bytes(b"x")
+    for d in (killed, live):
+        (d / STAGE_MARK).write_text(d.name)
     with spill_folder("grad_align") as tmp:
         assert tmp.parent == tmp_path and tmp.is_dir()
     assert not killed.exists() and live.exists() and mine.exists() and not tmp.exists()
+    assert unmarked.exists()
 
 
 def test_a_plotly_min_js_that_is_not_plotlys_is_refused_before_work(base, tmp_path, capsys,

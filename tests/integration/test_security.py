@@ -1,0 +1,245 @@
+"""A checkpoint is data, never code; a name the package writes is never a planted link; a
+write the OS refuses is one line naming the file. The cases of the fault probe of issue #71
+(SECURITY, LOST, TRACEBACK and the unclear messages), each of which failed on the code before
+its guard: the damage it asserts away (a victim file written, a marker of code run) happened."""
+
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nca_interp import evaluate
+from nca_interp.checkpoint import CheckpointError, save_checkpoint, verify_folder
+from nca_interp.cli import check_writable, entry, interrupted_note
+from nca_interp.errors import RunError, UsageError
+from nca_interp.fsio import UnsafePathError, write_text
+from nca_interp.runlock import RunLock
+from tests.conftest import tiny
+from train import distill
+
+ROOT = Path(__file__).resolve().parents[2]
+TASK = {"name": "sokoban", "fmt": "compact", "dim_room": [6, 6], "num_boxes": 1}
+VICTIM = "the victim's own words\n"
+
+
+@pytest.fixture
+def base(tok, tmp_path):
+    return save_checkpoint(tmp_path / "base", tiny(tok), tok, {"task": TASK})
+
+
+@pytest.fixture
+def victim(tmp_path):
+    v = tmp_path / "victim.txt"
+    v.write_text(VICTIM)
+    return v
+
+
+def args(base, out, steps=1):
+    return ["--student", str(base), "--out", str(out), "--batch", "4", "--steps", str(steps),
+            "--save-every", "1", "--eval-every", "100", "--eval-levels", "2", "--threads", "1",
+            "--lr", "1e-3"]
+
+
+# -- code runs only where this command names it ----------------------------------------------
+
+@pytest.fixture
+def evil(tok, tmp_path):
+    """The probe's folder: a checkpoint whose run config names a scorer file that, imported,
+    leaves a marker (a real attack would do anything else)."""
+    marker = tmp_path / "code_ran"
+    score = tmp_path / "evil_score.py"
+    score.write_text(f"open({str(marker)!r}, 'w').write('ran')\n"
+                     "def fn(item, response):\n    return True\n")
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(f'{{"prompt": "q{i}", "context": "c", "answer": "a", "id": "q{i}"}}\n'
+                            for i in range(8)))
+    task = {"name": "jsonl", "data": str(data), "scorer": f"{score}:fn",
+            "context_as": "prefix"}
+    folder = save_checkpoint(tmp_path / "shared_ckpt", tiny(tok), tok, {"task": task})
+    return folder, marker, score
+
+
+@pytest.mark.parametrize("command", ["distill", "evaluate"])
+def test_a_checkpoint_naming_a_scorer_runs_no_code(evil, tmp_path, command, capsys):
+    folder, marker, score = evil
+    if command == "distill":
+        rc = entry(distill.main, args(folder, tmp_path / "R"))
+    else:
+        rc = entry(evaluate.main, [str(folder), "--n-levels", "2", "--context", "context"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "never code" in err[0]
+    assert f"--task-options scorer={score}:fn" in err[0]
+    assert not marker.exists()
+    assert not (tmp_path / "R").exists()  # refused before the run folder was made
+
+
+def test_the_scorer_named_on_the_command_line_is_run(evil, tmp_path):
+    folder, marker, score = evil
+    evaluate.execute(evaluate.EvalConfig(ckpt=[str(folder)], n_levels=2,
+                                         task_options=[f"scorer={score}:fn"]))
+    assert marker.exists()  # the user named it: it runs (in the scorer's worker)
+
+
+# -- no write through a link planted at a name the package uses -------------------------------
+
+def test_a_link_at_a_reports_old_temporary_name_is_not_written_through(tmp_path, victim):
+    out = tmp_path / "out"
+    out.mkdir()
+    os.symlink(victim, out / f".rep.json.nca-tmp-{os.getpid()}")
+    write_text(out / "rep.json", '{"report": 1}')
+    assert victim.read_text() == VICTIM
+    assert (out / "rep.json").is_file() and not (out / "rep.json").is_symlink()
+    assert [p.name for p in out.iterdir() if p.name.startswith(".nca-tmp")] == []
+
+
+def test_a_link_at_the_report_itself_is_refused_not_followed(tmp_path, victim):
+    os.symlink(victim, tmp_path / "rep.json")
+    with pytest.raises(UnsafePathError, match="symbolic link"):
+        write_text(tmp_path / "rep.json", '{"report": 1}')
+    assert victim.read_text() == VICTIM and (tmp_path / "rep.json").is_symlink()
+
+
+def test_the_out_write_probe_never_follows_a_planted_link(tmp_path, victim):
+    os.symlink(victim, tmp_path / f".nca_interp_write_test_{os.getpid()}")
+    check_writable(tmp_path / "run", "run")
+    assert victim.read_text() == VICTIM
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["victim.txt", f".nca_interp_write_test_{os.getpid()}"])
+
+
+@pytest.mark.parametrize("how", ["symlink", "hardlink"])
+def test_a_planted_lock_is_refused_and_its_target_kept(base, tmp_path, victim, how, capsys):
+    out = tmp_path / "D"
+    out.mkdir()
+    (os.symlink if how == "symlink" else os.link)(victim, out / ".lock")
+    with pytest.raises(UnsafePathError):
+        RunLock(out)
+    assert entry(distill.main, args(base, out)) == 2
+    assert "link" in capsys.readouterr().err
+    assert victim.read_text() == VICTIM
+
+
+def test_a_link_at_a_training_temporary_name_is_never_written_through(base, tmp_path, victim):
+    """The probe planted `.NAME.nca-tmp-PID` in a training --out: the victim received
+    model.safetensors. A link is nothing the run made: the run refuses the folder."""
+    out = tmp_path / "R"
+    out.mkdir()
+    os.symlink(victim, out / f".model.safetensors.nca-tmp-{os.getpid()}")
+    with pytest.raises(UsageError, match="already holds"):
+        distill.main(args(base, out))
+    assert victim.read_text() == VICTIM
+
+
+def test_a_link_planted_in_a_runs_folder_before_a_resume_is_not_written_through(
+        base, tmp_path, victim):
+    out = tmp_path / "R"
+    distill.main(args(base, out, steps=1))
+    for name in ("model.safetensors", "config.json"):  # where publish renames its copies
+        os.symlink(victim, out / f".{name}.nca-tmp-{os.getpid()}")
+    distill.main(args(base, out, steps=2))
+    assert victim.read_text() == VICTIM
+    assert (out / "checkpoints" / "step_000002").is_dir()
+
+
+def test_two_analyses_on_one_out_the_second_is_refused(tmp_path, base):
+    """The probe's two `evaluate --out same` both said "wrote"; the second now meets the
+    first's lock before any work (held here as a live first writer would)."""
+    from nca_interp.analysis import figure_stem
+
+    out = tmp_path / "rep"
+    holder = RunLock(tmp_path, f".{figure_stem(out, '').name}.nca-lock")
+    try:
+        with pytest.raises(RunError, match="being written by"):
+            evaluate.execute(evaluate.EvalConfig(ckpt=[str(base)], n_levels=2, out=str(out)))
+    finally:
+        holder.release()
+    evaluate.execute(evaluate.EvalConfig(ckpt=[str(base)], n_levels=2, out=str(out)))
+    assert (tmp_path / "rep.json").is_file()
+
+
+# -- a manifest names the folder's own files only ---------------------------------------------
+
+@pytest.mark.parametrize("name", ["/etc/hostname", "../x", "/dev/zero", "sub/../../x"])
+def test_a_manifest_naming_files_elsewhere_is_refused_before_reading_them(base, name,
+                                                                          monkeypatch):
+    import json
+
+    from nca_interp import checkpoint
+
+    manifest = base / checkpoint.MANIFEST
+    data = json.loads(manifest.read_text())
+    data["files"][name] = {"bytes": 1, "sha256": "0" * 64}
+    manifest.write_text(json.dumps(data))
+    read = []
+    monkeypatch.setattr(checkpoint, "_sha256", lambda p: read.append(p) or "")
+    with pytest.raises(CheckpointError, match="not a file of the folder itself"):
+        verify_folder(base)
+    assert read == []  # nothing hashed, the folder's own files included
+
+
+# -- a write the OS refuses is one line naming the file --------------------------------------
+
+def test_a_file_size_limit_during_training_is_one_line_and_the_run_resumes(base, tmp_path):
+    """EFBIG (`ulimit -f`) ended in a SafetensorError traceback; the model is ~100 KB, the
+    limit 40 KB, so the first save fails and nothing half-written stays."""
+    out = tmp_path / "R"
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (40_000, 40_000))
+
+    cmd = [sys.executable, "-m", "train.distill", *args(base, out)]
+    env = {**os.environ, "NCA_INTERP_QUIET": "1"}
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                       preexec_fn=limit)
+    assert r.returncode == 2, r.stderr[-2000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in r.stderr and last.startswith("error: ")
+    assert "file-size limit" in last and "resumes" in last
+    assert not [p for p in out.rglob(".nca-tmp-*")]
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("code", [28, 122, 27, 30, 13])
+def test_every_write_fault_names_the_file_and_what_to_do(tmp_path, monkeypatch, code):
+    from nca_interp import fsio
+
+    def refuse(fd):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(fsio.os, "fsync", refuse)
+    with pytest.raises(RunError) as e:
+        write_text(tmp_path / "rep.json", "{}")
+    assert str(tmp_path / "rep.json") in str(e.value) and "\n" not in str(e.value)
+    assert not list(tmp_path.iterdir())  # nothing half-written, no stage left
+
+
+# -- messages true where they are printed ------------------------------------------------------
+
+def test_the_interrupt_message_is_true_of_each_command():
+    from nca_interp import layer_sim
+    from nca_interp.paper import reproduce
+    from train import sft
+
+    assert "resumes" in interrupted_note(distill.main)
+    assert "resumes" in interrupted_note(sft.main)
+    for main in (evaluate.main, layer_sim.main):
+        assert "resumes" not in interrupted_note(main)
+        assert "from the beginning" in interrupted_note(main)
+    assert "skips them" in interrupted_note(reproduce.main)
+
+
+def test_a_damaged_fetched_model_is_told_to_verify(tmp_path, monkeypatch):
+    from nca_interp.checkpoint import _remedy
+
+    monkeypatch.setenv("NCA_INTERP_CACHE", str(tmp_path / "cache"))
+    inside = tmp_path / "cache" / "models" / "smollm2-135m-instruct"
+    outside = tmp_path / "copy"
+    for f in (inside, outside):
+        f.mkdir(parents=True)
+        (f / "PROVENANCE.json").write_text('{"model": "smollm2-135m-instruct"}')
+    assert "fetch smollm2-135m-instruct --verify" in _remedy(inside.resolve())
+    assert "outside the cache" in _remedy(outside.resolve())
