@@ -26,11 +26,11 @@ from pathlib import Path
 
 from nca_interp.errors import InputError, MissingInputError, RunError, UsageError
 
-__all__ = ["MAX_JSON_BYTES", "MAX_TEXT_BYTES", "STAGE_MARK", "UnsafePathError", "check_target",
-           "clear_temporaries", "default_cache", "is_temporary", "is_write_fault", "new_stage", "parse_json",
-           "pid_alive", "read_bytes", "read_json", "read_jsonl", "read_text", "regular_file",
-           "replace_folder", "spill_folder", "staged", "write_bytes", "write_error",
-           "write_text", "WriteFault"]
+__all__ = ["MAX_JSON_BYTES", "MAX_TEXT_BYTES", "STAGE_MARK", "UnsafePathError", "WriteFault",
+           "check_target", "clear_temporaries", "default_cache", "is_temporary",
+           "is_write_fault", "new_stage", "parse_json", "pid_alive", "read_bytes", "read_json",
+           "read_jsonl", "read_text", "regular_file", "replace_folder", "spill_folder", "staged",
+           "write_bytes", "write_error", "write_text"]
 
 MAX_JSON_BYTES = 1 << 30  # a report of a 1.7B model's per-module table is tens of MB
 MAX_TEXT_BYTES = 64 << 20  # prompts, system prompts, data files of questions
