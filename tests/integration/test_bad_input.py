@@ -15,6 +15,7 @@ from safetensors.torch import load_file, save_file
 from nca_interp import evaluate, grad_align, layer_sim, param_delta
 from nca_interp.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from nca_interp.cli import entry, write_json
+from nca_interp.fsio import STAGE_MARK
 from tests.conftest import tiny
 from train import distill, sft
 
@@ -259,10 +260,11 @@ def test_one_writer_per_run_directory(base, tmp_path, capsys):
         holder.kill()  # kill -9: the kernel drops its lock
         holder.wait()
     # the holder is gone: its lock is free, and leftovers of killed saves are cleared
-    (run / "checkpoints").mkdir()
-    (run / "checkpoints" / ".step_000001.tmp-99999").mkdir()
+    stage = run / "checkpoints" / ".nca-tmp-99999-k1ll3d00"  # a killed save's, with its marker
+    (stage / "step_000001").mkdir(parents=True)
+    (stage / STAGE_MARK).write_text(stage.name)
     distill.main(args(base, run))
-    assert not list((run / "checkpoints").glob(".step_*"))
+    assert not list((run / "checkpoints").glob(".nca-tmp-*"))
     lines = (run / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2]
 

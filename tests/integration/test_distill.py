@@ -1,4 +1,5 @@
 import json
+import shutil
 
 import pytest
 import torch
@@ -211,7 +212,7 @@ def test_the_disk_a_run_needs_is_what_it_writes_and_a_full_disk_is_refused(base,
     assert common.disk_needed(common.weight_bytes(base), 4, 2, start=4) == (0, 0)  # done
 
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(common.shutil, "disk_usage", lambda p: usage(10**12, 0, kept))
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**12, 0, kept))
     with pytest.raises(RunError, match=r"GB free, training .* needs about .*--save-every"):
         distill.main(args(base, tmp_path / "full"))
     assert not (tmp_path / "full" / "checkpoints").exists()

@@ -1,5 +1,6 @@
 import json
 import shlex
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -648,8 +649,9 @@ def test_a_disk_without_room_for_every_student_is_refused_before_the_first(tmp_p
     kept, brief = common.disk_needed(w, 2, 2)
     assert (kept, brief) == (4 * w, 3 * w)
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(common.shutil, "disk_usage",
+    monkeypatch.setattr(shutil, "disk_usage",
                         lambda p: usage(10**12, 0, 2 * kept + brief))  # two students' room
+    monkeypatch.setattr(analysis, "OUT_BYTES", 0)  # the teacher's evaluation writes a report
     with pytest.raises(RunError, match="distilling 4 students of"):
         reproduce.main(["--task", "sokoban", "--analyses", "false", "--seeds", "0,1",
                         "--teacher-steps", "2", "--distill-steps", "2", "--save-every", "2",
