@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
 import sys
 import time
@@ -184,7 +185,9 @@ class ReproduceConfig:
                 "context, then its dose page (default: the preset's)"})
     quick: bool = field(default=False, metadata={
         "help": "one seed, 40 distill steps, 300 levels, into RUNS/figures/NAME_quick"})
-    runs: str = field(default="runs", metadata={"help": "where run directories go"})
+    runs: str = field(default="runs", metadata={
+        "help": "where run directories go; the default runs/ is made a link to "
+                "$NCA_INTERP_RUNS (default ~/.cache/nca_interp/runs), outside the work tree"})
     figures: str = field(default="figures", metadata={
         "help": "where figures go (the repository's figures/ holds published settings: a "
                 "command other than a setting's goes to RUNS/figures/ instead, unless "
@@ -810,9 +813,38 @@ def publish(p: Pipeline, t_start: float) -> float:
     return total
 
 
+RUNS_ENV = "NCA_INTERP_RUNS"
+
+
+def runs_home(runs: str) -> None:
+    """Keep the default `runs/` outside the work tree: a fresh checkout has lost every run kept
+    inside it (twice, hours of a teacher each time). When `runs` is the default and absent, it
+    becomes a link to $NCA_INTERP_RUNS (default: the package's cache folder's `runs/`), so the
+    runs outlive the checkout while every recorded path (`runs/<name>`) stays as it was. An
+    existing folder or link is used as it is; any other --runs is the user's choice."""
+    from nca_interp.fsio import default_cache
+
+    link = Path(runs)
+    if runs != "runs" or link.is_dir():
+        return
+    home = Path(os.environ.get(RUNS_ENV) or default_cache() / "runs").expanduser()
+    if link.is_symlink():  # a link whose folder went (a cleared cache): make the folder again
+        home = Path(os.readlink(link))
+        home.mkdir(parents=True, exist_ok=True)
+        return
+    if link.exists():
+        raise UsageError(f"{link.resolve()} is a file, not the folder runs go to; move it away "
+                         "or pass --runs DIR")
+    home.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(home.resolve(), target_is_directory=True)
+    print(f"runs/ -> {home.resolve()} (outside the work tree, so the runs outlive the checkout; "
+          f"${RUNS_ENV} moves it)")
+
+
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(ReproduceConfig, argv, __doc__)
     t_start = time.time()
+    runs_home(cfg.runs)
     p = plan(cfg, list(argv or []))
     make_teacher(p)
     if cfg.teacher_only:

@@ -151,3 +151,33 @@ def test_a_retrain_to_the_same_weights_keeps_the_digest_and_other_weights_do_not
     d = save_checkpoint(tmp_path / "d", tiny(tok, seed=1), tok, config)
     assert len({weights_digest(a), weights_digest(c), weights_digest(d)}) == 3
     assert json.loads((a / "run_config.json").read_text())["git_commit"] == "1"
+
+
+def test_the_default_runs_folder_lives_outside_the_work_tree(tmp_path, monkeypatch):
+    """A fresh checkout lost runs/ twice: the default runs/ is made a link to
+    $NCA_INTERP_RUNS, a folder the checkout does not hold; a cleared target is made again, a
+    real runs/ folder or another --runs is left as it is."""
+    from nca_interp.errors import UsageError
+    from nca_interp.paper.reproduce import runs_home
+
+    work, home = tmp_path / "checkout", tmp_path / "cache" / "runs"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("NCA_INTERP_RUNS", str(home))
+    runs_home("runs")
+    assert (work / "runs").is_symlink() and (work / "runs").resolve() == home.resolve()
+    (work / "runs" / "sokoban_base").mkdir()
+    assert (home / "sokoban_base").is_dir()
+    home.rename(tmp_path / "gone")  # the cache was cleared
+    runs_home("runs")
+    assert home.is_dir()
+    runs_home("elsewhere")
+    assert not (work / "elsewhere").exists()
+    (work / "runs").unlink()
+    (work / "runs").mkdir()  # a runs/ of the user's own: used as it is
+    runs_home("runs")
+    assert not (work / "runs").is_symlink()
+    (work / "runs").rmdir()
+    (work / "runs").write_text("")
+    with pytest.raises(UsageError, match="is a file"):
+        runs_home("runs")
