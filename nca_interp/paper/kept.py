@@ -36,6 +36,7 @@ from nca_interp.checkpoint import (
 )
 from nca_interp.cli import entry
 from nca_interp.errors import UsageError
+from nca_interp.fsio import new_stage
 
 __all__ = ["KEPT", "LIMIT", "main", "restore", "save"]
 
@@ -77,8 +78,9 @@ def save(run: str | Path, kept: Path | None = None) -> Path:
     if dest.exists():
         raise UsageError(f"{dest} exists: a kept run is never overwritten; remove it with git "
                          "rm first if it is to be replaced")
-    tmp = kept / f".{run.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)  # what an interrupted save left
+    kept.mkdir(parents=True, exist_ok=True)
+    stage = new_stage(kept)  # never a name that could be a user's folder or a planted link
+    tmp = stage / run.name
     try:
         (tmp / "checkpoints").mkdir(parents=True)
         for name in ROOT_FILES:
@@ -91,10 +93,9 @@ def save(run: str | Path, kept: Path | None = None) -> Path:
         if weights_digest(step) != weights_digest(last) or \
                 weights_digest(tmp) != weights_digest(run):
             raise RuntimeError(f"the copy of {run} does not hold its weights; nothing was kept")
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    tmp.rename(dest)
+        tmp.rename(dest)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     return dest
 
 
@@ -109,18 +110,17 @@ def restore(run: Path, kept: Path | None = None) -> bool:
     if run.exists() and any(run.iterdir()):
         raise UsageError(f"{run} holds files but no step checkpoint, and {src} is kept for it: "
                          f"move {run} aside to use the kept run")
-    tmp = run.parent / f".{run.name}.restore.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    stage = new_stage(run.parent)
+    tmp = stage / run.name
     try:
         shutil.copytree(src, tmp)
         verify_folder(tmp)
         verify_folder(latest_step_checkpoint(tmp))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if run.exists():
-        run.rmdir()  # empty (checked above)
-    tmp.rename(run)
+        if run.exists():
+            run.rmdir()  # empty (checked above)
+        tmp.rename(run)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     return True
 
 

@@ -181,3 +181,27 @@ def test_the_default_runs_folder_lives_outside_the_work_tree(tmp_path, monkeypat
     (work / "runs").write_text("")
     with pytest.raises(UsageError, match="is a file"):
         runs_home("runs")
+
+
+def test_keeping_and_restoring_never_touch_a_folder_of_the_temporary_names_of_old(tmp_path,
+                                                                                  tok):
+    """`kept` once staged in `.NAME.tmp` / `.NAME.restore.tmp`, removed first: a user's
+    folder of that name went, and a link there was written through."""
+    import os
+
+    run = finished_run(tmp_path, tok)
+    store = tmp_path / "kept"
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    store.mkdir()
+    (store / f".{run.name}.tmp").mkdir()
+    (store / f".{run.name}.tmp" / "mine.txt").write_text("mine")
+    os.symlink(victim, run.parent / f".{run.name}.restore.tmp")
+    kept.save(run, store)
+    assert (store / f".{run.name}.tmp" / "mine.txt").read_text() == "mine"
+    fresh = tmp_path / "fresh" / run.name
+    fresh.parent.mkdir()
+    os.symlink(victim, fresh.parent / f".{run.name}.restore.tmp")
+    assert kept.restore(fresh, store)
+    assert list(victim.iterdir()) == [] and latest_step_checkpoint(fresh) is not None
+    assert not list(store.glob(".nca-tmp-*")) and not list(fresh.parent.glob(".nca-tmp-*"))
