@@ -335,7 +335,7 @@ def run_parallel(pending: list, jobs: int, manifest: Manifest) -> None:
         while pending and len(running) < jobs:
             name, final, out, args = pending.pop(0)
             out.parent.mkdir(parents=True, exist_ok=True)
-            log = open(f"{out}.log", "w")
+            log = open_log(Path(f"{out}.log"))
             resumed = latest_step_checkpoint(out) is not None  # train.distill resumes from it
             print(f"[run] {name}: python -m train.distill {' '.join(args)}"
                   + (" (resumes)" if resumed else ""))
@@ -811,6 +811,15 @@ def publish(p: Pipeline, t_start: float) -> float:
     total = finish(p.manifest, t_start, p.cfg)  # before the README, which shows the time
     write_text((p.figs / "README.md"), report.render(p.figs) + "\n")
     return total
+
+
+def open_log(path: Path):
+    """`path` opened for a stage's log, never through a link planted at its name."""
+    from nca_interp.fsio import check_target
+
+    fd = os.open(check_target(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                 0o644)
+    return os.fdopen(fd, "w")
 
 
 RUNS_ENV = "NCA_INTERP_RUNS"

@@ -120,15 +120,18 @@ def load(path: str, kind: str = "mcq") -> tuple[Item, ...]:
 
 
 def write(path: str | Path, items: list[Item]) -> None:
-    """Write items back in the same schema (options as an A-D dict)."""
-    with open(path, "w") as f:
-        for it in items:
-            row = {"question": it.question, "answer": it.answer}
-            if it.options:
-                row["options"] = dict(zip(LETTERS, it.options))
-            if it.id is not None:
-                row["id"] = it.id
-            f.write(json.dumps(row) + "\n")
+    """Write items back in the same schema (options as an A-D dict), atomically."""
+    from nca_interp.fsio import write_text
+
+    rows = []
+    for it in items:
+        row = {"question": it.question, "answer": it.answer}
+        if it.options:
+            row["options"] = dict(zip(LETTERS, it.options))
+        if it.id is not None:
+            row["id"] = it.id
+        rows.append(json.dumps(row) + "\n")
+    write_text(path, "".join(rows))
 
 
 def read_system_prompt(path: str) -> str:
