@@ -5,13 +5,24 @@ resamples the independent units items belong to (a level; a fact asked in many p
 keeping each drawn unit's items together, so items that are not independent never narrow an
 interval. `percentile_ci` turns bootstrap statistics into a 95% percentile interval. A fixed
 seed gives the same draws, so reports are reproducible.
+
+With few units the percentile cluster bootstrap under-covers (its spread is the plug-in one,
+no small-sample correction: about 89% at 8 clusters in tests/unit/test_bootstrap.py's
+simulation). `cluster_t_interval` is the interval for those: a cluster-robust standard error
+(CR1) with Student's t on G - 1 degrees of freedom, which holds its nominal coverage at 8 and 12
+clusters in the same simulation.
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-__all__ = ["cluster_indices", "iid_indices", "n_units", "percentile_ci"]
+from nca_interp.errors import UsageError
+
+__all__ = ["cluster_indices", "cluster_t_interval", "iid_indices", "n_units",
+           "percentile_ci", "t_quantile"]
 
 
 def iid_indices(n: int, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
@@ -38,3 +49,49 @@ def percentile_ci(boots, axis: int = 0, nan: bool = False) -> tuple:
     `nan=True` ignores NaNs (cells undefined in some resamples)."""
     pct = np.nanpercentile if nan else np.percentile
     return pct(boots, 2.5, axis), pct(boots, 97.5, axis)
+
+
+@functools.lru_cache(maxsize=256)
+def t_quantile(p: float, df: int) -> float:
+    """The `p` quantile of Student's t with `df` degrees of freedom (no scipy here): the CDF by
+    Simpson's rule in theta = atan(t / sqrt(df)), where the density is c * cos(theta)^(df - 1),
+    smooth and bounded, inverted by bisection; within 1e-5 of tabled values (tested)."""
+    if not 0 < p < 1 or df < 1:
+        raise UsageError(f"t_quantile needs 0 < p < 1 and df >= 1 (got {p}, {df})")
+    if p < 0.5:
+        return -t_quantile(1 - p, df)
+    from math import atan, lgamma, log, pi, sqrt
+
+    c = np.exp(lgamma((df + 1) / 2) - lgamma(df / 2) - 0.5 * log(pi))
+
+    def cdf(t: float) -> float:
+        theta = np.linspace(0.0, atan(t / sqrt(df)), 4001)
+        f = c * np.cos(theta) ** (df - 1)
+        h = theta[-1] / 4000
+        return 0.5 + h / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum())
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def cluster_t_interval(values, units: list[str], level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of item `values` (a paired difference per item, say) with a
+    `level` interval whose standard error is cluster-robust over `units` (CR1: the items of a
+    unit may be correlated, units independent) and whose critical value is Student's t on
+    G - 1 degrees of freedom (G units). For few units, where the percentile cluster bootstrap
+    under-covers. Fewer than 2 units: no interval (NaN bounds)."""
+    y = np.asarray(values, dtype=float)
+    labels, inverse = np.unique(np.asarray(units), return_inverse=True)
+    g, n = len(labels), len(y)
+    mean = float(y.mean())
+    if g < 2:
+        return mean, float("nan"), float("nan")
+    scores = np.bincount(inverse, weights=y - mean, minlength=g)  # each unit's summed residual
+    se = float(np.sqrt(g / (g - 1) * (scores ** 2).sum()) / n)
+    q = t_quantile(0.5 + level / 2, g - 1)
+    return mean, mean - q * se, mean + q * se
