@@ -68,7 +68,8 @@ from nca_interp.runs import (
 from nca_interp.tasks import context_choices
 from nca_interp.tensorfiles import TensorFolder, row_chunks, save_sharded
 
-__all__ = ["DEMO", "GradAlignConfig", "execute", "figures", "format_table", "main", "run", "show"]
+__all__ = ["DEMO", "ZERO_REL", "GradAlignConfig", "execute", "figures", "format_table", "main",
+           "run", "show", "undefined_terms", "zero_terms"]
 
 HALVES = (1, 2)
 
@@ -179,10 +180,35 @@ def halves_of(gram: Gram, key: str, terms: list[str], tokens: dict[int, float]
     return gram.combine(key, weights), list(weights)
 
 
+# A term's gradient counts as zero (no direction, so no angle) when it is zero by construction
+# (`analytic_zero`: the context view's KL(g(.|x,c) || f(.|x,c)) while student and teacher are
+# one model, where fp32 rounding left 1.6e-5 of OPD's norm on the persona's base model, |ctx|
+# 1.1e-4 against |opd| 6.9, and an snr of 3.8 because rounding repeats between halves), or when
+# its norm is below ZERO_REL of the largest term's: a few float32 ulps of that term's scale,
+# where no direction is left to measure. A relative bound cannot tell rounding from a small
+# real gradient above that: a converged FrozenLake OPD term measured 8.6e-5 of the context
+# view's and is a real, sampling-noise-limited gradient (its snr decides).
+ZERO_REL = 1e-6
+
+
+def zero_terms(norms: dict[str, float], analytic_zero: tuple[str, ...] = ()) -> dict[str, str]:
+    """The terms whose gradient is zero up to numerical noise, with why."""
+    top = max(norms.values(), default=0.0)
+    out = {t: "zero by construction: student and teacher are one model" for t in analytic_zero
+           if t in norms}
+    for t, n in norms.items():
+        if t not in out and (top == 0 or n <= ZERO_REL * top):
+            out[t] = (f"norm {n:.3g} is {n / top:.1e} of the largest term's, within numerical "
+                      "noise of zero" if top else "every term's gradient is zero")
+    return out
+
+
 def alignment_of(gram: Gram, key: str, terms: list[str], tokens: dict[int, float],
-                 detail: bool = False, n_splits: int = 200, seed: int = 0) -> dict:
+                 detail: bool = False, n_splits: int = 200, seed: int = 0,
+                 analytic_zero: tuple[str, ...] = ()) -> dict:
     """Angles, floors, cross-fitted angles and norms of one parameter group; with `detail` and
-    four or more parts, also the part statistics of `part_statistics`."""
+    four or more parts, also the part statistics of `part_statistics`. A term whose gradient is
+    zero up to numerical noise (`zero_terms`) is listed under `undefined` and gets no angle."""
     P = len(tokens)
     H, hl = halves_of(gram, key, terms, tokens)
     hw = {1: sum(tokens[p] for p in range(1, P // 2 + 1)),
@@ -196,8 +222,13 @@ def alignment_of(gram: Gram, key: str, terms: list[str], tokens: dict[int, float
     out: dict = {"norm": {t: float(np.sqrt(max(full[idx[t], idx[t]], 0.0))) for t in terms},
                  "self_angle_deg": {}, "snr": {}, "angle_deg": {}, "cos": {},
                  "angle_xfit_deg": {}, "cos_xfit": {}}
+    zero = zero_terms(out["norm"], analytic_zero)
+    out["undefined"] = zero
     signal = {}
     for t in terms:
+        if t in zero:  # no direction to measure: every angle with it is undefined, never 90
+            out["self_angle_deg"][t], out["snr"][t], signal[t] = None, None, None
+            continue
         a, b = i[(t, 1)], i[(t, 2)]
         out["self_angle_deg"][t] = angle_deg(cosine(G, a, b))
         s2 = G[a, b]  # unbiased for |E g|^2
@@ -218,7 +249,7 @@ def alignment_of(gram: Gram, key: str, terms: list[str], tokens: dict[int, float
         out["cos_xfit"][pair] = cx
         out["angle_xfit_deg"][pair] = angle_deg(None if cx is None else max(-1.0, min(1.0, cx)))
     if detail and P >= 4:
-        out["parts"] = part_statistics(gram, key, terms, P, n_splits, seed)
+        out["parts"] = part_statistics(gram, key, terms, P, n_splits, seed, tuple(zero))
     return out
 
 
@@ -238,7 +269,7 @@ def _ccos(Mab, Maa, Mbb, S) -> float | None:
 
 
 def part_statistics(gram: Gram, key: str, terms: list[str], P: int, n_splits: int = 200,
-                    seed: int = 0) -> dict:
+                    seed: int = 0, zero: tuple[str, ...] = ()) -> dict:
     """Statistics of P independent parts of the batch (a_p: term a's token-mean gradient on
     part p), all from the Gram matrix of the part gradients:
       cos_corrected  U_ab / sqrt(U_aa U_bb), U = the mean of a_p . b_q over p != q: the cosine
@@ -274,6 +305,11 @@ def part_statistics(gram: Gram, key: str, terms: list[str], P: int, n_splits: in
 
     out: dict = {"n_parts": P, "n_splits": n_splits, "pairs": {}, "terms": {}}
     for a, b in itertools.combinations(terms, 2):
+        if a in zero or b in zero:  # a zero gradient has no direction (zero_terms)
+            out["pairs"][f"{a}~{b}"] = {"cos_corrected": None, "ci95": None,
+                                        "angle_corrected_deg": None, "angle_ci95_deg": None,
+                                        "splits": None}
+            continue
         Mab, Maa, Mbb = M[(a, b)], M[(a, a)], M[(b, b)]
         c = _ccos(Mab, Maa, Mbb, every)
         jack = [_ccos(Mab, Maa, Mbb, [p for p in every if p != k]) for k in every]
@@ -317,13 +353,16 @@ def part_statistics(gram: Gram, key: str, terms: list[str], P: int, n_splits: in
     return out
 
 
-def alignment(gram: Gram, terms: list[str], tokens: dict[int, float]) -> dict:
-    glob = alignment_of(gram, "global", terms, tokens, detail=True)
+def alignment(gram: Gram, terms: list[str], tokens: dict[int, float],
+              analytic_zero: tuple[str, ...] = ()) -> dict:
+    glob = alignment_of(gram, "global", terms, tokens, detail=True, analytic_zero=analytic_zero)
     n = glob["norm"]
     glob["norm_ratio"] = {f"{a}/{b}": (n[a] / n[b] if n[b] else None)
                           for a, b in itertools.permutations(terms, 2)}
     cells = [k for k in gram.mats if k != "global" and ":" not in k]
-    return {"global": glob, "modules": {k: alignment_of(gram, k, terms, tokens) for k in cells},
+    return {"global": glob, "modules": {k: alignment_of(gram, k, terms, tokens,
+                                                        analytic_zero=analytic_zero)
+                                        for k in cells},
             "tokens": {str(h): v for h, v in tokens.items()}}
 
 
@@ -337,7 +376,19 @@ def checkpoint_alignment(student, teacher, halves: list[list[Batch]], terms=TERM
         tokens = spill_term_gradients(student, teacher, halves, terms, tmp, temperature)
         gram = stream_gram(Path(tmp), [label(t, h) for t in terms
                                        for h in range(1, len(halves) + 1)])
-    return alignment(gram, list(terms), tokens)
+    # the context view's KL(g(.|x,c) || f(.|x,c)) is 0 at every sample while g is f
+    zero = ("ctx",) if "ctx" in terms and same_model(student, teacher) else ()
+    return alignment(gram, list(terms), tokens, analytic_zero=zero)
+
+
+def same_model(a, b) -> bool:
+    """Whether two models hold the same weights (self-distillation's step 0)."""
+    if a is b:
+        return True
+    pa, pb = dict(a.named_parameters()), dict(b.named_parameters())
+    return pa.keys() == pb.keys() and all(
+        pa[k].shape == pb[k].shape and torch.equal(pa[k].detach().cpu(), pb[k].detach().cpu())
+        for k in pa)
 
 
 @dataclass
@@ -374,8 +425,31 @@ def fmt_angle(v: float | None) -> str:
     return f"{v:>7.1f}" if v is not None else f"{'-':>7}"
 
 
-def format_table(results: dict[str, dict]) -> str:
-    """Between-term angles (full batch and cross-fitted) beside each term's noise floor."""
+def undefined_terms(report) -> dict[str, dict[str, str]]:
+    """Per checkpoint, the terms without a direction (`zero_terms`): as the report recorded
+    them, or judged from its norms and config for a report written before they were recorded
+    (a checkpoint that is its own teacher: the context view's KL is zero by construction)."""
+    out = {}
+    teacher = (report.config or {}).get("teacher")
+    for name, r in report.results.items():
+        g = r.global_ or {}
+        if "undefined" in g:
+            out[name] = g["undefined"] or {}
+            continue
+        path = getattr(report.runs.get(name), "path", None) if report.runs else None
+        own = teacher is not None and path is not None and str(path) == str(teacher)
+        out[name] = zero_terms(g.get("norm") or {}, ("ctx",) if own else ())
+    return out
+
+
+def _blank_undefined(pair: str, none: set[str]) -> bool:
+    return any(t in none for t in pair.split("~"))
+
+
+def format_table(results: dict[str, dict], undefined: dict | None = None) -> str:
+    """Between-term angles (full batch and cross-fitted) beside each term's noise floor; a
+    term without a direction (`undefined`: checkpoint -> term -> why) gets no angle."""
+    undefined = undefined or {}
     first = next(iter(results.values())).global_
     pairs, terms = list(first["angle_deg"]), list(first["self_angle_deg"])
     w = max(12, *(len(n) for n in results))
@@ -384,15 +458,24 @@ def format_table(results: dict[str, dict]) -> str:
         [f"{'|' + t + '|':>9}" for t in terms]
     lines = [f"{'angle (deg)':<{w}} " + " ".join(head)]
     for name, r in results.items():
-        g = r.global_
-        cells = [fmt_angle(g["angle_deg"][p]) for p in pairs] + \
-            [f"  {fmt_angle(g['angle_xfit_deg'][p])}" for p in pairs] + \
-            [f"{fmt_angle(g['self_angle_deg'][t]):>10}" for t in terms] + \
-            [f"{g['snr'][t]:>8.2f}" if g["snr"][t] is not None else f"{'-':>8}"
-             for t in terms] + [f"{g['norm'][t]:>9.4f}" for t in terms]
+        g, none = r.global_, set(undefined.get(name) or ())
+
+        def angle(key: str, pair: str, g=g, none=none) -> str:
+            return fmt_angle(None if _blank_undefined(pair, none) else g[key][pair])
+
+        cells = [angle("angle_deg", p) for p in pairs] + \
+            [f"  {angle('angle_xfit_deg', p)}" for p in pairs] + \
+            [f"{fmt_angle(None if t in none else g['self_angle_deg'][t]):>10}"
+             for t in terms] + \
+            [f"{g['snr'][t]:>8.2f}" if g["snr"][t] is not None and t not in none
+             else f"{'-':>8}" for t in terms] + [f"{g['norm'][t]:>9.4f}" for t in terms]
         lines.append(f"{name:<{w}} " + " ".join(cells))
     lines.append("(x: cross-fitted angle; floor: angle between the term's gradients on the two "
-                 "half batches; '-': a term within its own sampling noise, snr <= 1)")
+                 "half batches; '-': a term within its own sampling noise, snr <= 1, or with "
+                 "no direction at all)")
+    for name in results:
+        for t, why in (undefined.get(name) or {}).items():
+            lines.append(f"{name}: {t}'s gradient is undefined ({why}); no angle with it")
     return "\n".join(lines)
 
 
@@ -446,9 +529,10 @@ def run(cfg: GradAlignConfig | None = None, /, **fields) -> dict:
 DEMO = ("sokoban_opd",)  # what the bare command line aligns
 
 
-def format_corrected(results: dict[str, dict]) -> str:
+def format_corrected(results: dict[str, dict], undefined: dict | None = None) -> str:
     """The noise-corrected angles (P independent parts) with their 95% jackknife intervals;
-    empty when the report has no parts beyond two halves."""
+    empty when the report has no parts beyond two halves. No angle with an `undefined` term."""
+    undefined = undefined or {}
     rows = {n: r.global_.get("parts") for n, r in results.items()}
     rows = {n: p for n, p in rows.items() if p}
     if not rows:
@@ -464,7 +548,10 @@ def format_corrected(results: dict[str, dict]) -> str:
 
     lines = [f"{'corrected (deg)':<{w}} " + " ".join(f"{p:>22}" for p in pairs)]
     for name, parts in rows.items():
-        lines.append(f"{name:<{w}} " + " ".join(cell(parts["pairs"][p]) for p in pairs))
+        none = set(undefined.get(name) or ())
+        lines.append(f"{name:<{w}} " + " ".join(
+            f"{'-':>22}" if _blank_undefined(p, none) else cell(parts["pairs"][p])
+            for p in pairs))
     lines.append(f"(noise-corrected angle over {next(iter(rows.values()))['n_parts']} "
                  "independent parts, with its 95% jackknife interval; '-': no signal)")
     return "\n".join(lines)
@@ -476,8 +563,9 @@ def show(report: GradAlignReport | dict) -> None:
     parts = report.config.get("parts") or 2
     print(f"task={report.task} context={report.context} batch={batch} ({parts} parts "
           f"of {batch // parts}; floors from two halves of {batch // 2})")
-    print(format_table(report.results))
-    corrected = format_corrected(report.results)
+    undefined = undefined_terms(report)
+    print(format_table(report.results, undefined))
+    corrected = format_corrected(report.results, undefined)
     if corrected:
         print(corrected)
 

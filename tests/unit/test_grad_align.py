@@ -300,3 +300,32 @@ def test_checkpoints_of_different_runs_are_categories_not_a_course_over_training
     assert figs[""].layout.xaxis.title.text == "distillation step"
     assert list(figs[""].data[0].x) == [50, 100] and "lines" in figs[""].data[0].mode
     assert figs[""].layout.title.text.startswith("sokoban x: angles")
+
+
+def test_a_gradient_within_numerical_noise_of_zero_gets_no_angle():
+    """A term a few float32 ulps of the largest one's scale (below ZERO_REL) has no direction
+    left to measure, however high its snr (rounding repeats between halves): undefined, never
+    an angle; the other pairs keep theirs."""
+    gen = torch.Generator().manual_seed(2)
+    mu = torch.randn(1000, generator=gen, dtype=torch.float64)
+    tiny_dir = 1e-8 * torch.randn(1000, generator=gen, dtype=torch.float64)
+    gram = gram_of({"opd:1": mu + 0.01 * torch.randn(1000, generator=gen, dtype=torch.float64),
+                    "opd:2": mu + 0.01 * torch.randn(1000, generator=gen, dtype=torch.float64),
+                    "ctx:1": tiny_dir, "ctx:2": tiny_dir.clone(),  # repeats: a high snr
+                    "nca:1": -mu, "nca:2": -mu})
+    r = grad_align.alignment_of(gram, "global", ["opd", "ctx", "nca"], {1: 1.0, 2: 1.0})
+    assert "ctx" in r["undefined"] and "numerical noise" in r["undefined"]["ctx"]
+    assert r["angle_deg"]["opd~ctx"] is None and r["angle_xfit_deg"]["opd~ctx"] is None
+    assert r["angle_deg"]["opd~nca"] == pytest.approx(180, abs=1.0)  # the others still are
+
+
+def test_at_self_distillations_step_zero_the_context_view_has_no_direction(setup, tok):
+    """Student and teacher one model: KL(g(.|x,c) || f(.|x,c)) is 0 at every sample, so ctx is
+    undefined whatever rounding leaves of its gradient; with another teacher it is measured."""
+    task, student, teacher, levels = setup
+    halves = grad_align.sample_halves(student, tok, task, levels, "state", 1.0, 0, 4, 512)
+    same = grad_align.checkpoint_alignment(student, student, halves)
+    assert "ctx" in same["global"]["undefined"]
+    assert same["global"]["angle_deg"]["opd~ctx"] is None
+    other = grad_align.checkpoint_alignment(student, teacher, halves)
+    assert "ctx" not in other["global"]["undefined"]

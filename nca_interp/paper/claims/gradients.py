@@ -18,6 +18,7 @@ import numpy as np
 
 from nca_interp import analysis
 from nca_interp.errors import UsageError
+from nca_interp.grad_align import undefined_terms
 from nca_interp.paper import judge, rules
 from nca_interp.paper.claims.claim import Claim
 from nca_interp.paper.claims.stats import average, pool_units
@@ -48,13 +49,18 @@ def _gather(figs: Path, method: str, pair: str) -> dict[str, list[dict]]:
         if not label.startswith(method):
             continue
         cells = []
-        for r in analysis.load(f).results.values():
+        report = analysis.load(f)
+        undefined = undefined_terms(report)  # a term without a direction gives no angle
+        for name, r in report.results.items():
             parts = r.global_.get("parts")
             if not parts:
                 raise UsageError(f"{f} has no noise-corrected angles: rerun python -m "
                                  "nca_interp.grad_align with --parts 4")
-            cells.append({**parts["pairs"][pair],
-                          "support": support_bound(r.modules or {}, *terms)})
+            cell = dict(parts["pairs"][pair])
+            if any(t in (undefined.get(name) or {}) for t in terms):
+                cell.update(cos_corrected=None, ci95=None, angle_corrected_deg=None,
+                            angle_ci95_deg=None, splits=None)
+            cells.append({**cell, "support": support_bound(r.modules or {}, *terms)})
         runs[label] = cells
     if not runs:
         raise FileNotFoundError(figs / f"grad_align_{method}.json")
