@@ -636,6 +636,9 @@ def beside_settings(cfg: LayerSimConfig, published: LayerSimReport) -> dict:
                 published.data or {}).get("task_options"):
             theirs = mine  # an older report that took its options from the runs' configs:
             # the user says them, and the base's recomputed entry checks that they were these
+        named = code_named(mine, published) if name == "task_options" else {}
+        if named and named == _parsed(mine, published):
+            mine = theirs  # only the report's own scorer, which a report cannot name itself
         if mine != getattr(defaults, name) and mine != theirs:
             raise UsageError(f"--{name.replace('_', '-')} {mine} differs from the report's "
                              f"{theirs} ({cfg.beside}); --beside measures on the report's "
@@ -647,11 +650,50 @@ def beside_settings(cfg: LayerSimConfig, published: LayerSimReport) -> dict:
     return out
 
 
+def _parsed(options: list[str] | None, published: LayerSimReport) -> dict:
+    """`--task-options` as typed values of the report's recorded task ({} without a record)."""
+    from nca_interp.tasks import parse_task_options
+
+    record = (published.data or {}).get("task_options")
+    if not options or not isinstance(record, dict) or not record.get("name"):
+        return {}
+    return parse_task_options(record["name"], options)
+
+
+def code_named(options: list[str] | None, published: LayerSimReport) -> dict:
+    """The options of `options` that name code (a `FILE.py:fn` scorer) and equal what the
+    report's task record holds: what this command lets the recorded task run."""
+    from nca_interp.tasks import names_code
+
+    record = (published.data or {}).get("task_options") or {}
+    return {k: v for k, v in _parsed(options, published).items()
+            if names_code(k, v) and record.get(k) == v}
+
+
+def check_code(published: LayerSimReport, named: dict, where: str) -> None:
+    """A report's task record naming code (its scorer) is refused unless this command names
+    the same code: a report is data, never code."""
+    from nca_interp.tasks import names_code
+
+    record = (published.data or {}).get("task_options") or {}
+    for key, value in record.items():
+        if names_code(key, value) and key not in named:
+            said = str(value).replace(",", "\\,")
+            raise UsageError(f"{where} records the task's {key} {value!r}: code, which this "
+                             "package runs only when this command names it (a report is data, "
+                             f"never code). To run it, add --task-options {key}={said} (the "
+                             f"report's own {key}; no other option may differ)")
+
+
 def check_entries(published: LayerSimReport, where: str) -> None:
     """Every entry to be carried holds, for each compared statistic, a list of numbers (null
     where a value is undefined) as long as the report's other entries' lists: refused in one
     line naming the entry before any model pass, not after."""
     lengths: dict[str, int] = {}
+    for name in published.results:
+        if name != "random_init" and name not in published.runs:  # the null is recomputed
+            raise UsageError(f"{where} is damaged: results entry {name!r} has no runs entry; "
+                             "restore it (git checkout, or its own command)")
     for name, stats in published.results.items():
         for stat in ("cos", "cos_std", *BESIDE_COMPARED, "offset_share"):
             values = stats.get(stat)
@@ -676,6 +718,9 @@ def reference_of(published: LayerSimReport, where: str) -> tuple[str, Path]:
 
     first = str(published.checkpoints[0])
     key = next((k for k, r in published.runs.items() if r.path == first), None)
+    if key is not None and key not in published.results:
+        raise UsageError(f"{where} is damaged: runs entry {key!r} (its first checkpoint) has "
+                         "no results entry; restore it (git checkout, or its own command)")
     if key is None:
         raise UsageError(f"{where} has no results entry for its first checkpoint {first}; "
                          "it is not a layer_sim report this command can extend")
@@ -695,15 +740,37 @@ def reference_of(published: LayerSimReport, where: str) -> tuple[str, Path]:
 
 def differences(new: dict, old) -> dict[str, np.ndarray | None]:
     """Per compared statistic both entries hold: |new - old| layer by layer (None where the
-    lengths differ; NaN where a value is undefined in either)."""
+    lengths differ; NaN where a value is undefined in both, inf where in one only: a number
+    against an undefined value is a disagreement, not a value to skip)."""
     out = {}
     for stat in BESIDE_COMPARED:
         if new.get(stat) is None or old.get(stat) is None:
             continue
         a = np.asarray([np.nan if v is None else v for v in new[stat]], dtype=float)
         b = np.asarray([np.nan if v is None else v for v in old[stat]], dtype=float)
-        out[stat] = np.abs(a - b) if a.shape == b.shape else None
+        if a.shape != b.shape:
+            out[stat] = None
+            continue
+        d = np.abs(a - b)
+        d[np.isnan(a) != np.isnan(b)] = np.inf
+        out[stat] = d
     return out
+
+
+def worst(new: dict, old, layers: list[str]) -> str:
+    """Where a recomputed entry differs most from the report's ("cos at embed"), for the
+    refusal."""
+    found = (-1.0, "", "")
+    for stat, d in differences(new, old).items():
+        if d is None:
+            return f"{stat}: another number of layers"
+        labels = layers if len(d) == len(layers) else layers[1:]
+        for lab, x in zip(labels, d):
+            if not np.isnan(x) and x > found[0]:
+                found = (float(x), stat, lab)
+    x, stat, lab = found
+    return f"{stat} at {lab}" + (": a number on one side, undefined on the other"
+                                 if x == np.inf else "")
 
 
 def disagreement(new: dict, old) -> float:
@@ -750,7 +817,9 @@ def run_beside(cfg: LayerSimConfig) -> LayerSimReport:
         raise UsageError(f"{where} is a report of {published.analysis or 'another analysis'}, "
                          "not of layer_sim; --beside takes the JSON python -m "
                          "nca_interp.layer_sim wrote")
+    named = code_named(cfg.task_options, published)  # before the settings replace them
     fixed = beside_settings(cfg, published)
+    check_code(published, named, where)
     check_entries(published, where)
     print(f"--beside {where}: measured at the report's settings, "
           + ", ".join(f"{k}={v}" for k, v in fixed.items()), flush=True)
@@ -768,7 +837,7 @@ def run_beside(cfg: LayerSimConfig) -> LayerSimReport:
                              "a report of its own architecture")
     record = (published.data or {}).get("task_options")
     if record:
-        found = task_from_record(record)
+        found = task_from_record(record, options=[f"{k}={v}" for k, v in named.items()])
     else:
         found = task_for_checkpoints([str(ref)], fixed["task"], None, fixed["task_options"])
     ctx = fixed["context"]
@@ -789,7 +858,7 @@ def run_beside(cfg: LayerSimConfig) -> LayerSimReport:
     gap = disagreement(checked, old)
     if counts or not gap <= BESIDE_ATOL:
         said = ", ".join(f"{k} {a} here, {b} there" for k, a, b in counts) or \
-            f"largest difference {gap:.3g} > {BESIDE_ATOL}"
+            f"largest difference {gap:.3g} > {BESIDE_ATOL}, {worst(checked, old, published.layers)}"
         raise UsageError(f"{ref_key} recomputed here does not match {where} ({said}): the "
                          "report was made on other items, positions or code, so its entries "
                          "would not compare with new ones; rerun the report's own command")

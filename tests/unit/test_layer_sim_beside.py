@@ -202,3 +202,69 @@ def test_a_statistic_no_row_has_is_one_line_and_a_partial_one_keeps_its_dashes()
     some = {"a": {"cos_se": [0.01, 0.02]}, "b": {}}
     text = layer_sim.format_table(some, "cos_se", ["embed", "0"])
     assert "0.0100" in text and text.splitlines()[2].split()[1:] == ["-", "-"]
+
+
+# -- the fault probe of issue #71: a damaged or code-naming report ----------------------------
+
+@pytest.mark.parametrize("value", [float("nan"), None])
+def test_an_undefined_value_where_the_recomputation_has_a_number_is_refused(
+        ckpts, published, tmp_path, value):
+    """The base's cos at the embeddings set to NaN (or null) passed the check as 'largest
+    difference 0' (np.nanmax skips it) and was carried: one side undefined is a disagreement."""
+    def edit(d):
+        d["results"]["base"]["cos"][0] = value
+    with pytest.raises(UsageError, match=r"base recomputed here does not match .*cos at embed"):
+        layer_sim.run(ckpt=[], beside=edited(published, tmp_path, edit), threads=1)
+
+
+def test_undefined_values_agree_with_undefined_ones():
+    """Both sides undefined (NaN here, null in the report) agree; a number against an undefined
+    value in either direction does not."""
+    new = {"cos": [1.0, float("nan")]}
+    assert layer_sim.disagreement(new, {"cos": [1.0, None]}) == 0
+    assert layer_sim.disagreement(new, {"cos": [1.0, 0.5]}) == float("inf")
+    assert layer_sim.disagreement({"cos": [1.0, 0.5]}, {"cos": [1.0, None]}) == float("inf")
+
+
+def test_a_results_entry_without_its_runs_entry_is_one_line(ckpts, published, tmp_path):
+    """It was a KeyError traceback in run_beside, after the model passes."""
+    def edit(d):
+        d["results"]["evil_student"] = d["results"]["opd"]
+    with pytest.raises(UsageError, match=r"edited.json is damaged: results entry 'evil_student' "
+                                         "has no runs entry; restore it"):
+        layer_sim.run(ckpt=[], beside=edited(published, tmp_path, edit), threads=1)
+
+
+@pytest.fixture(scope="module")
+def scored(ckpts, tmp_path_factory):
+    """A report of the jsonl task whose scorer is the user's code (FILE.py:fn)."""
+    root = tmp_path_factory.mktemp("scored")
+    score = root / "score.py"
+    score.write_text("def fn(item, response):\n    return True\n")
+    data = root / "d.jsonl"
+    data.write_text("".join(f'{{"prompt": "q{i}", "context": "c{i}", "answer": "a", '
+                            f'"id": "q{i}"}}\n' for i in range(16)))
+    options = [f"data={data}", f"scorer={score}:fn", "context_as=prefix"]
+    out = root / "layer_sim"
+    layer_sim.main([str(ckpts["base"]), "--task", "jsonl", "--task-options", ",".join(options),
+                    "--context", "context", "--n-levels", "3", "--threads", "1",
+                    "--out", str(out)])
+    return out.with_suffix(".json"), f"{score}:fn"
+
+
+def test_a_report_naming_a_scorer_goes_beside_when_the_command_names_it(ckpts, scored):
+    """The refusal named 'the checkpoint's run config' and advised --task-options scorer=...,
+    which --beside then refused ('drop --task-options'): a dead end."""
+    report, scorer = scored
+    with pytest.raises(UsageError, match=rf"{report.name} records the task's scorer .*never code"
+                                         rf".*--task-options scorer={scorer}") as e:
+        layer_sim.run(ckpt=[str(ckpts["mine"])], beside=str(report), threads=1)
+    assert "checkpoint's run config" not in str(e.value)
+    rep = layer_sim.run(ckpt=[str(ckpts["mine"])], beside=str(report), threads=1,
+                        task_options=[f"scorer={scorer}"])
+    assert list(rep.results) == ["random_init", "base", "mine"]
+    with pytest.raises(UsageError, match="differs from the report's"):  # another scorer
+        layer_sim.run(ckpt=[], beside=str(report), threads=1, task_options=["scorer=exact"])
+    with pytest.raises(UsageError, match="differs from the report's"):  # something else too
+        layer_sim.run(ckpt=[], beside=str(report), threads=1,
+                      task_options=[f"scorer={scorer}", "context_as=user"])
