@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -55,8 +55,8 @@ from nca_interp.reports import ParamDeltaReport, as_report
 from nca_interp.runs import check_same_tokenizers, initial_of, lr_at
 from nca_interp.tensorfiles import TensorFolder, row_chunks
 
-__all__ = ["DEMO", "ParamDeltaConfig", "execute", "figures", "format_cos", "format_table",
-           "layer_module_grid", "main", "run", "show"]
+__all__ = ["DEMO", "ParamDeltaConfig", "execute", "figure_names", "figures", "format_cos",
+           "format_table", "layer_module_grid", "main", "run", "show"]
 
 ARCH_KEYS = ("model_type", "num_hidden_layers", "hidden_size", "vocab_size",
              "num_attention_heads", "num_key_value_heads", "intermediate_size")
@@ -93,22 +93,72 @@ def check_compatible(f0: TensorFolder, c0: dict, f1: TensorFolder, c1: dict, nam
                                   f"has {f0.shape(k)}")
 
 
+def recorded_steps(path: str | Path, run: dict) -> tuple[int | None, str]:
+    """The optimizer steps that produced `path`, where it records them, and where: its trainer
+    state (`step`; a Hugging Face Trainer's `global_step`), else, for a run folder, the step
+    checkpoint whose weights it publishes (a run stopped at step 5 of 10 publishes step 5),
+    else its run config's `steps` (a run trained here to the end); (None, "") when none."""
+    from nca_interp.checkpoint import same_weights, step_number
+
+    folder = Path(path)
+    state = folder / "trainer_state.json"
+    if state.exists():
+        meta = read_json(state, "trainer state")
+        n = meta.get("step", meta.get("global_step")) if isinstance(meta, dict) else None
+        if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
+            return n, "its trainer state"
+    steps = sorted((folder / "checkpoints").glob("step_*"), key=lambda q: step_number(q) or -1)
+    for step in reversed(steps):
+        if step_number(step) is not None and same_weights(step, folder):
+            return step_number(step), f"its published {step.name}"
+    if "lr" in run and run.get("steps"):
+        return int(run["steps"]), "its run config"
+    return None, ""
+
+
 def lr_budget(path: str | Path, given: dict | None = None) -> float | None:
-    """sum_t lr_t over the optimizer steps that produced `path` (from its run config and, for a
-    step folder, its trainer state; for a checkpoint not trained here, from `given`: the
-    command's --lr / --steps / --warmup / --schedule); None when neither says."""
+    """sum_t lr_t over the optimizer steps that produced `path` (`recorded_steps`), at the
+    schedule of its run config; for a checkpoint not trained here, at `given`: the command's
+    --lr / --warmup / --schedule, and its --steps where it records none. None when neither
+    says."""
     run = read_run_config(path)
-    if "lr" not in run and given and given.get("lr") and given.get("steps"):
-        run = {"lr": given["lr"], "steps": given["steps"], "warmup": given.get("warmup") or 0,
-               "schedule": given.get("schedule") or "constant"}
+    done, _ = recorded_steps(path, run)
     if "lr" not in run:
-        return None
-    state = Path(path) / "trainer_state.json"
-    steps = read_json(state, "trainer state")["step"] if state.exists() else run.get("steps")
+        if not (given and given.get("lr")):
+            return None
+        run = {"lr": given["lr"], "steps": done or given.get("steps"),
+               "warmup": given.get("warmup") or 0, "schedule": given.get("schedule") or "constant"}
+    steps = done or run.get("steps")
     if not steps:
         return None
-    return float(sum(lr_at(t, run["lr"], run.get("warmup", 0), run["steps"],
+    total = run.get("steps") or steps  # the schedule's length (a cosine's end)
+    return float(sum(lr_at(t, run["lr"], run.get("warmup", 0), total,
                            run.get("schedule", "constant")) for t in range(steps)))
+
+
+def steps_each(ckpts: list[str], steps: int | list[int] | None) -> list[int | None]:
+    """--steps for each checkpoint: one count for all, or one per checkpoint in order. A count
+    given for a checkpoint that records its own must be that one: refused before any work
+    (one --steps beside checkpoints that differ is ambiguous), naming the checkpoint."""
+    given = [] if steps is None else [steps] if isinstance(steps, int) else list(steps)
+    if len(given) not in (0, 1, len(ckpts)):
+        raise UsageError(f"--steps takes one count or one per checkpoint ({len(ckpts)}, in the "
+                         f"order given), not {len(given)}")
+    each = given * len(ckpts) if len(given) == 1 else given or [None] * len(ckpts)
+    own = {p: recorded_steps(p, read_run_config(p)) for p in ckpts}
+    for p, n in zip(ckpts, each):
+        mine, where = own[p]
+        if n is None or mine is None or n == mine:
+            continue
+        if len(given) == 1 and any(own[q][0] is None for q in ckpts):
+            say = ",".join(str(own[q][0]) if own[q][0] is not None else "N" for q in ckpts)
+            raise UsageError(f"--steps {n} is one count for every checkpoint, but {p} records "
+                             f"{mine} ({where}): the checkpoints differ; give each its own, "
+                             f"--steps {say} (one per checkpoint in the order given, N the "
+                             "steps of one that records none)")
+        raise UsageError(f"--steps gives {p} {n} steps, but {where} records {mine}; give it "
+                         f"{mine}, or drop --steps where every checkpoint records its own")
+    return each
 
 
 def stream_deltas(init: Path, ckpts: list[Path], rows: dict[str, torch.Tensor] | None = None
@@ -227,7 +277,9 @@ def task_rows(init: Path, task_name: str | None, options: list[str] | None,
 def deltas(init: str | Path, ckpts: list[str], rows: str = "all", task: str | None = None,
            task_options: list[str] | None = None, schedule: dict | None = None
            ) -> tuple[dict, Gram]:
-    """Per-checkpoint tables and the Gram matrix behind them (index 0: W0, i: checkpoint i)."""
+    """Per-checkpoint tables and the Gram matrix behind them (index 0: W0, i: checkpoint i).
+    `schedule`: --lr / --steps / --warmup / --schedule for checkpoints not trained here, its
+    steps one count or one per checkpoint (`steps_each`)."""
     init = verify_folder(init)
     paths = [verify_folder(p) for p in ckpts]
     check_arguments(ParamDeltaConfig, rows=rows)
@@ -235,8 +287,11 @@ def deltas(init: str | Path, ckpts: list[str], rows: str = "all", task: str | No
     if rows == "task":
         ids = task_rows(init, task, task_options)
         keep = {"model.embed_tokens.weight": ids, "lm_head.weight": ids}
+    schedule = schedule or {}
+    each = steps_each(ckpts, schedule.get("steps"))
     gram = stream_deltas(init, paths, keep)
-    per = {p: module_table(gram, i + 1, lr_budget(p, schedule)) for i, p in enumerate(ckpts)}
+    per = {p: module_table(gram, i + 1, lr_budget(p, {**schedule, "steps": n}))
+           for i, (p, n) in enumerate(zip(ckpts, each))}
     config = read_config(init)
     n_layers = n_layers_of(config)
     return {"results": per, "n_layers": n_layers,
@@ -279,8 +334,10 @@ class ParamDeltaConfig:
     lr: float | None = field(default=None, metadata={
         "help": "peak learning rate of checkpoints not trained here (their run config records "
                 "none), for the Adam-normalised view; with --steps", "check": ">0"})
-    steps: int | None = field(default=None, metadata={
-        "help": "optimizer steps of those checkpoints (with --lr)", "check": ">=1"})
+    steps: list[int] | int | None = field(default=None, metadata={
+        "help": "optimizer steps of those checkpoints (with --lr): one count for all, or one "
+                "per checkpoint in the order given (5,10,10); a checkpoint that records its "
+                "own (trainer state, published step) is counted by that", "check": ">=1"})
     warmup: int = field(default=0, metadata={"help": "their warm-up steps (with --lr)"})
     schedule: str = field(default="constant", metadata={"help": "their schedule: constant|cosine"})
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
@@ -325,6 +382,21 @@ def format_cos(cmp: dict, ctrl: dict | None) -> str:
     return "\n".join(lines)
 
 
+def paths_written(pieces: list[str]) -> list[str]:
+    r"""Paths as written before the command line split the list at commas: a piece ending in
+    a backslash (`op\,d`) or with an unclosed double quote (`"op,d"`) goes on into the next,
+    then the quotes and the `\,` are read as the task options' values are
+    (nca_interp.tasks.parse_task_options; its helpers are private to that module)."""
+    out: list[str] = []
+    for piece in pieces:
+        if out and (out[-1].endswith("\\") or out[-1].count('"') % 2):
+            last = out.pop()
+            piece = (last[:-1] if last.endswith("\\") else last) + "," + piece
+        out.append(piece)
+    return [p[1:-1] if len(p) >= 2 and p[0] == p[-1] == '"' else p.replace("\\,", ",")
+            for p in out]
+
+
 def run(cfg: ParamDeltaConfig | None = None, /, **fields) -> dict:
     """Parameter deltas of the checkpoints from `init`, an `analysis` report: `results[path]`
     (||dW||/||W0||, the Adam-normalised size, per module / layer), `comparison` (cos(dA, dB)
@@ -333,14 +405,23 @@ def run(cfg: ParamDeltaConfig | None = None, /, **fields) -> dict:
     pair). `run(ParamDeltaConfig(...))` or `run(ckpt=[...], ...)`."""
     cfg = analysis.config(ParamDeltaConfig, cfg, fields)
     validate(cfg)
+    if isinstance(cfg.steps, list) and len(cfg.steps) == 1:
+        cfg = replace(cfg, steps=cfg.steps[0])  # one count is recorded as it always was
     ckpts = analysis.checkpoint_paths(cfg)
-    pair, control = as_paths(cfg.pair, "pair") or [], as_paths(cfg.control, "control") or []
+    pair = paths_written(as_paths(cfg.pair, "pair") or [])
+    control = paths_written(as_paths(cfg.control, "control") or [])
     init, rows, task, task_options = cfg.init, cfg.rows, cfg.task, cfg.task_options
     for name, two in (("pair", pair), ("control", control)):
         if two and (len(two) != 2 or not set(two) <= set(ckpts)):
-            raise UsageError(f"--{name} takes two of the checkpoints given (A,B), not {two}")
+            raise UsageError(f"--{name} takes two of the checkpoints given (A,B), not {two}; "
+                             "write a comma inside a path as \\, (a\\,b) or quote the path "
+                             "('\"a,b\"')")
+        if two and verify_folder(two[0]).resolve() == verify_folder(two[1]).resolve():
+            raise UsageError(f"--{name} {two[0]},{two[1]} pairs a checkpoint with itself (cos 1 "
+                             "everywhere); name two different checkpoints")
     for p in ckpts:
         verify_folder(p)  # a missing folder is named as such, not as a missing --init
+    steps_each(ckpts, cfg.steps)  # an ambiguous --steps is refused before any tensor is read
     init = init or initial_of(ckpts[0])
     if not init:
         raise UsageError(f"{ckpts[0]} does not name its initial checkpoint; pass --init")
@@ -375,6 +456,27 @@ def run(cfg: ParamDeltaConfig | None = None, /, **fields) -> dict:
     return report
 
 
+COMPARISON_FIGURES = ("cos", "specific", "control_cos")
+
+
+def figure_names(paths: list[str]) -> dict[str, str]:
+    """Each checkpoint's figure name, unique: its folder name, or as many trailing parts as
+    make it unique with `/` written `_` (`da/m`, `db/m`: `da_m`, `db_m`); a name that would
+    still meet another figure's (a comparison's, another checkpoint's or its `adam_` one) gets
+    its position in front (`2_cos`), so no figure is written over another."""
+    safe = {p: label.replace("/", "_").replace("\\", "_")
+            for p, label in analysis.short_labels(paths).items()}
+    values = list(safe.values())
+    clash = {v for v in values if values.count(v) > 1 or v in COMPARISON_FIGURES
+             or (v.startswith("adam_") and v[5:] in values)}
+    out = {p: f"{i + 1}_{v}" if v in clash else v for i, (p, v) in enumerate(safe.items())}
+    keys = [*COMPARISON_FIGURES, *out.values(), *(f"adam_{v}" for v in out.values())]
+    if len(set(keys)) != len(keys):
+        raise UsageError(f"the checkpoints' figure names {sorted(out.values())} meet each "
+                         "other's; rename a folder")
+    return out
+
+
 def figures(report: ParamDeltaReport | dict) -> dict:
     """Layer x module heatmaps: per checkpoint ||dW||/||W0|| (`<name>`) and the
     Adam-normalised size (`adam_<name>`); cos(dA, dB) (`cos`), the specific delta
@@ -384,15 +486,15 @@ def figures(report: ParamDeltaReport | dict) -> dict:
 
     n = report.n_layers
     out = {}
+    names = figure_names(list(report.results))
+    labels = analysis.short_labels(list(report.results))
     for p, r in report.results.items():
         grid, rows, cols = layer_module_grid(r.rel, n)
-        out[Path(p).name] = heatmap(grid, rows, cols,
-                                               f"||dW||/||W0||: {Path(p).name}")
+        out[names[p]] = heatmap(grid, rows, cols, f"||dW||/||W0||: {labels[p]}")
         if r.lr_budget:
             grid, rows, cols = layer_module_grid(r.adam_norm, n)
-            out[f"adam_{Path(p).name}"] = heatmap(
-                grid, rows, cols, f"Adam-normalised ||dW|| / (sum lr * sqrt(n)): "
-                                  f"{Path(p).name}")
+            out[f"adam_{names[p]}"] = heatmap(
+                grid, rows, cols, f"Adam-normalised ||dW|| / (sum lr * sqrt(n)): {labels[p]}")
     if report.comparison is not None:
         cmp = report.comparison
         a, b = Path(cmp["a"]).name, Path(cmp["b"]).name

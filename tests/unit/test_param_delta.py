@@ -7,6 +7,7 @@ from safetensors.torch import load_file
 
 from nca_interp import param_delta
 from nca_interp.checkpoint import CheckpointError
+from nca_interp.errors import UsageError
 from nca_interp.models import ModelConfig, build_model
 from nca_interp.names import module_of
 
@@ -303,3 +304,104 @@ def test_malformed_safetensors_header_is_a_clear_error(tmp_path):
                                                  + bytes(8))
     with pytest.raises(ValueError, match="malformed safetensors header entry for 'w'"):
         TensorFolder(tmp_path)
+
+
+# -- the fault probe of issue #71 (and #70 item 7) --------------------------------------------
+
+def test_two_checkpoints_of_one_folder_name_keep_both_figures(three, tmp_path):
+    """da/m and db/m: the figures were keyed by the folder name, so one `o6_m.html` held the
+    second checkpoint's and the first's was lost without a word."""
+    import shutil
+
+    w0, a, b = three
+    da, db = tmp_path / "da" / "m", tmp_path / "db" / "m"
+    shutil.copytree(a, da)
+    shutil.copytree(b, db)
+    rep = param_delta.main([str(da), str(db), "--init", str(w0), "--out", str(tmp_path / "o6")])
+    figs = param_delta.figures(rep)
+    per_ckpt = [k for k in figs if k not in ("cos", "specific", "control_cos")]
+    assert len(per_ckpt) == 2 and len({figs[k].layout.title.text for k in per_ckpt}) == 2
+    written = {p.name for p in tmp_path.glob("o6_*.html")}
+    assert {"o6_da_m.html", "o6_db_m.html"} <= written
+
+
+def test_figure_names_stay_the_folder_names_where_those_are_unique(three):
+    """Published figures keep their names (`<stem>_<folder>.html`); a clash with a comparison
+    figure or another checkpoint's safe name is resolved, never overwritten."""
+    assert param_delta.figure_names(["runs/opd", "runs/nca"]) == {"runs/opd": "opd",
+                                                                 "runs/nca": "nca"}
+    got = param_delta.figure_names(["x/cos", "a/m", "b/m", "a_m"])
+    assert len(set(got.values())) == 4 and "cos" not in got.values()
+
+
+def test_a_pair_of_one_checkpoint_with_itself_is_refused_before_any_work(three, monkeypatch):
+    """--pair A,A printed cos = 1.0 everywhere (the delta against itself); --control C,C the
+    same as a seed-to-seed baseline."""
+    w0, a, b = three
+    monkeypatch.setattr(param_delta, "stream_deltas", lambda *a, **k: pytest.fail("work done"))
+    for flag in ("pair", "control"):
+        with pytest.raises(UsageError, match=f"--{flag} .*itself"):
+            param_delta.run(ckpt=[str(a), str(b)], init=str(w0), **{flag: [str(a), str(a)]})
+
+
+def test_a_comma_in_a_path_is_written_escaped_or_quoted(three, tmp_path):
+    """`--pair 'op\\,d,B'` was split into ['op\\', 'd', 'B'] and refused without saying how to
+    write a comma; it and `"op,d",B` are read as the task options' values are."""
+    import shutil
+
+    w0, a, b = three
+    comma = tmp_path / "op,d"
+    shutil.copytree(a, comma)
+    escaped = str(comma).replace(",", "\\,")
+    for written in (f"{escaped},{b}", f'"{comma}",{b}'):
+        rep = param_delta.main([str(comma), str(b), "--init", str(w0), "--pair", written,
+                                "--control", written, "--out", str(tmp_path / "pd")])
+        assert rep["comparison"]["a"] == str(comma) and rep["control"]["a"] == str(comma)
+    with pytest.raises(UsageError, match=r"--pair takes two .*write a comma inside a path as "
+                                         r"\\,"):
+        param_delta.main([str(comma), str(b), "--init", str(w0), "--pair", f"{comma},{b}",
+                          "--out", str(tmp_path / "pd")])
+
+
+def trained(tok, folder, seed, run=None, step=None):
+    """A checkpoint `perturbed` from the common init, with a run config and a trainer state
+    recording `step` (HF's key, `global_step`, where run is None: a foreign checkpoint)."""
+    from nca_interp.checkpoint import save_checkpoint
+
+    cfg = ModelConfig("qwen3", 2, 32, 4, 2, 64, 256)
+    state = None if step is None else ({}, {"step": step} if run else {"global_step": step})
+    return save_checkpoint(folder, perturbed(build_model(cfg, tok, 0), seed), tok, run, state)
+
+
+def test_each_checkpoint_counts_its_own_steps(tok, three, tmp_path):
+    """One --steps for every checkpoint gave a step-5 checkpoint beside step-10 ones a budget
+    twice its own without a word; a run folder published at step 5 of 10 read 10 from its run
+    config."""
+    from nca_interp.checkpoint import publish
+
+    w0, _, _ = three
+    run = {"lr": 1e-3, "steps": 10, "warmup": 0}
+    halfway = trained(tok, tmp_path / "halfway", 1, run)
+    step5 = trained(tok, halfway / "checkpoints" / "step_000005", 1, run, step=5)
+    publish(step5, halfway)
+    done = trained(tok, tmp_path / "done", 2, run)
+    rep = param_delta.run(ckpt=[str(halfway), str(done)], init=str(w0))
+    assert rep["results"][str(halfway)]["lr_budget"] == pytest.approx(5e-3)
+    assert rep["results"][str(done)]["lr_budget"] == pytest.approx(10e-3)
+
+    foreign5 = trained(tok, tmp_path / "foreign5", 3, step=5)  # HF trainer_state: global_step
+    foreign = trained(tok, tmp_path / "foreign", 4)  # records nothing
+    both = [str(foreign5), str(foreign)]
+    rep = param_delta.run(ckpt=both, init=str(w0), lr=1e-3)  # its own 5 steps, with --lr
+    assert rep["results"][str(foreign5)]["lr_budget"] == pytest.approx(5e-3)
+    assert rep["results"][str(foreign)]["lr_budget"] is None
+    with pytest.raises(UsageError, match=r"--steps 10 is one count for every checkpoint, but "
+                                         r".*foreign5 records 5 .*--steps 5,N"):
+        param_delta.run(ckpt=both, init=str(w0), lr=1e-3, steps=10)
+    rep = param_delta.run(ckpt=both, init=str(w0), lr=1e-3, steps=[5, 10])
+    assert rep["results"][str(foreign)]["lr_budget"] == pytest.approx(10e-3)
+    with pytest.raises(UsageError, match=r"--steps gives .*foreign5 7 steps, but its trainer "
+                                         r"state records 5"):
+        param_delta.run(ckpt=both, init=str(w0), lr=1e-3, steps=[7, 10])
+    with pytest.raises(UsageError, match="--steps takes one count or one per checkpoint"):
+        param_delta.run(ckpt=both, init=str(w0), lr=1e-3, steps=[5, 10, 20])
