@@ -48,8 +48,9 @@ def encode(tokenizer, texts: list[str], limit: int | None = None,
     for t, r in zip(texts, rows):
         if unk is not None and unk in r and tokenizer.unk_token not in t:
             bad = sorted({ch for ch in t if tokenizer.convert_tokens_to_ids(ch) == unk})
-            raise UsageError(f"characters {bad} are not in the tokenizer's vocabulary; "
-                             "remove them from the prompt or context")
+            raise UsageError(f"characters {bad} are not in the tokenizer's vocabulary (in the "
+                             f"text beginning {t[:40]!r}); remove them from the prompt or "
+                             "context")
     longest = max(len(r) for r in rows)
     if limit and longest + reserve > limit:
         raise ContextOverflowError(

@@ -9,9 +9,13 @@ of range, another type, an exception, `sys.exit`, a crash, a hang) is one `Usage
 the item and the scorer. A worker of its own keeps all of that out of the command: a hang is
 cut at its time limit, `sys.exit` or `os._exit` ends the worker, not `evaluate`.
 
-No process outlives the command: the worker leads a process group of its own, killed whole
-(with whatever the scorer started) after a timeout, a fault, `close()`, the end of a `with`
-block, garbage collection or interpreter exit. One call costs about 0.1 ms of pipe traffic.
+No process outlives the command: the worker is a small supervisor (on Linux a child
+subreaper, so every orphaned descendant becomes its child) with the scorer in a process of its
+own below it. Whatever the scorer starts, in a new session or daemonised, is killed with the
+worker's whole tree (found through /proc) and process group after a timeout, a fault,
+`close()`, the end of a `with` block, garbage collection, interpreter exit, the command's own
+death, or the end of the scorer's process (`os._exit`). One call costs about 0.1 ms of pipe
+traffic.
 
 The worker imports no torch (only this module and `nca_interp.errors`), so it starts in about
 50 ms plus your module's own import. Your prints go to stderr: the protocol keeps its own copy
@@ -20,6 +24,7 @@ of stdout, and stdin is /dev/null to your code.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import importlib.util
 import json
@@ -37,11 +42,26 @@ from pathlib import Path
 
 from nca_interp.errors import UsageError
 
-__all__ = ["DEFAULT_TIMEOUT", "IMPORT_TIMEOUT", "ScorerWorker", "judge", "load_function"]
+__all__ = ["DEFAULT_TIMEOUT", "IMPORT_TIMEOUT", "MAX_TIMEOUT", "ScorerWorker", "check_timeout",
+           "judge", "kill_tree", "load_function"]
 
 DEFAULT_TIMEOUT = 10.0  # seconds per item (task option scorer_timeout=)
+MAX_TIMEOUT = 3600.0  # an hour per item: more is a typo (and inf overflows select's time_t)
 IMPORT_TIMEOUT = 60.0  # seconds for the worker to start and import the scorer's module
 PATH_ENV = "NCA_INTERP_SCORER_PATH"  # the command's sys.path: `module:fn` resolves as it would
+# The scorer's process exits with these when its protocol pipes fail (the scorer closed or
+# replaced a file descriptor it did not open): its next request unreadable, so the item before
+# broke it; or the reply to the current item unsendable.
+REQUEST_LOST, REPLY_LOST = 86, 87
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+
+
+def check_timeout(seconds: float, name: str = "scorer_timeout") -> float:
+    """`seconds` as a float if it is a finite number in (0, MAX_TIMEOUT]; else a UsageError."""
+    if not (isinstance(seconds, (int, float)) and 0 < seconds <= MAX_TIMEOUT):
+        raise UsageError(f"{name} must be a number of seconds above 0 and at most "
+                         f"{MAX_TIMEOUT:g} (an hour), not {seconds}")
+    return float(seconds)
 
 
 def load_function(spec: str):
@@ -52,8 +72,11 @@ def load_function(spec: str):
                          "module:fn")
     if where.endswith(".py"):
         path = Path(where).expanduser()
-        if not path.is_file():
+        if not path.exists():
             raise UsageError(f"scorer file {path} not found (scorer={spec})")
+        if not path.is_file():  # a FIFO would block the import; a folder cannot be one
+            raise UsageError(f"scorer file {path} is not a regular file (a folder, pipe or "
+                             f"device); name a .py file (scorer={spec})")
         module_spec = importlib.util.spec_from_file_location(f"nca_user_scorer_{path.stem}",
                                                              path)
         module = importlib.util.module_from_spec(module_spec)
@@ -79,12 +102,19 @@ def load_function(spec: str):
 def judge(value, spec: str, label: str) -> bool:
     """Whether a scorer's return `value` says right; a UsageError for one outside the
     contract (a bool, or a finite number in [0, 1])."""
-    if isinstance(value, bool):
-        return value
+    if isinstance(value, bool) or _numpy_bool(value):
+        return bool(value)
     if isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value <= 1:
         return value >= 0.5
     shown = repr(value) if isinstance(value, (int, float)) else _described(value)
     raise _broken(spec, shown, label)
+
+
+def _numpy_bool(value) -> bool:
+    """Whether `value` is a numpy bool (`np.bool_`, a 0-d bool array), without importing
+    numpy: a comparison of numpy values returns one, and it means what a bool means."""
+    return (type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0
+            and getattr(getattr(value, "dtype", None), "kind", None) == "b")
 
 
 def _described(value) -> str:
@@ -105,10 +135,60 @@ def _exit_text(code: int | None) -> str:
     return f"exit code {code}"
 
 
+def _children() -> dict[int, list[int]]:
+    """Parent pid -> its children's pids, from /proc (empty where there is none)."""
+    out: dict[int, list[int]] = {}
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return out
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:  # ended meanwhile
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        out.setdefault(ppid, []).append(pid)
+    return out
+
+
+def _descendants(root: int) -> set[int]:
+    tree, found, todo = _children(), set(), [root]
+    while todo:
+        for child in tree.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _signal(pids, sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def kill_tree(root: int) -> None:
+    """SIGKILL every descendant of process `root` (not `root`), in any session or group. They
+    are stopped first, and looked for again until no new one appears, so none forks past the
+    kill; while `root` lives (a subreaper), an orphaned descendant is still found below it."""
+    stopped: set[int] = set()
+    while new := _descendants(root) - stopped:
+        _signal(new, signal.SIGSTOP)
+        stopped |= new
+    _signal(stopped, signal.SIGKILL)
+
+
 def _reap(proc: subprocess.Popen) -> None:
-    """Kill `proc`'s whole process group and wait for it. While `proc` is unreaped its pid is
-    ours (a zombie keeps it), so the group cannot be someone else's."""
+    """Kill `proc`'s whole tree and process group and wait for it. While `proc` is unreaped its
+    pid is ours (a zombie keeps it), so the group cannot be someone else's."""
     if proc.returncode is None:
+        _signal([proc.pid], signal.SIGSTOP)  # it kills and reaps its own tree no more
+        kill_tree(proc.pid)
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -128,8 +208,9 @@ class ScorerWorker:
     before the first)."""
 
     def __init__(self, spec: str, timeout: float = DEFAULT_TIMEOUT):
-        self.spec, self.timeout = spec, timeout
+        self.spec, self.timeout = spec, check_timeout(timeout, "timeout")
         self._proc: subprocess.Popen | None = None
+        self._last = ""  # the label of the last item scored, for a channel it broke
         self._buffer = b""
         self._finalizer = None
         self.pid: int | None = None
@@ -151,7 +232,7 @@ class ScorerWorker:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "nca_interp.scorer_worker", self.spec],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True, env=env)
-        self._buffer, self.pid = b"", self._proc.pid
+        self._buffer, self.pid, self._last = b"", self._proc.pid, ""
         self._finalizer = weakref.finalize(self, _reap, self._proc)  # runs at exit too
         reply = self._reply(max(IMPORT_TIMEOUT, self.timeout), "its import")
         if "error" in reply:
@@ -186,10 +267,12 @@ class ScorerWorker:
         try:
             if "other" in reply:
                 raise _broken(self.spec, reply["other"], label)
-            return judge(reply["value"], self.spec, label)
+            right = judge(reply["value"], self.spec, label)
         except UsageError:
             self.close()
             raise
+        self._last = label
+        return right
 
     def _reply(self, timeout: float, label: str) -> dict:
         """The worker's next JSON line within `timeout` s; a timeout or the worker's end closes
@@ -206,16 +289,25 @@ class ScorerWorker:
                         "the task option scorer_timeout=SECONDS")
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
-                    code = self._proc.wait()
-                    raise UsageError(f"scorer {self.spec} ended its process ({_exit_text(code)})"
-                                     f" on {label}; a scorer returns a bool or a number, it "
-                                     "never exits (its stderr above may say why)")
+                    raise self._ended(self._proc.wait(), label)
                 self._buffer += chunk
         except BaseException:  # a timeout, a dead worker, ^C: nothing may outlive the command
             self.close()
             raise
         line, _, self._buffer = self._buffer.partition(b"\n")
         return json.loads(line)
+
+    def _ended(self, code: int, label: str) -> UsageError:
+        """The error for a worker that ended with exit status `code` while `label` ran."""
+        if code in (REQUEST_LOST, REPLY_LOST):
+            on = self._last if code == REQUEST_LOST and self._last else label
+            after = f" (the item before {label})" if on != label else ""
+            return UsageError(f"scorer {self.spec} broke its worker's channel to the command on "
+                              f"{on}{after}: it closed or replaced a file descriptor it did not "
+                              "open (stdin, stdout or an inherited pipe); leave those alone")
+        return UsageError(f"scorer {self.spec} ended its process ({_exit_text(code)}) on "
+                          f"{label}; a scorer returns a bool or a number, it never exits (its "
+                          "stderr above may say why)")
 
 
 # -- the worker side -------------------------------------------------------------------------
@@ -227,8 +319,8 @@ def _answer(fn, request: dict) -> dict:
         return {"exit": e.code if isinstance(e.code, (int, type(None))) else repr(e.code)}
     except BaseException as e:  # noqa: BLE001 - the user's code: its error, named by item
         return {"raised": f"{type(e).__name__}: {e}"[:500]}
-    if isinstance(value, bool):
-        return {"value": value}
+    if isinstance(value, bool) or _numpy_bool(value):
+        return {"value": bool(value)}
     if isinstance(value, numbers.Real):
         try:
             return {"value": float(value)}
@@ -238,16 +330,54 @@ def _answer(fn, request: dict) -> dict:
 
 
 def _watch(parent: int) -> None:
-    """Kill this worker's whole group once the command that started it is gone (killed before
-    it could close the worker), even while the scorer hangs."""
+    """Kill this worker's whole tree and group once the command that started it is gone
+    (killed before it could close the worker), even while the scorer hangs."""
     while os.getppid() == parent:
         time.sleep(0.5)
+    kill_tree(os.getpid())
     os.killpg(0, signal.SIGKILL)
 
 
-def serve(spec: str) -> None:
-    """Import `spec` and answer one JSON line per request line until stdin ends."""
+def _become_subreaper() -> None:
+    """On Linux, make orphaned descendants this process's children (not init's), so that a
+    process the scorer started in a session of its own, or daemonised, is still found."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+
+def supervise(scorer: int) -> None:
+    """The worker's top process: wait for the scorer's process `scorer` (reaping orphans
+    meanwhile), kill what it left behind, and end as it ended."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1):  # no end of the protocol's pipes: the command sees the scorer's end
+        os.dup2(null, fd)
+    os.close(null)
     threading.Thread(target=_watch, args=(os.getppid(),), daemon=True).start()
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:  # cannot happen while `scorer` is unreaped; be safe
+            os._exit(1)
+        if pid == scorer:
+            break
+    kill_tree(os.getpid())
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:  # killed by a signal: end the same way, so the command names the signal
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code)
+
+
+def serve(spec: str) -> None:
+    """Import `spec` and answer one JSON line per request line until stdin ends, in a process
+    below a supervisor that outlives it (see `supervise`)."""
+    _become_subreaper()
+    scorer = os.fork()
+    if scorer:
+        supervise(scorer)
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")  # the protocol's own copy of stdout
     requests = os.fdopen(os.dup(0), "r", encoding="utf-8")
     os.dup2(2, 1)  # the user's prints (fd 1 and sys.stdout) go to stderr
@@ -268,8 +398,18 @@ def serve(spec: str) -> None:
         send({"error": str(e)})
         return
     send({"ready": True})
-    for line in requests:
-        send(_answer(fn, json.loads(line)))
+    while True:
+        try:
+            line = requests.readline()
+        except (OSError, ValueError):  # the scorer closed or replaced our stdin copy
+            os._exit(REQUEST_LOST)
+        if not line:
+            return
+        reply = _answer(fn, json.loads(line))
+        try:
+            send(reply)
+        except (OSError, ValueError):
+            os._exit(REPLY_LOST)
 
 
 if __name__ == "__main__":

@@ -90,7 +90,9 @@ def parse_task_options(name: str, options: list[str] | None) -> dict:
     The command line splits `--task-options` at every comma, so a value's own comma arrives as
     two pieces; they are joined again when written `data=my\\,file.jsonl` (a piece ending in a
     backslash) or `data="my,file.jsonl"` (a piece with an unclosed double quote), or when the
-    path they make together exists (`data=my,file.jsonl`, a file you have)."""
+    path they make together exists (`data=my,file.jsonl`, a file you have). A key given twice
+    is refused (the last would win silently); layers of options, where a later one is meant to
+    replace an earlier one's key, go through `merged_task_options` first."""
     defaults = {f.name: f.default for f in fields(spec(name).config)}
     out = {}
     pieces = _rejoined(list(options or []))
@@ -111,6 +113,9 @@ def parse_task_options(name: str, options: list[str] | None) -> dict:
                                  f"({prev}=a\\,b) or quote the value ('{prev}=\"a,b\"')")
             raise UsageError(f"task option {opt!r}: expected KEY=VALUE with KEY one of "
                              f"{sorted(defaults)} for {name}")
+        if key in out:
+            raise UsageError(f"task option {key} is given twice ({key}={out[key]!r} and "
+                             f"then {opt}); give each option once")
         default, prev = defaults[key], key
         value = _unquoted(value)
         try:
@@ -132,6 +137,23 @@ def parse_task_options(name: str, options: list[str] | None) -> dict:
             raise UsageError(f"task option {key}={value!r}: {key} takes {want} for {name} "
                              f"(default {default})") from None
     return out
+
+
+def merged_task_options(*layers: list[str] | tuple[str, ...] | None) -> list[str]:
+    """Layers of KEY=VALUE pieces (a preset's, then a command's) as one list for
+    `parse_task_options`, a later layer's key replacing every piece of an earlier layer's (a
+    value's comma-split rest goes with its key). A key twice within one layer stays twice, to
+    be refused."""
+    out: list[tuple[str, str]] = []  # (key, piece)
+    for layer in layers:
+        tagged, key = [], ""
+        for piece in layer or ():
+            head, sep, _ = piece.partition("=")
+            key = head if sep and head.isidentifier() else key
+            tagged.append((key, piece))
+        mine = {k for k, _ in tagged if k}
+        out = [(k, p) for k, p in out if k not in mine] + tagged
+    return [p for _, p in out]
 
 
 def _rejoined(pieces: list[str]) -> list[str]:

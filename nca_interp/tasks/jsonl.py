@@ -26,16 +26,20 @@ item's `answer`; case and surrounding space ignored), `regex` (`pattern=`, or `p
 `language` (`language=fr|de|...`: the identifier of the `french` rule), or your function
 `scorer=path/to/file.py:fn` (or `module:fn`), called as `fn(item: dict, response: str)` on the raw
 response and returning a bool, or a finite number in [0, 1] read as right when >= 0.5, within
-`scorer_timeout` seconds (default 10) per item. It runs in a worker process of its own
-(`nca_interp.scorer_worker`), imported when the task meets its checkpoint's tokenizer, before
-any response is generated; anything else it does (NaN, another type, an exception, `sys.exit`,
-a hang) stops the command with one line naming the item. Without a scorer, an item's `answer`
-is scored `exact`; with neither, nothing is scored, and `evaluate` reports what needs no score
-(the views' KL, the length change).
+`scorer_timeout` seconds (default 10, at most an hour) per item. It runs in a worker process of
+its own (`nca_interp.scorer_worker`), imported when the task meets its checkpoint's tokenizer,
+before any response is generated; anything else it does (NaN, another type, an exception,
+`sys.exit`, a hang) stops the command with one line naming the item, and no process it started
+outlives the command. Without a scorer, an item's `answer` is scored `exact`; with neither,
+nothing is scored, and `evaluate` reports what needs no score (the views' KL, the length
+change).
 
 Refused when the file is read, naming file and line: text that is not valid Unicode (a lone
-surrogate such as `"\\ud800"`) and a field of more than `MAX_FIELD_CHARS` characters (no
-model's context holds it; tokenizing it would take minutes first).
+surrogate such as `"\\ud800"`), a control character other than tab, newline and carriage return
+in a text the model is fed (`"\\u0000"`: no tokenizer's vocabulary has it), a field of more than
+`MAX_FIELD_CHARS` characters (no model's context holds it; tokenizing it would take minutes
+first), the constants JSON itself has no word for (`NaN`, `Infinity`, which Python's reader
+takes), and a number too long to read.
 
 A value with a comma in it (`data=my,file.jsonl`) is written `data=my\\,file.jsonl` or quoted,
 `'data="my,file.jsonl"'`; a path that exists is also rejoined when written plainly.
@@ -44,6 +48,7 @@ A value with a comma in it (`data=my,file.jsonl`) is written `data=my\\,file.jso
 from __future__ import annotations
 
 import functools
+import json
 import random
 import re
 import sys
@@ -52,7 +57,7 @@ from pathlib import Path
 
 from nca_interp import scorer_worker
 from nca_interp.errors import InputError, UsageError
-from nca_interp.fsio import parse_json, read_text
+from nca_interp.fsio import read_text
 from nca_interp.tasks.base import Scored, Task, TaskSpec, register, shuffled_words
 
 __all__ = ["BUDGET_MARGIN", "DEFAULT_BUDGET", "KINDS", "MAX_FIELD_CHARS", "JsonlConfig",
@@ -93,9 +98,7 @@ class JsonlConfig:
             raise UsageError(f"test_share must lie between 0 and 1, not {self.test_share}")
         if self.max_new < 0:
             raise UsageError(f"max_new must be >= 0 (0: from the data), not {self.max_new}")
-        if not self.scorer_timeout > 0:
-            raise UsageError(f"scorer_timeout must be a number of seconds > 0, not "
-                             f"{self.scorer_timeout}")
+        scorer_worker.check_timeout(self.scorer_timeout)  # finite: inf overflows a time_t
         builtin = self.scorer in SCORERS
         if self.scorer and not builtin and ":" not in self.scorer:
             raise UsageError(f"scorer={self.scorer!r}: choose one of {', '.join(SCORERS)}, or "
@@ -164,6 +167,8 @@ def _messages(value, where: str) -> tuple:
 
 
 PROMPT_FIELDS = ("prompt", "context", "answer")  # the fields a model is fed
+# C0 control characters but tab, newline and carriage return: no tokenizer has them as text
+CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 
 def check_text(value, where: str, field: str) -> None:
@@ -179,10 +184,17 @@ def check_text(value, where: str, field: str) -> None:
             check_text(v, where, field)
     elif isinstance(value, str):
         field = field.encode("utf-8", "backslashreplace").decode("utf-8")  # a broken key too
-        if len(value) > MAX_FIELD_CHARS and field in (*PROMPT_FIELDS, "context_file"):
+        fed = field in (*PROMPT_FIELDS, "context_file")
+        if len(value) > MAX_FIELD_CHARS and fed:
             raise InputError(f"{where}: \"{field}\" holds {len(value):,} characters, more than "
                              f"the {MAX_FIELD_CHARS:,} any model's context could hold; shorten "
                              "it or split it into several items")
+        bad = CONTROL.search(value) if fed else None
+        if bad:
+            raise InputError(f"{where}: \"{field}\" holds a control character "
+                             f"({ascii(bad.group())[1:-1]}) at character {bad.start()}, which no "
+                             "tokenizer reads as text; remove it (tab, newline and carriage "
+                             "return are fine)")
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as e:
@@ -192,11 +204,30 @@ def check_text(value, where: str, field: str) -> None:
                              ) from None
 
 
-def parse_line(line: str, where: str, shared: bool, n: int) -> Item:
+def _no_constant(name: str):
+    raise ValueError(f"{name} is no JSON value (Python's reader takes it, no other does); "
+                     "write a number, or the text in quotes")
+
+
+def parse_row(line: str, where: str):
+    """One line's JSON value; an InputError naming `where` for what JSON does not allow (and
+    Python reads anyway: NaN, Infinity) or Python cannot read (a number of over 4300 digits)."""
     try:
-        row = parse_json(line, where)
-    except InputError as e:
-        raise _fail(where, str(e).split(": ", 1)[-1]) from None
+        return json.loads(line, parse_constant=_no_constant)
+    except RecursionError:
+        raise _fail(where, "JSON nested too deeply to read") from None
+    except json.JSONDecodeError as e:
+        raise _fail(where, f"not valid JSON (column {e.colno}: {e.msg})") from None
+    except ValueError as e:  # ours above, or int()'s limit on digits
+        said = " ".join(str(e).split())
+        if "digits" in said:
+            said = (f"a number of more than {sys.get_int_max_str_digits()} digits, more than "
+                    "Python reads; write it as text, in quotes")
+        raise InputError(f"{where}: {said}") from None
+
+
+def parse_line(line: str, where: str, shared: bool, n: int) -> Item:
+    row = parse_row(line, where)
     if not isinstance(row, dict):
         raise _fail(where, "not a JSON object")
     for name, value in row.items():
@@ -205,7 +236,10 @@ def parse_line(line: str, where: str, shared: bool, n: int) -> Item:
     prompt = row.get("prompt")
     if isinstance(prompt, list):
         prompt = _messages(prompt, where)
-    elif not isinstance(prompt, str) or not prompt.strip():
+    elif prompt is not None and not isinstance(prompt, str):
+        raise _fail(where, f"\"prompt\" must be text or a list of chat messages, not "
+                           f"{type(prompt).__name__}")
+    elif prompt is None or not prompt.strip():
         raise _fail(where, "\"prompt\" is missing or empty")
     context = row.get("context")
     if not shared and (not isinstance(context, str) or not context.strip()):
@@ -214,9 +248,8 @@ def parse_line(line: str, where: str, shared: bool, n: int) -> Item:
         raise _fail(where, "\"context\" must be text")
     answer = row.get("answer")
     if answer is not None and not isinstance(answer, str):
-        answer = str(answer) if isinstance(answer, (int, float)) else None
-        if answer is None:
-            raise _fail(where, "\"answer\" must be text or a number")
+        raise _fail(where, f"\"answer\" must be text (a number too: \"4\", in quotes), not "
+                           f"{type(answer).__name__}")
     split = row.get("split", "")
     if split not in ("", "train", "test"):
         raise _fail(where, f"\"split\" must be train or test, not {split!r}")

@@ -35,6 +35,42 @@ def chatty(item, response):
     print("scoring", item["id"], "x" * 100000)
     return response == "ok"
 def no_torch(item, response): return "torch" not in sys.modules
+def numpy_bool(item, response):
+    import numpy as np
+    return np.bool_(response == "ok")
+def escapes(item, response):
+    # a grandchild in a session of its own: no process group reaches it
+    if response == "double":  # and orphaned at once (a daemon's double fork)
+        if os.fork() == 0:
+            os.setsid()
+            child = subprocess.Popen(["sleep", "300"])
+            with open(os.environ["NCA_TEST_CHILD"], "w") as f:
+                f.write(str(child.pid))
+            os._exit(0)
+        while not os.path.exists(os.environ["NCA_TEST_CHILD"]):
+            time.sleep(0.01)
+        time.sleep(0.1)
+    else:
+        child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+        with open(os.environ["NCA_TEST_CHILD"], "w") as f:
+            f.write(str(child.pid))
+    if response == "exit":
+        os._exit(3)
+    if response == "raise":
+        raise RuntimeError("after starting a process")
+    return True
+def closes_requests(item, response):
+    # closes the worker's end of the request pipe: the worker dies reading the next item
+    import fcntl, stat
+    if item["id"] == "q0":
+        for fd in range(3, 256):
+            try:
+                mode = os.fstat(fd).st_mode
+            except OSError:
+                continue
+            if stat.S_ISFIFO(mode) and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == 0:
+                os.close(fd)
+    return True
 def hangs(item, response):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     with open(os.environ["NCA_TEST_CHILD"], "w") as f:
@@ -76,7 +112,8 @@ def gone(pid: int, wait: float = 5.0) -> bool:
 
 @pytest.mark.parametrize("fn, response, right", [
     ("right", "", True), ("high", "", True), ("low", "", False), ("one", "", True),
-    ("chatty", "ok", True), ("chatty", "no", False), ("no_torch", "", True)])
+    ("chatty", "ok", True), ("chatty", "no", False), ("no_torch", "", True),
+    ("numpy_bool", "ok", True), ("numpy_bool", "no", False)])
 def test_a_scorer_within_the_contract_scores(tmp_path, fn, response, right):
     t, items = make(tmp_path, fn)
     assert t.score(items["q1"], response).won is right
@@ -110,6 +147,40 @@ def test_a_hung_scorer_is_stopped_at_its_time_limit_and_leaves_no_process(tmp_pa
     assert gone(int(child.read_text()))  # the scorer's own child: the whole group is killed
     after = {p.pid for p in psutil.Process().children(recursive=True)}
     assert after <= before
+
+
+@pytest.mark.parametrize("how", ["ok", "raise", "exit", "double"])
+def test_a_process_the_scorer_starts_in_a_new_session_does_not_outlive_the_worker(
+        tmp_path, monkeypatch, how):
+    child = tmp_path / "child.pid"
+    monkeypatch.setenv("NCA_TEST_CHILD", str(child))
+    t, items = make(tmp_path, "escapes")
+    worker = jsonl.user_scorer(t.config.scorer, t.config.scorer_timeout)
+    try:
+        if how in ("ok", "double"):
+            assert t.score(items["q0"], how).won is True
+        else:
+            with pytest.raises(UsageError, match="item 'q0'"):
+                t.score(items["q0"], how)
+    finally:
+        worker.close()
+    assert gone(int(child.read_text()))
+
+
+def test_a_scorer_that_breaks_its_channel_is_named_not_the_next_item(tmp_path):
+    t, items = make(tmp_path, "closes_requests")
+    assert t.score(items["q0"], "x").won is True
+    with pytest.raises(UsageError, match="broke its worker's channel .* on item 'q0'") as e:
+        t.score(items["q1"], "x")
+    assert "\n" not in str(e.value)
+
+
+def test_a_scorer_path_that_is_no_regular_file_says_so(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "fifo.py")
+    with pytest.raises(UsageError, match="fifo.py is not a regular file"):
+        scorer_worker.load_function(f"{tmp_path / 'fifo.py'}:fn")
 
 
 def test_a_worker_ends_with_a_command_killed_while_its_scorer_hangs(tmp_path, monkeypatch):
@@ -155,9 +226,11 @@ def test_a_scorer_that_cannot_be_imported_is_refused_when_the_task_meets_its_tok
             t.for_tokenizer(tok)  # before any response is generated
 
 
-def test_scorer_timeout_must_be_positive(tmp_path):
-    with pytest.raises(UsageError, match="scorer_timeout"):
-        make(tmp_path, "right", "scorer_timeout=0")
+@pytest.mark.parametrize("seconds", ["0", "-1", "nan", "inf", "1e12"])
+def test_scorer_timeout_must_be_positive_finite_and_at_most_an_hour(tmp_path, seconds):
+    with pytest.raises(UsageError, match="scorer_timeout") as e:
+        make(tmp_path, "right", f"scorer_timeout={seconds}")
+    assert "\n" not in str(e.value)
 
 
 def test_evaluate_with_an_exiting_scorer_fails_in_one_line_and_writes_no_report(
