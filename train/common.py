@@ -24,7 +24,7 @@ from nca_interp.faults import fault_point
 from nca_interp.fsio import (
     WriteFault,
     clear_temporaries,
-    is_temporary,
+    is_own_temporary,
     is_write_fault,
     read_json,
     read_jsonl,
@@ -229,7 +229,23 @@ def check_out(out: str | Path, inputs: dict[str, str | Path | None]) -> None:
 # other entry, hidden ones included (a `.git`, a user's `notes.tmp`, `.draft.tmp-4242`), is
 # something the run did not make: the run refuses the folder, and never deletes it.
 def _leftover_name(p: Path) -> bool:
-    return p.name == ".lock" or is_temporary(p.name) and not p.is_symlink()
+    return (p.name == ".lock" and p.is_file() and not p.is_symlink()) or is_own_temporary(p)
+
+
+def check_no_links(folder: Path) -> None:
+    """Refuse a run folder holding a symbolic link where the run reads or writes (its root's
+    entries, `checkpoints/`, each step folder and `checkpoints/discarded`): a run never writes
+    through a link it did not make. Before any work: one line naming the link."""
+    places = [folder]
+    ck = folder / "checkpoints"
+    if ck.is_dir() and not ck.is_symlink():
+        places += [ck, *(p for p in ck.iterdir() if p.is_dir() and not p.is_symlink())]
+    for place in places:
+        for p in place.iterdir():
+            if p.is_symlink():
+                raise UsageError(f"{p} is a symbolic link, which this run did not make; a run "
+                                 "never reads or writes through a link: replace it with what "
+                                 "it points to, or choose a new --out")
 
 
 def check_own(folder: Path, run_config: dict) -> bool:
@@ -241,6 +257,13 @@ def check_own(folder: Path, run_config: dict) -> bool:
         return False
     if not folder.is_dir():
         raise UsageError(f"--out {folder} is a file; choose a folder for the run")
+    check_no_links(folder)
+    for name, kind in ((".lock", "a file"), ("checkpoints", "a folder"),
+                       ("checkpoints/discarded", "a folder"), ("metrics.jsonl", "a file")):
+        p = folder / name
+        if p.exists() and (p.is_dir() if kind == "a file" else not p.is_dir()):
+            raise UsageError(f"{p} is not {kind}, as a run keeps it; move it away, or choose a "
+                             "new --out")
 
     def leftover(p: Path) -> bool:  # run state, temporaries, a first save killed half-way
         return _leftover_name(p) or (
@@ -304,6 +327,17 @@ def check_inputs_unchanged(run_dir: Path, recorded: dict | None, now: dict) -> N
                              "content digest differs from the one the run recorded); resuming "
                              "would train against other weights or data. Restore it, or start "
                              "a new --out")
+
+
+def check_step_record(step_dir: Path) -> None:
+    """The step a checkpoint's trainer state records is the one its folder is named for (a
+    state edited to step 10^12 made a resume print "done" and train nothing)."""
+    meta = read_json(step_dir / "trainer_state.json", "trainer state")
+    named = ckpt.step_number(step_dir)
+    recorded = meta.get("step") if isinstance(meta, dict) else None
+    if not isinstance(recorded, int) or isinstance(recorded, bool) or recorded != named:
+        raise ckpt.CheckpointError(f"{step_dir / 'trainer_state.json'} records step "
+                                   f"{recorded!r}, not the {named} its folder is named for")
 
 
 def check_steps(run_dir: Path, steps: int | None, last: Path | None) -> None:
@@ -408,6 +442,7 @@ class Run:
             if not (every[-1] / "trainer_state.safetensors").exists():
                 raise ckpt.CheckpointError(f"{every[-1]} holds no optimizer state to resume "
                                            "with")
+            check_step_record(every[-1])
         except (ckpt.CheckpointError, OSError, ValueError) as e:
             intact = next((p for p in reversed(every[:-1]) if _intact(p)), None)
             how = (f"to go on from the last intact one, rerun with --resume-from {intact} "
@@ -493,14 +528,16 @@ class Run:
             fault = _write_fault(e)
             if fault is None:
                 raise
-            kept_msg = f"the last complete checkpoint, {kept}," if kept else "no checkpoint"
+            kept_msg = (f"the last complete checkpoint, {kept}, is kept (the same command "
+                        "resumes from it)") if kept else \
+                ("no checkpoint was saved yet (the same command starts the run over)")
             if fault.errno == errno.ENOSPC:
                 raise RunError(f"the disk filled while saving step {step} of {self.dir}; the "
-                               f"partial save was removed and {kept_msg} is kept (the same "
-                               f"command resumes from it). To go on: {DISK_REMEDY}") from None
+                               f"partial save was removed and {kept_msg}. To go on: "
+                               f"{DISK_REMEDY}") from None
             raise RunError(f"cannot write step {step} of {self.dir} ({fault.path}): "
-                           f"{fault.remedy}; the partial save was removed and {kept_msg} is "
-                           "kept (the same command resumes from it)") from None
+                           f"{fault.remedy}; the partial save was removed and {kept_msg}"
+                           ) from None
         for older in sorted((self.dir / "checkpoints").glob("step_*")):
             if older.name < path.name and (older / "trainer_state.safetensors").exists():
                 ckpt.drop_optimizer_state(older)  # only the newest is resumed from

@@ -167,7 +167,7 @@ def test_distill_flags_refused_before_anything_is_written(base, tmp_path, capsys
 
 
 @pytest.mark.parametrize("main,flags,needle", [
-    (evaluate.main, ["--n-levels", "0"], "--n-levels must be >= 1"),
+    (evaluate.main, ["--n-levels", "0"], "--n-levels must be between 1 and"),
     (evaluate.main, ["--context", "bogus"], "not a context kind"),
     (layer_sim.main, ["--at", "middle"], "--at must be one of"),
     (layer_sim.main, ["--responses", "mine"], "--responses must be one of"),

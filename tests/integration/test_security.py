@@ -128,7 +128,7 @@ def test_a_link_at_a_training_temporary_name_is_never_written_through(base, tmp_
     out = tmp_path / "R"
     out.mkdir()
     os.symlink(victim, out / f".model.safetensors.nca-tmp-{os.getpid()}")
-    with pytest.raises(UsageError, match="already holds"):
+    with pytest.raises(UsageError, match="symbolic link"):
         distill.main(args(base, out))
     assert victim.read_text() == VICTIM
 
@@ -139,9 +139,91 @@ def test_a_link_planted_in_a_runs_folder_before_a_resume_is_not_written_through(
     distill.main(args(base, out, steps=1))
     for name in ("model.safetensors", "config.json"):  # where publish renames its copies
         os.symlink(victim, out / f".{name}.nca-tmp-{os.getpid()}")
-    distill.main(args(base, out, steps=2))
+    with pytest.raises(UsageError, match="symbolic link"):  # refused before any step
+        distill.main(args(base, out, steps=2))
     assert victim.read_text() == VICTIM
-    assert (out / "checkpoints" / "step_000002").is_dir()
+    assert not (out / "checkpoints" / "step_000002").exists()
+
+
+@pytest.mark.parametrize("where", ["checkpoints", "checkpoints/discarded",
+                                   "checkpoints/step_000002"])
+def test_a_link_at_a_folder_a_run_writes_into_is_refused(base, tmp_path, where):
+    """The second probe: `checkpoints` (and `discarded`) as links took step 3 into the
+    link's target (exit 0); a linked step folder read as a damaged checkpoint."""
+    import shutil
+
+    out = tmp_path / "R"
+    distill.main(args(base, out, steps=2))
+    elsewhere = tmp_path / "elsewhere"
+    if where == "checkpoints/discarded":
+        elsewhere.mkdir()
+    else:
+        shutil.move(out / where, elsewhere)
+    os.symlink(elsewhere, out / where)
+    before = sorted(p.name for p in elsewhere.iterdir())
+    with pytest.raises(UsageError, match="symbolic link"):
+        distill.main(args(base, out, steps=3))
+    assert sorted(p.name for p in elsewhere.iterdir()) == before
+
+
+def test_a_trainer_state_that_disagrees_with_its_folder_is_damage(base, tmp_path):
+    """The probe set a step's trainer_state.json to step 10^12 (re-signed): the resume printed
+    "done" and trained nothing, exit 0."""
+    import json
+
+    from nca_interp.checkpoint import write_manifest
+
+    out = tmp_path / "R"
+    distill.main(args(base, out, steps=2))
+    step = out / "checkpoints" / "step_000002"
+    meta = json.loads((step / "trainer_state.json").read_text())
+    (step / "trainer_state.json").write_text(json.dumps({**meta, "step": 10 ** 12}))
+    write_manifest(step)
+    with pytest.raises(RunError, match="records step 1000000000000, not the 2"):
+        distill.main(args(base, out, steps=3))
+
+
+def test_an_unmarked_stage_name_in_a_fresh_out_is_the_users(base, tmp_path):
+    out = tmp_path / "O"
+    (out / ".nca-tmp-99999-abcdefgh").mkdir(parents=True)
+    with pytest.raises(UsageError, match="already holds"):
+        distill.main(args(base, out))
+    assert (out / ".nca-tmp-99999-abcdefgh").is_dir()
+
+
+@pytest.mark.parametrize("what", ["json", "html", "other_report"])
+def test_an_analysis_never_writes_over_a_file_it_did_not_write(base, tmp_path, what):
+    """A user's X.json / X.html, or another report's figure of the same name, were replaced
+    without a word (exit 0)."""
+    from nca_interp import param_delta
+
+    mine = {"json": tmp_path / "ao.json", "html": tmp_path / "ao.html",
+            "other_report": tmp_path / "ao_cos.html"}[what]
+    if what == "other_report":  # evaluate's page ao_cos.html, then param_delta --out ao
+        evaluate.execute(evaluate.EvalConfig(ckpt=[str(base)], n_levels=2,
+                                             out=str(tmp_path / "ao_cos")))
+        with pytest.raises(UsageError, match="did not write it"):
+            param_delta.execute(param_delta.ParamDeltaConfig(
+                ckpt=[str(base), str(base)], init=str(base), out=str(tmp_path / "ao")))
+    else:
+        mine.write_text('{"mine": 1}')
+        with pytest.raises(UsageError, match="never written over"):
+            evaluate.execute(evaluate.EvalConfig(ckpt=[str(base)], n_levels=2,
+                                                 out=str(tmp_path / "ao")))
+    kept = mine.read_text()
+    assert kept == '{"mine": 1}' if what != "other_report" else "evaluate" in kept or kept
+    # the same command again over its own report is fine
+    evaluate.execute(evaluate.EvalConfig(ckpt=[str(base)], n_levels=2,
+                                         out=str(tmp_path / "again")))
+    evaluate.execute(evaluate.EvalConfig(ckpt=[str(base)], n_levels=2,
+                                         out=str(tmp_path / "again")))
+
+
+def test_an_out_that_is_a_folder_is_refused_before_work(base, tmp_path):
+    (tmp_path / "odir").mkdir()
+    for out in (tmp_path / "odir", f"{tmp_path / 'odir'}/"):
+        with pytest.raises(UsageError, match="is a folder"):
+            evaluate.execute(evaluate.EvalConfig(ckpt=[str(base)], n_levels=2, out=str(out)))
 
 
 def test_two_analyses_on_one_out_the_second_is_refused(tmp_path, base):
@@ -197,7 +279,7 @@ def test_a_file_size_limit_during_training_is_one_line_and_the_run_resumes(base,
     assert r.returncode == 2, r.stderr[-2000:]
     last = r.stderr.strip().splitlines()[-1]
     assert "Traceback" not in r.stderr and last.startswith("error: ")
-    assert "file-size limit" in last and "resumes" in last
+    assert "file-size limit" in last and "starts the run over" in last
     assert not [p for p in out.rglob(".nca-tmp-*")]
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -243,3 +325,35 @@ def test_a_damaged_fetched_model_is_told_to_verify(tmp_path, monkeypatch):
         (f / "PROVENANCE.json").write_text('{"model": "smollm2-135m-instruct"}')
     assert "fetch smollm2-135m-instruct --verify" in _remedy(inside.resolve())
     assert "outside the cache" in _remedy(outside.resolve())
+
+
+def test_an_interrupt_before_the_first_checkpoint_says_the_run_starts_over(base, tmp_path):
+    out = tmp_path / "R"
+    argv = args(base, out)
+    assert "starts the run over" in interrupted_note(distill.main, argv)
+    distill.main(argv)
+    assert "resumes" in interrupted_note(distill.main, argv)
+
+
+def test_sigterm_ends_training_as_ctrl_c_does(base, tmp_path):
+    """SIGTERM ended a run with exit 143 and no word; now the same line as Ctrl-C."""
+    import signal
+    import time
+
+    out = tmp_path / "R"
+    cmd = [sys.executable, "-m", "train.distill", *args(base, out, steps=100000)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "NCA_INTERP_QUIET": "1"},
+                            stderr=subprocess.PIPE, text=True)
+    for _ in range(600):  # until its first step is saved
+        if (out / "checkpoints" / "step_000001").is_dir():
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("terminated; the same command resumes")
+
+
+def test_a_billion_levels_is_refused_at_once(base):
+    with pytest.raises(UsageError, match="--n-levels must be between 1 and"):
+        evaluate.main([str(base), "--n-levels", "1000000000"])
