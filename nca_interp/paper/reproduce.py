@@ -60,7 +60,7 @@ from nca_interp.paper.layout import (
     teacher_file,
 )
 from nca_interp.paper.settings import Preset, load
-from nca_interp.tasks import make_task
+from nca_interp.tasks import make_task, merged_task_options
 from train import distill, sft
 from train.common import DISK_REMEDY, disk_needed, weight_bytes
 
@@ -545,7 +545,7 @@ def plan(cfg: ReproduceConfig, argv: list[str]) -> Pipeline:
     # a fetched teacher has no run config naming its task: its evaluation and the students'
     # training are told; --task-options reach those and every analysis (after the preset's)
     as_is = preset.fetched_as_is
-    options = [*(preset.task_options if as_is else ()), *(cfg.task_options or [])]
+    options = merged_task_options(preset.task_options if as_is else (), cfg.task_options)
     return Pipeline(
         cfg, preset, argv, name, runs, figs, Manifest(figs / "manifest.json", cfg),
         task_flags=[*(["--task", preset.task] if as_is else []),
@@ -796,7 +796,7 @@ def patching_fields(p: Pipeline) -> dict:
     then the preset's `patching_kw` (its levels replace the evaluation's; its task options
     come after the pipeline's, e.g. a wider pool of questions to find enough cases in)."""
     kw = dict(p.preset.patching_kw)
-    options = [*(p.ckpt_kw.get("task_options") or []), *kw.pop("task_options", [])]
+    options = merged_task_options(p.ckpt_kw.get("task_options"), kw.pop("task_options", []))
     return {"n_levels": p.cfg.n_levels, **kw, **({"task_options": options} if options else {})}
 
 

@@ -50,7 +50,8 @@ discover()
 __all__ = ["CONTEXT_CHOICES", "FORMATS", "PLUGINS_ENV", "REGISTRY", "TASKS", "TASK_CHOICES",
            "ChatFormat", "QATask", "Scored", "Task", "TaskSpec", "context_choices", "discover",
            "json_safe", "make_task", "parse_task_options", "register", "rotated", "shuffled_words",
-           "names_code", "task_choices", "task_from_record", "task_record"]
+           "merged_task_options", "names_code", "task_choices", "task_from_record",
+           "task_record"]
 
 
 # read from the registry when asked, so a task registered after import is in them too
