@@ -29,6 +29,7 @@ from nca_interp.patching.interventions import (
     view_lds,
 )
 from nca_interp.patching.rerun import Rerun
+from nca_interp.progress import bar
 from nca_interp.rollout import pad_id
 
 __all__ = ["held_out_heads", "interval", "prompt_context"]
@@ -160,10 +161,13 @@ def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H
                      for _ in range(max(n_random, n_random_generate))]
             row["effect_null"] = null_summary(
                 [np.nanmean(ablation_effect(bridge, cases, d, lds["all"], dst["all"]))
-                 for d in draws[:n_random]],
+                 for d in bar(draws[:n_random], f"patching: random-head null of the effect, "
+                              f"k={k}", unit="draw")],
                 row["effect"]["mean"])
             row["flipped_null"] = null_summary(
-                [flipped(cases, d).mean() for d in draws[:n_random_generate]],
+                [flipped(cases, d).mean() for d in bar(
+                    draws[:n_random_generate], f"patching: random-head null of the flipped "
+                    f"rate, k={k} (greedy answers)", unit="draw")],
                 row["flipped"]["mean"])
         if controls is not None:
             top = ranked(abl_N_L_H, list(range(N)))[:k]

@@ -23,6 +23,7 @@ from nca_interp.hooks import attached
 from nca_interp.names import EMBED_HOOK, head_z_hook, mlp_out_hook, pattern_hook, resid_hook
 from nca_interp.patching.cases import Cases
 from nca_interp.patching.rerun import Rerun
+from nca_interp.progress import bar
 
 __all__ = ["GROUPS", "SCOPES", "ablate_context_hook", "ablation", "ablation_effect",
            "ablation_hooks", "cache_of", "greedy", "last_logits", "logit_diff", "logit_lens",
@@ -241,10 +242,17 @@ def sweep(bridge, cases: Cases, direction: str, stats: dict, scope: str = "full"
     # a chat model's default system message replaced by a shorter c makes x's the longer)
     A = min(W0, cases.dst_ids.shape[1])
 
+    K = min(W0, 32)  # the full scope's last K aligned columns (offsets from the deciding one)
+    total = L * (len(GROUPS) + 1) + (L * (K + H) if full else 0)
+    # minutes at 30 layers: what it does and the time left, on stderr (progress.bar)
+    ticks = bar(None, f"patching: {direction} sweep ({scope}, {len(cases)} cases)", total,
+                unit="fwd")
+
     def effect(name, where, head=None):
         src = other[name][:, -A:]
         stats["forwards"] += 1
         ld = logit_diff(run.logits([(name, patch_hook(src, where[:, -A:], head))]), cases)
+        ticks.update(1)
         return normalised(ld, start, end)
 
     out = {"ld_src": ld_src.tolist(), "ld_dst": ld_dst.tolist()}
@@ -253,8 +261,8 @@ def sweep(bridge, cases: Cases, direction: str, stats: dict, scope: str = "full"
     out["mlp"] = np.stack([effect(mlp_out_hook(li), cases.groups["all"])
                            for li in range(L)], 1)
     if not full:
+        ticks.close()
         return out
-    K = min(W0, 32)  # the last K aligned columns (offsets from the deciding position)
     offs = []
     for li in range(L):
         row = []
@@ -267,6 +275,7 @@ def sweep(bridge, cases: Cases, direction: str, stats: dict, scope: str = "full"
     heads = [effect(head_z_hook(li), cases.groups["all"], h)
              for li in range(L) for h in range(H)]
     out["heads"] = rearrange(np.stack(heads), "(layer h) n -> n layer h", layer=L)
+    ticks.close()
     return out
 
 
@@ -289,9 +298,10 @@ def ablation(bridge, cases: Cases) -> np.ndarray:
     lds = view_lds(bridge, cases)
     dst = Rerun(bridge, cases.dst_ids, cases.dst_mask)
     out = np.zeros((len(cases), L, H))
-    for li in range(L):
-        for h in range(H):
-            out[:, li, h] = ablation_effect(bridge, cases, [(li, h)], lds, dst)
+    for li, h in bar([(li, h) for li in range(L) for h in range(H)],
+                     f"patching: each head's reading of c removed ({len(cases)} cases)",
+                     unit="head"):
+        out[:, li, h] = ablation_effect(bridge, cases, [(li, h)], lds, dst)
     return out
 
 

@@ -612,3 +612,21 @@ def test_a_model_whose_attention_ignores_the_pattern_hook_is_patched_without_abl
     assert "not measured" in report.patching(tmp_path / "figs")
     assert pattern_edits_reach_logits(boot_bridge(save_checkpoint(
         tmp_path / "qwen", tiny(tok, seed=1), tok, {"task": TASK})))
+
+
+def test_every_sweep_says_what_it_does_and_the_time_left(setup, monkeypatch, capsys):
+    """A 39-minute patching run printed nothing until it ended: each sweep and the head
+    ablation now show a bar on stderr with what they do, the count and the time left."""
+    from nca_interp.patching.interventions import ablation, sweep
+
+    bridge, _, cases, _ = setup
+    monkeypatch.setenv("NCA_INTERP_QUIET", "0")
+    stats = {"forwards": 0}
+    sweep(bridge, cases, "forward", stats, "full")
+    ablation(bridge, cases)
+    err = capsys.readouterr().err
+    L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
+    assert "patching: forward sweep (full, 3 cases)" in err
+    assert f"0/{stats['forwards']} " in err  # its total: every forward the sweep runs
+    assert "each head's reading of c removed" in err and f"0/{L * H} " in err
+    assert "<" in err  # tqdm's elapsed<remaining
