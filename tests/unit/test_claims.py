@@ -945,3 +945,15 @@ def test_shallow_qk_needs_every_checkpoint_shallow_and_q_k_on_top(tmp_path):
     assert judge(ckpt(2, 1, qk), ckpt(1, 2, qk)) == "partly"   # one deep-heavy checkpoint
     assert judge(ckpt(2, 1, mlp), ckpt(2, 1, mlp)) == "not reproduced"  # gate on top
     assert judge(ckpt(1, 2, qk), ckpt(1, 3, qk)) == "not reproduced"
+
+
+def test_a_length_the_task_fixes_is_not_measurable_not_unreproduced():
+    """sysprompt_kb0's answers are exactly 2 tokens with c and without, in every run: "longer"
+    was judged "not reproduced" on a constant; it cannot change, so it is not measurable."""
+    from pathlib import Path
+
+    from nca_interp.paper.claims.harm import longer
+
+    c = longer(Path("figures/sysprompt_kb0"))
+    assert c.verdict == "not measurable" and "exactly 2 tokens" in c.reason
+    assert longer(Path("figures/sokoban_long")).verdict == "reproduced"  # lengths that vary

@@ -450,6 +450,12 @@ def longer(figs: Path) -> Claim:
     if all(v is None for v in vals):
         return Claim("OPD answers get longer with c (rel_len_both)", "no item right both ways",
                      "-", "not measurable")
+    fixed = _fixed_length([base, *opd])
+    if fixed is not None:  # a constant cannot grow: untestable, not "not reproduced"
+        return Claim("OPD answers get longer with c (rel_len_both)", spread_text(vals, pct=True),
+                     f"step 0: {100 * (base.rel_len_both or 0):+.1f}%", "not measurable",
+                     f"every answer, with c and without, is exactly {fixed:g} tokens long in "
+                     "every run: the task fixes the length, which cannot change")
     b = base.rel_len_both
     flags = [r.rel_len_both is not None and (r.ci95["rel_len_both"][0] or 0) > 0 and
              (b is None or r.rel_len_both > b) for r in opd]
@@ -464,6 +470,18 @@ def longer(figs: Path) -> Claim:
                  _straddle_reason(flags, against) if verdict == "inconclusive" else "",
                  coverage=(len(flags), len(opd)), detectable=mde)
 
+
+
+def _fixed_length(runs) -> float | None:
+    """The one answer length of runs whose answers all have it, with c and without (mean
+    lengths equal, every interval of the relative change [0, 0]); None otherwise."""
+    lengths = set()
+    for r in runs:
+        ci = (r.ci95 or {}).get("rel_len_both") or [None, None]
+        if r.rel_len_both != 0 or list(ci) != [0, 0] or r.len_no_c != r.len_c:
+            return None
+        lengths.add(r.len_c)
+    return lengths.pop() if len(lengths) == 1 else None
 
 
 def nca_improves_no_c(figs: Path) -> Claim:
