@@ -16,6 +16,14 @@ Each example gets no context with probability --p-no-context, otherwise one kind
 --contexts; the loss is cross-entropy on the response tokens (plan + end-of-response). The
 result is a teacher that is strong *with* context and weaker without. Killed runs resume from
 their last checkpoint when restarted with the same command (data order is a function of step).
+
+With --lora-rank R only a LoRA adapter on every attention and MLP projection is trained
+(nca_interp.lora); each checkpoint holds the merged full weights, as a full fine-tuning run's
+would (what distillation and every analysis load), and the adapter itself in `adapter/` (what a
+resume continues, and small enough to keep in git):
+
+    python -m train.sft --task sokoban --init ~/.cache/nca_interp/models/smollm2-135m-instruct \
+        --contexts state,plan --lora-rank 16 --lr 5e-4 --out runs/sokoban_smollm2_lora
 """
 
 from __future__ import annotations
@@ -24,11 +32,12 @@ import random
 import sys
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from nca_interp import progress
+from nca_interp import lora, progress
 from nca_interp.checkpoint import load_checkpoint
 from nca_interp.cli import entry, parse_config, to_dict, validate
 from nca_interp.errors import UsageError
@@ -61,7 +70,7 @@ class SFTConfig(RunOptions, OptimOptions, DeviceOptions):
     # options --help leaves to --help-all (each task's fields, architecture details, optimiser)
     EXPERT = ("min_entities", "contexts", "p_no_context", "pack", "follow_ups", "p_detour",
               "n_heads", "d_mlp", "schedule", "weight_decay", "clip", "eval_every",
-              "eval_levels", "precision", "resume_from")
+              "eval_levels", "precision", "resume_from", "lora_alpha", "lora_dropout")
 
     out: str = field(default="runs/sokoban_base", metadata={"help": "run directory"})
     task: str = field(default="sokoban", metadata={"help": lambda: sft_tasks()})
@@ -102,9 +111,21 @@ class SFTConfig(RunOptions, OptimOptions, DeviceOptions):
                 "--n-layers etc.) instead of a random init, e.g. a rule variant's teacher from "
                 "the plain game's teacher; same tokenizer required"})
     seed: int = field(default=0, metadata={"help": "init and data seed"})
+    lora_rank: int = field(default=0, metadata={"check": ">=0", "help": (
+        "train only a LoRA adapter of this rank on every attention and MLP projection (0: full "
+        "fine-tuning); saved merged, the adapter in adapter/; wants ~10x the --lr")})
+    lora_alpha: float | None = field(default=None, metadata={"check": ">0", "help": (
+        "LoRA scale numerator (the update is alpha/rank * B @ A); default 2 * --lora-rank")})
+    lora_dropout: float = field(default=0.0, metadata={"check": "prob", "help": (
+        "dropout on LoRA's input (above 0, a resumed run no longer equals an uninterrupted "
+        "one: the dropout masks' random state is not saved)")})
     eval_every: int = field(default=250, metadata={"help": "held-out eval interval (steps)"})
     save_every: int = field(default=250, metadata={"help": "checkpoint interval (steps)"})
 
+
+# LoRA's fields enter the run config only when --lora-rank is set: a full fine-tuning run records
+# (and resumes, and digests) exactly as before they existed
+LORA_FIELDS = ("lora_rank", "lora_alpha", "lora_dropout")
 
 # train.sft's task flags before --task-options (older manifests record them): flag -> option
 OLD_TASK_FLAGS = {"--dim-room": "dim_room", "--num-boxes": "num_boxes", "--remap": "remap",
@@ -188,6 +209,29 @@ def batch_for_step(task, cfg: SFTConfig, step: int, held_out: set[str]):
     return prompts, responses
 
 
+def run_record(cfg: SFTConfig) -> dict:
+    """The config a run records: LoRA's fields only when it trains an adapter."""
+    return {k: v for k, v in to_dict(cfg).items() if cfg.lora_rank or k not in LORA_FIELDS}
+
+
+def saved(model, adapted):
+    """What a checkpoint holds and evaluation plays: the model itself, or for a LoRA run
+    (`adapted`, the peft model) its merged full weights, whose save also writes the adapter
+    into `adapter/` of the same folder, before its manifest and atomic rename, so a step
+    checkpoint never lacks the adapter its resume needs."""
+    if adapted is None:
+        return model
+    full = lora.merged(adapted)
+    save_full = full.save_pretrained
+
+    def save_pretrained(folder, **kwargs):
+        save_full(folder, **kwargs)
+        lora.save_adapter(adapted, Path(folder) / lora.ADAPTER_DIR)
+
+    full.save_pretrained = save_pretrained
+    return full
+
+
 def main(argv: list[str] | None = None) -> None:
     refuse_old_task_flags(sys.argv[1:] if argv is None else argv)
     execute(parse_config(SFTConfig, argv, __doc__))
@@ -216,12 +260,30 @@ def execute(cfg: SFTConfig) -> None:
         model = build_model(ModelConfig(cfg.arch, cfg.n_layers, cfg.d_model, cfg.n_heads,
                                         cfg.n_heads, cfg.d_mlp), tok, cfg.seed).to(device)
     recorded, task = recorded.for_tokenizer(tok), task.for_tokenizer(tok)
-    run = Run(cfg.out, {**to_dict(cfg), "kind": "sft", "task": task_record(recorded)},
+    adapted = None  # the peft model of a LoRA run; `model` is then its adapted HF model
+    if cfg.lora_rank:
+        cfg = replace(cfg, lora_alpha=cfg.lora_alpha or 2.0 * cfg.lora_rank)
+        adapted = lora.wrap(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.seed)
+        model = adapted.get_base_model()
+    run = Run(cfg.out, {**run_record(cfg), "kind": "sft", "task": task_record(recorded)},
               inputs={"--init": cfg.init, **data_inputs(task_record(recorded))},
               resume_from=cfg.resume_from)
     try:  # a failed run releases its directory (a run in this process may follow)
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        start = run.resume(model, opt)
+        # Run compares the keys this command records, and a full fine-tuning command records
+        # no lora_rank: a LoRA run's folder is told apart here
+        if run.config.get("lora_rank", 0) != cfg.lora_rank:
+            raise UsageError(f"--out {cfg.out} holds a run with --lora-rank "
+                             f"{run.config.get('lora_rank', 0)}; resume it with its own "
+                             "arguments or choose a new --out")
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                                weight_decay=cfg.weight_decay)
+        last = run.resume_point()
+        # a LoRA run's step folders hold merged weights: they load into a throwaway merged
+        # copy, and the adapter (what trains) from adapter/
+        start = run.resume(saved(model, adapted) if adapted and last else model, opt)
+        if adapted and last:
+            lora.load_adapter(adapted, last / lora.ADAPTER_DIR)
+            lora.publish_adapter(last, run.dir)  # a kill may have left the root's behind
         held_out = task.held_out_keys(1000, seed=0)
         eval_levels = task.levels("test", cfg.eval_levels, seed=0)
         model.train()
@@ -251,14 +313,19 @@ def execute(cfg: SFTConfig) -> None:
             tokens = int(mask.sum() + rmask.sum())
             record = {"step": step + 1, "loss": loss.item(), "grad_norm": gnorm.item(),
                       "lr": opt.param_groups[0]["lr"], "tokens_per_s": tokens / dt, "step_s": dt}
-            if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+            evaluate = (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps
+            save = (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps
+            held = saved(model, adapted) if evaluate or save else None
+            if evaluate:
                 with amp:
-                    wins = eval_wins(model, tok, task, eval_levels, contexts_of(cfg, task))
+                    wins = eval_wins(held, tok, task, eval_levels, contexts_of(cfg, task))
                 record.update({f"win_{k}": v for k, v in wins.items()})
             run.log(record)
             bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
-            if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-                run.save(step + 1, model, tok, opt)
+            if save:
+                path = run.save(step + 1, held, tok, opt)
+                if adapted:  # Run.save publishes the weights' files, not the adapter's folder
+                    lora.publish_adapter(path, run.dir)
     finally:
         run.close()
     print(f"done: {run.dir}")
