@@ -205,7 +205,7 @@ def check_text(value, where: str, field: str) -> None:
 
 
 def _no_constant(name: str):
-    raise ValueError(f"{name} is no JSON value (Python's reader takes it, no other does); "
+    raise UsageError(f"{name} is no JSON value (Python's reader takes it, no other does); "
                      "write a number, or the text in quotes")
 
 
