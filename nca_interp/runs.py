@@ -30,6 +30,11 @@ def task_for_checkpoints(paths: list[str], name: str | None = None,
     for p in paths:
         verify_folder(p)  # a missing folder is named as such, not as one that records no task
     records = [(p, read_run_config(p).get("task")) for p in paths]
+    bad = next(((p, r) for p, r in records if r is not None and not isinstance(r, dict)), None)
+    if bad is not None:
+        raise UsageError(f"{bad[0]}'s run config records its task as {type(bad[1]).__name__} "
+                         f"{str(bad[1])[:40]!r}, not the mapping of the task's fields; the file "
+                         "is damaged: restore it, or pass --task and --context")
     recorded = [(p, r) for p, r in records if isinstance(r, dict)]
     if not recorded and name is None:
         raise UsageError(f"{paths[0]} records no task (its run_config.json is missing: a "
@@ -80,8 +85,13 @@ def resolve_task_and_context(paths: list[str], task: str | None, context: str | 
     one was trained with, else the task's."""
     runs = [read_run_config(p) for p in paths]
     found = task_for_checkpoints(paths, task, fmt, options)
-    ctx = context or next((r["context"] for r in runs if r.get("context")), None) \
-        or found.default_context
+    recorded = next(((p, r["context"]) for p, r in zip(paths, runs) if r.get("context")),
+                    None)
+    ctx = context or (recorded[1] if recorded else None) or found.default_context
+    if context is None and recorded and ctx not in found.context_kinds:
+        raise UsageError(f"{recorded[0]}'s run config records the context {ctx!r}, which is "
+                         f"not a context kind of {found.name}; pass --context (one of "
+                         f"{', '.join(found.context_kinds)})")
     check_context(found, ctx)
     return found, ctx
 

@@ -357,3 +357,18 @@ def test_sigterm_ends_training_as_ctrl_c_does(base, tmp_path):
 def test_a_billion_levels_is_refused_at_once(base):
     with pytest.raises(UsageError, match="--n-levels must be between 1 and"):
         evaluate.main([str(base), "--n-levels", "1000000000"])
+
+
+def test_a_malformed_recorded_task_and_a_recorded_context_are_named_as_such(tok, tmp_path):
+    """The probe: a run config whose task was a list read as "its run_config.json is
+    missing"; a context taken from the run config was reported as if the user had given it."""
+    from nca_interp.runs import resolve_task_and_context
+
+    odd = save_checkpoint(tmp_path / "odd", tiny(tok), tok, {"task": ["x"]})
+    with pytest.raises(UsageError, match="records its task as list"):
+        resolve_task_and_context([str(odd)], None, None)
+    plan = save_checkpoint(tmp_path / "plan", tiny(tok), tok, {"task": TASK, "context": "plan"})
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "q", "context": "c", "answer": "a"}\n')
+    with pytest.raises(UsageError, match="run config records the context 'plan'"):
+        resolve_task_and_context([str(plan)], "jsonl", None, [f"data={data}"])
