@@ -82,6 +82,7 @@ from nca_interp.cli import (
 )
 from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
+from nca_interp.fsio import WriteFault
 from nca_interp.hooks import boot_bridge, capture
 from nca_interp.masks import context_token_mask, shared_suffix_mask
 from nca_interp.models import context_limit, resolve_device
@@ -490,7 +491,12 @@ def random_init_copy(path: str | Path, folder: Path) -> Path:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
-    return save_checkpoint(folder, model, tok)
+    try:
+        return save_checkpoint(folder, model, tok)
+    except WriteFault as e:  # not --out: the system's temporary folder, which TMPDIR moves
+        raise WriteFault(f"cannot write the random-init null's temporary copy of {path} under "
+                         f"{folder.parent}: {e.remedy}; set TMPDIR to a folder with room (or "
+                         "pass --baselines false)", e.errno, e.path) from None
 
 
 @dataclass

@@ -372,3 +372,15 @@ def test_a_malformed_recorded_task_and_a_recorded_context_are_named_as_such(tok,
     data.write_text('{"prompt": "q", "context": "c", "answer": "a"}\n')
     with pytest.raises(UsageError, match="run config records the context 'plan'"):
         resolve_task_and_context([str(plan)], "jsonl", None, [f"data={data}"])
+
+
+def test_a_full_temporary_folder_under_layer_sim_names_tmpdir_not_out(base, tmp_path,
+                                                                      monkeypatch):
+    from nca_interp import fsio, layer_sim
+
+    def refuse(fd):
+        raise OSError(27, os.strerror(27))
+
+    monkeypatch.setattr(fsio.os, "fsync", refuse)
+    with pytest.raises(RunError, match="random-init null's temporary copy.*TMPDIR"):
+        layer_sim.random_init_copy(base, tmp_path / "random_init")
