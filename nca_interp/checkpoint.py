@@ -293,6 +293,10 @@ def verify_folder(path: str | Path) -> Path:
         if _HASHED is None or _HASHED.get(path) != seen:
             for name, meta in files.items():
                 f = path / name
+                if f.is_file() and not os.access(f, os.R_OK):
+                    raise CheckpointError(f"{f} cannot be read (permission denied); make it "
+                                          "readable (chmod u+r) or copy the checkpoint where "
+                                          "you can read it")
                 if not f.is_file() or f.stat().st_size != meta["bytes"] or \
                         _sha256(f) != meta["sha256"]:
                     raise CheckpointError(f"{f} is missing, truncated or corrupt (does not "

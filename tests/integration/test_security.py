@@ -384,3 +384,15 @@ def test_a_full_temporary_folder_under_layer_sim_names_tmpdir_not_out(base, tmp_
     monkeypatch.setattr(fsio.os, "fsync", refuse)
     with pytest.raises(RunError, match="random-init null's temporary copy.*TMPDIR"):
         layer_sim.random_init_copy(base, tmp_path / "random_init")
+
+
+def test_an_unreadable_weight_file_is_named_with_what_to_do(base, monkeypatch):
+    """Root reads anything, so the probe dropped its capabilities; here the permission check
+    is made to fail as it does for an ordinary user."""
+    from nca_interp import checkpoint
+
+    real = os.access
+    monkeypatch.setattr(checkpoint.os, "access", lambda p, m: not str(p).endswith(
+        "model.safetensors") and real(p, m))
+    with pytest.raises(CheckpointError, match="cannot be read.*chmod u\\+r"):
+        verify_folder(base)
