@@ -416,7 +416,8 @@ def write(report, out: str | Path, figures: dict, png: bool = False) -> list[str
     from nca_interp.plots import write_figure
 
     stem = figure_stem(out, "")
-    recorded = own_outputs(stem)
+    recorded = own_outputs(stem, report.get("analysis") if isinstance(report, Mapping) else
+                           getattr(report, "analysis", None))
     for suffix in figures:  # every name first: nothing is written if one is another's
         for ext in (".html", ".png") if png else (".html",):
             check_own_output(figure_stem(stem, suffix).with_suffix(ext), recorded)
@@ -431,10 +432,19 @@ def write(report, out: str | Path, figures: dict, png: bool = False) -> list[str
     return [str(write_json(stem.with_suffix(".json"), typed)), *written]
 
 
-def own_outputs(stem: Path) -> set[str]:
+def analysis_of(mod) -> str | None:
+    """The registered name of analysis module `mod` (None for one not registered)."""
+    discover()
+    name = getattr(mod, "__name__", None)
+    if name == "__main__":  # `python -m nca_interp.evaluate`: the module runs as __main__
+        name = getattr(getattr(mod, "__spec__", None), "name", None)
+    return next((n for n, spec in REGISTRY.items() if spec.module == name), None)
+
+
+def own_outputs(stem: Path, analysis: str | None = None) -> set[str]:
     """The file names a report at `stem` may replace: its JSON, if that is a report of this
-    package, and the figures that JSON records as its own. A JSON of anything else there is
-    refused (one line), never replaced."""
+    package (of `analysis`, when named), and the figures that JSON records as its own. A JSON
+    of anything else there is refused (one line), never replaced."""
     from nca_interp.fsio import check_target, read_json
 
     json_path = check_target(stem.with_suffix(".json"))
@@ -450,6 +460,10 @@ def own_outputs(stem: Path) -> set[str]:
             and "config" in d):
         raise UsageError(f"--out {stem}: {json_path} exists and is not a report of this "
                          "package; it is never written over: move it or choose another --out")
+    if analysis is not None and d.get("analysis") not in (None, analysis):
+        raise UsageError(f"--out {stem}: {json_path} is a {d.get('analysis')} report, not "
+                         f"{analysis}'s; a report is replaced only by its own analysis: move it "
+                         "or choose another --out")
     figures = d.get("figures") if isinstance(d.get("figures"), Mapping) else {}
     return {json_path.name, *(str(n) for n in figures)}
 
@@ -466,14 +480,17 @@ def check_own_output(path: Path, recorded: set[str]) -> None:
                          "written over: move it or choose another --out")
 
 
-def check_outputs(out: str | Path) -> None:
+def check_outputs(out: str | Path, analysis: str | None = None) -> None:
     """Before any work: `--out` names a file stem, not a folder, and its JSON and main figure
-    are absent or this report's own (`own_outputs`, `check_own_output`)."""
-    if str(out).endswith(("/", os.sep)) or Path(out).expanduser().is_dir():
+    are absent or this analysis's report's own (`own_outputs`, `check_own_output`)."""
+    if Path(out).expanduser().is_dir():
         raise UsageError(f"--out {out} is a folder; --out names the report's file stem, e.g. "
                          f"{Path(out) / 'report'}")
+    if str(out).endswith(("/", os.sep)):
+        raise UsageError(f"--out {out} ends in /; --out names the report's file stem, e.g. "
+                         f"{Path(out) / 'report'}")
     stem = figure_stem(Path(out).expanduser(), "")
-    recorded = own_outputs(stem)
+    recorded = own_outputs(stem, analysis)
     check_own_output(stem.with_suffix(".html"), recorded)
 
 
@@ -559,7 +576,7 @@ def execute(mod, cfg) -> dict:
         from nca_interp.runlock import RunLock
 
         check_out_clear(cfg, out)
-        check_outputs(out)
+        check_outputs(out, analysis_of(mod))
         stem = figure_stem(Path(out).expanduser(), "")
         check_writable(stem.with_suffix(".json"))
         check_bundle(stem.parent)

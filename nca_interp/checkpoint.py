@@ -241,6 +241,21 @@ def _remedy(path: Path) -> str:
     return "restore it from where the folder came from, or use an earlier checkpoint"
 
 
+def _check_finite_config(config: Path) -> None:
+    """A model config holds no NaN or Infinity (Python's JSON reader takes them, and a NaN
+    `rms_norm_eps` made every answer wrong without a word)."""
+    from nca_interp.fsio import MAX_JSON_BYTES, read_text
+
+    def refuse(name: str):
+        raise CheckpointError(f"{config} holds {name}, which is no number a model config can "
+                              "use; restore the file from where the checkpoint came from")
+
+    try:
+        json.loads(read_text(config, "model config", MAX_JSON_BYTES), parse_constant=refuse)
+    except json.JSONDecodeError:
+        pass  # named where the config is parsed (check_architecture)
+
+
 def verify_folder(path: str | Path) -> Path:
     """Check that `path` is a usable checkpoint folder; return it resolved, or raise
     CheckpointError naming the problem and what to do."""
@@ -257,6 +272,7 @@ def verify_folder(path: str | Path) -> Path:
             hint = f" (its step checkpoints are under {path / 'checkpoints'})"
         raise CheckpointError(f"{path} is not a checkpoint folder: no config.json{hint}")
     regular_file(path / "config.json", "checkpoint file")  # a FIFO would block the load
+    _check_finite_config(path / "config.json")
     weights = weight_files(path)
     if not weights:
         if list(path.glob("*.bin")) or list(path.glob("*.pt")):

@@ -28,9 +28,11 @@ __all__ = ["REPLACED_FLAGS", "argv_of", "as_paths", "check_arguments", "check_di
 # `metadata["check"]` overrides; a function returning the rule is read when checked, e.g. from a
 # registry). ">0": positive; ">=0"; ">=1"; "choice:a|b|c".
 CHECKS = {
-    "steps": ">=1", "batch": ">=1", "lr": ">0", "warmup": ">=0", "weight_decay": ">=0",
+    "lr": ">0", "warmup": ">=0", "weight_decay": ">=0",
     "clip": ">0", "beta": ">=0", "temperature": "temperature",
     "save_every": ">=1", "eval_every": ">=1", "eval_levels": "levels", "n_levels": "levels",
+    "drift_levels": "levels", "n_random": "draws", "n_random_generate": "draws",
+    "steps": "steps", "batch": "batch",
     "threads": "threads", "seeds": "seeds",
     "micro_batch": ">=0", "teacher_steps": ">=1", "distill_steps": ">=1", "jobs": ">=1",
     "n_layers": ">=1", "d_model": ">=1", "n_heads": ">=1", "d_mlp": ">=1", "pack": ">=1",
@@ -44,7 +46,7 @@ CHECKS = {
     "follow_ups": "choice:open|full", "layout": "choice:rows|facts|table",
     "dtype": "choice:float32|bfloat16|float16", "every": ">=1",
     "kind": "choice:harm|help", "scope": "choice:full|groups",
-    "n_random": ">=0", "n_random_generate": ">=0", "ks": ">=1",
+    "ks": ">=1",
 }
 
 
@@ -55,6 +57,8 @@ MIN_TEMPERATURE = 0.05
 
 # the most held-out levels or items one command evaluates (about a day of greedy answers here)
 MAX_LEVELS = 100_000
+# bounds no real run reaches, so an absurd value is refused at once, not after hours
+MAX_DRAWS, MAX_STEPS, MAX_BATCH = 100_000, 10_000_000, 1_000_000
 
 
 def cores() -> int:
@@ -88,6 +92,14 @@ def _check_value(flag: str, rule: str, value) -> None:
         if not 1 <= value <= cores():
             raise UsageError(f"{flag} must be between 1 and {cores()} (the cores this machine "
                              f"gives the process), not {value}")
+        return
+    bounds = {"draws": (0, MAX_DRAWS, "random draws (10^4 already put a p-value at 1e-4)"),
+              "steps": (1, MAX_STEPS, "steps"),
+              "batch": (1, MAX_BATCH, "examples a step (more than any machine here holds)")}
+    if rule in bounds:  # 10^9 of any of them ran silent for hours or hung
+        lo, hi, what = bounds[rule]
+        if not lo <= value <= hi:
+            raise UsageError(f"{flag} must be between {lo} and {hi} {what}, not {value}")
         return
     if rule == "levels":  # 10^9 levels ran a minute silent generating them, then hung
         if not 1 <= value <= MAX_LEVELS:

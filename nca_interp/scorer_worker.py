@@ -135,6 +135,26 @@ def _exit_text(code: int | None) -> str:
     return f"exit code {code}"
 
 
+def _session(sid: int) -> set[int]:
+    """The processes of session `sid` (from /proc): a worker's session outlives the worker, so
+    what a scorer left after killing its own supervisor is still found by it."""
+    out = set()
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return out
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # after "(comm)": state ppid pgrp session ...
+        if int(stat[stat.rindex(b")") + 2:].split()[3]) == sid and pid != os.getpid():
+            out.add(pid)
+    return out
+
+
 def _children() -> dict[int, list[int]]:
     """Parent pid -> its children's pids, from /proc (empty where there is none)."""
     out: dict[int, list[int]] = {}
@@ -172,12 +192,19 @@ def _signal(pids, sig: int) -> None:
             pass
 
 
-def kill_tree(root: int) -> None:
-    """SIGKILL every descendant of process `root` (not `root`), in any session or group. They
-    are stopped first, and looked for again until no new one appears, so none forks past the
+def kill_tree(root: int, session: int | None = None) -> None:
+    """SIGKILL every descendant of process `root` (not `root`), in any session or group, and
+    with `session` every process left in that session and their descendants (a scorer that
+    killed its supervisor orphans its processes to init, out of `root`'s tree). They are
+    stopped first, and looked for again until no new one appears, so none forks past the
     kill; while `root` lives (a subreaper), an orphaned descendant is still found below it."""
     stopped: set[int] = set()
-    while new := _descendants(root) - stopped:
+    while True:
+        roots = {root} | (_session(session) if session is not None else set())
+        found = (roots - {root}) | set().union(*(_descendants(r) for r in roots))
+        new = found - stopped
+        if not new:
+            break
         _signal(new, signal.SIGSTOP)
         stopped |= new
     _signal(stopped, signal.SIGKILL)
@@ -188,7 +215,9 @@ def _reap(proc: subprocess.Popen) -> None:
     pid is ours (a zombie keeps it), so the group cannot be someone else's."""
     if proc.returncode is None:
         _signal([proc.pid], signal.SIGSTOP)  # it kills and reaps its own tree no more
-        kill_tree(proc.pid)
+        # its session too: the worker led it (start_new_session), and until it is reaped its
+        # pid, and so that session id, cannot be another's
+        kill_tree(proc.pid, session=proc.pid)
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

@@ -127,7 +127,7 @@ class TrajectoryConfig:
     n_levels: int = field(default=500, metadata={"help": "held-out levels for win rates",
                                                  "check": ">=1"})
     drift_levels: int = field(default=256, metadata={"help": "held-out prompts for the KLs",
-                                                     "check": ">=1"})
+                                                     "check": "levels"})
     every: int = field(default=1, metadata={"help": "use every k-th saved checkpoint (the last "
                                                     "always)", "check": ">=1"})
     control: bool = field(default=False, metadata={

@@ -815,10 +815,17 @@ def publish(p: Pipeline, t_start: float) -> float:
 
 def open_log(path: Path):
     """`path` opened for a stage's log, never through a link planted at its name."""
-    from nca_interp.fsio import check_target
+    import stat
 
-    fd = os.open(check_target(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
-                 0o644)
+    from nca_interp.fsio import UnsafePathError, check_target
+
+    fd = os.open(check_target(path), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a hard link: another file's data
+        os.close(fd)
+        raise UnsafePathError(f"{path} is not a plain file of its own (a hard link to another "
+                              "file, a pipe or a device); remove it")
+    os.ftruncate(fd, 0)  # only once it is known to be the log's own file
     return os.fdopen(fd, "w")
 
 

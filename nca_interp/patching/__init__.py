@@ -100,10 +100,10 @@ class PatchingConfig:
         "help": "numbers of heads whose context reading is removed together (all heads are "
                 "always added)", "check": ">=1"})
     n_random: int = field(default=100, metadata={
-        "help": "random-head draws per k for the teacher-forced null", "check": ">=0"})
+        "help": "random-head draws per k for the teacher-forced null", "check": "draws"})
     n_random_generate: int = field(default=100, metadata={
         "help": "random-head draws per k for the answer-outcome null (a greedy generation "
-                "each)", "check": ">=0"})
+                "each)", "check": "draws"})
     seed: int = field(default=0, metadata={"help": "held-out set, case halves and random heads"})
     out: str = field(default="runs/patching_demo/patching", metadata={"help": "output stem"})
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})

@@ -526,6 +526,16 @@ class JsonlTask(Task):
         (its errors are one line here, not after the responses are generated)."""
         task = replace(super().for_tokenizer(tokenizer, "system", template_kwargs),
                        budget_tokenizer=tokenizer)
+        if task.chat is None:  # no template to render turns: joining them would drop roles
+            turns = next((it for it in items(self.config) if not isinstance(it.prompt, str)
+                          and [r for r, _ in it.prompt] != ["user"]), None)
+            if turns is not None:
+                name = getattr(tokenizer, "name_or_path", "") or "the checkpoint's tokenizer"
+                raise UsageError(f"{turns.source}: item {turns.id!r} gives chat turns "
+                                 f"({', '.join(r for r, _ in turns.prompt)}), but {name} has no "
+                                 "chat template to render them (joined as lines, the roles "
+                                 "would be lost); give the prompt as text, or use a checkpoint "
+                                 "with a chat template")
         first = items(self.config)[0]
         task.prompt(first)
         task.prompt(first, task.context(first, KINDS[0]))

@@ -396,3 +396,80 @@ def test_an_unreadable_weight_file_is_named_with_what_to_do(base, monkeypatch):
         "model.safetensors") and real(p, m))
     with pytest.raises(CheckpointError, match="cannot be read.*chmod u\\+r"):
         verify_folder(base)
+
+
+# -- the second probe's cases ------------------------------------------------------------------
+
+def test_a_hard_link_at_a_pipeline_log_is_refused_before_it_is_truncated(tmp_path, victim):
+    from nca_interp.paper.reproduce import open_log
+
+    os.link(victim, tmp_path / "run.log")
+    with pytest.raises(UnsafePathError, match="hard link"):
+        open_log(tmp_path / "run.log")
+    assert victim.read_text() == VICTIM
+    with open_log(tmp_path / "fresh.log") as f:  # its own file: opened and written
+        f.write("ok")
+
+
+def test_a_report_of_another_analysis_at_out_is_not_replaced(base, tmp_path):
+    from nca_interp import layer_sim
+
+    layer_sim.execute(layer_sim.LayerSimConfig(ckpt=[str(base)], n_levels=2,
+                                               out=str(tmp_path / "b0")))
+    before = (tmp_path / "b0.json").read_bytes()
+    with pytest.raises(UsageError, match="is a layer_sim report, not evaluate's"):
+        evaluate.execute(evaluate.EvalConfig(ckpt=[str(base)], n_levels=2,
+                                             out=str(tmp_path / "b0")))
+    assert (tmp_path / "b0.json").read_bytes() == before
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--steps", "1000000000000"], "--steps"), (["--batch", "100000000"], "--batch")])
+def test_absurd_training_sizes_are_refused_at_once(base, tmp_path, argv, flag):
+    with pytest.raises(UsageError, match=f"{flag} must be between"):
+        distill.main([*args(base, tmp_path / "R"), *argv])
+
+
+def test_absurd_analysis_sizes_are_refused_at_once(base):
+    from nca_interp import patching, trajectory
+
+    with pytest.raises(UsageError, match="--n-random must be between"):
+        patching.main([str(base), "--n-random", "1000000000"])
+    with pytest.raises(UsageError, match="--drift-levels must be between"):
+        trajectory.main([str(base), "--drift-levels", "1000000000"])
+
+
+def test_the_disk_a_run_needs_is_counted_not_looped():
+    import time
+
+    from train.common import disk_needed
+
+    start = time.monotonic()
+    assert disk_needed(1, 10**12, 10**6) == (10**6 + 3, 3)
+    assert time.monotonic() - start < 1
+
+
+def test_nan_in_a_model_config_is_refused(base, tmp_path):
+    import json
+    import shutil
+
+    from nca_interp.checkpoint import write_manifest
+
+    ck = tmp_path / "CK"
+    shutil.copytree(base, ck)
+    cfg = json.loads((ck / "config.json").read_text())
+    cfg["rms_norm_eps"] = float("nan")
+    (ck / "config.json").write_text(json.dumps(cfg))
+    write_manifest(ck)
+    with pytest.raises(CheckpointError, match="holds NaN"):
+        verify_folder(ck)
+
+
+def test_chat_turns_on_a_checkpoint_without_a_template_are_refused(base, tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(f'{{"prompt": [{{"role": "system", "content": "S"}}, {{"role": '
+                            f'"user", "content": "U{i}"}}], "context": "c", "answer": "a"}}\n'
+                            for i in range(8)))
+    with pytest.raises(UsageError, match="no chat template"):
+        evaluate.execute(evaluate.EvalConfig(ckpt=[str(base)], task="jsonl", n_levels=1,
+                                             task_options=[f"data={data}"]))

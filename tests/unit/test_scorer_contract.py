@@ -20,6 +20,14 @@ SCORERS = """
 import os, subprocess, sys, time
 
 def right(item, response): return True
+def kills_its_supervisor(item, response):
+    # a grandchild in its own session, then the supervisor (the subreaper) killed: the scorer
+    # and its grandchild are orphaned to init, out of the worker's tree
+    child = subprocess.Popen(["setsid", "sleep", "300"])
+    with open(os.environ["NCA_TEST_CHILD"], "w") as f:
+        f.write(str(child.pid))
+    os.kill(os.getppid(), 9)
+    time.sleep(30)
 def high(item, response): return 0.7
 def low(item, response): return 0.2
 def one(item, response): return 1
@@ -265,3 +273,19 @@ def test_a_scorer_call_costs_well_under_a_millisecond(tmp_path):
             w.score(item, "four " * 50, "item 'q0'")
         per_call = (time.perf_counter() - start) / 200
     assert per_call < 2e-3, per_call  # measured ~0.1 ms; slack for a loaded CI machine
+
+
+def test_a_scorer_that_kills_its_supervisor_still_leaves_no_process(tmp_path, monkeypatch):
+    """The second probe: the scorer killed its own supervisor, so its processes were orphaned
+    to init; a `setsid sleep` it started outlived the command. The worker's session finds
+    them: every process of it and their descendants are killed."""
+    child = tmp_path / "child.pid"
+    monkeypatch.setenv("NCA_TEST_CHILD", str(child))
+    t, items = make(tmp_path, "kills_its_supervisor", "scorer_timeout=2")
+    worker = jsonl.user_scorer(t.config.scorer, t.config.scorer_timeout)
+    try:
+        with pytest.raises(UsageError, match="item 'q0'"):
+            t.score(items["q0"], "x")
+    finally:
+        worker.close()
+    assert gone(int(child.read_text()))
