@@ -38,7 +38,7 @@ CHECKS = {
     "n_layers": ">=1", "d_model": ">=1", "n_heads": ">=1", "d_mlp": ">=1", "pack": ">=1",
     "p_no_context": "prob", "p_detour": "prob", "num_boxes": ">=1", "size": ">=2",
     "num_holes": ">=0", "n_entities": ">=2", "n_attributes": ">=1", "word_len": ">=1",
-    "seed": ">=0", "n_boot": ">=1", "n_cases": ">=1",
+    "seed": "seed", "n_boot": ">=1", "n_cases": ">=1",
     "method": "choice:opd|nca", "schedule": "choice:constant|cosine",
     "precision": "choice:auto|fp32|bf16", "fmt": "choice:compact|textarena",
     "at": "choice:response|generating|prompt", "responses": "choice:reference|base|own",
@@ -94,6 +94,7 @@ def _check_value(flag: str, rule: str, value) -> None:
                              f"gives the process), not {value}")
         return
     bounds = {"draws": (0, MAX_DRAWS, "random draws (10^4 already put a p-value at 1e-4)"),
+              "seed": (0, 2**31 - 1, "(a seed every generator here takes)"),
               "steps": (1, MAX_STEPS, "steps"),
               "batch": (1, MAX_BATCH, "examples a step (more than any machine here holds)")}
     if rule in bounds:  # 10^9 of any of them ran silent for hours or hung
