@@ -252,8 +252,8 @@ def _check_finite_config(config: Path) -> None:
 
     try:
         json.loads(read_text(config, "model config", MAX_JSON_BYTES), parse_constant=refuse)
-    except json.JSONDecodeError:
-        pass  # named where the config is parsed (check_architecture)
+    except (json.JSONDecodeError, RecursionError):
+        pass  # named, in one line, where the config is parsed (check_architecture)
 
 
 def verify_folder(path: str | Path) -> Path:
