@@ -383,18 +383,11 @@ def format_cos(cmp: dict, ctrl: dict | None) -> str:
 
 
 def paths_written(pieces: list[str]) -> list[str]:
-    r"""Paths as written before the command line split the list at commas: a piece ending in
-    a backslash (`op\,d`) or with an unclosed double quote (`"op,d"`) goes on into the next,
-    then the quotes and the `\,` are read as the task options' values are
-    (nca_interp.tasks.parse_task_options; its helpers are private to that module)."""
-    out: list[str] = []
-    for piece in pieces:
-        if out and (out[-1].endswith("\\") or out[-1].count('"') % 2):
-            last = out.pop()
-            piece = (last[:-1] if last.endswith("\\") else last) + "," + piece
-        out.append(piece)
-    return [p[1:-1] if len(p) >= 2 and p[0] == p[-1] == '"' else p.replace("\\,", ",")
-            for p in out]
+    r"""Paths as written before the command line split the list at commas (`op\,d`,
+    `"op,d"`): `nca_interp.tasks.rejoin_commas`."""
+    from nca_interp.tasks import rejoin_commas
+
+    return rejoin_commas(pieces)
 
 
 def run(cfg: ParamDeltaConfig | None = None, /, **fields) -> dict:

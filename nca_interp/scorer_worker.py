@@ -135,42 +135,33 @@ def _exit_text(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _session(sid: int) -> set[int]:
-    """The processes of session `sid` (from /proc): a worker's session outlives the worker, so
-    what a scorer left after killing its own supervisor is still found by it."""
-    out = set()
+def _proc_stats():
+    """(pid, the fields after "(comm)": state ppid pgrp session ...) of every process, from
+    /proc (comm may hold spaces and parentheses; a process that ended meanwhile is left out)."""
     try:
         pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
     except OSError:
-        return out
+        return
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
                 stat = f.read()
         except OSError:
             continue
-        # after "(comm)": state ppid pgrp session ...
-        if int(stat[stat.rindex(b")") + 2:].split()[3]) == sid and pid != os.getpid():
-            out.add(pid)
-    return out
+        yield pid, stat[stat.rindex(b")") + 2:].split()
+
+
+def _session(sid: int) -> set[int]:
+    """The processes of session `sid`: a worker's session outlives the worker, so what a
+    scorer left after killing its own supervisor is still found by it."""
+    return {pid for pid, fields in _proc_stats() if int(fields[3]) == sid and pid != os.getpid()}
 
 
 def _children() -> dict[int, list[int]]:
-    """Parent pid -> its children's pids, from /proc (empty where there is none)."""
+    """Parent pid -> its children's pids (empty where there is none)."""
     out: dict[int, list[int]] = {}
-    try:
-        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
-    except OSError:
-        return out
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:  # ended meanwhile
-            continue
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses
-        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
-        out.setdefault(ppid, []).append(pid)
+    for pid, fields in _proc_stats():
+        out.setdefault(int(fields[1]), []).append(pid)
     return out
 
 

@@ -50,7 +50,7 @@ discover()
 __all__ = ["CONTEXT_CHOICES", "FORMATS", "PLUGINS_ENV", "REGISTRY", "TASKS", "TASK_CHOICES",
            "ChatFormat", "QATask", "Scored", "Task", "TaskSpec", "context_choices", "discover",
            "json_safe", "make_task", "parse_task_options", "register", "rotated", "shuffled_words",
-           "merged_task_options", "names_code", "task_choices", "task_from_record",
+           "merged_task_options", "names_code", "rejoin_commas", "task_choices", "task_from_record",
            "task_record"]
 
 
@@ -155,6 +155,13 @@ def merged_task_options(*layers: list[str] | tuple[str, ...] | None) -> list[str
         mine = {k for k, _ in tagged if k}
         out = [(k, p) for k, p in out if k not in mine] + tagged
     return [p for _, p in out]
+
+
+def rejoin_commas(pieces: list[str]) -> list[str]:
+    r"""Values as written before the command line split a list flag at commas (`\,` and
+    double quotes keep a comma inside one, as `parse_task_options` reads them): for path lists
+    such as param_delta's `--pair`."""
+    return [_unquoted(p) for p in _rejoined(pieces)]
 
 
 def _rejoined(pieces: list[str]) -> list[str]:
