@@ -441,7 +441,7 @@ def analysis_of(mod) -> str | None:
     return next((n for n, spec in REGISTRY.items() if spec.module == name), None)
 
 
-def own_outputs(stem: Path, analysis: str | None = None) -> set[str]:
+def own_outputs(stem: Path, analysis: str | None = None) -> dict[str, str | None]:
     """The file names a report at `stem` may replace: its JSON, if that is a report of this
     package (of `analysis`, when named), and the figures that JSON records as its own. A JSON
     of anything else there is refused (one line), never replaced."""
@@ -449,7 +449,7 @@ def own_outputs(stem: Path, analysis: str | None = None) -> set[str]:
 
     json_path = check_target(stem.with_suffix(".json"))
     if not json_path.exists():
-        return set()
+        return {}
     if json_path.is_dir():
         raise UsageError(f"--out {stem}: {json_path} is a folder; choose another --out")
     try:
@@ -465,19 +465,24 @@ def own_outputs(stem: Path, analysis: str | None = None) -> set[str]:
                          f"{analysis}'s; a report is replaced only by its own analysis: move it "
                          "or choose another --out")
     figures = d.get("figures") if isinstance(d.get("figures"), Mapping) else {}
-    return {json_path.name, *(str(n) for n in figures)}
+    return {json_path.name: None, **{str(n): v for n, v in figures.items()}}
 
 
-def check_own_output(path: Path, recorded: set[str]) -> None:
+def check_own_output(path: Path, recorded: dict[str, str | None]) -> None:
     """Refuse to write `path` when something is there that this report did not write (a
     user's file, another report's figure of the same name, a folder or a link)."""
     from nca_interp.fsio import check_target
 
     check_target(path)
-    if path.exists() and (path.is_dir() or path.name not in recorded):
+    if not path.exists():
+        return
+    if path.is_dir() or path.name not in recorded:
         raise UsageError(f"{path} exists and this report did not write it (its JSON does not "
                          "record it: a file of yours or another report's figure); it is never "
                          "written over: move it or choose another --out")
+    # the recorded sha256 is not compared: the pipeline redraws figures from the JSON
+    # (nca_interp.paper.figures), and a kill between a figure and its report leaves a newer
+    # figure than recorded; both are the report's own
 
 
 def check_outputs(out: str | Path, analysis: str | None = None) -> None:

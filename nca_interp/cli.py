@@ -28,7 +28,7 @@ __all__ = ["REPLACED_FLAGS", "argv_of", "as_paths", "check_arguments", "check_di
 # `metadata["check"]` overrides; a function returning the rule is read when checked, e.g. from a
 # registry). ">0": positive; ">=0"; ">=1"; "choice:a|b|c".
 CHECKS = {
-    "lr": ">0", "warmup": ">=0", "weight_decay": ">=0",
+    "lr": "lr", "warmup": ">=0", "weight_decay": ">=0",
     "clip": ">0", "beta": ">=0", "temperature": "temperature",
     "save_every": ">=1", "eval_every": ">=1", "eval_levels": "levels", "n_levels": "levels",
     "drift_levels": "levels", "n_random": "draws", "n_random_generate": "draws",
@@ -95,6 +95,7 @@ def _check_value(flag: str, rule: str, value) -> None:
         return
     bounds = {"draws": (0, MAX_DRAWS, "random draws (10^4 already put a p-value at 1e-4)"),
               "seed": (0, 2**31 - 1, "(a seed every generator here takes)"),
+              "lr": (1e-12, 10.0, "(a learning rate fp32 Adam can hold)"),
               "steps": (1, MAX_STEPS, "steps"),
               "batch": (1, MAX_BATCH, "examples a step (more than any machine here holds)")}
     if rule in bounds:  # 10^9 of any of them ran silent for hours or hung
@@ -114,11 +115,13 @@ def _check_value(flag: str, rule: str, value) -> None:
                              f"{value}")
         return
     ok = {">0": value > 0, ">=0": value >= 0, ">=1": value >= 1, ">=2": value >= 2,
-          "prob": 0 <= value <= 1, "even>=4": value >= 4 and value % 2 == 0,
+          "prob": 0 <= value <= 1,
+          "even>=4": 4 <= value <= MAX_BATCH and value % 2 == 0,
           "even>=2": value >= 2 and value % 2 == 0}[rule]
     if not ok:
         what = {">0": "> 0", ">=0": ">= 0", ">=1": ">= 1", ">=2": ">= 2",
-                "prob": "between 0 and 1", "even>=4": "an even number >= 4",
+                "prob": "between 0 and 1",
+                "even>=4": f"an even number between 4 and {MAX_BATCH}",
                 "even>=2": "an even number >= 2"}[rule]
         raise UsageError(f"{flag} must be {what}, not {value}")
 

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import random
 import re
 import sys
@@ -209,11 +210,27 @@ def _no_constant(name: str):
                      "write a number, or the text in quotes")
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 reads as inf, past parse_constant
+        raise UsageError(f"{text} is no finite number; write it as text, in quotes")
+    return value
+
+
+def _no_repeated_key(pairs: list) -> dict:
+    keys = [k for k, _ in pairs]
+    twice = next((k for k in keys if keys.count(k) > 1), None)
+    if twice is not None:  # json keeps the last one without a word
+        raise UsageError(f"the key {twice!r} is given twice in one object; give it once")
+    return dict(pairs)
+
+
 def parse_row(line: str, where: str):
     """One line's JSON value; an InputError naming `where` for what JSON does not allow (and
     Python reads anyway: NaN, Infinity) or Python cannot read (a number of over 4300 digits)."""
     try:
-        return json.loads(line, parse_constant=_no_constant)
+        return json.loads(line, parse_constant=_no_constant, parse_float=_finite,
+                          object_pairs_hook=_no_repeated_key)
     except RecursionError:
         raise _fail(where, "JSON nested too deeply to read") from None
     except json.JSONDecodeError as e:

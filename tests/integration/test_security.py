@@ -473,3 +473,31 @@ def test_chat_turns_on_a_checkpoint_without_a_template_are_refused(base, tmp_pat
     with pytest.raises(UsageError, match="no chat template"):
         evaluate.execute(evaluate.EvalConfig(ckpt=[str(base)], task="jsonl", n_levels=1,
                                              task_options=[f"data={data}"]))
+
+
+# -- the third probe's cases -------------------------------------------------------------------
+
+def test_an_lr_fp32_adam_cannot_hold_is_refused(base, tmp_path):
+    with pytest.raises(UsageError, match="--lr must be between"):
+        distill.main([*args(base, tmp_path / "R")[:-2], "--lr", "1e308"])
+    assert not (tmp_path / "R").exists()
+
+
+def test_grad_aligns_batch_is_bounded(base):
+    from nca_interp import grad_align
+
+    with pytest.raises(UsageError, match="--batch must be an even number between 4 and"):
+        grad_align.main([str(base), "--batch", "1000000000"])
+
+
+@pytest.mark.parametrize("line, why", [
+    ('{"id": 1e999, "prompt": "p", "context": "c"}', "no finite number"),
+    ('{"prompt": "p", "context": "c", "answer": "A", "answer": "B"}', "given twice")])
+def test_infinity_and_a_repeated_key_in_a_data_line_are_refused(tmp_path, line, why):
+    from nca_interp.tasks import jsonl, task_from_record
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(line + "\n")
+    t = task_from_record(None, "jsonl", None, [f"data={data}"])
+    with pytest.raises(UsageError, match=f"d.jsonl:1: .*{why}"):
+        jsonl.items(t.config)
