@@ -95,7 +95,7 @@ def _check_value(flag: str, rule: str, value) -> None:
         return
     bounds = {"draws": (0, MAX_DRAWS, "random draws (10^4 already put a p-value at 1e-4)"),
               "seed": (0, 2**31 - 1, "(a seed every generator here takes)"),
-              "lr": (1e-12, 10.0, "(a learning rate fp32 Adam can hold)"),
+              "lr": (1e-30, 3e38, "(what Adam's float32 state can hold)"),
               "steps": (1, MAX_STEPS, "steps"),
               "batch": (1, MAX_BATCH, "examples a step (more than any machine here holds)")}
     if rule in bounds:  # 10^9 of any of them ran silent for hours or hung
