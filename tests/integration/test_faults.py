@@ -138,27 +138,18 @@ def test_a_users_files_named_like_old_temporaries_make_the_run_refuse(base, tmp_
     assert snapshot(run) == before
 
 
-def test_a_stage_without_the_marker_is_never_removed(base, tmp_path):
-    """A folder named as a stage but without the package's record inside (a user's, or one
-    planted) survives a resume: removal needs name, dead pid and marker together."""
+@pytest.mark.parametrize("name", [".nca-tmp-999999-abcdefgh", ".weights.old-2021"])
+def test_a_users_folder_inside_a_run_survives_a_resume(base, tmp_path, name):
+    """Removal needs name, dead pid and the package's marker together: a folder named as a
+    stage without the marker (a user's, or one planted), or the probe's `.weights.old-2021/`
+    (deleted on resume before), survives."""
     run = tmp_path / "run"
     distill.main(args(base, run, steps=1))
-    fake = run / "checkpoints" / ".nca-tmp-999999-abcdefgh"
-    fake.mkdir()
-    (fake / "thesis.txt").write_text("four years")
-    distill.main(args(base, run, steps=2))
-    assert (fake / "thesis.txt").read_text() == "four years"
-
-
-def test_a_users_old_folder_inside_a_run_survives_a_resume(base, tmp_path):
-    """The probe's second LOST case: `.weights.old-2021/` inside a run was deleted on resume."""
-    run = tmp_path / "run"
-    distill.main(args(base, run, steps=1))
-    mine = run / "checkpoints" / ".weights.old-2021"
+    mine = run / "checkpoints" / name
     mine.mkdir()
-    (mine / "w.bin").write_text("mine")
+    (mine / "thesis.txt").write_text("four years")
     distill.main(args(base, run, steps=2))
-    assert (mine / "w.bin").read_text() == "mine"
+    assert (mine / "thesis.txt").read_text() == "four years"
 
 
 @pytest.mark.parametrize("command", ["distill", "sft"])
