@@ -408,28 +408,97 @@ def figure_stem(out: str | Path, suffix: str) -> Path:
 def write(report, out: str | Path, figures: dict, png: bool = False) -> list[str]:
     """Each of the report's figures, then its JSON (`out` with .json), last: the JSON records
     the sha256 of every figure file it belongs with (`report["figures"]`), so a kill between
-    the two leaves a pair `stale_figures` names, never one that passes for whole. Returns the
-    paths written."""
+    the two leaves a pair `stale_figures` names, never one that passes for whole. A PNG that
+    cannot be exported leaves the HTML and the JSON written, then is one RunError. Returns
+    the paths written, the JSON first."""
+    from nca_interp.cli import write_json
+    from nca_interp.errors import RunError
+    from nca_interp.plots import figure_files, png_bytes
+
+    stem = figure_stem(out, "")
+    files: dict[Path, bytes] = {}
+    for suffix, fig in figures.items():
+        files.update(figure_files(fig, figure_stem(stem, suffix)))
+    png_error = None
+    for suffix, fig in figures.items() if png else ():
+        try:
+            files[figure_stem(stem, suffix).with_suffix(".png")] = png_bytes(fig)
+        except RunError as e:
+            png_error = e
+            break
+    typed = from_json(report)
+    typed["figures"] = _replace_figures(stem, typed.get("analysis"), files)
+    if isinstance(report, dict):  # an untyped plug-in's own dict sees it too
+        report["figures"] = typed["figures"]
+    written = [str(write_json(stem.with_suffix(".json"), typed)), *map(str, files)]
+    _pending(stem).unlink(missing_ok=True)
+    if png_error is not None:
+        raise RunError(f"{png_error} The report and its HTML figures were written.")
+    return written
+
+
+def redraw(json_path: str | Path, figures: dict, png: bool = False) -> list[str]:
+    """Redraw a written report's figures from its JSON (the pipeline's `render_figures`),
+    under the same rules as `write`: only the figures the JSON records as its own, unchanged
+    since, are replaced; the JSON's record is updated only where a figure's bytes changed."""
+    from nca_interp.cli import write_json
+    from nca_interp.fsio import read_json
+    from nca_interp.plots import figure_files
+
+    json_path = Path(json_path)
+    stem = json_path.with_suffix("")
+    files: dict[Path, bytes] = {}
+    for suffix, fig in figures.items():
+        files.update(figure_files(fig, figure_stem(stem, suffix), png))
+    raw = read_json(json_path, "report")
+    shas = _replace_figures(stem, raw.get("analysis"), files)
+    if raw.get("figures") != {**(raw.get("figures") or {}), **shas}:
+        raw["figures"] = {**(raw.get("figures") or {}), **shas}
+        write_json(json_path, raw)
+    _pending(stem).unlink(missing_ok=True)
+    return [str(p) for p in files]
+
+
+def _pending(stem: Path) -> Path:
+    """Where `write` records the figures it is about to write (`.STEM.nca-figures`): a kill
+    between a figure and its JSON leaves that figure recognisable as this report's own."""
+    return stem.with_name(f".{stem.name}.nca-figures")
+
+
+def _replace_figures(stem: Path, analysis: str | None, files: dict[Path, bytes]
+                     ) -> dict[str, str]:
+    """Check every target is absent or this report's own and unchanged (`check_own_output`),
+    record the new sha256s in the pending file, then write the files. Returns the record."""
     import hashlib
 
     from nca_interp.cli import write_json
-    from nca_interp.plots import write_figure
+    from nca_interp.plots import write_files
 
-    stem = figure_stem(out, "")
-    recorded = own_outputs(stem, report.get("analysis") if isinstance(report, Mapping) else
-                           getattr(report, "analysis", None))
-    for suffix in figures:  # every name first: nothing is written if one is another's
-        for ext in (".html", ".png") if png else (".html",):
-            check_own_output(figure_stem(stem, suffix).with_suffix(ext), recorded)
-    written: list[str] = []
-    for suffix, fig in figures.items():
-        written += write_figure(fig, figure_stem(stem, suffix), png=png)
-    typed = from_json(report)
-    typed["figures"] = {Path(p).name: hashlib.sha256(Path(p).read_bytes()).hexdigest()
-                        for p in written}
-    if isinstance(report, dict):  # an untyped plug-in's own dict sees it too
-        report["figures"] = typed["figures"]
-    return [str(write_json(stem.with_suffix(".json"), typed)), *written]
+    recorded = own_outputs(stem, analysis)
+    for path in files:  # every name first: nothing is written if one is not ours
+        check_own_output(path, recorded)
+    shas = {p.name: hashlib.sha256(data).hexdigest() for p, data in files.items()}
+    if files:
+        previous = _pending_shas(stem)
+        write_json(_pending(stem), {n: sorted({d, *previous.get(n, ())}) for n, d in
+                                    shas.items()})
+        write_files(files)
+    return shas
+
+
+def _pending_shas(stem: Path) -> dict[str, list[str]]:
+    """What a killed `write` had recorded it would write (`_pending`), or nothing."""
+    from nca_interp.fsio import check_target, read_json
+
+    path = check_target(_pending(stem))
+    if not path.is_file():
+        return {}
+    try:
+        d = read_json(path, "pending figure record")
+    except UsageError:
+        return {}
+    return {str(n): [v for v in vs if isinstance(v, str)] for n, vs in d.items()
+            if isinstance(vs, list)} if isinstance(d, Mapping) else {}
 
 
 def analysis_of(mod) -> str | None:
@@ -441,15 +510,18 @@ def analysis_of(mod) -> str | None:
     return next((n for n, spec in REGISTRY.items() if spec.module == name), None)
 
 
-def own_outputs(stem: Path, analysis: str | None = None) -> dict[str, str | None]:
+def own_outputs(stem: Path, analysis: str | None = None) -> dict[str, set[str] | None]:
     """The file names a report at `stem` may replace: its JSON, if that is a report of this
-    package (of `analysis`, when named), and the figures that JSON records as its own. A JSON
-    of anything else there is refused (one line), never replaced."""
+    package (of `analysis`, when named), and the figures that JSON records as its own, each
+    with the sha256s it may have now (None: any): the recorded one, and those a killed write
+    had announced (`_pending`). A JSON of anything else there is refused (one line), never
+    replaced."""
     from nca_interp.fsio import check_target, read_json
 
     json_path = check_target(stem.with_suffix(".json"))
+    pending = {n: set(ds) for n, ds in _pending_shas(stem).items()}  # a killed write's
     if not json_path.exists():
-        return {}
+        return dict(pending)
     if json_path.is_dir():
         raise UsageError(f"--out {stem}: {json_path} is a folder; choose another --out")
     try:
@@ -465,12 +537,21 @@ def own_outputs(stem: Path, analysis: str | None = None) -> dict[str, str | None
                          f"{analysis}'s; a report is replaced only by its own analysis: move it "
                          "or choose another --out")
     figures = d.get("figures") if isinstance(d.get("figures"), Mapping) else {}
-    return {json_path.name: None, **{str(n): v for n, v in figures.items()}}
+    accepted: dict[str, set[str] | None] = {json_path.name: None}
+    for name, digest in figures.items():
+        accepted[str(name)] = {digest} if isinstance(digest, str) else None
+    for name, digests in pending.items():  # a kill between a figure and its JSON
+        if name not in accepted or accepted[name] is not None:
+            accepted[name] = (accepted.get(name) or set()) | digests
+    return accepted
 
 
-def check_own_output(path: Path, recorded: dict[str, str | None]) -> None:
+def check_own_output(path: Path, recorded: dict[str, set[str] | None]) -> None:
     """Refuse to write `path` when something is there that this report did not write (a
-    user's file, another report's figure of the same name, a folder or a link)."""
+    user's file, another report's figure of the same name, a folder or a link), or that it
+    wrote and someone changed since (its sha256 is not one `own_outputs` accepts)."""
+    import hashlib
+
     from nca_interp.fsio import check_target
 
     check_target(path)
@@ -480,9 +561,11 @@ def check_own_output(path: Path, recorded: dict[str, str | None]) -> None:
         raise UsageError(f"{path} exists and this report did not write it (its JSON does not "
                          "record it: a file of yours or another report's figure); it is never "
                          "written over: move it or choose another --out")
-    # the recorded sha256 is not compared: the pipeline redraws figures from the JSON
-    # (nca_interp.paper.figures), and a kill between a figure and its report leaves a newer
-    # figure than recorded; both are the report's own
+    accepted = recorded[path.name]
+    if accepted is not None and hashlib.sha256(path.read_bytes()).hexdigest() not in accepted:
+        raise UsageError(f"{path} was changed since this report wrote it (its sha256 is not "
+                         "the one its JSON records); it is never written over: move it or "
+                         "choose another --out")
 
 
 def check_outputs(out: str | Path, analysis: str | None = None) -> None:

@@ -44,6 +44,7 @@ __all__ = ["MANIFEST", "RUN_CONFIG_CIRCUMSTANCES", "CheckpointError", "check_arc
            "check_same_tokenizer", "content_digest", "drop_optimizer_state", "git_commit",
            "hash_once", "latest_step_checkpoint", "load_checkpoint", "n_layers_of",
            "read_run_config", "same_weights", "save_checkpoint", "step_number", "verify_folder",
+           "check_step_record",
            "weight_files",
            "weights_digest", "write_manifest"]
 
@@ -243,7 +244,8 @@ def _remedy(path: Path) -> str:
 
 def _check_finite_config(config: Path) -> None:
     """A model config holds no NaN or Infinity (Python's JSON reader takes them, and a NaN
-    `rms_norm_eps` made every answer wrong without a word)."""
+    `rms_norm_eps` made every answer wrong without a word), and no size or epsilon of 0 or
+    below (`POSITIVE_CONFIG`: an `rms_norm_eps` of -1 did the same)."""
     from nca_interp.fsio import MAX_JSON_BYTES, read_text
 
     def refuse(name: str):
@@ -251,9 +253,20 @@ def _check_finite_config(config: Path) -> None:
                               "use; restore the file from where the checkpoint came from")
 
     try:
-        json.loads(read_text(config, "model config", MAX_JSON_BYTES), parse_constant=refuse)
+        d = json.loads(read_text(config, "model config", MAX_JSON_BYTES), parse_constant=refuse)
     except (json.JSONDecodeError, RecursionError):
-        pass  # named, in one line, where the config is parsed (check_architecture)
+        return  # named, in one line, where the config is parsed (check_architecture)
+    for key in POSITIVE_CONFIG:  # a norm's epsilon of 0 or below divides by zero or a
+        value = d.get(key) if isinstance(d, dict) else None  # negative: wrong answers
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
+            raise CheckpointError(f"{config}: {key} is {value}, and must be above 0; restore "
+                                  "the file from where the checkpoint came from")
+
+
+# model-config numbers that must be above 0 for the model to compute what it was trained to
+POSITIVE_CONFIG = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps",
+                   "rope_theta", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                   "num_key_value_heads", "intermediate_size", "vocab_size", "head_dim")
 
 
 def verify_folder(path: str | Path) -> Path:
@@ -575,3 +588,25 @@ def step_number(folder: str | Path) -> int | None:
     """N of a `step_N` checkpoint folder."""
     name = Path(folder).name
     return int(name[5:]) if name.startswith("step_") and name[5:].isdigit() else None
+
+
+def check_step_record(step_dir: str | Path) -> int:
+    """N of a `step_N` checkpoint folder, checked against the step its trainer state records
+    where it keeps one (a state edited to step 10^12 made a resume print "done" and train
+    nothing; a folder renamed step_000900 put 100 steps' weights at step 900 of a trajectory
+    without a word). Raises CheckpointError naming both."""
+    from nca_interp.fsio import read_json
+
+    step_dir = Path(step_dir)
+    named = step_number(step_dir)
+    if named is None:
+        raise CheckpointError(f"{step_dir} is not a step checkpoint (step_N)")
+    if not (step_dir / "trainer_state.json").exists():
+        return named
+    meta = read_json(step_dir / "trainer_state.json", "trainer state")
+    recorded = meta.get("step") if isinstance(meta, dict) else None
+    if not isinstance(recorded, int) or isinstance(recorded, bool) or recorded != named:
+        raise CheckpointError(f"{step_dir / 'trainer_state.json'} records step {recorded!r}, "
+                              f"not the {named} its folder is named for; rename the folder "
+                              "back or restore the file")
+    return named

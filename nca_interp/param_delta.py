@@ -93,14 +93,39 @@ def check_compatible(f0: TensorFolder, c0: dict, f1: TensorFolder, c1: dict, nam
                                   f"has {f0.shape(k)}")
 
 
+def weight_shas(folder: str | Path) -> list[tuple[str, str]]:
+    """(file, sha256) of a checkpoint's weight files: from its manifest where it has one
+    (verified on load), else hashed here."""
+    import hashlib
+
+    from nca_interp.checkpoint import MANIFEST, weight_files
+
+    folder = Path(folder)
+    names = sorted(w.name for w in weight_files(folder))
+    if (folder / MANIFEST).is_file():
+        files = read_json(folder / MANIFEST, "checkpoint manifest").get("files") or {}
+        if all(isinstance(files.get(n), dict) and "sha256" in files[n] for n in names):
+            return [(n, files[n]["sha256"]) for n in names]
+    out = []
+    for n in names:
+        h = hashlib.sha256()
+        with open(folder / n, "rb") as f:
+            while chunk := f.read(1 << 22):
+                h.update(chunk)
+        out.append((n, h.hexdigest()))
+    return out
+
+
 def recorded_steps(path: str | Path, run: dict) -> tuple[int | None, str]:
     """The optimizer steps that produced `path`, where it records them, and where: its trainer
     state (`step`; a Hugging Face Trainer's `global_step`), else, for a run folder, the step
     checkpoint whose weights it publishes (a run stopped at step 5 of 10 publishes step 5),
     else its run config's `steps` (a run trained here to the end); (None, "") when none."""
-    from nca_interp.checkpoint import same_weights, step_number
+    from nca_interp.checkpoint import check_step_record, same_weights, step_number
 
     folder = Path(path)
+    if step_number(folder) is not None:
+        check_step_record(folder)  # a renamed step folder would put its steps elsewhere
     state = folder / "trainer_state.json"
     if state.exists():
         meta = read_json(state, "trainer state")
@@ -414,6 +439,12 @@ def run(cfg: ParamDeltaConfig | None = None, /, **fields) -> dict:
                              "everywhere); name two different checkpoints")
     for p in ckpts:
         verify_folder(p)  # a missing folder is named as such, not as a missing --init
+    for name, two in (("pair", pair or ckpts[:2]), ("control", control)):
+        if len(two) == 2 and weight_shas(two[0]) == weight_shas(two[1]):
+            raise UsageError(f"--{name} {two[0]},{two[1]}: the two checkpoints hold the same "
+                             "weights (a copy of one run, or a run and its own published "
+                             "step), so their deltas' cosine is 1 by construction; name two "
+                             "different runs")
     steps_each(ckpts, cfg.steps)  # an ambiguous --steps is refused before any tensor is read
     init = init or initial_of(ckpts[0])
     if not init:

@@ -29,7 +29,7 @@ from nca_interp.reports import (
 __all__ = ["PALETTE", "check_bundle", "context_return_figure", "evaluate_figure",
            "grad_align_figure", "grad_align_over_steps", "grad_x", "head_heatmaps", "heatmap",
            "layer_sim_figure", "notebook_renderer", "patching_figures", "trajectory_figure",
-           "unscored_figure", "write_figure"]
+           "unscored_figure", "write_figure", "figure_files", "png_bytes", "write_files"]
 
 PALETTE = {"random_init": "#9e9e9e", "base": "#1f77b4", "opd": "#d62728", "nca": "#2ca02c"}
 
@@ -572,39 +572,63 @@ def ensure_plotly_bundle(folder: Path) -> Path:
 PNG_TRIES = 3  # a PNG export's attempts where the browser tab was not ready
 
 
-def write_figure(fig: go.Figure, stem: str | Path, png: bool = False) -> list[str]:
-    """Write `stem.html` (and `stem.png` when asked); return the paths written.
+def figure_files(fig: go.Figure, stem: str | Path, png: bool = False) -> dict[Path, bytes]:
+    """The bytes of `stem.html` (and `stem.png` when asked, `png_bytes`), rendered but not
+    written, so a writer can record their sha256 before any lands (`nca_interp.analysis.write`).
 
-    The HTML renders offline: plotly.js is written once per folder (`plotly.min.js`, beside
-    the pages that load it; git stores the identical copies once) instead of a CDN link, and
-    the page takes the browser's width (the layout's fixed width is kept for the PNG only)."""
-    from nca_interp.fsio import write_text
-
+    The HTML renders offline: it loads plotly.js from the folder (`plotly.min.js`, written
+    once beside the pages by `write_files`; git stores the identical copies once) instead of
+    a CDN link, and the page takes the browser's width (the layout's fixed width is kept for
+    the PNG only). Its div id is the stem's name, not a random one: a redraw of the same data
+    gives the same bytes."""
     stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
     page = go.Figure(fig)
     page.update_layout(width=None, autosize=True)
-    ensure_plotly_bundle(stem.parent)
-    write_text(stem.with_suffix(".html"), page.to_html(
+    files = {stem.with_suffix(".html"): page.to_html(
         include_plotlyjs="directory", config={"responsive": True}, default_width="100%",
-        div_id=f"fig-{stem.name}"))  # not a random id: a redraw of the same data leaves the
-    # committed page unchanged; written atomically, as every published file
-    written = [str(stem.with_suffix(".html"))]
+        div_id=f"fig-{stem.name}").encode("utf-8")}
     if png:
-        if "BROWSER_PATH" not in os.environ and Path("/usr/bin/chromium").exists():
-            os.environ["BROWSER_PATH"] = "/usr/bin/chromium"
-        from nca_interp.fsio import write_bytes
+        files[stem.with_suffix(".png")] = png_bytes(fig)
+    return files
 
-        for attempt in range(PNG_TRIES):
-            try:
-                write_bytes(stem.with_suffix(".png"), fig.to_image(format="png", scale=1.5))
-                break
-            except Exception as e:  # noqa: BLE001 - kaleido/chromium missing shows up many ways
-                # a loaded machine can outrun the browser tab's own script ("kaleido_scopes
-                # is not defined"): a fresh tab succeeds; a missing install fails every time
-                if attempt + 1 == PNG_TRIES or "kaleido_scopes" not in str(e):
-                    raise RunError(f"PNG export failed ({e}). Install kaleido (`pip install "
-                                   "kaleido`) and Debian chromium (`apt-get install -y "
-                                   "chromium`), or drop --png; the HTML was written.") from e
-        written.append(str(stem.with_suffix(".png")))
+
+def png_bytes(fig: go.Figure) -> bytes:
+    """The figure as a PNG (kaleido and chromium); a missing install is one RunError."""
+    if "BROWSER_PATH" not in os.environ and Path("/usr/bin/chromium").exists():
+        os.environ["BROWSER_PATH"] = "/usr/bin/chromium"
+    for attempt in range(PNG_TRIES):
+        try:
+            return fig.to_image(format="png", scale=1.5)
+        except Exception as e:  # noqa: BLE001 - kaleido/chromium missing shows up many ways
+            # a loaded machine can outrun the browser tab's own script ("kaleido_scopes
+            # is not defined"): a fresh tab succeeds; a missing install fails every time
+            if attempt + 1 == PNG_TRIES or "kaleido_scopes" not in str(e):
+                raise RunError(f"PNG export failed ({e}). Install kaleido (`pip install "
+                               "kaleido`) and Debian chromium (`apt-get install -y "
+                               "chromium`), or drop --png.") from e
+    raise AssertionError("unreachable")
+
+
+def write_files(files: dict[Path, bytes]) -> list[str]:
+    """Write rendered figure files (`figure_files`), each atomically, with the plotly bundle
+    their folder's pages load; return the paths written."""
+    from nca_interp.fsio import write_bytes
+
+    for path, data in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix == ".html":
+            ensure_plotly_bundle(path.parent)
+        write_bytes(path, data)
+    return [str(p) for p in files]
+
+
+def write_figure(fig: go.Figure, stem: str | Path, png: bool = False) -> list[str]:
+    """Write `stem.html` (and `stem.png` when asked; a failed PNG export is one RunError,
+    the HTML written); return the paths written."""
+    written = write_files(figure_files(fig, stem))
+    if png:
+        try:
+            written += write_files({Path(stem).with_suffix(".png"): png_bytes(fig)})
+        except RunError as e:
+            raise RunError(f"{e} The HTML was written.") from e
     return written

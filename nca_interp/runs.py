@@ -158,8 +158,11 @@ def with_initial_checkpoints(paths: list[str]) -> list[str]:
 
 
 def step_of(path: str) -> int | None:
-    name = Path(path).name
-    return int(name.split("_")[1]) if name.startswith("step_") else None
+    """N of a `step_N` checkpoint, checked against its trainer state (`check_step_record`);
+    None for any other folder."""
+    from nca_interp.checkpoint import check_step_record, step_number
+
+    return check_step_record(path) if step_number(path) is not None else None
 
 
 def lr_at(step: int, lr: float, warmup: int, total: int, schedule: str) -> float:

@@ -37,8 +37,10 @@ from nca_interp import analysis
 from nca_interp.bootstrap import iid_indices, percentile_ci
 from nca_interp.checkpoint import (
     check_same_tokenizer,
+    check_step_record,
     load_checkpoint,
     read_run_config,
+    step_number,
     verify_folder,
 )
 from nca_interp.cli import as_paths, entry, parse_config, validate
@@ -50,7 +52,7 @@ from nca_interp.models import context_limit
 from nca_interp.progress import bar
 from nca_interp.reports import TrajectoryReport, as_report
 from nca_interp.rollout import onpolicy_batch
-from nca_interp.runs import initial_of, resolve_task_and_context, step_of, teacher_of
+from nca_interp.runs import initial_of, resolve_task_and_context, teacher_of
 from nca_interp.tasks import context_choices
 
 __all__ = ["TrajectoryConfig", "checkpoints_of", "execute", "figures", "format_table", "main",
@@ -109,8 +111,9 @@ def checkpoints_of(run: str) -> list[tuple[int, str]]:
     if not init:
         raise UsageError(f"{run} does not record the checkpoint it started from "
                          "(run_config.json `student`); is it a distillation run?")
-    steps = sorted((step_of(str(p)), str(p)) for p in (Path(run) / "checkpoints").glob("step_*")
-                   if (p / "nca_checkpoint.json").exists())
+    steps = sorted((check_step_record(p), str(p))
+                   for p in (Path(run) / "checkpoints").glob("step_*")
+                   if step_number(p) is not None and (p / "nca_checkpoint.json").exists())
     if not steps:
         raise UsageError(f"{run} has no saved checkpoints under checkpoints/step_*")
     return [(0, init)] + steps

@@ -332,14 +332,29 @@ def check_inputs_unchanged(run_dir: Path, recorded: dict | None, now: dict) -> N
 
 
 def check_step_record(step_dir: Path) -> None:
-    """The step a checkpoint's trainer state records is the one its folder is named for (a
-    state edited to step 10^12 made a resume print "done" and train nothing)."""
-    meta = read_json(step_dir / "trainer_state.json", "trainer state")
-    named = ckpt.step_number(step_dir)
-    recorded = meta.get("step") if isinstance(meta, dict) else None
-    if not isinstance(recorded, int) or isinstance(recorded, bool) or recorded != named:
-        raise ckpt.CheckpointError(f"{step_dir / 'trainer_state.json'} records step "
-                                   f"{recorded!r}, not the {named} its folder is named for")
+    """The step a checkpoint's trainer state records is the one its folder is named for
+    (`nca_interp.checkpoint.check_step_record`; a resume needs the state)."""
+    if not (step_dir / "trainer_state.json").exists():
+        raise ckpt.CheckpointError(f"{step_dir} holds no trainer_state.json; resume from an "
+                                   "earlier checkpoint with --resume-from")
+    ckpt.check_step_record(step_dir)
+
+
+def check_warmup(cfg) -> None:
+    """--warmup longer than --steps leaves the learning rate below its peak for the whole run
+    (a run of 10 steps with --warmup 1000 trained at 1% of --lr without a word): refused when
+    the command named it, a note when it is the default (a short trial run's)."""
+    import dataclasses
+
+    if cfg.warmup <= cfg.steps:
+        return
+    default = next(f.default for f in dataclasses.fields(cfg) if f.name == "warmup")
+    reach = f"the learning rate reaches only {cfg.steps / cfg.warmup:.0%} of --lr {cfg.lr:g}"
+    if cfg.warmup != default:
+        raise UsageError(f"--warmup {cfg.warmup} is longer than --steps {cfg.steps}: {reach}; "
+                         f"give a --warmup of at most {cfg.steps}")
+    print(f"note: the default --warmup {cfg.warmup} is longer than --steps {cfg.steps}: "
+          f"{reach} (give --warmup to choose)", file=sys.stderr)
 
 
 def check_steps(run_dir: Path, steps: int | None, last: Path | None) -> None:

@@ -58,6 +58,7 @@ from train.common import (
     Run,
     all_finite,
     check_out,
+    check_warmup,
     close_distributed,
     data_inputs,
     disk_needed,
@@ -152,6 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     if cfg.method not in ("opd", "nca"):
         raise UsageError(f"--method must be opd or nca, not {cfg.method!r}")
     beta = cfg.beta if cfg.method == "nca" else 0.0
+    check_warmup(cfg)
     setup_torch(cfg.threads)
     dist, device = init_distributed(cfg.device)
     cfg.precision = resolved_precision(device, cfg.precision)  # the run records what auto meant

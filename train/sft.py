@@ -56,7 +56,15 @@ from nca_interp.runs import lr_at
 from nca_interp.tasks import QATask, Task, make_task, parse_task_options, task_record
 from nca_interp.tasks.base import names, spec
 from nca_interp.tokenizer import EOS, build_char_tokenizer
-from train.common import Run, all_finite, check_out, data_inputs, eval_wins, setup_torch
+from train.common import (
+    Run,
+    all_finite,
+    check_out,
+    check_warmup,
+    data_inputs,
+    eval_wins,
+    setup_torch,
+)
 from train.options import DeviceOptions, OptimOptions, RunOptions
 
 __all__ = ["OLD_TASK_FLAGS", "SFTConfig", "execute", "main", "refuse_old_task_flags", "task_of"]
@@ -241,6 +249,7 @@ def execute(cfg: SFTConfig) -> None:
     """Train (or resume) the teacher a config describes (what `nca_interp.paper.reproduce`
     calls)."""
     validate(cfg)
+    check_warmup(cfg)
     check_out(cfg.out, {"--init": cfg.init})
     setup_torch(cfg.threads)
     recorded, task = task_of(cfg)

@@ -23,9 +23,8 @@ def render_figures(figs: Path, png: bool) -> list[str]:
 
     written = []
     for name, path in analysis_files(figs):
-        report = analysis.load(path)
-        for suffix, fig in analysis.module(name).figures(report).items():
-            written += plots.write_figure(fig, analysis.figure_stem(path, suffix), png)
+        written += analysis.redraw(path, analysis.module(name).figures(analysis.load(path)),
+                                   png)
     summary = figs / "context_return_summary.json"
     if (figs / CONTEXT_RETURN).exists() and summary.exists():
         rep = analysis.load(figs / CONTEXT_RETURN)

@@ -156,6 +156,8 @@ def test_corrupt_and_missing_checkpoints(base, tmp_path, capsys):
     (["--batch", "0"], "--batch must be between 1 and"), (["--save-every", "0"], "--save-every"),
     (["--micro-batch", "-1"], "--micro-batch"), (["--method", "kl"], "--method must be one of"),
     (["--context", "bogus"], "not a context kind"),
+    (["--steps", "10", "--warmup", "1000"], "--warmup 1000 is longer than --steps 10: the "
+     "learning rate reaches only 1% of --lr"),  # SILENT in #71's third probe
 ])
 def test_distill_flags_refused_before_anything_is_written(base, tmp_path, capsys, flags,
                                                           needle):
@@ -175,6 +177,7 @@ def test_distill_flags_refused_before_anything_is_written(base, tmp_path, capsys
     (param_delta.main, ["--rows", "some"], "--rows must be one of"),
     (sft.main, ["--lr", "inf"], "--lr must be a finite number"),
     (sft.main, ["--p-detour", "2"], "between 0 and 1"),
+    (sft.main, ["--steps", "5", "--warmup", "50"], "give a --warmup of at most 5"),
 ])
 def test_analysis_flags_refused(tmp_path, capsys, main, flags, needle):
     argv = [*flags, "--out", str(tmp_path / "o")]
@@ -426,3 +429,15 @@ def test_checkpoints_of_different_task_configs_refused(tok, tmp_path, capsys, mo
     assert not calls
     assert task_for_checkpoints(list(map(str, runs)), options=["kb=1"]).config.kb == 1
     assert task_for_checkpoints([str(runs[1])]).config.kb == 1
+
+
+def test_a_default_warmup_longer_than_the_run_is_a_note(capsys):
+    """A short trial run keeps the default warm-up (refusing it would refuse every --steps 2
+    check); the lower learning rate is said, not silent."""
+    from train.common import check_warmup
+
+    check_warmup(sft.SFTConfig(steps=4))
+    assert ("note: the default --warmup 100 is longer than --steps 4: the learning rate "
+            "reaches only 4%") in capsys.readouterr().err
+    check_warmup(sft.SFTConfig(steps=400))
+    assert capsys.readouterr().err == ""

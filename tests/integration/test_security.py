@@ -458,11 +458,15 @@ def test_nan_in_a_model_config_is_refused(base, tmp_path):
     ck = tmp_path / "CK"
     shutil.copytree(base, ck)
     cfg = json.loads((ck / "config.json").read_text())
-    cfg["rms_norm_eps"] = float("nan")
-    (ck / "config.json").write_text(json.dumps(cfg))
+    (ck / "config.json").write_text(json.dumps({**cfg, "rms_norm_eps": float("nan")}))
     write_manifest(ck)
     with pytest.raises(CheckpointError, match="holds NaN"):
         verify_folder(ck)
+    for key, value in (("rms_norm_eps", -1), ("rms_norm_eps", 0), ("num_hidden_layers", 0)):
+        (ck / "config.json").write_text(json.dumps({**cfg, key: value}))  # the third probe's
+        write_manifest(ck)  # eps of -1 answered wrongly without a word
+        with pytest.raises(CheckpointError, match=f"{key} is {value}, and must be above 0"):
+            verify_folder(ck)
 
 
 def test_chat_turns_on_a_checkpoint_without_a_template_are_refused(base, tmp_path):

@@ -261,6 +261,75 @@ def test_a_report_records_its_figures_and_names_stale_ones(tmp_path):
     assert analysis.stale_figures(tmp_path / "rep.json") == ["rep_b.html"]
 
 
+def test_a_figure_edited_since_its_report_wrote_it_is_never_written_over(tmp_path):
+    """A rerun replaces the report's own figures, but not one a user changed since (LOST in
+    the third probe of #71): its sha256 no longer matches the JSON's record."""
+    import plotly.graph_objects as go
+
+    report = {"config": {}, "task": "t", "context": None, "runs": {}, "results": {}}
+    figs = {"": go.Figure(go.Scatter(x=[1], y=[2])), "b": go.Figure(go.Bar(x=[1], y=[2]))}
+    analysis.write(dict(report), tmp_path / "rep", figs)
+    analysis.write(dict(report), tmp_path / "rep", figs)  # its own, unchanged: replaced
+    (tmp_path / "rep_b.html").write_text("my annotated copy")
+    before = (tmp_path / "rep.json").read_bytes()
+    with pytest.raises(UsageError, match="rep_b.html was changed since this report wrote it"):
+        analysis.write(dict(report), tmp_path / "rep", figs)
+    assert (tmp_path / "rep_b.html").read_text() == "my annotated copy"
+    assert (tmp_path / "rep.json").read_bytes() == before
+    with pytest.raises(UsageError, match="changed since"):  # the pipeline's redraw as well
+        analysis.redraw(tmp_path / "rep.json", figs)
+    (tmp_path / "rep.html").write_text("my edit of the main figure")
+    with pytest.raises(UsageError, match="rep.html was changed since"):  # before any work
+        analysis.check_outputs(tmp_path / "rep")
+
+
+def test_a_kill_between_a_figure_and_its_report_leaves_the_figure_its_own(tmp_path,
+                                                                          monkeypatch):
+    """The new figure lands before the JSON that records its sha256: a kill in between
+    leaves a figure the old JSON does not know. The pending record written before the
+    figures lets the rerun replace it, on a first run (no JSON yet) as on a later one."""
+    import plotly.graph_objects as go
+
+    from nca_interp import cli
+
+    report = {"config": {}, "task": "t", "context": None, "runs": {}, "results": {}}
+    old = {"": go.Figure(go.Scatter(x=[1], y=[2]))}
+    new = {"": go.Figure(go.Scatter(x=[1], y=[3]))}
+    real = cli.write_json
+
+    def killed(path, obj, indent=1):
+        if Path(path).name == "rep.json":
+            raise KeyboardInterrupt  # after the figures, before the report
+        return real(path, obj, indent)
+
+    for first in (True, False):
+        folder = tmp_path / str(first)
+        folder.mkdir()
+        if not first:
+            analysis.write(dict(report), folder / "rep", old)
+        monkeypatch.setattr(cli, "write_json", killed)
+        with pytest.raises(KeyboardInterrupt):
+            analysis.write(dict(report), folder / "rep", new)
+        monkeypatch.setattr(cli, "write_json", real)
+        assert (folder / ".rep.nca-figures").is_file()
+        analysis.write(dict(report), folder / "rep", new)  # the rerun: no refusal
+        assert analysis.stale_figures(folder / "rep.json") == []
+        assert not (folder / ".rep.nca-figures").exists()
+
+
+def test_a_redraw_records_the_figures_it_changed(tmp_path):
+    import plotly.graph_objects as go
+
+    report = {"config": {}, "task": "t", "context": None, "runs": {}, "results": {}}
+    analysis.write(dict(report), tmp_path / "rep", {"": go.Figure(go.Scatter(x=[1], y=[2]))})
+    before = (tmp_path / "rep.json").read_bytes()
+    analysis.redraw(tmp_path / "rep.json", {"": go.Figure(go.Scatter(x=[1], y=[2]))})
+    assert (tmp_path / "rep.json").read_bytes() == before  # same drawing: JSON untouched
+    analysis.redraw(tmp_path / "rep.json", {"": go.Figure(go.Scatter(x=[1], y=[5]))})
+    assert analysis.stale_figures(tmp_path / "rep.json") == []
+    analysis.write(dict(report), tmp_path / "rep", {"": go.Figure(go.Scatter(x=[1], y=[2]))})
+
+
 def test_a_killed_spill_is_removed_by_the_next_and_a_live_ones_kept(tmp_path, monkeypatch):
     import tempfile
 

@@ -405,3 +405,46 @@ def test_each_checkpoint_counts_its_own_steps(tok, three, tmp_path):
         param_delta.run(ckpt=both, init=str(w0), lr=1e-3, steps=[7, 10])
     with pytest.raises(UsageError, match="--steps takes one count or one per checkpoint"):
         param_delta.run(ckpt=both, init=str(w0), lr=1e-3, steps=[5, 10, 20])
+
+
+def test_two_copies_of_one_checkpoint_are_refused_as_a_pair(three, tmp_path, monkeypatch):
+    """Two folders of identical weights (a copy of one run) printed cos 1.0 everywhere without
+    a word (SILENT in #71's third probe); the itself check compared only paths."""
+    import shutil
+
+    w0, a, b = three
+    copy = tmp_path / "a_copy"
+    shutil.copytree(a, copy)
+    monkeypatch.setattr(param_delta, "stream_deltas", lambda *a, **k: pytest.fail("work done"))
+    for kw in ({}, {"pair": [str(a), str(copy)]}, {"control": [str(a), str(copy)]}):
+        with pytest.raises(UsageError, match="the two checkpoints hold the same weights"):
+            param_delta.run(ckpt=[str(a), str(copy), str(b)], init=str(w0), **kw)
+
+
+def test_a_renamed_step_folder_is_refused(tok, three, tmp_path):
+    """A step_000005 renamed step_000900 read as 900 steps' budget (SILENT in #71's third
+    probe): the trainer state's step must be the folder's."""
+    w0, _, b = three
+    run = {"lr": 1e-3, "steps": 10, "warmup": 0}
+    step = trained(tok, tmp_path / "r" / "checkpoints" / "step_000005", 1, run, step=5)
+    moved = step.rename(step.with_name("step_000900"))
+    with pytest.raises(CheckpointError, match="records step 5, not the 900 its folder"):
+        param_delta.run(ckpt=[str(moved), str(b)], init=str(w0))
+
+
+def test_a_trajectory_refuses_a_renamed_step_folder(tok, three, tmp_path):
+    """trajectory placed a step folder's row by its name alone (SILENT in #71's third probe);
+    grad_align's step labels likewise (runs.step_of)."""
+    from nca_interp.runs import step_of
+    from nca_interp.trajectory import checkpoints_of
+
+    w0, _, _ = three
+    run = {"lr": 1e-3, "steps": 10, "warmup": 0, "student": str(w0)}
+    root = trained(tok, tmp_path / "r", 1, run)
+    trained(tok, root / "checkpoints" / "step_000005", 1, run, step=5)
+    assert [s for s, _ in checkpoints_of(str(root))] == [0, 5]
+    moved = (root / "checkpoints" / "step_000005").rename(root / "checkpoints" / "step_000900")
+    with pytest.raises(CheckpointError, match="records step 5, not the 900 its folder"):
+        checkpoints_of(str(root))
+    with pytest.raises(CheckpointError, match="records step 5, not the 900 its folder"):
+        step_of(str(moved))
