@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,14 @@ from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP
 from nca_interp.hooks import attached_hooks, boot_bridge
 from nca_interp.models import context_limit
+from nca_interp.patching.attribution import (
+    BY,
+    METHODS,
+    agreement,
+    attribute,
+    confirmed_sweep,
+    head_candidates,
+)
 from nca_interp.patching.cases import (  # noqa: F401
     ABLATE,
     KINDS,
@@ -46,7 +55,7 @@ from nca_interp.patching.cases import (  # noqa: F401
     find_cases,
     score,
 )
-from nca_interp.patching.heads import held_out_heads, interval
+from nca_interp.patching.heads import halves, held_out_heads, interval
 from nca_interp.patching.interventions import (  # noqa: F401 - the package's surface
     GROUPS,
     SCOPES,
@@ -67,7 +76,7 @@ from nca_interp.rollout import stop_ids
 from nca_interp.runs import resolve_task_and_context
 from nca_interp.tasks import context_choices
 
-__all__ = ["ABLATE_NOTE", "DEMO", "DIRECTIONS", "FLIPPED", "PatchingConfig", "ablate_of",
+__all__ = ["ABLATE_NOTE", "BY", "DEMO", "DIRECTIONS", "FLIPPED", "PatchingConfig", "ablate_of",
            "execute", "figures", "format_report", "kind_of", "main", "run", "show"]
 
 
@@ -104,6 +113,20 @@ class PatchingConfig:
     n_random_generate: int = field(default=100, metadata={
         "help": "random-head draws per k for the answer-outcome null (a greedy generation "
                 "each)", "check": "draws"})
+    method: str = field(default="attribution", metadata={
+        "help": "attribution: rank every head, head reading of c and residual position by "
+                "attribution patching (two forwards and one backward a direction), then patch "
+                "exactly only the --top-k candidates and --n-check others at random; exact: "
+                "patch every node (one forward each). The residual groups and MLPs are always "
+                "patched exactly, and every table and verdict reads exact effects only",
+        "check": "choice:" + "|".join(METHODS)})
+    top_k: int = field(default=8, metadata={
+        "help": "with --method attribution: nodes of each family patched exactly as "
+                "attribution ranks them (per half of the cases for the head table; at least "
+                "the largest --ks below all heads)", "check": ">=1"})
+    n_check: int = field(default=8, metadata={
+        "help": "with --method attribution: nodes beyond the candidates patched exactly at "
+                "random, so a node attribution ranked too low shows", "check": ">=0"})
     seed: int = field(default=0, metadata={"help": "held-out set, case halves and random heads"})
     out: str = field(default="runs/patching_demo/patching", metadata={"help": "output stem"})
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
@@ -111,7 +134,9 @@ class PatchingConfig:
 
 
 def summarise(arr: np.ndarray, units: list | None = None) -> dict:
-    return {"per_case": np.asarray(arr).tolist(), **interval(arr, units=units)}
+    with warnings.catch_warnings():  # a node not patched (attribution's method) is all NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return {"per_case": np.asarray(arr).tolist(), **interval(arr, units=units)}
 
 
 def run(cfg: PatchingConfig | None = None, /, **fields) -> dict:
@@ -197,26 +222,95 @@ def run_checkpoint(path: str, cfg: PatchingConfig) -> dict:
                        for lv, right, wrong, t in rows[:max_cases]]
     stats = {"forwards": 0}
     t1 = time.time()
-    fwd = sweep(bridge, cases, "forward", stats, scope)
-    rev = sweep(bridge, cases, "reverse", stats, scope)
+    res, attr, picked = sweeps(bridge, cases, cfg, stats, units, not no_ablation)
     sweep_s = time.time() - t1
-    abl = ablation(bridge, cases) if not no_ablation else None
+    fwd = res["forward"]
     report[kind] = {"n": len(cases), "t_star": cases.t_star,
                     "ld_no_c": fwd["ld_src"], "ld_c": fwd["ld_dst"]}
-    for tag, res in (("forward", fwd), ("reverse", rev)):
-        report[tag] = {k: ({g: summarise(v, units) for g, v in res[k].items()}
-                           if k == "resid_groups" else summarise(res[k], units))
-                       for k in ("resid_groups", "mlp", "resid_offsets", "heads") if k in res}
-    report["ablation"] = summarise(abl, units) if abl is not None else None
+    for tag in ("forward", "reverse"):
+        report[tag] = direction_record(res[tag], attr.get(tag), units, cfg)
+    abl = res.get("ablation")
+    report["ablation"] = None if abl is None else {
+        **summarise(abl, units), **method_record(abl, attr.get("ablation"), picked, units, cfg)}
     report["heads"] = {"note": f"head ablation {no_ablation}"} if no_ablation else \
         held_out_heads(bridge, found, cases, control, abl, kind, list(ks), stops, n_random,
-                       n_random_generate, seed, stats, units, control_units)
+                       n_random_generate, seed, stats, units, control_units,
+                       picked and {"A": picked["A"], "B": picked["B"]})
     report["lens"] = {k: summarise(v, units) for k, v in logit_lens(bridge, cases).items()}
-    report["cost"] = {"cases": len(cases), "patched_forwards": stats["forwards"],
+    report["cost"] = {"cases": len(cases), "method": cfg.method,
+                      "patched_forwards": stats["forwards"],
+                      "ablation_forwards": stats.get("ablation_forwards", 0),
+                      "attribution_forwards": stats.get("attribution_forwards", 0),
+                      "attribution_backwards": stats.get("attribution_backwards", 0),
                       "generations": stats.get("generations", 0), "sweep_s": sweep_s,
                       "total_s": time.time() - t0}
     assert attached_hooks(bridge) == own_hooks
     return report
+
+
+def sweeps(bridge, cases: Cases, cfg: PatchingConfig, stats: dict, units: list,
+           ablate: bool) -> tuple[dict, dict, dict | None]:
+    """Both directions' sweeps and, with `ablate`, each head's reading of c removed, by
+    `cfg.method`: ({"forward", "reverse", "ablation"}: exact effects (NaN where attribution
+    left a node unpatched), {"forward", "reverse", "ablation"}: attribution estimates (empty
+    for the exact method), the heads patched exactly for the head table (None: all))."""
+    if cfg.method == "exact":
+        res = {tag: sweep(bridge, cases, tag, stats, cfg.scope) for tag in ("forward", "reverse")}
+        res["ablation"] = ablation(bridge, cases, stats=stats) if ablate else None
+        return res, {}, None
+    attr = {tag: attribute(bridge, cases, tag, stats, cfg.scope, ablation=ablate)
+            for tag in ("forward", "reverse")}
+    rng = np.random.default_rng(cfg.seed + 2)
+    res = {tag: confirmed_sweep(bridge, cases, tag, stats, cfg.scope, attr[tag], cfg.top_k,
+                                cfg.n_check, rng) for tag in ("forward", "reverse")}
+    if not ablate:
+        return res, attr, None
+    attr["ablation"] = attr["forward"].pop("ablation")
+    N, (L, H) = len(cases), attr["ablation"].shape[1:]
+    # the held-out table's halves (`heads.halves`, same seed): each half's candidates are
+    # ranked on its own cases; enough of them for the largest k below all heads
+    split = halves(N, cfg.seed, units) if N >= 4 and (units is None or len(set(units)) >= 2) \
+        else None
+    k = max([cfg.top_k] + [k for k in cfg.ks if k < L * H])
+    picked = head_candidates(attr["ablation"], split, k, cfg.n_check, rng)
+    res["ablation"] = ablation(bridge, cases, picked["all"], stats)
+    return res, attr, picked
+
+
+def method_record(exact: np.ndarray, attr: np.ndarray | None, picked: dict | None,
+                  units: list, cfg: PatchingConfig) -> dict:
+    """What produced a family's numbers (`method`), and with attribution its estimates
+    (`attribution`, summarised as the exact ones are), its candidates and `agreement` (rank
+    correlation, top-k overlap and misses of the random check, `attribution.agreement`)."""
+    if attr is None:
+        return {"method": BY["exact"]}
+    if picked is None:  # a family patched in full: the attribution is compared on every node
+        return {"method": BY["exact"], "attribution": summarise(attr, units),
+                "agreement": agreement(attr, exact, cfg.top_k)}
+    top = sorted(set(picked.get("top", [])) | set(picked.get("top_a", []))
+                 | set(picked.get("top_b", [])))
+    return {"method": BY["attribution"], "attribution": summarise(attr, units),
+            "candidates": {"top": top, "check": picked["check"]},
+            "agreement": agreement(attr, exact, cfg.top_k, picked["check"])}
+
+
+def direction_record(res: dict, attr: dict | None, units: list, cfg: PatchingConfig) -> dict:
+    """One direction's report: each family's summary of exact effects, and beside it
+    `methods` (what produced it, the attribution and their agreement: `method_record`)."""
+    out, methods = {}, {}
+    for k in ("resid_groups", "mlp", "resid_offsets", "heads"):
+        if k not in res:
+            continue
+        if k == "resid_groups":
+            out[k] = {g: summarise(v, units) for g, v in res[k].items()}
+            for g, v in res[k].items():
+                methods[f"{k}.{g}"] = method_record(v, attr and attr[k][g], None, units, cfg)
+        else:
+            out[k] = summarise(res[k], units)
+            methods[k] = method_record(res[k], attr and attr[k],
+                                       res.get("candidates", {}).get(k), units, cfg)
+    out["methods"] = methods
+    return out
 
 
 def fmt(v) -> str:
@@ -314,11 +408,29 @@ def format_report(r: dict) -> str:
     rk = r.lens["rank_c"]["mean"]
     lines.append("  rank of the right answer in the context view per layer: " +
                  " ".join(f"{v:.1f}" for v in rk))
+    lines += format_agreement(r).splitlines()
     cost = r.cost
-    lines.append(f"  cost: {cost['patched_forwards']} batched patched runs and "
+    lines.append(f"  cost ({cost.get('method', 'exact')}): {cost['patched_forwards']} batched "
+                 f"patched runs, {cost.get('ablation_forwards', 0)} head ablations, "
+                 f"{cost.get('attribution_forwards', 0)} + {cost.get('attribution_backwards', 0)}"
+                 " attribution forwards + backwards and "
                  f"{cost.get('generations', 0)} generations over {cost['cases']} cases; "
                  f"{cost['sweep_s']:.1f} s sweeps, {cost['total_s']:.1f} s in all")
     return "\n".join(lines)
+
+
+def format_agreement(r: dict) -> str:
+    """Attribution against exact patching, per family (nothing for the exact method)."""
+    fams = [(f"{tag} {k}", m) for tag in ("forward", "reverse")
+            for k, m in (r[tag] or {}).get("methods", {}).items()]
+    fams += [("removing a head's reading of c", r.ablation)] if r.ablation else []
+    out = [f"    {name:<34} Spearman {fmt(m['agreement']['spearman'])}, top-"
+           f"{m['agreement']['k']} overlap {fmt(m['agreement']['top_k_overlap'])} over "
+           f"{m['agreement']['n_exact']}/{m['agreement']['n_nodes']} patched exactly, "
+           f"{len(m['agreement']['misses'])} misses in the random check"
+           for name, m in fams if m and "agreement" in m]
+    return "\n".join(["  attribution against exact patching (tables above: exact effects):"]
+                     + out) if out else ""
 
 
 def format_heads(r: dict) -> str:

@@ -17,6 +17,8 @@ a help case answered wrong); controls (right both ways) give the broken-control 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 
@@ -76,18 +78,31 @@ def halves(n: int, seed: int, units: list | None = None) -> tuple[list[int], lis
             [i for i in range(n) if units[i] not in first])
 
 
-def ranked(abl_N_L_H: np.ndarray, idx: list[int]) -> list[tuple[int, int]]:
-    """Heads by their mean single-head effect over the cases `idx`, largest first."""
-    m = np.nan_to_num(np.nanmean(abl_N_L_H[idx], 0), nan=-np.inf)
+def ranked(abl_N_L_H: np.ndarray, idx: list[int], among: list | None = None
+           ) -> list[tuple[int, int]]:
+    """Heads by their mean single-head effect over the cases `idx`, largest first; only the
+    heads `among` (layer, head) where given, the others last."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a head never patched: all NaN
+        m = np.nan_to_num(np.nanmean(abl_N_L_H[idx], 0), nan=-np.inf)
     H = m.shape[1]
+    if among is not None:
+        keep = np.zeros(m.shape, bool)
+        keep[tuple(np.array(among, int).reshape(-1, 2).T)] = True
+        m = np.where(keep, m, -np.inf)
     return [(int(i // H), int(i % H)) for i in np.argsort(-m, axis=None, kind="stable")]
 
 
-def percentile(abl_N_L_H: np.ndarray, idx: list[int], heads: list[tuple[int, int]]) -> float:
-    """Mean percentile (0-100) of `heads`' single-head effect over `idx` among all heads."""
-    m = np.nan_to_num(np.nanmean(abl_N_L_H[idx], 0), nan=-np.inf).ravel()
+def percentile(abl_N_L_H: np.ndarray, idx: list[int], heads: list[tuple[int, int]],
+               among: list | None = None) -> float:
+    """Mean percentile (0-100) of `heads`' single-head effect over `idx` among all heads, or
+    among the heads `among` (those patched exactly, where attribution chose them)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        m = np.nan_to_num(np.nanmean(abl_N_L_H[idx], 0), nan=-np.inf).ravel()
     H = abl_N_L_H.shape[2]
-    return float(np.mean([100.0 * (m < m[li * H + h]).sum() / (len(m) - 1)
+    pool = np.arange(len(m)) if among is None else np.array([li * H + h for li, h in among])
+    return float(np.mean([100.0 * (m[pool] < m[li * H + h]).sum() / max(len(pool) - 1, 1)
                           for li, h in heads]))
 
 
@@ -114,10 +129,14 @@ def answered_right(bridge, task, cases: Cases, heads: list[tuple[int, int]], sto
 def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H: np.ndarray,
                    kind: str, ks: list[int], stops: list[int], n_random: int = 100,
                    n_random_generate: int = 100, seed: int = 0, stats: dict | None = None,
-                   units: list | None = None, control_units: list | None = None) -> dict:
+                   units: list | None = None, control_units: list | None = None,
+                   eligible: dict | None = None) -> dict:
     """The held-out head table (see the module docstring) for each k in `ks` and all heads;
     `units` (one per case) keep a unit's cases in one half and resample them together, as
-    `control_units` do the controls'."""
+    `control_units` do the controls'. `eligible` {"A": heads, "B": heads}: the heads each
+    half may choose among (attribution's candidates on that half and the random check, all
+    patched exactly; `abl_N_L_H` is NaN elsewhere); percentiles are then among the heads
+    patched exactly."""
     N = len(cases)
     if N < 4:
         return {"note": f"{N} cases: too few to choose heads on one half and judge on the other"}
@@ -126,7 +145,10 @@ def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H
     L, H = abl_N_L_H.shape[1:]
     every = [(li, h) for li in range(L) for h in range(H)]
     A, B = halves(N, seed, units)
-    order = {"A": ranked(abl_N_L_H, A), "B": ranked(abl_N_L_H, B)}
+    eligible = eligible or {}
+    order = {"A": ranked(abl_N_L_H, A, eligible.get("A")),
+             "B": ranked(abl_N_L_H, B, eligible.get("B"))}
+    measured = sorted(set(eligible["A"]) | set(eligible["B"])) if eligible else None
     sub = {"A": cases.subset(A), "B": cases.subset(B)}
     rng = np.random.default_rng(seed + 1)
     stats = stats if stats is not None else {}
@@ -150,8 +172,8 @@ def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H
         flip[B], flip[A] = flipped(sub["B"], chosen["A"]), flipped(sub["A"], chosen["B"])
         row = {"k": k, "chosen_on_a": [f"L{li}H{h}" for li, h in chosen["A"][:8]],
                "chosen_on_b": [f"L{li}H{h}" for li, h in chosen["B"][:8]],
-               "percentile": float(np.mean([percentile(abl_N_L_H, B, chosen["A"]),
-                                            percentile(abl_N_L_H, A, chosen["B"])])),
+               "percentile": float(np.mean([percentile(abl_N_L_H, B, chosen["A"], measured),
+                                            percentile(abl_N_L_H, A, chosen["B"], measured)])),
                "effect": interval(tf, units=units),
                "flipped": interval(flip.astype(float), units=units),
                "per_case_flipped": flip.astype(int).tolist()}

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import torch
-from einops import rearrange, reduce
+from einops import reduce
 
 from nca_interp.hooks import attached
 from nca_interp.names import EMBED_HOOK, head_z_hook, mlp_out_hook, pattern_hook, resid_hook
@@ -222,9 +222,12 @@ def view_lds(bridge, cases: Cases) -> tuple[torch.Tensor, torch.Tensor]:
             logit_diff(last_logits(bridge, cases.dst_ids, cases.dst_mask), cases))
 
 
-def sweep(bridge, cases: Cases, direction: str, stats: dict, scope: str = "full") -> dict:
+def sweep(bridge, cases: Cases, direction: str, stats: dict, scope: str = "full",
+          only: dict[str, list[int]] | None = None) -> dict:
     """Patch resid (per layer x group, and x offset in the full scope), heads (full scope) and
-    MLPs in one direction: forward = no-context activations into the context run."""
+    MLPs in one direction: forward = no-context activations into the context run. `only`:
+    for a family of `CONFIRMED` (resid_offsets, heads), the nodes (flat indices, layer first)
+    patched; the others are NaN (attribution patching's candidates, `patching.attribution`)."""
     L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
     full = scope == "full"
     names = [resid_hook(li) for li in range(L)] + [mlp_out_hook(li)
@@ -243,7 +246,19 @@ def sweep(bridge, cases: Cases, direction: str, stats: dict, scope: str = "full"
     A = min(W0, cases.dst_ids.shape[1])
 
     K = min(W0, 32)  # the full scope's last K aligned columns (offsets from the deciding one)
-    total = L * (len(GROUPS) + 1) + (L * (K + H) if full else 0)
+
+    def column(k):
+        where = torch.zeros_like(cases.groups["all"])
+        where[:, W0 - k] = cases.groups["all"][:, W0 - k]
+        return where
+
+    # the nodes of each family, layer first: (hook name, aligned columns patched, head)
+    nodes = {"resid_offsets": [(resid_hook(li), k, None) for li in range(L)
+                               for k in range(1, K + 1)],
+             "heads": [(head_z_hook(li), 0, h) for li in range(L) for h in range(H)]} \
+        if full else {}
+    picked = {fam: sorted((only or {}).get(fam, range(len(ns)))) for fam, ns in nodes.items()}
+    total = L * (len(GROUPS) + 1) + sum(map(len, picked.values()))
     # minutes at 30 layers: what it does and the time left, on stderr (progress.bar)
     ticks = bar(None, f"patching: {direction} sweep ({scope}, {len(cases)} cases)", total,
                 unit="fwd")
@@ -260,21 +275,12 @@ def sweep(bridge, cases: Cases, direction: str, stats: dict, scope: str = "full"
                                         for li in range(L)], 1) for g in GROUPS}
     out["mlp"] = np.stack([effect(mlp_out_hook(li), cases.groups["all"])
                            for li in range(L)], 1)
-    if not full:
-        ticks.close()
-        return out
-    offs = []
-    for li in range(L):
-        row = []
-        for k in range(1, K + 1):
-            where = torch.zeros_like(cases.groups["all"])
-            where[:, W0 - k] = cases.groups["all"][:, W0 - k]
-            row.append(effect(resid_hook(li), where))
-        offs.append(np.stack(row, 1))
-    out["resid_offsets"] = rearrange(np.stack(offs), "l n k -> n l k")
-    heads = [effect(head_z_hook(li), cases.groups["all"], h)
-             for li in range(L) for h in range(H)]
-    out["heads"] = rearrange(np.stack(heads), "(layer h) n -> n layer h", layer=L)
+    for fam, ns in nodes.items():
+        got = np.full((len(cases), len(ns)), np.nan)
+        for i in picked[fam]:
+            name, k, head = ns[i]
+            got[:, i] = effect(name, column(k) if k else cases.groups["all"], head)
+        out[fam] = got.reshape(len(cases), L, -1)  # N L K, N L H
     ticks.close()
     return out
 
@@ -292,13 +298,18 @@ def ablation_effect(bridge, cases: Cases, heads: list[tuple[int, int]],
     return normalised(logit_diff(logits, cases), ld_dst, ld_src)
 
 
-def ablation(bridge, cases: Cases) -> np.ndarray:
-    """N L H: normalised effect of removing each head's attention to the context."""
+def ablation(bridge, cases: Cases, heads: list[tuple[int, int]] | None = None,
+             stats: dict | None = None) -> np.ndarray:
+    """N L H: normalised effect of removing each head's attention to the context; only of
+    `heads` where given (the others NaN: attribution patching's candidates)."""
     L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
     lds = view_lds(bridge, cases)
     dst = Rerun(bridge, cases.dst_ids, cases.dst_mask)
-    out = np.zeros((len(cases), L, H))
-    for li, h in bar([(li, h) for li in range(L) for h in range(H)],
+    out = np.full((len(cases), L, H), np.nan)
+    heads = [(li, h) for li in range(L) for h in range(H)] if heads is None else heads
+    if stats is not None:
+        stats["ablation_forwards"] = stats.get("ablation_forwards", 0) + len(heads)
+    for li, h in bar(heads,
                      f"patching: each head's reading of c removed ({len(cases)} cases)",
                      unit="head"):
         out[:, li, h] = ablation_effect(bridge, cases, [(li, h)], lds, dst)
