@@ -110,13 +110,44 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+# folders of a checkpoint whose files its manifest lists too, as "FOLDER/NAME" (a LoRA run's
+# adapter, nca_interp.lora.ADAPTER_DIR): one level, no other
+SUBFOLDERS = ("adapter",)
+
+
+def _listed_files(folder: Path, skip: tuple[str, ...] = ()) -> list[tuple[str, Path]]:
+    """(manifest name, path) of every file a manifest of `folder` lists: its own files and
+    those of its `SUBFOLDERS`, but `skip`, the manifest and dot-files (.lock, temporaries)."""
+    out = []
+    for sub in ("", *SUBFOLDERS):
+        where = folder / sub if sub else folder
+        if sub and (where.is_symlink() or not where.is_dir()):
+            continue
+        for p in sorted(where.iterdir()):
+            name = f"{sub}/{p.name}" if sub else p.name
+            if p.is_file() and not p.is_symlink() and name not in (MANIFEST, *skip) \
+                    and not p.name.startswith("."):
+                out.append((name, p))
+    return out
+
+
 def write_manifest(folder: Path, skip: tuple[str, ...] = ()) -> None:
-    """Size and sha256 of every file (but `skip` and temporaries), written last, atomically."""
-    files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)}
-             for p in sorted(folder.iterdir())
-             if p.is_file() and p.name not in (MANIFEST, *skip)
-             and not p.name.startswith(".")}  # .lock, temporaries and other run state
+    """Size and sha256 of every file (but `skip` and temporaries) of the folder and its
+    `SUBFOLDERS`, written last, atomically."""
+    files = {name: {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+             for name, p in _listed_files(folder, skip)}
     write_text(folder / MANIFEST, json.dumps({"files": files}, indent=1))
+
+
+def manifest_name_ok(name) -> bool:
+    """A name a manifest may list: a file of the folder itself, or of one of its `SUBFOLDERS`
+    (`adapter/adapter_model.safetensors`); never a path elsewhere (`/etc/hostname`, `../x`)."""
+    if not isinstance(name, str) or "\\" in name or "\0" in name:
+        return False
+    parts = name.split("/")
+    if len(parts) == 2 and parts[0] in SUBFOLDERS:
+        parts = parts[1:]
+    return len(parts) == 1 and parts[0] not in ("", ".", "..")
 
 
 def _write_folder(folder: Path, model, tokenizer, run_config: dict | None,
@@ -176,16 +207,18 @@ def publish(src: str | Path, run_dir: str | Path) -> None:
     src, run_dir = Path(src), Path(run_dir)
     (run_dir / MANIFEST).unlink(missing_ok=True)
     with staged(run_dir) as stage:
-        for f in sorted(src.iterdir()):
-            if f.is_file() and f.name not in (MANIFEST, "trainer_state.safetensors",
-                                              "trainer_state.json"):
-                target = check_target(run_dir / f.name)
-                try:
-                    shutil.copyfile(f, stage / f.name)
-                    os.replace(stage / f.name, target)
-                except OSError as e:
-                    raise write_error(e, target) from None
-                fault_point("publish")
+        for name, f in _listed_files(src, ("trainer_state.safetensors", "trainer_state.json")):
+            if "/" in name:  # an adapter/ file: its folder, never through a link
+                sub = check_target(run_dir / name.split("/")[0])
+                if not sub.is_dir():
+                    sub.mkdir()
+            target = check_target(run_dir / name)
+            try:
+                shutil.copyfile(f, stage / f.name)
+                os.replace(stage / f.name, target)
+            except OSError as e:
+                raise write_error(e, target) from None
+            fault_point("publish")
     # metrics.jsonl keeps growing after a publish; it is not part of the weights' manifest.
     write_manifest(run_dir, skip=("metrics.jsonl",))
 
@@ -312,8 +345,8 @@ def verify_folder(path: str | Path) -> Path:
             raise CheckpointError(f"{manifest} is corrupt ({e}); {_remedy(path)}") from e
         # a manifest lists the folder's own files by name: a path elsewhere (`/etc/hostname`,
         # `../x`) is refused before anything is opened, read or hashed
-        outside = [n for n in files if not isinstance(n, str) or n in ("", ".", "..")
-                   or "/" in n or "\\" in n or "\0" in n]
+        outside = [n for n in files if not manifest_name_ok(n)]
+        outside += [n for n in files if "/" in str(n) and (path / n.split("/")[0]).is_symlink()]
         if outside:
             raise CheckpointError(f"{manifest} names {outside[0]!r}, which is not a file of "
                                   f"the folder itself; the manifest is damaged or was made to "

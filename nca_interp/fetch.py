@@ -38,7 +38,7 @@ from nca_interp.fsio import (
     write_text,
 )
 
-__all__ = ["FetchConfig", "fetch", "gguf_to_hf", "main", "registered"]
+__all__ = ["FetchConfig", "fetch", "gguf_to_hf", "main", "registered", "sha256_of"]
 
 PROVENANCE = "PROVENANCE.json"
 
@@ -77,6 +77,7 @@ def registered() -> tuple[str, ...]:
 
 
 def sha256_of(path: Path) -> str:
+    """The sha256 of a file, read in 1 MB blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["ADAPTER_DIR", "TARGETS", "load_adapter", "merged", "publish_adapter", "restore",
+__all__ = ["ADAPTER_DIR", "TARGETS", "exact_delta", "load_adapter", "merged", "restore",
            "save_adapter", "wrap"]
 
 # Every attention and MLP projection of the Llama / Qwen families (HF module names).
@@ -50,27 +50,41 @@ def wrap(model, rank: int, alpha: float, dropout: float = 0.0, seed: int = 0):
 
 def merged(peft_model):
     """The full model the adapter's weights stand for (each adapted weight W + scale * B @ A),
-    as a plain Hugging Face model on a copy: `peft_model` keeps training with its adapter."""
-    full = copy.deepcopy(peft_model).merge_and_unload()
+    as a plain Hugging Face model on a copy: `peft_model` keeps training with its adapter.
+
+    The sum is computed so that every machine gets the same bits (`exact_delta`), not by peft's
+    merge (a float32 matmul, whose rounding depends on the CPU's kernels): a teacher kept as its
+    adapter restores to the weights digest its run published, on any machine."""
+    full = copy.deepcopy(peft_model)
+    with torch.no_grad():
+        for module in full.modules():
+            if not (hasattr(module, "base_layer") and "default" in getattr(module, "lora_A", {})):
+                continue
+            weight = module.get_base_layer().weight
+            delta = exact_delta(module.lora_B["default"].weight, module.lora_A["default"].weight,
+                                module.scaling["default"])
+            weight.copy_((weight.double() + delta).to(weight.dtype))
+    full = full.unload()  # the base model, its adapted layers replaced by their base layers
     full.train(peft_model.training)
     return full
+
+
+def exact_delta(b: torch.Tensor, a: torch.Tensor, scale: float) -> torch.Tensor:
+    """scale * B @ A in float64, summed over the rank one outer product at a time in a fixed
+    order: each product of two float32 numbers is exact in float64, and each sum and the scale
+    are single IEEE operations, so the result does not depend on the machine (a matmul's blocking
+    and fused multiply-adds do)."""
+    b, a = b.detach().double().cpu(), a.detach().double().cpu()
+    acc = torch.zeros(b.shape[0], a.shape[1], dtype=torch.float64)
+    for k in range(a.shape[0]):
+        acc.add_(b[:, k:k + 1] * a[k:k + 1, :])
+    return acc.mul_(scale)
 
 
 def save_adapter(peft_model, folder: str | Path) -> None:
     """peft's `adapter_config.json` and `adapter_model.safetensors` (fp32) into `folder`."""
     peft_model.save_pretrained(str(folder), safe_serialization=True)
     (Path(folder) / "README.md").unlink(missing_ok=True)  # peft's blank model card
-
-
-def publish_adapter(src: str | Path, run_dir: str | Path) -> None:
-    """Copy checkpoint `src`'s adapter to the run's root, beside the merged weights that
-    `checkpoint.publish` copies there (it copies files, not folders); each file atomically."""
-    from nca_interp.fsio import write_bytes
-
-    dest = Path(run_dir) / ADAPTER_DIR
-    dest.mkdir(exist_ok=True)
-    for name in ADAPTER_FILES:
-        write_bytes(dest / name, (Path(src) / ADAPTER_DIR / name).read_bytes())
 
 
 def load_adapter(peft_model, folder: str | Path) -> None:
@@ -92,6 +106,19 @@ def load_adapter(peft_model, folder: str | Path) -> None:
 
 def restore(base, adapter_folder: str | Path):
     """The merged model of `base` (a Hugging Face model, adapted in place) and the adapter in
-    `adapter_folder`: what a LoRA run's checkpoint holds, rebuilt from the adapter alone."""
-    peft = _peft()
-    return peft.PeftModel.from_pretrained(base, str(adapter_folder)).merge_and_unload()
+    `adapter_folder`, merged as a run merges it (`merged`): what a LoRA run's checkpoint
+    holds, rebuilt from the adapter alone, to the same bits."""
+    from nca_interp.checkpoint import CheckpointError
+    from nca_interp.fsio import read_json
+
+    config = read_json(Path(adapter_folder) / "adapter_config.json", "adapter config")
+    try:
+        rank, alpha = int(config["r"]), float(config["lora_alpha"])
+        dropout = float(config.get("lora_dropout") or 0.0)
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{adapter_folder}/adapter_config.json lacks the adapter's rank or "
+                              f"alpha ({e}); restore it from where the adapter came from") from e
+    adapted = wrap(base, rank, alpha, dropout)
+    load_adapter(adapted, adapter_folder)
+    adapted.eval()
+    return merged(adapted)

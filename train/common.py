@@ -32,9 +32,9 @@ from nca_interp.fsio import (
 from nca_interp.models import resolve_device
 from nca_interp.runlock import RunLock
 
-__all__ = ["DISK_REMEDY", "Dist", "Run", "all_finite", "check_out", "close_distributed",
-           "current_flags", "data_inputs", "disk_needed", "eval_wins", "exit_worker",
-           "init_distributed", "setup_torch", "weight_bytes"]
+__all__ = ["DISK_REMEDY", "Dist", "Run", "all_finite", "check_out", "check_warmup",
+           "close_distributed", "current_flags", "data_inputs", "disk_needed", "eval_wins",
+           "exit_worker", "init_distributed", "setup_torch", "weight_bytes"]
 
 
 def setup_torch(threads: int) -> None:
@@ -340,21 +340,22 @@ def check_step_record(step_dir: Path) -> None:
     ckpt.check_step_record(step_dir)
 
 
-def check_warmup(cfg) -> None:
+def check_warmup(cfg) -> str | None:
     """--warmup longer than --steps leaves the learning rate below its peak for the whole run
     (a run of 10 steps with --warmup 1000 trained at 1% of --lr without a word): refused when
-    the command named it, a note when it is the default (a short trial run's)."""
+    the command named it; when it is the default (a short trial run's), the note to print as
+    training starts (after every refusal)."""
     import dataclasses
 
     if cfg.warmup <= cfg.steps:
-        return
+        return None
     default = next(f.default for f in dataclasses.fields(cfg) if f.name == "warmup")
     reach = f"the learning rate reaches only {cfg.steps / cfg.warmup:.0%} of --lr {cfg.lr:g}"
     if cfg.warmup != default:
         raise UsageError(f"--warmup {cfg.warmup} is longer than --steps {cfg.steps}: {reach}; "
                          f"give a --warmup of at most {cfg.steps}")
-    print(f"note: the default --warmup {cfg.warmup} is longer than --steps {cfg.steps}: "
-          f"{reach} (give --warmup to choose)", file=sys.stderr)
+    return (f"note: the default --warmup {cfg.warmup} is longer than --steps {cfg.steps}: "
+            f"{reach} (give --warmup to choose)")
 
 
 def check_steps(run_dir: Path, steps: int | None, last: Path | None) -> None:

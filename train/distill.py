@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     if cfg.method not in ("opd", "nca"):
         raise UsageError(f"--method must be opd or nca, not {cfg.method!r}")
     beta = cfg.beta if cfg.method == "nca" else 0.0
-    check_warmup(cfg)
+    warmup_note = check_warmup(cfg)
     setup_torch(cfg.threads)
     dist, device = init_distributed(cfg.device)
     cfg.precision = resolved_precision(device, cfg.precision)  # the run records what auto meant
@@ -203,6 +203,8 @@ def main(argv: list[str] | None = None) -> None:
         local = cfg.batch // dist.world
         shard = (dist.rank * local, cfg.batch)
         student.train()
+        if warmup_note and start < cfg.steps:
+            print(warmup_note, file=sys.stderr)
         bar = progress.bar(range(start, cfg.steps), cfg.method, total=cfg.steps, initial=start,
                            show=dist.main, leave=True)
         for step in bar:

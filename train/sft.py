@@ -249,7 +249,7 @@ def execute(cfg: SFTConfig) -> None:
     """Train (or resume) the teacher a config describes (what `nca_interp.paper.reproduce`
     calls)."""
     validate(cfg)
-    check_warmup(cfg)
+    warmup_note = check_warmup(cfg)
     check_out(cfg.out, {"--init": cfg.init})
     setup_torch(cfg.threads)
     recorded, task = task_of(cfg)
@@ -292,10 +292,11 @@ def execute(cfg: SFTConfig) -> None:
         start = run.resume(saved(model, adapted) if adapted and last else model, opt)
         if adapted and last:
             lora.load_adapter(adapted, last / lora.ADAPTER_DIR)
-            lora.publish_adapter(last, run.dir)  # a kill may have left the root's behind
         held_out = task.held_out_keys(1000, seed=0)
         eval_levels = task.levels("test", cfg.eval_levels, seed=0)
         model.train()
+        if warmup_note and start < cfg.steps:
+            print(warmup_note, file=sys.stderr)
         bar = progress.bar(range(start, cfg.steps), "sft", total=cfg.steps, initial=start,
                            leave=True)
         for step in bar:
@@ -332,9 +333,7 @@ def execute(cfg: SFTConfig) -> None:
             run.log(record)
             bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
             if save:
-                path = run.save(step + 1, held, tok, opt)
-                if adapted:  # Run.save publishes the weights' files, not the adapter's folder
-                    lora.publish_adapter(path, run.dir)
+                run.save(step + 1, held, tok, opt)  # publishing copies adapter/ as well
     finally:
         run.close()
     print(f"done: {run.dir}")

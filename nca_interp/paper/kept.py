@@ -15,13 +15,22 @@ from it stays up to date (its `content_digest`, which counts the moments, change
 cannot be trained further (its moments are gone). `reproduce` copies a kept teacher into RUNS
 when RUNS lacks it (`restore`). Only small runs are kept (`LIMIT`): a pretrained model's
 fine-tune is hundreds of MB.
+
+A LoRA teacher (`train.sft --lora-rank`) of a pretrained model is kept without its merged
+weights: its `adapter/` (about 20 MB at rank 16 on SmolLM2-135M) beside `kept.json`, which names
+the base model (its registry name, `python -m nca_interp.fetch NAME`, and its content digest)
+and the merged weights' sha256s. `restore` fetches nothing: it finds the base in the model cache,
+checks its digest, merges the adapter into it (`nca_interp.lora.restore`, the same bits on any
+machine) and refuses unless the merged files are the ones recorded.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from nca_interp.checkpoint import (
@@ -38,7 +47,7 @@ from nca_interp.cli import entry
 from nca_interp.errors import UsageError
 from nca_interp.fsio import new_stage
 
-__all__ = ["KEPT", "LIMIT", "main", "restore", "save"]
+__all__ = ["KEPT", "LIMIT", "RECORD", "main", "restore", "save"]
 
 KEPT = Path(__file__).resolve().parents[2] / "checkpoints"
 # bytes of weights a kept run may hold (a 12-layer Sokoban model: 10 MB). The root and the step
@@ -46,6 +55,7 @@ KEPT = Path(__file__).resolve().parents[2] / "checkpoints"
 LIMIT = 32 * 2**20
 ROOT_FILES = ("config.json", "generation_config.json", "model.safetensors", MANIFEST,
               "run_config.json", "tokenizer.json", "tokenizer_config.json", "metrics.jsonl")
+RECORD = "kept.json"  # a LoRA teacher's record: its base and the merged weights' sha256s
 
 
 def save(run: str | Path, kept: Path | None = None) -> Path:
@@ -70,7 +80,9 @@ def save(run: str | Path, kept: Path | None = None) -> Path:
     if not same_weights(last, run):
         raise UsageError(f"{run}'s root is not its last checkpoint {last.name} (a kill between "
                          "its save and its publish); rerun its training command to publish it")
-    size = sum(f.stat().st_size for f in weight_files(last))
+    lora = bool(config.get("lora_rank"))
+    size = sum(f.stat().st_size for f in (
+        (last / "adapter").iterdir() if lora else weight_files(last)))
     if size > LIMIT:
         raise UsageError(f"{run}'s weights are {size / 2**20:.0f} MB, over the {LIMIT // 2**20} "
                          "MB a run kept in git may hold; keep it outside the repository")
@@ -90,13 +102,98 @@ def save(run: str | Path, kept: Path | None = None) -> Path:
         shutil.copytree(last, step)
         if (step / "trainer_state.safetensors").exists():
             drop_optimizer_state(step)
+        if (run / "adapter").is_dir():
+            shutil.copytree(run / "adapter", tmp / "adapter")
         if weights_digest(step) != weights_digest(last) or \
                 weights_digest(tmp) != weights_digest(run):
             raise RuntimeError(f"the copy of {run} does not hold its weights; nothing was kept")
+        if lora:
+            _keep_adapter_only(run, tmp, [tmp, step], config)
         tmp.rename(dest)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return dest
+
+
+def _keep_adapter_only(run: Path, tmp: Path, folders: list[Path], config: dict) -> None:
+    """Drop the merged weights of a LoRA teacher's copy, once the base and the adapter are shown
+    to rebuild them to the same bits, and write the record `restore` checks."""
+    from nca_interp.checkpoint import content_digest
+    from nca_interp.fsio import default_cache, write_text
+
+    base = Path(str(config.get("init") or ""))
+    if not config.get("init") or not base.is_dir():
+        raise UsageError(f"{run} records no base model it can be rebuilt from (--init "
+                         f"{config.get('init')!r}); a LoRA teacher is kept beside its base")
+    models = default_cache().resolve() / "models"
+    name = base.resolve().name if base.resolve().parent == models else None
+    if name is None:
+        raise UsageError(f"{run} was adapted from {base}, not from a model of the cache "
+                         f"({models}, `python -m nca_interp.fetch`): a fresh clone could not "
+                         "find its base; keep the base's run first or train from a fetched model")
+    merged = {}
+    for folder in folders:
+        files = json.loads((folder / MANIFEST).read_text())["files"]
+        with _rebuilt(base, folder) as rebuilt:
+            for w in weight_files(folder):
+                want = files[w.name]["sha256"]
+                if w.name not in rebuilt or rebuilt[w.name][0] != want:
+                    raise UsageError(f"{folder.name}/{w.name}: the base and the adapter rebuild "
+                                     "other bits than the run saved (a run from before "
+                                     "nca_interp.lora's exact merge); retrain it, or keep its "
+                                     "full weights outside git")
+                merged[str(folder.relative_to(tmp) / w.name)] = want
+                w.unlink()
+    write_text(tmp / RECORD, json.dumps({
+        "base": {"name": name, "content_digest": content_digest(base),
+                 "fetch": f"python -m nca_interp.fetch {name}"},
+        "merged_sha256": merged, "weights_digest": weights_digest(run)}, indent=1))
+
+
+@contextmanager
+def _rebuilt(base: Path, folder: Path):
+    """The merged weights of `folder`'s adapter over `base`, saved as a run saves them, in a
+    spill folder of their own (removed after, or by the next command if this one is killed);
+    yields {file name: sha256}."""
+    from nca_interp import lora
+    from nca_interp.checkpoint import load_checkpoint
+    from nca_interp.fetch import sha256_of
+    from nca_interp.fsio import spill_folder
+
+    model, _ = load_checkpoint(base)
+    with spill_folder("kept") as out:
+        lora.restore(model, folder / lora.ADAPTER_DIR).save_pretrained(out / "merged",
+                                                                       safe_serialization=True)
+        yield {f.name: (sha256_of(f), f) for f in (out / "merged").glob("*.safetensors")}
+
+
+def _restore_merged(tmp: Path) -> None:
+    """Put the merged weights back into a copied LoRA teacher (`tmp`), from its recorded base
+    and its adapter; refuse unless they are the recorded bits."""
+    from nca_interp.checkpoint import content_digest
+    from nca_interp.fsio import default_cache, read_json
+
+    record = read_json(tmp / RECORD, "kept record")
+    name = record["base"]["name"]
+    base = default_cache() / "models" / name
+    if not base.is_dir():
+        raise UsageError(f"the kept teacher {tmp.name} is an adapter over {name}, which is not "
+                         f"in the model cache: run `python -m nca_interp.fetch {name}` first")
+    if content_digest(base) != record["base"]["content_digest"]:
+        raise UsageError(f"{base} is not the {name} the kept teacher {tmp.name} was adapted from "
+                         f"(its digest differs); fetch it again: python -m nca_interp.fetch "
+                         f"{name} --verify")
+    folders = sorted({(tmp / rel).parent for rel in record["merged_sha256"]})
+    for folder in folders:
+        with _rebuilt(base, folder) as rebuilt:
+            for rel, want in record["merged_sha256"].items():
+                if (tmp / rel).parent != folder:
+                    continue
+                digest, path = rebuilt.get(Path(rel).name, (None, None))
+                if digest != want:
+                    raise UsageError(f"merging the kept adapter into {name} gave other bits "
+                                     f"than recorded for {rel}; nothing was restored")
+                shutil.copyfile(path, tmp / rel)
 
 
 def restore(run: Path, kept: Path | None = None) -> bool:
@@ -114,6 +211,9 @@ def restore(run: Path, kept: Path | None = None) -> bool:
     tmp = stage / run.name
     try:
         shutil.copytree(src, tmp)
+        if (tmp / RECORD).exists():  # a LoRA teacher: its merged weights rebuilt here
+            _restore_merged(tmp)
+            (tmp / RECORD).unlink()
         verify_folder(tmp)
         verify_folder(latest_step_checkpoint(tmp))
         if run.exists():

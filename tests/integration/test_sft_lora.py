@@ -96,3 +96,86 @@ def test_full_fine_tuning_records_no_lora_fields(base, tmp_path):
     with pytest.raises(UsageError):
         sft.main(["--out", str(tmp_path / "ft"), *TINY, "--steps", "2", "--batch", "4",
                   "--lora-rank", "4"])
+
+
+def test_exact_merge_does_not_depend_on_threads_or_layout():
+    """The merge a kept adapter is restored with gives the same bits wherever it runs: each
+    rank's outer product is exact in float64 and summed in a fixed order, so neither the thread
+    count nor the operands' memory layout (what a matmul's blocking depends on) changes a bit;
+    it equals the float64 matmul to rounding."""
+    from nca_interp import lora
+
+    gen = torch.Generator().manual_seed(0)
+    b, a = torch.randn(96, 16, generator=gen), torch.randn(16, 200, generator=gen)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = lora.exact_delta(b, a, 2.0)
+        torch.set_num_threads(2)
+        two = lora.exact_delta(b.t().contiguous().t(), a.t().contiguous().t(), 2.0)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, two)
+    assert torch.allclose(one, 2.0 * (b.double() @ a.double()), rtol=0, atol=1e-12)
+
+
+def test_a_kept_lora_teacher_is_its_adapter_and_restores_to_the_same_weights(
+        base, tmp_path, monkeypatch):
+    """A LoRA teacher is kept as its adapter and a record of its base (no merged weights: 540 MB
+    at 30 layers); restoring merges it into the cached base again, to the run's weights digest,
+    and refuses a base of other content."""
+    import shutil
+
+    from nca_interp.checkpoint import latest_step_checkpoint, weights_digest
+    from nca_interp.paper import kept
+
+    cache = tmp_path / "cache"
+    shutil.copytree(base, cache / "models" / "tinybase")
+    monkeypatch.setenv("NCA_INTERP_CACHE", str(cache))
+    run = tmp_path / "runs" / "lora_base"
+    sft.main(["--out", str(run), "--init", str(cache / "models" / "tinybase"), *LORA])
+    store = tmp_path / "kept"
+    dest = kept.save(run, store)
+    assert not list(dest.rglob("model.safetensors")) and (dest / kept.RECORD).is_file()
+    assert (dest / "adapter" / "adapter_model.safetensors").is_file()
+    fresh = tmp_path / "clone" / run.name
+    assert kept.restore(fresh, store)
+    assert weights_digest(fresh) == weights_digest(run)
+    assert weights_digest(latest_step_checkpoint(fresh)) == \
+        weights_digest(latest_step_checkpoint(run))
+    assert not (fresh / kept.RECORD).exists()
+    other = load_file(cache / "models" / "tinybase" / "model.safetensors")
+    from safetensors.torch import save_file
+
+    save_file({k: v + 1e-3 for k, v in other.items()}, str(cache / "models" / "tinybase" /
+                                                          "model.safetensors"),
+              metadata={"format": "pt"})
+    from nca_interp.checkpoint import write_manifest
+
+    write_manifest(cache / "models" / "tinybase")
+    with pytest.raises(UsageError, match="not the tinybase the kept teacher"):
+        kept.restore(tmp_path / "clone2" / run.name, store)
+
+
+def test_the_adapter_is_part_of_the_checkpoint_it_belongs_to(base, tmp_path):
+    """adapter/ is listed in the manifest (a damaged adapter is found, as a damaged weight file
+    is) and published with the weights; an adapter/ that is a link is refused."""
+    import json
+
+    from nca_interp.checkpoint import CheckpointError, verify_folder
+
+    out = tmp_path / "run"
+    sft.main(["--out", str(out), "--init", str(base), *LORA[:-8], "--steps", "2",
+              "--save-every", "2", "--eval-every", "2", "--eval-levels", "4"])
+    for folder in (out, out / "checkpoints" / "step_000002"):
+        files = json.loads((folder / "nca_checkpoint.json").read_text())["files"]
+        assert {"adapter/adapter_config.json", "adapter/adapter_model.safetensors"} <= set(files)
+    f = out / "adapter" / "adapter_model.safetensors"
+    f.write_bytes(f.read_bytes()[:-8] + b"\0" * 8)
+    with pytest.raises(CheckpointError, match="adapter_model.safetensors is missing, truncated"):
+        verify_folder(out)
+    step = out / "checkpoints" / "step_000002"
+    (step / "adapter").rename(tmp_path / "elsewhere")
+    (step / "adapter").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(CheckpointError, match="not a file of the folder itself"):
+        verify_folder(step)
