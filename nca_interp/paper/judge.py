@@ -125,10 +125,17 @@ def _effect(units: list[Estimate], pooled: Estimate | None, null: float, directi
         return Judgement("not reproduced", f"the interval excludes an effect of {margin:g}"
                          + ("; it lies on the other side" if side == "against" else
                             "; clear of 0 but below the margin" if side == "clear" else ""))
-    if side == "clear":
+    toward = (decide.point - null) * direction  # the estimate's distance on the claimed side
+    if side == "clear" and toward >= margin:
         if 2 * clear > len(units) or len(units) == 1:
             return Judgement("reproduced", of if len(units) > 1 else "")
-        return Judgement("partly", f"pooled clear, {of}; a majority is needed")
+        if clear:
+            return Judgement("partly", f"pooled clear, {of}; a majority is needed")
+        return Judgement("inconclusive", f"pooled clear, but {of}")
+    if side == "clear":  # clear of 0, the estimate short of the margin, the interval reaching it
+        return Judgement("inconclusive", f"clear of 0, but the estimate {toward:+.3f} falls "
+                         f"short of the smallest effect of interest {margin:g}"
+                         + _more(decide, margin - toward))
     point = abs(decide.point - null)
     # to decide, clear the null when the point lies past the margin, else exclude the margin
     target = point if point >= margin else margin - point

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 from nca_interp.errors import UsageError
 
-__all__ = ["ALPHA", "BREAK_MARGIN", "DEPTH_THIRDS", "HEADS_MIN_CASES", "KEEP_MARGIN", "MIN_SEEDS",
-           "ORTHO_BAND", "PAPER_CLOSED", "PAPER_COS", "PAPER_COS_THRESHOLD", "READ_MARGIN",
-           "SIZE_MATCH", "SPECS", "SUPPORT_MIN", "Spec", "VERDICTS", "beyond_chance",
-           "closed_share", "cosine_in_range", "harm_is_own", "independence_harm", "markdown",
-           "pooled", "prevents", "spec_table", "verdict"]
+__all__ = ["ALPHA", "BREAK_MARGIN", "DEPTH_MARGIN", "DEPTH_THIRDS", "FEW_CLUSTERS", "GAP_MARGIN",
+           "HARM_MARGIN", "HEADS_MARGIN", "HEADS_MIN_CASES", "KEEP_MARGIN", "LENGTH_MARGIN",
+           "MIN_SEEDS", "ORTHO_BAND", "PAPER_COS_THRESHOLD", "READ_MARGIN", "RISE_MARGIN",
+           "SIZE_MATCH", "SPECS", "SUPPORT_MIN", "Spec", "UPDATE_MARGIN", "VERDICTS",
+           "beyond_chance", "closed_share", "cosine_in_range", "harm_is_own",
+           "independence_harm", "markdown", "pooled", "prevents", "spec_table", "verdict"]
 
 VERDICTS = ("reproduced", "partly", "inconclusive", "not reproduced", "not measurable",
             "not run")
@@ -34,12 +35,13 @@ KEEP_MARGIN = 0.02
 # same two points decide whether NCA still reads c or is blind to it.
 READ_MARGIN = 0.02
 
-# The paper's own numbers (Qwen3-4B on Sokoban, hidden-state cosine between the views over all
-# 36 layers): the base model, OPD and NCA. The near-identical threshold is the paper's, kept
-# as stated; the scale-free comparison is the share of step 0's distance to 1 that a method
-# closes, (cos - cos_step0) / (1 - cos_step0): the paper's OPD closes 68%, its NCA at least 94%.
-PAPER_COS = {"base": 0.953, "opd": 0.985, "nca": 0.997}
-PAPER_COS_THRESHOLD = PAPER_COS["nca"]
+# The paper's one number on the views (/work/shared/PAPER.md, its Sokoban mechanistic case): under
+# NCA "the hidden-state cosine stays near-perfect (>= 0.997) across all layers"; under OPD "a
+# noticeable gap ... remains in middle and late layers" (no number). The threshold is judged as
+# stated. The paper gives no cosine for its base model or its OPD student, so no share of a gap
+# closed is the paper's: `closed_share` is this project's own scale-free description, printed
+# beside the threshold and compared with nothing of the paper's.
+PAPER_COS_THRESHOLD = 0.997
 
 
 def closed_share(cos: float, cos_step0: float) -> float:
@@ -48,7 +50,32 @@ def closed_share(cos: float, cos_step0: float) -> float:
     return (cos - cos_step0) / (1.0 - cos_step0)
 
 
-PAPER_CLOSED = {m: closed_share(PAPER_COS[m], PAPER_COS["base"]) for m in ("opd", "nca")}
+# The smallest later-half gap between OPD's views and NCA's that counts as the paper's
+# "noticeable gap": 1 - 0.997, the distance from identity the paper itself calls near-perfect.
+# A difference smaller than that lies within what the paper reads as no gap at all.
+GAP_MARGIN = 1.0 - PAPER_COS_THRESHOLD
+# The smallest rise in accuracy without c that counts as internalizing c: as BREAK_MARGIN, an
+# accuracy change of two points (the middle of the paper's 0.6-3.6 point effects).
+RISE_MARGIN = 0.02
+# The smallest difference of harm (a share of the items right without c, on accuracy's scale)
+# that counts as NCA preventing OPD's harm, or as OPD's harm exceeding NCA's at matched drift:
+# two points, as BREAK_MARGIN.
+HARM_MARGIN = 0.02
+# The smallest relative length change with c that counts as answers growing longer: 5%. The
+# paper gives no smallest length effect; it reports OPD's inflation "up to +39.5%" and NCA's as
+# "often near zero". Our choice: an eighth of the paper's largest inflation, one token in twenty,
+# which keeps the +1.1% and +2.0% means the issue cited (#70) from counting as longer answers.
+LENGTH_MARGIN = 0.05
+# The smallest concentration of updates in the shallow layers: the first third moving 1.25x the
+# last third (Adam-normalised). The paper says only that updates "concentrate" there; our
+# choice: a quarter more than uniform, five times the usual seed-to-seed spread of update size
+# (1.01-1.05x, see SIZE_MATCH), so a ratio that seed noise alone gives never counts.
+DEPTH_MARGIN = 0.25
+# The smallest direction difference between NCA's and OPD's updates: the cross-method cosine at
+# least 0.05 below the same-method (seed-to-seed) cosine. The paper gives no number; our choice:
+# a cosine difference under 0.05 leaves the methods sharing over 95% as much direction as two
+# seeds of one method do.
+UPDATE_MARGIN = 0.05
 
 # Two gradients are near-orthogonal when their angle lies within 15 degrees of 90: |cos| <=
 # cos 75 deg = 0.26, so either carries under 7% of its squared norm along the other (cos^2 =
@@ -81,6 +108,15 @@ DEPTH_THIRDS = 3
 # The head claim chooses heads on half the harm cases and judges them on the other half: 10
 # cases a half is the fewest whose answers-flipped share can clear a 20-draw random-head null.
 HEADS_MIN_CASES = 20
+# The smallest effect of removing the chosen heads' reading of c: answers flipped at least 0.1
+# above the random heads' mean, one case in the ten of the smallest held-out half
+# (HEADS_MIN_CASES / 2): a smaller difference is under one case where the claim is first judged.
+HEADS_MARGIN = 2 / HEADS_MIN_CASES
+# Under this many clusters an interval of a mean is the cluster-robust t interval (CR1, t on
+# G - 1 degrees of freedom: `nca_interp.bootstrap.cluster_t_interval`), not the percentile
+# cluster bootstrap, which under-covers with few clusters (about 86-89% at 8 in
+# tests/unit/test_bootstrap.py's simulation); ~30 is where the two agree within a point.
+FEW_CLUSTERS = 30
 
 # Update sizes within this factor count as magnitude-matched (a direction difference between
 # updates of unequal size can be a magnitude effect: a longer Adam path bends further). The
@@ -107,7 +143,8 @@ class Spec:
             raise UsageError(f"{self.rule!r} is not a rule of the rule book")
 
 
-_BREAK = f"BREAK_MARGIN {BREAK_MARGIN:g}: the middle of the paper's 0.6-3.6 point effects"
+_BREAK = (f"BREAK_MARGIN {BREAK_MARGIN:g}: the middle of the paper's 0.6-3.6 point accuracy "
+          "gains without c")
 _BAND = (f"ORTHO_BAND {ORTHO_BAND[0]:g}-{ORTHO_BAND[1]:g} deg: |cos| <= 0.26, under 7% of a "
          f"squared norm along the other; SUPPORT_MIN {SUPPORT_MIN:.2f}")
 
@@ -117,13 +154,17 @@ def _specs() -> dict[str, Spec]:
     return {
         "internalizes": Spec("OPD's accuracy without c", "seed (its items nested)",
                              "step 0's accuracy without c (its point: each seed's interval "
-                             "against it)", "above", "the other counted claims"),
+                             "against it)", "above", "the other counted claims",
+                             f"RISE_MARGIN {RISE_MARGIN:g}: as BREAK_MARGIN"),
         "degrades": Spec("accuracy with c - without c (OPD)", acc, "0 (no change)", "below",
                          "effect or absence", _BREAK),
         "nca_prevents": Spec("OPD's harm - NCA's harm", "seed pair whose OPD harm is its own "
-                             "(the harm rule)", "0; NCA not in regime A", "above", "prevents"),
+                             "(the harm rule)", "0; NCA not in regime A", "above", "prevents",
+                             f"HARM_MARGIN {HARM_MARGIN:g}: as BREAK_MARGIN (harm is a share "
+                             "of items, on accuracy's scale)"),
         "harm_not_drift": Spec("NCA's harm - OPD's at matched drift", "seed (checkpoints "
-                               "nested)", "0", "below", "matched drift"),
+                               "nested)", "0", "below", "matched drift",
+                               f"HARM_MARGIN {HARM_MARGIN:g}: as BREAK_MARGIN"),
         "nca_keeps_context": Spec("NCA's accuracy with c - step 0's", acc, "0", "not below "
                                   "-margin", "equivalence",
                                   f"KEEP_MARGIN {KEEP_MARGIN:g}: as BREAK_MARGIN"),
@@ -136,19 +177,25 @@ def _specs() -> dict[str, Spec]:
                                   "nested)", "0", "above", "effect or absence", _BREAK),
         "longer": Spec("OPD's relative length change with c (answers right both ways)",
                        "seed (its items nested)", "0 (the seed's interval) and step 0's change "
-                       "(its point)", "above", "the other counted claims"),
-        "nca_identical": Spec("NCA's lowest layer cosine between the views; the share of "
-                              "step 0's gap it closes", "seed (layers nested; item noise "
+                       "(its point)", "above", "the other counted claims",
+                       f"LENGTH_MARGIN {LENGTH_MARGIN:g}: our choice, an eighth of the paper's "
+                       "largest inflation (+39.5%)"),
+        "nca_identical": Spec("NCA's lowest layer cosine between the views (every layer at or "
+                              "above the threshold); the share of step 0's gap it closes (ours, "
+                              "a description)", "seed (layers nested; item noise "
                               "clustered by the task's unit; layer_sim runs that predate "
                               "cos_se take the examples as independent, understated where "
                               "they cluster, as a fact's questions do)",
-                              f"the paper's threshold {PAPER_COS_THRESHOLD:g}; its closed "
-                              "share", "at or above", "the paper's thresholds",
-                              f"PAPER_COS {PAPER_COS['nca']:g}: the paper's, as stated"),
+                              f"the paper's threshold {PAPER_COS_THRESHOLD:g}", "at or above",
+                              "the paper's thresholds",
+                              f"PAPER_COS_THRESHOLD {PAPER_COS_THRESHOLD:g}: the paper's, as "
+                              "stated (>= 0.997 across all layers)"),
         "opd_gap": Spec("NCA's later-half cosine - OPD's; 1 - OPD's", "seed pair (layers and "
                         "items nested; item noise clustered by the task's unit, or, in runs "
                         "that predate cos_se, with the examples taken as independent)",
-                        "0 (no gap)", "above", "the gap"),
+                        "0 (no gap)", "above", "the gap",
+                        f"GAP_MARGIN {GAP_MARGIN:.3f}: 1 - the paper's 0.997, the distance "
+                        "from identity the paper calls near-perfect"),
         "orthogonal": Spec("noise-corrected angle between OPD's and the context view's "
                            "gradients", "seed (checkpoints nested)", "the band", "inside",
                            "angles", _BAND),
@@ -158,21 +205,26 @@ def _specs() -> dict[str, Spec]:
         "shallow_qk": Spec("Adam-normalised update: first third of the layers / last third; "
                            "q_proj and k_proj's rank", "run", "1 (uniform over depth); "
                            "q, k not the top two", "above; top two", "the other counted claims",
-                           f"DEPTH_THIRDS {DEPTH_THIRDS}"),
+                           f"DEPTH_THIRDS {DEPTH_THIRDS}; DEPTH_MARGIN {DEPTH_MARGIN:g} (a mean "
+                           "ratio >= 1.25): our choice, five times the seed-to-seed spread of "
+                           "update size"),
         "updates_differ": Spec("cosine between NCA's and OPD's updates", "pair of runs",
                                "the same-method (seed-to-seed) cosines; the method-label "
                                "permutation", "below", "updates differ",
-                               f"ALPHA {ALPHA:g}; SIZE_MATCH {SIZE_MATCH:g}x: twice the usual "
+                               f"ALPHA {ALPHA:g}; UPDATE_MARGIN {UPDATE_MARGIN:g} of cosine: "
+                               f"our choice; SIZE_MATCH {SIZE_MATCH:g}x: twice the usual "
                                "seed-to-seed spread of update size"),
         "size_matched": Spec("cosine between NCA's and a size-matched OPD's updates",
                              "pair of runs", "the same-method cosines", "below",
-                             "updates differ", f"ALPHA {ALPHA:g}"),
+                             "updates differ", f"ALPHA {ALPHA:g}; UPDATE_MARGIN "
+                             f"{UPDATE_MARGIN:g} of cosine: our choice"),
         "heads_carry_harm": Spec("answers flipped and logit-difference effect of removing the "
                                  "chosen heads' reading of c", "harm case (the held-out half)",
                                  "random heads neither half chose", "above", "the other "
                                  "counted claims", f"ALPHA {ALPHA:g}; HEADS_MIN_CASES "
                                  f"{HEADS_MIN_CASES}: the fewest whose flipped share can clear "
-                                 "a 20-draw null"),
+                                 f"a 20-draw null; HEADS_MARGIN {HEADS_MARGIN:g}: one case of "
+                                 "the smallest held-out half"),
     }
 
 
@@ -196,10 +248,20 @@ RULES = (
      "of it *and* a majority of the units are clear on their own; anything less is at most "
      "**partly**. A claim judged by a test of `nca_interp/paper/judge.py` (effect, equivalence, "
      "band) is decided by its pooled interval first, as its own rule below says."),
+    ("smallest effect",
+     "every claim has a smallest effect of interest, its margin, stated in the claim table "
+     "below with its source: the paper's own numbers where it gives them (its 0.6-3.6 point "
+     "accuracy gains, its 0.997 cosine), else a choice argued there. No verdict rests on a unit "
+     "alone: **reproduced** and **partly** need the pooled estimate (the mean of the units' "
+     "points, or the pooled interval's point) beyond the margin on the claimed side. An "
+     "estimate on the claimed side but short of the margin is **not reproduced** where no unit's "
+     "interval reaches the margin (too small to count, shown) and **inconclusive** where some "
+     "does. So one lucky unit among nulls is never **partly**: its mean with the nulls falls "
+     "short of the margin."),
     ("partly",
      "for a claim judged by counting units, **partly** needs the mean of the units' points "
-     "on the claimed side of its null and at least one unit clear; with a unit clear, a "
-     "mean on the wrong "
+     "on the claimed side of its null beyond the margin and at least one unit clear; with a "
+     "unit clear, a mean on the wrong "
      "side of the null is **not reproduced**, whatever that unit shows (with no unit clear, "
      "the straddling-units rule decides)."),
     ("straddling units",
@@ -211,17 +273,34 @@ RULES = (
      "tell: **inconclusive**, whatever side the mean lies on."),
     ("coverage",
      "a verdict that judges fewer than half of its units is **not measurable**, so a verdict is "
-     "never stronger because fewer units could be judged."),
+     "never stronger because fewer units could be judged. It applies to every claim, its units "
+     "counted as trained, not as analysed: an analysis run on 1 of 3 seeds judges 1 of 3."),
+    ("constant",
+     "a quantity the task fixes (every answer exactly 2 tokens long, with c and without, in "
+     "every run) has no spread to show or exclude an effect: **not measurable**, not **not "
+     "reproduced**. A difference of zero width between quantities that could vary is a "
+     "measurement, not a constant: two methods right on exactly the same items differ by "
+     "exactly 0 (an absence shown), and accuracies at 0 everywhere are read by the floor rule "
+     "below (an accuracy could have been above 0; a fixed length could not differ)."),
+    ("few clusters",
+     f"an interval of a mean over fewer than {FEW_CLUSTERS} clusters (facts, levels, seeds) is "
+     "the cluster-robust t interval (CR1 standard error, Student's t on G - 1 degrees of "
+     "freedom), not the percentile cluster bootstrap, which under-covers there (about 86-89% "
+     "for a nominal 95% at 8 clusters; the t interval holds >= 92.5% at 8 and 12 in "
+     "tests/unit/test_bootstrap.py). Ratios (harm, P(wrong with c | right without c)) keep the "
+     "percentile bootstrap; their verdicts rest on it and say nothing stronger where clusters "
+     "are few."),
     ("effect or absence",
      "a claim that c *changes* something (OPD breaks: accuracy with c below accuracy without "
      "c, paired on the same items) is judged on the seeds' pooled estimate (a cluster bootstrap, "
      "the wider of its (seed, unit) and unit intervals: the seeds share their items): "
      "**reproduced** when its 95% interval lies clear of no change on "
-     "the claimed side and a majority of seeds are clear on their own (a minority: **partly**); "
+     "the claimed side, its point beyond the margin, and a majority of seeds are clear on "
+     "their own (a minority, at least one: **partly**; none: **inconclusive**); "
      "**not reproduced** when the interval excludes every change as large as the claim's "
      f"margin ({BREAK_MARGIN:g} of accuracy), clear of no change or not (a change wholly below "
      "the margin is too small to count, and this is checked first); **inconclusive** when it "
-     "reaches both, with the "
+     "reaches both, or its point falls short of the margin, with the "
      "number of seeds that would decide (`nca_interp/paper/judge.py`)."),
     ("equivalence",
      "a claim that something is *kept* (NCA's accuracy with c against step 0's, on the same "
@@ -243,23 +322,25 @@ RULES = (
      "harm is its own (the harm rule); a pair is clear when NCA's harm lies below OPD's and "
      "NCA is not in regime A; the counted verdict follows the every-seed rule, and "
      "**reproduced** also needs the paired OPD - NCA harm interval, pooled over (seed, unit) "
-     "clusters, clear above 0 (else at most **partly**). No pair with OPD's own harm: **not "
-     "measurable**."),
+     "clusters, clear above 0 (else at most **partly**); **reproduced** and **partly** need "
+     f"that pooled gap's point at or beyond {HARM_MARGIN:g} (short of it: **inconclusive** "
+     "where its interval reaches the margin, else **not reproduced**). No pair with OPD's own "
+     "harm: **not measurable**."),
     ("beyond chance",
-     "beside *OPD breaks*, its own column: a seed's harm is *beyond chance* when its 95% "
-     "interval lies above the independence baseline (1 - accuracy with c) and above step 0's "
-     "harm; *below* it when the interval lies wholly under the baseline. The seeds are counted "
-     "by the every-seed and straddling-units rules; **not measurable** where no OPD student "
-     "is right without c (the harm is undefined). Regime A alone does not make a harm beyond "
-     "chance (the harm rule's exemption does not apply here)."),
+     "no longer a verdict (#70): harm above its independence baseline 1 - accuracy with c "
+     "cannot fire where a student's answers with and without c agree more than chance, as "
+     "every trained student's do (it lay at or below the baseline in every seed of every "
+     "setting), so a column of it only ever said **not reproduced** or **inconclusive** and "
+     "tested nothing. The baseline stays printed beside every harm as a description, and the "
+     "harm rule above keeps it as one way a harm is OPD's own."),
     ("matched drift",
      "a comparison of the methods *at matched drift* (NCA - OPD: each NCA checkpoint against "
      "OPD's run of the same seed interpolated at the same drift from step 0) counts seeds: a "
      "seed is clear when its mean difference lies beyond 0 by more than its conservative 95% "
      "half-width (the two runs' checkpoint intervals combined in quadrature, averaged over the "
      "checkpoints without narrowing); the pooled interval is the t interval of the seeds' "
-     "means. A harm is compared only where OPD's harm is its own (the harm rule) in some "
-     "seed."),
+     f"means, whose point must lie beyond {HARM_MARGIN:g} (the smallest-effect rule). A harm "
+     "is compared only where OPD's harm is its own (the harm rule) in some seed."),
     ("reading c",
      "NCA *reads* c when its reads_c (accuracy with c minus with a wrong c of the same form) "
      "is an effect above 0 by the effect test: **reproduced** when the pooled interval lies "
@@ -275,20 +356,21 @@ RULES = (
      "printed as a description; how much of what c gives NCA keeps is the equivalence claim's "
      "question."),
     ("the paper's thresholds",
-     "a threshold taken from the paper (views near-identical at cos >= "
-     f"{PAPER_COS_THRESHOLD:g} at every layer) is judged as stated, and beside it scale-free: "
-     "the share of step 0's distance to 1 a method closes on the layers' mean cosine, "
-     "(cos - cos_step0) / (1 - cos_step0), against the paper's own "
-     f"({100 * PAPER_CLOSED['opd']:.1f}% for OPD, >= "
-     f"{100 * PAPER_CLOSED['nca']:.1f}% for NCA, from its Qwen3-4B cosines {PAPER_COS['base']:g}, "
-     f"{PAPER_COS['opd']:g}, {PAPER_COS['nca']:g}). Views of different items that already "
-     "reach the threshold make it **not measurable**."),
+     "a threshold taken from the paper (under NCA the views' hidden-state cosine >= "
+     f"{PAPER_COS_THRESHOLD:g} across all layers, its Sokoban case) is judged as stated: every "
+     "layer of every seed, so the lowest layer decides. Beside it, as this project's own "
+     "scale-free description, the share of step 0's distance to 1 a method closes on the "
+     "layers' mean cosine, (cos - cos_step0) / (1 - cos_step0), compared with nothing of the "
+     "paper's (it gives no cosine for its base model or its OPD student). Views of different "
+     "items that already reach the threshold make it **not measurable**."),
     ("the gap",
      "OPD *leaves a gap* where NCA closes it: per seed, OPD's mean cosine over the later half "
      "of the layers lies below NCA's of the same seed and below 1, each by more than its 95% "
      "item noise (layer_sim's standard error of each layer's mean cosine, the examples "
      "clustered by the task's unit; runs that predate it give only the spread over examples, "
-     "read as independent); whether OPD widened step 0's gap is printed apart."),
+     "read as independent), and the seeds' mean difference beyond "
+     f"{GAP_MARGIN:.3f} (1 - the paper's 0.997: a smaller gap is within what the paper calls "
+     "near-perfect); whether OPD widened step 0's gap is printed apart."),
     ("angles",
      "an angle claim takes the seed as its unit: a seed's checkpoints' noise-corrected angles "
      "are averaged, their 95% jackknife intervals averaged without narrowing, and the seeds "
@@ -323,22 +405,28 @@ RULES = (
      "of the updates lies below each seed-to-seed (same-method) cosine and the exact "
      f"method-label permutation p is at most {ALPHA:g} (**reproduced**); **partly** when the "
      "cross-method mean lies below *each* method's own seed-to-seed mean (OPD's seeds agree "
-     "more with each other than with NCA's, and NCA's likewise); **inconclusive** when that "
+     "more with each other than with NCA's, and NCA's likewise); both need the cross-method "
+     f"mean below the seed-to-seed mean by at least {UPDATE_MARGIN:g} of cosine (short of it: "
+     "**not reproduced**); **inconclusive** when that "
      f"fails but the seeds allow no p at or under {ALPHA:g} (three seeds a method: the "
      "smallest possible p is 0.1); else **not reproduced**. A size ratio outside "
      f"{SIZE_MATCH:g}x caps it at **partly** until a size-matched OPD decides."),
     ("the other counted claims",
      "counting units: OPD *internalizes* c when each OPD seed's interval of accuracy without c "
-     "lies above step 0's; answers grow *longer* when each seed's interval of the length "
+     f"lies above step 0's, their mean by more than {RISE_MARGIN:g}; answers grow *longer* when "
+     "each seed's interval of the length "
      "change (answers right both ways) lies above 0 and its point above step 0's change "
      "(step 0's undefined: above 0 alone), a seed being against when its interval lies at or "
-     "below the larger of 0 and step 0's change; updates are *shallow, "
+     "below the larger of 0 and step 0's change, and the seeds' mean change exceeds the larger "
+     f"by {LENGTH_MARGIN:g}; updates are *shallow, "
      "k/q first* when in each checkpoint the first third of the layers moves more than the "
-     "last third (Adam-normalised) and q_proj and k_proj are the two largest matrix types; a "
+     "last third (Adam-normalised) and q_proj and k_proj are the two largest matrix types, "
+     f"the checkpoints' mean ratio at least {1 + DEPTH_MARGIN:g}; a "
      "few *heads carry the harm* when one head chosen on each half of the harm cases is the "
      "same and stands clear of random heads on the other half (teacher-forced effect and "
      f"answers flipped, one-sided p <= {ALPHA:g}; the effect's 95% interval above the random "
-     "heads' mean; the both-right controls it breaks below the harm cases it flips, intervals "
+     f"heads' mean; answers flipped at least {HEADS_MARGIN:g} above the random heads'; the "
+     "both-right controls it breaks below the harm cases it flips, intervals "
      "apart), **partly** when only several heads together do or the halves choose different "
      f"heads; **not measurable** under {HEADS_MIN_CASES} harm cases or where the help cases "
      "were patched instead."),
@@ -363,47 +451,70 @@ SPECS = _specs()
 
 
 def verdict(flags: list[bool], mean_on_side: bool = True, total: int | None = None,
-            against: list[bool] | None = None) -> str:
+            against: list[bool] | None = None, effect: float | None = None,
+            margin: float = 0.0, reach: bool = True, constant: bool = False) -> str:
     """The verdict of units judged `flags` (True: clear of the null on the claimed side) out of
     `total` units (default: all were judged), with the mean effect on the claimed side or not.
     `against` (for units with intervals): True where a unit lies clear on the other side; with
-    no unit clear, only a majority against makes "not reproduced", else "inconclusive"."""
+    no unit clear, only a majority against makes "not reproduced", else "inconclusive".
+    `effect`: the pooled estimate's distance beyond the null on the claimed side (the units'
+    mean), which must reach `margin` (the smallest-effect rule); short of it, "inconclusive"
+    where some unit's interval `reach`es the margin, else "not reproduced". `constant`: the
+    quantity has no spread at all (the constant rule)."""
     total = len(flags) if total is None else total
     if not flags or 2 * len(flags) < total:
         return "not measurable"
+    if constant:
+        return "not measurable"
     if against is not None and not any(flags):
         return "not reproduced" if 2 * sum(against) > len(against) else "inconclusive"
+    if effect is not None:
+        mean_on_side = mean_on_side and effect > 0
     if not mean_on_side:
         return "not reproduced"
+    if effect is not None and effect < margin:
+        return "inconclusive" if reach else "not reproduced"
     if all(flags):
         return "reproduced"
     return "partly" if any(flags) else "not reproduced"
 
 
 def prevents(break_verdict: str, pair_flags: list[bool], pairs: int,
-             pooled_lo: float | None) -> str:
+             pooled_lo: float | None, pooled_point: float | None = None,
+             pooled_hi: float | None = None) -> str:
     """The "prevents" rule: `break_verdict` is OPD's break; `pair_flags` the seed pairs whose
     OPD harm is its own (True: NCA's harm below OPD's, NCA not in regime A) out of `pairs`;
-    `pooled_lo` the lower end of the pooled paired OPD - NCA harm interval (None: none)."""
+    the pooled paired OPD - NCA harm interval (`pooled_lo`, `pooled_point`, `pooled_hi`;
+    None: none), whose point must reach `HARM_MARGIN`."""
     if break_verdict not in ("reproduced", "partly"):
         return "not measurable"
     word = verdict(pair_flags, total=pairs)
+    if word in ("reproduced", "partly") and pooled_point is not None \
+            and pooled_point < HARM_MARGIN:
+        return "inconclusive" if pooled_hi is None or pooled_hi >= HARM_MARGIN \
+            else "not reproduced"
     if word == "reproduced" and pooled_lo is not None and not pooled_lo > 0:
         return "partly"
     return word
 
 
-def pooled(pooled_clear: bool, unit_flags: list[bool], mean_on_side: bool = True) -> str:
+def pooled(pooled_clear: bool, unit_flags: list[bool], mean_on_side: bool = True,
+           effect: float | None = None, margin: float = 0.0, reach: bool = True) -> str:
     """A pooled interval clear of its null makes `reproduced` only with a majority of units
-    clear on their own (`unit_flags`); else the unit rule, at most partly."""
+    clear on their own (`unit_flags`); else the unit rule, at most partly. `effect`, `margin`,
+    `reach`: the smallest-effect rule, as `verdict`."""
+    if effect is not None:
+        mean_on_side = mean_on_side and effect > 0
     if not mean_on_side:
         return "not reproduced"
+    if effect is not None and effect < margin:
+        return "inconclusive" if reach else "not reproduced"
     majority = 2 * sum(unit_flags) > len(unit_flags)
     if pooled_clear and majority:
         return "reproduced"
-    if pooled_clear or any(unit_flags):
+    if any(unit_flags):
         return "partly"
-    return "not reproduced"
+    return "inconclusive" if pooled_clear else "not reproduced"
 
 
 def independence_harm(correct_c: float) -> float:

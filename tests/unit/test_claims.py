@@ -38,22 +38,18 @@ def test_degradation_is_judged_on_the_seeds_pooled_drop(tmp_path):
     figs = write(tmp_path, {"t_base": base, "t_opd_s0": none})
     # nothing right without c: harm is undefined, but accuracy with c is not below without
     blind = claims.degrades(figs)
-    assert blind.verdict == "not reproduced" and blind.also[0][1] == "not measurable"
-    assert "harm undefined" in blind.cell
+    assert blind.verdict == "not reproduced" and not blind.also
 
 
-def test_harm_beyond_chance_is_its_own_column_beside_the_break(tmp_path):
-    """Regime A breaks; whether the harm also clears independence (1 - accuracy with c) is a
-    separate verdict, not folded into the harm rule that regime A passes."""
+def test_harm_beside_its_independence_baseline_is_printed_not_judged(tmp_path):
+    """Regime A breaks; the harm's independence baseline (1 - accuracy with c) is printed
+    beside it as a description, with no verdict column of its own: harm above it could not
+    fire where a student's answers with and without c agree more than chance (#70)."""
     base = report(0.9, 0.95, 0.01, "B")
     low = report(0.9, 0.7, 0.1, "A", ci_harm=(0.05, 0.15))   # breaks, harm below 0.3
-    high = report(0.9, 0.3, 0.75, "A", ci_harm=(0.72, 0.78))  # harm above 0.7: beyond chance
     c = claims.degrades(write(tmp_path, {"t_base": base, "t_opd_s0": low, "t_opd_s1": low}))
-    assert c.verdict == "reproduced"
-    assert c.also[0][0].startswith("harm beyond chance") and c.also[0][1] == "not reproduced"
-    assert "0 of 2 seeds clear above it, 2 clear below" in c.cell
-    c = claims.degrades(write(tmp_path, {"t_base": base, "t_opd_s0": high, "t_opd_s1": high}))
-    assert c.verdict == "reproduced" and c.also[0][1] == "reproduced"
+    assert c.verdict == "reproduced" and not c.also
+    assert "independence baseline (1 - accuracy with c) 0.300" in c.null
 
 
 def test_internalizing_is_judged_against_the_step_zero_null(tmp_path):
@@ -264,10 +260,11 @@ def test_reading_c_pools_item_outcomes_by_the_cluster_bootstrap_where_kept(tmp_p
     assert float(boot.detectable) < float(t.detectable)
 
 
-def test_identical_views_keep_the_papers_threshold_and_set_the_closed_share_beside_it(tmp_path):
-    """Near-identical is judged at the paper's 0.997 as stated; beside it, scale-free, the
-    share of step 0's distance to 1 closed at every layer against the paper's own (NCA >= 94%
-    from its 0.953 / 0.997). Different items already at the threshold: not measurable."""
+def test_identical_views_keep_the_papers_threshold_and_describe_the_closed_share(tmp_path):
+    """Near-identical is judged at the paper's 0.997 at every layer, as stated; beside it the
+    share of step 0's distance to 1 closed, this project's own description, set against no
+    number of the paper's (it gives none). Different items already at the threshold: not
+    measurable."""
     def ls(cos, other=None):
         r = {"cos": [1.0, *cos]}
         if other is not None:
@@ -290,18 +287,18 @@ def test_identical_views_keep_the_papers_threshold_and_set_the_closed_share_besi
     new = float(claims.nca_identical(write_ls([0.998, 0.9975], noise=clustered)).detectable)
     assert new / old == pytest.approx(5.0, rel=0.01)
 
-    assert rules.PAPER_CLOSED["opd"] == pytest.approx(0.681, abs=1e-3)
-    assert rules.PAPER_CLOSED["nca"] == pytest.approx(0.936, abs=1e-3)
+    assert not hasattr(rules, "PAPER_CLOSED") and not hasattr(rules, "PAPER_COS")
+    assert rules.PAPER_COS_THRESHOLD == 0.997  # the paper's one number on the views
     c = claims.nca_identical(write_ls([0.998, 0.9975]))
-    # closed on the layers' mean: (0.99775 - 0.95) / 0.05 = 95.5% >= 94%
-    assert c.verdict == "reproduced" and c.also[0][1] == "reproduced"
-    assert "NCA 95.5%, OPD 70.0%" in c.measured and "OPD closes 68.1%, NCA >= 93.6%" in c.null
-    # at the threshold but from a step 0 already near it: closes only 85% of step 0's gap
-    near = claims.nca_identical(write_ls([0.999, 0.998], base=(0.99, 0.99)))
-    assert near.verdict == "reproduced" and near.also[0][1] == "not reproduced"
-    # far below the threshold but closing nearly all of a wide gap: the reverse
+    # closed on the layers' mean: (0.99775 - 0.95) / 0.05 = 95.5%, a description only
+    assert c.verdict == "reproduced" and not c.also
+    assert "NCA 95.5%, OPD 70.0%" in c.measured and "0.953" not in c.null + c.measured
+    assert "layers at or above 0.997: 100.0%" in c.measured
+    # one layer under the threshold fails it, whatever the mean
+    one = claims.nca_identical(write_ls([0.9999, 0.996]))
+    assert one.verdict == "not reproduced" and "layers at or above 0.997: 50.0%" in one.measured
     wide = claims.nca_identical(write_ls([0.97, 0.97], base=(0.5, 0.5)))
-    assert wide.verdict == "not reproduced" and wide.also[0][1] == "reproduced"
+    assert wide.verdict == "not reproduced"
     assert wide.reason == "no seed reaches 0.997 at every layer"
     high = claims.nca_identical(write_ls([0.999, 0.998], nca_other=(0.998, 0.999)))
     assert high.verdict == "not measurable" and "different items already reach" in high.reason
@@ -536,9 +533,10 @@ def test_pooled_claims_over_two_knowledge_bases(tmp_path):
     # pooled wider interval too, and the harm clears the teachers' and chance: reproduced
     assert breaks.measured.startswith("OPD: accuracy with c - without -0.083 [") and \
         "harm 0.083 [" in breaks.measured and breaks.cell == (
-            "reproduced (8 of 8 seeds clear on their own; 0 of 8 seeds in A; harm beyond "
-            "chance (above the teachers' and the independence baseline))")
-    assert breaks.detectable == "0.060"
+            "reproduced (8 of 8 seeds clear on their own; 0 of 8 seeds in A; OPD's harm its "
+            "own by the harm rule (above the teachers' harm, and in A or above the "
+            "independence baseline))")
+    assert breaks.detectable == "0.066"  # 16 (setting, fact) clusters: the t interval
     assert "with c - without +0.000" in breaks.null  # the teachers' own change: the null
     assert reads.cell == "not measurable (not measured here)"  # no control run written here
     assert "8 seeds over 2 settings" in breaks.null
@@ -555,7 +553,7 @@ def test_pooled_claims_over_two_knowledge_bases(tmp_path):
     seed_lo = float(harm.split("[")[1].split(",")[0])
     fact_lo = float(harm.split("[")[2].split(",")[0])
     assert seed_lo > 0 and fact_lo == 0 and one.verdict == "inconclusive"
-    assert "harm not beyond chance" in one.reason
+    assert "OPD's harm not its own by the harm rule" in one.reason
 
     def control(lo, teacher=0.3):  # every run's reads_c with its interval
         for kb in (0, 1):

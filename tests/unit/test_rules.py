@@ -76,7 +76,7 @@ def test_a_harm_is_opds_own_only_clear_of_step_0_and_of_chance_or_in_regime_a():
     assert rules.independence_harm(0.75) == 0.25
 
 
-def test_breaking_is_accuracy_with_c_below_without_and_chance_is_said_apart(tmp_path):
+def test_breaking_is_accuracy_with_c_below_without_and_chance_is_printed_not_judged(tmp_path):
     import json
 
     from nca_interp.paper import claims
@@ -94,7 +94,7 @@ def test_breaking_is_accuracy_with_c_below_without_and_chance_is_said_apart(tmp_
     # accuracy with c is above accuracy without: no break, and enough data to exclude one
     up = write(0.85, (0.03, 0.07))
     assert up.verdict == "not reproduced" and "independence baseline" in up.null
-    assert "0 of 3 seeds clear above it" in up.cell  # 0.06 < 1 - 0.85: not beyond chance
+    assert not up.also  # no "beyond chance" column: it could never fire (#70)
     # a clear drop in every seed
     assert write(0.5, (-0.4, -0.2)).verdict == "reproduced"
     # a large drop too noisy to tell (one seed of 8 facts): inconclusive, not "no"
@@ -105,7 +105,7 @@ def test_breaking_is_accuracy_with_c_below_without_and_chance_is_said_apart(tmp_
     assert write(0.45, (-0.8, 0.1)).verdict == "inconclusive"
     # collapse to chance (sysprompt_kb0: 0.724 -> 0.375 with c in every seed): harm sits at
     # the independence baseline, yet accuracy with c falls clear below without: it breaks,
-    # and the harm is said not to be beyond chance
+    # the baseline printed beside it
     reps = {"t_base": {"harm": 0.14, "regime": "B", "correct_no_c": 0.29,
             "correct_c": 0.72},
             **{f"t_opd_s{s}": {"harm": 0.647, "regime": "C", "correct_c": 0.375,
@@ -114,10 +114,8 @@ def test_breaking_is_accuracy_with_c_below_without_and_chance_is_said_apart(tmp_
                for s in range(4)}}
     (tmp_path / "context_return.json").write_text(json.dumps({"results": reps}))
     chance = claims.degrades(tmp_path)
-    assert chance.verdict == "reproduced"
-    assert chance.also[0][0].startswith("harm beyond chance")
-    assert chance.also[0][1] == "inconclusive"  # [0.55, 0.74] straddles 1 - 0.375
-    assert "0 of 4 seeds clear above it, 0 clear below" in chance.cell
+    assert chance.verdict == "reproduced" and not chance.also
+    assert "independence baseline (1 - accuracy with c) 0.625" in chance.null
 
 
 def test_prevents_needs_a_shown_break_own_harm_pairs_and_a_pooled_gap():

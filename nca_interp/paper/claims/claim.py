@@ -89,9 +89,10 @@ def spread_text(vals: list[float], pct: bool = False) -> str:
 
 
 def count_verdict(flags: list[bool], mean_on_side: bool = True, total: int | None = None,
-                  against: list[bool] | None = None) -> str:
-    """The rule book's verdict (nca_interp/paper/rules.py, stated in docs/method.md)."""
-    return rules.verdict(flags, mean_on_side, total, against)
+                  against: list[bool] | None = None, **margin) -> str:
+    """The rule book's verdict (nca_interp/paper/rules.py, stated in docs/method.md);
+    `margin`: the smallest-effect rule's effect, margin and reach (`rules.verdict`)."""
+    return rules.verdict(flags, mean_on_side, total, against, **margin)
 
 
 

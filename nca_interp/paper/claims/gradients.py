@@ -94,16 +94,29 @@ def _label(k: str, runs: dict) -> str:  # "opd" is seed 0, "opd s<n>" a further 
     return "" if len(runs) == 1 else ("s0: " if " " not in k else k.split(" ", 1)[1] + ": ")
 
 
-def _judge_band(name: str, runs: dict[str, list[dict]], pair: str, oppose: bool) -> Claim:
+def trained_seeds(figs: Path, method: str) -> int:
+    """How many seeds of `method` this setting trained (its evaluation's students; 0 where
+    it has none): the units the coverage rule counts, however many were analysed."""
+    from nca_interp.paper.claims.claim import runs_of
+    from nca_interp.paper.layout import CONTEXT_RETURN
+
+    f = figs / CONTEXT_RETURN
+    return len(runs_of(analysis.load(f), method)) if f.exists() else 0
+
+
+def _judge_band(name: str, runs: dict[str, list[dict]], pair: str, oppose: bool,
+                trained: int = 0) -> Claim:
     """The band claim on `pair` over the seeds in `runs`; `oppose`: say where the angle lies
-    wholly beyond the band's upper bound (a term pulling against the other)."""
+    wholly beyond the band's upper bound (a term pulling against the other); `trained`: the
+    seeds the setting trained, the coverage rule's units where more than were analysed."""
     lo, hi = rules.ORTHO_BAND
     units, labels, silent, unsupported = _seed_units(runs)
     pooled = pool_units(units)
-    n = len(runs)
+    n = max(len(runs), trained)
     if not units or 2 * len(units) < n:
-        j = judge.Judgement("not measurable", f"{len(units)} of {n} seeds have an angle to "
-                            "judge (no signal, or supports that cannot reach the band)")
+        j = judge.Judgement("not measurable", f"{len(units)} of {n} seeds trained have an "
+                            "angle to judge (not analysed, no signal, or supports that cannot "
+                            "reach the band)")
     else:
         j = judge.within_band(units, pooled, lo, hi)
     extra = [f"{n} seed{'s' * (n != 1)}" + (f"; {rules.MIN_SEEDS} needed to generalise"
@@ -152,16 +165,16 @@ def orthogonal(figs: Path) -> Claim:
     """OPD's gradient and the context view's are near-orthogonal: in the OPD runs (seed 0,
     and further seeds where grad_align_opd_s<seed>.json exists), the noise-corrected angle
     opd~ctx lies inside the band, seeds as units."""
-    return orthogonal_corrected(_gather(figs, "opd", "opd~ctx"))
+    return orthogonal_corrected(_gather(figs, "opd", "opd~ctx"), trained_seeds(figs, "opd"))
 
 
-def orthogonal_corrected(runs: dict[str, list[dict]]) -> Claim:
+def orthogonal_corrected(runs: dict[str, list[dict]], trained: int = 0) -> Claim:
     """`orthogonal` on gathered cells (label -> opd~ctx cells over training)."""
     for cells in runs.values():
         for c in cells:
             c.setdefault("support", None)
     return _judge_band("OPD's gradient is near-orthogonal to the context view's", runs,
-                       "opd~ctx", oppose=False)
+                       "opd~ctx", oppose=False, trained=trained)
 
 
 def nca_new_direction(figs: Path) -> Claim:
@@ -170,4 +183,5 @@ def nca_new_direction(figs: Path) -> Claim:
     a new direction), seeds as units. Wholly beyond the band's upper bound the NCA term
     opposes OPD's: not a new direction, and said so."""
     return _judge_band("NCA adds a direction OPD's gradient lacks (opd~nca in NCA runs)",
-                       _gather(figs, "nca", "opd~nca"), "opd~nca", oppose=True)
+                       _gather(figs, "nca", "opd~nca"), "opd~nca", oppose=True,
+                       trained=trained_seeds(figs, "nca"))

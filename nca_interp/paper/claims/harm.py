@@ -23,12 +23,12 @@ from nca_interp.paper.claims.claim import (
     spread_text,
 )
 from nca_interp.paper.claims.stats import (
-    boot_mean,
     cluster_pooled,
     cluster_sums,
     estimate_of,
     gain_estimate,
     interval,
+    mean_interval,
     paired_harm_gap,
     pool_units,
     pooled_estimate,
@@ -49,24 +49,37 @@ FLOOR = "a floor: no student is right on any item without c"
 
 def internalizes(figs: Path) -> Claim:
     """OPD raises accuracy without c above the step-0 null: every seed's interval lies above
-    the initial checkpoint's point estimate."""
+    the initial checkpoint's point estimate, and the seeds' mean by more than
+    `rules.RISE_MARGIN` (the smallest-effect rule)."""
     rep = analysis.load(figs / CONTEXT_RETURN)
     base, opd = base_of(rep), runs_of(rep, "opd")
     flags = [r.ci95["correct_no_c"][0] > base.correct_no_c for r in opd]
     against = [r.ci95["correct_no_c"][1] <= base.correct_no_c for r in opd]  # reaches no rise
-    verdict = count_verdict(flags, against=against)
+    rise = float(np.mean([r.correct_no_c for r in opd])) - base.correct_no_c if opd else None
+    verdict = count_verdict(flags, against=against, effect=rise, margin=rules.RISE_MARGIN,
+                            reach=any(r.ci95["correct_no_c"][1] >= base.correct_no_c +
+                                      rules.RISE_MARGIN for r in opd))
     halves = [(r.ci95["correct_no_c"][1] - r.ci95["correct_no_c"][0]) / 2 for r in opd]
     floor = bool(opd) and base.correct_no_c == 0 and all(
         r.correct_no_c == 0 and r.ci95["correct_no_c"][1] == 0 for r in opd)
     # zero-width intervals have no spread to compute a detectable effect from
     mde = None if floor else judge.mde_of_halfwidths(halves)
-    reason = _straddle_reason(flags, against) if verdict == "inconclusive" else \
-        FLOOR + " (step 0 neither)" if floor else ""
+    reason = FLOOR + " (step 0 neither)" if floor else \
+        _short(rise, rules.RISE_MARGIN) if any(flags) and rise is not None and \
+        0 < rise < rules.RISE_MARGIN else \
+        _straddle_reason(flags, against) if verdict == "inconclusive" else ""
     return Claim("OPD internalizes c (right without c rises)",
                  spread_text([r.correct_no_c for r in opd]),
                  f"step 0: {base.correct_no_c:.3f}", verdict, reason,
                  coverage=(len(flags), len(opd)),
                  detectable="-" if floor else "" if mde is None else f"{mde:.3f}")
+
+
+def _short(effect: float, margin: float, pct: bool = False) -> str:
+    """The smallest-effect rule's reason: the seeds' mean falls short of the margin."""
+    f = (lambda v: f"{100 * v:+.1f}%") if pct else (lambda v: f"{v:+.3f}")
+    return (f"the seeds' mean {f(effect)} falls short of the smallest effect of interest "
+            f"{f(margin)}")
 
 
 def _straddle_reason(flags: list[bool], against: list[bool]) -> str:
@@ -81,8 +94,8 @@ def degrades(figs: Path) -> Claim:
     accuracy without c, paired on the same items. The seed is the unit; the pooled estimate
     is the paired difference over the seeds' items, its interval the wider of (seed, unit)
     and unit clusters (`rules.BREAK_MARGIN` is the
-    smallest drop the claim is about; `judge.effect`). Beside it, apart: whether the harm is
-    beyond chance (the harm rule: above step 0's harm and the independence baseline)."""
+    smallest drop the claim is about; `judge.effect`). The harm's independence baseline is
+    printed beside it as a description (no verdict: `rules.RULES`, "beyond chance")."""
     rep = analysis.load(figs / CONTEXT_RETURN)
     base, opd = base_of(rep), runs_of(rep, "opd")
     name = "OPD students break when c returns (harm, regime A)"
@@ -93,17 +106,6 @@ def degrades(figs: Path) -> Claim:
                      np.asarray(it["correct_no_c"], float), units)
     j = judge.effect(units, pooled, 0.0, -1, rules.BREAK_MARGIN)
     step0 = base.harm
-    judged = [r for r in opd if r.harm is not None]
-    ci = [(r.ci95 or {}).get("harm") or [r.harm, r.harm] for r in judged]
-    sides = [rules.beyond_chance(lo, hi, step0, r.correct_c) for r, (lo, hi) in zip(judged, ci)]
-    clear, below = [c for c, _ in sides], [b for _, b in sides]
-    chance = count_verdict(clear, total=len(opd), against=below) if judged else "not measurable"
-    above = "step 0's harm and " if step0 is not None else ""
-    beyond = ((f"harm beyond chance (above {above}1 - accuracy with c, the independence "
-               "baseline)", chance,
-               (f"{sum(clear)} of {len(opd)} seeds clear above it, {sum(below)} clear below"
-                + (": step 0 has nothing right without c" if step0 is None else ""))
-               if judged else "harm undefined: no OPD student is right without c on any item"),)
     regimes = " ".join(r.regime for r in opd)
     return Claim(name,
                  f"accuracy with c - without {spread_text([u.point for u in units])}"
@@ -113,7 +115,7 @@ def degrades(figs: Path) -> Claim:
                  f"{'-' if step0 is None else f'{step0:.3f}'}; independence baseline "
                  f"(1 - accuracy with c) "
                  f"{spread_text([rules.independence_harm(r.correct_c) for r in opd])}",
-                 j.verdict, j.reason, also=beyond,
+                 j.verdict, j.reason,
                  coverage=(len(units), len(opd)), detectable=f"{j.mde:.3f}")
 
 
@@ -142,15 +144,19 @@ def nca_prevents(figs: Path) -> Claim:
     harmed = [_harm_is_own(o, base) for o in opd]
     flags = [(n.harm or 0) < (o.harm or 0) and n.regime != "A"
              for o, n, h in zip(opd, nca, harmed) if h]
-    lo, mde = None, ""
+    lo, d, hi, mde = None, None, None, ""
     if (gap := pooled_harm_gap(figs)) is not None:
         d, (lo, hi), n_pairs = gap
         mde = f"{judge.detectable(judge.Estimate(d, min(lo, d), max(hi, d), n_pairs)):.3f}"
         control += (f"; OPD - NCA harm pooled over {n_pairs} seed pair"
                     f"{'s' * (n_pairs != 1)}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}] (paired, "
                     "(seed, unit) clusters)")
-    verdict = rules.prevents(breaks.verdict, flags, len(opd), lo)
+    verdict = rules.prevents(breaks.verdict, flags, len(opd), lo, d, hi)
     reason = ""
+    if d is not None and verdict in ("inconclusive", "not reproduced") and \
+            count_verdict(flags, total=len(opd)) in ("reproduced", "partly"):
+        reason = (f"the pooled OPD - NCA harm {d:+.3f} falls short of the smallest effect of "
+                  f"interest {rules.HARM_MARGIN:g}")
     if verdict == "not measurable":
         reason = (f"OPD's harm is its own, by the harm rule, in {sum(harmed)} of {len(opd)} "
                   "seeds: nothing of OPD's to prevent")
@@ -193,10 +199,16 @@ def harm_not_drift(figs: Path) -> Claim:
                      "harm_drift.md")
     flags = [v + h["half"][k] < 0 for k, v in h["per_seed"].items() if k in h["half"]]
     on_side = h["mean"] < 0
-    verdict = count_verdict(flags, on_side, total=len(h["seeds"]))
+    margin = dict(effect=-h["mean"], margin=rules.HARM_MARGIN,
+                  reach=any(v - h["half"][k] <= -rules.HARM_MARGIN
+                            for k, v in h["per_seed"].items() if k in h["half"]))
+    verdict = count_verdict(flags, on_side, total=len(h["seeds"]), **margin)
     if verdict in ("partly", "not reproduced"):
-        verdict = rules.pooled(bool(h.get("t95")) and h["t95"][1] < 0, flags, on_side)
-    return Claim(name, measured, null, verdict, coverage=(len(flags), len(h["seeds"])))
+        verdict = rules.pooled(bool(h.get("t95")) and h["t95"][1] < 0, flags, on_side, **margin)
+    reason = _short(-h["mean"], rules.HARM_MARGIN) if 0 < -h["mean"] < rules.HARM_MARGIN \
+        and verdict in ("inconclusive", "not reproduced") else ""
+    return Claim(name, measured, null, verdict, reason,
+                 coverage=(len(flags), len(h["seeds"])))
 
 
 
@@ -292,11 +304,19 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
 
     facts = [f"{c.split('|')[0]}|{c.split('|', 2)[2]}" for c in a["cluster"]]
 
+    def boot(fn, idx: np.ndarray | None, clusters: list):
+        """The 95% interval of `fn` over `clusters` (of the items `idx`; all: None): a mean
+        of per-item values (`fn.items`) by `mean_interval` (the t interval under
+        rules.FEW_CLUSTERS clusters), a ratio by the percentile cluster bootstrap."""
+        if hasattr(fn, "items"):
+            return mean_interval(fn.items if idx is None else fn.items[idx], clusters)
+        return interval(np.asarray(fn(sums(idx, clusters))))
+
     def stat(fn) -> tuple:
         """(point, the wider interval's lo and hi, the seed-cluster lo and hi, the wider
         interval's outer ends)."""
-        s_lo, s_hi, s_out = interval(np.asarray(fn(sums(None, a["cluster"]))))
-        f_lo, f_hi, f_out = interval(np.asarray(fn(sums(None, facts))))
+        s_lo, s_hi, s_out = boot(fn, None, a["cluster"])
+        f_lo, f_hi, f_out = boot(fn, None, facts)
         return (float(fn(sums(None, None))), min(s_lo, f_lo), max(s_hi, f_hi), s_lo, s_hi,
                 (min(s_out[0], f_out[0]), max(s_out[1], f_out[1])))
 
@@ -308,7 +328,10 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
         return rate
 
     def diff(k1: str, k0: str):
-        return lambda t: (t[k1] - t[k0]) / t["one"]
+        def mean(t):
+            return (t[k1] - t[k0]) / t["one"]
+        mean.items = cols[k1].astype(float) - cols[k0].astype(float)  # a mean of these
+        return mean
 
     reps = {m: analysis.load(root / m / CONTEXT_RETURN) for m in members}
     regimes = {meth: [r.regime for rep in reps.values() for r in runs_of(rep, meth)]
@@ -326,7 +349,7 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
                 f"[{f.format(v[1])}, {f.format(v[2])}]")
 
     independence = rules.independence_harm(float(a["o1"].mean()))
-    # beyond chance (the harm rule, said apart): clear of the teachers' harm, and of the
+    # the harm rule (said apart): clear of the teachers' harm, and of the
     # independence baseline unless accuracy with c lies below accuracy without
     established = opd[1] > base[0] and (delta[2] < 0 or opd[1] > independence)
     seed_a = [r == "A" for r in regimes["opd"]]
@@ -336,7 +359,7 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
         out = []
         for seed in dict.fromkeys(a["seed"]):
             idx = np.array([i for i, s in enumerate(a["seed"]) if s == seed])
-            lo, hi, outer = interval(np.asarray(fn(sums(idx, [a["cluster"][i] for i in idx]))))
+            lo, hi, outer = boot(fn, idx, [a["cluster"][i] for i in idx])
             v = float(fn(sums(idx, None)))
             out.append(judge.Estimate(v, min(lo, v), max(hi, v), outer=outer))
         return out
@@ -349,8 +372,9 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
     breaks = brk.verdict
     breaks_why = "; ".join(x for x in (
         brk.reason, f"{sum(seed_a)} of {len(seed_a)} seeds in A",
-        "harm beyond chance (above the teachers' and the independence baseline)" if established
-        else "harm not beyond chance (does not clear the teachers' harm or the independence "
+        "OPD's harm its own by the harm rule (above the teachers' harm, and in A or above the "
+        "independence baseline)" if established else "OPD's harm not its own by the harm rule "
+        "(it does not clear the teachers' harm, or neither is it in A nor above the independence "
         "baseline)") if x)
     if breaks not in ("reproduced", "partly"):
         prevents, prevents_why = "not measurable", f"OPD's break is {breaks} here"
@@ -361,6 +385,9 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
         prevents = "reproduced" if gap[1] > 0 and "A" not in regimes["nca"] else \
             "partly" if gap[0] > 0 else "not reproduced"
         prevents_why = ""
+        if gap[0] < rules.HARM_MARGIN and prevents != "not reproduced":  # smallest effect
+            prevents = "inconclusive" if gap[2] >= rules.HARM_MARGIN else "not reproduced"
+            prevents_why = _short(gap[0], rules.HARM_MARGIN)
     imp = judge.effect(per_seed(diff("n0", "o0")),
                        est(acc), 0.0, 1, rules.BREAK_MARGIN, what="seed pairs")
     improves, improves_why = imp.verdict, imp.reason
@@ -443,7 +470,9 @@ def nca_keeps_context(figs: Path) -> Claim:
 
 def longer(figs: Path) -> Claim:
     """Answers grow when c returns after OPD: every seed's interval of rel_len_both lies above
-    0 and its point above the step-0 model's."""
+    0 and its point above the step-0 model's, the seeds' mean above the larger of 0 and step
+    0's by `rules.LENGTH_MARGIN` (the smallest-effect rule). A length the task fixes is a
+    constant: not measurable."""
     rep = analysis.load(figs / CONTEXT_RETURN)
     base, opd = base_of(rep), runs_of(rep, "opd")
     vals = [r.rel_len_both for r in opd]
@@ -461,12 +490,20 @@ def longer(figs: Path) -> Claim:
              (b is None or r.rel_len_both > b) for r in opd]
     against = [r.rel_len_both is not None and r.ci95["rel_len_both"][1] is not None and
                r.ci95["rel_len_both"][1] <= max(0.0, b or 0.0) for r in opd]
-    verdict = count_verdict(flags, against=against)
+    floor_b = max(0.0, b or 0.0)
+    grow = float(np.mean([v for v in vals if v is not None])) - floor_b
+    verdict = count_verdict(flags, against=against, effect=grow, margin=rules.LENGTH_MARGIN,
+                            reach=any(r.rel_len_both is not None and
+                                      r.ci95["rel_len_both"][1] is not None and
+                                      r.ci95["rel_len_both"][1] >= floor_b + rules.LENGTH_MARGIN
+                                      for r in opd))
     widths = [(r.ci95["rel_len_both"][1] - r.ci95["rel_len_both"][0]) / 2 for r in opd
               if None not in (r.ci95["rel_len_both"] or [None])]
     mde = f"{100 * judge.mde_of_halfwidths(widths):.1f}%" if widths else ""
     return Claim("OPD answers get longer with c (rel_len_both)", spread_text(vals, pct=True),
                  "step 0: " + ("-" if b is None else f"{100 * b:+.1f}%"), verdict,
+                 _short(grow, rules.LENGTH_MARGIN, pct=True) if any(flags) and
+                 0 < grow < rules.LENGTH_MARGIN else
                  _straddle_reason(flags, against) if verdict == "inconclusive" else "",
                  coverage=(len(flags), len(opd)), detectable=mde)
 
@@ -508,7 +545,7 @@ def nca_improves_no_c(figs: Path) -> Claim:
             continue
         d = np.array(r.items_["correct_no_c"], float) - \
             np.array(found[1].items_["correct_no_c"], float)
-        lo, hi, outer = interval(boot_mean(d, r.items_["unit"]))
+        lo, hi, outer = mean_interval(d, r.items_["unit"])
         m = float(d.mean())
         units.append(judge.Estimate(m, min(lo, m), max(hi, m), outer=outer))
         diff += list(d)

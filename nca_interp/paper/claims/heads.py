@@ -16,13 +16,15 @@ __all__ = ["heads_carry_harm"]
 def _clear(row: dict) -> bool:
     """Removing the chosen heads' reading of c stands clear of removing random heads: on the
     held-out half, both the teacher-forced LD effect and the answers flipped beat the random-
-    head draws (one-sided p <= 0.05), the LD interval sits above the null's mean, and the
+    head draws (one-sided p <= 0.05), the LD interval sits above the null's mean, the answers
+    flipped exceed the null's mean by `rules.HEADS_MARGIN` (the smallest-effect rule), and the
     chosen heads break fewer controls than they fix harm cases (intervals apart)."""
     e, en, f, fn = (row.get(k) or {} for k in ("effect", "effect_null", "flipped",
                                                 "flipped_null"))
     bc = row.get("broken_control")
     return bool(en.get("n") and fn.get("n") and en["p"] <= rules.ALPHA and fn["p"] <= rules.ALPHA
-                and e["lo"] > en["mean"] and (bc is None or bc["hi"] < f["lo"]))
+                and e["lo"] > en["mean"] and f["mean"] - fn["mean"] >= rules.HEADS_MARGIN
+                and (bc is None or bc["hi"] < f["lo"]))
 
 
 

@@ -13,7 +13,8 @@ from nca_interp.errors import UsageError
 from nca_interp.paper import dose, judge
 
 __all__ = ["average", "boot_mean", "bootstrap_seed", "cluster_pooled", "cluster_sums",
-           "estimate_of", "gain_estimate", "interval", "label_permutation_p", "paired_harm_gap",
+           "estimate_of", "gain_estimate", "interval", "label_permutation_p", "mean_interval",
+           "paired_harm_gap",
            "pool_units", "pooled_estimate", "pooled_gain", "pooled_harm_rate", "resample"]
 
 # The claims' cluster bootstrap: resamples and seed. Enough resamples that no published verdict
@@ -33,6 +34,23 @@ def interval(boots: np.ndarray) -> tuple[float, float, tuple[float, float]]:
     (`EDGE` further out)."""
     q = np.nanpercentile(boots, [100 * (0.025 - EDGE), 2.5, 97.5, 100 * (0.975 + EDGE)])
     return float(q[1]), float(q[2]), (float(q[0]), float(q[3]))
+
+
+def mean_interval(values, clusters: list) -> tuple[float, float, tuple[float, float]]:
+    """The 95% interval of the mean of per-item `values` over `clusters`, and its outer ends
+    (`interval`): the percentile cluster bootstrap, or under `rules.FEW_CLUSTERS` clusters the
+    cluster-robust t interval (`bootstrap.cluster_t_interval`: the bootstrap under-covers
+    there), whose ends carry no resampling error (outer ends = ends). A single cluster has no
+    spread between clusters: the percentile bootstrap's zero-width interval is kept."""
+    from nca_interp.bootstrap import cluster_t_interval, n_units
+    from nca_interp.paper import rules
+
+    labels = [str(c) for c in clusters]
+    g = n_units(labels)
+    if 2 <= g < rules.FEW_CLUSTERS:
+        _, lo, hi = cluster_t_interval(np.asarray(values, float), labels)
+        return lo, hi, (lo, hi)
+    return interval(boot_mean(values, clusters))
 
 
 def cluster_sums(arrays: list[np.ndarray], clusters: list) -> list[np.ndarray]:
@@ -98,14 +116,15 @@ def pooled_estimate(runs: list[dict], per_item, units: list[judge.Estimate]
 
 
 def cluster_pooled(values, clusterings: list[list], n: int) -> judge.Estimate:
-    """The mean of per-item `values` with the widest of the 95% cluster-bootstrap intervals
-    over each of `clusterings` (e.g. (seed, unit) and unit clusters: the seeds share their
-    items), and its outer ends (`interval`); `n`: the seeds behind it."""
+    """The mean of per-item `values` with the widest of the 95% intervals over each of
+    `clusterings` (e.g. (seed, unit) and unit clusters: the seeds share their items;
+    `mean_interval`: the cluster bootstrap, or the t interval under `rules.FEW_CLUSTERS`
+    clusters), and its outer ends (`interval`); `n`: the seeds behind it."""
     v = np.asarray(values, float)
     m = float(v.mean())
     lo, hi, olo, ohi = m, m, m, m
     for clusters in clusterings:
-        b_lo, b_hi, (o_lo, o_hi) = interval(boot_mean(v, clusters))
+        b_lo, b_hi, (o_lo, o_hi) = mean_interval(v, clusters)
         lo, hi, olo, ohi = min(lo, b_lo), max(hi, b_hi), min(olo, o_lo), max(ohi, o_hi)
     return judge.Estimate(m, lo, hi, n, outer=(olo, ohi))
 
