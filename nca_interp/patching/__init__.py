@@ -34,7 +34,7 @@ import numpy as np
 
 from nca_interp import analysis
 from nca_interp.checkpoint import load_checkpoint, verify_folder
-from nca_interp.cli import parse_config, validate
+from nca_interp.cli import finite_json, parse_config, validate
 from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP
 from nca_interp.hooks import attached_hooks, boot_bridge
@@ -245,7 +245,9 @@ def run_checkpoint(path: str, cfg: PatchingConfig) -> dict:
                       "generations": stats.get("generations", 0), "sweep_s": sweep_s,
                       "total_s": time.time() - t0}
     assert attached_hooks(bridge) == own_hooks
-    return report
+    # NaN (a node attribution left unpatched, a case whose views barely differ) as None: the
+    # report in memory is what its file holds
+    return finite_json(report)
 
 
 def sweeps(bridge, cases: Cases, cfg: PatchingConfig, stats: dict, units: list,
@@ -388,12 +390,12 @@ def format_report(r: dict) -> str:
         lines.append("    mlp out: " + "  ".join(f"L{i} {fmt(mlp['mean'][i])}"
                                                  for i in range(L)))
         if "heads" in r[tag]:
-            hd = np.array(r[tag]["heads"]["mean"])
+            hd = np.array(r[tag]["heads"]["mean"], dtype=float)  # None: not patched
             top = np.argsort(-np.nan_to_num(hd, nan=-9), axis=None)[:4]
             lines.append("    heads (hook_z): " + ", ".join(
                 f"L{i // H}H{i % H} {hd.flat[i]:.2f}" for i in top))
     if r.ablation is not None:
-        ab = np.array(r.ablation["mean"])
+        ab = np.array(r.ablation["mean"], dtype=float)
         top = np.argsort(-np.nan_to_num(ab, nan=-9), axis=None)[:6]
         lines.append("  removing one head's attention to c, all cases (1 = the no-context "
                      "value): " + ", ".join(f"L{i // H}H{i % H} {ab.flat[i]:.2f}" for i in top))

@@ -50,8 +50,8 @@ from nca_interp.patching.interventions import (
     view_lds,
 )
 
-__all__ = ["CONFIRMED", "METHODS", "agreement", "attribute", "choose", "confirmed_sweep",
-           "gradients", "head_candidates", "spearman"]
+__all__ = ["BY", "CONFIRMED", "METHODS", "agreement", "attribute", "choose", "confirmed_sweep",
+           "gradients", "head_candidates", "means", "spearman"]
 
 METHODS = ("attribution", "exact")
 # the families attribution ranks and exact patching confirms on its candidates; the residual

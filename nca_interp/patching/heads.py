@@ -34,7 +34,7 @@ from nca_interp.patching.rerun import Rerun
 from nca_interp.progress import bar
 from nca_interp.rollout import pad_id
 
-__all__ = ["held_out_heads", "interval", "prompt_context"]
+__all__ = ["halves", "held_out_heads", "interval", "prompt_context"]
 
 
 def own_units(units: list | None, n: int) -> bool:
