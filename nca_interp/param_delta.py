@@ -439,7 +439,7 @@ def run(cfg: ParamDeltaConfig | None = None, /, **fields) -> dict:
                              "everywhere); name two different checkpoints")
     for p in ckpts:
         verify_folder(p)  # a missing folder is named as such, not as a missing --init
-    for name, two in (("pair", pair or ckpts[:2]), ("control", control)):
+    for name, two in (("pair", pair), ("control", control)):
         if len(two) == 2 and weight_shas(two[0]) == weight_shas(two[1]):
             raise UsageError(f"--{name} {two[0]},{two[1]}: the two checkpoints hold the same "
                              "weights (a copy of one run, or a run and its own published "
@@ -470,6 +470,12 @@ def run(cfg: ParamDeltaConfig | None = None, /, **fields) -> dict:
                                            "per_module_cos": module_cos(gram, index[a],
                                                                         index[b])}
         for i, a in enumerate(ckpts) for b in ckpts[i + 1:]}
+    if not pair and len(ckpts) >= 2 and weight_shas(ckpts[0]) == weight_shas(ckpts[1]):
+        print(f"note: {ckpts[0]} and {ckpts[1]} hold the same weights: their deltas' cosine is "
+              "1 by construction, so the report has no comparison; name two different runs "
+              "(or --pair A,B)", file=sys.stderr)
+        report["comparison"] = None
+        return report
     pair = pair or ckpts[:2]
     if len(pair) == 2:
         a, b = pair

@@ -443,13 +443,18 @@ class Patching(Fields):
                              "they differ at")
     harm: dict | None = doc("harm cases' summary")
     help: dict | None = doc("help cases' summary")
-    forward: dict | None = doc("patching the no-c view's activations into the c view")
-    reverse: dict | None = doc("the c view's activations into the no-c view")
-    ablation: dict | None = doc("heads ablated, chosen on held-out cases, and the prefix "
-                                "ablation")
+    forward: dict | None = doc("patching the no-c view's activations into the c view (exact "
+                               "effects, None where --method attribution left a node unpatched); "
+                               "`methods`: per family its method, attribution, candidates and "
+                               "agreement (Spearman, top-k overlap, misses)")
+    reverse: dict | None = doc("the c view's activations into the no-c view (as forward)")
+    ablation: dict | None = doc("each head's reading of c removed (exact effects; with "
+                                "--method attribution also method, attribution, candidates, "
+                                "agreement)")
     heads: dict | None = doc("per head effects")
     lens: dict | None = doc("logit lens: the right answer's margin per layer in each view")
-    cost: dict | None = doc("forward passes and seconds spent")
+    cost: dict | None = doc("method, forward passes (patched, ablation, attribution), "
+                            "attribution backwards, generations and seconds spent")
     note: str | None = doc("why a part was not measured")
 
 

@@ -416,9 +416,22 @@ def test_two_copies_of_one_checkpoint_are_refused_as_a_pair(three, tmp_path, mon
     copy = tmp_path / "a_copy"
     shutil.copytree(a, copy)
     monkeypatch.setattr(param_delta, "stream_deltas", lambda *a, **k: pytest.fail("work done"))
-    for kw in ({}, {"pair": [str(a), str(copy)]}, {"control": [str(a), str(copy)]}):
+    for kw in ({"pair": [str(a), str(copy)]}, {"control": [str(a), str(copy)]}):
         with pytest.raises(UsageError, match="the two checkpoints hold the same weights"):
             param_delta.run(ckpt=[str(a), str(copy), str(b)], init=str(w0), **kw)
+
+
+def test_a_default_pair_of_the_same_weights_is_said_and_not_compared(three, tmp_path, capsys):
+    """Without --pair the first two checkpoints are compared: two copies of one run get their
+    tables and a note, no cos 1 comparison."""
+    import shutil
+
+    w0, a, b = three
+    copy = tmp_path / "a_copy"
+    shutil.copytree(a, copy)
+    rep = param_delta.run(ckpt=[str(a), str(copy), str(b)], init=str(w0))
+    assert rep.get("comparison") is None and str(copy) in rep["results"]
+    assert "hold the same weights" in capsys.readouterr().err
 
 
 def test_a_renamed_step_folder_is_refused(tok, three, tmp_path):
