@@ -24,6 +24,7 @@ from nca_interp.paper.blocks import Block
 from nca_interp.paper.claims.claim import runs_of
 from nca_interp.paper.claims.harm import nca_improves_no_c, pooled_harm_gap
 from nca_interp.paper.claims.views import closed_shares, opd_gap
+from nca_interp.paper.layout import LAYER_SIM
 from nca_interp.paper.settings import load
 from nca_interp.paper.sweep import beta_points, beta_sweeps
 from nca_interp.reports import read_derived
@@ -143,7 +144,7 @@ def cosine_rows(root: Path, names: list[str]) -> list[str]:
     t = rules.PAPER_COS_THRESHOLD
     rows = []
     for name in names:
-        f = root / name / "layer_sim.json"
+        f = root / name / LAYER_SIM
         if not name.startswith("sokoban") or not f.exists():
             continue
         rep = analysis.load(f)

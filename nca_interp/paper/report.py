@@ -295,7 +295,8 @@ def patching(figs: Path) -> str:
         if r.ablation is None:  # a model whose attention ignores pattern edits (OPT)
             heads = "not measured (" + r.heads.get("note", "no ablation") + ")"
         else:
-            ab = np.array(r.ablation["mean"])
+            # None where --method attribution left a head unpatched
+            ab = np.array(r.ablation["mean"], dtype=float)
             top = np.argsort(-np.nan_to_num(ab, nan=-9), axis=None)[:4]
             heads = ", ".join(f"L{i // H}H{i % H} {ab.flat[i]:.2f}" for i in top)
         out.append(f"{head} Patched: {r[kind]['n']} {kind} cases (forward = "

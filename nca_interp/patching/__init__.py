@@ -412,12 +412,16 @@ def format_report(r: dict) -> str:
                  " ".join(f"{v:.1f}" for v in rk))
     lines += format_agreement(r).splitlines()
     cost = r.cost
-    lines.append(f"  cost ({cost.get('method', 'exact')}): {cost['patched_forwards']} batched "
-                 f"patched runs, {cost.get('ablation_forwards', 0)} head ablations, "
-                 f"{cost.get('attribution_forwards', 0)} + {cost.get('attribution_backwards', 0)}"
-                 " attribution forwards + backwards and "
-                 f"{cost.get('generations', 0)} generations over {cost['cases']} cases; "
-                 f"{cost['sweep_s']:.1f} s sweeps, {cost['total_s']:.1f} s in all")
+    parts = [f"{cost['patched_forwards']} batched patched runs"]
+    if "ablation_forwards" in cost:  # reports from before attribution patching lack these
+        parts.append(f"{cost['ablation_forwards']} head ablations")
+    if cost.get("attribution_forwards") or cost.get("attribution_backwards"):
+        parts.append(f"{cost['attribution_forwards']} + {cost['attribution_backwards']} "
+                     "attribution forwards + backwards")
+    method = f" ({cost['method']})" if "method" in cost else ""
+    lines.append(f"  cost{method}: {', '.join(parts)} and {cost.get('generations', 0)} "
+                 f"generations over {cost['cases']} cases; {cost['sweep_s']:.1f} s sweeps, "
+                 f"{cost['total_s']:.1f} s in all")
     return "\n".join(lines)
 
 
