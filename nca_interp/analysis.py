@@ -846,3 +846,9 @@ register(AnalysisSpec(
     files={"patching": "patching.json"},
     pipeline="nca_interp.paper.reproduce:plan_patching",
     report="nca_interp.reports:PatchingReport"))
+register(AnalysisSpec(
+    "lens", "nca_interp.lens",
+    "where c still acts, token by token and layer by layer (logit lens), against a wrong c' "
+    "and the arithmetic floor; the forks that carry harm cases",
+    files={"lens": "lens.json"},
+    report="nca_interp.reports:LensReport"))

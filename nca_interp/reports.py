@@ -565,3 +565,50 @@ def _legacy_identity(key: str, entry, folders: dict[str, str], identity) -> dict
         rid = dataclasses.replace(rid, **{k: v for k, v in own.items()
                                           if k in ("method", "seed", "beta") and v is not None})
     return {**rid.to_dict(), "path": str(path) if path else None}
+
+
+# --- appended: the two-view lens (nca_interp.lens) ------------------------------------------
+
+@dataclass(eq=False)
+class Lens(Fields):
+    """One checkpoint's two views token by token (nca_interp.lens), on its own samples
+    y ~ g(.|x); series: kl = KL(q_x || q_c) per response token, kl_control the same with a
+    wrong c' of c's form, kl_floor the no-c view against itself in another layout (arithmetic),
+    flip / flip_control the share of tokens whose top token the context changes."""
+
+    n_items: int = need("items sampled")
+    n_units: int = need("independent units among them (what the intervals resample)")
+    n_tokens: int = need("response tokens compared")
+    overall: dict = need("per series: its token mean over every response token")
+    thirds: dict = need("per series: token means in the first, middle and last third of each "
+                        "response (t / its length)")
+    ci95: dict = need("95% cluster-bootstrap intervals: `<series>` of the overall mean, "
+                      "`<series>_thirds` of each third's")
+    by_position: dict = need("per series: the mean at each response position over the items "
+                             "that reach it (`n`: how many do)")
+    example: dict = need("the response with the largest summed kl, token by token: tokens, "
+                         "kl, kl_control, flip, each view's top token, and with the lens the "
+                         "layer the views part at and lens_kl (layer x token)")
+    forks: dict = need("greedy both ways: correct_no_c, correct_c, n_harm, n_help and, for the "
+                       "first max_cases of each, the case (item, unit, first_fork, n_forks, "
+                       "the tokens at it, other_view_right, restored by swapping one token, "
+                       "forks_to_restore, the responses); harm_restored / help_restored: the "
+                       "shares restored by the first swap, *_within by at most max_forks")
+    depth: dict | None = doc("the logit lens per layer (the report's `layers`): lens_kl and "
+                             "lens_kl_control (KL between the views' lens distributions), "
+                             "lens_flip (share of tokens whose lens top-1s differ), settle_x / "
+                             "settle_c (mean first layer from which a view's lens top-1 stays "
+                             "its final one), part (mean first layer from which the views' "
+                             "top-1s stay apart, at forks) and part_counts (forks per layer)")
+    responses: list | None = doc("the sampled responses, as text")
+
+
+@dataclass(kw_only=True, eq=False)
+class LensReport(Report):
+    ANALYSIS: ClassVar[str] = "lens"
+    OPEN: ClassVar[bool] = False
+    ENTRY: ClassVar[type[Fields]] = Lens
+
+    layers: list = need("the lens's layer labels (embed, 0, 1, ...; the last is the output); "
+                        "empty without the lens")
+    checkpoints: list = need("the checkpoint folders read, in order")
