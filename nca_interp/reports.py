@@ -41,10 +41,10 @@ from typing import Any, ClassVar, TypeVar
 from nca_interp.errors import UsageError
 
 __all__ = ["VERSION", "ContextReturn", "ContextReturnReport", "Fields", "GradAlign",
-           "GradAlignReport", "LayerSim", "LayerSimReport", "ParamDelta", "ParamDeltaReport",
-           "Patching", "PatchingReport", "Report", "ReportError", "RunRecord", "Trajectory",
-           "TrajectoryReport", "VOCABULARY", "as_report", "describe", "label", "read_derived",
-           "typed", "upgrade", "vocabulary"]
+           "GradAlignReport", "LayerSim", "LayerSimReport", "Lens", "LensReport", "ParamDelta",
+           "ParamDeltaReport", "Patching", "PatchingReport", "Report", "ReportError",
+           "RunRecord", "Trajectory", "TrajectoryReport", "VOCABULARY", "as_report", "describe",
+           "label", "read_derived", "typed", "upgrade", "vocabulary"]
 
 VERSION = 3
 _LEGACY_RESULTS = ("reports", "per_checkpoint")

@@ -82,6 +82,9 @@ __all__ = ["ABLATE_NOTE", "BY", "DEMO", "DIRECTIONS", "FLIPPED", "PatchingConfig
 
 @dataclass
 class PatchingConfig:
+    # options --help leaves to --help-all (the attribution path's sizes)
+    EXPERT = ("top_k", "n_check", "ablate", "n_random_generate")
+
     ckpt: list[str] = field(default_factory=list, metadata={
         "help": "checkpoint folders, each patched on its own cases; default: the embedded "
                 "Sokoban OPD"})

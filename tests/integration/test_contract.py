@@ -36,6 +36,7 @@ def tiny_fields(name: str, run_dir) -> dict:
             "layer_sim": {"ckpt": [opd], "n_levels": 4, "batch": 4},
             "grad_align": {"ckpt": [opd], "batch": 4, "micro_batch": 2, "parts": 2},
             "param_delta": {"ckpt": [opd, nca]},
+            "lens": {"ckpt": [opd], "n_levels": 4, "batch": 4, "max_cases": 2, "max_forks": 2},
             "patching": {"ckpt": [opd], "scope": "groups", "n_levels": 60, "max_cases": 2,
                          "ks": [1], "n_random": 2, "n_random_generate": 0}}[name]
 
