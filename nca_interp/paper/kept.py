@@ -58,7 +58,7 @@ ROOT_FILES = ("config.json", "generation_config.json", "model.safetensors", MANI
 RECORD = "kept.json"  # a LoRA teacher's record: its base and the merged weights' sha256s
 
 
-def save(run: str | Path, kept: Path | None = None) -> Path:
+def save(run: str | Path, kept: Path | None = None, remerge: bool = False) -> Path:
     """Copy finished teacher run `run` (its root and its last step checkpoint, moments dropped
     from the copy) to `kept` (default `KEPT`)/<run's name>; the run itself is left as it is."""
     kept = KEPT if kept is None else Path(kept)
@@ -108,16 +108,24 @@ def save(run: str | Path, kept: Path | None = None) -> Path:
                 weights_digest(tmp) != weights_digest(run):
             raise RuntimeError(f"the copy of {run} does not hold its weights; nothing was kept")
         if lora:
-            _keep_adapter_only(run, tmp, [tmp, step], config)
+            _keep_adapter_only(run, tmp, [tmp, step], config, remerge)
         tmp.rename(dest)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return dest
 
 
-def _keep_adapter_only(run: Path, tmp: Path, folders: list[Path], config: dict) -> None:
+# the most a run's own merged weights may differ from the exact merge for `--remerge` to keep
+# the exact one in their place: float32 rounding of peft's merge, never a different model
+REMERGE_TOLERANCE = 1e-5
+
+
+def _keep_adapter_only(run: Path, tmp: Path, folders: list[Path], config: dict,
+                       remerge: bool = False) -> None:
     """Drop the merged weights of a LoRA teacher's copy, once the base and the adapter are shown
-    to rebuild them to the same bits, and write the record `restore` checks."""
+    to rebuild them to the same bits, and write the record `restore` checks. `remerge`: a run
+    merged by peft (before the exact merge) is kept as the exact merge of its adapter, when the
+    two differ by float32 rounding only (`REMERGE_TOLERANCE`); the record says by how much."""
     from nca_interp.checkpoint import content_digest
     from nca_interp.fsio import default_cache, write_text
 
@@ -131,23 +139,51 @@ def _keep_adapter_only(run: Path, tmp: Path, folders: list[Path], config: dict) 
         raise UsageError(f"{run} was adapted from {base}, not from a model of the cache "
                          f"({models}, `python -m nca_interp.fetch`): a fresh clone could not "
                          "find its base; keep the base's run first or train from a fetched model")
-    merged = {}
+    merged, remerged = {}, {}
     for folder in folders:
-        files = json.loads((folder / MANIFEST).read_text())["files"]
+        manifest = json.loads((folder / MANIFEST).read_text())
         with _rebuilt(base, folder) as rebuilt:
             for w in weight_files(folder):
-                want = files[w.name]["sha256"]
-                if w.name not in rebuilt or rebuilt[w.name][0] != want:
-                    raise UsageError(f"{folder.name}/{w.name}: the base and the adapter rebuild "
-                                     "other bits than the run saved (a run from before "
-                                     "nca_interp.lora's exact merge); retrain it, or keep its "
-                                     "full weights outside git")
-                merged[str(folder.relative_to(tmp) / w.name)] = want
+                want = manifest["files"][w.name]["sha256"]
+                got, path = rebuilt.get(w.name, (None, None))
+                rel = str(folder.relative_to(tmp) / w.name)
+                if got != want:
+                    if not remerge or path is None:
+                        raise UsageError(f"{folder.name}/{w.name}: the base and the adapter "
+                                         "rebuild other bits than the run saved (a run from "
+                                         "before nca_interp.lora's exact merge); keep it with "
+                                         "--remerge, retrain it, or keep its full weights "
+                                         "outside git")
+                    remerged[rel] = _max_difference(w, path)
+                    if remerged[rel] > REMERGE_TOLERANCE:
+                        raise UsageError(f"{rel}: the exact merge differs from the saved weights "
+                                         f"by {remerged[rel]:.2e}, more than rounding "
+                                         f"({REMERGE_TOLERANCE:g}); nothing was kept")
+                    manifest["files"][w.name] = {"bytes": path.stat().st_size, "sha256": got}
+                merged[rel] = got
                 w.unlink()
+        if any(Path(rel).parent == folder.relative_to(tmp) for rel in remerged):
+            write_text(folder / MANIFEST, json.dumps(manifest, indent=1))
     write_text(tmp / RECORD, json.dumps({
         "base": {"name": name, "content_digest": content_digest(base),
                  "fetch": f"python -m nca_interp.fetch {name}"},
-        "merged_sha256": merged, "weights_digest": weights_digest(run)}, indent=1))
+        "merged_sha256": merged, "run_weights_digest": weights_digest(run),
+        # --remerge: the largest |difference| of each file from the run's own (peft's) merge
+        "remerged_max_abs_difference": remerged}, indent=1))
+
+
+def _max_difference(saved: Path, rebuilt: Path) -> float:
+    """The largest |difference| between two weight files' tensors of the same names."""
+    from safetensors import safe_open
+
+    worst = 0.0
+    with safe_open(str(saved), "pt") as a, safe_open(str(rebuilt), "pt") as b:
+        if set(a.keys()) != set(b.keys()):
+            return float("inf")
+        for k in a.keys():
+            worst = max(worst, float((a.get_tensor(k).double() -
+                                      b.get_tensor(k).double()).abs().max()))
+    return worst
 
 
 @contextmanager
@@ -230,13 +266,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--kept", default=str(KEPT), help="where kept runs live (default: the "
                     "repository's checkpoints/)")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("save", help="keep finished teacher runs").add_argument("runs", nargs="+")
+    keep = sub.add_parser("save", help="keep finished teacher runs")
+    keep.add_argument("runs", nargs="+")
+    keep.add_argument("--remerge", action="store_true", help="a LoRA teacher merged by peft "
+                      "(before the exact merge): keep the exact merge of its adapter, when it "
+                      "differs from the saved weights by rounding only")
     sub.add_parser("list", help="the kept runs")
     args = ap.parse_args(argv)
     store = Path(args.kept)
     if args.cmd == "save":
         for run in args.runs:
-            print(f"kept {run} as {save(run, store)}")
+            print(f"kept {run} as {save(run, store, args.remerge)}")
         return
     found = sorted(p for p in store.glob("*") if p.is_dir() and not p.name.startswith("."))
     for src in found:

@@ -179,3 +179,44 @@ def test_the_adapter_is_part_of_the_checkpoint_it_belongs_to(base, tmp_path):
     (step / "adapter").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(CheckpointError, match="not a file of the folder itself"):
         verify_folder(step)
+
+
+def test_a_teacher_merged_by_peft_is_kept_as_its_exact_merge_only_when_asked(
+        base, tmp_path, monkeypatch):
+    """A run saved before the exact merge holds peft's float32 merge: kept only with --remerge,
+    as the exact merge of its adapter, and only when the two differ by rounding."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from nca_interp.checkpoint import latest_step_checkpoint, weights_digest, write_manifest
+    from nca_interp.paper import kept
+
+    cache = tmp_path / "cache"
+    shutil.copytree(base, cache / "models" / "tinybase")
+    monkeypatch.setenv("NCA_INTERP_CACHE", str(cache))
+    run = tmp_path / "runs" / "old_base"
+    sft.main(["--out", str(run), "--init", str(cache / "models" / "tinybase"), *LORA])
+
+    def resave(shift):  # what peft's merge (or another model) left in the run's files
+        for folder in (run, latest_step_checkpoint(run)):
+            w = load_file(folder / "model.safetensors")
+            k = next(n for n in w if n.endswith("q_proj.weight"))
+            w[k] = w[k] + shift
+            save_file(w, str(folder / "model.safetensors"), metadata={"format": "pt"})
+            write_manifest(folder, skip=("metrics.jsonl",) if folder == run else ())
+
+    resave(1e-7)
+    with pytest.raises(UsageError, match="keep it with --remerge"):
+        kept.save(run, tmp_path / "kept")
+    dest = kept.save(run, tmp_path / "kept", remerge=True)
+    import json
+
+    record = json.loads((dest / kept.RECORD).read_text())
+    assert 0 < max(record["remerged_max_abs_difference"].values()) < 1e-6
+    fresh = tmp_path / "clone" / run.name
+    assert kept.restore(fresh, tmp_path / "kept")
+    assert weights_digest(fresh) != weights_digest(run)  # the exact merge, not peft's bits
+    resave(1e-2)
+    with pytest.raises(UsageError, match="more than rounding"):
+        kept.save(run, tmp_path / "kept2", remerge=True)
