@@ -276,30 +276,63 @@ def _remedy(path: Path) -> str:
 
 
 def _check_finite_config(config: Path) -> None:
-    """A model config holds no NaN or Infinity (Python's JSON reader takes them, and a NaN
-    `rms_norm_eps` made every answer wrong without a word), and no size or epsilon of 0 or
-    below (`POSITIVE_CONFIG`: an `rms_norm_eps` of -1 did the same)."""
+    """A model config holds no NaN or Infinity (Python's JSON reader takes them, and 1e999,
+    as inf: a NaN `rms_norm_eps` made every answer wrong without a word), no size or epsilon of
+    0 or below (`POSITIVE_CONFIG`, at any depth: transformers 5 nests `rope_theta` in
+    `rope_parameters`), no epsilon of 1 or more (1e30 flattened every logit), and an activation
+    transformers knows (an unknown one was a KeyError traceback)."""
+    import math
+
     from nca_interp.fsio import MAX_JSON_BYTES, read_text
 
     def refuse(name: str):
         raise CheckpointError(f"{config} holds {name}, which is no number a model config can "
                               "use; restore the file from where the checkpoint came from")
 
+    def finite(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            refuse(text)
+        return value
+
     try:
-        d = json.loads(read_text(config, "model config", MAX_JSON_BYTES), parse_constant=refuse)
+        d = json.loads(read_text(config, "model config", MAX_JSON_BYTES), parse_constant=refuse,
+                       parse_float=finite)
     except (json.JSONDecodeError, RecursionError):
         return  # named, in one line, where the config is parsed (check_architecture)
-    for key in POSITIVE_CONFIG:  # a norm's epsilon of 0 or below divides by zero or a
-        value = d.get(key) if isinstance(d, dict) else None  # negative: wrong answers
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
-            raise CheckpointError(f"{config}: {key} is {value}, and must be above 0; restore "
-                                  "the file from where the checkpoint came from")
+
+    def walk(node, depth=0):
+        if not isinstance(node, dict) or depth > 3:
+            return
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, depth + 1)
+            if key not in POSITIVE_CONFIG or isinstance(value, bool) or \
+                    not isinstance(value, (int, float)):
+                continue
+            if value <= 0:
+                raise CheckpointError(f"{config}: {key} is {value}, and must be above 0; "
+                                      "restore the file from where the checkpoint came from")
+            if key in EPSILONS and value >= 1:
+                raise CheckpointError(f"{config}: {key} is {value}; a norm's epsilon is a small "
+                                      "number (1e-6 to 1e-5), not 1 or more: restore the file "
+                                      "from where the checkpoint came from")
+
+    walk(d)
+    act = d.get("hidden_act") if isinstance(d, dict) else None
+    if act is not None:
+        from transformers.activations import ACT2FN
+
+        if not isinstance(act, str) or act not in ACT2FN:
+            raise CheckpointError(f"{config}: hidden_act {act!r} is no activation transformers "
+                                  "knows; restore the file from where the checkpoint came from")
 
 
 # model-config numbers that must be above 0 for the model to compute what it was trained to
-POSITIVE_CONFIG = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps",
-                   "rope_theta", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                   "num_key_value_heads", "intermediate_size", "vocab_size", "head_dim")
+EPSILONS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps")
+POSITIVE_CONFIG = (*EPSILONS, "rope_theta", "hidden_size", "num_hidden_layers",
+                   "num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size",
+                   "head_dim")
 
 
 def verify_folder(path: str | Path) -> Path:

@@ -54,6 +54,8 @@ CHECKS = {
 # tenths, so the "sampled" rollouts are greedy ones; evaluation's temperature 0 (greedy on
 # purpose) has its own check
 MIN_TEMPERATURE = 0.05
+# above it a logit gap of a few tens is under float32's resolution of the sampling weights
+MAX_TEMPERATURE = 100.0
 
 # the most held-out levels or items one command evaluates (about a day of greedy answers here)
 MAX_LEVELS = 100_000
@@ -108,10 +110,18 @@ def _check_value(flag: str, rule: str, value) -> None:
             raise UsageError(f"{flag} must be between 1 and {MAX_LEVELS} (1000 levels already "
                              f"give a rate within +-3 points), not {value}")
         return
+    if rule == "temperature_or_greedy":  # 0: greedy on purpose (evaluate)
+        if value == 0:
+            return
+        rule = "temperature"
     if rule == "temperature":
         if not value >= MIN_TEMPERATURE:
             raise UsageError(f"{flag} must be >= {MIN_TEMPERATURE} (sampling needs a "
                              f"temperature; lower ones are greedy to float precision), not "
+                             f"{value}")
+        if value > MAX_TEMPERATURE:
+            raise UsageError(f"{flag} must be at most {MAX_TEMPERATURE} (above it softmax(z / "
+                             f"T) is uniform to float precision: the model is not read), not "
                              f"{value}")
         return
     ok = {">0": value > 0, ">=0": value >= 0, ">=1": value >= 1, ">=2": value >= 2,
@@ -353,6 +363,9 @@ def _user_error(e: BaseException) -> bool:
     return isinstance(e, (ValueError, OSError, FloatingPointError))
 
 
+TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "y", "on"), ("0", "false", "no", "n", "off")
+
+
 def _parser_for(tp):
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -360,7 +373,12 @@ def _parser_for(tp):
         parse = _parser_for(inner)
         return lambda s: None if s.lower() == "none" else parse(s)
     if tp is bool:
-        return lambda s: s.lower() in ("1", "true", "yes", "y")
+        def boolean(s: str) -> bool:  # "on", "maybe", "flase" read False without a word
+            if s.lower() in TRUE_WORDS + FALSE_WORDS:
+                return s.lower() in TRUE_WORDS
+            raise argparse.ArgumentTypeError(f"{s!r} is not true or false (write one of "
+                                             f"{', '.join(TRUE_WORDS + FALSE_WORDS)})")
+        return boolean
     if origin in (tuple, list):
         item = typing.get_args(tp)[0]
 

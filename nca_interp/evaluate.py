@@ -385,7 +385,8 @@ class EvalConfig:
     fmt: str | None = field(default=None, metadata={"help": "compact|textarena"})
     n_levels: int = field(default=1000, metadata={"help": "held-out levels (fixed by --seed)"})
     seed: int = field(default=0, metadata={"help": "held-out set and sampling seed"})
-    temperature: float = field(default=0.0, metadata={"help": "0 = greedy", "check": ">=0"})
+    temperature: float = field(default=0.0, metadata={"help": "0 = greedy",
+                                                      "check": "temperature_or_greedy"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
     device: str = field(default="auto", metadata={"help": "auto|cpu|cuda"})
     precision: str = field(default="auto", metadata={"check": "choice:auto|fp32|bf16",

@@ -479,17 +479,17 @@ class LensConfig:
     context: str | None = field(default=None, metadata={
         "help": lambda: f"{context_choices()}; default: the context the checkpoints were "
                         "distilled with"})
-    n_levels: int = field(default=32, metadata={"help": "held-out items", "check": ">0"})
+    n_levels: int = field(default=32, metadata={"help": "held-out items", "check": "levels"})
     seed: int = field(default=0, metadata={"help": "held-out set and sampling seed"})
     temperature: float = field(default=1.0, metadata={
         "help": "of the samples y ~ g(.|x) the per-token effect is read on (0: greedy)",
-        "check": ">=0"})
+        "check": "temperature_or_greedy"})
     layers: bool = field(default=True, metadata={"help": "the logit lens, layer by layer"})
     max_cases: int = field(default=16, metadata={
         "help": "harm cases (and help cases) whose forks are swapped", "check": ">=0"})
     max_forks: int = field(default=4, metadata={
         "help": "forks swapped in turn before a case counts as not restored", "check": ">0"})
-    batch: int = field(default=16, metadata={"help": "items per forward pass", "check": ">0"})
+    batch: int = field(default=16, metadata={"help": "items per forward pass", "check": "batch"})
     out: str = field(default="runs/lens_demo/lens", metadata={"help": "output stem (.json/.html)"})
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
     threads: int = field(default=2, metadata={"help": "torch threads"})

@@ -40,10 +40,51 @@ class ModelConfig:
     max_len: int = 512
 
 
+def check_shape(cfg: ModelConfig, vocab_size: int) -> None:
+    """Refuse, before anything is built, a shape no attention layer has (--d-model 3 with 4
+    heads was a ZeroDivisionError in the rotary embedding) or one that could not be trained in
+    this machine's memory (--n-layers 100000 built for minutes, then failed to allocate)."""
+    if cfg.d_model % cfg.n_heads:
+        raise UsageError(f"--d-model {cfg.d_model} is not a multiple of --n-heads "
+                         f"{cfg.n_heads}: each head takes d_model / n_heads dimensions")
+    if (cfg.d_model // cfg.n_heads) % 2:
+        raise UsageError(f"--d-model {cfg.d_model} / --n-heads {cfg.n_heads} = "
+                         f"{cfg.d_model // cfg.n_heads} dimensions a head, which must be even "
+                         "(rotary position embeddings turn pairs of them)")
+    if cfg.n_heads % cfg.n_kv_heads:
+        raise UsageError(f"{cfg.n_heads} attention heads do not share {cfg.n_kv_heads} "
+                         "key/value heads evenly")
+    params = cfg.n_layers * (4 * cfg.d_model ** 2 + 3 * cfg.d_model * cfg.d_mlp) \
+        + 2 * vocab_size * cfg.d_model
+    need, have = TRAIN_BYTES_PER_PARAM * params, available_memory()
+    if have is not None and need > have:
+        raise UsageError(f"a model of --n-layers {cfg.n_layers}, --d-model {cfg.d_model}, "
+                         f"--d-mlp {cfg.d_mlp} has about {params:.3g} parameters, whose training "
+                         f"needs about {need / 2**30:.3g} GiB (weights, gradients, Adam's two "
+                         f"moments), more than the {have / 2**30:.3g} GiB free here: choose a "
+                         "smaller model")
+
+
+# float32 weights, gradients and Adam's two moments
+TRAIN_BYTES_PER_PARAM = 16
+
+
+def available_memory() -> int | None:
+    """Bytes of memory free for a new allocation (Linux's MemAvailable), or None elsewhere."""
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def build_model(cfg: ModelConfig, tokenizer, seed: int = 0) -> PreTrainedModel:
     """A randomly initialised model of `cfg` for `tokenizer`; same seed, same weights."""
     if cfg.arch not in ARCHS:
         raise UsageError(f"unknown arch {cfg.arch!r}; choose one of {sorted(ARCHS)}")
+    check_shape(cfg, len(tokenizer))
     hf_cfg = ARCHS[cfg.arch](
         vocab_size=len(tokenizer), hidden_size=cfg.d_model, intermediate_size=cfg.d_mlp,
         num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads,

@@ -178,6 +178,12 @@ def test_distill_flags_refused_before_anything_is_written(base, tmp_path, capsys
     (sft.main, ["--lr", "inf"], "--lr must be a finite number"),
     (sft.main, ["--p-detour", "2"], "between 0 and 1"),
     (sft.main, ["--steps", "5", "--warmup", "50"], "give a --warmup of at most 5"),
+    # the fourth probe's: a ZeroDivisionError, a failed 4 TB allocation, minutes of building
+    (sft.main, ["--d-model", "3"], "--d-model 3 is not a multiple of --n-heads 4"),
+    (sft.main, ["--d-model", "36"], "9 dimensions a head, which must be even"),
+    (sft.main, ["--d-model", "1000000"], "more than the"),
+    (sft.main, ["--n-layers", "100000"], "choose a smaller model"),
+    (evaluate.main, ["--temperature", "1e308"], "--temperature must be at most 100"),
 ])
 def test_analysis_flags_refused(tmp_path, capsys, main, flags, needle):
     argv = [*flags, "--out", str(tmp_path / "o")]
@@ -439,3 +445,14 @@ def test_a_default_warmup_longer_than_the_run_is_a_note():
     assert ("note: the default --warmup 100 is longer than --steps 4: the learning rate "
             "reaches only 4%") in check_warmup(sft.SFTConfig(steps=4))
     assert check_warmup(sft.SFTConfig(steps=400)) is None
+
+
+@pytest.mark.parametrize("main,flags", [(evaluate.main, ["--control", "maybe"]),
+                                        (layer_sim.main, ["--baselines", "flase"])])
+def test_a_bool_flag_that_is_no_bool_is_refused(main, flags, capsys):
+    """Anything but 1/true/yes/y/on read as False without a word (the fourth probe: --control on
+    ran no control run)."""
+    with pytest.raises(SystemExit) as e:
+        main(flags)
+    assert e.value.code == 2
+    assert f"{flags[1]!r} is not true or false" in capsys.readouterr().err

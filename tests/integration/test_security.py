@@ -467,6 +467,17 @@ def test_nan_in_a_model_config_is_refused(base, tmp_path):
         write_manifest(ck)  # eps of -1 answered wrongly without a word
         with pytest.raises(CheckpointError, match=f"{key} is {value}, and must be above 0"):
             verify_folder(ck)
+    for edit, needle in (  # the fourth probe's: 1e999 read as inf, eps 1e30 flattened the
+            ('"rms_norm_eps": 1e999', "holds 1e999"),  # logits, a nested rope_theta, an
+            ('"rms_norm_eps": 1e30', r"rms_norm_eps is 1e\+30; a norm's epsilon"),  # activation
+            ('"rope_parameters": {"rope_theta": -5}', "rope_theta is -5"),  # transformers
+            ('"hidden_act": "evil_act"', "hidden_act 'evil_act' is no activation")):  # lacks
+        text = json.dumps({k: v for k, v in cfg.items() if k not in ("rms_norm_eps",
+                                                                      "hidden_act")})
+        (ck / "config.json").write_text(text[:-1] + ", " + edit + "}")
+        write_manifest(ck)
+        with pytest.raises(CheckpointError, match=needle):
+            verify_folder(ck)
 
 
 def test_chat_turns_on_a_checkpoint_without_a_template_are_refused(base, tmp_path):
