@@ -71,6 +71,7 @@ class Judgement:
     verdict: str  # a word of rules.VERDICTS
     reason: str = ""
     mde: float | None = None  # the smallest effect the deciding interval detects (80% power)
+    p: float | None = None  # the p of the test the verdict rests on (rules: multiplicity)
 
 
 def detectable(est: Estimate) -> float:
@@ -219,10 +220,38 @@ def mde_of_halfwidths(halfwidths: list[float]) -> float | None:
     return float(sum(halfwidths) / len(halfwidths)) * (Z95 + Z_POWER) / Z95
 
 
-def _with_mde(judge_fn):
+def _effect_p(e: Estimate, null: float, direction: int, *_, **__) -> float:
+    """The effect rule's p: the two-sided p of `e`'s interval against `null` (rules.interval_p)."""
+    from nca_interp.paper import rules
+
+    return rules.interval_p(e.point, e.lo, e.hi, null, direction)
+
+
+def _equivalent_p(e: Estimate, null: float, margin: float, sides: str = "both", *_, **__
+                  ) -> float:
+    """TOST's p: the one-sided p of `e` (its symmetric standard error, as `at90`) against
+    null - margin, and against null + margin too where `sides` is both (the larger)."""
+    from nca_interp.paper import rules
+
+    lo, hi = e.point - Z95 * e.se, e.point + Z95 * e.se
+    p = rules.interval_p(e.point, lo, hi, null - margin, 1, sides=1)
+    return p if sides == "lower" else max(p, rules.interval_p(e.point, lo, hi, null + margin,
+                                                              -1, sides=1))
+
+
+def _band_p(e: Estimate, lo: float, hi: float, *_, **__) -> float:
+    """The band's p: inside both bounds, the larger of the two bounds' two-sided p's."""
+    from nca_interp.paper import rules
+
+    return max(rules.interval_p(e.point, e.lo, e.hi, lo, 1),
+               rules.interval_p(e.point, e.lo, e.hi, hi, -1))
+
+
+def _with_mde(judge_fn, p_fn):
     def run(units, pooled, *args, **kw) -> Judgement:
         j = judge_fn(units, pooled, *args, **kw)
         decide = pooled if pooled is not None else units[0]
+        tested = decide
         if decide.outer is not None:  # a bootstrap interval: is the verdict on its edge?
             wide = decide.widened()
             edge = judge_fn(units, wide, *args, **kw) if pooled is not None else \
@@ -232,11 +261,13 @@ def _with_mde(judge_fn):
                     edge.reason, f"on the edge: the 95% interval alone gives {j.verdict}, "
                     f"with its ends moved out by the bootstrap's own error {edge.verdict}, "
                     "the reading taken here") if x))
-        return replace(j, mde=detectable(decide))
+                tested = wide
+        kw.pop("what", None)
+        return replace(j, mde=detectable(decide), p=p_fn(tested, *args, **kw))
     run.__doc__, run.__name__ = judge_fn.__doc__, judge_fn.__name__.lstrip("_")
     return run
 
 
-effect = _with_mde(_effect)
-equivalent = _with_mde(_equivalent)
-within_band = _with_mde(_within_band)
+effect = _with_mde(_effect, _effect_p)
+equivalent = _with_mde(_equivalent, _equivalent_p)
+within_band = _with_mde(_within_band, _band_p)

@@ -10,6 +10,7 @@ angle within its noise).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from nca_interp.errors import UsageError
@@ -18,8 +19,9 @@ __all__ = ["ALPHA", "BREAK_MARGIN", "DEPTH_MARGIN", "DEPTH_THIRDS", "FEW_CLUSTER
            "HARM_MARGIN", "HEADS_MARGIN", "HEADS_MIN_CASES", "KEEP_MARGIN", "LENGTH_MARGIN",
            "MIN_SEEDS", "ORTHO_BAND", "PAPER_COS_THRESHOLD", "READ_MARGIN", "RISE_MARGIN",
            "SIZE_MATCH", "SPECS", "SUPPORT_MIN", "Spec", "UPDATE_MARGIN", "VERDICTS",
-           "beyond_chance", "closed_share", "cosine_in_range", "harm_is_own",
-           "independence_harm", "markdown", "pooled", "prevents", "spec_table", "verdict"]
+           "after_holm", "beyond_chance", "closed_share", "cosine_in_range", "counted_p",
+           "harm_is_own", "holm", "holm_threshold", "independence_harm", "interval_p",
+           "markdown", "pooled", "prevents", "spec_table", "verdict"]
 
 VERDICTS = ("reproduced", "partly", "inconclusive", "not reproduced", "not measurable",
             "not run")
@@ -441,6 +443,32 @@ RULES = (
     ("not run",
      "a claim whose input file this setting lacks is a row **not run** naming the command that "
      "makes it, never a vanished row."),
+    ("multiplicity",
+     "each setting's claims that rest on a test are one family, corrected by Holm's step-down "
+     f"procedure at a family-wise {ALPHA:g}: the claims' p-values sorted, the k-th smallest (k "
+     f"from 0) compared with {ALPHA:g} / (m - k), m the claims with a p, rejection stopping at "
+     "the first that fails. A claim's p is that of the test its raw rule applies at "
+     f"{ALPHA:g}, found by inverting its deciding interval under the normal approximation "
+     "(standard error: the interval's half facing the null over 1.96; a 95% interval just "
+     f"touching the null gives p = {ALPHA:g}): for the effect rule (breaks, improves, reads "
+     "c, prevents' pooled gap, the pooled harm verdicts) the two-sided p of the pooled "
+     "interval against no change; for equivalence (keeps) the one-sided p of the "
+     "symmetric interval against -margin, TOST's own test; for the band (angles) the larger "
+     "of the two bounds' two-sided p's; for a claim counted over units with intervals "
+     "(internalizes, longer, the gap, matched drift) each unit's p against its null, the "
+     "largest where every unit is clear (**reproduced** needs each: an intersection-union "
+     "test), else the smallest (**partly** needs one); the exact permutation p for the "
+     "updates' and the random-draw p's (the larger of the effect's and the flips') for the "
+     "heads. Claims whose rule tests nothing (the paper's 0.997 threshold on points, shallow "
+     "k/q's runs without intervals) and **not measurable** or **not run** rows are outside "
+     "the family. After Holm, a **reproduced** or **partly** whose p clears "
+     f"{ALPHA:g} alone but not its Holm threshold reads **inconclusive**; every other verdict "
+     "is unchanged (the correction guards against false findings, and a verdict the raw rule "
+     "gives without its test passing, the updates' 'direction only' **partly**, rests on no "
+     "test to correct). The table prints the corrected verdict beside the raw one, with each "
+     "claim's p and threshold. A t interval (few clusters) inverted as normal understates p "
+     "far in its tail: the correction is approximate there, never stricter than the raw "
+     "rule."),
     ("closed set",
      "a verdict is one of " + ", ".join(f"**{v}**" for v in VERDICTS) + "; its reason is "
      "written beside it, never in place of it."),
@@ -546,6 +574,64 @@ def beyond_chance(harm_lo: float, harm_hi: float, step0_harm: float | None,
     baseline = independence_harm(correct_c)
     clear = harm_lo > baseline and (step0_harm is None or harm_lo > step0_harm)
     return clear, harm_hi < baseline
+
+
+def interval_p(point: float, lo: float, hi: float, null: float = 0.0, direction: int = 1,
+               sides: int = 2) -> float:
+    """The p-value of "beyond `null` in `direction`" found by inverting a 95% interval
+    [`lo`, `hi`] around `point` under the normal approximation (the multiplicity rule): the
+    standard error is the interval's half facing the null over 1.96, so an interval whose end
+    just touches the null gives p = 0.05 (`sides` 2: the two-sided p a 95% interval tests;
+    1: a one-sided p). A zero-width half gives 0 (clear) or 1."""
+    half = point - lo if direction > 0 else hi - point
+    toward = (point - null) * direction
+    if half <= 0:
+        return 0.0 if toward > 0 else 1.0
+    z = toward / (half / 1.959963984540054)
+    return min(1.0, sides * 0.5 * math.erfc(z / math.sqrt(2)))
+
+
+def counted_p(unit_ps: list[float], every: bool) -> float | None:
+    """A counted claim's p (the multiplicity rule): `every` unit clear (reproduced) is an
+    intersection-union test, its p the largest unit p; else "some unit clear" (partly), the
+    smallest. None: no unit."""
+    if not unit_ps:
+        return None
+    return max(unit_ps) if every else min(unit_ps)
+
+
+def holm(ps: list[float | None], alpha: float = ALPHA) -> list[bool | None]:
+    """Holm's step-down procedure over the p's that are not None (the family): True where a
+    claim's null is rejected at family-wise `alpha`, False where not, None outside the
+    family."""
+    tested = sorted((p, i) for i, p in enumerate(ps) if p is not None)
+    out: list[bool | None] = [None] * len(ps)
+    going = True
+    for k, (p, i) in enumerate(tested):
+        going = going and p <= alpha / (len(tested) - k)
+        out[i] = going
+    return out
+
+
+def holm_threshold(ps: list[float | None], i: int, alpha: float = ALPHA) -> float | None:
+    """The level Holm compares claim `i`'s p with: alpha / (m - its rank)."""
+    if ps[i] is None:
+        return None
+    tested = sorted((p, j) for j, p in enumerate(ps) if p is not None)
+    rank = [j for _, j in tested].index(i)
+    return alpha / (len(tested) - rank)
+
+
+def after_holm(word: str, p: float | None, rejected: bool | None,
+               alpha: float = ALPHA) -> str:
+    """The verdict after the multiplicity rule: a reproduced or partly whose own test passes
+    at `alpha` (p <= alpha) but is not rejected by Holm over its setting's family reads
+    inconclusive; every other verdict, and a claim outside the family, is unchanged."""
+    if p is None or rejected is None or rejected:
+        return word
+    if word in ("reproduced", "partly") and p <= alpha:
+        return "inconclusive"
+    return word
 
 
 def markdown() -> str:

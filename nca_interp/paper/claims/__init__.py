@@ -60,8 +60,8 @@ from nca_interp.paper.layout import (
 )
 from nca_interp.paper.settings import load
 
-__all__ = ["Claim", "CLAIMS", "DOCS", "claim_or_not_run", "pooled_settings", "claims", "degrades",
-           "harm_not_drift",
+__all__ = ["Claim", "CLAIMS", "DOCS", "claim_or_not_run", "pooled_settings", "claims", "corrected",
+           "degrades", "harm_not_drift",
            "heads_carry_harm", "internalizes", "label_permutation_p", "longer", "main",
            "nca_identical", "nca_improves_no_c", "nca_keeps_context", "nca_new_direction",
            "nca_prevents", "nca_reads_context", "not_run", "opd_gap", "orthogonal",
@@ -122,6 +122,32 @@ def typed(claim: Claim | None, spec: str) -> Claim | None:
     return replace(claim, spec=spec)
 
 
+def corrected(found: list[Claim]) -> list[Claim]:
+    """`found` with each claim's verdict after Holm over this family (`rules.holm`, the
+    multiplicity rule): claims with a p and a verdict other than not measurable / not run are
+    the family; the others keep their verdict, "not tested" beside it."""
+    ps = [c.p if c.verdict not in ("not measurable", "not run") else None for c in found]
+    rejected = rules.holm(ps)
+    out = []
+    for i, c in enumerate(found):
+        if ps[i] is None:
+            out.append(replace(c, holm=c.verdict, holm_note="not tested"))
+            continue
+        level = rules.holm_threshold(ps, i)
+        out.append(replace(c, holm=rules.after_holm(c.verdict, ps[i], rejected[i]),
+                           holm_note=f"p {_p(ps[i])} against {_p(level)}"))
+    return out
+
+
+def _p(v: float) -> str:
+    return f"{v:.2g}" if v >= 0.001 else f"{v:.0e}"
+
+
+def family_size(found: list[Claim]) -> int:
+    """The claims Holm corrects over (`corrected`)."""
+    return sum(c.holm_note.startswith("p ") for c in found)
+
+
 def claims(figs: Path) -> list[Claim]:
     """Every claim of `CLAIMS` on `figs`: judged where its report exists, else "not run" with
     the command that writes the report; the size-matched comparison where
@@ -133,7 +159,7 @@ def claims(figs: Path) -> list[Claim]:
             out.append(claim)
     if (figs.parent / f"{figs.name}_size" / PARAM_DELTA).exists():
         out.append(size_matched(figs.parent / f"{figs.name}_size"))
-    return out
+    return corrected(out)
 
 
 def table(figs: Path) -> str:
@@ -148,17 +174,28 @@ def table(figs: Path) -> str:
                              "; ".join(settings[m].command(m) for m in members))]
     else:
         found = claims(figs)
-    rows = ["| claim | measured | null / control | detectable (80% power) | verdict |",
-            "|---|---|---|---|---|"]
-    rows += [f"| {c.name} | {c.measured} | {c.null} | {c.detectable or '-'} | **{c.cell}** |"
-             for c in found]
+    m = family_size(found)
+    rows = ["| claim | measured | null / control | detectable (80% power) | verdict | after "
+            f"Holm over this setting's {m} tested claim{'s' * (m != 1)} |",
+            "|---|---|---|---|---|---|"]
+    rows += [f"| {c.name} | {c.measured} | {c.null} | {c.detectable or '-'} | **{c.cell}** | "
+             f"{holm_cell(c)} |" for c in found]
     return "\n".join(rows)
+
+
+def holm_cell(c: Claim) -> str:
+    """The verdict after Holm (`corrected`), its p and threshold; "-" where none was set."""
+    if not c.holm:
+        return "-"
+    changed = " (changed)" if c.holm != c.verdict else ""
+    return f"**{c.holm}**{changed} ({c.holm_note})"
 
 
 
 def words(claim: Claim) -> tuple[str, ...]:
-    """A claim's verdict words: its own, then each other threshold's."""
-    return (claim.verdict, *(w for _, w, _ in claim.also))
+    """A claim's verdict words: its own, then each other threshold's, then its verdict after
+    Holm (the multiplicity rule)."""
+    return (claim.verdict, *(w for _, w, _ in claim.also), *([claim.holm] * bool(claim.holm)))
 
 
 def judged(figs: Path) -> list[Claim]:
@@ -166,8 +203,9 @@ def judged(figs: Path) -> list[Claim]:
     if figs.name not in pooled_settings():
         return claims(figs)
     found = pooled_claims(pooled_settings()[figs.name], figs.parent)
-    return found + [size_matched(figs.parent / f"{m}_size") for m in pooled_settings()[figs.name]
-                    if (figs.parent / f"{m}_size" / PARAM_DELTA).exists()]
+    return corrected(found + [size_matched(figs.parent / f"{m}_size")
+                              for m in pooled_settings()[figs.name]
+                              if (figs.parent / f"{m}_size" / PARAM_DELTA).exists()])
 
 
 def settings_judged(root: Path = Path("figures")) -> list[Path]:

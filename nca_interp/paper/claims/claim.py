@@ -37,9 +37,16 @@ class Claim:
     # its type in the rule book (`rules.SPECS`: quantity, unit, null, claimed side, deciding
     # rule, margin and its source); `claims.claims` sets it from the function that judged it
     spec: str = ""
+    # the p of the test its verdict rests on (rules: multiplicity; None: its rule tests
+    # nothing), and its verdict after Holm over its setting's family with the threshold
+    # ("" until `claims.corrected` sets them)
+    p: float | None = None
+    holm: str = ""
+    holm_note: str = ""
 
     def __post_init__(self):
-        for word in (self.verdict, *(v for _, v, _ in self.also)):
+        for word in (self.verdict, *(v for _, v, _ in self.also), *([self.holm] * bool(
+                self.holm))):
             if word not in rules.VERDICTS:
                 raise UsageError(f"verdict {word!r} is not one of {', '.join(rules.VERDICTS)}")
         if self.spec and self.spec not in rules.SPECS:

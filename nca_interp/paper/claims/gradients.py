@@ -158,7 +158,7 @@ def _judge_band(name: str, runs: dict[str, list[dict]], pair: str, oppose: bool,
                     if bounds else "; supports not recorded (older grad_align)"),
                  j.verdict, "; ".join(x for x in (j.reason, *extra) if x),
                  coverage=(len(units), n),
-                 detectable="" if j.mde is None else f"{j.mde:.0f} deg")
+                 detectable="" if j.mde is None else f"{j.mde:.0f} deg", p=j.p)
 
 
 def orthogonal(figs: Path) -> Claim:

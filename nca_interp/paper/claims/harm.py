@@ -68,11 +68,14 @@ def internalizes(figs: Path) -> Claim:
         _short(rise, rules.RISE_MARGIN) if any(flags) and rise is not None and \
         0 < rise < rules.RISE_MARGIN else \
         _straddle_reason(flags, against) if verdict == "inconclusive" else ""
+    ps = [rules.interval_p(r.correct_no_c, *r.ci95["correct_no_c"], base.correct_no_c)
+          for r in opd]
     return Claim("OPD internalizes c (right without c rises)",
                  spread_text([r.correct_no_c for r in opd]),
                  f"step 0: {base.correct_no_c:.3f}", verdict, reason,
                  coverage=(len(flags), len(opd)),
-                 detectable="-" if floor else "" if mde is None else f"{mde:.3f}")
+                 detectable="-" if floor else "" if mde is None else f"{mde:.3f}",
+                 p=rules.counted_p(ps, all(flags)))
 
 
 def _short(effect: float, margin: float, pct: bool = False) -> str:
@@ -116,7 +119,7 @@ def degrades(figs: Path) -> Claim:
                  f"(1 - accuracy with c) "
                  f"{spread_text([rules.independence_harm(r.correct_c) for r in opd])}",
                  j.verdict, j.reason,
-                 coverage=(len(units), len(opd)), detectable=f"{j.mde:.3f}")
+                 coverage=(len(units), len(opd)), detectable=f"{j.mde:.3f}", p=j.p)
 
 
 
@@ -163,7 +166,8 @@ def nca_prevents(figs: Path) -> Claim:
     elif verdict == "partly" and count_verdict(flags, total=len(opd)) == "reproduced":
         reason = "the pooled paired interval reaches 0"
     return Claim("NCA prevents the harm", measured, control, verdict, reason,
-                 coverage=(len(flags), len(opd)), detectable=mde)
+                 coverage=(len(flags), len(opd)), detectable=mde,
+                 p=None if d is None else rules.interval_p(d, min(lo, d), max(hi, d)))
 
 
 
@@ -207,8 +211,14 @@ def harm_not_drift(figs: Path) -> Claim:
         verdict = rules.pooled(bool(h.get("t95")) and h["t95"][1] < 0, flags, on_side, **margin)
     reason = _short(-h["mean"], rules.HARM_MARGIN) if 0 < -h["mean"] < rules.HARM_MARGIN \
         and verdict in ("inconclusive", "not reproduced") else ""
+    ps = [rules.interval_p(v, v - h["half"][k], v + h["half"][k], 0.0, -1)
+          for k, v in h["per_seed"].items() if k in h["half"]]
+    p = rules.counted_p(ps, all(flags))
+    if not all(flags) and verdict == "reproduced" and h.get("t95"):  # the pooled path decided
+        p = rules.interval_p(h["mean"], min(h["t95"][0], h["mean"]),
+                             max(h["t95"][1], h["mean"]), 0.0, -1)
     return Claim(name, measured, null, verdict, reason,
-                 coverage=(len(flags), len(h["seeds"])))
+                 coverage=(len(flags), len(h["seeds"])), p=p)
 
 
 
@@ -400,7 +410,7 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
     nca_items = [None if r.items_ is None else
                  {**r.items_, "unit": [f"{m}|{u}" for u in r.items_["unit"]]}
                  for m, rep in ctl.items() for r in runs_of(rep, "nca")]
-    read_verdict, read_why, clear, share, read_mde = reads_c_verdict(
+    read_verdict, read_why, clear, share, read_mde, read_p = reads_c_verdict(
         reads["nca"], float(np.mean(teachers)) if teachers else None, nca_items)
     share = share.replace("the teacher's", "the teachers' mean")
     read_why = "; ".join(x for x in (read_why, share) if x)
@@ -411,20 +421,22 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
          f"independence baseline (1 - OPD's accuracy with c) {independence:.3f}; "
          f"teachers (step 0) on the same items: with c - without {fmt(base_delta, '+')}; harm "
          f"{fmt(base)}; {where}", breaks, breaks_why, (len(seed_a), len(seed_a)),
-         detectable=f"{brk.mde:.3f}", spec="degrades"),
+         detectable=f"{brk.mde:.3f}", spec="degrades", p=brk.p),
         Claim("NCA prevents the harm (pooled, paired by seed)",
          f"NCA harm {fmt(nca)}; regimes {''.join(regimes['nca'])}",
          f"OPD - NCA harm {fmt(gap, '+')}", prevents, prevents_why,
-         detectable=f"{judge.detectable(est(gap)):.3f}", spec="nca_prevents"),
+         detectable=f"{judge.detectable(est(gap)):.3f}", spec="nca_prevents",
+         p=rules.interval_p(gap[0], gap[1], gap[2])),
         Claim("NCA still reads c (not blind to it)",
          f"NCA reads_c {spread_text([c['reads_c'] for c in reads['nca']])}",
          f"teachers {spread_text([c['reads_c'] for c in reads['base']])}; OPD "
          f"{spread_text([c['reads_c'] for c in reads['opd']])} (accuracy with c - with a wrong c "
          "of the same form; per-seed 95% intervals)", read_verdict, read_why,
-         (len(clear), len(reads["nca"])), detectable=read_mde, spec="nca_reads_context"),
+         (len(clear), len(reads["nca"])), detectable=read_mde, spec="nca_reads_context",
+         p=read_p),
         Claim("NCA improves accuracy without c (pooled, paired by seed)",
          f"NCA - OPD {fmt(acc, '+')}", where, improves, improves_why,
-         detectable=f"{imp.mde:.3f}", spec="nca_improves_no_c"),
+         detectable=f"{imp.mde:.3f}", spec="nca_improves_no_c", p=imp.p),
     ]
 
 
@@ -464,7 +476,7 @@ def nca_keeps_context(figs: Path) -> Claim:
                  f"step 0 with c: {base.correct_c:.3f}; OPD "
                  f"{spread_text([r.correct_c for r in runs_of(rep, 'opd')])}; margin "
                  f"{rules.KEEP_MARGIN:g}", j.verdict, j.reason,
-                 coverage=(len(units), len(nca)), detectable=f"{j.mde:.3f}")
+                 coverage=(len(units), len(nca)), detectable=f"{j.mde:.3f}", p=j.p)
 
 
 
@@ -500,12 +512,15 @@ def longer(figs: Path) -> Claim:
     widths = [(r.ci95["rel_len_both"][1] - r.ci95["rel_len_both"][0]) / 2 for r in opd
               if None not in (r.ci95["rel_len_both"] or [None])]
     mde = f"{100 * judge.mde_of_halfwidths(widths):.1f}%" if widths else ""
+    ps = [rules.interval_p(r.rel_len_both, *r.ci95["rel_len_both"]) for r in opd
+          if r.rel_len_both is not None and None not in (r.ci95["rel_len_both"] or [None])]
     return Claim("OPD answers get longer with c (rel_len_both)", spread_text(vals, pct=True),
                  "step 0: " + ("-" if b is None else f"{100 * b:+.1f}%"), verdict,
                  _short(grow, rules.LENGTH_MARGIN, pct=True) if any(flags) and
                  0 < grow < rules.LENGTH_MARGIN else
                  _straddle_reason(flags, against) if verdict == "inconclusive" else "",
-                 coverage=(len(flags), len(opd)), detectable=mde)
+                 coverage=(len(flags), len(opd)), detectable=mde,
+                 p=rules.counted_p(ps, all(flags)))
 
 
 
@@ -557,7 +572,7 @@ def nca_improves_no_c(figs: Path) -> Claim:
                for _, r in students(rep)):
         return Claim(name, f"NCA - OPD 0 on every item ({len(units)} seed pairs)",
                      "0 (no change)", "not reproduced", FLOOR + " (NCA - OPD is 0 on every "
-                     "item)", coverage=(len(units), len(units)), detectable="-")
+                     "item)", coverage=(len(units), len(units)), detectable="-", p=1.0)
     # the wider of the two clusterings: the seeds share their items
     pooled = cluster_pooled(diff, [by_pair, by_unit], len(units)) if len(units) > 1 else None
     j = judge.effect(units, pooled, 0.0, 1, rules.BREAK_MARGIN, what="seed pairs")
@@ -569,7 +584,7 @@ def nca_improves_no_c(figs: Path) -> Claim:
                  "0 (no change); 95% paired intervals " + ", ".join(
                      f"[{u.lo:+.3f}, {u.hi:+.3f}]" for u in units),
                  j.verdict, "; ".join(x for x in (j.reason, few) if x),
-                 coverage=(len(units), len(units)), detectable=f"{j.mde:.3f}")
+                 coverage=(len(units), len(units)), detectable=f"{j.mde:.3f}", p=j.p)
 
 
 def reads_c_pooled(units: list[judge.Estimate], items: list[dict | None] | None
@@ -598,7 +613,7 @@ def reads_c_pooled(units: list[judge.Estimate], items: list[dict | None] | None
 
 def reads_c_verdict(nca: list[dict], teacher: float | None,
                     items: list[dict | None] | None = None
-                    ) -> tuple[str, str, list[bool], str, str]:
+                    ) -> tuple[str, str, list[bool], str, str, float | None]:
     """The verdict on NCA reading c from its seeds' control cells (reads_c with its 95%
     interval): an effect claim (`judge.effect`, margin `rules.READ_MARGIN`) on the pooled
     reads_c (`reads_c_pooled`; `items`: each seed's per-item outcomes, where kept):
@@ -606,13 +621,13 @@ def reads_c_verdict(nca: list[dict], teacher: float | None,
     reproduced when the interval excludes a reads_c as large as the margin (blind to c);
     inconclusive otherwise. Returns the verdict word, its reason, each seed's flag (clear
     above 0), how large NCA's reads_c is beside the teacher's (description, no rule), and
-    the minimum detectable reads_c."""
+    the minimum detectable reads_c, and the p of its test (rules: multiplicity)."""
     flags = [c["reads_c_ci95"][0] is not None and c["reads_c_ci95"][0] > 0 for c in nca]
     judged = [i for i, c in enumerate(nca) if c["reads_c_ci95"][0] is not None]
     units = [judge.Estimate(nca[i]["reads_c"], min(nca[i]["reads_c_ci95"][0], nca[i]["reads_c"]),
                             max(nca[i]["reads_c_ci95"][1], nca[i]["reads_c"])) for i in judged]
     if not units:
-        return "not measurable", "not measured here", flags, "", ""
+        return "not measurable", "not measured here", flags, "", "", None
     pooled, how = reads_c_pooled(units, [items[i] for i in judged] if items else None)
     j = judge.effect(units, pooled, 0.0, 1, rules.READ_MARGIN)
     reason = "; ".join(x for x in (j.reason, how) if x)
@@ -623,7 +638,7 @@ def reads_c_verdict(nca: list[dict], teacher: float | None,
     mean = float(np.mean([u.point for u in units]))
     share = (f"NCA reads_c {mean:.3f} is {mean / teacher:.0%} of the teacher's {teacher:.3f}"
              if teacher else "")
-    return j.verdict, reason, flags, share, f"{j.mde:.3f}"
+    return j.verdict, reason, flags, share, f"{j.mde:.3f}", j.p
 
 
 def nca_reads_context(figs: Path) -> Claim:
@@ -643,7 +658,7 @@ def nca_reads_context(figs: Path) -> Claim:
     nca, opd = cells("nca"), cells("opd")
     base = [r.control for _, r in others(reps)]
     teacher = base[0]["reads_c"] if base else None  # step 0: the teacher but cross-model
-    verdict, reason, flags, share, mde = reads_c_verdict(
+    verdict, reason, flags, share, mde, p = reads_c_verdict(
         nca, teacher, [r.items_ for r in runs_of(reps, "nca")])
     if len(base) > 1:  # cross-model: NCA beside its own start, not the teacher
         share = share.replace("the teacher's", "step 0's")
@@ -657,4 +672,4 @@ def nca_reads_context(figs: Path) -> Claim:
              else f"teacher {spread_text([c['reads_c'] for c in base])}") + "; OPD "
             f"{spread_text([c['reads_c'] for c in opd])} (accuracy with c - with a wrong c of the "
             "same form)", verdict, "; ".join(why), coverage=(len(flags), len(nca)),
-            detectable=mde)
+            detectable=mde, p=p)

@@ -81,4 +81,18 @@ def heads_carry_harm(figs: Path) -> Claim:
     e = one["effect"]  # the held-out k=1 LD effect's interval: what the patching can detect
     mde = judge.mde_of_halfwidths([(e["hi"] - e["lo"]) / 2])
     return Claim(claim, measured, null, verdict, reason,
-                 detectable="" if mde is None else f"{mde:.2f} LD")
+                 detectable="" if mde is None else f"{mde:.2f} LD", p=_p(top, clear))
+
+
+def _p(top: list[dict], clear: list[int]) -> float | None:
+    """The heads claim's p (rules: multiplicity): a row's random-draw p's must both pass,
+    so its p is the larger; k=1 where it is clear (reproduced), else the smallest over the
+    rows standing clear (partly), else over every row with a null."""
+    rows = [r for r in top if r.get("effect_null", {}).get("n") and
+            r.get("flipped_null", {}).get("n")]
+    if not rows:
+        return None
+    ps = {r["k"]: max(r["effect_null"]["p"], r["flipped_null"]["p"]) for r in rows}
+    if 1 in clear and 1 in ps:
+        return ps[1]
+    return min(ps[k] for k in clear if k in ps) if clear else min(ps.values())

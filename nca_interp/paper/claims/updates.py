@@ -143,7 +143,7 @@ def updates_differ(figs: Path) -> Claim:
                  f"{np.mean(by_method['opd']):.3f}, NCA-NCA {np.mean(by_method['nca']):.3f}; "
                  "method-label permutation p = "
                  f"{p:.3f} (exact, {n_labelings} labelings; smallest possible "
-                 f"{p_min:.3f}){sizes}", verdict, reason)
+                 f"{p_min:.3f}){sizes}", verdict, reason, p=p)
 
 
 
@@ -237,4 +237,4 @@ def size_matched(figs: Path) -> Claim:
             f"d sized OPD) same seed {spread_text(same_seed)}; update norm OPD "
             f"{spread_text(size['opd'])}, sized OPD {spread_text(size['opdsized'])}, NCA "
             f"{spread_text(size['nca'])} (sized OPD / NCA {ratio:.2f})", verdict, reason,
-            spec="size_matched")
+            spec="size_matched", p=p)

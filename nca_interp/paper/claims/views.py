@@ -149,6 +149,9 @@ def opd_gap(figs: Path) -> Claim:
         f"the seeds' mean gap {mean_gap:+.4f} falls short of {rules.GAP_MARGIN:.3f} (1 - the "
         "paper's 0.997: within what it calls near-perfect)"
         if 0 < mean_gap < rules.GAP_MARGIN else "") if x)
+    ps = [max(rules.interval_p(d, d - w, d + w), rules.interval_p(1 - o, 1 - o - z * o_se,
+                                                                   1 - o + z * o_se))
+          for (d, w), ((o, o_se), _) in zip(gaps, pairs)]
     return Claim(name,
                  f"later-half cos OPD {spread_text([v for v, _ in opd_late])}, NCA "
                  f"{spread_text([n for _, (n, _) in pairs])}; NCA - OPD per seed "
@@ -156,4 +159,5 @@ def opd_gap(figs: Path) -> Claim:
                  f"0 (no gap between the methods); step 0 {b:.3f} (OPD widened step 0's gap in "
                  f"{n_wide} of {len(widened)} seeds); random init {rnd:.3f}",
                  verdict, reason, coverage=(len(flags), len(flags)),
-                 detectable=f"{judge.mde_of_halfwidths([w for _, w in gaps]):.3f}")  # pairs
+                 detectable=f"{judge.mde_of_halfwidths([w for _, w in gaps]):.3f}",  # pairs
+                 p=rules.counted_p(ps, all(flags)))
