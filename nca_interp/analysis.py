@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -427,11 +428,16 @@ def write(report, out: str | Path, figures: dict, png: bool = False) -> list[str
             png_error = e
             break
     typed = from_json(report)
+    replaced = stem.with_suffix(".json").is_file()
     typed["figures"] = _replace_figures(stem, typed.get("analysis"), files)
     if isinstance(report, dict):  # an untyped plug-in's own dict sees it too
         report["figures"] = typed["figures"]
     written = [str(write_json(stem.with_suffix(".json"), typed)), *map(str, files)]
     _pending(stem).unlink(missing_ok=True)
+    if replaced:  # an edited report was replaced without a word (the fourth probe)
+        print(f"note: replaced the earlier report {stem.with_suffix('.json')} (a report is "
+              "replaced by its own analysis; to keep one, choose another --out)",
+              file=sys.stderr)
     if png_error is not None:
         raise RunError(f"{png_error} The report and its HTML figures were written.")
     return written

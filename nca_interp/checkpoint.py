@@ -162,7 +162,19 @@ def _write_folder(folder: Path, model, tokenizer, run_config: dict | None,
         save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()},
                   folder / "trainer_state.safetensors")
         (folder / "trainer_state.json").write_text(json.dumps(meta, indent=1))
+    _shareable(folder)
     write_manifest(folder)
+
+
+def _shareable(folder: Path) -> None:
+    """Every file of a saved checkpoint readable as the user's umask allows any new file
+    (transformers writes the weights through a private temporary, mode 0600: a colleague could
+    read a run's root but not its step checkpoints)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for f in folder.rglob("*"):
+        if f.is_file() and not f.is_symlink():
+            os.chmod(f, 0o666 & ~mask)
 
 
 def save_checkpoint(path: str | Path, model, tokenizer, run_config: dict | None = None,
@@ -305,6 +317,13 @@ def _check_finite_config(config: Path) -> None:
         if not isinstance(node, dict) or depth > 3:
             return
         for key, value in node.items():
+            if isinstance(value, dict) and set(value) == {"__float__"}:  # transformers 5
+                try:  # writes inf as {"__float__": "Infinity"}
+                    value = float(str(value["__float__"]))
+                except ValueError:
+                    refuse(f"{key}: {value['__float__']!r}")
+                if not math.isfinite(value):
+                    refuse(f"{key}: {value}")
             if isinstance(value, dict):
                 walk(value, depth + 1)
             if key not in POSITIVE_CONFIG or isinstance(value, bool) or \

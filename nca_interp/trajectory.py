@@ -111,8 +111,15 @@ def checkpoints_of(run: str) -> list[tuple[int, str]]:
     if not init:
         raise UsageError(f"{run} does not record the checkpoint it started from "
                          "(run_config.json `student`); is it a distillation run?")
-    steps = sorted((check_step_record(p), str(p))
-                   for p in (Path(run) / "checkpoints").glob("step_*")
+    folder = Path(run) / "checkpoints"
+    strays = sorted(p.name for p in folder.iterdir() if p.is_dir() and step_number(p) is None
+                    and p.name != "discarded" and not p.name.startswith(".")) \
+        if folder.is_dir() else []
+    if strays:  # a renamed step_N silently ended the trajectory before it (the fourth probe)
+        raise UsageError(f"{folder / strays[0]} is not a step checkpoint (step_N); a trajectory "
+                         "reads every step of a run: rename it back to its step (its "
+                         "trainer_state.json records it) or move it out of checkpoints/")
+    steps = sorted((check_step_record(p), str(p)) for p in folder.glob("step_*")
                    if step_number(p) is not None and (p / "nca_checkpoint.json").exists())
     if not steps:
         raise UsageError(f"{run} has no saved checkpoints under checkpoints/step_*")

@@ -358,6 +358,18 @@ def check_warmup(cfg) -> str | None:
             f"{reach} (give --warmup to choose)")
 
 
+def check_schedule_steps(run_dir: Path, old: dict, new: dict) -> None:
+    """Under a cosine schedule every step's learning rate depends on --steps: a run trained to
+    20 of 20 and extended to 30 jumped from the schedule's end back up, and was no 30-step run
+    (the fourth probe). Refused; a constant schedule extends exactly."""
+    if old.get("schedule") == "cosine" and new.get("steps") is not None and \
+            old.get("steps") is not None and new["steps"] != old["steps"]:
+        raise UsageError(f"--steps {new['steps']}: {run_dir} follows a cosine schedule over "
+                         f"{old['steps']} steps, whose learning rates depend on that total; "
+                         f"resume it with --steps {old['steps']}, or start a new --out for "
+                         f"{new['steps']} steps")
+
+
 def check_steps(run_dir: Path, steps: int | None, last: Path | None) -> None:
     """Refuse --steps below what the run already holds (its folder would keep later weights
     than the command asks for)."""
@@ -420,6 +432,7 @@ class Run:
             check_inputs_unchanged(self.dir, old.get("inputs"), digests)
             self._verify_resume_point(resume_from)
             check_steps(self.dir, run_config.get("steps"), self.resume_point())
+            check_schedule_steps(self.dir, old, run_config)
             self.config = {**old, **{k: v for k, v in self.config.items() if k in FREE_FLAGS}}
             if not ckpt.same_weights(self.resume_point(), self.dir):  # killed before publishing
                 ckpt.publish(self.resume_point(), self.dir)

@@ -456,3 +456,13 @@ def test_a_bool_flag_that_is_no_bool_is_refused(main, flags, capsys):
         main(flags)
     assert e.value.code == 2
     assert f"{flags[1]!r} is not true or false" in capsys.readouterr().err
+
+
+def test_a_teacher_of_another_task_is_refused(base, tok, tmp_path, capsys):
+    """A frozenlake teacher distilled into sokoban students without a word (SILENT in #71's
+    fourth probe)."""
+    fl = save_checkpoint(tmp_path / "fl", tiny(tok, seed=3), tok, {"task": {"name": "frozenlake"}})
+    err = refused(distill.main, ["--student", str(base), "--teacher", str(fl), "--out",
+                                 str(tmp_path / "run"), "--steps", "1"], capsys)
+    assert "was trained on frozenlake, not on sokoban" in err
+    assert not (tmp_path / "run").exists()

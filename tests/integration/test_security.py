@@ -471,7 +471,8 @@ def test_nan_in_a_model_config_is_refused(base, tmp_path):
             ('"rms_norm_eps": 1e999', "holds 1e999"),  # logits, a nested rope_theta, an
             ('"rms_norm_eps": 1e30', r"rms_norm_eps is 1e\+30; a norm's epsilon"),  # activation
             ('"rope_parameters": {"rope_theta": -5}', "rope_theta is -5"),  # transformers
-            ('"hidden_act": "evil_act"', "hidden_act 'evil_act' is no activation")):  # lacks
+            ('"hidden_act": "evil_act"', "hidden_act 'evil_act' is no activation"),  # lacks
+            ('"rms_norm_eps": {"__float__": "Infinity"}', "holds rms_norm_eps: inf")):
         text = json.dumps({k: v for k, v in cfg.items() if k not in ("rms_norm_eps",
                                                                       "hidden_act")})
         (ck / "config.json").write_text(text[:-1] + ", " + edit + "}")

@@ -105,3 +105,16 @@ def test_init_starts_from_the_checkpoint(tmp_path):
     with pytest.raises(CheckpointError, match="no checkpoint"):
         sft.main(["--out", str(tmp_path / "d"), *common, "--init", str(tmp_path / "nothing")])
     assert not (tmp_path / "d").exists()
+
+
+def test_extending_a_cosine_run_is_refused(tmp_path, capsys):
+    """A cosine run of 4 steps resumed with --steps 6 jumped from the schedule's end back up
+    and was no 6-step run (SILENT in #71's fourth probe); a constant schedule extends."""
+    from nca_interp.cli import entry
+
+    sft.main(["--out", str(tmp_path / "c"), *ARGS])
+    assert entry(sft.main, ["--out", str(tmp_path / "c"), *ARGS, "--steps", "6"]) == 2
+    assert "follows a cosine schedule over 4 steps" in capsys.readouterr().err
+    flat = [*ARGS, "--schedule", "constant"]
+    sft.main(["--out", str(tmp_path / "k"), *flat])
+    sft.main(["--out", str(tmp_path / "k"), *flat, "--steps", "6"])

@@ -143,3 +143,21 @@ def test_git_commit_says_when_the_tree_was_edited(tmp_path):
     assert ck.git_commit(tmp_path) == clean
     (tmp_path / "code.py").write_text("x = 2\n")
     assert ck.git_commit(tmp_path) == clean + "+dirty"
+
+
+def test_a_saved_checkpoints_files_are_as_readable_as_the_umask_allows(tok, tmp_path):
+    """Step checkpoints' weights were mode 0600 (a private temporary's), the root's 0644: a
+    colleague could not read a shared run's steps (the fourth probe)."""
+    import os
+
+    from nca_interp.checkpoint import save_checkpoint
+    from tests.conftest import tiny
+
+    old = os.umask(0o022)
+    try:
+        folder = save_checkpoint(tmp_path / "c", tiny(tok), tok, {"task": {"name": "sokoban"}},
+                                 ({}, {"step": 1}))
+    finally:
+        os.umask(old)
+    modes = {f.name: f.stat().st_mode & 0o777 for f in folder.iterdir() if f.is_file()}
+    assert modes and set(modes.values()) == {0o644}, modes

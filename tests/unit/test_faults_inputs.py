@@ -261,7 +261,7 @@ def test_a_report_records_its_figures_and_names_stale_ones(tmp_path):
     assert analysis.stale_figures(tmp_path / "rep.json") == ["rep_b.html"]
 
 
-def test_a_figure_edited_since_its_report_wrote_it_is_never_written_over(tmp_path):
+def test_a_figure_edited_since_its_report_wrote_it_is_never_written_over(tmp_path, capsys):
     """A rerun replaces the report's own figures, but not one a user changed since (LOST in
     the third probe of #71): its sha256 no longer matches the JSON's record."""
     import plotly.graph_objects as go
@@ -269,7 +269,9 @@ def test_a_figure_edited_since_its_report_wrote_it_is_never_written_over(tmp_pat
     report = {"config": {}, "task": "t", "context": None, "runs": {}, "results": {}}
     figs = {"": go.Figure(go.Scatter(x=[1], y=[2])), "b": go.Figure(go.Bar(x=[1], y=[2]))}
     analysis.write(dict(report), tmp_path / "rep", figs)
-    analysis.write(dict(report), tmp_path / "rep", figs)  # its own, unchanged: replaced
+    assert "replaced the earlier report" not in capsys.readouterr().err
+    analysis.write(dict(report), tmp_path / "rep", figs)  # its own, unchanged: replaced,
+    assert "note: replaced the earlier report" in capsys.readouterr().err  # and said so
     (tmp_path / "rep_b.html").write_text("my annotated copy")
     before = (tmp_path / "rep.json").read_bytes()
     with pytest.raises(UsageError, match="rep_b.html was changed since this report wrote it"):

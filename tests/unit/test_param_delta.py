@@ -461,3 +461,15 @@ def test_a_trajectory_refuses_a_renamed_step_folder(tok, three, tmp_path):
         checkpoints_of(str(root))
     with pytest.raises(CheckpointError, match="records step 5, not the 900 its folder"):
         step_of(str(moved))
+    moved.rename(root / "checkpoints" / "final")  # the fourth probe: the trajectory ended early
+    with pytest.raises(UsageError, match="final is not a step checkpoint"):
+        checkpoints_of(str(root))
+
+
+def test_an_init_that_is_one_of_the_compared_checkpoints_is_refused(three, monkeypatch):
+    """--init OPD with OPD and NCA compared gave OPD a zero column and measured NCA from OPD
+    (SILENT in #71's fourth probe)."""
+    w0, a, b = three
+    monkeypatch.setattr(param_delta, "stream_deltas", lambda *a, **k: pytest.fail("work done"))
+    with pytest.raises(UsageError, match="holds the same weights as the checkpoint"):
+        param_delta.run(ckpt=[str(a), str(b)], init=str(a))
