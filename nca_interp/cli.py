@@ -29,7 +29,7 @@ __all__ = ["REPLACED_FLAGS", "argv_of", "as_paths", "check_arguments", "check_di
 # registry). ">0": positive; ">=0"; ">=1"; "choice:a|b|c".
 CHECKS = {
     "lr": "lr", "warmup": ">=0", "weight_decay": ">=0",
-    "clip": ">0", "beta": ">=0", "temperature": "temperature",
+    "clip": ">0", "beta": "beta", "temperature": "temperature",
     "save_every": ">=1", "eval_every": ">=1", "eval_levels": "levels", "n_levels": "levels",
     "drift_levels": "levels", "n_random": "draws", "n_random_generate": "draws",
     "steps": "steps", "batch": "batch",
@@ -99,6 +99,7 @@ def _check_value(flag: str, rule: str, value) -> None:
               "seed": (0, 2**31 - 1, "(a seed every generator here takes)"),
               "lr": (1e-30, 3e38, "(what Adam's float32 state can hold)"),
               "steps": (1, MAX_STEPS, "steps"),
+              "beta": (0, 1000, "(the anchor's weight; 1e308 overflowed the loss)"),
               "batch": (1, MAX_BATCH, "examples a step (more than any machine here holds)")}
     if rule in bounds:  # 10^9 of any of them ran silent for hours or hung
         lo, hi, what = bounds[rule]

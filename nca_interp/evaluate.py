@@ -455,7 +455,24 @@ def show(report: ContextReturnReport | dict) -> None:
         hit = max(r.hit_budget_no_c or 0, r.hit_budget_c or 0)
         if hit > 0.5:
             print(f"note: {name}: {hit:.0%} of responses stopped at the response budget of "
-                  f"{r.max_new} tokens; raise it with --task-options max_new=N")
+                  f"{r.max_new} tokens; {budget_advice(report.task)}")
+
+
+def budget_advice(task: str | None) -> str:
+    """How a user raises task `task`'s response budget: its `max_new` option where it has one
+    (a game's budget follows from its levels, and the game refuses the option)."""
+    import dataclasses
+
+    from nca_interp.tasks import REGISTRY
+
+    spec = REGISTRY.get(task) if task else None
+    names = {f.name for f in dataclasses.fields(spec.config)} if spec else {"max_new"}
+    if "max_new" in names:
+        return "raise it with --task-options max_new=N"
+    if "max_solution" in names:
+        return (f"{task}'s budget follows its longest solution (--task-options "
+                "max_solution=N): an answer this long is one that does not stop")
+    return f"{task} fixes its budget: an answer this long is one that does not stop"
 
 
 def figures(report: ContextReturnReport | dict) -> dict:

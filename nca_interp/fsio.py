@@ -202,12 +202,17 @@ def new_stage(folder: str | Path) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".nca-tmp-{os.getpid()}-", dir=folder))
-    fd = os.open(stage / STAGE_MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                 0o600)
     try:
-        os.write(fd, stage.name.encode())
-    finally:
-        os.close(fd)
+        fd = os.open(stage / STAGE_MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                     0o600)
+        try:
+            if os.write(fd, stage.name.encode()) != len(stage.name.encode()):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(stage / STAGE_MARK))
+        finally:
+            os.close(fd)
+    except OSError:  # a full disk left an unmarked (so never removed) stage behind it
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
     return stage
 
 

@@ -249,6 +249,10 @@ def execute(cfg: SFTConfig) -> None:
     """Train (or resume) the teacher a config describes (what `nca_interp.paper.reproduce`
     calls)."""
     validate(cfg)
+    if cfg.lora_rank and not cfg.init:
+        raise UsageError(f"--lora-rank {cfg.lora_rank} adapts a trained model, and no --init "
+                         "names one (a random init would train only the adapter): give --init "
+                         "MODEL, or drop --lora-rank")
     warmup_note = check_warmup(cfg)
     check_out(cfg.out, {"--init": cfg.init})
     setup_torch(cfg.threads)

@@ -150,12 +150,14 @@ def test_corrupt_and_missing_checkpoints(base, tmp_path, capsys):
 # --- flags ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("flags,needle", [
-    (["--steps", "0"], "--steps must be between 1 and"), (["--beta", "-5"], "--beta must be >= 0"),
+    (["--steps", "0"], "--steps must be between 1 and"),
+    (["--beta", "-5"], "--beta must be between 0 and 1000"),
     (["--clip", "-1"], "--clip must be > 0"), (["--temperature", "-1"], "--temperature"),
     (["--lr", "inf"], "--lr must be a finite number"), (["--lr", "nan"], "--lr"),
     (["--batch", "0"], "--batch must be between 1 and"), (["--save-every", "0"], "--save-every"),
     (["--micro-batch", "-1"], "--micro-batch"), (["--method", "kl"], "--method must be one of"),
     (["--context", "bogus"], "not a context kind"),
+    (["--beta", "1e308"], "--beta must be between 0 and 1000"),  # the fourth probe's NaN
     (["--steps", "10", "--warmup", "1000"], "--warmup 1000 is longer than --steps 10: the "
      "learning rate reaches only 1% of --lr"),  # SILENT in #71's third probe
 ])
@@ -180,6 +182,7 @@ def test_distill_flags_refused_before_anything_is_written(base, tmp_path, capsys
     (sft.main, ["--steps", "5", "--warmup", "50"], "give a --warmup of at most 5"),
     # the fourth probe's: a ZeroDivisionError, a failed 4 TB allocation, minutes of building
     (sft.main, ["--d-model", "3"], "--d-model 3 is not a multiple of --n-heads 4"),
+    (sft.main, ["--lora-rank", "4"], "no --init names one"),
     (sft.main, ["--d-model", "36"], "9 dimensions a head, which must be even"),
     (sft.main, ["--d-model", "1000000"], "more than the"),
     (sft.main, ["--n-layers", "100000"], "choose a smaller model"),
@@ -466,3 +469,12 @@ def test_a_teacher_of_another_task_is_refused(base, tok, tmp_path, capsys):
                                  str(tmp_path / "run"), "--steps", "1"], capsys)
     assert "was trained on frozenlake, not on sokoban" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_the_budget_advice_names_an_option_the_task_takes():
+    """evaluate told a sokoban user to raise max_new, which sokoban refuses (the fourth
+    probe)."""
+    from nca_interp.evaluate import budget_advice
+
+    assert "max_new" not in budget_advice("sokoban") and "max_solution" in budget_advice("sokoban")
+    assert "max_new=N" in budget_advice("jsonl")

@@ -375,3 +375,20 @@ def test_a_missing_shard_is_named(tok, tmp_path):
     with pytest.raises(CheckpointError, match=rf"lists 1 shard\(s\) the folder lacks "
                                               rf"\({shard.name}\)"):
         verify_folder(b)
+
+
+def test_a_stage_whose_marker_cannot_be_written_is_not_left_behind(tmp_path, monkeypatch):
+    """A full disk at the marker left an empty, unmarked stage that nothing would ever remove
+    (UNCLEAR in #71's fourth probe)."""
+    import errno
+
+    from nca_interp import fsio
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fsio.os, "write", full)
+    with pytest.raises(OSError):
+        fsio.new_stage(tmp_path)
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
