@@ -280,8 +280,14 @@ def checkpoint_paths(cfg) -> list[str]:
                          "to analyse")
     from nca_interp.checkpoint import check_architecture, verify_folder
 
+    seen: dict[Path, str] = {}
     for p in paths:  # the user's folders are named, before any baseline is made from them
-        check_architecture(verify_folder(p))
+        folder = verify_folder(p)
+        check_architecture(folder)
+        if folder in seen:  # its rows twice, as if two runs agreed (the fourth probe)
+            raise UsageError(f"{p} is given twice (as {seen[folder]} too); name each "
+                             "checkpoint once (a copy of a run is not a second run either)")
+        seen[folder] = p
     return paths
 
 

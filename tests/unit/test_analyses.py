@@ -98,7 +98,7 @@ def test_cka_invariant_to_orthogonal_transform():
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "qwen2", "llama"])
-def test_commands_on_custom_checkpoints(folders, tmp_path, arch):
+def test_commands_on_custom_checkpoints(folders, tok, tmp_path, arch):
     path = str(folders[arch])
     rep = layer_sim.main([path, "--task", "sokoban", "--context", "state", "--n-levels", "6",
                           "--threads", "1", "--out", str(tmp_path / "ls")])
@@ -109,8 +109,18 @@ def test_commands_on_custom_checkpoints(folders, tmp_path, arch):
                           "--batch", "8", "--threads", "1", "--out", str(tmp_path / "ga")])
     g = ga["results"][arch]["global"]  # student == teacher: ctx is zero, so it has no angle
     assert g["norm"]["ctx"] < 1e-4 * g["norm"]["opd"] and g["angle_deg"]["opd~ctx"] is None
-    pd = param_delta.main([path, path, "--init", path, "--out", str(tmp_path / "pd")])
-    assert pd["results"][path]["global_rel"] == 0
+    import shutil
+
+    other = tmp_path / "other"
+    tiny(tok, arch, seed=7).save_pretrained(other)
+    tok.save_pretrained(other)
+    pd = param_delta.main([path, "--init", str(other), "--out", str(tmp_path / "pd")])
+    assert pd["results"][path]["global_rel"] > 0
+    copy = str(shutil.copytree(path, tmp_path / "copy"))
+    with pytest.raises(UsageError, match="holds the same weights as the checkpoint"):
+        param_delta.run(ckpt=[path, copy], init=path)
+    with pytest.raises(UsageError, match="is given twice"):
+        param_delta.run(ckpt=[path, path])
 
 
 def test_layer_sim_at_generating_positions(folders):
