@@ -53,7 +53,9 @@ def test_harm_beside_its_independence_baseline_is_printed_not_judged(tmp_path):
 
 
 def test_internalizing_is_judged_against_the_step_zero_null(tmp_path):
-    base = report(0.3, 0.9, 0.0, "B")
+    # step 0 is measured (the step-0 rule): these reports keep no items, so its own interval
+    # enters each seed's in quadrature
+    base = report(0.3, 0.9, 0.0, "B", ci_no_c=(0.25, 0.35))
     up = report(0.6, 0.9, 0.0, "B", ci_no_c=(0.45, 0.75))
     flat = report(0.35, 0.9, 0.0, "B", ci_no_c=(0.2, 0.5))
     assert claims.internalizes(write(tmp_path, {"b": base, "t_opd_s0": up})).cell == "reproduced"
@@ -61,7 +63,8 @@ def test_internalizing_is_judged_against_the_step_zero_null(tmp_path):
     assert claims.internalizes(write(tmp_path, {"b": base, "t_opd_s0": flat})).cell == \
         "inconclusive (no seed clear, 0 of 1 clear the other way, 1 straddling the null)"
     flat_claim = claims.internalizes(write(tmp_path, {"b": base, "t_opd_s0": flat}))
-    assert flat_claim.detectable == f"{0.15 * (1.959964 + 0.841621) / 1.959964:.3f}"  # 0.214
+    half = (0.15 ** 2 + 0.05 ** 2) ** 0.5  # the seed's and step 0's half-widths combined
+    assert flat_claim.detectable == f"{half * (1.959964 + 0.841621) / 1.959964:.3f}"  # 0.226
     down = report(0.2, 0.9, 0.0, "B", ci_no_c=(0.1, 0.25))
     assert claims.internalizes(write(tmp_path, {"b": base, "t_opd_s0": down,
                                                 "t_opd_s1": down, "t_opd_s2": flat})
@@ -901,8 +904,9 @@ def test_the_stability_check_covers_both_columns_of_the_power_table(tmp_path, mo
 
 
 def test_longer_answers_counted_per_seed_straddling_is_inconclusive(tmp_path):
-    """Answers grow when each OPD seed's interval of the length change lies above 0 and its
-    point above step 0's; intervals across 0 cannot tell; intervals below 0 say no."""
+    """Answers grow when each OPD seed's interval of the length change less step 0's (step 0
+    above 0 here: its own interval in quadrature, the step-0 rule) lies above 0; intervals
+    across it cannot tell; intervals below it say no."""
     def seed(rel, lo, hi):
         r = report(0.9, 0.8, 0.1, "A")
         r["rel_len_both"], r["ci95"]["rel_len_both"] = rel, [lo, hi]
@@ -919,7 +923,8 @@ def test_longer_answers_counted_per_seed_straddling_is_inconclusive(tmp_path):
     assert verdict(grow, across, across).verdict == "partly"
     assert verdict(across, across, shrink).verdict == "inconclusive"
     assert verdict(shrink, shrink, across).verdict == "not reproduced"
-    assert verdict(grow, grow).detectable == f"{100 * 0.1 * 2.801585 / 1.959964:.1f}%"
+    half = (0.1 ** 2 + 0.03 ** 2) ** 0.5  # the seed's and step 0's half-widths combined
+    assert verdict(grow, grow).detectable == f"{100 * half * 2.801585 / 1.959964:.1f}%"
 
 
 def test_shallow_qk_needs_every_checkpoint_shallow_and_q_k_on_top(tmp_path):

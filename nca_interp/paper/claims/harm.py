@@ -47,19 +47,46 @@ __all__ = ["degrades", "harm_not_drift", "internalizes", "longer", "nca_improves
 FLOOR = "a floor: no student is right on any item without c"
 
 
+# Every setting here distils from one teacher (step 0), measured once: its variance between
+# rebuilds of the same command (#70: one 12-layer teacher read 0.462 with c, a lost one 0.785)
+# is in no interval. Said beside every claim that compares a seed with step 0.
+ONE_TEACHER = "one teacher: its variance between rebuilds is not in the interval"
+
+
+def step0_units(base, runs: list, key: str = "correct_no_c") -> tuple[list[judge.Estimate], bool]:
+    """Each run's `key` minus step 0's as one unit (the step-0 rule: step 0 is measured, not
+    exact): paired on the same items where every report keeps them (`stats.gain_estimate`:
+    the items' cluster interval, or the t interval under rules.FEW_CLUSTERS clusters), else
+    the run's interval less step 0's point widened by step 0's own interval in quadrature
+    (older reports; the same items' positive correlation makes this conservative). Returns
+    the units and whether they are paired."""
+    if base.items_ is not None and all(r.items_ is not None for r in runs):
+        return [gain_estimate(base, [r], key) for r in runs], True
+    b_lo, b_hi = base.ci95[key]
+    b_half = (b_hi - b_lo) / 2
+    out = []
+    for r in runs:
+        d = r[key] - base[key]
+        lo, hi = r.ci95[key]
+        below, above = r[key] - min(lo, r[key]), max(hi, r[key]) - r[key]
+        out.append(judge.Estimate(d, d - (below ** 2 + b_half ** 2) ** 0.5,
+                                  d + (above ** 2 + b_half ** 2) ** 0.5))
+    return out, False
+
+
 def internalizes(figs: Path) -> Claim:
-    """OPD raises accuracy without c above the step-0 null: every seed's interval lies above
-    the initial checkpoint's point estimate, and the seeds' mean by more than
-    `rules.RISE_MARGIN` (the smallest-effect rule)."""
+    """OPD raises accuracy without c above step 0's, step 0 measured on the same items (the
+    step-0 rule, `step0_units`): every seed's interval of OPD - step 0 lies above 0, and the
+    seeds' mean by more than `rules.RISE_MARGIN` (the smallest-effect rule)."""
     rep = analysis.load(figs / CONTEXT_RETURN)
     base, opd = base_of(rep), runs_of(rep, "opd")
-    flags = [r.ci95["correct_no_c"][0] > base.correct_no_c for r in opd]
-    against = [r.ci95["correct_no_c"][1] <= base.correct_no_c for r in opd]  # reaches no rise
-    rise = float(np.mean([r.correct_no_c for r in opd])) - base.correct_no_c if opd else None
+    units, paired = step0_units(base, opd)
+    flags = [u.lo > 0 for u in units]
+    against = [u.hi <= 0 for u in units]  # reaches no rise
+    rise = float(np.mean([u.point for u in units])) if opd else None
     verdict = count_verdict(flags, against=against, effect=rise, margin=rules.RISE_MARGIN,
-                            reach=any(r.ci95["correct_no_c"][1] >= base.correct_no_c +
-                                      rules.RISE_MARGIN for r in opd))
-    halves = [(r.ci95["correct_no_c"][1] - r.ci95["correct_no_c"][0]) / 2 for r in opd]
+                            reach=any(u.hi >= rules.RISE_MARGIN for u in units))
+    halves = [(u.hi - u.lo) / 2 for u in units]
     floor = bool(opd) and base.correct_no_c == 0 and all(
         r.correct_no_c == 0 and r.ci95["correct_no_c"][1] == 0 for r in opd)
     # zero-width intervals have no spread to compute a detectable effect from
@@ -68,11 +95,13 @@ def internalizes(figs: Path) -> Claim:
         _short(rise, rules.RISE_MARGIN) if any(flags) and rise is not None and \
         0 < rise < rules.RISE_MARGIN else \
         _straddle_reason(flags, against) if verdict == "inconclusive" else ""
-    ps = [rules.interval_p(r.correct_no_c, *r.ci95["correct_no_c"], base.correct_no_c)
-          for r in opd]
+    ps = [rules.interval_p(u.point, u.lo, u.hi) for u in units]
     return Claim("OPD internalizes c (right without c rises)",
-                 spread_text([r.correct_no_c for r in opd]),
-                 f"step 0: {base.correct_no_c:.3f}", verdict, reason,
+                 spread_text([r.correct_no_c for r in opd]) + "; OPD - step 0 per seed "
+                 + ", ".join(str(u) for u in units),
+                 f"step 0: {base.correct_no_c:.3f}, measured on the same items ("
+                 + ("paired per item" if paired else "its interval in quadrature: no per-item "
+                    "results") + f"); {ONE_TEACHER}", verdict, reason,
                  coverage=(len(flags), len(opd)),
                  detectable="-" if floor else "" if mde is None else f"{mde:.3f}",
                  p=rules.counted_p(ps, all(flags)))
@@ -475,7 +504,7 @@ def nca_keeps_context(figs: Path) -> Claim:
                  + (f" pooled over {len(nca)} seeds" if pooled is not None else ""),
                  f"step 0 with c: {base.correct_c:.3f}; OPD "
                  f"{spread_text([r.correct_c for r in runs_of(rep, 'opd')])}; margin "
-                 f"{rules.KEEP_MARGIN:g}", j.verdict, j.reason,
+                 f"{rules.KEEP_MARGIN:g}; {ONE_TEACHER}", j.verdict, j.reason,
                  coverage=(len(units), len(nca)), detectable=f"{j.mde:.3f}", p=j.p)
 
 
@@ -498,30 +527,51 @@ def longer(figs: Path) -> Claim:
                      f"every answer, with c and without, is exactly {fixed:g} tokens long in "
                      "every run: the task fixes the length, which cannot change")
     b = base.rel_len_both
-    flags = [r.rel_len_both is not None and (r.ci95["rel_len_both"][0] or 0) > 0 and
-             (b is None or r.rel_len_both > b) for r in opd]
-    against = [r.rel_len_both is not None and r.ci95["rel_len_both"][1] is not None and
-               r.ci95["rel_len_both"][1] <= max(0.0, b or 0.0) for r in opd]
-    floor_b = max(0.0, b or 0.0)
-    grow = float(np.mean([v for v in vals if v is not None])) - floor_b
+    units = _length_units(base, opd)  # None: a seed without a change to judge
+    # the null: the larger of 0 and step 0's change, step 0 with its own noise (the step-0
+    # rule): against step 0 where its change is above 0, against 0 where not
+    flags = [u is not None and u.lo > 0 for u in units]
+    against = [u is not None and u.hi <= 0 for u in units]
+    known = [u for u in units if u is not None]
+    grow = float(np.mean([u.point for u in known])) if known else 0.0
     verdict = count_verdict(flags, against=against, effect=grow, margin=rules.LENGTH_MARGIN,
-                            reach=any(r.rel_len_both is not None and
-                                      r.ci95["rel_len_both"][1] is not None and
-                                      r.ci95["rel_len_both"][1] >= floor_b + rules.LENGTH_MARGIN
-                                      for r in opd))
-    widths = [(r.ci95["rel_len_both"][1] - r.ci95["rel_len_both"][0]) / 2 for r in opd
-              if None not in (r.ci95["rel_len_both"] or [None])]
+                            reach=any(u.hi >= rules.LENGTH_MARGIN for u in known))
+    widths = [(u.hi - u.lo) / 2 for u in known]
     mde = f"{100 * judge.mde_of_halfwidths(widths):.1f}%" if widths else ""
-    ps = [rules.interval_p(r.rel_len_both, *r.ci95["rel_len_both"]) for r in opd
-          if r.rel_len_both is not None and None not in (r.ci95["rel_len_both"] or [None])]
+    ps = [rules.interval_p(u.point, u.lo, u.hi) for u in known]
     return Claim("OPD answers get longer with c (rel_len_both)", spread_text(vals, pct=True),
-                 "step 0: " + ("-" if b is None else f"{100 * b:+.1f}%"), verdict,
+                 "step 0: " + ("-" if b is None else f"{100 * b:+.1f}%") + (
+                     "" if b is None or b <= 0 else " with its own interval in quadrature (the "
+                     "reports keep no per-item lengths to pair)") + f"; {ONE_TEACHER}", verdict,
                  _short(grow, rules.LENGTH_MARGIN, pct=True) if any(flags) and
                  0 < grow < rules.LENGTH_MARGIN else
                  _straddle_reason(flags, against) if verdict == "inconclusive" else "",
                  coverage=(len(flags), len(opd)), detectable=mde,
                  p=rules.counted_p(ps, all(flags)))
 
+
+
+def _length_units(base, opd: list) -> list[judge.Estimate | None]:
+    """Each OPD seed's length change less the larger of 0 and step 0's change: where step 0's
+    change is above 0 it is a measurement, its 95% interval combined with the seed's in
+    quadrature (the step-0 rule: the reports keep no per-item lengths to pair; the same
+    items' positive correlation makes this conservative); else 0, exact. None where a seed
+    has no change or interval."""
+    b = base.rel_len_both
+    b_ci = (base.ci95 or {}).get("rel_len_both") or [None, None]
+    b_half = (b_ci[1] - b_ci[0]) / 2 if b is not None and b > 0 and None not in b_ci else 0.0
+    null = b if b is not None and b > 0 else 0.0
+    out = []
+    for r in opd:
+        lo, hi = (r.ci95 or {}).get("rel_len_both") or [None, None]
+        if r.rel_len_both is None or lo is None or hi is None:
+            out.append(None)
+            continue
+        v = r.rel_len_both
+        below, above = v - min(lo, v), max(hi, v) - v
+        out.append(judge.Estimate(v - null, v - null - (below ** 2 + b_half ** 2) ** 0.5,
+                                  v - null + (above ** 2 + b_half ** 2) ** 0.5))
+    return out
 
 
 def _fixed_length(runs) -> float | None:
