@@ -97,12 +97,27 @@ def _group(key: str, rid: RunId) -> str:
     return f"{rid.setting}_{rid.method}" if rid.student and rid.setting else key
 
 
+def _random_init_note(rep) -> str:
+    """What `random_init` is on this page (#70 item 7): a reference, never a floor where its
+    cosine sits at or above a measured model's at some layer."""
+    rnd = rep.results.get("random_init")
+    if rnd is None or rnd.cos is None:
+        return "no `random_init` row."
+    above = {i for n, r in rep.results.items() if n != "random_init" and r.cos is not None
+             for i, (a, b) in enumerate(zip(rnd.cos[1:], r.cos[1:])) if a >= b}
+    if not above:
+        return "`random_init` (same config, untrained) is a reference below every model here."
+    return (f"`random_init` (same config, untrained) is a reference, not a floor: its cosine "
+            f"sits at or above a measured model's at {len(above)} of {len(rnd.cos) - 1} "
+            "layers, so a model's cosine above it shows nothing by itself.")
+
+
 def layer_sim(figs: Path, name: str = "layer_sim") -> str:
     rep = analysis.load(figs / f"{name}.json")
     layers = rep.layers[1:]
     out = [f"Positions: {rep.at or 'response'}; every model teacher-forced on "
            f"{rep.responses_from or 'its own greedy responses'}. Mean (min to max) over "
-           "seeds; `random_init` (same config, untrained) is the null."]
+           "seeds; " + _random_init_note(rep)]
     if rep.beside:  # rebuilt beside an earlier report: say what was recomputed, what carried
         b = rep.beside
         changed = "; ".join(f"{name} differed at " + ", ".join(
