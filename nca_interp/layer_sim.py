@@ -534,8 +534,9 @@ class LayerSimConfig:
 DEMO = ("sokoban_base", "sokoban_opd", "sokoban_nca")  # what the bare command line compares
 
 
-LEGEND = """Rows: checkpoints (random_init: the same architecture untrained, the floor of what
-structure alone gives); columns: the embeddings, then each layer's output. Every value compares
+LEGEND = """Rows: checkpoints (random_init: the same architecture untrained, a reference for what
+structure alone gives: not a floor, it can sit above a trained model's values); columns: the
+embeddings, then each layer's output. Every value compares
 a position's hidden state without c with the same position's with c, averaged over positions:
   cos               cosine (1 = the two views identical)
   cos_se            standard error of cos, items clustered by the task's unit (a level, a fact,
@@ -691,6 +692,66 @@ def check_code(published: LayerSimReport, named: dict, where: str) -> None:
                              f"report's own {key}; no other option may differ)")
 
 
+def _texts(v) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(x, str) for x in v)
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _text_or_none(v) -> bool:
+    return v is None or isinstance(v, str)
+
+
+def _dict_or_none(v) -> bool:
+    return v is None or isinstance(v, dict)
+
+
+# what --beside reads of a report besides its per-layer lists (`check_entries`), and its type
+BESIDE_SHAPE = (
+    ("config", lambda r: r.config, lambda v: isinstance(v, dict), "a mapping"),
+    ("config.task_options", lambda r: r.config.get("task_options"),
+     lambda v: v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v)),
+     "a list of KEY=VALUE texts or null"),
+    ("config.n_levels", lambda r: r.config.get("n_levels", 1),
+     lambda v: _count(v) and v > 0, "a whole number above 0"),
+    ("config.seed", lambda r: r.config.get("seed", 0), _count, "a whole number"),
+    *((k, lambda r, k=k: getattr(r, k), lambda v: isinstance(v, str), "a text")
+      for k in ("task", "context", "at", "responses", "responses_from")),
+    ("layers", lambda r: r.layers, _texts, "a non-empty list of layer names (embed, 0, ...)"),
+    ("checkpoints", lambda r: r.checkpoints, _texts, "a non-empty list of checkpoint folders"),
+    ("other_pairs", lambda r: r.other_pairs, _text_or_none, "a text or null"),
+    ("data", lambda r: r.data, _dict_or_none, "a mapping or null"),
+    ("data.task_options", lambda r: (r.data or {}).get("task_options"), _dict_or_none,
+     "a mapping or null"),
+    ("data.prompts_sha256", lambda r: (r.data or {}).get("prompts_sha256"), _text_or_none,
+     "a text or null"),
+)
+
+
+def check_shape(published: LayerSimReport, where: str) -> None:
+    """Every field `--beside` reads holds the type layer_sim writes (a hand-edited report's
+    `"layers": 999` failed deep inside as `object of type 'int' has no len()`): refused in one
+    line naming the field and the file, before any work."""
+    def damaged(name: str, value, want: str) -> UsageError:
+        return UsageError(f"{where} is damaged: its {name} is {type(value).__name__} "
+                          f"{str(value)[:40]!r}, not {want}; restore the report (git checkout, "
+                          "or its own command) before placing anything beside it")
+
+    for name, read, ok, want in BESIDE_SHAPE:
+        value = read(published)
+        if not ok(value):
+            raise damaged(name, value, want)
+    for key, run in published.runs.items():
+        if not _text_or_none(run.path):
+            raise damaged(f"runs[{key!r}].path", run.path, "a folder's path")
+    for key, stats in published.results.items():
+        for stat in ("n_examples", "n_positions"):
+            if not _count(stats.get(stat)):
+                raise damaged(f"results[{key!r}].{stat}", stats.get(stat), "a whole number")
+
+
 def check_entries(published: LayerSimReport, where: str) -> None:
     """Every entry to be carried holds, for each compared statistic, a list of numbers (null
     where a value is undefined) as long as the report's other entries' lists: refused in one
@@ -823,6 +884,7 @@ def run_beside(cfg: LayerSimConfig) -> LayerSimReport:
         raise UsageError(f"{where} is a report of {published.analysis or 'another analysis'}, "
                          "not of layer_sim; --beside takes the JSON python -m "
                          "nca_interp.layer_sim wrote")
+    check_shape(published, where)
     named = code_named(cfg.task_options, published)  # before the settings replace them
     fixed = beside_settings(cfg, published)
     check_code(published, named, where)
