@@ -42,6 +42,11 @@ def task_for_checkpoints(paths: list[str], name: str | None = None,
                          f"{task_menu()}")
     task = task_from_record(recorded[0][1] if recorded else None, name, fmt, options)
     for path, record in recorded[1:]:
+        theirs = name or record.get("name") or "sokoban"  # as task_from_record names it
+        if theirs != task.name:  # before its options are read as this task's
+            raise UsageError(f"these checkpoints were trained on different tasks ({task.name} "
+                             f"in {recorded[0][0]}, {theirs} in {path}); compare checkpoints "
+                             "of one task")
         other = task_from_record(record, name, fmt, options)
         if other.config != task.config:
             diff = ", ".join(f"{k}: {getattr(task.config, k)!r} in {recorded[0][0]}, "

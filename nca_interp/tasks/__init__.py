@@ -94,7 +94,8 @@ def parse_task_options(name: str, options: list[str] | None) -> dict:
     path they make together exists (`data=my,file.jsonl`, a file you have). A key given twice
     is refused (the last would win silently); layers of options, where a later one is meant to
     replace an earlier one's key, go through `merged_task_options` first."""
-    defaults = {f.name: f.default for f in fields(spec(name).config)}
+    declared = {f.name: f for f in fields(spec(name).config)}
+    defaults = {k: f.default for k, f in declared.items()}
     out = {}
     pieces = _rejoined(list(options or []))
     i, prev = 0, ""
@@ -118,26 +119,36 @@ def parse_task_options(name: str, options: list[str] | None) -> dict:
             raise UsageError(f"task option {key} is given twice ({key}={out[key]!r} and "
                              f"then {opt}); give each option once")
         default, prev = defaults[key], key
+        kind = _kind(declared[key])
         value = _unquoted(value)
         try:
             if value.lower() == "none":
                 out[key] = None
-            elif isinstance(default, bool):
+            elif kind is bool:
                 out[key] = value.lower() in ("1", "true", "yes")
-            elif isinstance(default, float):
+            elif kind is float:
                 out[key] = float(value)
-            elif isinstance(default, int) or key == "kb":
+            elif kind is int:
                 out[key] = int(value)
-            elif isinstance(default, tuple):
+            elif kind is tuple:
                 out[key] = tuple(int(v) for v in value.split("x"))
             else:
                 out[key] = value
         except ValueError:
-            want = ("integers like 6x6" if isinstance(default, tuple) else
-                    "a number" if isinstance(default, float) else "an integer")
+            want = ("integers like 6x6" if kind is tuple else
+                    "a number" if kind is float else "an integer")
             raise UsageError(f"task option {key}={value!r}: {key} takes {want} for {name} "
                              f"(default {default})") from None
     return out
+
+
+def _kind(f) -> type:
+    """What a task option's text is read as: its default's type, or for a field whose default
+    is None (`kb`, `min_entities`) the type its annotation names."""
+    if f.default is not None:
+        return type(f.default)
+    declared = str(f.type)
+    return next((t for t in (bool, float, int, tuple) if declared.startswith(t.__name__)), str)
 
 
 def merged_task_options(*layers: list[str] | tuple[str, ...] | None) -> list[str]:

@@ -28,21 +28,54 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from typing import Protocol
 
 from nca_interp.errors import UsageError
 
-__all__ = ["FORMATS", "MOVE_TO_CHAT", "REGISTRY", "ChatFormat", "Game", "Outcome", "QATask",
-           "Scored", "Task", "TaskSpec", "context_choices", "names", "parse_answer", "register",
-           "rotated", "shuffled_words", "spec", "task_choices"]
+__all__ = ["FORMATS", "MAX_NEW", "MAX_SEED", "MOVE_TO_CHAT", "REGISTRY", "ChatFormat", "Game",
+           "Outcome", "QATask", "Scored", "Task", "TaskSpec", "check_types", "context_choices",
+           "names", "parse_answer", "register", "rotated", "shuffled_words", "spec",
+           "task_choices", "whole"]
 
 FORMATS = ("compact", "textarena")
 _CHAT_MOVE = re.compile(r"\[\s*(up|down|left|right|w|a|s|d)\s*\]", re.IGNORECASE)
 _CHAT_TO_MOVE = {"up": "U", "w": "U", "down": "D", "s": "D", "left": "L", "a": "L",
                  "right": "R", "d": "R"}
 MOVE_TO_CHAT = {"U": "[up]", "D": "[down]", "L": "[left]", "R": "[right]"}
+MAX_SEED = 2**31 - 1  # a knowledge base's or a split's number: any seed, none negative
+MAX_NEW = 8192  # response tokens: more is a typo that would generate for hours
+
+
+def whole(name: str, value, lo: int, hi: int, why: str = "") -> int:
+    """`value` if it is a whole number in lo..hi; else a UsageError naming the task option and
+    its range (the command line and the Python API's `task_options` get the same line)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise UsageError(f"task option {name} must be a whole number {lo}..{hi}{why}, not "
+                         f"{value!r}")
+    return value
+
+
+_KINDS = (("bool", (bool,), "true or false"), ("float", (int, float), "a number"),
+          ("int", (int,), "a whole number"), ("str", (str,), "a text"))
+
+
+def check_types(config) -> None:
+    """Refuse a field of a task config whose value is not of its declared type (the Python API
+    takes anything: None for a count, a text for a number), naming the field: the ranges are
+    then each config's `__post_init__`'s to check."""
+    for f in fields(config):
+        value, declared = getattr(config, f.name), str(f.type)
+        if value is None and "None" in declared:
+            continue
+        for kind, types, said in _KINDS:
+            if declared.startswith(kind):
+                if not isinstance(value, types) or (kind != "bool" and isinstance(value, bool)):
+                    raise UsageError(f"task option {f.name} must be {said}"
+                                     f"{' or none' if 'None' in declared else ''}, not "
+                                     f"{value!r}")
+                break
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,18 @@ import sys
 from dataclasses import dataclass, replace
 
 from nca_interp.errors import UsageError
-from nca_interp.tasks.base import Scored, Task, TaskSpec, register, rotated, shuffled_words
+from nca_interp.tasks.base import (
+    MAX_NEW,
+    MAX_SEED,
+    Scored,
+    Task,
+    TaskSpec,
+    check_types,
+    register,
+    rotated,
+    shuffled_words,
+    whole,
+)
 from nca_interp.tasks.language import is_french
 
 __all__ = ["ATTRIBUTES", "RULES", "FactsConfig", "FactsTask", "all_test_questions", "answered",
@@ -80,17 +91,15 @@ class FactsConfig:
     max_new: int = 48  # response budget in tokens
 
     def __post_init__(self):
-        if not 1 <= self.n_attributes <= len(ATTRIBUTES):
-            raise UsageError(f"n_attributes must be 1..{len(ATTRIBUTES)}, not "
-                             f"{self.n_attributes}")
-        if not 2 <= self.n_entities <= 40:
-            raise UsageError(f"n_entities must be 2..40, not {self.n_entities}")
+        check_types(self)
+        whole("kb", self.kb, 0, MAX_SEED, " (which invented knowledge base)")
+        whole("n_attributes", self.n_attributes, 1, len(ATTRIBUTES))
+        whole("n_entities", self.n_entities, 2, 40, " (invented countries)")
         if self.kind not in ("facts", "rule"):
             raise UsageError(f"kind must be facts or rule, not {self.kind!r}")
         if self.rule not in RULES:
             raise UsageError(f"rule must be one of {', '.join(RULES)}, not {self.rule!r}")
-        if self.max_new < 4:
-            raise UsageError(f"max_new must be >= 4 tokens, not {self.max_new}")
+        whole("max_new", self.max_new, 4, MAX_NEW, " (the response budget in tokens)")
 
 
 @dataclass(frozen=True)

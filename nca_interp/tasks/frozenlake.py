@@ -13,12 +13,13 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from nca_interp.errors import UsageError
-from nca_interp.tasks.base import Outcome, TaskSpec, register
-from nca_interp.tasks.sokoban import MOVES
+from nca_interp.tasks.base import Outcome, TaskSpec, check_types, register, whole
+from nca_interp.tasks.sokoban import MAX_INVALID, MAX_SOLUTION, MOVES
 
 __all__ = ["FrozenLakeConfig", "FrozenLakeLevel", "generate_level", "play", "render_textarena"]
 
 Pos = tuple[int, int]
+SIZES = (2, 20)  # grid sides; larger prompts grow fast
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,20 @@ class FrozenLakeConfig:
     min_solution: int = 1
     max_solution: int = 64
     max_invalid: int = 1
+
+    def __post_init__(self):
+        check_types(self)
+        n = whole("size", self.size, *SIZES, " (the grid's side)")
+        whole("num_holes", self.num_holes, 0, (n - 1) ** 2,
+              f" on a {n}x{n} grid (a path from corner to corner keeps {2 * n - 1} cells free)")
+        shortest = 2 * (n - 1)
+        whole("max_solution", self.max_solution, shortest, MAX_SOLUTION,
+              f" (the longest optimal path kept; on a {n}x{n} grid every path has at least "
+              f"{shortest} moves)")
+        whole("min_solution", self.min_solution, 1, self.max_solution,
+              f" (the shortest optimal path kept; at most max_solution {self.max_solution})")
+        whole("max_invalid", self.max_invalid, 0, MAX_INVALID,
+              " (invalid moves in a row before the game is lost)")
 
 
 @dataclass(frozen=True)
@@ -69,15 +84,15 @@ def generate_level(seed: int | str, cfg: FrozenLakeConfig = FrozenLakeConfig()) 
     n = cfg.size
     start, goal = (0, 0), (n - 1, n - 1)
     cells = [(r, c) for r in range(n) for c in range(n) if (r, c) not in (start, goal)]
-    if not 0 <= cfg.num_holes <= len(cells) - 1:
-        raise UsageError(f"num_holes={cfg.num_holes} impossible on a {n}x{n} grid")
     for _ in range(10_000):
         holes = frozenset(rng.sample(cells, cfg.num_holes))
         level = FrozenLakeLevel(n, holes, start, goal)
         plan = solve(level)
         if plan is not None and cfg.min_solution <= len(plan) <= cfg.max_solution:
             return FrozenLakeLevel(n, holes, start, goal, plan)
-    raise UsageError(f"no solvable grid passed the filter for seed {seed!r}")
+    raise UsageError(f"no solvable grid passed the filter for seed {seed!r} ({cfg.num_holes} "
+                     f"holes on a {n}x{n} grid, optimal paths of {cfg.min_solution}.."
+                     f"{cfg.max_solution} moves): widen min/max_solution, or use fewer holes")
 
 
 def play(level: FrozenLakeLevel, moves: str, max_invalid: int = 1) -> Outcome:

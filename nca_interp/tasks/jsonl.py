@@ -59,7 +59,17 @@ from pathlib import Path
 from nca_interp import scorer_worker
 from nca_interp.errors import InputError, UsageError
 from nca_interp.fsio import read_text
-from nca_interp.tasks.base import Scored, Task, TaskSpec, register, shuffled_words
+from nca_interp.tasks.base import (
+    MAX_NEW,
+    MAX_SEED,
+    Scored,
+    Task,
+    TaskSpec,
+    check_types,
+    register,
+    shuffled_words,
+    whole,
+)
 
 __all__ = ["BUDGET_MARGIN", "DEFAULT_BUDGET", "KINDS", "MAX_FIELD_CHARS", "JsonlConfig",
            "JsonlTask", "all_test_questions", "chat_messages", "generate_level", "items", "score",
@@ -89,6 +99,7 @@ class JsonlConfig:
     scorer_timeout: float = scorer_worker.DEFAULT_TIMEOUT  # seconds per item for your scorer
 
     def __post_init__(self):
+        check_types(self)
         if not self.data:
             raise UsageError("task jsonl needs data=FILE.jsonl (one JSON object per line with "
                              "prompt and context); see docs/own_data.md")
@@ -97,8 +108,9 @@ class JsonlConfig:
                              f"{self.context_as!r}")
         if not 0 < self.test_share < 1:
             raise UsageError(f"test_share must lie between 0 and 1, not {self.test_share}")
-        if self.max_new < 0:
-            raise UsageError(f"max_new must be >= 0 (0: from the data), not {self.max_new}")
+        whole("split_seed", self.split_seed, 0, MAX_SEED, " (the seed of the train/test draw)")
+        whole("max_new", self.max_new, 0, MAX_NEW, " (the response budget in tokens; 0: from "
+              "the data)")
         scorer_worker.check_timeout(self.scorer_timeout)  # finite: inf overflows a time_t
         builtin = self.scorer in SCORERS
         if self.scorer and not builtin and ":" not in self.scorer:

@@ -23,7 +23,15 @@ from pathlib import Path
 
 from nca_interp.errors import InputError, UsageError
 from nca_interp.fsio import read_text
-from nca_interp.tasks.base import QATask, TaskSpec, register, shuffled_words
+from nca_interp.tasks.base import (
+    MAX_NEW,
+    QATask,
+    TaskSpec,
+    check_types,
+    register,
+    shuffled_words,
+    whole,
+)
 from nca_interp.tasks.sysprompt import LETTERS
 
 __all__ = ["OPCDConfig", "OPCDTask", "allowed", "read_system_prompt"]
@@ -44,6 +52,8 @@ class OPCDConfig:
     max_new: int = 512  # response budget in tokens (chat models reason before answering)
 
     def __post_init__(self):
+        check_types(self)
+        whole("max_new", self.max_new, 1, MAX_NEW, " (the response budget in tokens)")
         if self.kind not in KINDS:
             raise UsageError(f"kind must be one of {KINDS}, not {self.kind!r}")
 

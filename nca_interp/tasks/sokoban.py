@@ -14,7 +14,15 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 
 from nca_interp.errors import UsageError
-from nca_interp.tasks.base import MOVE_TO_CHAT, Outcome, Task, TaskSpec, register
+from nca_interp.tasks.base import (
+    MOVE_TO_CHAT,
+    Outcome,
+    Task,
+    TaskSpec,
+    check_types,
+    register,
+    whole,
+)
 
 __all__ = ["MOVES", "SokobanConfig", "SokobanLevel", "SokobanTask", "generate_level", "play",
            "render_textarena", "step"]
@@ -34,6 +42,10 @@ _MASKS = [  # floor stamps of the random walk, as in gym-sokoban
 ]
 
 Pos = tuple[int, int]
+ROOM_SIDES = (4, 20)  # outer walls included: 2x2 interior at least; larger prompts grow fast
+MAX_REVERSE_STEPS = 1000  # generation time grows with it; the walk has mixed long before
+MAX_SOLUTION = 256  # the response budget is made from it (2 tokens per move and 4)
+MAX_INVALID = 1000  # invalid moves in a row: more than any response holds
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,28 @@ class SokobanConfig:
     remap: str | None = None
 
     def __post_init__(self):
+        room = self.dim_room
+        lo, hi = ROOM_SIDES
+        if not (isinstance(room, (tuple, list)) and len(room) == 2 and all(
+                isinstance(x, int) and not isinstance(x, bool) and lo <= x <= hi for x in room)):
+            raise UsageError(f"task option dim_room must be two whole numbers HxW (6x6: a 4x4 "
+                             f"interior inside the outer walls), each {lo}..{hi}, not {room!r}")
+        object.__setattr__(self, "dim_room", tuple(room))  # a list from JSON or the API
+        check_types(self)
+        h, w = room
+        most = ((h - 2) * (w - 2) - 1) // 2  # a floor cell for each box, its target, the player
+        whole("num_boxes", self.num_boxes, 1, most,
+              f" for dim_room {h}x{w}: a level needs a box, and its {h - 2}x{w - 2} interior "
+              f"holds at most {most} (a cell for each box and its target, one for the player)")
+        whole("reverse_steps", self.reverse_steps, 1, MAX_REVERSE_STEPS,
+              " (the player's backward walk that places the boxes; generation time grows with "
+              "it)")
+        whole("max_solution", self.max_solution, 1, MAX_SOLUTION,
+              " (the longest optimal solution kept: the response budget is made from it)")
+        whole("min_solution", self.min_solution, 1, self.max_solution,
+              f" (the shortest optimal solution kept; at most max_solution {self.max_solution})")
+        whole("max_invalid", self.max_invalid, 0, MAX_INVALID,
+              " (invalid moves in a row before the game is lost)")
         if self.remap is not None and self.remap != "random" and \
                 sorted(self.remap) != sorted(IDENTITY):
             raise UsageError(f"remap {self.remap!r}: use none, random, or a permutation of "
@@ -104,13 +138,14 @@ def _reverse_play(rng: random.Random, floor: set[Pos], boxes: list[Pos], player:
     return boxes, player
 
 
+TRIES = 10_000  # random rooms drawn for one level before giving up
+
+
 def generate_level(seed: int | str, cfg: SokobanConfig = SokobanConfig()) -> SokobanLevel:
     """One level from `seed`, retrying deterministically until the difficulty filter passes."""
     rng = random.Random(f"sokoban-{seed}")
     h, w = cfg.dim_room
-    if h < 4 or w < 4:
-        raise UsageError(f"dim_room {cfg.dim_room} too small: need at least 4x4 with walls")
-    for _ in range(10_000):
+    for _ in range(TRIES):
         floor = _topology(rng, h, w)
         if len(floor) < 2 * cfg.num_boxes + 1:
             continue
@@ -126,7 +161,10 @@ def generate_level(seed: int | str, cfg: SokobanConfig = SokobanConfig()) -> Sok
         if plan is not None and cfg.min_solution <= len(plan) <= cfg.max_solution:
             return SokobanLevel(h, w, walls, level.targets, level.boxes, player, plan,
                                 keys_for(seed, cfg))
-    raise UsageError(f"no level passed the filter for seed {seed!r}; widen min/max_solution")
+    raise UsageError(f"no level passed the filter for seed {seed!r} in {TRIES} tries "
+                     f"({cfg.num_boxes} box(es) in a {h}x{w} room, optimal solutions of "
+                     f"{cfg.min_solution}..{cfg.max_solution} moves): widen min/max_solution, "
+                     "or use fewer boxes or a larger room")
 
 
 def keys_for(seed: int | str, cfg: SokobanConfig) -> str:
@@ -179,7 +217,8 @@ def solve(level: SokobanLevel, max_states: int = 200_000) -> str | None:
                 parent[key] = (state, m)
                 queue.append(key)
         if len(parent) > max_states:
-            raise UsageError("solver state budget exceeded; room too large for exact BFS")
+            raise UsageError("solver state budget exceeded: too many boxes or too large a "
+                             "room for exact BFS; use fewer boxes or a smaller dim_room")
     return None
 
 

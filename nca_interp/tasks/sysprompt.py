@@ -45,12 +45,22 @@ generalization, not reading, would dominate; there is one phrasing.
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import sys
 from dataclasses import dataclass, replace
 
 from nca_interp.errors import UsageError
-from nca_interp.tasks.base import QATask, TaskSpec, parse_answer, register, rotated
+from nca_interp.tasks.base import (
+    MAX_SEED,
+    QATask,
+    TaskSpec,
+    check_types,
+    parse_answer,
+    register,
+    rotated,
+    whole,
+)
 
 __all__ = ["LETTERS", "SyspromptConfig", "SyspromptTask", "compact_target", "cue", "parse_compact",
            "system_prompt"]
@@ -63,6 +73,8 @@ LAYOUTS = ("facts", "rows", "table")
 _CONSONANTS, _VOWELS = "bdfgklmnprstvz", "aeiou"
 _NAMES_1 = "KMNPQRSTVWXZ"  # one-character entity names: capitals that are not option letters
 _VALUES_1 = "bcdfghjklmnpqrstvwxz"
+MAX_ENTITIES_3 = 40  # invented words: 980 exist, and each entity takes 1 + n_attributes
+MAX_HELD_OUT = 100_000  # held-out questions of a fixed KB: enumerating more takes minutes
 
 
 @dataclass(frozen=True)
@@ -78,19 +90,40 @@ class SyspromptConfig:
     layout: str = "rows"  # KB rendering (compact questions follow it): facts | rows | table
 
     def __post_init__(self):
-        if not 2 <= self.n_options <= min(self.n_entities, len(LETTERS)):
-            raise UsageError(f"n_options must be 2..min(n_entities, {len(LETTERS)}), "
-                             f"not {self.n_options}: distractors are other entities' values")
-        if not 1 <= self.n_attributes <= len(ATTRIBUTES):
-            raise UsageError(f"n_attributes must be 1..{len(ATTRIBUTES)}")
+        check_types(self)
+        if self.kb is not None:
+            whole("kb", self.kb, 0, MAX_SEED, " (which knowledge base; none: a fresh one each "
+                  "question)")
         if self.word_len not in (1, 3):
-            raise UsageError("word_len must be 1 (single characters) or 3 (invented words)")
+            raise UsageError("task option word_len must be 1 (single characters) or 3 "
+                             f"(invented words), not {self.word_len!r}")
+        most = len(_NAMES_1) if self.word_len == 1 else MAX_ENTITIES_3
+        whole("n_entities", self.n_entities, 2, most, f" with word_len {self.word_len}")
+        if self.min_entities is not None:
+            whole("min_entities", self.min_entities, 1, self.n_entities,
+                  f" (random KBs' fewest entities; at most n_entities {self.n_entities})")
+        whole("n_options", self.n_options, 2, min(self.n_entities, len(LETTERS)),
+              f" (at most n_entities {self.n_entities} and {len(LETTERS)}: distractors are "
+              "other entities' values)")
+        whole("n_attributes", self.n_attributes, 1, len(ATTRIBUTES))
         if self.layout not in LAYOUTS:
             raise UsageError(f"layout must be one of {LAYOUTS}, not {self.layout!r}")
         if self.response not in RESPONSES:
             raise UsageError(f"response must be one of {RESPONSES}, not {self.response!r}")
-        if self.word_len == 1 and self.n_entities > len(_NAMES_1):
-            raise UsageError(f"word_len 1 allows at most {len(_NAMES_1)} entities")
+        held_out = n_held_out(self)
+        if self.kb is not None and held_out > MAX_HELD_OUT:
+            raise UsageError(f"n_entities {self.n_entities}, n_attributes {self.n_attributes} "
+                             f"and n_options {self.n_options} make {held_out:,} held-out "
+                             f"questions, more than the {MAX_HELD_OUT:,} enumerated in seconds; "
+                             "use fewer entities or options")
+
+
+def n_held_out(cfg: SyspromptConfig) -> int:
+    """How many questions `all_test_questions` enumerates: entity x attribute x phrasing x
+    distractor set x held-out option order (half of the n_options! orders)."""
+    return (cfg.n_entities * cfg.n_attributes * len(PHRASINGS)
+            * math.comb(cfg.n_entities - 1, cfg.n_options - 1)
+            * math.factorial(cfg.n_options) // 2)
 
 
 @dataclass(frozen=True)
