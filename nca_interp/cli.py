@@ -20,9 +20,9 @@ from pathlib import Path
 
 from nca_interp.errors import RunError, UsageError
 
-__all__ = ["REPLACED_FLAGS", "argv_of", "as_paths", "check_arguments", "check_disk",
-           "check_writable", "entry", "finite_json", "parse_config", "same_config", "to_dict",
-           "validate", "write_atomic", "write_json"]
+__all__ = ["FALSE_WORDS", "REPLACED_FLAGS", "TRUE_WORDS", "argv_of", "as_paths",
+           "check_arguments", "check_disk", "check_writable", "entry", "finite_json",
+           "parse_config", "same_config", "to_dict", "validate", "write_atomic", "write_json"]
 
 # Ranges of the numeric flags every entry point shares, by field name (a field's own
 # `metadata["check"]` overrides; a function returning the rule is read when checked, e.g. from a

@@ -449,6 +449,7 @@ def run(cfg: ParamDeltaConfig | None = None, /, **fields) -> dict:
     init = init or initial_of(ckpts[0])
     if not init:
         raise UsageError(f"{ckpts[0]} does not name its initial checkpoint; pass --init")
+    check_same_tokenizers([init, *ckpts])  # a permuted vocabulary: same bytes, other model
     start = weight_shas(verify_folder(init))
     for p in ckpts:  # --init one of the compared (the fourth probe): a zero column, and the
         if weight_shas(p) == start:  # others measured from a run, not from their start
@@ -459,7 +460,6 @@ def run(cfg: ParamDeltaConfig | None = None, /, **fields) -> dict:
         if recorded and Path(recorded).exists() and weight_shas(verify_folder(recorded)) != start:
             print(f"note: {p} started from {recorded}, not from --init {init}: its delta and "
                   "Adam budget are measured from --init", file=sys.stderr)
-    check_same_tokenizers([init, *ckpts])
     result, gram = deltas(init, ckpts, rows, task, task_options,
                           {"lr": cfg.lr, "steps": cfg.steps, "warmup": cfg.warmup,
                            "schedule": cfg.schedule})

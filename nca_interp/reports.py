@@ -221,6 +221,11 @@ class Report(Fields):
     @classmethod
     def _typed(cls, runs, results, complete: bool, where: str) -> dict:
         """Runs and entries as their classes (checked as `from_json` checks)."""
+        for name, value in (("runs", runs), ("results", results)):
+            if value is not None and not isinstance(value, Mapping):
+                raise ReportError(f"{where}: {name} is {type(value).__name__}, not a mapping by "
+                                  "label; the file is damaged: restore it (git checkout, or its "
+                                  "own command)")
         runs = {k: RunRecord.from_json(v, f"{where} runs[{k!r}]", complete)
                 for k, v in (runs or {}).items()}
         if cls.ENTRY is not None:

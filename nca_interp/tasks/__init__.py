@@ -124,8 +124,13 @@ def parse_task_options(name: str, options: list[str] | None) -> dict:
         try:
             if value.lower() == "none":
                 out[key] = None
-            elif kind is bool:
-                out[key] = value.lower() in ("1", "true", "yes")
+            elif kind is bool:  # "maybe" read False without a word (the fourth probe)
+                from nca_interp.cli import FALSE_WORDS, TRUE_WORDS
+
+                if value.lower() not in TRUE_WORDS + FALSE_WORDS:
+                    raise ValueError(f"{value!r} is not true or false (write one of "
+                                     f"{', '.join(TRUE_WORDS + FALSE_WORDS)})")
+                out[key] = value.lower() in TRUE_WORDS
             elif kind is float:
                 out[key] = float(value)
             elif kind is int:
@@ -135,8 +140,9 @@ def parse_task_options(name: str, options: list[str] | None) -> dict:
             else:
                 out[key] = value
         except ValueError:
-            want = ("integers like 6x6" if kind is tuple else
-                    "a number" if kind is float else "an integer")
+            want = ("integers like 6x6" if kind is tuple else "a number" if kind is float
+                    else "true or false (1/true/yes/on, 0/false/no/off)" if kind is bool
+                    else "an integer")
             raise UsageError(f"task option {key}={value!r}: {key} takes {want} for {name} "
                              f"(default {default})") from None
     return out

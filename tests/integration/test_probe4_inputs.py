@@ -129,3 +129,25 @@ def test_a_beside_report_with_fields_of_the_wrong_type_is_damaged(tok, tmp_path,
                                        "--out", str(tmp_path / "again")], capsys)
         assert f"{path} is damaged: its {field} is " in err, err
     assert not (tmp_path / "again.json").exists()
+
+
+def test_a_bool_task_option_that_is_no_bool_is_refused():
+    """roster=maybe read False without a word (the task-option twin of the bool flags)."""
+    from nca_interp.tasks import parse_task_options
+
+    with pytest.raises(UsageError, match="roster takes true or false"):
+        parse_task_options("sysprompt", ["roster=maybe"])
+    assert parse_task_options("sysprompt", ["roster=off"]) == {"roster": False}
+
+
+def test_a_report_whose_runs_are_no_mapping_is_damaged(tmp_path):
+    """A hand-edited report's "runs": 5 was an AttributeError in the typed reader."""
+    import json
+
+    from nca_interp import analysis
+    from nca_interp.reports import ReportError
+
+    (tmp_path / "r.json").write_text(json.dumps({"config": {}, "task": "sokoban", "context":
+                                                 "plan", "runs": 5, "results": {}}))
+    with pytest.raises(ReportError, match="runs is int, not a mapping"):
+        analysis.load(tmp_path / "r.json")

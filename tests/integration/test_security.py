@@ -192,7 +192,7 @@ def test_an_unmarked_stage_name_in_a_fresh_out_is_the_users(base, tmp_path):
 
 
 @pytest.mark.parametrize("what", ["json", "html", "other_report"])
-def test_an_analysis_never_writes_over_a_file_it_did_not_write(base, tmp_path, what):
+def test_an_analysis_never_writes_over_a_file_it_did_not_write(base, tok, tmp_path, what):
     """A user's X.json / X.html, or another report's figure of the same name, were replaced
     without a word (exit 0)."""
     from nca_interp import param_delta
@@ -202,9 +202,11 @@ def test_an_analysis_never_writes_over_a_file_it_did_not_write(base, tmp_path, w
     if what == "other_report":  # evaluate's page ao_cos.html, then param_delta --out ao
         evaluate.execute(evaluate.EvalConfig(ckpt=[str(base)], n_levels=2,
                                              out=str(tmp_path / "ao_cos")))
+        a, b = (save_checkpoint(tmp_path / n, tiny(tok, seed=s), tok) for n, s in
+                (("a", 2), ("b", 3)))
         with pytest.raises(UsageError, match="did not write it"):
             param_delta.execute(param_delta.ParamDeltaConfig(
-                ckpt=[str(base), str(base)], init=str(base), out=str(tmp_path / "ao")))
+                ckpt=[str(a), str(b)], init=str(base), out=str(tmp_path / "ao")))
     else:
         mine.write_text('{"mine": 1}')
         with pytest.raises(UsageError, match="never written over"):
