@@ -95,7 +95,8 @@ def save(run: str | Path, kept: Path | None = None, remerge: bool = False) -> Pa
     tmp = stage / run.name
     try:
         (tmp / "checkpoints").mkdir(parents=True)
-        for name in ROOT_FILES:
+        listed = json.loads((run / MANIFEST).read_text())["files"]  # chat_template.jinja too
+        for name in sorted({*ROOT_FILES, *(n for n in listed if "/" not in n)}):
             if (run / name).is_file():
                 shutil.copy2(run / name, tmp / name)
         step = tmp / "checkpoints" / last.name
