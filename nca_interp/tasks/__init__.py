@@ -128,8 +128,9 @@ def parse_task_options(name: str, options: list[str] | None) -> dict:
                 from nca_interp.cli import FALSE_WORDS, TRUE_WORDS
 
                 if value.lower() not in TRUE_WORDS + FALSE_WORDS:
-                    raise ValueError(f"{value!r} is not true or false (write one of "
-                                     f"{', '.join(TRUE_WORDS + FALSE_WORDS)})")
+                    raise UsageError(f"task option {key}={value!r}: {key} takes true or false "
+                                     f"(one of {', '.join(TRUE_WORDS + FALSE_WORDS)}) for "
+                                     f"{name}")
                 out[key] = value.lower() in TRUE_WORDS
             elif kind is float:
                 out[key] = float(value)

@@ -24,8 +24,8 @@ from nca_interp.tasks.base import (
     whole,
 )
 
-__all__ = ["MOVES", "SokobanConfig", "SokobanLevel", "SokobanTask", "generate_level", "play",
-           "render_textarena", "step"]
+__all__ = ["MAX_INVALID", "MAX_SOLUTION", "MOVES", "SokobanConfig", "SokobanLevel", "SokobanTask",
+           "generate_level", "play", "render_textarena", "step"]
 
 MOVES = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
 IDENTITY = "UDLR"  # key order of a remap: the letters typed for up, down, left, right

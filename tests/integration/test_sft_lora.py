@@ -92,10 +92,10 @@ def test_full_fine_tuning_records_no_lora_fields(base, tmp_path):
     i = lora_run.index("--lora-rank")
     with pytest.raises(UsageError, match="lora-rank 4"):
         sft.main(["--out", str(tmp_path / "lora"), *lora_run[:i], *lora_run[i + 2:],
-                  "--steps", "2"])
-    with pytest.raises(UsageError):
-        sft.main(["--out", str(tmp_path / "ft"), *TINY, "--steps", "2", "--batch", "4",
-                  "--lora-rank", "4"])
+                  "--steps", "1"])
+    with pytest.raises(UsageError, match="different config|lora-rank 0"):
+        sft.main(["--out", str(tmp_path / "ft"), *TINY, "--steps", "1", "--batch", "4",
+                  "--lora-rank", "4", "--init", str(base)])
 
 
 def test_exact_merge_does_not_depend_on_threads_or_layout():
