@@ -326,9 +326,15 @@ def _check_finite_config(config: Path) -> None:
                     refuse(f"{key}: {value}")
             if isinstance(value, dict):
                 walk(value, depth + 1)
-            if key not in POSITIVE_CONFIG or isinstance(value, bool) or \
-                    not isinstance(value, (int, float)):
+            if key not in POSITIVE_CONFIG or value is None:
                 continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise CheckpointError(f"{config}: {key} is {value!r}, not a number; restore the "
+                                      "file from where the checkpoint came from")
+            if key not in EPSILONS and (value > 2**31 - 1 and key != "rope_theta" or
+                                        value > 1e30):
+                raise CheckpointError(f"{config}: {key} is {value}, more than any model holds; "
+                                      "restore the file from where the checkpoint came from")
             if value <= 0:
                 raise CheckpointError(f"{config}: {key} is {value}, and must be above 0; "
                                       "restore the file from where the checkpoint came from")

@@ -61,6 +61,7 @@ from nca_interp.reports import GradAlignReport, as_report
 from nca_interp.rollout import Batch, onpolicy_batch
 from nca_interp.runs import (
     check_same_tokenizers,
+    check_trained_on,
     resolve_task_and_context,
     step_of,
     teacher_of,
@@ -500,6 +501,7 @@ def run(cfg: GradAlignConfig | None = None, /, **fields) -> dict:
     teacher = cfg.teacher
     for path in ckpts:  # every pair checked before any gradient is computed
         check_same_tokenizers([path, teacher_of(path, teacher)])
+        check_trained_on(teacher_of(path, teacher), found.name, "the teacher")
     levels = found.levels("grad", batch, seed)
     results, folders = {}, {}
     for path in bar(ckpts, "grad_align", unit="ckpt"):

@@ -875,7 +875,7 @@ def run_beside(cfg: LayerSimConfig) -> LayerSimReport:
 
     from nca_interp.checkpoint import check_architecture, n_layers_of, verify_folder
     from nca_interp.cli import as_paths
-    from nca_interp.runs import task_for_checkpoints
+    from nca_interp.runs import check_trained_on, task_for_checkpoints
     from nca_interp.tasks import task_from_record
 
     where = str(cfg.beside)
@@ -895,6 +895,8 @@ def run_beside(cfg: LayerSimConfig) -> LayerSimReport:
     ref_key, ref = reference_of(published, where)
     mine = as_paths(cfg.ckpt, "ckpt") or []
     configs = [check_architecture(verify_folder(p)) for p in mine]
+    for p in mine:  # the report's task, whatever the checkpoint was trained on (the probe)
+        check_trained_on(p, str(published.task), "--beside: the checkpoint")
     check_same_tokenizers([ref, *mine])
     depth = len(published.layers) - 1
     for p, config in zip(mine, configs):

@@ -12,9 +12,24 @@ from nca_interp.checkpoint import read_run_config
 from nca_interp.errors import UsageError
 from nca_interp.tasks import Task, task_from_record
 
-__all__ = ["check_context", "check_same_tokenizers", "initial_of", "lr_at",
+__all__ = ["check_context", "check_same_tokenizers", "check_trained_on", "initial_of", "lr_at",
            "resolve_task_and_context", "step_of", "task_for_checkpoints", "teacher_of",
            "with_initial_checkpoints"]
+
+
+def check_trained_on(path: str | Path | None, task: str, what: str) -> None:
+    """Refuse checkpoint `path` (a teacher, or one placed beside a report) whose run config
+    records another task than `task` (a frozenlake teacher gave sokoban students, angles and KLs
+    without a word: the fourth and fifth probes). One that records none (a fetched or foreign
+    model) is taken as given."""
+    if not path:
+        return
+    recorded = read_run_config(path).get("task")
+    name = recorded.get("name") if isinstance(recorded, dict) else recorded
+    if isinstance(name, str) and name != task:
+        raise UsageError(f"{what} {path} was trained on {name}, not on {task} (its "
+                         f"run_config.json): use a {task} checkpoint, or pass --task {name} "
+                         "if that is the task meant")
 
 
 def task_for_checkpoints(paths: list[str], name: str | None = None,

@@ -52,7 +52,7 @@ from nca_interp.models import context_limit
 from nca_interp.progress import bar
 from nca_interp.reports import TrajectoryReport, as_report
 from nca_interp.rollout import onpolicy_batch
-from nca_interp.runs import initial_of, resolve_task_and_context, teacher_of
+from nca_interp.runs import check_trained_on, initial_of, resolve_task_and_context, teacher_of
 from nca_interp.tasks import context_choices
 
 __all__ = ["TrajectoryConfig", "checkpoints_of", "execute", "figures", "format_table", "main",
@@ -188,6 +188,7 @@ def run(cfg: TrajectoryConfig | None = None, /, **fields) -> dict:
         teacher_dir = teacher_of(run_dir, teacher)
         verify_folder(teacher_dir)
         task, ctx = resolve_task_and_context([run_dir], None, cfg.context)
+        check_trained_on(teacher_dir, task.name, "the teacher")
         plan[run_dir] = (keep, teacher_dir, task, ctx)
     results, done = {}, {}  # done: rows already measured (runs of one base share step 0)
     for run_dir, (keep, teacher_dir, task, ctx) in plan.items():

@@ -50,7 +50,7 @@ from nca_interp.losses import Estimator, combine, loss_terms
 from nca_interp.models import autocast, context_limit, resolved_precision
 from nca_interp.prefix import PrefixCache
 from nca_interp.rollout import Batch, onpolicy_batch
-from nca_interp.runs import check_context, lr_at, task_for_checkpoints
+from nca_interp.runs import check_context, check_trained_on, lr_at, task_for_checkpoints
 from nca_interp.tasks import context_choices, task_choices, task_record
 from train.common import (
     DISK_REMEDY,
@@ -148,20 +148,6 @@ def accumulate(student, teacher, batch: Batch, terms_needed: tuple[str, ...], be
     return totals
 
 
-def check_teacher_task(teacher: str | None, task: str) -> None:
-    """A teacher whose run config records another task than the one distilled (a frozenlake
-    teacher for sokoban students ran without a word): refused. A teacher that records none (a
-    fetched or foreign model) is taken as given."""
-    if not teacher:
-        return
-    recorded = read_run_config(teacher).get("task")
-    name = recorded.get("name") if isinstance(recorded, dict) else recorded
-    if isinstance(name, str) and name != task:
-        raise UsageError(f"--teacher {teacher} was trained on {name}, not on {task} (its "
-                         f"run_config.json): distil from a {task} teacher, or pass --task "
-                         f"{name} if that is the task meant")
-
-
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(DistillConfig, argv, __doc__)
     if cfg.method not in ("opd", "nca"):
@@ -178,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     if cfg.teacher:
         verify_folder(cfg.teacher)
     task = task_for(cfg, cfg.student)
-    check_teacher_task(cfg.teacher, task.name)
+    check_trained_on(cfg.teacher, task.name, "--teacher")
     check_context(task, cfg.context or task.default_context)
     check_writable(cfg.out, "run")
     teacher_dir = cfg.teacher or cfg.student

@@ -90,6 +90,9 @@ def save(run: str | Path, kept: Path | None = None, remerge: bool = False) -> Pa
     if dest.exists():
         raise UsageError(f"{dest} exists: a kept run is never overwritten; remove it with git "
                          "rm first if it is to be replaced")
+    _refuse_links(run, last)
+    if kept.exists() and not kept.is_dir():
+        raise UsageError(f"--kept {kept} is a file; name the folder kept runs live in")
     kept.mkdir(parents=True, exist_ok=True)
     stage = new_stage(kept)  # never a name that could be a user's folder or a planted link
     tmp = stage / run.name
@@ -98,12 +101,12 @@ def save(run: str | Path, kept: Path | None = None, remerge: bool = False) -> Pa
         listed = json.loads((run / MANIFEST).read_text())["files"]  # chat_template.jinja too
         for name in sorted({*ROOT_FILES, *(n for n in listed if "/" not in n)}):
             if (run / name).is_file():
-                shutil.copy2(run / name, tmp / name)
+                shutil.copy2(run / name, tmp / name)  # links were refused above
         step = tmp / "checkpoints" / last.name
         shutil.copytree(last, step)
         if (step / "trainer_state.safetensors").exists():
             drop_optimizer_state(step)
-        if (run / "adapter").is_dir():
+        if lora:  # a LoRA run's adapter (its manifest lists it); no other run's folder
             shutil.copytree(run / "adapter", tmp / "adapter")
         if weights_digest(step) != weights_digest(last) or \
                 weights_digest(tmp) != weights_digest(run):
@@ -119,6 +122,21 @@ def save(run: str | Path, kept: Path | None = None, remerge: bool = False) -> Pa
 # the most a run's own merged weights may differ from the exact merge for `--remerge` to keep
 # the exact one in their place: float32 rounding of peft's merge, never a different model
 REMERGE_TOLERANCE = 1e-5
+
+
+def _refuse_links(run: Path, last: Path) -> None:
+    """A kept run is published with the repository: nothing is copied through a link (a
+    linked adapter/ or metrics.jsonl copied what it pointed to: the fifth probe)."""
+    for folder in (run, last):
+        for p in [folder / n for n in (*ROOT_FILES, "adapter")] + \
+                (sorted((folder / "adapter").iterdir()) if (folder / "adapter").is_dir() else []):
+            if p.is_symlink():
+                raise UsageError(f"{p} is a symbolic link; a kept run holds its own files, "
+                                 "never what a link points to: replace it with the file")
+    for p in sorted(last.iterdir()):
+        if p.is_symlink():
+            raise UsageError(f"{p} is a symbolic link; a kept run holds its own files, never "
+                             "what a link points to: replace it with the file")
 
 
 def _keep_adapter_only(run: Path, tmp: Path, folders: list[Path], config: dict,
@@ -208,9 +226,9 @@ def _restore_merged(tmp: Path) -> None:
     """Put the merged weights back into a copied LoRA teacher (`tmp`), from its recorded base
     and its adapter; refuse unless they are the recorded bits."""
     from nca_interp.checkpoint import content_digest
-    from nca_interp.fsio import default_cache, read_json
+    from nca_interp.fsio import default_cache
 
-    record = read_json(tmp / RECORD, "kept record")
+    record = _checked_record(tmp)
     name = record["base"]["name"]
     base = default_cache() / "models" / name
     if not base.is_dir():
@@ -231,6 +249,30 @@ def _restore_merged(tmp: Path) -> None:
                     raise UsageError(f"merging the kept adapter into {name} gave other bits "
                                      f"than recorded for {rel}; nothing was restored")
                 shutil.copyfile(path, tmp / rel)
+
+
+def _checked_record(tmp: Path) -> dict:
+    """`kept.json`, refused in one line unless it names a base and only weight files inside
+    the kept run (`model*.safetensors` at its root or in a `checkpoints/step_N/`): a path with
+    `..` in it made a restore write outside the run (the fifth probe)."""
+    import re
+
+    from nca_interp.fsio import read_json
+
+    record = read_json(tmp / RECORD, "kept record")
+    base = record.get("base") if isinstance(record, dict) else None
+    merged = record.get("merged_sha256") if isinstance(record, dict) else None
+    if not (isinstance(base, dict) and isinstance(base.get("name"), str) and
+            re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", base["name"]) and
+            isinstance(base.get("content_digest"), str) and isinstance(merged, dict) and merged):
+        raise UsageError(f"{tmp.name}/{RECORD} is damaged (it must name its base model and the "
+                         "merged files' sha256s); restore it from git")
+    for rel, digest in merged.items():
+        ok = re.fullmatch(r"(checkpoints/step_\d+/)?model[A-Za-z0-9_.-]*\.safetensors", rel)
+        if not ok or ".." in rel or not isinstance(digest, str):
+            raise UsageError(f"{tmp.name}/{RECORD} names {rel!r}, which is no weight file of "
+                             "the kept run; restore the record from git")
+    return record
 
 
 def restore(run: Path, kept: Path | None = None) -> bool:

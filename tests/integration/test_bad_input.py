@@ -478,3 +478,21 @@ def test_the_budget_advice_names_an_option_the_task_takes():
 
     assert "max_new" not in budget_advice("sokoban") and "max_solution" in budget_advice("sokoban")
     assert "max_new=N" in budget_advice("jsonl")
+
+
+def test_every_analysis_with_a_teacher_refuses_one_of_another_task(base, tok, tmp_path, capsys):
+    """grad_align and trajectory measured against a frozenlake teacher for a sokoban run
+    without a word (SILENT in #71's fifth probe), as distill once did."""
+    from nca_interp import trajectory
+
+    fl = save_checkpoint(tmp_path / "fl", tiny(tok, seed=3), tok, {"task": {"name": "frozenlake"}})
+    err = refused(grad_align.main, [str(base), "--teacher", str(fl), "--batch", "16", "--out",
+                                    str(tmp_path / "ga")], capsys)
+    assert "was trained on frozenlake, not on sokoban" in err
+    run = save_checkpoint(tmp_path / "run", tiny(tok, seed=4), tok,
+                          {"task": TASK, "student": str(base), "kind": "distill"})
+    save_checkpoint(run / "checkpoints" / "step_000001", tiny(tok, seed=4), tok,
+                    {"task": TASK, "student": str(base)}, ({}, {"step": 1}))
+    err = refused(trajectory.main, [str(run), "--teacher", str(fl), "--n-levels", "2",
+                                    "--out", str(tmp_path / "tr")], capsys)
+    assert "was trained on frozenlake, not on sokoban" in err

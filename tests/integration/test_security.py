@@ -474,7 +474,9 @@ def test_nan_in_a_model_config_is_refused(base, tmp_path):
             ('"rms_norm_eps": 1e30', r"rms_norm_eps is 1e\+30; a norm's epsilon"),  # activation
             ('"rope_parameters": {"rope_theta": -5}', "rope_theta is -5"),  # transformers
             ('"hidden_act": "evil_act"', "hidden_act 'evil_act' is no activation"),  # lacks
-            ('"rms_norm_eps": {"__float__": "Infinity"}', "holds rms_norm_eps: inf")):
+            ('"rms_norm_eps": {"__float__": "Infinity"}', "holds rms_norm_eps: inf"),
+            ('"intermediate_size": 1000000000000000000000000000000', "more than any model"),
+            ('"rope_parameters": {"rope_theta": "abc"}', "rope_theta is 'abc', not a number")):
         text = json.dumps({k: v for k, v in cfg.items() if k not in ("rms_norm_eps",
                                                                       "hidden_act")})
         (ck / "config.json").write_text(text[:-1] + ", " + edit + "}")

@@ -205,3 +205,40 @@ def test_keeping_and_restoring_never_touch_a_folder_of_the_temporary_names_of_ol
     assert kept.restore(fresh, store)
     assert list(victim.iterdir()) == [] and latest_step_checkpoint(fresh) is not None
     assert not list(store.glob(".nca-tmp-*")) and not list(fresh.parent.glob(".nca-tmp-*"))
+
+
+def test_nothing_is_kept_through_a_link(tmp_path, tok):
+    """A linked adapter/ or metrics.jsonl was copied as what it pointed to into the kept run,
+    which the repository publishes (SECURITY in #71's fifth probe)."""
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "id_rsa").write_text("SECRET")
+    for name, target in (("adapter", secret), ("metrics.jsonl", secret / "id_rsa")):
+        run = finished_run(tmp_path / name, tok)
+        (run / name).unlink(missing_ok=True)
+        (run / name).symlink_to(target)
+        with pytest.raises(UsageError, match="is a symbolic link"):
+            kept.save(run, tmp_path / "kept")
+        assert not (tmp_path / "kept" / run.name).exists()
+
+
+def test_a_kept_record_naming_a_path_outside_the_run_is_refused(tmp_path, tok):
+    """kept.json's merged_sha256 named ../../victim/model.safetensors and the restore wrote
+    the merged model there (SECURITY in #71's fifth probe); a record without its base was a
+    KeyError."""
+    import json
+
+    run = finished_run(tmp_path, tok)
+    store = tmp_path / "kept"
+    dest = kept.save(run, store)
+    good = {"base": {"name": "smollm2-135m-instruct", "content_digest": "0" * 64},
+            "merged_sha256": {"model.safetensors": "0" * 64}}
+    for record, needle in (
+            ({**good, "merged_sha256": {"../../../victim/model.safetensors": "0" * 64}},
+             "which is no weight file of the kept run"),
+            ({"merged_sha256": good["merged_sha256"]}, "is damaged"),
+            ({"x": [1]}, "is damaged")):
+        (dest / kept.RECORD).write_text(json.dumps(record))
+        with pytest.raises(UsageError, match=needle):
+            kept.restore(tmp_path / "clone" / run.name, store)
+    assert not (tmp_path / "victim").exists()
