@@ -114,7 +114,10 @@ def _check_value(flag: str, rule: str, value) -> None:
     if rule == "temperature_or_greedy":  # 0: greedy on purpose (evaluate)
         if value == 0:
             return
-        rule = "temperature"
+        if not MIN_TEMPERATURE <= value <= MAX_TEMPERATURE:
+            raise UsageError(f"{flag} must be 0 (greedy) or between {MIN_TEMPERATURE} and "
+                             f"{MAX_TEMPERATURE} (sampling), not {value}")
+        return
     if rule == "temperature":
         if not value >= MIN_TEMPERATURE:
             raise UsageError(f"{flag} must be >= {MIN_TEMPERATURE} (sampling needs a "

@@ -229,6 +229,9 @@ def compare(model, a: ViewPass, b: ViewPass, mask_B_N: torch.Tensor) -> TwoViews
 def two_views(model, batch: Batch, layers: bool = True) -> TwoViews:
     """The no-c view x against the c view [c, x] of `batch`'s responses, per position (and per
     layer with `layers` on a Hugging Face model)."""
+    if not isinstance(batch, Batch) or not callable(model):
+        raise UsageError(f"two_views takes a model and a rollout.Batch (`onpolicy_batch` or "
+                         f"`views`), not {type(model).__name__} and {type(batch).__name__}")
     x = view_pass(model, batch.x_ids, batch.x_mask, batch.resp, batch.resp_mask, layers)
     c = view_pass(model, batch.cx_ids, batch.cx_mask, batch.resp, batch.resp_mask, layers)
     return compare(model, x, c, batch.resp_mask)

@@ -149,6 +149,11 @@ def run(cfg: PatchingConfig | None = None, /, **fields) -> dict:
     `DEMO_SCOPE`). `run(PatchingConfig(...))` or `run(ckpt=[...], ...)`."""
     cfg = analysis.config(PatchingConfig, cfg, fields)
     validate(cfg)
+    sizes = {f.name: f.default for f in dataclasses.fields(PatchingConfig)}
+    ignored = [n for n in ("top_k", "n_check") if getattr(cfg, n) != sizes[n]]
+    if cfg.method == "exact" and ignored:  # --top-k 5 was ignored without a word
+        raise UsageError(f"--{ignored[0].replace('_', '-')} sizes --method attribution's exact "
+                         "checks; --method exact patches every node: drop one of them")
     paths = analysis.checkpoint_paths(cfg)
     for p in paths:
         verify_folder(p)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from nca_interp import evaluate, grad_align, layer_sim, param_delta
+from nca_interp import evaluate, grad_align, layer_sim, param_delta, patching
 from nca_interp.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from nca_interp.cli import entry, write_json
 from nca_interp.fsio import STAGE_MARK
@@ -186,7 +186,8 @@ def test_distill_flags_refused_before_anything_is_written(base, tmp_path, capsys
     (sft.main, ["--d-model", "36"], "9 dimensions a head, which must be even"),
     (sft.main, ["--d-model", "1000000"], "more than the"),
     (sft.main, ["--n-layers", "100000"], "choose a smaller model"),
-    (evaluate.main, ["--temperature", "1e308"], "--temperature must be at most 100"),
+    (evaluate.main, ["--temperature", "1e308"], "--temperature must be 0 (greedy) or between"),
+    (patching.main, ["--method", "exact", "--top-k", "5"], "--top-k sizes --method attribution"),
 ])
 def test_analysis_flags_refused(tmp_path, capsys, main, flags, needle):
     argv = [*flags, "--out", str(tmp_path / "o")]

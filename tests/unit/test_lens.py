@@ -156,3 +156,14 @@ def test_the_command_on_own_data(tok, tmp_path, capsys):
     assert (tmp_path / "own" / "lens.json").exists() and (tmp_path / "own" / "lens.html").exists()
     e = report.results["student"]
     assert e.n_tokens > 0 and e.example["tokens"] and "kl_control" in e.by_position
+
+
+def test_two_views_names_wrong_arguments_in_one_line():
+    """None or a dict for the batch was an AttributeError on x_ids (the fifth probe)."""
+    import pytest
+
+    from nca_interp import lens
+    from nca_interp.errors import UsageError
+
+    with pytest.raises(UsageError, match="takes a model and a rollout.Batch"):
+        lens.two_views(lambda *a: None, {"x_ids": 1})
