@@ -403,7 +403,7 @@ def test_a_non_numeric_task_option_names_the_key(base, capsys):
     ("grad_align", ["--batch", "5"], {"batch": 5}, "--batch must be an even number between 4 and"),
     ("layer_sim", ["--at", "middle"], {"at": "middle"}, "--at must be one of"),
     ("trajectory", ["x", "--every", "0"], {"runs": ["x"], "every": 0}, "--every must be >= 1"),
-    ("evaluate", ["--temperature", "-1"], {"temperature": -1.0}, "--temperature must be >= 0"),
+    ("evaluate", ["--temperature", "-1"], {"temperature": -1.0}, "--temperature must be 0 \\(greedy\\) or between"),
     ("patching", ["--kind", "hurt"], {"kind": "hurt"}, "--kind must be one of harm, help"),
     ("patching", ["--ks", "0"], {"ks": [0]}, "--ks must be >= 1"),
     ("param_delta", ["--rows", "some"], {"rows": "some"}, "--rows must be one of"),
