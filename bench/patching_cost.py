@@ -2,7 +2,7 @@
 only the blocks from the hooked layer on (`nca_interp.patching.rerun`).
 
     python -m bench.patching_cost [--ckpt DIR] [--threads 1] [--cases 64] [--heads true]
-                                  [--resid true] [--heads-ablated 0.5]
+                                  [--resid true] [--heads-ablated 0.5] [--null-draws 10]
 
 The harm cases of a checkpoint (default: the embedded Sokoban OPD), topped up with its
 controls to `--cases`, are one left-padded batch. Timed: one plain batched forward of the
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import numpy as np
 import torch
 
 from bench.common import timeit
@@ -29,7 +30,7 @@ from nca_interp.errors import InputError
 from nca_interp.hooks import boot_bridge
 from nca_interp.models import context_limit
 from nca_interp.names import head_z_hook, resid_hook
-from nca_interp.patching.heads import prompt_context
+from nca_interp.patching.heads import Outcomes, answered_right, prompt_context
 from nca_interp.patching.interventions import ablation_hooks, greedy
 from nca_interp.patching.rerun import Rerun
 from nca_interp.rollout import pad_id, stop_ids
@@ -50,8 +51,12 @@ def main(argv=None) -> dict:
                     help="share of heads whose reading of c the timed greedy answers remove: "
                          "every round(1/share)-th head, so 0.3 removes a third (the count "
                          "removed is printed)")
+    ap.add_argument("--null-draws", type=int, default=10,
+                    help="random head sets timed for the null of the flipped rate, both ways "
+                         "(0: skip)")
+    ap.add_argument("--null-k", type=int, default=4, help="heads per random set")
     args = ap.parse_args(argv)
-    for flag in ("threads", "cases", "n_levels"):
+    for flag in ("threads", "cases", "n_levels", "null_k"):
         if getattr(args, flag) < 1:
             ap.error(f"--{flag.replace('_', '-')} must be at least 1 (got {getattr(args, flag)})")
     if not 0 <= args.heads_ablated <= 1:
@@ -113,7 +118,37 @@ def main(argv=None) -> dict:
         print("rerun: blocks l.. of a kept clean run and the last position's unembedding; the "
               "rerun column includes keeping that run (two forwards)")
     out["generation"] = generation_cost(bridge, task, tok, model, cases, args.heads_ablated)
+    if args.null_draws > 0:
+        out["null"] = null_cost(bridge, task, tok, model, cases, args.null_draws, args.null_k)
     return out
+
+
+def null_cost(bridge, task, tok, model, cases, draws: int, k: int) -> dict:
+    """The random-head null of the flipped rate, both ways on the same `draws` head sets of
+    `k`: every case decoded per set (`heads.answered_right`), and `heads.Outcomes` (one
+    teacher-forced rerun per set, decoding only the cases it moves, the unablated answers
+    decoded once and counted in its time). The outcomes must agree."""
+    L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
+    every = [(li, h) for li in range(L) for h in range(H)]
+    rng = np.random.default_rng(0)
+    sets = [[every[j] for j in rng.choice(len(every), min(k, len(every)), replace=False)]
+            for _ in range(draws)]
+    stops = stop_ids(tok, model)
+    t0 = time.perf_counter()
+    plain = [answered_right(bridge, task, cases, s, stops) for s in sets]
+    t_plain = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    fast = Outcomes(bridge, task, cases, stops)
+    quick = [fast.answered_right(s) for s in sets]
+    t_fast = time.perf_counter() - t0
+    agree = sum(bool(np.array_equal(a, b)) for a, b in zip(plain, quick))
+    print(f"null of the flipped rate, {draws} random sets of {k} heads over {len(cases)} cases: "
+          f"every case decoded {t_plain:.2f} s, decoded where moved {t_fast:.2f} s "
+          f"({t_plain / t_fast:.2f}x; {fast.decoded} of {draws * len(cases)} case answers "
+          f"decoded); {agree}/{draws} sets' outcomes identical")
+    return {"draws": draws, "k": k, "decode_every_s": t_plain, "outcomes_s": t_fast,
+            "speedup": t_plain / t_fast, "decoded": fast.decoded,
+            "answers": draws * len(cases), "identical_sets": agree}
 
 
 def generation_cost(bridge, task, tok, model, cases, share: float) -> dict:

@@ -28,13 +28,15 @@ from nca_interp.patching.interventions import (
     ablation_effect,
     ablation_hooks,
     greedy,
+    logit_diff,
+    normalised,
     view_lds,
 )
 from nca_interp.patching.rerun import Rerun
 from nca_interp.progress import bar
 from nca_interp.rollout import pad_id
 
-__all__ = ["halves", "held_out_heads", "interval", "prompt_context"]
+__all__ = ["Outcomes", "answered_right", "halves", "held_out_heads", "interval", "prompt_context"]
 
 
 def own_units(units: list | None, n: int) -> bool:
@@ -126,6 +128,95 @@ def answered_right(bridge, task, cases: Cases, heads: list[tuple[int, int]], sto
     return np.array([score(task, tok, lv, o) for lv, o in zip(cases.levels, outs)])
 
 
+class Outcomes:
+    """`answered_right` for many head sets on one case set, decoding only where it can differ.
+
+    The unablated greedy answers are decoded once. For a head set, one teacher-forced run of
+    [c, x] + that answer (blocks rerun from the first ablated layer, `Rerun`) gives the
+    ablated model's next-token choice at every answer position: where each is the answer's
+    own token, by a margin over the runner-up above `tol` of the largest logit, greedy
+    decoding with those heads removed would write the same answer token by token, so its
+    outcome is the unablated one; only the other cases are decoded. The margin keeps a
+    near-tie (where the cached decoding and the full forward may round differently) on the
+    decoded path, so the outcome is `answered_right`'s up to the tolerance `greedy` accepts.
+    A random head set rarely moves a greedy answer: one run instead of a decoding of every
+    case (`bench/patching_cost.py` measures both)."""
+
+    def __init__(self, bridge, task, cases: Cases, stops: list[int], tol: float = 1e-4):
+        self.bridge, self.task, self.cases, self.stops, self.tol = bridge, task, cases, stops, tol
+        tok = bridge.tokenizer
+        self.pad = pad_id(tok)
+        ids, mask = cases.dst_prompt
+        self.ctx = prompt_context(cases)
+        self.answers = greedy(bridge, ids, mask, task.max_response_tokens(), stops, self.pad)
+        self.right = np.array([score(task, tok, lv, o)
+                               for lv, o in zip(cases.levels, self.answers)])
+        B, W, T = len(ids), ids.shape[1], max(map(len, self.answers))
+        ans = torch.full((B, T), self.pad, dtype=ids.dtype)
+        self.valid = torch.zeros((B, T), dtype=torch.bool)
+        for i, a in enumerate(self.answers):
+            ans[i, :len(a)] = torch.tensor(a, dtype=ids.dtype)
+            self.valid[i, :len(a)] = True
+        self.target = ans
+        # the answer's tokens after the prompt (right-padded: a padded column comes after
+        # every real one, so it changes none of them); column W - 1 + j predicts token j
+        self.run = Rerun(bridge, torch.cat([ids, ans], 1),
+                         torch.cat([mask, self.valid.to(mask.dtype)], 1))
+        self.at = (W - 1 + torch.arange(T))[None].expand(B, -1)
+        self.decoded = 0  # cases decoded in full (the rest confirmed by one run)
+        # the deciding position lies on the answer where the case's response prefix is the
+        # unablated answer's (it is, but for a tie the bridge breaks otherwise than the model
+        # that found the cases): then one run gives a draw's teacher-forced effect too
+        t = cases.t_star
+        self.shares_prefix = all(
+            list(map(int, a[:ti])) == cases.dst_ids[i, cases.dst_ids.shape[1] - ti:].tolist()
+            and len(a) > ti for i, (a, ti) in enumerate(zip(self.answers, t)))
+        self.decide = torch.tensor([[W - 1 + ti] for ti in t])
+        self.ld_clean = self._ld(self.run.logits_at(self.decide)) if self.shares_prefix else None
+
+    def _ld(self, logits_B_1_V: torch.Tensor) -> torch.Tensor:
+        return logit_diff(logits_B_1_V[:, 0], self.cases)
+
+    def unmoved(self, heads: list[tuple[int, int]]) -> np.ndarray:
+        """Per case: does greedy decoding with `heads`' context reading removed certainly
+        write the unablated answer?"""
+        return self._unmoved(self.run.logits_at(self.at, ablation_hooks(self.ctx, heads)))
+
+    def measure(self, heads: list[tuple[int, int]], ld_src: torch.Tensor
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """Per case, from one teacher-forced run with `heads`' context reading removed: the
+        normalised effect at the deciding position (`ablation_effect`'s: 0 = the context run
+        unchanged, 1 = `ld_src`, the no-context run's LD) and `answered_right`. Needs
+        `shares_prefix`."""
+        if not self.shares_prefix:
+            raise RuntimeError("these cases' response prefixes are not the unablated answers")
+        logits = self.run.logits_at(self.at, ablation_hooks(self.ctx, heads))
+        ld = self._ld(logits.gather(1, (self.decide - self.at[:, :1])[..., None].expand(
+            -1, -1, logits.shape[-1])))
+        return normalised(ld, self.ld_clean, ld_src), self._right(self._unmoved(logits), heads)
+
+    def _unmoved(self, logits: torch.Tensor) -> np.ndarray:
+        top2 = logits.topk(2, dim=-1)
+        scale = logits.abs().amax(dim=(1, 2), keepdim=True).clamp(min=1.0)[..., 0]
+        same = (top2.indices[..., 0] == self.target) & \
+            (top2.values[..., 0] - top2.values[..., 1] > self.tol * scale)
+        return (same | ~self.valid).all(1).numpy()
+
+    def answered_right(self, heads: list[tuple[int, int]]) -> np.ndarray:
+        """Per case: is the greedy answer right with the context reading of `heads` removed
+        (`answered_right`'s value)?"""
+        return self._right(self.unmoved(heads), heads)
+
+    def _right(self, unmoved: np.ndarray, heads: list[tuple[int, int]]) -> np.ndarray:
+        out = self.right.copy()
+        moved = np.flatnonzero(~unmoved)
+        if len(moved):
+            self.decoded += len(moved)
+            out[moved] = answered_right(self.bridge, self.task, self.cases.subset(moved.tolist()),
+                                        heads, self.stops)
+        return out
+
+
 def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H: np.ndarray,
                    kind: str, ks: list[int], stops: list[int], n_random: int = 100,
                    n_random_generate: int = 100, seed: int = 0, stats: dict | None = None,
@@ -158,10 +249,41 @@ def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H
     dst = {k: Rerun(bridge, c.dst_ids, c.dst_mask) for k, c in sets.items()
            if k != "all" or n_random}  # "all" serves only the random-head draws
 
-    def flipped(c: Cases, heads) -> np.ndarray:
-        right = answered_right(bridge, task, c, heads, stops)
+    # greedy outcomes decoded only where a head set can move them (`Outcomes`)
+    outcomes: dict[str, Outcomes] = {}
+
+    def outcome(c: str) -> Outcomes:
+        if c not in outcomes:
+            outcomes[c] = Outcomes(bridge, task, sets[c], stops)
+        return outcomes[c]
+
+    def flipped(c: str, heads) -> np.ndarray:
+        right = outcome(c).answered_right(heads)
         stats["generations"] = stats.get("generations", 0) + 1
         return right if kind == "harm" else ~right
+
+    def random_draws(draws: list, n_effect: int, n_flip: int, k: int
+                     ) -> tuple[list[float], list[float]]:
+        """The random-head nulls: the mean effect of the first `n_effect` draws and the
+        flipped rate of the first `n_flip`; one teacher-forced run a draw gives both where
+        the cases' response prefixes are the unablated answers (`Outcomes.measure`)."""
+        effects, flips = [], []
+        both = n_flip > 0 and outcome("all").shares_prefix
+        for i, d in enumerate(bar(draws, f"patching: random-head nulls, k={k} ({n_effect} "
+                                  f"draws of the effect, {n_flip} of the flipped rate)",
+                                  unit="draw")):
+            if both and i < n_effect and i < n_flip:
+                effect, right = outcome("all").measure(d, lds["all"][0])
+                stats["generations"] = stats.get("generations", 0) + 1
+                effects.append(np.nanmean(effect))
+                flips.append((right if kind == "harm" else ~right).mean())
+                continue
+            if i < n_effect:
+                effects.append(np.nanmean(ablation_effect(bridge, cases, d, lds["all"],
+                                                          dst["all"])))
+            if i < n_flip:
+                flips.append(flipped("all", d).mean())
+        return effects, flips
 
     rows = []
     for k in sorted({min(k, L * H) for k in ks} | {L * H}):
@@ -169,7 +291,7 @@ def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H
         tf, flip = np.full(N, np.nan), np.zeros(N, bool)
         tf[B] = ablation_effect(bridge, sub["B"], chosen["A"], lds["B"], dst["B"])
         tf[A] = ablation_effect(bridge, sub["A"], chosen["B"], lds["A"], dst["A"])
-        flip[B], flip[A] = flipped(sub["B"], chosen["A"]), flipped(sub["A"], chosen["B"])
+        flip[B], flip[A] = flipped("B", chosen["A"]), flipped("A", chosen["B"])
         row = {"k": k, "chosen_on_a": [f"L{li}H{h}" for li, h in chosen["A"][:8]],
                "chosen_on_b": [f"L{li}H{h}" for li, h in chosen["B"][:8]],
                "percentile": float(np.mean([percentile(abl_N_L_H, B, chosen["A"], measured),
@@ -181,21 +303,16 @@ def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H
             pool = [x for x in every if x not in set(chosen["A"]) | set(chosen["B"])]
             draws = [[pool[j] for j in rng.choice(len(pool), min(k, len(pool)), replace=False)]
                      for _ in range(max(n_random, n_random_generate))]
-            row["effect_null"] = null_summary(
-                [np.nanmean(ablation_effect(bridge, cases, d, lds["all"], dst["all"]))
-                 for d in bar(draws[:n_random], f"patching: random-head null of the effect, "
-                              f"k={k}", unit="draw")],
-                row["effect"]["mean"])
-            row["flipped_null"] = null_summary(
-                [flipped(cases, d).mean() for d in bar(
-                    draws[:n_random_generate], f"patching: random-head null of the flipped "
-                    f"rate, k={k} (greedy answers)", unit="draw")],
-                row["flipped"]["mean"])
+            effects, flips = random_draws(draws, n_random, n_random_generate, k)
+            row["effect_null"] = null_summary(effects, row["effect"]["mean"])
+            row["flipped_null"] = null_summary(flips, row["flipped"]["mean"])
         if controls is not None:
             top = ranked(abl_N_L_H, list(range(N)))[:k]
             row["broken_control"] = interval(
                 (~answered_right(bridge, task, controls, top, stops)).astype(float),
                 units=control_units)
         rows.append(row)
+    stats["decoded_cases"] = stats.get("decoded_cases", 0) + sum(
+        o.decoded for o in outcomes.values())
     return {"halves": [A, B], "n_random": n_random, "n_random_generate": n_random_generate,
             "rows": rows}

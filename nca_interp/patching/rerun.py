@@ -64,6 +64,11 @@ def _copied(value, memo: dict):
     return value
 
 
+def _gather(x_B_T_D: torch.Tensor, at_B_P: torch.Tensor) -> torch.Tensor:
+    """B P D: the rows of `x_B_T_D` at the columns `at_B_P`."""
+    return x_B_T_D.gather(1, at_B_P[..., None].expand(-1, -1, x_B_T_D.shape[-1]))
+
+
 class Rerun:
     """The clean run of one batch (`ids`, `mask`: B T) kept block by block; `logits(hooks)`
     is the last position's logits (B V) of the run with `hooks`, rerunning only the blocks
@@ -101,12 +106,13 @@ class Rerun:
         big = [("unembed.hook_in", lambda act, hook: act * k)]
         return close(self._from(len(b.blocks) - 1, big), self._full(big))
 
-    def _full(self, hooks) -> torch.Tensor:
+    def _full(self, hooks, at: torch.Tensor | None = None) -> torch.Tensor:
         with attached(self.bridge):
-            return self.bridge.run_with_hooks(self.ids, attention_mask=self.mask,
-                                              fwd_hooks=list(hooks))[:, -1]
+            out = self.bridge.run_with_hooks(self.ids, attention_mask=self.mask,
+                                             fwd_hooks=list(hooks))
+        return out[:, -1] if at is None else _gather(out, at)
 
-    def _from(self, start: int, hooks) -> torch.Tensor:
+    def _from(self, start: int, hooks, at: torch.Tensor | None = None) -> torch.Tensor:
         b, memo = self.bridge, {}
         with attached(b):
             for name, fn in hooks:
@@ -118,7 +124,9 @@ class Rerun:
                 kwargs = {k: _copied(v, memo) for k, v in kwargs.items() if k != "hidden_states"}
                 out = b.blocks[li](resid, *_copied(args[1:], memo), **kwargs)
                 resid = out[0] if isinstance(out, tuple) else out
-            return b.unembed(b.ln_final(resid[:, -1:]))[:, -1]
+            if at is None:
+                return b.unembed(b.ln_final(resid[:, -1:]))[:, -1]
+            return b.unembed(b.ln_final(_gather(resid, at)))
 
     def _gated(self, hooks) -> bool:
         """A hook the full forward would refuse or resolve by alias: leave it to that path."""
@@ -136,3 +144,14 @@ class Rerun:
         if not self.exact or start is None or self._gated(hooks):
             return self._full(hooks)
         return self._from(start, hooks)
+
+    @torch.no_grad()
+    def logits_at(self, at_B_P: torch.Tensor, hooks=()) -> torch.Tensor:
+        """B P V: the logits at positions `at_B_P` (column indices, per row) with `hooks`
+        attached; only the blocks from the first hooked one rerun, as for `logits`."""
+        start = first_layer(hooks) if hooks else len(self.inputs)
+        if not self.exact or start is None or self._gated(hooks):
+            return self._full(hooks, at_B_P)
+        if start == len(self.inputs):  # no hook: the kept output of the last block
+            start = len(self.inputs) - 1
+        return self._from(start, hooks, at_B_P)

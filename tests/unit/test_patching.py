@@ -265,6 +265,12 @@ def test_heads_are_chosen_on_one_half_and_judged_on_the_other(monkeypatch, setup
         return np.full(len(c), 0.5)
 
     monkeypatch.setattr(heads_mod, "ablation_effect", fake_effect)
+
+    def fake_measure(self, heads, ld_src):  # a random draw's effect and outcome, one run
+        seen.append(list(heads))
+        return np.full(len(self.cases), 0.5), np.zeros(len(self.cases), bool)
+
+    monkeypatch.setattr(heads_mod.Outcomes, "measure", fake_measure)
     monkeypatch.setattr(heads_mod, "answered_right",
                         lambda b, t, c, heads, stops: np.zeros(len(c), bool))
     out = heads_mod.held_out_heads(bridge, task, four, None, abl, "harm", [1], [0],

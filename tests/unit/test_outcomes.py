@@ -1,0 +1,105 @@
+"""patching.heads.Outcomes: greedy outcomes under head ablations, decoded only where a head set
+can move them, must be the outcomes of decoding every case."""
+
+import numpy as np
+import pytest
+
+from nca_interp import patching
+from nca_interp.checkpoint import save_checkpoint
+from nca_interp.hooks import attached_hooks, boot_bridge
+from nca_interp.patching import heads as heads_mod
+from nca_interp.patching.heads import Outcomes, prompt_context
+from nca_interp.patching.interventions import ablation_hooks, greedy
+from nca_interp.rollout import pad_id
+from nca_interp.tasks import make_task
+from tests.conftest import tiny
+
+TASK = {"name": "sokoban", "fmt": "compact", "dim_room": [6, 6], "num_boxes": 1}
+
+
+@pytest.fixture(scope="module")
+def setup(tok, tmp_path_factory):
+    folder = save_checkpoint(tmp_path_factory.mktemp("o") / "m", tiny(tok, seed=5), tok,
+                             {"task": TASK})
+    bridge = boot_bridge(folder)
+    task = make_task("sokoban")
+    levels = task.levels("test", 6)
+    ids = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    rows = [(lv, ids("UR") + [tok.eos_token_id], ids("DR"), 0) for lv in levels]
+    cases = patching.build_cases(tok, task, "state", rows, None)
+    return bridge, task, cases, [tok.eos_token_id]
+
+
+def head_sets(bridge) -> list[list[tuple[int, int]]]:
+    L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
+    every = [(li, h) for li in range(L) for h in range(H)]
+    return [[x] for x in every] + [every[::2], every]
+
+
+def test_a_case_called_unmoved_decodes_to_its_unablated_answer_and_no_moved_one_is_missed(
+        setup):
+    """For every head set: where `unmoved` says a case keeps its answer, greedy decoding with
+    those heads removed writes exactly the unablated answer; where decoding writes another,
+    `unmoved` says so. Both kinds occur, so the check is not vacuous (a teacher-forced run
+    read one column off, or without the margin, fails it)."""
+    bridge, task, cases, stops = setup
+    out = Outcomes(bridge, task, cases, stops)
+    ids, mask = cases.dst_prompt
+    ctx = prompt_context(cases)
+    pad = pad_id(bridge.tokenizer)
+    kinds = set()
+    for heads in head_sets(bridge):
+        unmoved = out.unmoved(heads)
+        decoded = greedy(bridge, ids, mask, task.max_response_tokens(), stops, pad,
+                         ablation_hooks(ctx, heads))
+        same = np.array([d == a for d, a in zip(decoded, out.answers)])
+        assert not (unmoved & ~same).any(), heads  # never a moved answer called unmoved
+        kinds.update(zip(unmoved.tolist(), same.tolist()))
+    assert (True, True) in kinds and (False, False) in kinds, kinds
+    assert attached_hooks(bridge) == 0
+
+
+def test_outcomes_are_those_of_decoding_every_case(setup, monkeypatch):
+    """`Outcomes.answered_right` is `answered_right` for every head set: the unmoved cases keep
+    the unablated outcome and only the moved ones are decoded (the scorer, made to depend on
+    the answer's tokens, sees exactly those)."""
+    bridge, task, cases, stops = setup
+    # a scorer that tells answers apart (a random model wins no level): right = even length
+    monkeypatch.setattr(heads_mod, "score", lambda t, tok, lv, o: len(o) % 2 == 0)
+    out = Outcomes(bridge, task, cases, stops)
+    decoded_before = 0
+    for heads in head_sets(bridge):
+        want = heads_mod.answered_right(bridge, task, cases, heads, stops)
+        assert np.array_equal(out.answered_right(heads), want), heads
+        moved = int((~out.unmoved(heads)).sum())
+        assert out.decoded - decoded_before == moved
+        decoded_before = out.decoded
+    assert 0 < out.decoded < len(cases) * len(head_sets(bridge))
+
+
+def test_one_run_gives_a_draws_effect_and_outcome_where_the_prefix_is_the_answer(setup, tok):
+    """Cases whose response prefix is the unablated greedy answer's (as found cases are): one
+    teacher-forced run gives `ablation_effect`'s effect at the deciding position and
+    `answered_right`'s outcome, for every head set; a prefix that is not the answer's is
+    refused (the effect would be read at another position)."""
+    from nca_interp.patching.interventions import ablation_effect, view_lds
+
+    bridge, task, cases, stops = setup
+    answers = Outcomes(bridge, task, cases, stops).answers
+    ts = [min(j % 3, len(a) - 1) for j, a in enumerate(answers)]  # t* = 0, 1, 2, ...
+    rows = [(lv, a, a[:t] + [(a[t] + 1) % 200] + a[t + 1:], t)
+            for lv, a, t in zip(cases.levels, answers, ts)]
+    found = patching.build_cases(tok, task, "state", rows, None)
+    out = Outcomes(bridge, task, found, stops)
+    assert out.shares_prefix and max(ts) == 2
+    lds = view_lds(bridge, found)
+    for heads in head_sets(bridge):
+        effect, right = out.measure(heads, lds[0])
+        want = ablation_effect(bridge, found, heads, lds)
+        np.testing.assert_allclose(effect, want, atol=1e-4, rtol=1e-4)
+        assert np.array_equal(right, heads_mod.answered_right(bridge, task, found, heads, stops))
+    other = [(lv, [(a[0] + 1) % 200] + a[1:], a, 1) for lv, a in zip(cases.levels, answers)]
+    moved = Outcomes(bridge, task, patching.build_cases(tok, task, "state", other, None), stops)
+    assert not moved.shares_prefix
+    with pytest.raises(RuntimeError, match="prefixes"):
+        moved.measure([(0, 0)], lds[0])
