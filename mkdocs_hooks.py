@@ -2,8 +2,9 @@
 docs/results/sokoban_long.md or docs/own_data.md) is `--8<-- "figures/<setting>/README.md"`,
 the report `python -m nca_interp.paper.report` writes beside that setting's figures. The page
 gets that report with its figure links pointing into the site, and the figures (PNG,
-interactive HTML, the plotly.min.js each HTML loads from its own folder) are added to the site,
-so a setting page shows its figures and the strict build can check every link."""
+interactive HTML, and figures/plotly.min.js, the one bundle every HTML loads by a relative
+link) are added to the site, so a setting page shows its figures and the strict build can check
+every link."""
 
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ def _settings(config) -> list[str]:
 
 def on_files(files, config):
     root = _root(config)
+    if (root / "figures" / "plotly.min.js").is_file():  # the shared bundle (nca_interp.plots)
+        files.append(File("figures/plotly.min.js", str(root), config["site_dir"],
+                          config["use_directory_urls"]))
     for name in _settings(config):
         for f in sorted((root / "figures" / name).iterdir()):
             if f.suffix in SHIPPED:

@@ -26,8 +26,9 @@ from nca_interp.reports import (
     label,
 )
 
-__all__ = ["PALETTE", "check_bundle", "context_return_figure", "evaluate_figure",
-           "grad_align_figure", "grad_align_over_steps", "grad_x", "head_heatmaps", "heatmap",
+__all__ = ["BUNDLE", "PALETTE", "bundle_folder", "bundle_src", "check_bundle",
+           "context_return_figure", "evaluate_figure", "grad_align_figure",
+           "grad_align_over_steps", "grad_x", "head_heatmaps", "heatmap",
            "layer_sim_figure", "notebook_renderer", "patching_figures", "trajectory_figure",
            "unscored_figure", "write_figure", "figure_files", "png_bytes", "write_files"]
 
@@ -520,6 +521,9 @@ def _interval(values: list[float], cis: list) -> dict:
             "arrayminus": [v - lo for v, (lo, hi) in zip(values, cis)]}
 
 
+BUNDLE = "plotly.min.js"  # the one file of plotly.js that every page of a folder tree loads
+
+
 def bundle_state(folder: Path) -> str:
     """What `folder/plotly.min.js` is: "ok" (plotly's own, checked by size and sha256),
     "missing", "partial" (a prefix of it: a write killed half-way, e.g. plotly's own writer's
@@ -528,7 +532,7 @@ def bundle_state(folder: Path) -> str:
 
     from plotly.offline import get_plotlyjs
 
-    target = Path(folder) / "plotly.min.js"
+    target = Path(folder) / BUNDLE
     if not target.exists() and not target.is_symlink():
         return "missing"
     if not target.is_file() or target.is_symlink():
@@ -543,11 +547,37 @@ def bundle_state(folder: Path) -> str:
     return "foreign"
 
 
+def bundle_folder(folder: str | Path) -> Path:
+    """The folder whose plotly.min.js a page written in `folder` loads, so a tree of pages
+    holds one copy of plotly.js (4.6 MB), not one per folder: `folder` itself where it holds a
+    file of that name (plotly's; or one to repair or refuse, `ensure_plotly_bundle`), else the
+    nearest folder above holding plotly's own bundle (the repository's figures/plotly.min.js
+    for every setting's folder), else `folder`, where a copy is written beside the page: a
+    fresh output folder is whole by itself, offline, and can be moved or sent as it is."""
+    folder = Path(folder).absolute()  # lexical, as a browser resolves a relative src
+    if bundle_state(folder) != "missing":
+        return folder
+    for up in folder.parents:
+        try:
+            if bundle_state(up) == "ok":
+                return up
+        except OSError:  # an unreadable folder above is no bundle of ours
+            continue
+    return folder
+
+
+def bundle_src(folder: str | Path) -> str:
+    """The `src` a page in `folder` loads plotly.js from (`bundle_folder`), relative to it:
+    "plotly.min.js" beside it, "../plotly.min.js" one folder up."""
+    here = Path(folder).absolute()
+    return Path(os.path.relpath(bundle_folder(here) / BUNDLE, here)).as_posix()
+
+
 def check_bundle(folder: Path) -> None:
     """Refuse, before any work, a folder whose plotly.min.js is not plotly's (it would be
     replaced: it is someone's file)."""
     if bundle_state(folder) == "foreign":
-        raise RunError(f"{Path(folder) / 'plotly.min.js'} is not plotly's bundle and the "
+        raise RunError(f"{Path(folder) / BUNDLE} is not plotly's bundle and the "
                        "figures would replace it; move it away or write the figures to "
                        "another folder")
 
@@ -562,7 +592,7 @@ def ensure_plotly_bundle(folder: Path) -> Path:
     from nca_interp.fsio import write_bytes
 
     state = bundle_state(folder)
-    target = Path(folder) / "plotly.min.js"
+    target = Path(folder) / BUNDLE
     if state == "ok":
         return target
     check_bundle(folder)
@@ -576,17 +606,18 @@ def figure_files(fig: go.Figure, stem: str | Path, png: bool = False) -> dict[Pa
     """The bytes of `stem.html` (and `stem.png` when asked, `png_bytes`), rendered but not
     written, so a writer can record their sha256 before any lands (`nca_interp.analysis.write`).
 
-    The HTML renders offline: it loads plotly.js from the folder (`plotly.min.js`, written
-    once beside the pages by `write_files`; git stores the identical copies once) instead of
-    a CDN link, and the page takes the browser's width (the layout's fixed width is kept for
-    the PNG only). Its div id is the stem's name, not a random one: a redraw of the same data
-    gives the same bytes."""
+    The HTML renders offline: it loads plotly.js by a relative link, never a CDN, from the
+    one bundle of its folder tree (`bundle_folder`: figures/plotly.min.js for the published
+    pages, a copy beside the page in a fresh output folder; `write_files` writes it there),
+    and the page takes the browser's width (the layout's fixed width is kept for the PNG
+    only). Its div id is the stem's name, not a random one: a redraw of the same data in the
+    same place gives the same bytes."""
     stem = Path(stem)
     page = go.Figure(fig)
     page.update_layout(width=None, autosize=True)
     files = {stem.with_suffix(".html"): page.to_html(
-        include_plotlyjs="directory", config={"responsive": True}, default_width="100%",
-        div_id=f"fig-{stem.name}").encode("utf-8")}
+        include_plotlyjs=bundle_src(stem.parent), config={"responsive": True},
+        default_width="100%", div_id=f"fig-{stem.name}").encode("utf-8")}
     if png:
         files[stem.with_suffix(".png")] = png_bytes(fig)
     return files
@@ -611,13 +642,14 @@ def png_bytes(fig: go.Figure) -> bytes:
 
 def write_files(files: dict[Path, bytes]) -> list[str]:
     """Write rendered figure files (`figure_files`), each atomically, with the plotly bundle
-    their folder's pages load; return the paths written."""
+    their pages load (`bundle_folder`: beside them unless a folder above holds plotly's own);
+    return the paths written."""
     from nca_interp.fsio import write_bytes
 
     for path, data in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.suffix == ".html":
-            ensure_plotly_bundle(path.parent)
+            ensure_plotly_bundle(bundle_folder(path.parent))
         write_bytes(path, data)
     return [str(p) for p in files]
 

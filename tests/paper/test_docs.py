@@ -13,13 +13,22 @@ MARKDOWN = [ROOT / "README.md", *sorted((ROOT / "figures").rglob("*.md")),
             *sorted((ROOT / "docs").rglob("*.md"))]
 
 
-def test_every_html_figure_loads_plotly_from_its_own_folder():
+def test_every_html_figure_loads_the_one_shared_plotly_bundle():
+    """figures/ holds one plotly.min.js (4.6 MB; it was one per setting folder), and every
+    page loads it by a relative link, never from a CDN (nca_interp.plots.bundle_folder)."""
+    import os
+
+    from nca_interp.plots import bundle_state
+
     assert HTML
+    shared = ROOT / "figures" / "plotly.min.js"
+    assert bundle_state(shared.parent) == "ok"
+    assert sorted((ROOT / "figures").rglob("plotly.min.js")) == [shared]
     for page in HTML:
         text = page.read_text()
         srcs = re.findall(r'<script[^>]*src="([^"]+)"', text)
-        assert srcs == ["plotly.min.js"], f"{page}: scripts {srcs}"
-        assert (page.parent / "plotly.min.js").exists(), page
+        assert srcs == [Path(os.path.relpath(shared, page.parent)).as_posix()], \
+            f"{page}: scripts {srcs}"
         assert "cdn.plot.ly" not in text, page
 
 
