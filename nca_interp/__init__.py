@@ -1,12 +1,10 @@
-"""nca_interp: train OPD / NCA students with privileged context and look inside them."""
+"""nca_interp: train OPD / NCA students with privileged context and look inside them.
 
-import os
+Importing it changes nothing in the process (no environment variable, no logging setting):
+every load of weights is from a local folder by `local_files_only=True` at the call
+(`nca_interp.checkpoint.load_checkpoint`, `nca_interp.fetch`), so nothing asks the hub
+whatever HF_HUB_OFFLINE says."""
 
 __all__ = []
-
-# No hub here: every load is from a local folder. Set before transformers is imported.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 __version__ = "0.1.0"

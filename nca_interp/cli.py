@@ -297,6 +297,9 @@ def entry(main, argv: list[str] | None = None) -> int:
     debug = os.environ.get("NCA_INTERP_DEBUG") == "1" or "--debug" in argv
     if "--quiet" in argv:  # no progress bars (nca_interp.progress)
         os.environ["NCA_INTERP_QUIET"] = "1"
+    # a command owns its process (importing the library sets nothing): transformers' advice
+    # lines ("set X to silence this") would interleave with the command's tables
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     argv = [a for a in argv if a not in ("--debug", "--quiet")]
     from nca_interp.checkpoint import hash_once
 
@@ -331,6 +334,7 @@ def entry(main, argv: list[str] | None = None) -> int:
 
 
 # what an interrupted command leaves, by the module of its `main`: only training resumes
+# (`train.*` from a clone, `nca_interp.train.*` where the wheel installed it)
 RESUMES = ("train.sft", "train.distill", "train.trl_distill")
 PIPELINES = ("nca_interp.paper.reproduce",)
 
@@ -342,7 +346,7 @@ def interrupted_note(main, argv: list[str] | None = None) -> str:
     if module == "__main__":  # `python -m train.distill`: the module runs as __main__
         spec = getattr(sys.modules.get("__main__"), "__spec__", None)
         module = getattr(spec, "name", "") or ""
-    if module in RESUMES:
+    if module in RESUMES or module.removeprefix("nca_interp.") in RESUMES:
         from nca_interp.checkpoint import latest_step_checkpoint
 
         out = next((argv[i + 1] for i, a in enumerate(argv or []) if a == "--out"

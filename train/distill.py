@@ -52,7 +52,8 @@ from nca_interp.prefix import PrefixCache
 from nca_interp.rollout import Batch, onpolicy_batch
 from nca_interp.runs import check_context, check_trained_on, lr_at, task_for_checkpoints
 from nca_interp.tasks import context_choices, task_choices, task_record
-from train.common import (
+
+from .common import (
     DISK_REMEDY,
     Dist,
     Run,
@@ -67,7 +68,7 @@ from train.common import (
     init_distributed,
     setup_torch,
 )
-from train.options import DeviceOptions, EstimatorOptions, OptimOptions, RunOptions
+from .options import DeviceOptions, EstimatorOptions, OptimOptions, RunOptions
 
 __all__ = ["DistillConfig", "main"]
 

@@ -56,7 +56,8 @@ from nca_interp.runs import lr_at
 from nca_interp.tasks import QATask, Task, make_task, parse_task_options, task_record
 from nca_interp.tasks.base import names, spec
 from nca_interp.tokenizer import EOS, build_char_tokenizer
-from train.common import (
+
+from .common import (
     Run,
     all_finite,
     check_out,
@@ -65,7 +66,7 @@ from train.common import (
     eval_wins,
     setup_torch,
 )
-from train.options import DeviceOptions, OptimOptions, RunOptions
+from .options import DeviceOptions, OptimOptions, RunOptions
 
 __all__ = ["OLD_TASK_FLAGS", "SFTConfig", "execute", "main", "refuse_old_task_flags", "task_of"]
 

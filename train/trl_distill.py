@@ -26,7 +26,8 @@ from nca_interp.evaluate import TASK_OPTIONS_HELP
 from nca_interp.models import PRECISION_HELP, resolved_precision
 from nca_interp.runs import resolve_task_and_context
 from nca_interp.tasks import task_record
-from train.common import Dist, close_distributed, exit_worker
+
+from .common import Dist, close_distributed, exit_worker
 
 __all__ = ["TRLDistillConfig", "main"]
 

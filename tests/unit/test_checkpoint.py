@@ -90,12 +90,6 @@ def test_bad_inputs_have_clear_errors(tok, tiny_model, tmp_path):
         ck.load_checkpoint(pk)
 
 
-def test_offline_env():
-    import nca_interp  # noqa: F401
-
-    assert os.environ["HF_HUB_OFFLINE"] == "1"
-
-
 def test_a_command_hashes_each_checkpoint_once(tok, tiny_model, tmp_path, monkeypatch):
     """Inside hash_once (every command's entry) repeated opens of an unchanged folder hash it
     once; a file changed meanwhile is hashed again and caught; outside, every open hashes."""
