@@ -228,46 +228,62 @@ def item_ids(task: Task, levels: list) -> dict:
     return {"id": [lv.id for lv in levels]} if getattr(task, "name", None) == "jsonl" else {}
 
 
+def lengths(view: dict) -> list[int]:
+    """A view's response lengths per item (tokens): kept so that a length change pairs per
+    item, as accuracy does."""
+    return [int(n) for n in view["length"]]
+
+
 def evaluate_checkpoint(model, tokenizer, task: Task, context: str, n_levels: int = 1000,
                         seed: int = 0, temperature: float = 0.0, control: bool = False) -> dict:
     task = task.for_tokenizer(tokenizer)  # chat checkpoints: their own template
     levels = task.levels("test", n_levels, seed)
     units = [task.unit(lv) for lv in levels]
+    own_data = getattr(task, "name", None) == "jsonl"
+    # the control contexts before any response: a c' refused (the item's own c, a missing
+    # control_file) stops the command before minutes of generation
+    wrong = [task.control_context(levels, i, context) for i in range(len(levels))] \
+        if control else None
     no_c = play_levels(model, tokenizer, task, levels, None, temperature, seed)
     with_c = play_levels(model, tokenizer, task, levels, context, temperature, seed)
+    ctrl = play_levels(model, tokenizer, task, levels, wrong, temperature, seed) \
+        if control else None
     budget = {"hit_budget_no_c": float(no_c["hit_budget"].mean()),
               "hit_budget_c": float(with_c["hit_budget"].mean()),
               "max_new": max_response_tokens(task)}
+    items = {"unit": units, **item_ids(task, levels), "length_no_c": lengths(no_c),
+             "length_c": lengths(with_c)}
+    if control:
+        items["length_control"] = lengths(ctrl)
     if not getattr(task, "scored", True):  # own data without a scorer
         report = {**unscored_report(no_c, with_c, units, task.unit_name), **budget,
                   **views_kl(model, tokenizer, task, levels, context, no_c["ids"], units),
                   "metric": task.success,
-                  "items": {"unit": units, **item_ids(task, levels),
-                            "response_no_c": no_c["texts"],
+                  "items": {**items, "response_no_c": no_c["texts"],
                             "response_c": with_c["texts"]}}
         if control:
-            wrong = [task.control_context(levels, i, context) for i in range(len(levels))]
-            ctrl = play_levels(model, tokenizer, task, levels, wrong, temperature, seed)
             null = views_kl(model, tokenizer, task, levels, wrong, no_c["ids"], units)
             report["control"] = {"len": float(ctrl["length"].mean()),
                                  "kl_views": null["kl_views"],
                                  "kl_views_ci95": null["kl_views_ci95"],
+                                 "c_prime": task.control_note(levels, context),
                                  "note": "reads_c needs a scorer"}
             report["kl_views_control"] = null["kl_views"]
+            report["items"].update(context_control=wrong, response_control=ctrl["texts"])
         return report
     report = {**paired_report(no_c, with_c, units, task.unit_name), "metric": task.success,
               **budget,
-              "items": {"unit": units, "correct_no_c": no_c["won"].astype(int).tolist(),
+              "items": {**items, "correct_no_c": no_c["won"].astype(int).tolist(),
                         "correct_c": with_c["won"].astype(int).tolist()}}
-    if getattr(task, "name", None) == "jsonl":  # own data: what was fed in and answered
-        report["items"].update(**item_ids(task, levels), response_no_c=no_c["texts"],
-                               response_c=with_c["texts"])
+    if own_data:  # own data: what was fed in and answered
+        report["items"].update(response_no_c=no_c["texts"], response_c=with_c["texts"])
     if control:
-        wrong = [task.control_context(levels, i, context) for i in range(len(levels))]
-        ctrl = play_levels(model, tokenizer, task, levels, wrong, temperature, seed)
-        report["control"] = control_report(no_c, with_c, ctrl, units, task.unit_name)
+        report["control"] = {**control_report(no_c, with_c, ctrl, units, task.unit_name),
+                             "c_prime": task.control_note(levels, context)}
         # per item, so that reads_c pools over seeds by the same cluster bootstrap as accuracy
         report["items"]["correct_control"] = ctrl["won"].astype(int).tolist()
+        if own_data:  # what c' was and what the model answered with it
+            report["items"].update(context_control=wrong, response_control=ctrl["texts"])
     return report
 
 
@@ -394,7 +410,8 @@ class EvalConfig:
     control: bool = field(default=False, metadata={
         "help": "also play every item with a control context of the same form that is wrong "
                 "for it (another level's plan or state, a knowledge base with its values "
-                "rotated across entities): accuracy with it, its harm, and reads_c = correct_c - "
+                "rotated across entities; own data: your own c', a \"control\" field or "
+                "control_file=): accuracy with it, its harm, and reads_c = correct_c - "
                 "correct_c' (0: blind to what c says)"})
     out: str | None = field(default=None, metadata={
         "help": "write OUT.json and the figure OUT.html (OUT may end in .json)"})
@@ -451,6 +468,9 @@ def show(report: ContextReturnReport | dict) -> None:
         print(REGIMES)
         if cfg.get("control"):
             print(format_control(reports))
+    notes = {r.control.get("c_prime") for r in reports.values() if r.control is not None}
+    for note in sorted(n for n in notes if n):
+        print(f"c' (the control context): {note}")
     for name, r in reports.items():
         hit = max(r.hit_budget_no_c or 0, r.hit_budget_c or 0)
         if hit > 0.5:

@@ -287,10 +287,13 @@ class ContextReturn(Fields):
     hit_budget_c: float | None = doc("share of responses with c that hit max_new")
     max_new: int | None = doc("the response token budget")
     items_: dict | None = doc("per item: its unit, correct_no_c / correct_c (0/1), "
-                              "correct_control (0/1, with --control), own data's responses",
-                              key="items")
+                              "length_no_c / length_c (tokens), with --control "
+                              "correct_control and length_control; own data's responses "
+                              "(with --control also c' itself, context_control, and "
+                              "response_control)", key="items")
     control: dict | None = doc("with a wrong context c' of c's form: correct (its rate) and "
-                               "harm, and reads_c (correct_c - correct_c') with its interval")
+                               "harm, reads_c (correct_c - correct_c') with its interval, and "
+                               "c_prime: where c' came from (the task's draw, or your own)")
     scored: bool | None = doc("False: own data without a scorer (lengths and KLs only)")
     note: str | None = doc("what an unscored report lacks")
     kl_views: float | None = doc("unscored: KL between the views on the responses, per token")

@@ -266,6 +266,12 @@ class Task:
                 return other
         return shuffled_words(own, i)
 
+    def control_note(self, levels: list, kind: str) -> str:
+        """Where `control_context`'s c' comes from, in one line (reports keep it beside the
+        control's numbers)."""
+        return (f"another level's {kind}: the next evaluated level whose {kind} differs (its "
+                "words shuffled where none does)")
+
     def prompt(self, level, context: str | None = None) -> str:
         """Student view x, or teacher view [c, x] when `context` is given."""
         if self.chat is not None:

@@ -311,6 +311,12 @@ class FactsTask(Task):
                 v[attr] = new
         return replace(kb, values=tuple(wrong)).render(self.config.n_attributes)
 
+    def control_note(self, levels: list, kind: str) -> str:
+        if kind == "rule":
+            return "the rule's words shuffled (a seeded order per item: no instruction)"
+        return ("the item's sentences with each attribute's values rotated across the "
+                "countries (every fact wrong, same form and length)")
+
     def for_tokenizer(self, tokenizer, context_as: str = "system",
                       template_kwargs: tuple = (("enable_thinking", False),)) -> Task:
         return super().for_tokenizer(tokenizer, context_as, template_kwargs)

@@ -8,6 +8,11 @@ One JSON object per line:
 - `prompt` (x): text, or a list of chat messages (`{"role": ..., "content": ...}`) used as
   written; nothing is appended to it;
 - `context` (c): per item, or one text shared by every item from `context_file=`;
+- `control` (optional): your own wrong context c' for the item, what `evaluate --control`
+  shows in c's place (c' for every item at once: `control_file=`); without either, c' is
+  another group's c, or with one shared c its words shuffled, which keep any keyword a rule
+  scores (a persona's "Ahoy"): give your own where that matters. The report names where c'
+  came from and keeps it, with the control's responses, per item;
 - `answer` (optional): the reference a scorer compares with, and the response budget's length;
 - `split` (optional): `train` or `test`; items without one are split by a seeded draw
   (`test_share`, `split_seed`);
@@ -73,7 +78,7 @@ from nca_interp.tasks.base import (
 
 __all__ = ["BUDGET_MARGIN", "DEFAULT_BUDGET", "KINDS", "MAX_FIELD_CHARS", "JsonlConfig",
            "JsonlTask", "all_test_questions", "chat_messages", "generate_level", "items", "score",
-           "scored", "shared_context", "user_scorer", "whole_groups"]
+           "scored", "shared_context", "shared_control", "user_scorer", "whole_groups"]
 
 CONTEXT_AS = ("system", "user", "prefix")
 SCORERS = ("exact", "contains", "startswith", "regex", "language")
@@ -89,6 +94,7 @@ MAX_FIELD_CHARS = 32 * 131_072
 class JsonlConfig:
     data: str = ""  # the JSONL file
     context_file: str = ""  # one c shared by every item (else each item's `context`)
+    control_file: str = ""  # one wrong context c' for every item without its own `control`
     context_as: str = "system"  # system | user | prefix
     scorer: str = ""  # exact | contains | startswith | regex | language | FILE.py:fn | module:fn
     pattern: str = ""  # for regex (or @FILE), or a fixed text for exact/contains/startswith
@@ -142,6 +148,7 @@ class Item:
     source: str  # file:line, for messages
     raw: dict = field(compare=False, repr=False, hash=False)
     group: str = ""  # the independent unit it belongs to ("": itself)
+    control: str | None = None  # the user's own wrong context c' for this item
 
     @property
     def unit(self) -> str:
@@ -179,7 +186,7 @@ def _messages(value, where: str) -> tuple:
     return tuple(out)
 
 
-PROMPT_FIELDS = ("prompt", "context", "answer")  # the fields a model is fed
+PROMPT_FIELDS = ("prompt", "context", "answer", "control")  # the fields a model is fed
 # C0 control characters but tab, newline and carriage return: no tokenizer has them as text
 CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
@@ -197,7 +204,7 @@ def check_text(value, where: str, field: str) -> None:
             check_text(v, where, field)
     elif isinstance(value, str):
         field = field.encode("utf-8", "backslashreplace").decode("utf-8")  # a broken key too
-        fed = field in (*PROMPT_FIELDS, "context_file")
+        fed = field in (*PROMPT_FIELDS, "context_file", "control_file")
         if len(value) > MAX_FIELD_CHARS and fed:
             raise InputError(f"{where}: \"{field}\" holds {len(value):,} characters, more than "
                              f"the {MAX_FIELD_CHARS:,} any model's context could hold; shorten "
@@ -275,6 +282,9 @@ def parse_line(line: str, where: str, shared: bool, n: int) -> Item:
         raise _fail(where, "\"context\" is missing or empty")
     if context is not None and not isinstance(context, str):
         raise _fail(where, "\"context\" must be text")
+    control = row.get("control")
+    if control is not None and (not isinstance(control, str) or not control.strip()):
+        raise _fail(where, "\"control\" (your wrong context c') must be text that is not empty")
     answer = row.get("answer")
     if answer is not None and not isinstance(answer, str):
         raise _fail(where, f"\"answer\" must be text (a number too: \"4\", in quotes), not "
@@ -287,7 +297,7 @@ def parse_line(line: str, where: str, shared: bool, n: int) -> Item:
     if isinstance(group, bool) or not isinstance(group, (str, int)):
         raise InputError(f"{where}: \"group\" must be text or a whole number (items of one "
                          f"fact share it), not {type(group).__name__}")
-    return Item(str(ident), prompt, context, answer, split, where, row, str(group))
+    return Item(str(ident), prompt, context, answer, split, where, row, str(group), control)
 
 
 @functools.lru_cache(maxsize=8)
@@ -346,15 +356,24 @@ def items(cfg: JsonlConfig) -> tuple[Item, ...]:
 
 
 def shared_context(cfg: JsonlConfig) -> str | None:
-    if not cfg.context_file:
+    return _shared_text(cfg.context_file, "context_file", "context file")
+
+
+def shared_control(cfg: JsonlConfig) -> str | None:
+    """The one wrong context c' of `control_file=` (None when not given)."""
+    return _shared_text(cfg.control_file, "control_file", "control file")
+
+
+def _shared_text(path: str, option: str, what: str) -> str | None:
+    if not path:
         return None
-    p = Path(cfg.context_file)
+    p = Path(path)
     if not p.exists():
-        raise InputError(f"context file {p} not found")
-    text = read_text(p, "context file").strip()
+        raise InputError(f"{what} {p} not found; pass {option}=FILE, a file you have")
+    text = read_text(p, what).strip()
     if not text:
-        raise InputError(f"context file {p} is empty")
-    check_text(text, str(p), "context_file")
+        raise InputError(f"{what} {p} is empty")
+    check_text(text, str(p), option)
     return text
 
 
@@ -535,9 +554,20 @@ class JsonlTask(Task):
         return shared_context(self.config) or level.context
 
     def control_context(self, levels: list, i: int, kind: str) -> str:
-        """Another unit's c (the next item of another group whose c differs: a rewording of the
-        same fact would be no wrong c); with one shared c, its words shuffled."""
+        """Your own c' where you give one (the item's `control`, else `control_file=`); else
+        another unit's c (the next item of another group whose c differs: a rewording of the
+        same fact would be no wrong c); with one shared c, its words shuffled. A c' that is the
+        item's own c is refused (it would measure nothing)."""
         own = self.context(levels[i], kind)
+        given = levels[i].control or shared_control(self.config)
+        if given is not None:
+            if " ".join(given.split()) == " ".join(own.split()):
+                where = "its \"control\"" if levels[i].control else \
+                    f"control_file {self.config.control_file}"
+                raise UsageError(f"{levels[i].source}: {where} is item {levels[i].id!r}'s own "
+                                 "c, so the control would measure nothing; give a context "
+                                 "that is wrong for it")
+            return given
         if self.config.context_file:
             return shuffled_words(own, i)
         pool = [it for it in items(self.config)
@@ -547,6 +577,24 @@ class JsonlTask(Task):
         order = [it.id for it in items(self.config)]
         here = order.index(levels[i].id)
         return min(pool, key=lambda it: (order.index(it.id) - here - 1) % len(order)).context
+
+    def control_note(self, levels: list, kind: str) -> str:
+        """Where the c' of `control_context` comes from over `levels`, in one line."""
+        own = sum(1 for lv in levels if lv.control)
+        rest = len(levels) - own
+        parts = [f"your own: the \"control\" field of {own} of {len(levels)} items"] if own \
+            else []
+        if rest and self.config.control_file:
+            parts.append(f"your own: control_file {self.config.control_file}"
+                         + (f" for the other {rest}" if own else " (one c' for every item)"))
+        elif rest and self.config.context_file:
+            parts.append(f"{'the other ' + str(rest) + ' items: ' if own else ''}the shared "
+                         "c's words shuffled (they keep any keyword a rule scores: give your "
+                         "own with control_file= or a \"control\" field)")
+        elif rest:
+            parts.append(f"{'the other ' + str(rest) + ' items: ' if own else ''}another "
+                         "group's c (the next item of another group whose c differs)")
+        return "; ".join(parts)
 
     def for_tokenizer(self, tokenizer, context_as: str | None = None,
                       template_kwargs: tuple = (("enable_thinking", False),)) -> Task:
@@ -568,6 +616,7 @@ class JsonlTask(Task):
         first = items(self.config)[0]
         task.prompt(first)
         task.prompt(first, task.context(first, KINDS[0]))
+        shared_control(self.config)  # a missing control_file is named before any work
         if is_user_scorer(self.config.scorer):
             user_scorer(self.config.scorer, self.config.scorer_timeout).start()
         return task

@@ -214,6 +214,9 @@ class OPCDTask(QATask):
         self.context(levels[i], kind)  # the kind check
         return shuffled_words(read_system_prompt(self.config.system_prompt), i)
 
+    def control_note(self, levels: list, kind: str) -> str:
+        return "the system prompt's words shuffled (a seeded order per item)"
+
     def _allowed(self, level) -> str:
         return allowed(self.config, level)
 

@@ -357,6 +357,10 @@ class SyspromptTask(QATask):
         return replace(kb, values=tuple(zip(*[rotated(col) for col in zip(*kb.values)]))
                        ).render()
 
+    def control_note(self, levels: list, kind: str) -> str:
+        return ("the item's knowledge base with each attribute's values rotated across the "
+                "entities (every fact wrong, same layout and length)")
+
     def _allowed(self, level) -> str:
         return LETTERS[: len(level.options)]
 
