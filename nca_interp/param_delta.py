@@ -186,6 +186,29 @@ def steps_each(ckpts: list[str], steps: int | list[int] | None) -> list[int | No
     return each
 
 
+def lr_each(ckpts: list[str], lr: float | list[float] | None) -> list[float | None]:
+    """--lr for each checkpoint: one peak rate for all, or one per checkpoint in order. A rate
+    given for a checkpoint whose run config records its own must be that one: refused before
+    any work (the recorded one was used without a word), naming the checkpoint."""
+    given = [] if lr is None else [lr] if isinstance(lr, (int, float)) else list(lr)
+    if len(given) not in (0, 1, len(ckpts)):
+        raise UsageError(f"--lr takes one rate or one per checkpoint ({len(ckpts)}, in the "
+                         f"order given), not {len(given)}")
+    each = given * len(ckpts) if len(given) == 1 else given or [None] * len(ckpts)
+    for p, rate in zip(ckpts, each):
+        mine = read_run_config(p).get("lr")
+        if rate is None or mine is None or abs(float(rate) - float(mine)) <= 1e-9 * abs(mine):
+            continue
+        if len(given) == 1:
+            raise UsageError(f"--lr {rate:g} is one rate for every checkpoint, but {p} records "
+                             f"{mine:g} (its run config): give each its own, one per "
+                             "checkpoint in the order given, or drop --lr where every "
+                             "checkpoint records its own")
+        raise UsageError(f"--lr gives {p} {rate:g}, but its run config records {mine:g}; "
+                         f"give it {mine:g}")
+    return each
+
+
 def stream_deltas(init: Path, ckpts: list[Path], rows: dict[str, torch.Tensor] | None = None
                   ) -> Gram:
     """Gram matrix of [W0, d_1, ..., d_k] (d_i = W_i - W0) per group, streamed. `rows`: for
@@ -304,7 +327,7 @@ def deltas(init: str | Path, ckpts: list[str], rows: str = "all", task: str | No
            ) -> tuple[dict, Gram]:
     """Per-checkpoint tables and the Gram matrix behind them (index 0: W0, i: checkpoint i).
     `schedule`: --lr / --steps / --warmup / --schedule for checkpoints not trained here, its
-    steps one count or one per checkpoint (`steps_each`)."""
+    steps one count or one per checkpoint (`steps_each`), as its lr (`lr_each`)."""
     init = verify_folder(init)
     paths = [verify_folder(p) for p in ckpts]
     check_arguments(ParamDeltaConfig, rows=rows)
@@ -314,9 +337,10 @@ def deltas(init: str | Path, ckpts: list[str], rows: str = "all", task: str | No
         keep = {"model.embed_tokens.weight": ids, "lm_head.weight": ids}
     schedule = schedule or {}
     each = steps_each(ckpts, schedule.get("steps"))
+    rates = lr_each(ckpts, schedule.get("lr"))
     gram = stream_deltas(init, paths, keep)
-    per = {p: module_table(gram, i + 1, lr_budget(p, {**schedule, "steps": n}))
-           for i, (p, n) in enumerate(zip(ckpts, each))}
+    per = {p: module_table(gram, i + 1, lr_budget(p, {**schedule, "steps": n, "lr": r}))
+           for i, (p, n, r) in enumerate(zip(ckpts, each, rates))}
     config = read_config(init)
     n_layers = n_layers_of(config)
     return {"results": per, "n_layers": n_layers,
@@ -356,9 +380,10 @@ class ParamDeltaConfig:
                                                             "from the run config"})
     task_options: list[str] | None = field(default=None, metadata={"help": "for --rows task"})
     out: str = field(default="runs/param_delta_demo/param_delta", metadata={"help": "output stem"})
-    lr: float | None = field(default=None, metadata={
+    lr: list[float] | float | None = field(default=None, metadata={
         "help": "peak learning rate of checkpoints not trained here (their run config records "
-                "none), for the Adam-normalised view; with --steps", "check": ">0"})
+                "none), for the Adam-normalised view, one for all or one per checkpoint; "
+                "with --steps", "check": ">0"})
     steps: list[int] | int | None = field(default=None, metadata={
         "help": "optimizer steps of those checkpoints (with --lr): one count for all, or one "
                 "per checkpoint in the order given (5,10,10); a checkpoint that records its "

@@ -407,6 +407,32 @@ def test_each_checkpoint_counts_its_own_steps(tok, three, tmp_path):
         param_delta.run(ckpt=both, init=str(w0), lr=1e-3, steps=[5, 10, 20])
 
 
+def test_each_checkpoint_takes_its_own_lr_and_a_rate_against_its_record_is_refused(
+        tok, three, tmp_path):
+    """#70 item 7: the Adam view's lr per checkpoint. Two foreign checkpoints trained at
+    different rates take one --lr each; a --lr against a run config's own rate was used
+    silently in its place (now refused, naming the checkpoint and both rates)."""
+    w0, _, _ = three
+    slow = trained(tok, tmp_path / "slow", 1)  # foreign: no run config
+    fast = trained(tok, tmp_path / "fast", 2)
+    both = [str(slow), str(fast)]
+    rep = param_delta.run(ckpt=both, init=str(w0), lr=[1e-4, 1e-3], steps=10)
+    assert rep["results"][str(slow)]["lr_budget"] == pytest.approx(1e-3)
+    assert rep["results"][str(fast)]["lr_budget"] == pytest.approx(1e-2)
+    with pytest.raises(UsageError, match="--lr takes one rate or one per checkpoint"):
+        param_delta.run(ckpt=both, init=str(w0), lr=[1e-4, 1e-3, 1e-2], steps=10)
+    here = trained(tok, tmp_path / "here", 3, {"lr": 1e-3, "steps": 10, "warmup": 0})
+    mixed = [str(slow), str(here)]
+    with pytest.raises(UsageError, match=r"--lr 0.0001 is one rate for every checkpoint, but "
+                                         r".*here records 0.001"):
+        param_delta.run(ckpt=mixed, init=str(w0), lr=1e-4, steps=10)
+    with pytest.raises(UsageError, match=r"--lr gives .*here 0.002, but its run config "
+                                         r"records 0.001"):
+        param_delta.run(ckpt=mixed, init=str(w0), lr=[1e-4, 2e-3], steps=10)
+    rep = param_delta.run(ckpt=mixed, init=str(w0), lr=[1e-4, 1e-3], steps=10)
+    assert rep["results"][str(here)]["lr_budget"] == pytest.approx(1e-2)
+
+
 def test_two_copies_of_one_checkpoint_are_refused_as_a_pair(three, tmp_path, monkeypatch):
     """Two folders of identical weights (a copy of one run) printed cos 1.0 everywhere without
     a word (SILENT in #71's third probe); the itself check compared only paths."""
