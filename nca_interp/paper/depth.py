@@ -38,6 +38,7 @@ from nca_interp.errors import UsageError
 from nca_interp.fsio import write_text
 from nca_interp.identity import others, roster, students
 from nca_interp.paper import rules
+from nca_interp.paper.claims.harm import reads_ratio
 from nca_interp.paper.layout import (
     CONTEXT_CONTROL,
     CONTEXT_RETURN,
@@ -114,6 +115,13 @@ def _reading(figs: Path, seeds) -> dict | None:
     out = {"step0": base.control["reads_c"]}
     for m in ("opd", "nca"):
         out[m] = _spread([r.control["reads_c"] for r in _seeded(rep, m, seeds)])
+    nca = _seeded(rep, "nca", seeds)
+    # NCA's share of step 0's: a ratio, by the percentile bootstrap over units (or not
+    # measurable where step 0's reads_c can be 0)
+    point, ci = reads_ratio([r.control for r in nca], base.control,
+                            [r.items_ for r in nca], base.items_) if nca else (None, None)
+    out["share"] = "-" if not nca else "not measurable" if point is None else \
+        f"{point:.0%}" if ci is None else f"{point:.0%} [{ci[0]:.0%}, {ci[1]:.0%}]"
     return out
 
 
@@ -303,7 +311,7 @@ def table(figures: Path = Path("figures")) -> str:
             "|---|---|---|---|---|"]
     out += _rows(rs, "reading", 5, lambda rd: (
         f"{rd['step0']:.3f}", _fmt(rd["opd"]), _fmt(rd["nca"]),
-        "-" if not rd["step0"] or rd["nca"] is None else f"{rd['nca']['mean'] / rd['step0']:.0%}"))
+        rd.get("share", "-")))
     sample = next((r["views"] for r in rs if r["views"] is not None), None)
     levels = "held-out levels" if sample is None else \
         f"{sample['n_examples']} held-out levels, teacher-forced on {sample['responses_from']}"

@@ -450,9 +450,20 @@ RULES = (
      "cluster interval of the paired differences), else with step 0's own 95% interval "
      "combined with the seed's in quadrature (lengths, whose per-item values no report "
      "keeps; the same items' positive correlation makes this conservative). Every setting "
-     "here distils from one teacher, measured once: where a setting has more than one, the "
-     "teacher is the outer cluster; with one, its variance between rebuilds of the same "
-     "command is in no interval, and each such claim says so."),
+     "here distils from one teacher, measured once: where a setting has more than one (the "
+     "members of a pooled setting whose reports name different teachers), the teacher is the "
+     "outer cluster, its seeds and units nested in it (a third interval over teacher "
+     "clusters, the widest kept: the t interval on teachers - 1 degrees of freedom, very wide "
+     "with two); with one, its variance between rebuilds of the same command is in no "
+     "interval, and each such claim, pooled ones included, says so."),
+    ("ratios",
+     "a ratio of two measured quantities (NCA's reads_c over the teacher's) is a description, "
+     "never a verdict: its 95% interval is the percentile cluster bootstrap of the ratio "
+     "itself, numerator and denominator drawn together over units, never a delta-method "
+     "(normal) interval, which is symmetric where a ratio is not and fails as the "
+     "denominator nears 0. Where the denominator's own interval reaches 0 the ratio is **not "
+     "measurable**; where the reports keep no per-item outcomes the point is printed alone "
+     "and says it has no interval."),
     ("multiplicity",
      "each setting's claims that rest on a test are one family, corrected by Holm's step-down "
      f"procedure at a family-wise {ALPHA:g}: the claims' p-values sorted, the k-th smallest (k "

@@ -200,7 +200,7 @@ def test_reading_c_is_an_effect_test_blind_shown_or_underpowered(tmp_path):
     # said beside the verdict (how much NCA keeps is the keeps claim's question)
     sliver = write_ctl({"t_base": base, **{f"t_nca_s{i}": ctl(0.03, 0.02, 0.04) for i in range(3)}})
     c = claims.nca_reads_context(sliver)
-    assert c.verdict == "reproduced" and "NCA reads_c 0.030 is 5% of the teacher's 0.600" in c.cell
+    assert c.verdict == "reproduced" and "NCA reads_c 0.030 beside the teacher's 0.600: 5% of it" in c.cell
     # one seed of three clear: the pooled interval decides; a minority of clear seeds is partly
     some = write_ctl({"t_base": base, "t_nca_s0": ctl(0.3, 0.25, 0.35),
                       **{f"t_nca_s{i}": ctl(0.3, -0.05, 0.6) for i in (1, 2)}})
@@ -214,7 +214,7 @@ def test_reading_c_is_an_effect_test_blind_shown_or_underpowered(tmp_path):
                        **{f"t_nca_s{i}": ctl(0.03, 0.02, 0.04) for i in range(3)}})
     c = claims.nca_reads_context(cross)
     assert c.null.startswith("step 0 0.600; teacher 0.050")
-    assert "5% of step 0's 0.600" in c.cell
+    assert "beside step 0's 0.600: 5% of it" in c.cell
 
 
 def test_reading_c_pools_item_outcomes_by_the_cluster_bootstrap_where_kept(tmp_path):
@@ -572,7 +572,7 @@ def test_pooled_claims_over_two_knowledge_bases(tmp_path):
     assert control(-0.1).verdict == "inconclusive"
     assert control(-0.3).cell.startswith("not reproduced (NCA is blind to what c says")
     assert control(0.1).verdict == "reproduced"
-    assert "NCA reads_c 0.200 is 25% of the teachers' mean 0.800" in control(0.1, 0.8).cell
+    assert "NCA reads_c 0.200 beside the teachers' mean 0.800: 25% of it" in control(0.1, 0.8).cell
     none = write(opd_lost=0, nca_lost=0, regime_opd="C")
     assert none[0].verdict == "not reproduced" and none[1].verdict == "not measurable"
 

@@ -32,14 +32,17 @@ from nca_interp.paper.claims.stats import (
     paired_harm_gap,
     pool_units,
     pooled_estimate,
+    ratio_estimate,
+    teacher_clusterings,
 )
 from nca_interp.paper.layout import CONTEXT_CONTROL, CONTEXT_RETURN, HARM_DRIFT
 from nca_interp.paper.settings import load
 from nca_interp.reports import read_derived
 
 __all__ = ["degrades", "harm_not_drift", "internalizes", "longer", "nca_improves_no_c",
-           "nca_keeps_context", "nca_prevents", "nca_reads_context", "pooled_claims",
-           "pooled_harm_gap", "pooled_settings", "reads_c_verdict"]
+           "nca_keeps_context", "nca_prevents", "nca_reads_context", "paired_length_unit",
+           "pooled_claims", "pooled_harm_gap", "pooled_settings", "reads_c_verdict",
+           "reads_ratio"]
 
 
 # The one reading of accuracies at 0 everywhere (rules.RULES, "the floor"): a measurement, judged
@@ -286,10 +289,11 @@ def _items(root: Path, members: tuple[str, ...]) -> dict[str, np.ndarray | list]
     NCA and the member's teacher (step 0) on the same items, and the cluster of each item
     (member | seed | unit: a resample keeps a seed's unit together, OPD and NCA paired)."""
     cols: dict[str, list] = {k: [] for k in ("o0", "o1", "n0", "n1", "b0", "b1", "cluster",
-                                             "seed")}
+                                             "seed", "teacher")}
     for member in members:
         report = analysis.load(root / member / CONTEXT_RETURN)
         base, who = base_of(report), roster(report)
+        teacher = teacher_of(report)
         for name, r in students(report, "nca"):
             found = partner(report, name, "opd")
             o = found[1] if found else None
@@ -304,8 +308,29 @@ def _items(root: Path, members: tuple[str, ...]) -> dict[str, np.ndarray | list]
             seed = f"s{who[name].seed}"
             cols["cluster"] += [f"{member}|{seed}|{u}" for u in r.items_["unit"]]
             cols["seed"] += [f"{member}|{seed}"] * len(r.items_["unit"])
-    return {k: (np.asarray(v, bool) if k not in ("cluster", "seed") else v)
+            cols["teacher"] += [teacher] * len(r.items_["unit"])
+    return {k: (np.asarray(v, bool) if k not in ("cluster", "seed", "teacher") else v)
             for k, v in cols.items()}
+
+
+def teacher_of(report: dict) -> str:
+    """The teacher (step 0) a report's students were distilled from, as the report records
+    it: its first non-student entry's checkpoint path (else its name). Two members of a pooled
+    setting with the same one share a teacher."""
+    key = others(report)[0][0]
+    run = (report.get("runs") or {}).get(key) or {}
+    return str(run.get("path") or key)
+
+
+def teacher_text(teachers: list) -> str:
+    """What a pooled claim says of its teachers: several are the outer cluster; one's variance
+    between rebuilds is in no interval (the step-0 rule)."""
+    names = list(dict.fromkeys(teachers))
+    if len(names) > 1:
+        return (f"{len(names)} teachers ({', '.join(names)}), the outer cluster: a third "
+                "interval over teacher clusters, the widest kept")
+    return f"one teacher ({names[0]}): its variance between rebuilds is not in the interval" \
+        if names else ONE_TEACHER
 
 
 
@@ -352,12 +377,16 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
         return interval(np.asarray(fn(sums(idx, clusters))))
 
     def stat(fn) -> tuple:
-        """(point, the wider interval's lo and hi, the seed-cluster lo and hi, the wider
-        interval's outer ends)."""
+        """(point, the widest interval's lo and hi, the seed-cluster lo and hi, the widest
+        interval's outer ends): over (setting, seed, unit) and (setting, unit) clusters, and
+        where the members have more than one teacher, teacher clusters (the outer one)."""
         s_lo, s_hi, s_out = boot(fn, None, a["cluster"])
-        f_lo, f_hi, f_out = boot(fn, None, facts)
-        return (float(fn(sums(None, None))), min(s_lo, f_lo), max(s_hi, f_hi), s_lo, s_hi,
-                (min(s_out[0], f_out[0]), max(s_out[1], f_out[1])))
+        lo, hi, out = s_lo, s_hi, s_out
+        for clusters in teacher_clusterings([facts], a["teacher"]):
+            f_lo, f_hi, f_out = boot(fn, None, clusters)
+            lo, hi, out = min(lo, f_lo), max(hi, f_hi), (min(out[0], f_out[0]),
+                                                          max(out[1], f_out[1]))
+        return float(fn(sums(None, None))), lo, hi, s_lo, s_hi, out
 
     def harm(key):
         def rate(t):  # pooled_harm_rate on sums: NaN where nothing is won without c
@@ -378,7 +407,7 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
     n_seeds = len(set(a["seed"]))
     where = (f"{n_seeds} seeds over {len(members)} settings ({', '.join(members)}); 95% "
              "intervals over (setting, seed, unit) clusters, then the wider of those and "
-             "(setting, unit) clusters")
+             f"(setting, unit) clusters; {teacher_text(a['teacher'])}")
     opd, nca, base = stat(harm("o")), stat(harm("n")), stat(harm("b"))
     gap = stat(lambda t: harm("o")(t) - harm("n")(t))
     acc, delta, base_delta = stat(diff("n0", "o0")), stat(diff("o1", "o0")), stat(diff("b1", "b0"))
@@ -439,9 +468,15 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
     nca_items = [None if r.items_ is None else
                  {**r.items_, "unit": [f"{m}|{u}" for u in r.items_["unit"]]}
                  for m, rep in ctl.items() for r in runs_of(rep, "nca")]
+    # the teachers' mean as one cell (the share needs per-item outcomes of every member to
+    # pair; where the members' reports keep none, the point alone, said so)
+    mean_cell = {"reads_c": float(np.mean(teachers)),
+                 "reads_c_ci95": [min(c["reads_c_ci95"][0] for c in reads["base"]),
+                                  max(c["reads_c_ci95"][1] for c in reads["base"])]
+                 if all(c.get("reads_c_ci95") and c["reads_c_ci95"][0] is not None
+                        for c in reads["base"]) else [None, None]} if teachers else None
     read_verdict, read_why, clear, share, read_mde, read_p = reads_c_verdict(
-        reads["nca"], float(np.mean(teachers)) if teachers else None, nca_items)
-    share = share.replace("the teacher's", "the teachers' mean")
+        reads["nca"], mean_cell, nca_items, None, "the teachers' mean")
     read_why = "; ".join(x for x in (read_why, share) if x)
     return [
         Claim("OPD students break when c returns (pooled)",
@@ -528,6 +563,7 @@ def longer(figs: Path) -> Claim:
                      "every run: the task fixes the length, which cannot change")
     b = base.rel_len_both
     units = _length_units(base, opd)  # None: a seed without a change to judge
+    paired = all(_has_lengths(base, r) for r in opd)
     # the null: the larger of 0 and step 0's change, step 0 with its own noise (the step-0
     # rule): against step 0 where its change is above 0, against 0 where not
     flags = [u is not None and u.lo > 0 for u in units]
@@ -541,8 +577,10 @@ def longer(figs: Path) -> Claim:
     ps = [rules.interval_p(u.point, u.lo, u.hi) for u in known]
     return Claim("OPD answers get longer with c (rel_len_both)", spread_text(vals, pct=True),
                  "step 0: " + ("-" if b is None else f"{100 * b:+.1f}%") + (
-                     "" if b is None or b <= 0 else " with its own interval in quadrature (the "
-                     "reports keep no per-item lengths to pair)") + f"; {ONE_TEACHER}", verdict,
+                     "" if b is None or b <= 0 else " paired per item on the same items (the "
+                     "percentile bootstrap of the two ratios' difference)" if paired else
+                     " with its own interval in quadrature (the reports keep no per-item "
+                     "lengths to pair)") + f"; {ONE_TEACHER}", verdict,
                  _short(grow, rules.LENGTH_MARGIN, pct=True) if any(flags) and
                  0 < grow < rules.LENGTH_MARGIN else
                  _straddle_reason(flags, against) if verdict == "inconclusive" else "",
@@ -551,12 +589,46 @@ def longer(figs: Path) -> Claim:
 
 
 
+def _has_lengths(base, r) -> bool:
+    """Whether step 0's report and run `r`'s keep per-item lengths on the same items."""
+    need = ("unit", "correct_no_c", "correct_c", "length_no_c", "length_c")
+    return all(e.items_ is not None and all(k in e.items_ for k in need) for e in (base, r)) \
+        and base.items_["unit"] == r.items_["unit"]
+
+
+def paired_length_unit(base, r) -> judge.Estimate | None:
+    """Run `r`'s rel_len_both less step 0's where step 0's change is above 0 (else less 0),
+    paired per item: each view's lengths summed over the items right both ways, both runs'
+    sums drawn on the same units by one cluster bootstrap, and the 95% percentile interval of
+    the difference of the two ratios (a ratio: the ratios rule, never a normal interval).
+    None where `r` has no item right both ways."""
+    def cols(e) -> list[np.ndarray]:
+        it = e.items_
+        both = np.asarray(it["correct_no_c"], bool) & np.asarray(it["correct_c"], bool)
+        return [np.asarray(it["length_no_c"], float) * both,
+                np.asarray(it["length_c"], float) * both]
+
+    (r0, r1), (b0, b1) = cols(r), cols(base)
+    if not r0.any():
+        return None
+    against_b = base.rel_len_both is not None and base.rel_len_both > 0
+    s_r0, s_r1, s_b0, s_b1 = cluster_sums([r0, r1, b0, b1], r.items_["unit"])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        boots = np.where(s_r0 > 0, s_r1 / s_r0 - 1, np.nan) - (
+            np.where(s_b0 > 0, s_b1 / s_b0 - 1, np.nan) if against_b else 0.0)
+    point = (r1.sum() / r0.sum() - 1) - ((b1.sum() / b0.sum() - 1) if against_b else 0.0)
+    lo, hi, outer = interval(boots)
+    return judge.Estimate(float(point), min(lo, point), max(hi, point), outer=outer)
+
+
 def _length_units(base, opd: list) -> list[judge.Estimate | None]:
-    """Each OPD seed's length change less the larger of 0 and step 0's change: where step 0's
+    """Each OPD seed's length change less the larger of 0 and step 0's change: where the
+    reports keep per-item lengths, paired per item (`paired_length_unit`); else where step 0's
     change is above 0 it is a measurement, its 95% interval combined with the seed's in
-    quadrature (the step-0 rule: the reports keep no per-item lengths to pair; the same
-    items' positive correlation makes this conservative); else 0, exact. None where a seed
-    has no change or interval."""
+    quadrature (the step-0 rule; the same items' positive correlation makes this
+    conservative); else 0, exact. None where a seed has no change or interval."""
+    if opd and all(_has_lengths(base, r) for r in opd):
+        return [paired_length_unit(base, r) for r in opd]
     b = base.rel_len_both
     b_ci = (base.ci95 or {}).get("rel_len_both") or [None, None]
     b_half = (b_ci[1] - b_ci[0]) / 2 if b is not None and b > 0 and None not in b_ci else 0.0
@@ -661,8 +733,55 @@ def reads_c_pooled(units: list[judge.Estimate], items: list[dict | None] | None
         "control runs keep no per-item outcomes, and the seeds share their items)")
 
 
-def reads_c_verdict(nca: list[dict], teacher: float | None,
-                    items: list[dict | None] | None = None
+def reads_ratio(nca: list[dict], teacher: dict, items: list[dict | None] | None = None,
+                teacher_items: dict | None = None
+                ) -> tuple[float | None, tuple[float, float] | None]:
+    """NCA's mean reads_c over the teacher's (`teacher`: its control cell), a ratio: (point,
+    its 95% interval) by the percentile cluster bootstrap of the ratio over units where every
+    report keeps its per-item control outcomes on the same items (`stats.ratio_estimate`:
+    NCA's seeds stacked, the teacher's items beside each); (None, None), not measurable,
+    where the teacher's reads_c can be 0 (its interval reaches 0); (point, None) where no
+    per-item outcomes are kept to resample."""
+    kept = teacher_items is not None and "correct_control" in teacher_items and items and \
+        all(it is not None and "correct_control" in it and it["unit"] == teacher_items["unit"]
+            for it in items)
+    if kept:
+        num, den, units = [], [], []
+        t_diff = list(np.subtract(teacher_items["correct_c"], teacher_items["correct_control"]))
+        for it in items:
+            num += list(np.subtract(it["correct_c"], it["correct_control"]))
+            den += t_diff
+            units += [str(u) for u in it["unit"]]
+        e = ratio_estimate(num, den, units)
+        return (None, None) if e is None else (e.point, (e.lo, e.hi))
+    t, (lo, hi) = teacher["reads_c"], (teacher.get("reads_c_ci95") or [None, None])
+    if t == 0 or (lo is not None and lo <= 0 <= hi):
+        return None, None
+    return float(np.mean([c["reads_c"] for c in nca])) / t, None
+
+
+def reads_share(nca: list[dict], teacher: dict | None, items: list[dict | None] | None = None,
+                teacher_items: dict | None = None, whose: str = "the teacher's") -> str:
+    """How large NCA's reads_c is beside the teacher's (`reads_ratio`), said in words: a
+    description, no rule."""
+    if teacher is None or not nca:
+        return ""
+    mean = float(np.mean([c["reads_c"] for c in nca]))
+    head = f"NCA reads_c {mean:.3f} beside {whose} {teacher['reads_c']:.3f}: "
+    point, ci = reads_ratio(nca, teacher, items, teacher_items)
+    if point is None:
+        return head + ("the share is not measurable (the teacher's reads_c can be 0: its "
+                       "interval reaches 0)")
+    if ci is None:
+        return head + (f"{point:.0%} of it (no interval: the control runs keep no per-item "
+                       "outcomes to resample)")
+    return head + (f"{point:.0%} [{ci[0]:.0%}, {ci[1]:.0%}] of it (95% percentile bootstrap "
+                   "of the ratio over units)")
+
+
+def reads_c_verdict(nca: list[dict], teacher: dict | None,
+                    items: list[dict | None] | None = None,
+                    teacher_items: dict | None = None, whose: str = "the teacher's"
                     ) -> tuple[str, str, list[bool], str, str, float | None]:
     """The verdict on NCA reading c from its seeds' control cells (reads_c with its 95%
     interval): an effect claim (`judge.effect`, margin `rules.READ_MARGIN`) on the pooled
@@ -670,8 +789,9 @@ def reads_c_verdict(nca: list[dict], teacher: float | None,
     reproduced when it lies clear above 0 and a majority of seeds do on their own; not
     reproduced when the interval excludes a reads_c as large as the margin (blind to c);
     inconclusive otherwise. Returns the verdict word, its reason, each seed's flag (clear
-    above 0), how large NCA's reads_c is beside the teacher's (description, no rule), and
-    the minimum detectable reads_c, and the p of its test (rules: multiplicity)."""
+    above 0), how large NCA's reads_c is beside the teacher's (`reads_share`: description, no
+    rule; `teacher`: its control cell), and the minimum detectable reads_c, and the p of its
+    test (rules: multiplicity)."""
     flags = [c["reads_c_ci95"][0] is not None and c["reads_c_ci95"][0] > 0 for c in nca]
     judged = [i for i, c in enumerate(nca) if c["reads_c_ci95"][0] is not None]
     units = [judge.Estimate(nca[i]["reads_c"], min(nca[i]["reads_c_ci95"][0], nca[i]["reads_c"]),
@@ -685,9 +805,8 @@ def reads_c_verdict(nca: list[dict], teacher: float | None,
     if j.verdict == "not reproduced":  # below the margin: blind, or reading c by too little
         reason = ("NCA reads c by less than the margin: " if decide.lo > 0 else
                   "NCA is blind to what c says: ") + reason
-    mean = float(np.mean([u.point for u in units]))
-    share = (f"NCA reads_c {mean:.3f} is {mean / teacher:.0%} of the teacher's {teacher:.3f}"
-             if teacher else "")
+    share = reads_share([nca[i] for i in judged], teacher,
+                        [items[i] for i in judged] if items else None, teacher_items, whose)
     return j.verdict, reason, flags, share, f"{j.mde:.3f}", j.p
 
 
@@ -707,11 +826,12 @@ def nca_reads_context(figs: Path) -> Claim:
 
     nca, opd = cells("nca"), cells("opd")
     base = [r.control for _, r in others(reps)]
-    teacher = base[0]["reads_c"] if base else None  # step 0: the teacher but cross-model
+    first = others(reps)[0][1] if base else None  # step 0: the teacher but cross-model
+    # cross-model: NCA beside its own start, not the teacher
     verdict, reason, flags, share, mde, p = reads_c_verdict(
-        nca, teacher, [r.items_ for r in runs_of(reps, "nca")])
-    if len(base) > 1:  # cross-model: NCA beside its own start, not the teacher
-        share = share.replace("the teacher's", "step 0's")
+        nca, base[0] if base else None, [r.items_ for r in runs_of(reps, "nca")],
+        first.items_ if first is not None else None,
+        "step 0's" if len(base) > 1 else "the teacher's")
     why = [x for x in (reason, share) if x]
     if nca and len(nca) < rules.MIN_SEEDS:
         why.append(f"in {seeds_text(reps, 'nca')}; {rules.MIN_SEEDS} seeds needed to generalise")

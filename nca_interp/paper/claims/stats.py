@@ -14,8 +14,8 @@ from nca_interp.paper import dose, judge
 
 __all__ = ["average", "boot_mean", "bootstrap_seed", "cluster_pooled", "cluster_sums",
            "estimate_of", "gain_estimate", "interval", "label_permutation_p", "mean_interval",
-           "paired_harm_gap",
-           "pool_units", "pooled_estimate", "pooled_gain", "pooled_harm_rate", "resample"]
+           "n_teachers", "paired_harm_gap", "pool_units", "pooled_estimate", "pooled_gain",
+           "pooled_harm_rate", "ratio_estimate", "resample", "teacher_clusterings"]
 
 # The claims' cluster bootstrap: resamples and seed. Enough resamples that no published verdict
 # changes with the seed (python -m nca_interp.paper.claims --stability 5 checks every setting: at
@@ -115,18 +115,60 @@ def pooled_estimate(runs: list[dict], per_item, units: list[judge.Estimate]
     return pool_units(units, shared_items=True)
 
 
-def cluster_pooled(values, clusterings: list[list], n: int) -> judge.Estimate:
+def cluster_pooled(values, clusterings: list[list], n: int,
+                   teachers: list | None = None) -> judge.Estimate:
     """The mean of per-item `values` with the widest of the 95% intervals over each of
     `clusterings` (e.g. (seed, unit) and unit clusters: the seeds share their items;
     `mean_interval`: the cluster bootstrap, or the t interval under `rules.FEW_CLUSTERS`
-    clusters), and its outer ends (`interval`); `n`: the seeds behind it."""
+    clusters), and its outer ends (`interval`); `n`: the seeds behind it. `teachers`: each
+    item's teacher; where they name more than one, the teacher is the outer cluster (the
+    step-0 rule: every item of a teacher, its seeds and units nested in it, drawn together;
+    `teacher_clusterings`)."""
     v = np.asarray(values, float)
     m = float(v.mean())
     lo, hi, olo, ohi = m, m, m, m
-    for clusters in clusterings:
+    for clusters in teacher_clusterings(clusterings, teachers):
         b_lo, b_hi, (o_lo, o_hi) = mean_interval(v, clusters)
         lo, hi, olo, ohi = min(lo, b_lo), max(hi, b_hi), min(olo, o_lo), max(ohi, o_hi)
     return judge.Estimate(m, lo, hi, n, outer=(olo, ohi))
+
+
+def ratio_estimate(num, den, clusters: list) -> judge.Estimate | None:
+    """sum(num) / sum(den) of per-item values on the same items (a ratio of two means: NCA's
+    reads_c over the teacher's, one harm over another) with the 95% percentile interval of the
+    ratio over a cluster bootstrap of `clusters`, numerator and denominator drawn together:
+    the resampled ratios' own quantiles, never a delta-method (normal) interval, which is
+    symmetric where a ratio's distribution is not and fails as the denominator nears 0. None
+    (not measurable) where the denominator can be zero: its sum is 0, or its own 95% interval
+    reaches 0."""
+    top, bottom = np.asarray(num, float), np.asarray(den, float)
+    total = float(bottom.sum())
+    t, b = cluster_sums([top, bottom], clusters)
+    b_lo, b_hi, _ = interval(b)
+    if total == 0 or b_lo <= 0 <= b_hi:
+        return None
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratios = np.where(b != 0, t / np.where(b != 0, b, 1), np.nan)
+    lo, hi, outer = interval(ratios)
+    point = float(top.sum()) / total
+    return judge.Estimate(point, min(lo, point), max(hi, point), outer=outer)
+
+
+def teacher_clusterings(clusterings: list[list], teachers: list | None) -> list[list]:
+    """`clusterings` with the teacher as the outer cluster where `teachers` (one label per
+    item) names more than one: seeds distilled from one teacher share its draw (the same
+    command rebuilt a 12-layer teacher that read c at 0.462 where the lost one read 0.785,
+    beside seed spreads of 0.446-0.461), so seeds alone understate the spread. One teacher
+    (or none named): `clusterings` as they are, and the teacher's variance is in no interval
+    (`n_teachers`, which callers say)."""
+    if n_teachers(teachers) < 2:
+        return list(clusterings)
+    return [*clusterings, [str(t) for t in teachers]]
+
+
+def n_teachers(teachers: list | None) -> int:
+    """How many teachers `teachers` (one label per item; None: not recorded) names."""
+    return len(set(teachers)) if teachers else 0
 
 
 def pool_units(units: list[judge.Estimate], shared_items: bool = False
