@@ -200,7 +200,8 @@ def test_reading_c_is_an_effect_test_blind_shown_or_underpowered(tmp_path):
     # said beside the verdict (how much NCA keeps is the keeps claim's question)
     sliver = write_ctl({"t_base": base, **{f"t_nca_s{i}": ctl(0.03, 0.02, 0.04) for i in range(3)}})
     c = claims.nca_reads_context(sliver)
-    assert c.verdict == "reproduced" and "NCA reads_c 0.030 beside the teacher's 0.600: 5% of it" in c.cell
+    assert c.verdict == "reproduced"
+    assert "NCA reads_c 0.030 beside the teacher's 0.600: 5% of it" in c.cell
     # one seed of three clear: the pooled interval decides; a minority of clear seeds is partly
     some = write_ctl({"t_base": base, "t_nca_s0": ctl(0.3, 0.25, 0.35),
                       **{f"t_nca_s{i}": ctl(0.3, -0.05, 0.6) for i in (1, 2)}})
