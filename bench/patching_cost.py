@@ -9,9 +9,10 @@ controls to `--cases`, are one left-padded batch. Timed: one plain batched forwa
 context view; the source activations cached once; the residual-stream sweep (one patched
 forward per layer, as the groups scope runs per position group) by full forwards and by reruns
 (the kept clean run included); with `--heads true`, the layer x head sweep both ways too
-(L x H forwards each: long on a 30-layer model). Printed beside each: the largest difference of
-the patched last-position logits between the two ways (float rounding: the rerun unembeds the
-last position alone).
+(L x H forwards each: long on a 30-layer model); each also by the column cut (only the columns
+from the first patched one rerun, `Rerun.logits(hooks, first)`). Printed beside each: the
+largest difference of the patched last-position logits between the ways (float rounding: the
+rerun unembeds the last position alone).
 """
 
 from __future__ import annotations
@@ -84,11 +85,19 @@ def main(argv=None) -> dict:
                    3, 1)
     src = patching.cache_of(bridge, cases.src_ids, cases.src_mask, resid + z)
     where = cases.groups["all"]
-    sweeps = {"resid": [[(n, patching.patch_hook(src[n][:, -W0:], where))] for n in resid]} \
-        if args.resid == "true" else {}
+    sweeps, firsts = {}, {}
+    if args.resid == "true":  # each position group the sweep patches, and its first column
+        for g in patching.GROUPS:
+            at = cases.groups[g]
+            sweeps[f"resid {g}"] = [[(n, patching.patch_hook(src[n][:, -W0:], at))]
+                                    for n in resid]
+            cols = torch.nonzero(at.any(0))
+            firsts[f"resid {g}"] = dst[0].shape[1] - W0 + int(cols[0]) if len(cols) else None
     if args.heads == "true":
         sweeps["head"] = [[(n, patching.patch_hook(src[n][:, -W0:], where, h))]
                           for n in z for h in range(H)]
+        cols = torch.nonzero(where.any(0))
+        firsts["head"] = dst[0].shape[1] - W0 + int(cols[0]) if len(cols) else None
     out = {"ckpt": args.ckpt, "cases": len(cases), "kind": f"{min(len(harm), len(rows))} harm + "
            f"{len(rows) - min(len(harm), len(rows))} control",
            "layers": L, "heads": H, "tokens": int(cases.dst_mask.sum()),
@@ -98,8 +107,8 @@ def main(argv=None) -> dict:
     print(f"{'one batched forward, context view (s)':<44}{plain:.4f}")
     print(f"{'source activations cached once (s)':<44}{cache:.4f}")
     if sweeps:
-        print(f"{'sweep':<8}{'forwards':>9}{'full (s)':>11}{'rerun (s)':>11}{'full/rerun':>12}"
-              f"{'max |diff|':>12}")
+        print(f"{'sweep':<16}{'forwards':>9}{'full (s)':>10}{'rerun (s)':>10}{'cut (s)':>9}"
+              f"{'full/rerun':>11}{'full/cut':>9}{'max |diff|':>11}")
     for name, hooks in sweeps.items():
         t0 = time.perf_counter()
         full = [patching.last_logits(bridge, *dst, h) for h in hooks]
@@ -108,15 +117,22 @@ def main(argv=None) -> dict:
         run = Rerun(bridge, *dst)
         fast = [run.logits(h) for h in hooks]
         t_fast = time.perf_counter() - t0
-        diff = max(float((a - b).abs().max()) for a, b in zip(full, fast))
+        t0 = time.perf_counter()
+        run = Rerun(bridge, *dst)
+        cut = [run.logits(h, firsts[name]) for h in hooks]
+        t_cut = time.perf_counter() - t0
+        diff = max(float((a - b).abs().max()) for a, b in zip(full, fast + cut))
         out["sweeps"][name] = {"forwards": len(hooks), "full_s": t_full, "rerun_s": t_fast,
-                               "speedup": t_full / t_fast, "max_abs_diff": diff,
-                               "exact": run.exact}
-        print(f"{name:<8}{len(hooks):>9}{t_full:>11.2f}{t_fast:>11.2f}{t_full / t_fast:>11.2f}x"
-              f"{diff:>12.1e}")
+                               "cut_s": t_cut, "speedup": t_full / t_fast,
+                               "cut_speedup": t_full / t_cut, "max_abs_diff": diff,
+                               "exact": run.exact, "column_cut": bool(run.suffix),
+                               "first_column": firsts[name], "width": int(dst[0].shape[1])}
+        print(f"{name:<16}{len(hooks):>9}{t_full:>10.2f}{t_fast:>10.2f}{t_cut:>9.2f}"
+              f"{t_full / t_fast:>10.2f}x{t_full / t_cut:>8.2f}x{diff:>11.1e}")
     if sweeps:
-        print("rerun: blocks l.. of a kept clean run and the last position's unembedding; the "
-              "rerun column includes keeping that run (two forwards)")
+        print("rerun: blocks l.. of a kept clean run and the last position's unembedding; cut: "
+              "the same from the group's first patched column on, the earlier columns' keys "
+              "and values kept (both columns include keeping their clean run)")
     out["generation"] = generation_cost(bridge, task, tok, model, cases, args.heads_ablated)
     if args.null_draws > 0:
         out["null"] = null_cost(bridge, task, tok, model, cases, args.null_draws, args.null_k)

@@ -13,8 +13,6 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import numpy as np
 import torch
 from einops import reduce
@@ -22,7 +20,7 @@ from einops import reduce
 from nca_interp.hooks import attached
 from nca_interp.names import EMBED_HOOK, head_z_hook, mlp_out_hook, pattern_hook, resid_hook
 from nca_interp.patching.cases import Cases
-from nca_interp.patching.rerun import Rerun
+from nca_interp.patching.rerun import Rerun, cache_reaches_attention, window
 from nca_interp.progress import bar
 
 __all__ = ["GROUPS", "SCOPES", "ablate_context_hook", "ablation", "ablation_effect",
@@ -66,7 +64,7 @@ def greedy(bridge, ids: torch.Tensor, mask: torch.Tensor, max_new: int, stop: li
     out = [[] for _ in range(len(ids))]
     done = torch.zeros(len(ids), dtype=torch.bool)
     stops = torch.tensor(stop)
-    with attached(bridge), _cache_reaches_attention(bridge):
+    with attached(bridge), cache_reaches_attention(bridge):
         def run(seq, **kw):
             return bridge.run_with_hooks(seq, attention_mask=mask, fwd_hooks=hooks, **kw)[:, -1]
 
@@ -125,39 +123,6 @@ def pattern_edits_reach_logits(bridge) -> bool:
     return not torch.equal(last_logits(bridge, ids, mask), last_logits(bridge, ids, mask, zero))
 
 
-def window(config) -> float:
-    """The fewest keys any layer of the model attends to (sliding-window or chunked attention;
-    infinite where every layer sees the whole sequence)."""
-    if config is None:
-        return float("inf")
-    config = getattr(config, "get_text_config", lambda: config)()
-    spans = [getattr(config, "attention_chunk_size", None)]
-    if getattr(config, "use_sliding_window", True) is not False:  # Qwen2 names one unused
-        spans.append(getattr(config, "sliding_window", None))
-    spans = [s for s in spans if isinstance(s, int) and s > 0]
-    return float(min(spans)) if spans else float("inf")
-
-
-@contextmanager
-def _cache_reaches_attention(bridge):
-    """transformers 5 hands each attention layer its KV cache as `cache`; TransformerLens 4.3's
-    attention bridges look for `past_key_values` (or `layer_past`) and, finding neither, leave
-    the cache empty, so a cached step would attend to itself alone. Name it both ways while
-    the block runs (a hook on the modules, removed on exit)."""
-    def alias(module, args, kwargs):
-        if kwargs.get("cache") is not None and kwargs.get("past_key_values") is None:
-            kwargs["past_key_values"] = kwargs["cache"]
-        return args, kwargs
-
-    handles = [m.register_forward_pre_hook(alias, with_kwargs=True)
-               for m in bridge.modules() if hasattr(m, "_update_kv_cache")]
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
-
-
 def logit_diff(logits_B_V: torch.Tensor, cases: Cases) -> torch.Tensor:
     return logits_B_V.gather(1, cases.good[:, None])[:, 0] - \
         logits_B_V.gather(1, cases.bad[:, None])[:, 0]
@@ -166,12 +131,12 @@ def logit_diff(logits_B_V: torch.Tensor, cases: Cases) -> torch.Tensor:
 def patch_hook(source: torch.Tensor, where_B_W: torch.Tensor, head: int | None = None):
     """A hook that writes `source` (activations of the other view, width W) into the last W
     columns of the running view where `where_B_W` is set (optionally one head of hook_z)."""
-    W = source.shape[1]
-
     def hook(act, hook):
+        W = min(source.shape[1], act.shape[1])  # a rerun of the last columns alone is narrower
         tail = act[:, -W:] if head is None else act[:, -W:, head]
-        src = source if head is None else source[:, :, head]
-        m = where_B_W.reshape(*where_B_W.shape, *([1] * (src.dim() - 2)))
+        src = source[:, -W:] if head is None else source[:, -W:, head]
+        where = where_B_W[:, -W:]
+        m = where.reshape(*where.shape, *([1] * (src.dim() - 2)))
         tail.copy_(torch.where(m, src, tail))
         return act
 
@@ -263,10 +228,14 @@ def sweep(bridge, cases: Cases, direction: str, stats: dict, scope: str = "full"
     ticks = bar(None, f"patching: {direction} sweep ({scope}, {len(cases)} cases)", total,
                 unit="fwd")
 
+    Wr = run.ids.shape[1]
+
     def effect(name, where, head=None):
-        src = other[name][:, -A:]
+        src, at = other[name][:, -A:], where[:, -A:]
         stats["forwards"] += 1
-        ld = logit_diff(run.logits([(name, patch_hook(src, where[:, -A:], head))]), cases)
+        cols = torch.nonzero(at.any(0))
+        first = Wr - A + int(cols[0]) if len(cols) else None  # nothing left of it changes
+        ld = logit_diff(run.logits([(name, patch_hook(src, at, head))], first), cases)
         ticks.update(1)
         return normalised(ld, start, end)
 

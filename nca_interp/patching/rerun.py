@@ -24,12 +24,13 @@ rotary `hook_cos`, say) cannot reach a later call.
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 
 import torch
 
 from nca_interp.hooks import attached
 
-__all__ = ["Rerun", "first_layer"]
+__all__ = ["Rerun", "cache_reaches_attention", "first_layer", "window"]
 
 _BLOCK = re.compile(r"^blocks\.(\d+)\.")
 
@@ -64,6 +65,39 @@ def _copied(value, memo: dict):
     return value
 
 
+def window(config) -> float:
+    """The fewest keys any layer of the model attends to (sliding-window or chunked attention;
+    infinite where every layer sees the whole sequence)."""
+    if config is None:
+        return float("inf")
+    config = getattr(config, "get_text_config", lambda: config)()
+    spans = [getattr(config, "attention_chunk_size", None)]
+    if getattr(config, "use_sliding_window", True) is not False:  # Qwen2 names one unused
+        spans.append(getattr(config, "sliding_window", None))
+    spans = [s for s in spans if isinstance(s, int) and s > 0]
+    return float(min(spans)) if spans else float("inf")
+
+
+@contextmanager
+def cache_reaches_attention(bridge):
+    """transformers 5 hands each attention layer its KV cache as `cache`; TransformerLens 4.3's
+    attention bridges look for `past_key_values` (or `layer_past`) and, finding neither, leave
+    the cache empty, so a cached step would attend to itself alone. Name it both ways while
+    the block runs (a hook on the modules, removed on exit)."""
+    def alias(module, args, kwargs):
+        if kwargs.get("cache") is not None and kwargs.get("past_key_values") is None:
+            kwargs["past_key_values"] = kwargs["cache"]
+        return args, kwargs
+
+    handles = [m.register_forward_pre_hook(alias, with_kwargs=True)
+               for m in bridge.modules() if hasattr(m, "_update_kv_cache")]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
 def _gather(x_B_T_D: torch.Tensor, at_B_P: torch.Tensor) -> torch.Tensor:
     """B P D: the rows of `x_B_T_D` at the columns `at_B_P`."""
     return x_B_T_D.gather(1, at_B_P[..., None].expand(-1, -1, x_B_T_D.shape[-1]))
@@ -89,6 +123,9 @@ class Rerun:
             for h in handles:
                 h.remove()
         self.exact = self._check(tol)
+        self.tol = tol
+        self.kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # keys, values a block
+        self.suffix = None  # whether a rerun of the columns from the first hooked one is exact
 
     def _check(self, tol: float) -> bool:
         b = self.bridge
@@ -128,6 +165,80 @@ class Rerun:
                 return b.unembed(b.ln_final(resid[:, -1:]))[:, -1]
             return b.unembed(b.ln_final(_gather(resid, at)))
 
+    # block keyword inputs with a column axis, and where it is (sliced for a suffix rerun)
+    _COLUMNS = {"attention_mask": -2, "position_ids": -1, "cache_position": -1}
+
+    def _keep_kv(self) -> bool:
+        """The clean run's keys and values of every block, kept once (one more forward, with
+        a KV cache), and whether a rerun of a suffix of the columns from them equals the
+        rerun of every column: checked here on the clean run from block 0 at half the width,
+        so an architecture the suffix rerun does not fit runs every column instead."""
+        from transformers import DynamicCache
+
+        b = self.bridge
+        config = getattr(getattr(b, "original_model", None), "config", None)
+        T = self.ids.shape[1]
+        if not self.exact or T < 2 or T > window(config):
+            return False
+        known = set(self._COLUMNS) | {"position_embeddings", "cache", "past_key_values",
+                                      "use_cache"}
+        kw = self.inputs[0][1]
+        if any(torch.is_tensor(v) and k not in known for k, v in kw.items()):
+            return False  # a column-shaped input this rerun would not know to slice
+        mask = kw.get("attention_mask")
+        if mask is not None and (mask.dim() != 4 or mask.shape[-2] != T):
+            return False  # a mask of keys alone: its rows are not the queries to cut
+        cache = DynamicCache(config=config) if config is not None else DynamicCache()
+        try:
+            with attached(b), cache_reaches_attention(b):
+                b.run_with_hooks(self.ids, attention_mask=self.mask, cache=cache, use_cache=True)
+            self.kv = [(layer.keys, layer.values) for layer in cache.layers]
+        except (AttributeError, RuntimeError, TypeError):  # a cache of another shape
+            return False
+        if len(self.kv) != len(b.blocks) or any(
+                k is None or k.shape[-2] != T for k, _ in self.kv):
+            return False
+        want, got = self._from(0, ()), self._tail(0, (), T // 2)
+        return bool((got - want).abs().max() <= self.tol * max(1.0, float(want.abs().max())))
+
+    def _tail(self, start: int, hooks, first: int, at: torch.Tensor | None = None
+              ) -> torch.Tensor:
+        """`_from`, running only the columns from `first` on: the earlier columns' keys and
+        values are the clean run's (a causal model's columns left of every change are
+        unchanged in every block)."""
+        from transformers import DynamicCache
+
+        b, memo = self.bridge, {}
+        config = getattr(getattr(b, "original_model", None), "config", None)
+        cache = DynamicCache(config=config) if config is not None else DynamicCache()
+        for li in range(start, len(b.blocks)):
+            k, v = self.kv[li]
+            cache.update(k[..., :first, :], v[..., :first, :], li)
+
+        def cut(key, value):
+            if key in self._COLUMNS and torch.is_tensor(value):
+                ax = self._COLUMNS[key]
+                return value.narrow(ax, first, value.shape[ax] - first)
+            if key == "position_embeddings":
+                return tuple(x[:, first:] for x in value)
+            return value
+
+        with attached(b), cache_reaches_attention(b):
+            for name, fn in hooks:
+                b.hook_dict[name].add_hook(fn, dir="fwd")
+            args, kwargs = self.inputs[start]
+            resid = (args[0] if args else kwargs["hidden_states"])[:, first:].clone()
+            for li in range(start, len(b.blocks)):
+                args, kwargs = self.inputs[li]
+                kwargs = {k: cut(k, _copied(v, memo)) for k, v in kwargs.items()
+                          if k != "hidden_states"}
+                kwargs.update(cache=cache, use_cache=True)
+                out = b.blocks[li](resid, *_copied(args[1:], memo), **kwargs)
+                resid = out[0] if isinstance(out, tuple) else out
+            if at is None:
+                return b.unembed(b.ln_final(resid[:, -1:]))[:, -1]
+            return b.unembed(b.ln_final(_gather(resid, at - first)))
+
     def _gated(self, hooks) -> bool:
         """A hook the full forward would refuse or resolve by alias: leave it to that path."""
         b = self.bridge
@@ -136,14 +247,23 @@ class Rerun:
                    for name, _ in hooks)
 
     @torch.no_grad()
-    def logits(self, hooks=()) -> torch.Tensor:
-        """B V: the last position's logits with `hooks` ((name, fn) pairs) attached."""
+    def logits(self, hooks=(), first: int | None = None) -> torch.Tensor:
+        """B V: the last position's logits with `hooks` ((name, fn) pairs) attached. `first`:
+        the leftmost column any hook changes (a hook must then see, and change, only the
+        columns from it on, counted from the right): the columns left of it are not rerun."""
         if not hooks:
             return self.clean.clone()
         start = first_layer(hooks)
         if not self.exact or start is None or self._gated(hooks):
             return self._full(hooks)
+        if first and self._suffix_ok():
+            return self._tail(start, hooks, first)
         return self._from(start, hooks)
+
+    def _suffix_ok(self) -> bool:
+        if self.suffix is None:
+            self.suffix = self._keep_kv()
+        return self.suffix
 
     @torch.no_grad()
     def logits_at(self, at_B_P: torch.Tensor, hooks=()) -> torch.Tensor:

@@ -94,6 +94,20 @@ def test_patching_reruns_from_the_hooked_layer_as_the_full_forward_does(family, 
             bridge.reset_hooks()
             assert torch.allclose(run.logits([(hook, scaled)]), want, atol=1e-5), (name, hook)
 
+    def last_five(act, hook):  # changes only the last five columns (a patch's right end)
+        act[:, -5:] = act[:, -5:] * 1.5
+        return act
+
+    for li in range(bridge.cfg.n_layers):
+        hook = [(f"blocks.{li}.hook_resid_post", last_five)]
+        with torch.no_grad():
+            want = bridge.run_with_hooks(ids, attention_mask=mask, fwd_hooks=hook)[:, -1]
+        bridge.reset_hooks()
+        # the columns left of the change rerun from the kept keys and values, or (a family
+        # the cut does not fit) every column: the same logits either way
+        assert torch.allclose(run.logits(hook, first=12 - 5), want, atol=1e-5), (name, li)
+    print(name, "column cut:", run.suffix)
+
 
 def test_a_soft_cap_small_logits_hide_still_sends_patching_to_the_full_forward(tok, tmp_path):
     """Gemma 2 soft-capped at 100: at an untrained model's logits (|l| < 1) the cap changes them

@@ -116,6 +116,59 @@ def test_a_rerun_from_the_hooked_layer_equals_the_full_forward(setup):
     assert attached_hooks(bridge) == 0
 
 
+def right_scaled(first_from_right: int):
+    """A hook that scales only the last `first_from_right` columns (counted from the right, as
+    the patch hooks count), so every column left of them is unchanged."""
+    def hook(act, hook):
+        act[:, -first_from_right:] = act[:, -first_from_right:] * 1.5
+        return act
+
+    return hook
+
+
+def test_a_rerun_of_the_columns_from_the_first_changed_one_equals_every_columns(setup):
+    """Columns left of every change keep the clean run's keys and values: the rerun of the
+    columns from `first` on gives the full forward's last logits for every hook kind, layer
+    and first column (left padding included), and the hooked block sees only the columns from
+    `first` (the fast path is the one under test)."""
+    bridge, _, cases, _ = setup
+    L = bridge.cfg.n_layers
+    for ids, mask in ((cases.src_ids, cases.src_mask), (cases.dst_ids, cases.dst_mask)):
+        run = Rerun(bridge, ids, mask)
+        T = ids.shape[1]
+        for li in range(L):
+            for name in (f"blocks.{li}.hook_resid_post", f"blocks.{li}.hook_mlp_out",
+                         f"blocks.{li}.attn.hook_z"):
+                for n in (1, 3, T // 2):
+                    hook = [(name, right_scaled(n))]
+                    want = full_logits(bridge, ids, mask, hook)[:, -1]
+                    got = run.logits(hook, first=T - n)
+                    assert torch.allclose(got, want, atol=1e-5), (name, n)
+        assert run.suffix
+        widths = []
+
+        def spy(act, hook, widths=widths):
+            widths.append(act.shape[1])
+            return act
+
+        run.logits([("blocks.0.hook_resid_post", spy)], first=T - 3)
+        assert widths == [3]  # only the columns from `first` ran
+    assert attached_hooks(bridge) == 0
+
+
+def test_a_rerun_whose_mask_is_not_per_query_reruns_every_column(setup, monkeypatch):
+    """A block input of a shape the column cut does not know (a 2-D key mask) turns the cut
+    off: `first` is then ignored and the answer still the full forward's."""
+    bridge, _, cases, _ = setup
+    ids, mask = cases.dst_ids, cases.dst_mask
+    run = Rerun(bridge, ids, mask)
+    args, kw = run.inputs[0]
+    run.inputs[0] = (args, {**kw, "attention_mask": mask.clone()})
+    assert run._keep_kv() is False
+    run.inputs[0] = (args, {**kw, "extra_columns": torch.zeros(ids.shape)})
+    assert run._keep_kv() is False
+
+
 def test_a_rerun_cannot_be_changed_by_what_a_call_writes(setup):
     """An in-place hook on a kept input (the rotary cos of block 0, shared by every block) or a
     caller writing into the returned logits leaves every later call exact."""
