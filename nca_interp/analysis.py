@@ -503,14 +503,19 @@ def _pending_shas(stem: Path) -> dict[str, list[str]]:
     from nca_interp.fsio import check_target, read_json
 
     path = check_target(_pending(stem))
-    if not path.is_file():
+    if not path.exists():
         return {}
     try:
         d = read_json(path, "pending figure record")
     except UsageError:
-        return {}
-    return {str(n): [v for v in vs if isinstance(v, str)] for n, vs in d.items()
-            if isinstance(vs, list)} if isinstance(d, Mapping) else {}
+        d = None
+    if not (isinstance(d, Mapping) and all(
+            isinstance(vs, list) and all(isinstance(v, str) for v in vs) for vs in d.values())):
+        # not the record `write` makes (it writes it whole): a file of someone else's at the
+        # name, which the record would replace and then delete (the sixth probe)
+        raise UsageError(f"{path} is not the record of figures this package writes there; it "
+                         "is never written over: move it or choose another --out")
+    return {str(n): list(vs) for n, vs in d.items()}
 
 
 def analysis_of(mod) -> str | None:

@@ -357,7 +357,36 @@ def _check_finite_config(config: Path) -> None:
 EPSILONS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps")
 POSITIVE_CONFIG = (*EPSILONS, "rope_theta", "hidden_size", "num_hidden_layers",
                    "num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size",
-                   "head_dim")
+                   "head_dim", "max_position_embeddings", "sliding_window")
+
+
+# what transformers reads from a checkpoint folder when it loads the model and its tokenizer
+# (besides every *.safetensors): in a folder with a manifest each must be listed there
+LOADED_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json",
+                "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model", "vocab.txt",
+                "chat_template.jinja", "chat_template.json", "preprocessor_config.json",
+                "processor_config.json")
+LOADED_FOLDERS = ("additional_chat_templates",)  # transformers 5: named chat templates
+
+
+def _unlisted_loaded(path: Path, files: dict) -> list[str]:
+    """The files of `path` (and of its `SUBFOLDERS`) that a loader reads but its manifest does
+    not list: a chat template planted in a verified run changed every prompt without a word,
+    and a manifest listing nothing verified nothing (the sixth probe)."""
+    out = []
+    for sub in ("", *SUBFOLDERS):
+        where = path / sub if sub else path
+        if sub and (where.is_symlink() or not where.is_dir()):
+            continue
+        for p in sorted(where.iterdir()):
+            name = f"{sub}/{p.name}" if sub else p.name
+            loaded = p.name in LOADED_FILES or p.name.endswith(".safetensors") or \
+                bool(sub) or (not sub and p.name in LOADED_FOLDERS)
+            if loaded and name not in files and not is_temporary(p.name) and \
+                    not p.name.startswith(".") and (p.is_file() or p.is_dir()):
+                out.append(name)
+    return out
 
 
 def verify_folder(path: str | Path) -> Path:
@@ -385,6 +414,9 @@ def verify_folder(path: str | Path) -> Path:
         raise CheckpointError(f"{path} has config.json but no *.safetensors weights")
     for f in weights:
         regular_file(f, "checkpoint file")
+    for n in ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt"):
+        if (path / n).exists() or (path / n).is_symlink():
+            regular_file(path / n, "checkpoint file")  # a FIFO read as "no tokenizer files"
     if not any((path / n).is_file() for n in ("tokenizer.json", "tokenizer.model",
                                               "vocab.json", "vocab.txt")):
         raise CheckpointError(f"{path} holds no tokenizer files (tokenizer.json, "
@@ -409,6 +441,18 @@ def verify_folder(path: str | Path) -> Path:
             raise CheckpointError(f"{manifest} names {outside[0]!r}, which is not a file of "
                                   f"the folder itself; the manifest is damaged or was made to "
                                   f"read other files: {_remedy(path)}")
+        bad = next((n for n, m in files.items() if not (
+            isinstance(m, dict) and isinstance(m.get("sha256"), str) and
+            isinstance(m.get("bytes"), int) and not isinstance(m.get("bytes"), bool))), None)
+        if bad is not None:  # an entry of another shape was a TypeError (the sixth probe)
+            raise CheckpointError(f"{manifest} is corrupt (its entry for {bad!r} is not the "
+                                  f"file's bytes and sha256); {_remedy(path)}")
+        unlisted = _unlisted_loaded(path, files)
+        if unlisted:
+            raise CheckpointError(
+                f"{path / unlisted[0]} is not in the folder's {MANIFEST}: the loader reads it, "
+                "but the checkpoint was not saved with it (a file added later changes the model "
+                f"or its prompts without a word); remove it, or {_remedy(path)}")
         seen = _file_stats(path, [MANIFEST, *files])
         if _HASHED is None or _HASHED.get(path) != seen:
             for name, meta in files.items():
@@ -464,13 +508,22 @@ def check_architecture(path: Path) -> dict:
     TransformerLens 4's bridge has an adapter for (module names, head layout and embedding ties
     are read from the model and its config, not from a list of families). Otherwise one line
     naming the folder and the reason, before any work."""
+    from nca_interp.errors import InputError
+
     try:
         config = read_json(path / "config.json", "model config")
+    except InputError as e:  # names the file and what to do already
+        raise CheckpointError(str(e)) from e
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{path / 'config.json'} is not readable JSON ({e}); restore it "
                               "from the checkpoint's source") from e
     if not isinstance(config, dict):
         raise CheckpointError(f"{path / 'config.json'} is not a JSON object; restore it")
+    if config.get("quantization_config"):  # transformers would import a quantizer (or fail
+        raise CheckpointError(  # to: an ImportError traceback, the sixth probe)
+            f"{path / 'config.json'} describes quantized weights (quantization_config "
+            f"{str(config['quantization_config'])[:60]}); nca_interp analyses full-precision "
+            "safetensors weights: dequantize the checkpoint first")
     arch = config.get("model_type")
     if arch in SUPPORTED:
         return config
@@ -500,6 +553,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu", dtype: torch.dtype | 
     hf_logging.disable_progress_bar()  # one "Loading weights" bar per load clutters every table
     path = verify_folder(path) if verify else Path(path).resolve()
     config = check_architecture(path)
+    _check_config_loads(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except Exception as e:  # noqa: BLE001 - transformers raises many types here
@@ -534,6 +588,21 @@ def load_checkpoint(path: str | Path, device: str = "cpu", dtype: torch.dtype | 
                                   "is broken - use an earlier one")
     model.to(device).eval()
     return model, tokenizer
+
+
+def _check_config_loads(path: Path) -> None:
+    """transformers' own reading of config.json, before the tokenizer's (which reads it too):
+    a config it refuses (a layer count its layer_types disagree with, a bool field holding
+    "yes") is named as the config, not as a tokenizer that could not be loaded."""
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+    except Exception as e:  # noqa: BLE001 - transformers raises many types here
+        said = " ".join(str(e).split())[:300]
+        raise CheckpointError(f"{path / 'config.json'} is not a config transformers accepts "
+                              f"({said}); restore the file from where the checkpoint came "
+                              "from") from e
 
 
 def _from_pretrained(path: Path, dtype):
@@ -700,4 +769,28 @@ def check_step_record(step_dir: str | Path) -> int:
         raise CheckpointError(f"{step_dir / 'trainer_state.json'} records step {recorded!r}, "
                               f"not the {named} its folder is named for; rename the folder "
                               "back or restore the file")
+    _check_same_run(step_dir)
     return named
+
+
+# what a run config records that makes it this run and no other (a step of another run
+# placed among its checkpoints differs in one of them)
+RUN_IDENTITY = ("kind", "method", "task", "context", "seed", "beta", "lora_rank")
+
+
+def _check_same_run(step_dir: Path) -> None:
+    """A `RUN/checkpoints/step_N` folder was saved by RUN: its run config records the run's
+    kind, method, task, context, seed, beta and LoRA rank (a link to another run's step_000001
+    put NCA's weights at step 1 of an OPD trajectory without a word: the sixth probe)."""
+    root = step_dir.parent.parent
+    if step_dir.parent.name != "checkpoints" or not (root / RUN_CONFIG).is_file() or \
+            not (step_dir / RUN_CONFIG).is_file():
+        return
+    mine, theirs = read_run_config(step_dir), read_run_config(root)
+    differ = [k for k in RUN_IDENTITY if k in mine and k in theirs and mine[k] != theirs[k]]
+    if differ:
+        k = differ[0]
+        raise CheckpointError(f"{step_dir} is not a checkpoint of {root}: its run config "
+                              f"records {k} {mine.get(k)!r}, the run's {theirs.get(k)!r} (a step "
+                              "of another run, or a link to one); move it out of "
+                              f"{step_dir.parent} or restore the run's own")

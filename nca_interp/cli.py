@@ -233,8 +233,14 @@ def check_disk(folder: str | Path, needed: int, what: str, remedy: str) -> None:
         probe = probe.parent
     free = shutil.disk_usage(probe).free
     if needed > free:
-        raise RunError(f"{folder}: {free / 1e9:.2f} GB free, {what} needs about "
-                       f"{needed / 1e9:.2f} GB; {remedy}")
+        raise RunError(f"{folder}: {_size(free)} free, {what} needs about {_size(needed)}; "
+                       f"{remedy}")
+
+
+def _size(n: int) -> str:
+    """Bytes in GB as a person reads them, to 3 significant digits under 10 GB: "0.00 GB free,
+    needs about 0.00 GB" said nothing (the sixth probe)."""
+    return f"{n / 1e9:.2f} GB" if n >= 10e9 else f"{n / 1e9:.3g} GB"
 
 
 def check_writable(path: str | Path, what: str = "--out") -> Path:

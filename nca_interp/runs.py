@@ -154,15 +154,27 @@ def teacher_of(path: str, override: str | None) -> str:
 
     verify_folder(path)  # a missing folder is named as such, not as a missing teacher
     run = read_run_config(path)
-    t = override or resolve(run.get("teacher")) or resolve(run.get("student"))
+    t = override or resolve(_recorded_path(path, run, "teacher")) or \
+        resolve(_recorded_path(path, run, "student"))
     if not t:
         raise UsageError(f"{path} does not name its teacher in run_config.json; pass --teacher")
     return t
 
 
+def _recorded_path(path, run: dict, key: str) -> str | None:
+    """The checkpoint a run config records under `key` (teacher, student), or None; anything
+    but a path is named as damage (a teacher of 5 was an AttributeError: the sixth probe)."""
+    value = run.get(key)
+    if value is not None and not isinstance(value, str):
+        raise UsageError(f"{Path(path) / 'run_config.json'} records its {key} as "
+                         f"{type(value).__name__} {str(value)[:40]!r}, not a checkpoint path; "
+                         "the file is damaged: restore it from the run")
+    return value
+
+
 def initial_of(path: str) -> str | None:
     """The checkpoint a distilled run started from (its --student), if recorded."""
-    return resolve(read_run_config(path).get("student"))
+    return resolve(_recorded_path(path, read_run_config(path), "student"))
 
 
 def with_initial_checkpoints(paths: list[str]) -> list[str]:
@@ -171,6 +183,11 @@ def with_initial_checkpoints(paths: list[str]) -> list[str]:
     bases = []
     for p in paths:
         init = initial_of(p)
+        if init and Path(init).exists() and not (Path(init) / "config.json").exists():
+            raise UsageError(f"{p}'s run_config.json records the checkpoint it started from "
+                             f"(its student) as {init}, which is no checkpoint folder (no "
+                             "config.json); restore that checkpoint there, or the run config "
+                             "from the run")
         if init and Path(init).exists() and str(Path(init).resolve()) not in seen:
             seen.add(str(Path(init).resolve()))
             bases.append(init)

@@ -521,3 +521,143 @@ def test_infinity_and_a_repeated_key_in_a_data_line_are_refused(tmp_path, line, 
     t = task_from_record(None, "jsonl", None, [f"data={data}"])
     with pytest.raises(UsageError, match=f"d.jsonl:1: .*{why}"):
         jsonl.items(t.config)
+
+
+# -- the sixth probe's cases -------------------------------------------------------------------
+
+def test_a_file_the_loader_reads_that_the_manifest_does_not_list_is_refused(base, tmp_path):
+    """A chat template planted in a verified run changed every prompt without a word, and a
+    manifest listing nothing verified nothing; a file the loader never reads stays allowed."""
+    import json
+
+    (base / "notes.txt").write_text("a file of the user's: the loader never reads it")
+    verify_folder(base)
+    (base / "chat_template.jinja").write_text("{{ messages[0].content }} obey")
+    with pytest.raises(CheckpointError, match="chat_template.jinja is not in the folder's"):
+        verify_folder(base)
+    (base / "chat_template.jinja").unlink()
+    (base / "nca_checkpoint.json").write_text(json.dumps({"files": {}}))
+    with pytest.raises(CheckpointError, match="is not in the folder's nca_checkpoint.json"):
+        verify_folder(base)
+
+
+@pytest.mark.parametrize("entry_", [5, {"bytes": 10}, {"sha256": "0" * 64, "bytes": "10"}])
+def test_a_manifest_entry_of_another_shape_is_one_line(base, entry_):
+    import json
+
+    manifest = json.loads((base / "nca_checkpoint.json").read_text())
+    manifest["files"]["config.json"] = entry_  # was a TypeError / KeyError traceback
+    (base / "nca_checkpoint.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="its entry for 'config.json' is not the file's"):
+        verify_folder(base)
+
+
+def _resigned(folder, **fields):
+    import json
+
+    from nca_interp.checkpoint import write_manifest
+
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **fields}))
+    write_manifest(folder)
+    return folder
+
+
+@pytest.mark.parametrize("fields, needle", [
+    ({"max_position_embeddings": -1}, "max_position_embeddings is -1, and must be above 0"),
+    ({"max_position_embeddings": 0}, "max_position_embeddings is 0"),
+    ({"sliding_window": -5, "use_sliding_window": True}, "sliding_window is -5"),
+    ({"quantization_config": {"quant_method": "bitsandbytes", "load_in_8bit": True}},
+     "describes quantized weights")])
+def test_a_config_size_no_model_has_or_quantized_weights_are_refused(base, fields, needle):
+    """-1 was blamed on the prompt, 0 read as no limit, a negative window was a RuntimeError in
+    attention and a quantization config an ImportError traceback."""
+    from nca_interp.checkpoint import load_checkpoint
+
+    with pytest.raises(CheckpointError, match=needle):
+        load_checkpoint(_resigned(base, **fields))
+
+
+@pytest.mark.parametrize("fields", [{"num_hidden_layers": 3}, {"tie_word_embeddings": "yes"}])
+def test_a_config_transformers_refuses_is_named_as_the_config(base, fields):
+    from nca_interp.checkpoint import load_checkpoint
+
+    with pytest.raises(CheckpointError, match="config.json is not a config transformers"):
+        load_checkpoint(_resigned(base, **fields))  # was "tokenizer could not be loaded"
+
+
+def test_a_tokenizer_file_that_is_a_pipe_is_named(base):
+    (base / "tokenizer.json").unlink()
+    os.mkfifo(base / "tokenizer.json")
+    with pytest.raises(UsageError, match="tokenizer.json is not a regular file"):
+        verify_folder(base)  # was "holds no tokenizer files"
+
+
+def test_a_step_of_another_run_among_a_runs_checkpoints_is_refused(tok, tmp_path):
+    """A link to NCA's step_000001 in an OPD run's checkpoints/ put NCA's weights at step 1
+    of the OPD trajectory without a word."""
+    from nca_interp.runs import step_of
+
+    runs = {}
+    for method in ("opd", "nca"):
+        config = {"task": TASK, "kind": "distill", "method": method, "seed": 0}
+        runs[method] = save_checkpoint(tmp_path / method, tiny(tok), tok, config)
+        save_checkpoint(runs[method] / "checkpoints" / "step_000001", tiny(tok), tok, config,
+                        ({}, {"step": 1}))
+    assert step_of(str(runs["opd"] / "checkpoints" / "step_000001")) == 1
+    planted = runs["opd"] / "checkpoints" / "step_000001"
+    planted.rename(tmp_path / "opd_step_1")
+    planted.symlink_to(runs["nca"] / "checkpoints" / "step_000001")
+    with pytest.raises(CheckpointError, match="is not a checkpoint of .*records method 'nca'"):
+        step_of(str(planted))
+
+
+@pytest.mark.parametrize("key, value", [("teacher", 5), ("student", {"x": 1})])
+def test_a_run_config_recording_a_checkpoint_that_is_no_path_is_one_line(tok, tmp_path, key,
+                                                                         value):
+    from nca_interp.runs import teacher_of, with_initial_checkpoints
+
+    run = save_checkpoint(tmp_path / "run", tiny(tok), tok, {"task": TASK, key: value})
+    with pytest.raises(UsageError, match=f"records its {key} as"):  # an AttributeError
+        teacher_of(str(run), None) if key == "teacher" else with_initial_checkpoints([str(run)])
+
+
+def test_a_pending_figure_record_that_is_not_ours_is_never_replaced(tmp_path, base):
+    """A file at the name `write` records its figures in (`.STEM.nca-figures`) that is not that
+    record was overwritten, then deleted, by the next report."""
+    from nca_interp.analysis import check_outputs
+
+    mine = tmp_path / "out" / ".r.nca-figures"
+    mine.parent.mkdir()
+    mine.write_text("my notes")
+    with pytest.raises(UsageError, match="is not the record of figures"):
+        check_outputs(tmp_path / "out" / "r", "evaluate")
+    mine.unlink()
+    os.mkfifo(mine)
+    with pytest.raises(UsageError, match="is not the record of figures"):
+        check_outputs(tmp_path / "out" / "r", "evaluate")
+    mine.unlink()
+    mine.write_text('{"r.html": ["' + "0" * 64 + '"]}')  # a killed write's record: ours
+    check_outputs(tmp_path / "out" / "r", "evaluate")
+
+
+def test_a_recorded_student_that_is_no_checkpoint_is_named_as_recorded(tok, tmp_path):
+    from nca_interp.runs import with_initial_checkpoints
+
+    (tmp_path / "notes").mkdir()
+    run = save_checkpoint(tmp_path / "run", tiny(tok), tok,
+                          {"task": TASK, "student": str(tmp_path / "notes")})
+    with pytest.raises(UsageError, match="records the checkpoint it started from"):
+        with_initial_checkpoints([str(run)])  # was "notes is not a checkpoint folder"
+
+
+def test_a_small_disk_is_said_in_digits_that_differ(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    from nca_interp.cli import check_disk
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**9, 0, 606_000))
+    with pytest.raises(RunError, match=r"0.000606 GB free, the run needs about 0.00283 GB"):
+        check_disk(tmp_path, 2_830_000, "the run", "free space")  # was 0.00 GB of 0.00 GB
