@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["ADAPTER_DIR", "TARGETS", "exact_delta", "load_adapter", "merged", "restore",
-           "save_adapter", "wrap"]
+__all__ = ["ADAPTER_DIR", "TARGETS", "check_adapter", "exact_delta", "load_adapter", "merged",
+           "restore", "save_adapter", "wrap"]
 
 # Every attention and MLP projection of the Llama / Qwen families (HF module names).
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -115,10 +115,46 @@ def restore(base, adapter_folder: str | Path):
     try:
         rank, alpha = int(config["r"]), float(config["lora_alpha"])
         dropout = float(config.get("lora_dropout") or 0.0)
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CheckpointError(f"{adapter_folder}/adapter_config.json lacks the adapter's rank or "
                               f"alpha ({e}); restore it from where the adapter came from") from e
+    check_adapter(Path(adapter_folder), config)
     adapted = wrap(base, rank, alpha, dropout)
     load_adapter(adapted, adapter_folder)
     adapted.eval()
     return merged(adapted)
+
+
+def check_adapter(folder: Path, config: dict) -> None:
+    """An adapter's config is the adapter its weights file holds, before anything is built: a
+    rank that is a whole number >= 1 and the row count of every `lora_A` tensor, a finite alpha,
+    a dropout in [0, 1) (a config edited to r 10^12 tried to allocate 128 TB: a traceback, the
+    sixth probe; r -1 and a NaN alpha were peft's message or "other bits")."""
+    import math
+
+    from safetensors import safe_open
+
+    from nca_interp.checkpoint import CheckpointError
+
+    where = f"{folder}/adapter_config.json"
+    rank, alpha, dropout = config.get("r"), config.get("lora_alpha"), \
+        config.get("lora_dropout") or 0.0
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise CheckpointError(f"{where}: r is {rank!r}, not a rank (a whole number >= 1); "
+                              "restore it from where the adapter came from")
+    for name, value, ok in (("lora_alpha", alpha, lambda v: math.isfinite(v) and v > 0),
+                            ("lora_dropout", dropout, lambda v: 0 <= v < 1)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
+            raise CheckpointError(f"{where}: {name} is {value!r}, which no adapter has; "
+                                  "restore it from where the adapter came from")
+    weights = folder / "adapter_model.safetensors"
+    try:
+        with safe_open(str(weights), framework="pt") as f:
+            rows = {f.get_slice(k).get_shape()[0] for k in f.keys() if "lora_A" in k}
+    except Exception as e:  # noqa: BLE001 - safetensors/OS errors of any kind
+        raise CheckpointError(f"{weights} is not a readable safetensors file ({e}); restore it "
+                              "from where the adapter came from") from e
+    if rows != {rank}:
+        raise CheckpointError(f"{where} says rank {rank}, but {weights.name} holds adapters of "
+                              f"rank {sorted(rows)[:3] or 'none'}; the two files belong to "
+                              "different adapters: restore them together")

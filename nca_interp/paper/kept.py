@@ -45,7 +45,7 @@ from nca_interp.checkpoint import (
 )
 from nca_interp.cli import entry
 from nca_interp.errors import UsageError
-from nca_interp.fsio import new_stage
+from nca_interp.fsio import clear_temporaries, new_stage
 
 __all__ = ["KEPT", "LIMIT", "RECORD", "main", "restore", "save"]
 
@@ -68,15 +68,19 @@ def save(run: str | Path, kept: Path | None = None, remerge: bool = False) -> Pa
     last = latest_step_checkpoint(run)
     if last is None:
         raise UsageError(f"{run} holds no step checkpoint: keep a run once it has trained")
+    verify_folder(run)  # its run config is then the one the run saved (steps "abc" was an
+    verify_folder(last)  # int() message, the sixth probe)
     config = read_run_config(run)
     if config.get("kind") != "sft":
         raise UsageError(f"{run} is a {config.get('kind') or 'run of unknown kind'}, not a "
                          "teacher (train.sft): only teachers are kept")
-    if config.get("steps") is not None and last.name != f"step_{int(config['steps']):06d}":
+    steps = config.get("steps")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)):
+        raise UsageError(f"{run / 'run_config.json'} records steps {steps!r}, not a number of "
+                         "steps; the file is damaged: restore it from the run")
+    if steps is not None and last.name != f"step_{steps:06d}":
         raise UsageError(f"{run} has not finished: its last checkpoint is {last.name} of "
                          f"{config['steps']} steps; finish training it (rerun its command)")
-    verify_folder(run)
-    verify_folder(last)
     if not same_weights(last, run):
         raise UsageError(f"{run}'s root is not its last checkpoint {last.name} (a kill between "
                          "its save and its publish); rerun its training command to publish it")
@@ -87,13 +91,14 @@ def save(run: str | Path, kept: Path | None = None, remerge: bool = False) -> Pa
         raise UsageError(f"{run}'s weights are {size / 2**20:.0f} MB, over the {LIMIT // 2**20} "
                          "MB a run kept in git may hold; keep it outside the repository")
     dest = kept / run.name
-    if dest.exists():
+    if dest.exists() or dest.is_symlink():  # a dangling link too (an errno after the merge)
         raise UsageError(f"{dest} exists: a kept run is never overwritten; remove it with git "
                          "rm first if it is to be replaced")
     _refuse_links(run, last)
     if kept.exists() and not kept.is_dir():
         raise UsageError(f"--kept {kept} is a file; name the folder kept runs live in")
     kept.mkdir(parents=True, exist_ok=True)
+    clear_temporaries(kept)  # a killed save's stage (merged weights) would stay for ever
     stage = new_stage(kept)  # never a name that could be a user's folder or a planted link
     tmp = stage / run.name
     try:
@@ -103,7 +108,7 @@ def save(run: str | Path, kept: Path | None = None, remerge: bool = False) -> Pa
             if (run / name).is_file():
                 shutil.copy2(run / name, tmp / name)  # links were refused above
         step = tmp / "checkpoints" / last.name
-        shutil.copytree(last, step)
+        _copy_listed(last, step)  # what its manifest lists: no stray file (a .env, a FIFO)
         if (step / "trainer_state.safetensors").exists():
             drop_optimizer_state(step)
         if lora:  # a LoRA run's adapter (its manifest lists it); no other run's folder
@@ -122,6 +127,17 @@ def save(run: str | Path, kept: Path | None = None, remerge: bool = False) -> Pa
 # the most a run's own merged weights may differ from the exact merge for `--remerge` to keep
 # the exact one in their place: float32 rounding of peft's merge, never a different model
 REMERGE_TOLERANCE = 1e-5
+
+
+def _copy_listed(src: Path, dest: Path) -> None:
+    """The files a checkpoint folder's manifest lists, and the manifest, from `src` to `dest`
+    (the sixth probe: a step folder copied whole published a stray .env and a 5 MB file into
+    the repository, and a FIFO in it was a list of tuples for an error)."""
+    listed = json.loads((src / MANIFEST).read_text())["files"]
+    dest.mkdir(parents=True)
+    for name in sorted([*listed, MANIFEST]):
+        (dest / name).parent.mkdir(exist_ok=True)
+        shutil.copy2(src / name, dest / name)  # links were refused, names checked (verified)
 
 
 def _refuse_links(run: Path, last: Path) -> None:
@@ -251,6 +267,38 @@ def _restore_merged(tmp: Path) -> None:
                 shutil.copyfile(path, tmp / rel)
 
 
+def _check_adapters(src: Path) -> None:
+    """Every adapter of a kept LoRA teacher is the adapter its config says (rank, alpha,
+    dropout: `nca_interp.lora.check_adapter`) before anything is copied or built."""
+    from nca_interp.fsio import read_json
+    from nca_interp.lora import ADAPTER_DIR, check_adapter
+
+    for folder in [src, *sorted((src / "checkpoints").glob("step_*"))]:
+        adapter = folder / ADAPTER_DIR
+        if (adapter / "adapter_config.json").is_file():
+            config = read_json(adapter / "adapter_config.json", "adapter config")
+            if not isinstance(config, dict):
+                raise UsageError(f"{adapter / 'adapter_config.json'} is not a JSON object; "
+                                 "restore the kept run from git")
+            check_adapter(adapter, config)
+
+
+def _refuse_foreign(src: Path) -> None:
+    """A kept run (in a clone: anyone's files) holds folders and regular files only: a link in
+    it made a restore copy what it pointed to (/etc/hostname, a key) into the run, which a later
+    `save` publishes (the sixth probe); a pipe would block the copy."""
+    import os
+    import stat
+
+    found = [Path(d) / n for d, dirs, files in os.walk(src) for n in (*dirs, *files)]
+    for p in sorted(found):  # os.walk never descends into a linked folder
+        mode = p.lstat().st_mode
+        if stat.S_ISLNK(mode) or not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            what = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+            raise UsageError(f"{p} is {what}; a kept run holds its own files only, never a link "
+                             "or a device: restore the kept run from git")
+
+
 def _checked_record(tmp: Path) -> dict:
     """`kept.json`, refused in one line unless it names a base and only weight files inside
     the kept run (`model*.safetensors` at its root or in a `checkpoints/step_N/`): a path with
@@ -281,11 +329,20 @@ def restore(run: Path, kept: Path | None = None) -> bool:
     kept = KEPT if kept is None else Path(kept)
     run = Path(run)
     src = kept / run.name
+    if run.is_symlink():  # restored into would be wherever it points (an errno, the sixth probe)
+        raise UsageError(f"{run} is a symbolic link, which this package did not make; a kept run "
+                         "is restored only into a folder of its own: remove the link")
     if latest_step_checkpoint(run) is not None or latest_step_checkpoint(src) is None:
         return False
     if run.exists() and any(run.iterdir()):
         raise UsageError(f"{run} holds files but no step checkpoint, and {src} is kept for it: "
                          f"move {run} aside to use the kept run")
+    _refuse_foreign(src)
+    if (src / RECORD).exists():  # named where they live, not in the copy
+        _checked_record(src)
+        _check_adapters(src)
+    run.parent.mkdir(parents=True, exist_ok=True)
+    clear_temporaries(run.parent)  # a killed restore's stage would stay for ever
     stage = new_stage(run.parent)
     tmp = stage / run.name
     try:

@@ -1,6 +1,8 @@
 """Teachers kept in git (nca_interp.paper.kept): the copy holds the run's weights (its digest is
 the run's), drops Adam's moments, never overwrites, and is restored only where nothing is."""
 
+import os
+
 import pytest
 
 from nca_interp.checkpoint import latest_step_checkpoint, save_checkpoint, weights_digest
@@ -72,14 +74,24 @@ def test_only_a_finished_published_teacher_is_kept(tmp_path, tok):
     publish) and a student are refused in one line each; nothing is left in the store."""
     import json
 
+    from nca_interp.checkpoint import write_manifest
+
     run = finished_run(tmp_path, tok)
     store = tmp_path / "kept"
     config = json.loads((run / "run_config.json").read_text())
-    (run / "run_config.json").write_text(json.dumps({**config, "steps": 8}))
+
+    def recorded(**fields):  # a run config as its run saved it (its manifest says so)
+        (run / "run_config.json").write_text(json.dumps({**config, **fields}))
+        write_manifest(run)
+
+    recorded(steps=8)
     with pytest.raises(UsageError, match="has not finished: its last checkpoint is step_000004"):
         kept.save(run, store)
-    (run / "run_config.json").write_text(json.dumps({**config, "kind": "distill"}))
+    recorded(kind="distill")
     with pytest.raises(UsageError, match="not a teacher"):
+        kept.save(run, store)
+    recorded(steps="abc")  # was "invalid literal for int()" (the sixth probe)
+    with pytest.raises(UsageError, match="run_config.json records steps 'abc'"):
         kept.save(run, store)
     run = finished_run(tmp_path / "b", tok)
     save_checkpoint(run / "checkpoints" / "step_000004", tiny(tok, seed=5), tok,
@@ -242,3 +254,112 @@ def test_a_kept_record_naming_a_path_outside_the_run_is_refused(tmp_path, tok):
         with pytest.raises(UsageError, match=needle):
             kept.restore(tmp_path / "clone" / run.name, store)
     assert not (tmp_path / "victim").exists()
+
+
+# -- the sixth probe's cases (#71) -------------------------------------------------------------
+
+def test_a_link_in_a_kept_run_is_never_restored_through(tmp_path, tok):
+    """A kept run's metrics.jsonl linked to a file outside it (in a clone: anyone's link) was
+    restored as that file's content, which a later `save` publishes (SECURITY)."""
+    secret = tmp_path / "id_rsa"
+    secret.write_text("SECRET")
+    run = finished_run(tmp_path, tok)
+    store = tmp_path / "kept"
+    dest = kept.save(run, store)
+    (dest / "metrics.jsonl").unlink(missing_ok=True)
+    (dest / "metrics.jsonl").symlink_to(secret)
+    fresh = tmp_path / "clone" / run.name
+    with pytest.raises(UsageError, match="metrics.jsonl is a symbolic link"):
+        kept.restore(fresh, store)
+    assert not fresh.exists() and not list(fresh.parent.glob(".nca-tmp-*"))
+
+
+def test_a_restore_onto_a_link_is_refused_before_work(tmp_path, tok):
+    run = finished_run(tmp_path, tok)
+    store = tmp_path / "kept"
+    kept.save(run, store)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for target in (elsewhere, tmp_path / "nowhere"):  # was [Errno 20] after the copy
+        fresh = tmp_path / "clone" / run.name
+        fresh.parent.mkdir(exist_ok=True)
+        fresh.unlink(missing_ok=True)
+        fresh.symlink_to(target)
+        with pytest.raises(UsageError, match="is a symbolic link"):
+            kept.restore(fresh, store)
+    assert not any(elsewhere.iterdir())
+
+
+def test_a_step_folder_is_kept_as_its_manifest_lists_it(tmp_path, tok):
+    """A stray .env and a pipe in the last step folder were copied into the kept run (the
+    repository) or ended in a list of tuples printed as the error."""
+    run = finished_run(tmp_path, tok)
+    last = latest_step_checkpoint(run)
+    (last / ".env").write_text("TOKEN=secret")
+    (last / "junk.bin").write_bytes(b"\0" * 1000)
+    os.mkfifo(last / "pipe")
+    dest = kept.save(run, tmp_path / "kept")
+    names = {p.name for p in (dest / "checkpoints" / last.name).iterdir()}
+    assert not names & {".env", "junk.bin", "pipe"} and "model.safetensors" in names
+    assert weights_digest(dest / "checkpoints" / last.name) == weights_digest(last)
+
+
+def test_a_link_at_the_kept_name_is_refused_before_work(tmp_path, tok):
+    run = finished_run(tmp_path, tok)
+    store = tmp_path / "kept"
+    store.mkdir()
+    (store / run.name).symlink_to(tmp_path / "nowhere")  # was [Errno 20] after the merge
+    with pytest.raises(UsageError, match="exists: a kept run is never overwritten"):
+        kept.save(run, store)
+
+
+def test_a_killed_save_or_restore_leaves_no_stage_behind_the_next(tmp_path, tok):
+    """A save or restore killed with SIGKILL left its stage (a LoRA teacher's merged weights)
+    in the repository's checkpoints/ or beside the run for ever."""
+    import subprocess
+    import sys
+
+    from nca_interp.fsio import new_stage
+
+    def killed_stage(folder):  # a stage as a killed process leaves it: marked, its pid gone
+        folder.mkdir(parents=True, exist_ok=True)
+        dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True).stdout.strip()
+        stage = new_stage(folder)
+        gone = stage.with_name(stage.name.replace(f"-{os.getpid()}-", f"-{dead}-"))
+        stage.rename(gone)
+        (gone / ".nca-temporary").write_text(gone.name)
+        (gone / "model.safetensors").write_bytes(b"\0" * 100)
+        return gone
+
+    run = finished_run(tmp_path, tok)
+    store = tmp_path / "kept"
+    left = killed_stage(store)
+    kept.save(run, store)
+    assert not left.exists()
+    fresh = tmp_path / "clone" / run.name
+    left = killed_stage(fresh.parent)
+    assert kept.restore(fresh, store)
+    assert not left.exists()
+
+
+def test_an_adapter_config_that_is_not_its_weights_is_one_line(tmp_path, tok):
+    """A kept adapter's config edited to r 10^12 tried to allocate 128 TB (a traceback); r -1
+    and a NaN alpha were peft's message or "other bits"."""
+    import json
+
+    pytest.importorskip("peft")
+    from nca_interp import lora
+    from nca_interp.checkpoint import CheckpointError
+
+    folder = tmp_path / "adapter"
+    lora.save_adapter(lora.wrap(tiny(tok, arch="llama"), 2, 4.0), folder)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    lora.check_adapter(folder, config)
+    for fields, needle in (({"r": 10**12}, "says rank 1000000000000, but"),
+                           ({"r": -1}, "r is -1, not a rank"),
+                           ({"lora_alpha": float("nan")}, "lora_alpha is nan"),
+                           ({"lora_dropout": 2}, "lora_dropout is 2")):
+        (folder / "adapter_config.json").write_text(json.dumps({**config, **fields}))
+        with pytest.raises(CheckpointError, match=needle):
+            lora.restore(tiny(tok, arch="llama"), folder)
