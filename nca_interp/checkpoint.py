@@ -368,6 +368,7 @@ LOADED_FILES = ("config.json", "generation_config.json", "model.safetensors.inde
                 "chat_template.jinja", "chat_template.json", "preprocessor_config.json",
                 "processor_config.json")
 LOADED_FOLDERS = ("additional_chat_templates",)  # transformers 5: named chat templates
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")  # what peft reads of adapter/
 
 
 def _unlisted_loaded(path: Path, files: dict) -> list[str]:
@@ -381,8 +382,8 @@ def _unlisted_loaded(path: Path, files: dict) -> list[str]:
             continue
         for p in sorted(where.iterdir()):
             name = f"{sub}/{p.name}" if sub else p.name
-            loaded = p.name in LOADED_FILES or p.name.endswith(".safetensors") or \
-                bool(sub) or (not sub and p.name in LOADED_FOLDERS)
+            loaded = p.name in ADAPTER_FILES if sub else \
+                p.name in (*LOADED_FILES, *LOADED_FOLDERS) or p.name.endswith(".safetensors")
             if loaded and name not in files and not is_temporary(p.name) and \
                     not p.name.startswith(".") and (p.is_file() or p.is_dir()):
                 out.append(name)

@@ -104,15 +104,14 @@ def save(run: str | Path, kept: Path | None = None, remerge: bool = False) -> Pa
     try:
         (tmp / "checkpoints").mkdir(parents=True)
         listed = json.loads((run / MANIFEST).read_text())["files"]  # chat_template.jinja too
-        for name in sorted({*ROOT_FILES, *(n for n in listed if "/" not in n)}):
-            if (run / name).is_file():
+        for name in sorted({*ROOT_FILES, *(n for n in listed if "/" not in n or lora)}):
+            if (run / name).is_file():  # a LoRA run's adapter/ as listed (no stray .env, no
+                (tmp / name).parent.mkdir(exist_ok=True)  # pipe: the sixth probe)
                 shutil.copy2(run / name, tmp / name)  # links were refused above
         step = tmp / "checkpoints" / last.name
         _copy_listed(last, step)  # what its manifest lists: no stray file (a .env, a FIFO)
         if (step / "trainer_state.safetensors").exists():
             drop_optimizer_state(step)
-        if lora:  # a LoRA run's adapter (its manifest lists it); no other run's folder
-            shutil.copytree(run / "adapter", tmp / "adapter")
         if weights_digest(step) != weights_digest(last) or \
                 weights_digest(tmp) != weights_digest(run):
             raise RuntimeError(f"the copy of {run} does not hold its weights; nothing was kept")
@@ -320,6 +319,10 @@ def _checked_record(tmp: Path) -> dict:
         if not ok or ".." in rel or not isinstance(digest, str):
             raise UsageError(f"{tmp.name}/{RECORD} names {rel!r}, which is no weight file of "
                              "the kept run; restore the record from git")
+        if not ((tmp / rel).parent / "adapter" / "adapter_config.json").is_file():
+            raise UsageError(f"{tmp.name}/{RECORD} names {rel!r}, but the kept run holds no "
+                             f"adapter beside it ({Path(rel).parent / 'adapter'}); restore the "
+                             "kept run from git")
     return record
 
 
@@ -352,9 +355,16 @@ def restore(run: Path, kept: Path | None = None) -> bool:
             (tmp / RECORD).unlink()
         verify_folder(tmp)
         verify_folder(latest_step_checkpoint(tmp))
-        if run.exists():
-            run.rmdir()  # empty (checked above)
-        tmp.rename(run)
+        try:
+            if run.exists():
+                run.rmdir()  # empty (checked above)
+            tmp.rename(run)
+        except OSError:  # another restore of the same run finished first (an errno, the sixth
+            if latest_step_checkpoint(run) is not None:  # probe): it holds the kept run now
+                return False
+            raise UsageError(f"{run} was filled while the kept run was being restored into it "
+                             "(by another process?); it is left as it is: move it aside and "
+                             "restore again") from None
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return True

@@ -363,3 +363,40 @@ def test_an_adapter_config_that_is_not_its_weights_is_one_line(tmp_path, tok):
         (folder / "adapter_config.json").write_text(json.dumps({**config, **fields}))
         with pytest.raises(CheckpointError, match=needle):
             lora.restore(tiny(tok, arch="llama"), folder)
+
+
+def test_a_lora_runs_adapter_is_kept_as_its_manifest_lists_it(tmp_path, tok, monkeypatch):
+    """A stray .env beside a LoRA run's adapter was published with it, and a pipe there was a
+    list of tuples for an error."""
+    import json
+
+    from nca_interp.checkpoint import write_manifest
+
+    run = finished_run(tmp_path, tok)
+    last = latest_step_checkpoint(run)
+    for folder in (run, last):
+        config = json.loads((folder / "run_config.json").read_text())
+        (folder / "run_config.json").write_text(json.dumps({**config, "lora_rank": 2}))
+        (folder / "adapter").mkdir()
+        for name in ("adapter_config.json", "adapter_model.safetensors"):
+            (folder / "adapter" / name).write_text("{}")
+        write_manifest(folder)
+    (run / "adapter" / ".env").write_text("TOKEN=secret")
+    os.mkfifo(run / "adapter" / "pipe")
+    monkeypatch.setattr(kept, "_keep_adapter_only", lambda *a, **k: None)
+    dest = kept.save(run, tmp_path / "kept")
+    assert sorted(p.name for p in (dest / "adapter").iterdir()) == \
+        ["adapter_config.json", "adapter_model.safetensors"]
+
+
+def test_a_record_naming_a_step_the_kept_run_lacks_is_named_where_it_lives(tmp_path, tok):
+    import json
+
+    run = finished_run(tmp_path, tok)
+    store = tmp_path / "kept"
+    dest = kept.save(run, store)
+    (dest / kept.RECORD).write_text(json.dumps({
+        "base": {"name": "tinybase", "content_digest": "0" * 64},
+        "merged_sha256": {"checkpoints/step_000009/model.safetensors": "0" * 64}}))
+    with pytest.raises(UsageError, match="holds no adapter beside it"):  # was the copy's path
+        kept.restore(tmp_path / "clone" / run.name, store)
