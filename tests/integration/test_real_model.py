@@ -5,6 +5,7 @@ Marked `real` (it downloads ~93 MB): `make test-real` runs it, and CI does after
 suite. NCA_INTERP_CACHE chooses the cache folder."""
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,27 @@ def test_shared_prefix_and_decoder_equal_the_plain_paths(folder):
     for r in range(len(levels)):
         n = int(omask[r].sum())
         assert torch.equal(ours[r, :n], hf[r, :n])
+
+
+def test_every_kept_lora_teacher_restores_to_its_recorded_bits(folder, tmp_path):
+    """Each LoRA teacher kept in git (checkpoints/*/kept.json) restores on a fresh clone from
+    the fetched base: the merged weights are the recorded sha256s, and the restored run passes
+    the loader's checks (a kept run whose manifest lacks a file the loader reads, as the first
+    kept adapter's did once the adapter joined the manifest, fails here, not on a user)."""
+    import hashlib
+    import json
+
+    from nca_interp.checkpoint import latest_step_checkpoint, verify_folder
+    from nca_interp.paper import kept
+
+    records = sorted(kept.KEPT.glob("*/kept.json"))
+    assert records, "no kept LoRA teacher to restore"
+    for record in records:
+        name = record.parent.name
+        run = tmp_path / name
+        assert kept.restore(run), name
+        verify_folder(run)
+        verify_folder(latest_step_checkpoint(run))
+        for rel, want in json.loads(record.read_text())["merged_sha256"].items():
+            assert hashlib.sha256((run / rel).read_bytes()).hexdigest() == want, (name, rel)
+        shutil.rmtree(run)
