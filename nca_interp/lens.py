@@ -518,8 +518,8 @@ def run(cfg: LensConfig | None = None, /, **fields) -> reports.LensReport:
         name = analysis.label_of(p, results)
         folders[name] = p
         results[name] = lens_checkpoint(model, tok, found, levels, ctx, cfg)
-        depth = model.config.num_hidden_layers
-        del model
+        depth = max(depth or 0, model.config.num_hidden_layers)  # the deepest's names: each
+        del model  # shallower one's layers are a prefix of them (the last's left some unnamed)
     layers = ["embed", *map(str, range(depth))] if cfg.layers else []
     return analysis.make_report(cfg, task=found.name, context=ctx, paths=folders,
                                 results=results, layers=layers, checkpoints=paths,

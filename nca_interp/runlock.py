@@ -34,7 +34,9 @@ def _cmdline(pid: int) -> str:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return "?"
-    return " ".join(a.decode(errors="replace") for a in raw.split(b"\0") if a) or "?"
+    # one line: an argument holding newlines (`python -c "..."`) split the refusal over several
+    return " ".join(" ".join(a.decode(errors="replace").split()) for a in raw.split(b"\0")
+                    if a.strip()) or "?"
 
 
 class RunLock:

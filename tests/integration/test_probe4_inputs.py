@@ -151,3 +151,15 @@ def test_a_report_whose_runs_are_no_mapping_is_damaged(tmp_path):
                                                  "plan", "runs": 5, "results": {}}))
     with pytest.raises(ReportError, match="runs is int, not a mapping"):
         analysis.load(tmp_path / "r.json")
+
+
+def test_the_lens_names_the_layers_of_its_deepest_checkpoint(tok, tmp_path, base):
+    """Checkpoints of two depths: the report named the last one's layers (a 3-layer model's
+    fourth value had no name: the sixth probe)."""
+    from nca_interp import lens
+
+    deep = save_checkpoint(tmp_path / "deep", tiny(tok, n_layers=3), tok, {"task": TASK})
+    report = lens.run(ckpt=[str(deep), str(base)], n_levels=2, max_cases=0, threads=1,
+                      device="cpu", context="state")
+    assert report["layers"] == ["embed", "0", "1", "2"]
+    assert [len(e["depth"]["lens_kl"]) for e in report["results"].values()] == [4, 3]

@@ -661,3 +661,20 @@ def test_a_small_disk_is_said_in_digits_that_differ(tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**9, 0, 606_000))
     with pytest.raises(RunError, match=r"0.000606 GB free, the run needs about 0.00283 GB"):
         check_disk(tmp_path, 2_830_000, "the run", "free space")  # was 0.00 GB of 0.00 GB
+
+
+def test_a_lock_holders_command_is_named_in_one_line(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import time
+from nca_interp.runlock import RunLock
+lock = RunLock({str(tmp_path)!r})
+print("held", flush=True)
+time.sleep(30)"""], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunError) as refused:
+            RunLock(tmp_path)
+        assert "\n" not in str(refused.value) and "RunLock(" in str(refused.value)
+    finally:
+        holder.kill()
+        holder.wait()
