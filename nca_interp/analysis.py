@@ -588,6 +588,11 @@ def check_own_output(path: Path, recorded: dict[str, set[str] | None]) -> None:
 def check_outputs(out: str | Path, analysis: str | None = None) -> None:
     """Before any work: `--out` names a file stem, not a folder, and its JSON and main figure
     are absent or this analysis's report's own (`own_outputs`, `check_own_output`)."""
+    stem = figure_stem(Path(out).expanduser(), "")
+    if len(stem.name.encode()) + NAME_MARGIN > 255:  # NAME_MAX of every common file system
+        raise UsageError(f"--out {out}: its name is {len(stem.name.encode())} bytes, and a report "
+                         f"writes names up to {NAME_MARGIN} bytes longer (its figures, its lock), "
+                         "more than the 255 a file name may have: choose a shorter --out")
     if Path(out).expanduser().is_dir():
         raise UsageError(f"--out {out} is a folder; --out names the report's file stem, e.g. "
                          f"{Path(out) / 'report'}")
@@ -597,6 +602,11 @@ def check_outputs(out: str | Path, analysis: str | None = None) -> None:
     stem = figure_stem(Path(out).expanduser(), "")
     recorded = own_outputs(stem, analysis)
     check_own_output(stem.with_suffix(".html"), recorded)
+
+
+# bytes a report adds to its stem's name: `.STEM.nca-figures`, `STEM_<figure>.html` (a figure
+# suffix such as `_opd_positions`, with a run's name in it)
+NAME_MARGIN = 64
 
 
 def stale_figures(json_path: str | Path) -> list[str]:

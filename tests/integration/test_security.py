@@ -678,3 +678,10 @@ time.sleep(30)"""], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_an_out_whose_names_no_file_system_takes_is_one_line(tmp_path):
+    from nca_interp.analysis import check_outputs
+
+    with pytest.raises(UsageError, match="its name is 300 bytes"):  # was [Errno 36] naming
+        check_outputs(tmp_path / ("x" * 300))  # the report's lock, a name never typed
