@@ -26,6 +26,7 @@ from nca_interp.bootstrap import cluster_indices, iid_indices, n_units, percenti
 from nca_interp.patching.cases import Cases, score
 from nca_interp.patching.interventions import (
     ablation_effect,
+    ablation_first,
     ablation_hooks,
     greedy,
     logit_diff,
@@ -162,6 +163,7 @@ class Outcomes:
         # every real one, so it changes none of them); column W - 1 + j predicts token j
         self.run = Rerun(bridge, torch.cat([ids, ans], 1),
                          torch.cat([mask, self.valid.to(mask.dtype)], 1))
+        self.first = ablation_first(self.ctx, self.run.mask)  # columns an ablation can change
         self.at = (W - 1 + torch.arange(T))[None].expand(B, -1)
         self.decoded = 0  # cases decoded in full (the rest confirmed by one run)
         # the deciding position lies on the answer where the case's response prefix is the
@@ -180,7 +182,8 @@ class Outcomes:
     def unmoved(self, heads: list[tuple[int, int]]) -> np.ndarray:
         """Per case: does greedy decoding with `heads`' context reading removed certainly
         write the unablated answer?"""
-        return self._unmoved(self.run.logits_at(self.at, ablation_hooks(self.ctx, heads)))
+        return self._unmoved(self.run.logits_at(self.at, ablation_hooks(self.ctx, heads),
+                                                self.first))
 
     def measure(self, heads: list[tuple[int, int]], ld_src: torch.Tensor
                 ) -> tuple[np.ndarray, np.ndarray]:
@@ -190,7 +193,7 @@ class Outcomes:
         `shares_prefix`."""
         if not self.shares_prefix:
             raise RuntimeError("these cases' response prefixes are not the unablated answers")
-        logits = self.run.logits_at(self.at, ablation_hooks(self.ctx, heads))
+        logits = self.run.logits_at(self.at, ablation_hooks(self.ctx, heads), self.first)
         ld = self._ld(logits.gather(1, (self.decide - self.at[:, :1])[..., None].expand(
             -1, -1, logits.shape[-1])))
         return normalised(ld, self.ld_clean, ld_src), self._right(self._unmoved(logits), heads)

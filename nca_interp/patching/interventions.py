@@ -24,9 +24,9 @@ from nca_interp.patching.rerun import Rerun, cache_reaches_attention, window
 from nca_interp.progress import bar
 
 __all__ = ["GROUPS", "SCOPES", "ablate_context_hook", "ablation", "ablation_effect",
-           "ablation_hooks", "cache_of", "greedy", "last_logits", "logit_diff", "logit_lens",
-           "normalised", "patch_hook", "pattern_edits_reach_logits", "sweep", "view_lds",
-           "window"]
+           "ablation_first", "ablation_hooks", "cache_of", "greedy", "last_logits", "logit_diff",
+           "logit_lens", "normalised", "patch_hook", "pattern_edits_reach_logits", "sweep",
+           "view_lds", "window"]
 
 GROUPS = ("all", "x", "response", "decide")
 SCOPES = ("full", "groups")
@@ -254,6 +254,18 @@ def sweep(bridge, cases: Cases, direction: str, stats: dict, scope: str = "full"
     return out
 
 
+def ablation_first(ctx_B_K: torch.Tensor, mask_B_K: torch.Tensor) -> int | None:
+    """The leftmost column whose attention removing the reading of `ctx_B_K` can change (its
+    query row sees a context column and another real one: `ablate_context_hook` leaves a row
+    that sees only context as it was); None where no row can change. The columns left of it
+    need no rerun (`Rerun.logits(hooks, first)`)."""
+    real = mask_B_K.bool()
+    ctx = torch.nn.functional.pad(ctx_B_K, (0, real.shape[1] - ctx_B_K.shape[1])).bool() & real
+    both = (ctx.cumsum(1) > 0) & ((real & ~ctx).cumsum(1) > 0)
+    cols = torch.nonzero(both.any(0))
+    return int(cols[0]) if len(cols) else None
+
+
 def ablation_effect(bridge, cases: Cases, heads: list[tuple[int, int]],
                     lds: tuple[torch.Tensor, torch.Tensor] | None = None,
                     dst: Rerun | None = None) -> np.ndarray:
@@ -262,7 +274,8 @@ def ablation_effect(bridge, cases: Cases, heads: list[tuple[int, int]],
     kept run, where many calls share it."""
     ld_src, ld_dst = lds if lds is not None else view_lds(bridge, cases)
     hooks = ablation_hooks(cases.ctx_B_W1, heads)
-    logits = dst.logits(hooks) if dst is not None else last_logits(
+    first = ablation_first(cases.ctx_B_W1, cases.dst_mask)
+    logits = dst.logits(hooks, first) if dst is not None else last_logits(
         bridge, cases.dst_ids, cases.dst_mask, hooks)
     return normalised(logit_diff(logits, cases), ld_dst, ld_src)
 

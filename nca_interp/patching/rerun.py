@@ -266,12 +266,16 @@ class Rerun:
         return self.suffix
 
     @torch.no_grad()
-    def logits_at(self, at_B_P: torch.Tensor, hooks=()) -> torch.Tensor:
+    def logits_at(self, at_B_P: torch.Tensor, hooks=(), first: int | None = None
+                  ) -> torch.Tensor:
         """B P V: the logits at positions `at_B_P` (column indices, per row) with `hooks`
-        attached; only the blocks from the first hooked one rerun, as for `logits`."""
+        attached; only the blocks from the first hooked one rerun, and with `first` only the
+        columns from it (every position in `at_B_P` at or right of it), as for `logits`."""
         start = first_layer(hooks) if hooks else len(self.inputs)
         if not self.exact or start is None or self._gated(hooks):
             return self._full(hooks, at_B_P)
         if start == len(self.inputs):  # no hook: the kept output of the last block
             start = len(self.inputs) - 1
+        if first and int(at_B_P.min()) >= first and self._suffix_ok():
+            return self._tail(start, hooks, first, at_B_P)
         return self._from(start, hooks, at_B_P)

@@ -3,6 +3,7 @@ can move them, must be the outcomes of decoding every case."""
 
 import numpy as np
 import pytest
+import torch
 
 from nca_interp import patching
 from nca_interp.checkpoint import save_checkpoint
@@ -103,3 +104,56 @@ def test_one_run_gives_a_draws_effect_and_outcome_where_the_prefix_is_the_answer
     assert not moved.shares_prefix
     with pytest.raises(RuntimeError, match="prefixes"):
         moved.measure([(0, 0)], lds[0])
+
+
+@pytest.mark.parametrize("ablate", ["prefix", "context"])
+def test_removing_heads_reading_of_c_changes_no_column_left_of_ablation_first(setup, tok,
+                                                                             ablate):
+    """Every block's residual at the columns left of `ablation_first` is the clean run's with
+    every head's reading of c removed, and the column at it changes (so the bound is tight):
+    under both ablations (the prefix's rows see only context; c's own rows under `context`
+    see the template before it)."""
+    from nca_interp.patching.interventions import ablation_first, cache_of
+
+    bridge, task, cases, _ = setup
+    rows = [(lv, [5, 6, 2], [5, 7], 1) for lv in cases.levels]
+    found = patching.build_cases(tok, task, "state", rows, None, ablate)
+    L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
+    every = [(li, h) for li in range(L) for h in range(H)]
+    ids, mask = found.dst_ids, found.dst_mask
+    first = ablation_first(found.ctx_B_W1, mask)
+    assert first is not None and 0 < first < ids.shape[1]
+    names = [f"blocks.{li}.hook_resid_post" for li in range(L)]
+    clean = cache_of(bridge, ids, mask, names)
+    ablated = {}
+
+    def keep(name):
+        def hook(act, hook):
+            ablated[name] = act.detach().clone()
+        return hook
+
+    with torch.no_grad():
+        bridge.run_with_hooks(ids, attention_mask=mask, fwd_hooks=ablation_hooks(
+            found.ctx_B_W1, every) + [(n, keep(n)) for n in names])
+    bridge.reset_hooks()
+    real = mask.bool()[..., None]
+    for n in names:
+        left = (clean[n] - ablated[n])[:, :first] * real[:, :first]
+        assert float(left.abs().max()) == 0.0, n
+    at = (clean[names[-1]] - ablated[names[-1]])[:, first] * real[:, first]
+    assert float(at.abs().max()) > 1e-6
+
+
+def test_an_ablation_rerun_of_the_columns_it_can_change_is_the_full_forwards(setup):
+    """`ablation_effect` through a kept run (blocks from the first ablated layer, columns from
+    `ablation_first`) equals the full forward's, for single heads and sets."""
+    from nca_interp.patching.interventions import ablation_effect, view_lds
+    from nca_interp.patching.rerun import Rerun
+
+    bridge, _, cases, _ = setup
+    lds = view_lds(bridge, cases)
+    run = Rerun(bridge, cases.dst_ids, cases.dst_mask)
+    for heads in head_sets(bridge):
+        np.testing.assert_allclose(ablation_effect(bridge, cases, heads, lds, run),
+                                   ablation_effect(bridge, cases, heads, lds), atol=1e-5)
+    assert run.suffix
