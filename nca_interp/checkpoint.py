@@ -378,8 +378,9 @@ def _unlisted_loaded(path: Path, files: dict) -> list[str]:
     out = []
     for sub in ("", *SUBFOLDERS):
         where = path / sub if sub else path
-        if sub and (where.is_symlink() or not where.is_dir()):
-            continue
+        if sub and (where.is_symlink() or not where.is_dir() or
+                    not any(str(n).startswith(f"{sub}/") for n in files)):
+            continue  # a manifest of before adapter/ was listed (a LoRA run of then resumes)
         for p in sorted(where.iterdir()):
             name = f"{sub}/{p.name}" if sub else p.name
             loaded = p.name in ADAPTER_FILES if sub else \

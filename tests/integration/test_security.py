@@ -685,3 +685,20 @@ def test_an_out_whose_names_no_file_system_takes_is_one_line(tmp_path):
 
     with pytest.raises(UsageError, match="its name is 300 bytes"):  # was [Errno 36] naming
         check_outputs(tmp_path / ("x" * 300))  # the report's lock, a name never typed
+
+
+def test_an_adapter_a_manifest_of_before_adapters_were_listed_is_read_as_then(base):
+    """A LoRA run saved before adapter/ joined its manifest still resumes (its adapter was
+    never listed); where the manifest lists the adapter, an unlisted adapter file is refused."""
+    import json
+
+    (base / "adapter").mkdir()
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        (base / "adapter" / name).write_text("{}")
+    verify_folder(base)
+    manifest = json.loads((base / "nca_checkpoint.json").read_text())
+    manifest["files"]["adapter/adapter_config.json"] = {
+        "bytes": 2, "sha256": "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"}
+    (base / "nca_checkpoint.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="adapter_model.safetensors is not in the folder's"):
+        verify_folder(base)
