@@ -48,6 +48,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -55,7 +56,7 @@ import torch
 
 from nca_interp import analysis, reports
 from nca_interp.bootstrap import cluster_indices, n_units, percentile_ci
-from nca_interp.checkpoint import load_checkpoint
+from nca_interp.checkpoint import load_checkpoint, verify_folder
 from nca_interp.cli import entry, parse_config, validate
 from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens, play_levels
@@ -79,10 +80,13 @@ from nca_interp.runs import (
     with_initial_checkpoints,
 )
 from nca_interp.tasks import Task, context_choices
+from nca_interp.trajectory import checkpoints_of
 
-__all__ = ["DEMO", "FLOOR_PAD", "LensConfig", "TwoViews", "ViewPass", "compare", "execute",
-           "figures", "floor_batch", "fork_cases", "generating_rows", "lens_checkpoint", "main",
-           "parting", "run", "settling", "show", "two_views", "view_pass", "views", "with_prompts"]
+__all__ = ["DEMO", "FLOOR_PAD", "REGIONS", "SERIES", "LensConfig", "TwoViews", "ViewPass",
+           "compare", "effect_summary", "effect_views", "execute", "figures", "floor_batch",
+           "fork_cases", "generating_rows", "lens_checkpoint", "main", "monitor",
+           "over_training", "parting", "pick_steps", "run", "settling", "show", "two_views",
+           "view_pass", "views", "with_prompts"]
 
 FLOOR_PAD = 3  # masked padding columns added to the no-c view for the arithmetic floor
 
@@ -376,20 +380,24 @@ def _means(values_B_N: np.ndarray, keep_B_N: np.ndarray, units: list, n_boot: in
     s, k = (values_B_N * keep_B_N).sum(1), keep_B_N.sum(1)
     if k.sum() == 0:
         return None, [None, None]
+    if not n_boot:  # a monitor's mean while training: the interval is the command's
+        return float(s.sum() / k.sum()), [None, None]
     boots = [s[i].sum() / max(k[i].sum(), 1) for i in cluster_indices(units, n_boot, 0)]
     return float(s.sum() / k.sum()), [float(v) for v in percentile_ci(np.array(boots))]
 
 
-def summarise(c: TwoViews, ctrl: TwoViews, floor: TwoViews, units: list) -> dict:
-    """Token means of the effect, its control and its floor overall, per third and by position;
-    per layer through the lens."""
+def summarise(c: TwoViews, ctrl: TwoViews, floor: TwoViews, units: list, n_boot: int = 1000
+              ) -> dict:
+    """Token means of the effect, its control and its floor overall, per third and by position
+    (with `n_boot` cluster-bootstrap resamples for the intervals; 0: none); per layer through
+    the lens."""
     m, third = c.mask, thirds_of(c.mask)
     series = {"kl": c.kl, "kl_control": ctrl.kl, "kl_floor": floor.kl,
               "flip": c.flip.astype(float), "flip_control": ctrl.flip.astype(float)}
     out = {"overall": {}, "thirds": {}, "ci95": {}, "by_position": {}}
     for name, v in series.items():
-        out["overall"][name], out["ci95"][name] = _means(v, m, units)
-        per = [_means(v, m & (third == k), units) for k in range(3)]
+        out["overall"][name], out["ci95"][name] = _means(v, m, units, n_boot)
+        per = [_means(v, m & (third == k), units, n_boot) for k in range(3)]
         out["thirds"][name] = [p[0] for p in per]
         out["ci95"][f"{name}_thirds"] = [p[1] for p in per]
         n = m.sum(0)
@@ -438,38 +446,90 @@ def _joined(parts: list[TwoViews]) -> TwoViews:
     return TwoViews(**{f.name: cat(f.name) for f in dataclasses.fields(TwoViews)})
 
 
-def lens_checkpoint(model, tok, task: Task, levels: list, context: str, cfg: LensConfig
-                    ) -> dict:
-    """One checkpoint's entry: its own samples y ~ g(.|x) through both views, the control
-    and the floor (`summarise`), the example response, and the forks of its harm cases."""
+def effect_views(model, tok, task: Task, levels: list, context: str, seed: int = 0,
+                 temperature: float = 1.0, batch: int = 16, layers: bool = False
+                 ) -> tuple[TwoViews, TwoViews, TwoViews, torch.Tensor, list[str]]:
+    """The model's own samples y ~ g(.|x) (a generator seeded `seed`, `batch` items at a time)
+    through the no-c view against the c view, the control's view [c', x] and the floor's
+    layout: (c, control, floor, resp_B_N, texts). The same arguments give the same samples, so
+    two checkpoints (or two steps of one run) are read on the same items under one policy."""
     task = task.for_tokenizer(tok)
-    gen = torch.Generator(model_device(model)).manual_seed(cfg.seed)
+    gen = torch.Generator(model_device(model)).manual_seed(seed)
     max_new, limit = max_response_tokens(task), context_limit(model)
     parts: dict[str, list[TwoViews]] = {"c": [], "control": [], "floor": []}
     resp_rows, texts = [], []
-    for s in bar(range(0, len(levels), cfg.batch), "lens", unit="batch"):
-        chunk = levels[s: s + cfg.batch]
-        b, said, _ = onpolicy_batch(model, tok, task, chunk, context, max_new, cfg.temperature,
+    for s in bar(range(0, len(levels), batch), "lens", unit="batch"):
+        chunk = levels[s: s + batch]
+        b, said, _ = onpolicy_batch(model, tok, task, chunk, context, max_new, temperature,
                                     gen, limit)
         wrong = [task.prompt(lv, task.control_context(levels, s + j, context))
                  for j, lv in enumerate(chunk)]
-        x = view_pass(model, b.x_ids, b.x_mask, b.resp, b.resp_mask, cfg.layers)
+        x = view_pass(model, b.x_ids, b.x_mask, b.resp, b.resp_mask, layers)
         for name, other in (("c", b), ("control", with_prompts(b, tok, wrong, limit)),
                             ("floor", floor_batch(b))):
             y = view_pass(model, other.cx_ids, other.cx_mask, b.resp, b.resp_mask,
-                          cfg.layers and name != "floor")
+                          layers and name != "floor")
             parts[name].append(compare(model, x, y, b.resp_mask))
         resp_rows += list(b.resp.cpu())
         texts += said
     c, ctrl, floor = (_joined(parts[k]) for k in ("c", "control", "floor"))
     N = c.kl.shape[1]
     resp = torch.stack([torch.nn.functional.pad(r, (0, N - len(r))) for r in resp_rows])
+    return c, ctrl, floor, resp, texts
+
+
+def lens_checkpoint(model, tok, task: Task, levels: list, context: str, cfg: LensConfig
+                    ) -> dict:
+    """One checkpoint's entry: its own samples y ~ g(.|x) through both views, the control
+    and the floor (`summarise`), the example response, and the forks of its harm cases."""
+    c, ctrl, floor, resp, texts = effect_views(model, tok, task, levels, context, cfg.seed,
+                                               cfg.temperature, cfg.batch, cfg.layers)
+    task = task.for_tokenizer(tok)
     units = [task.unit(lv) for lv in levels]
     return {"n_items": len(levels), "n_units": n_units(units), "n_tokens": int(c.mask.sum()),
             **summarise(c, ctrl, floor, units), "example": example(tok, c, ctrl, resp, units),
             "forks": fork_cases(model, tok, task, levels, context, cfg.max_cases,
                                 cfg.max_forks, cfg.seed),
             "responses": texts}
+
+
+REGIONS = ("all", *THIRDS)  # a summary's columns: every response token, then each third
+SERIES = ("kl", "kl_control", "kl_floor", "flip", "flip_control")
+
+
+def effect_summary(model, tok, task: Task, levels: list, context: str, seed: int = 0,
+                   temperature: float = 1.0, batch: int = 16) -> dict[str, float | None]:
+    """The lens's headline in one flat dict, cheap enough to log while training: per series
+    (`SERIES`) its token mean over all response tokens (`kl`) and per third (`kl_first`,
+    `kl_middle`, `kl_last`), exactly the `overall` and `thirds` the command reports for the
+    same model, items, seed, temperature and batch (no logit lens, no forks, no intervals)."""
+    c, ctrl, floor, _, _ = effect_views(model, tok, task, levels, context, seed, temperature,
+                                        batch, layers=False)
+    task = task.for_tokenizer(tok)
+    units = [task.unit(lv) for lv in levels]
+    s = summarise(c, ctrl, floor, units, n_boot=0)
+    return {f"{name}{'' if r == 'all' else '_' + r}": v for name in SERIES
+            for r, v in zip(REGIONS, [s["overall"][name], *s["thirds"][name]])}
+
+
+def monitor(model, tok, task: Task, context: str | None = None, n_items: int = 8,
+            seed: int = 0) -> dict[str, float | None]:
+    """`effect_summary` of a model being trained, in eval mode (its mode restored), on the
+    first `n_items` held-out items (`task.levels("test", n_items, seed)`, as the command's
+    --n-levels and --seed pick them), with the command's temperature and batch: what
+    `python -m nca_interp.lens CKPT --n-levels n_items --seed seed` reports as `overall` and
+    `thirds` for the same weights. What the training loops log (`train.distill --lens-every`,
+    `ContextReturnCallback(lens_every=...)`)."""
+    task = task.for_tokenizer(tok)
+    context = context or task.default_context
+    defaults = {f.name: f.default for f in dataclasses.fields(LensConfig)}
+    was_training = model.training
+    model.eval()
+    try:
+        return effect_summary(model, tok, task, task.levels("test", n_items, seed), context,
+                              seed, defaults["temperature"], defaults["batch"])
+    finally:
+        model.train(was_training)
 
 
 @dataclass
@@ -493,6 +553,9 @@ class LensConfig:
     max_forks: int = field(default=4, metadata={
         "help": "forks swapped in turn before a case counts as not restored", "check": ">0"})
     batch: int = field(default=16, metadata={"help": "items per forward pass", "check": "batch"})
+    over_training: list[str] | None = field(default=None, metadata={
+        "help": "each folder named is a distillation run, read at these of its steps "
+                "(0: the model it started from; mid; final; all; numbers), e.g. 0,mid,final"})
     out: str = field(default="runs/lens_demo/lens", metadata={"help": "output stem (.json/.html)"})
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
@@ -502,28 +565,100 @@ class LensConfig:
 DEMO = ("sokoban_base", "sokoban_opd", "sokoban_nca")  # what the bare command line reads
 
 
+def pick_steps(run_dir: str, picks: list[str]) -> list[tuple[int, str]]:
+    """(step, folder) of a distillation run at `picks` (`trajectory.checkpoints_of`'s steps:
+    0 is the checkpoint the run started from): step numbers, `mid` (the saved step nearest
+    half the last, the earlier on a tie), `final`, or `all`; in step order, each once."""
+    ckpts = checkpoints_of(run_dir)
+    saved = dict(ckpts)
+    final = ckpts[-1][0]
+    chosen = set()
+    for pick in picks:
+        if pick == "all":
+            chosen |= set(saved)
+        elif pick == "final":
+            chosen.add(final)
+        elif pick == "mid":
+            later = [st for st in saved if st > 0] or [0]
+            chosen.add(min(later, key=lambda st: (abs(st - final / 2), st)))
+        elif pick.isdigit() and int(pick) in saved:
+            chosen.add(int(pick))
+        else:
+            raise UsageError(f"--over-training {pick!r} is not a step of {run_dir} (its steps: "
+                             f"{', '.join(map(str, saved))}); name steps, mid, final or all")
+    return [(st, saved[st]) for st in sorted(chosen)]
+
+
+def over_training(entries: list[tuple[int, str, dict]]) -> dict:
+    """One run's summary against step: each series' token means as step x region arrays
+    (`REGIONS`), their intervals (step x region x bound), the per-position means (step x
+    position, None past a step's longest response) and the greedy correct rates, from the
+    (step, label, entry) of each of its checkpoints in step order."""
+    out = {"step": [st for st, _, _ in entries], "checkpoint": [lb for _, lb, _ in entries],
+           "region": list(REGIONS), "ci95": {}, "by_position": {},
+           "dims": {"<series>": ["step", "region"], "ci95": ["step", "region", "bound"],
+                    "by_position": ["step", "position"], "forks": ["step"]}}
+    es = [e for _, _, e in entries]
+    N = max(len(e["by_position"]["kl"]) for e in es)
+    for name in SERIES:
+        out[name] = [[e["overall"][name], *e["thirds"][name]] for e in es]
+        out["ci95"][name] = [[e["ci95"][name], *e["ci95"][f"{name}_thirds"]] for e in es]
+        rows = [e["by_position"][name] for e in es]
+        out["by_position"][name] = [row + [None] * (N - len(row)) for row in rows]
+    out["forks"] = {k: [e["forks"][k] for e in es]
+                    for k in ("correct_no_c", "correct_c", "n_harm", "n_help")}
+    return out
+
+
+def _plan(cfg: LensConfig) -> tuple[list[tuple[str | None, int | None, str]], list[str]]:
+    """What to read, before any work: (run name or None, step or None, folder) per checkpoint,
+    and the folders the task and context are read from."""
+    if not cfg.over_training:
+        paths = with_initial_checkpoints(analysis.checkpoint_paths(cfg))
+        return [(None, None, p) for p in paths], paths
+    runs = analysis.checkpoint_paths(cfg)
+    names = [Path(r).name for r in runs]
+    if len(set(names)) < len(names):
+        raise UsageError(f"two runs named {names} share a folder name; --over-training labels "
+                         "its lines by run folder name: rename one")
+    plan = [(Path(r).name, st, p) for r in runs for st, p in pick_steps(r, cfg.over_training)]
+    for _, _, p in plan:  # a moved start or step is named before any checkpoint is read
+        verify_folder(p)
+    return plan, runs
+
+
 def run(cfg: LensConfig | None = None, /, **fields) -> reports.LensReport:
     """The lens report (nothing written), results keyed by checkpoint: `run(LensConfig(...))`
-    or `run(ckpt=[...], task=..., ...)`."""
+    or `run(ckpt=[...], task=..., ...)`. With `over_training`, each folder is a run read at
+    those steps (results keyed `<run> step <n>`) and `over_training[run]` holds the summary
+    against step (`over_training`)."""
     cfg = analysis.config(LensConfig, cfg, fields)
     validate(cfg)
-    paths = with_initial_checkpoints(analysis.checkpoint_paths(cfg))
-    found, ctx = resolve_task_and_context(paths, cfg.task, cfg.context, cfg.task_options)
-    check_same_tokenizers(paths)
+    plan, sources = _plan(cfg)
+    folders_read = list(dict.fromkeys(p for _, _, p in plan))
+    found, ctx = resolve_task_and_context(sources, cfg.task, cfg.context, cfg.task_options)
+    check_same_tokenizers(folders_read)
     levels = found.levels("test", cfg.n_levels, cfg.seed)
     device = str(resolve_device(cfg.device))
-    results, folders, depth = {}, {}, None
-    for p in bar(paths, "lens", unit="ckpt"):
-        model, tok = load_checkpoint(p, device=device)
-        name = analysis.label_of(p, results)
-        folders[name] = p
-        results[name] = lens_checkpoint(model, tok, found, levels, ctx, cfg)
-        depth = max(depth or 0, model.config.num_hidden_layers)  # the deepest's names: each
-        del model  # shallower one's layers are a prefix of them (the last's left some unnamed)
+    results, folders, depth, done = {}, {}, None, {}
+    steps: dict[str, list] = {}
+    for run_name, st, p in bar(plan, "lens", unit="ckpt"):
+        name = analysis.label_of(p, results) if run_name is None else f"{run_name} step {st}"
+        key = str(Path(p).resolve())
+        if key not in done:  # runs from one base share its step 0: read once
+            model, tok = load_checkpoint(p, device=device)
+            done[key] = lens_checkpoint(model, tok, found, levels, ctx, cfg)
+            depth = max(depth or 0, model.config.num_hidden_layers)  # the deepest's names:
+            del model  # each shallower one's layers are a prefix of them
+        folders[name], results[name] = p, done[key]
+        if run_name is not None:
+            steps.setdefault(run_name, []).append((st, name, done[key]))
     layers = ["embed", *map(str, range(depth))] if cfg.layers else []
+    extra = {"over_training": {r: over_training(es) for r, es in steps.items()}} \
+        if steps else {}
     return analysis.make_report(cfg, task=found.name, context=ctx, paths=folders,
-                                results=results, layers=layers, checkpoints=paths,
-                                data=analysis.data_record(found, levels))
+                                results=results, layers=layers, checkpoints=folders_read,
+                                data=analysis.data_record(found, levels), **extra)
 
 
 def _cell(v) -> str:
@@ -553,6 +688,12 @@ def show(report: reports.LensReport | dict) -> None:
             print(f"  {name:<{w}} settles x {d['settle_x']:.2f}, c {d['settle_c']:.2f}; views "
                   f"part at {'-' if d['part'] is None else format(d['part'], '.2f')} (forks); "
                   "lens KL by layer " + " ".join(f"{v:.3f}" for v in d["lens_kl"]))
+    for run_name, ot in (report.over_training or {}).items():
+        print(f"over training, {run_name} (KL with c / with c' / floor; thirds of KL with c):")
+        for i, st in enumerate(ot["step"]):
+            cells = [ot["kl"][i][0], ot["kl_control"][i][0], ot["kl_floor"][i][0],
+                     *ot["kl"][i][1:]]
+            print(f"  step {st:>6} " + " ".join(_cell(v) for v in cells))
     print("forks (greedy): harm = right without c, wrong with c; restored = swapping the first "
           "fork's token for the other view's makes it right")
     for name, e in report.results.items():
@@ -569,11 +710,15 @@ def show(report: reports.LensReport | dict) -> None:
 
 def figures(report: reports.LensReport | dict) -> dict:
     """{"": effect against position per checkpoint with the control band, "tokens": the
-    example response's token heat map per checkpoint}."""
-    from nca_interp.lens_plots import position_figure, token_figure
+    example response's token heat map per checkpoint, and with --over-training
+    "over_training": the effect by region against step, a line per run}."""
+    from nca_interp.lens_plots import over_training_figure, position_figure, token_figure
 
     report = reports.as_report(report, reports.LensReport)
-    return {"": position_figure(report), "tokens": token_figure(report)}
+    out = {"": position_figure(report), "tokens": token_figure(report)}
+    if report.over_training:
+        out["over_training"] = over_training_figure(report)
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -11,7 +11,7 @@ from nca_interp import reports
 from nca_interp.identity import roster
 from nca_interp.plots import PALETTE
 
-__all__ = ["position_figure", "token_figure"]
+__all__ = ["over_training_figure", "position_figure", "token_figure"]
 
 
 def _colour(rid, i: int) -> str:
@@ -61,4 +61,44 @@ def token_figure(report: reports.LensReport) -> go.Figure:
     fig.update_layout(title=f"Token by token, the response of largest effect "
                             f"({report.task}, context '{report.context}')",
                       height=150 + 180 * len(names), width=1100)
+    return fig
+
+
+def over_training_figure(report: reports.LensReport) -> go.Figure:
+    """KL(q_x || q_c) against step, a panel per region (all tokens, first / middle / last
+    third), a line per run with its 95% interval, the wrong-c' control's interval as a band of
+    the same colour and the arithmetic floor dotted."""
+    ot = report.over_training
+    regions = next(iter(ot.values()))["region"]
+    fig = make_subplots(rows=1, cols=len(regions), shared_yaxes=True,
+                        subplot_titles=[f"{r} tokens" if r == "all" else f"{r} third"
+                                        for r in regions])
+    ids = roster(report)
+    for i, (run, o) in enumerate(ot.items()):
+        colour = _colour(ids[o["checkpoint"][-1]], i)
+        for j in range(len(regions)):
+            col, first = j + 1, j == 0
+            x = o["step"]
+            lo, hi = ([b[j][k] for b in o["ci95"]["kl_control"]] for k in (0, 1))
+            if None not in lo + hi:
+                fig.add_trace(go.Scatter(x=x + x[::-1], y=hi + lo[::-1], fill="toself",
+                                         line=dict(width=0), opacity=0.2, fillcolor=colour,
+                                         name=f"{run} control c'", legendgroup=run,
+                                         showlegend=first, hoverinfo="skip"), row=1, col=col)
+            y = [v[j] for v in o["kl"]]
+            err = [[v[j][k] for v in o["ci95"]["kl"]] for k in (0, 1)]
+            bars = None if None in err[0] + err[1] else dict(
+                type="data", symmetric=False, array=[h - m for h, m in zip(err[1], y)],
+                arrayminus=[m - lo_ for m, lo_ in zip(y, err[0])])
+            fig.add_trace(go.Scatter(x=x, y=y, name=run, legendgroup=run, showlegend=first,
+                                     line=dict(color=colour), error_y=bars), row=1, col=col)
+            fig.add_trace(go.Scatter(x=x, y=[v[j] for v in o["kl_floor"]], name=f"{run} floor",
+                                     legendgroup=run, showlegend=first,
+                                     line=dict(color=colour, dash="dot", width=1)),
+                          row=1, col=col)
+    fig.update_xaxes(title_text="step (0: the model the run started from)")
+    fig.update_yaxes(title_text="KL(q_x || q_c), nats per token", row=1, col=1)
+    fig.update_layout(title=f"Where c acts in the response, over training ({report.task}; "
+                            f"context '{report.context}'; band: a wrong c' of the same form)",
+                      height=420, width=1300)
     return fig

@@ -620,3 +620,10 @@ class LensReport(Report):
     layers: list = need("the lens's layer labels (embed, 0, 1, ...; the last is the output); "
                         "empty without the lens")
     checkpoints: list = need("the checkpoint folders read, in order")
+    over_training: dict | None = doc(
+        "with --over-training, per run: `step` (0: the checkpoint it started from), "
+        "`checkpoint` (each step's key of results), `region` (all, first, middle, last), each "
+        "series (kl, kl_control, kl_floor, flip, flip_control) as step x region token means, "
+        "`ci95` (step x region x bound), `by_position` (step x position, None past a step's "
+        "longest response), `forks` (correct_no_c, correct_c, n_harm, n_help per step) and "
+        "`dims` naming each array's dimensions")

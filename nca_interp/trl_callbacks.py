@@ -19,6 +19,14 @@ model's own precision: a trainer in mixed precision (TRL's CPU default, bf16) ha
 the model's forward in autocast, and the monitor runs the unwrapped forward instead, as
 `evaluate` runs the saved weights.
 
+With `lens_every=N` the callback also logs, every N steps, the two-view lens's headline
+(`nca_interp.lens.monitor`) under `context_return/lens_`: the mean per-token KL(q_x || q_c) on
+the student's own samples with c (`lens_kl`), with the wrong c' (`lens_kl_control`) and its
+arithmetic floor (`lens_kl_floor`), each also per third of the response (`_first`, `_middle`,
+`_last`), and the share of tokens whose top token c flips (`lens_flip`, `lens_flip_control`), on
+`lens_items` held-out items: the numbers `python -m nca_interp.lens CKPT --n-levels lens_items`
+gives for a checkpoint saved at that step.
+
 Training anchors that never look at the context's return (TRL's distillation trainers, GKD,
 SFT, GRPO with a privileged-context column) get the warning the paper is about while it
 happens: a student whose accuracy with c falls below its accuracy without c is breaking.
@@ -39,6 +47,7 @@ from nca_interp.evaluate import (
     unscored_report,
     views_kl,
 )
+from nca_interp.lens import monitor
 
 __all__ = ["ContextReturnCallback", "measure"]
 
@@ -103,20 +112,23 @@ def _measure_views(model, tokenizer, task, context, n_items, seed, control) -> d
 
 class ContextReturnCallback(TrainerCallback):
     """Measure the context return every `every` steps (and at the end of training) and log it
-    (see the module docstring). `trainer`: where to log (its `log`, so every logger sees it);
-    without it the numbers go to `state.log_history` and `history`. `history` keeps every
-    measurement with its step."""
+    (see the module docstring); with `lens_every` > 0, the lens's headline every `lens_every`
+    steps (and at the end) on `lens_items` items. `trainer`: where to log (its `log`, so every
+    logger sees it); without it the numbers go to `state.log_history` and `history`. `history`
+    keeps every measurement with its step."""
 
     def __init__(self, task, context: str | None = None, every: int = 50, n_items: int = 64,
                  control: bool = True, seed: int = 0, trainer=None, tokenizer=None,
-                 prefix: str = "context_return/"):
-        if every < 1 or n_items < 1:
-            raise UsageError(f"every and n_items must be >= 1, not {every} and {n_items}")
+                 prefix: str = "context_return/", lens_every: int = 0, lens_items: int = 8):
+        if every < 1 or n_items < 1 or lens_every < 0 or lens_items < 1:
+            raise UsageError(f"every, n_items and lens_items must be >= 1 and lens_every >= 0 "
+                             f"(0: no lens), not {every}, {n_items}, {lens_items} and "
+                             f"{lens_every}")
         self.task, self.context, self.every, self.n_items = task, context, every, n_items
         self.control, self.seed, self.trainer, self.tokenizer = control, seed, trainer, tokenizer
-        self.prefix = prefix
+        self.prefix, self.lens_every, self.lens_items = prefix, lens_every, lens_items
         self.history: list[dict] = []
-        self._last = None
+        self._last = self._last_lens = None
 
     def _tokenizer(self, kwargs):
         tok = self.tokenizer or kwargs.get("processing_class") or kwargs.get("tokenizer")
@@ -137,16 +149,33 @@ class ContextReturnCallback(TrainerCallback):
         logs = {self.prefix + k: v for k, v in numbers.items()
                 if isinstance(v, (int, float)) and not isinstance(v, bool)}
         logs[self.prefix + "regime_A"] = float(numbers.get("regime") == "A")
+        self._log(state, logs)
+
+    def _log(self, state, logs: dict) -> None:
         if self.trainer is not None:
             self.trainer.log(logs)
         else:
             state.log_history.append({**logs, "step": state.global_step})
 
+    def _lens(self, state, model, kwargs) -> None:
+        if model is None or not self.lens_every or self._last_lens == state.global_step:
+            return
+        self._last_lens = state.global_step
+        with own_precision(model):
+            numbers = monitor(model, self._tokenizer(kwargs), self.task, self.context,
+                              self.lens_items, self.seed)
+        numbers = {f"lens_{k}": v for k, v in numbers.items()}
+        self.history.append({"step": state.global_step, **numbers})
+        self._log(state, {self.prefix + k: v for k, v in numbers.items() if v is not None})
+
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if state.global_step % self.every == 0:
             self._measure(state, model, kwargs)
+        if self.lens_every and state.global_step % self.lens_every == 0:
+            self._lens(state, model, kwargs)
         return control
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
         self._measure(state, model, kwargs)
+        self._lens(state, model, kwargs)
         return control

@@ -181,7 +181,8 @@ def _write_fault(e: BaseException) -> WriteFault | None:
 
 # Flags that do not change a run's result: they may differ when a run is resumed.
 FREE_FLAGS = ("out", "steps", "threads", "eval_every", "eval_levels", "save_every", "device",
-              "teacher_device", "micro_batch", "grad_checkpointing", "git_commit")
+              "teacher_device", "micro_batch", "grad_checkpointing", "git_commit", "lens_every",
+              "lens_items")
 
 
 # Entries of a run config compared on resume by checks of their own (with their own message).

@@ -24,6 +24,11 @@ Each rank samples and scores its slice of the global --batch (the sampling noise
 the global batch, so N ranks sample the tokens one process would), DDP all-reduces gradients,
 the loss is normalised by the global token count, and only rank 0 writes checkpoints, metrics
 and evaluations; a restarted torchrun job resumes like a single process.
+
+--lens-every N logs the two-view lens's headline (nca_interp.lens.monitor) into metrics.jsonl
+every N steps: lens_kl, the mean per-token KL(q_x || q_c) on the student's own samples, beside
+lens_kl_control (a wrong c' of c's form) and lens_kl_floor (arithmetic), each also by third of
+the response (_first, _middle, _last), on --lens-items held-out items.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from nca_interp.checkpoint import (
 from nca_interp.cli import check_disk, check_writable, entry, parse_config, to_dict
 from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
+from nca_interp.lens import monitor
 from nca_interp.losses import Estimator, combine, loss_terms
 from nca_interp.models import autocast, context_limit, resolved_precision
 from nca_interp.prefix import PrefixCache
@@ -82,7 +88,7 @@ class DistillConfig(RunOptions, OptimOptions, EstimatorOptions, DeviceOptions):
     EXPERT = ("schedule", "weight_decay", "clip", "temperature", "kl_k",
               "kl_support", "kl_tail", "kl_form", "nca_kl", "eval_every", "eval_levels",
               "teacher_device", "precision", "micro_batch", "grad_checkpointing", "role",
-              "resume_from")
+              "resume_from", "lens_every", "lens_items")
 
     student: str = field(default="runs/sokoban_base", metadata={"help": "initial checkpoint"})
     out: str = field(default="runs/sokoban_opd", metadata={"help": "run directory"})
@@ -103,6 +109,12 @@ class DistillConfig(RunOptions, OptimOptions, EstimatorOptions, DeviceOptions):
         "help": "prompts per forward/backward on each rank (0: the whole slice at once)"})
     grad_checkpointing: bool = field(default=False, metadata={
         "help": "recompute activations in backward (less memory, ~1/3 more compute)"})
+    lens_every: int = field(default=0, metadata={
+        "help": "every N steps (and the last) log the two-view lens's headline (lens_kl, "
+                "lens_kl_control, lens_kl_floor, by third) to metrics.jsonl; 0: never",
+        "check": ">=0"})
+    lens_items: int = field(default=8, metadata={
+        "help": "held-out items the --lens-every headline reads", "check": "levels"})
     role: str | None = field(default=None, metadata={
         "help": "what the run is in a study besides its method, recorded in its run config and "
                 "read by every report as its method: opdsized (OPD at NCA's update size, "
@@ -249,6 +261,11 @@ def main(argv: list[str] | None = None) -> None:
                 if dist.main:
                     wins = eval_wins(student, tok, task, eval_levels, [cfg.context])
                     record["eval_win_no_c"], record["eval_win_c"] = wins["none"], wins[cfg.context]
+                dist.barrier()
+            if cfg.lens_every and ((step + 1) % cfg.lens_every == 0 or step + 1 == cfg.steps):
+                if dist.main:  # `python -m nca_interp.lens` on this step's checkpoint, in brief
+                    lens = monitor(student, tok, task, cfg.context, cfg.lens_items)
+                    record.update({f"lens_{k}": v for k, v in lens.items()})
                 dist.barrier()
             run.log(record)
             bar.set_postfix(opd=f"{record['opd']:.3f}", win=f"{record['sample_win']:.2f}")
