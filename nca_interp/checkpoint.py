@@ -181,8 +181,9 @@ def save_checkpoint(path: str | Path, model, tokenizer, run_config: dict | None 
                     trainer_state: tuple[dict[str, torch.Tensor], dict] | None = None) -> Path:
     """Write a complete checkpoint folder at `path` atomically (temp folder, then rename).
     An existing folder at `path` is replaced only once the new one is complete."""
-    path = check_target(Path(path).resolve())
-    stage = new_stage(path.parent)
+    path = check_target(Path(path).expanduser().absolute())  # the name itself: resolving it
+    path = path.parent.resolve() / path.name  # first followed a link there and replaced the
+    stage = new_stage(path.parent)  # folder it pointed to, files and all (the sixth probe)
     try:
         tmp = stage / path.name
         _write_folder(tmp, model, tokenizer, run_config, trainer_state)

@@ -702,3 +702,20 @@ def test_an_adapter_a_manifest_of_before_adapters_were_listed_is_read_as_then(ba
     (base / "nca_checkpoint.json").write_text(json.dumps(manifest))
     with pytest.raises(CheckpointError, match="adapter_model.safetensors is not in the folder's"):
         verify_folder(base)
+
+
+def test_a_checkpoint_is_never_saved_through_a_link_at_its_name(tok, tmp_path):
+    """save_checkpoint resolved its path first, so a link at the name (planted while a run
+    trained) had the folder it pointed to replaced, the user's files in it deleted."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text(VICTIM)
+    (tmp_path / "step").symlink_to(victim)
+    with pytest.raises(UnsafePathError, match="is a symbolic link"):
+        save_checkpoint(tmp_path / "step", tiny(tok), tok, {})
+    assert [p.name for p in victim.iterdir()] == ["keep.txt"]
+    assert (victim / "keep.txt").read_text() == VICTIM
+    (tmp_path / "linked").symlink_to(tmp_path / "real", target_is_directory=True)
+    (tmp_path / "real").mkdir()
+    save_checkpoint(tmp_path / "linked" / "ok", tiny(tok), tok, {})  # a link above: the user's
+    assert (tmp_path / "real" / "ok" / "nca_checkpoint.json").is_file()
