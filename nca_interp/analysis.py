@@ -665,6 +665,13 @@ def check_out_clear(cfg, out: str | Path) -> None:
     stem = figure_stem(Path(out).expanduser().resolve(), "")
     targets = {stem.with_suffix(".json"), stem.with_suffix(".html"),
                stem.parent / "plotly.min.js"}
+    from nca_interp.checkpoint import LOADED_FILES
+
+    loaded = sorted(t.name for t in targets if t.name in LOADED_FILES)
+    if loaded and (stem.parent / "config.json").is_file():  # a report read as a chat template
+        raise UsageError(f"--out {out} would put {loaded[0]} into the checkpoint folder "
+                         f"{stem.parent}, where the loader reads a file of that name: choose "
+                         "another --out (the sixth probe)")
     for q, what in input_paths(cfg).items():
         if q in targets or q == stem:
             raise UsageError(f"--out {out} would write over {what}; an analysis never writes "

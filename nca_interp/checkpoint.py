@@ -40,7 +40,8 @@ from nca_interp.fsio import (
     write_text,
 )
 
-__all__ = ["MANIFEST", "RUN_CONFIG_CIRCUMSTANCES", "CheckpointError", "check_architecture",
+__all__ = ["LOADED_FILES", "MANIFEST", "RUN_CONFIG_CIRCUMSTANCES", "CheckpointError",
+           "check_architecture",
            "check_same_tokenizer", "content_digest", "drop_optimizer_state", "git_commit",
            "hash_once", "latest_step_checkpoint", "load_checkpoint", "n_layers_of",
            "read_run_config", "same_weights", "save_checkpoint", "step_number", "verify_folder",

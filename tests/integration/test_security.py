@@ -719,3 +719,16 @@ def test_a_checkpoint_is_never_saved_through_a_link_at_its_name(tok, tmp_path):
     (tmp_path / "real").mkdir()
     save_checkpoint(tmp_path / "linked" / "ok", tiny(tok), tok, {})  # a link above: the user's
     assert (tmp_path / "real" / "ok" / "nca_checkpoint.json").is_file()
+
+
+def test_a_report_is_never_written_under_a_name_a_checkpoint_loader_reads(base, tok,
+                                                                          tmp_path):
+    """--out CKPT/chat_template wrote chat_template.json into a checkpoint folder (not one the
+    analysis read), which its loader then reads as the checkpoint's chat template."""
+    from nca_interp.analysis import check_out_clear
+
+    other = save_checkpoint(tmp_path / "other", tiny(tok), tok, {"task": TASK})
+    cfg = evaluate.EvalConfig(ckpt=[str(base)])
+    with pytest.raises(UsageError, match="would put chat_template.json into the checkpoint"):
+        check_out_clear(cfg, other / "chat_template")
+    check_out_clear(cfg, other / "report")  # another name there is the user's choice
