@@ -26,7 +26,7 @@ from nca_interp.progress import bar
 __all__ = ["GROUPS", "SCOPES", "ablate_context_hook", "ablation", "ablation_effect",
            "ablation_first", "ablation_hooks", "cache_of", "greedy", "last_logits", "logit_diff",
            "logit_lens", "normalised", "patch_hook", "pattern_edits_reach_logits", "sweep",
-           "view_lds", "window"]
+           "view_lds"]
 
 GROUPS = ("all", "x", "response", "decide")
 SCOPES = ("full", "groups")

@@ -590,7 +590,8 @@ def test_a_window_the_decoding_may_outgrow_reruns_the_whole_sequence(tok, tmp_pa
     cannot show it), so every step reruns the sequence and the answers are the plain loop's."""
     import transformers as T
 
-    from nca_interp.patching.interventions import ablation_hooks, greedy, window
+    from nca_interp.patching.interventions import ablation_hooks, greedy
+    from nca_interp.patching.rerun import window
 
     cfg = T.MistralConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
