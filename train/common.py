@@ -224,6 +224,12 @@ def check_out(out: str | Path, inputs: dict[str, str | Path | None]) -> None:
         if how:
             raise UsageError(f"--out {out} {how} {flag} {folder}; a run never writes where "
                              "its input checkpoints live: choose a new --out")
+    for parent in o.parents:  # a folder of its own inside a run's is no step_N of that run
+        if any((parent / name).is_file() for name in (ckpt.RUN_CONFIG, ckpt.MANIFEST)):
+            what = "run" if (parent / ckpt.RUN_CONFIG).is_file() and not \
+                (parent / ckpt.MANIFEST).is_file() else "checkpoint folder"
+            raise UsageError(f"--out {out} lies inside the {what} {parent}, which this run "
+                             "would change; choose an --out outside it")
 
 
 # What this package leaves in a run directory besides a run's files: its lock, and the stage of
@@ -414,12 +420,16 @@ class Run:
         check_writable(self.dir, "run")
         digests = {flag: {"path": str(Path(p).expanduser().resolve()),
                           "sha256": ckpt.content_digest(p)} for flag, p in inputs.items()}
+        # what this Run makes, so that a refusal before training removes it and nothing else
+        self._made_dirs = [p for p in (self.dir, *self.dir.parents) if not p.exists()]
+        self._made_config = False
         self.dir.mkdir(parents=True, exist_ok=True)
+        self._made_lock = not os.path.lexists(self.dir / ".lock")
         self.lock = RunLock(self.dir)
         try:
             self._open(run_config, digests, resume_from)
         except BaseException:
-            self.lock.release()  # a refused resume leaves the folder as it found it
+            self._release()  # a refused resume leaves the folder as it found it
             raise
 
     def _open(self, run_config: dict, digests: dict, resume_from: str | Path | None) -> None:
@@ -440,6 +450,7 @@ class Run:
         else:  # nothing saved yet: a failed start leaves nothing that blocks a corrected one
             self.config["inputs"] = digests
             write_atomic(self.dir / ckpt.RUN_CONFIG, json.dumps(self.config, indent=1))
+            self._made_config = True
 
     def _verify_resume_point(self, resume_from: str | Path | None) -> None:
         """The checkpoint to resume from matches its manifest (weights, optimizer and trainer
@@ -484,9 +495,36 @@ class Run:
                            f"on it; {how}") from None
 
     def close(self) -> None:
-        """Release the directory's lock (also done at exit if a run dies)."""
+        """Release the directory's lock (also done at exit if a run dies). A run that ends
+        before it logged or saved anything (refused for want of disk, interrupted before its
+        first step) removes what it made, so a folder it created is gone again."""
         if self.writer:
+            self._release()
+
+    def _release(self) -> None:
+        """Release the lock; where the folder holds nothing but what this Run made (its
+        run_config.json, its .lock, no step, no log), remove those and the folders it
+        created. Anything else there, or a file it did not make, is left as it is."""
+        ours = {".lock"} if self._made_lock else set()
+        if self._made_config:
+            ours.add(ckpt.RUN_CONFIG)
+        try:
+            names = {p.name for p in self.dir.iterdir()}
+        except OSError:
+            names = {""}
+        if not names - ours <= {".lock"}:  # (a lock file of an earlier start is no work)
             self.lock.release()
+            return
+        if ckpt.RUN_CONFIG in ours:
+            (self.dir / ckpt.RUN_CONFIG).unlink(missing_ok=True)
+        if self._made_lock:
+            (self.dir / ".lock").unlink(missing_ok=True)  # before it is given up
+        self.lock.release()
+        for d in self._made_dirs:  # deepest first; a folder someone filled meanwhile stays
+            try:
+                d.rmdir()
+            except OSError:
+                break
 
     def _clear_temporaries(self) -> None:
         """The stages of saves that were killed half-way (never loaded: no manifest) of

@@ -259,6 +259,44 @@ def test_failed_start_does_not_block_the_corrected_run(base, tmp_path, monkeypat
     assert json.loads((tmp_path / "run" / "run_config.json").read_text())["lr"] == 2e-3
 
 
+def test_a_refusal_before_training_removes_only_what_it_made(base, tmp_path, monkeypatch,
+                                                            capsys):
+    """The sixth probe's D6b: distill refused for want of disk left .lock and run_config.json
+    in the folder the refusal had created (a folder that then looked like a started run)."""
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**12, 0, 1000))
+    assert "GB free" in refused(distill.main, args(base, tmp_path / "new" / "r"), capsys)
+    assert not (tmp_path / "new").exists()  # both folders it created are gone
+    mine = tmp_path / "mine"  # the user's empty folder stays, empty
+    mine.mkdir()
+    refused(distill.main, args(base, mine), capsys)
+    assert mine.is_dir() and not list(mine.iterdir())
+    monkeypatch.undo()
+    err = refused(distill.main, args(base, tmp_path / "fresh", "--resume-from",
+                                     str(tmp_path / "x")), capsys)
+    assert "--resume-from" in err and not (tmp_path / "fresh").exists()
+
+
+def test_out_inside_another_run_or_checkpoint_is_refused(tok, base, tmp_path, capsys):
+    """The sixth probe's D12: sft --out base/checkpoints/mine trained into another run's
+    checkpoints/, which trajectory then refused."""
+    other = save_checkpoint(tmp_path / "other", tiny(tok), tok, {"task": TASK})
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "run_config.json").write_text("{}")
+    for out, what in ((run / "checkpoints" / "mine", "run"),
+                      (other / "sub" / "deeper", "checkpoint folder")):
+        err = refused(distill.main, args(base, out), capsys)
+        assert f"lies inside the {what}" in err and "outside" in err, err
+        assert not out.exists()
+        err = refused(sft.main, ["--out", str(out), "--steps", "1", "--n-layers", "2",
+                                 "--d-model", "32", "--threads", "1"], capsys)
+        assert f"lies inside the {what}" in err, err
+
+
 def test_one_writer_per_run_directory(base, tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
