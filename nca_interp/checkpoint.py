@@ -54,7 +54,12 @@ RUN_CONFIG = "run_config.json"
 
 
 class CheckpointError(UsageError):
-    """A path that cannot be used as a checkpoint; the message says what to do."""
+    """A path that cannot be used as a checkpoint; the message says what to do. `fact`: what
+    is wrong without the advice (a caller that acts on it itself prints only that)."""
+
+    def __init__(self, message: str, fact: str | None = None):
+        super().__init__(message)
+        self.fact = fact or message
 
 
 def git_commit(where: Path | None = None) -> str:
@@ -436,27 +441,29 @@ def verify_folder(path: str | Path) -> Path:
             if not isinstance(files, dict):
                 raise TypeError("'files' is not a mapping")
         except (ValueError, KeyError, TypeError) as e:
-            raise CheckpointError(f"{manifest} is corrupt ({e}); {_remedy(path)}") from e
+            fact = f"{manifest} is corrupt ({e})"
+            raise CheckpointError(f"{fact}; {_remedy(path)}", fact) from e
         # a manifest lists the folder's own files by name: a path elsewhere (`/etc/hostname`,
         # `../x`) is refused before anything is opened, read or hashed
         outside = [n for n in files if not manifest_name_ok(n)]
         outside += [n for n in files if "/" in str(n) and (path / n.split("/")[0]).is_symlink()]
         if outside:
-            raise CheckpointError(f"{manifest} names {outside[0]!r}, which is not a file of "
-                                  f"the folder itself; the manifest is damaged or was made to "
-                                  f"read other files: {_remedy(path)}")
+            fact = (f"{manifest} names {outside[0]!r}, which is not a file of the folder "
+                    "itself; the manifest is damaged or was made to read other files")
+            raise CheckpointError(f"{fact}: {_remedy(path)}", fact)
         bad = next((n for n, m in files.items() if not (
             isinstance(m, dict) and isinstance(m.get("sha256"), str) and
             isinstance(m.get("bytes"), int) and not isinstance(m.get("bytes"), bool))), None)
         if bad is not None:  # an entry of another shape was a TypeError (the sixth probe)
-            raise CheckpointError(f"{manifest} is corrupt (its entry for {bad!r} is not the "
-                                  f"file's bytes and sha256); {_remedy(path)}")
+            fact = (f"{manifest} is corrupt (its entry for {bad!r} is not the file's bytes "
+                    "and sha256)")
+            raise CheckpointError(f"{fact}; {_remedy(path)}", fact)
         unlisted = _unlisted_loaded(path, files)
         if unlisted:
-            raise CheckpointError(
-                f"{path / unlisted[0]} is not in the folder's {MANIFEST}: the loader reads it, "
-                "but the checkpoint was not saved with it (a file added later changes the model "
-                f"or its prompts without a word); remove it, or {_remedy(path)}")
+            fact = (f"{path / unlisted[0]} is not in the folder's {MANIFEST}: the loader "
+                    "reads it, but the checkpoint was not saved with it (a file added later "
+                    "changes the model or its prompts without a word)")
+            raise CheckpointError(f"{fact}; remove it, or {_remedy(path)}", fact)
         seen = _file_stats(path, [MANIFEST, *files])
         if _HASHED is None or _HASHED.get(path) != seen:
             for name, meta in files.items():
@@ -467,9 +474,9 @@ def verify_folder(path: str | Path) -> Path:
                                           "you can read it")
                 if not f.is_file() or f.stat().st_size != meta["bytes"] or \
                         _sha256(f) != meta["sha256"]:
-                    raise CheckpointError(f"{f} is missing, truncated or corrupt (does not "
-                                          f"match {MANIFEST}: the file or the manifest is "
-                                          f"damaged); {_remedy(path)}")
+                    fact = (f"{f} is missing, truncated or corrupt (does not match "
+                            f"{MANIFEST}: the file or the manifest is damaged)")
+                    raise CheckpointError(f"{fact}; {_remedy(path)}", fact)
             if _HASHED is not None:
                 _HASHED[path] = seen
     elif (path / RUN_CONFIG).exists():

@@ -213,8 +213,8 @@ def damage(folder: Path, full: bool) -> str | None:
         return f"{bad[0]} does not match the digest recorded at the fetch" if bad else None
     try:
         verify_folder(folder)
-    except CheckpointError as e:
-        return str(e)
+    except CheckpointError as e:  # the fact alone: its advice is to run what is running
+        return e.fact
     write_text(quick_record(folder), json.dumps({n: quick_digest(folder / n) for n in files}))
     return None
 
