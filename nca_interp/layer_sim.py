@@ -577,6 +577,21 @@ def format_heads(results: dict[str, dict], top: int = 6) -> str:
     return "\n".join(lines)
 
 
+def check_same_depth(paths: list[Path]) -> None:
+    """One layer_sim compares checkpoints of one depth: its report names one set of layers,
+    and its random-init reference is the first checkpoint's architecture (a 3-layer model
+    beside a 2-layer one had a value without a name, against a 2-layer null)."""
+    from nca_interp.checkpoint import check_architecture, n_layers_of
+
+    depths = {p: n_layers_of(check_architecture(verify_folder(p))) for p in paths}
+    known = {p: n for p, n in depths.items() if n is not None}
+    if len(set(known.values())) > 1:
+        (a, n), (b, m) = next(iter(known.items())), next(
+            (p, n2) for p, n2 in known.items() if n2 != next(iter(known.values())))
+        raise UsageError(f"layer_sim compares checkpoints of one depth: {b} has {m} layers, "
+                         f"{a} {n}; run it on each architecture's checkpoints apart")
+
+
 def run(cfg: LayerSimConfig | None = None, /, **fields) -> dict:
     """The layer-similarity report (an `analysis` report, results keyed by checkpoint name,
     random_init first): what `execute` prints and writes. `run(LayerSimConfig(...))` or
@@ -588,6 +603,7 @@ def run(cfg: LayerSimConfig | None = None, /, **fields) -> dict:
     paths = with_initial_checkpoints(analysis.checkpoint_paths(cfg))
     found, ctx = resolve_task_and_context(paths, cfg.task, cfg.context, cfg.task_options)
     check_same_tokenizers(paths)
+    check_same_depth(paths)
     levels = found.levels("test", cfg.n_levels, cfg.seed)
     device, at, batch = str(resolve_device(cfg.device)), cfg.at, cfg.batch
     shared = shared_responses(cfg.responses, paths[0], found, levels, batch, device)

@@ -19,3 +19,19 @@ def test_the_fetch_damage_note_states_only_the_fact(tmp_path, refetch, capsys): 
     err = capsys.readouterr().err
     assert "is damaged (" in err and "corrupt" in err and "fetching it again" in err, err
     assert "python -m nca_interp.fetch" not in err and "outside the cache" not in err, err
+
+
+def test_layer_sim_refuses_checkpoints_of_different_depths(tok, tmp_path, capsys):
+    """Q2: layer_sim on a 2-layer and a 3-layer checkpoint named the layers of the first
+    (the 3-layer model's fourth value had no name) and built a 2-layer random-init null."""
+    from nca_interp import layer_sim
+    from nca_interp.checkpoint import save_checkpoint
+    from tests.conftest import tiny
+    from tests.integration.test_bad_input import TASK, refused
+
+    two = save_checkpoint(tmp_path / "two", tiny(tok), tok, {"task": TASK})
+    three = save_checkpoint(tmp_path / "three", tiny(tok, n_layers=3), tok, {"task": TASK})
+    err = refused(layer_sim.main, [str(two), str(three), "--n-levels", "2", "--threads", "1",
+                                   "--out", str(tmp_path / "r")], capsys)
+    assert "one depth" in err and "3 layers" in err and "2" in err, err
+    assert not list(tmp_path.glob("r*"))
