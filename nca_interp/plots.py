@@ -524,10 +524,26 @@ def _interval(values: list[float], cis: list) -> dict:
 BUNDLE = "plotly.min.js"  # the one file of plotly.js that every page of a folder tree loads
 
 
+def _others_can_change(target: Path) -> bool:
+    """Whether someone other than this user (and root) can change `target` after it was
+    checked: a file another user owns or others may write, or one in a folder another user
+    owns or others may write without the sticky bit (they could rename another file over
+    it). A page loading such a bundle runs whatever script that someone puts there."""
+    import stat
+
+    mine = (os.getuid(), 0)
+    st, up = os.lstat(target), os.stat(target.parent)
+    return (st.st_uid not in mine or bool(st.st_mode & 0o022) or up.st_uid not in mine
+            or (bool(up.st_mode & 0o022) and not up.st_mode & stat.S_ISVTX))
+
+
 def bundle_state(folder: Path) -> str:
-    """What `folder/plotly.min.js` is: "ok" (plotly's own, checked by size and sha256),
-    "missing", "partial" (a prefix of it: a write killed half-way, e.g. plotly's own writer's
-    0-byte file) or "foreign" (a file of that name that is not plotly's: someone else's)."""
+    """What `folder/plotly.min.js` is: "ok" (plotly's own, checked by size and sha256, and
+    no one but this user can change it), "unsafe" (plotly's own, but another user owns it or
+    others may write it or its folder: never loaded from above, replaced by this user's copy
+    in an output folder), "missing", "partial" (a prefix of it: a write killed half-way,
+    e.g. plotly's own writer's 0-byte file) or "foreign" (a file of that name that is not
+    plotly's: someone else's)."""
     import hashlib
 
     from plotly.offline import get_plotlyjs
@@ -541,7 +557,7 @@ def bundle_state(folder: Path) -> str:
     size = target.stat().st_size
     if size == len(want):
         same = hashlib.sha256(target.read_bytes()).digest() == hashlib.sha256(want).digest()
-        return "ok" if same else "foreign"
+        return ("unsafe" if _others_can_change(target) else "ok") if same else "foreign"
     if size < len(want) and target.read_bytes() == want[:size]:
         return "partial"
     return "foreign"
@@ -550,9 +566,10 @@ def bundle_state(folder: Path) -> str:
 def bundle_folder(folder: str | Path) -> Path:
     """The folder whose plotly.min.js a page written in `folder` loads, so a tree of pages
     holds one copy of plotly.js (4.6 MB), not one per folder: `folder` itself where it holds a
-    file of that name (plotly's; or one to repair or refuse, `ensure_plotly_bundle`), else the
-    nearest folder above holding plotly's own bundle (the repository's figures/plotly.min.js
-    for every setting's folder), else `folder`, where a copy is written beside the page: a
+    file of that name (plotly's; or one to repair, replace or refuse, `ensure_plotly_bundle`),
+    else the nearest folder above holding plotly's own bundle that only this user can change
+    (the repository's figures/plotly.min.js for every setting's folder; never one another
+    user could swap for a script), else `folder`, where a copy is written beside the page: a
     fresh output folder is whole by itself, offline, and can be moved or sent as it is."""
     folder = Path(folder).absolute()  # lexical, as a browser resolves a relative src
     if bundle_state(folder) != "missing":

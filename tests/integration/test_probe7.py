@@ -35,3 +35,44 @@ def test_layer_sim_refuses_checkpoints_of_different_depths(tok, tmp_path, capsys
                                    "--out", str(tmp_path / "r")], capsys)
     assert "one depth" in err and "3 layers" in err and "2" in err, err
     assert not list(tmp_path.glob("r*"))
+
+
+def test_a_bundle_others_can_change_is_never_loaded(tmp_path):
+    """A plotly.min.js of plotly's bytes that others may write (or another user owns), or in
+    a folder others may write, was loaded by every page below it: whoever can change it runs
+    their script in the user's report pages."""
+    import os
+    import re
+    import shutil
+
+    import plotly.graph_objects as go
+
+    from nca_interp.plots import bundle_state, ensure_plotly_bundle, write_figure
+
+    def src(page):
+        return re.findall(r'<script[^>]*src="([^"]+)"', page.read_text())
+
+    fig = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]))
+    cases = {"writable": 0o666, "other": 0o644}
+    for name, mode in cases.items():
+        up = tmp_path / name
+        ensure_plotly_bundle(up)
+        os.chmod(up / "plotly.min.js", mode)
+        if name == "other":
+            if os.getuid() != 0:
+                continue
+            os.chown(up / "plotly.min.js", 65534, -1)  # nobody's
+        write_figure(fig, up / "sub" / "page")
+        assert src(up / "sub" / "page.html") == ["plotly.min.js"], name
+        assert bundle_state(up / "sub") == "ok"
+    shared = tmp_path / "shared"  # a folder others may write, no sticky bit
+    ensure_plotly_bundle(shared)
+    os.chmod(shared, 0o777)
+    write_figure(fig, shared / "sub" / "page")
+    assert src(shared / "sub" / "page.html") == ["plotly.min.js"]
+    here = tmp_path / "here"  # in the output folder itself: replaced by the user's own copy
+    ensure_plotly_bundle(here)
+    os.chmod(here / "plotly.min.js", 0o666)
+    write_figure(fig, here / "page")
+    assert src(here / "page.html") == ["plotly.min.js"] and bundle_state(here) == "ok"
+    shutil.rmtree(shared)
