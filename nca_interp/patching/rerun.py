@@ -168,6 +168,7 @@ class Rerun:
     # block keyword inputs with a column axis, and where it is (sliced for a suffix rerun)
     _COLUMNS = {"attention_mask": -2, "position_ids": -1, "cache_position": -1}
 
+    @torch.no_grad()
     def _keep_kv(self) -> bool:
         """The clean run's keys and values of every block, kept once (one more forward, with
         a KV cache), and whether a rerun of a suffix of the columns from them equals the
