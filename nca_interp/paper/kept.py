@@ -35,6 +35,7 @@ from pathlib import Path
 
 from nca_interp.checkpoint import (
     MANIFEST,
+    CheckpointError,
     drop_optimizer_state,
     latest_step_checkpoint,
     read_run_config,
@@ -353,8 +354,13 @@ def restore(run: Path, kept: Path | None = None) -> bool:
         if (tmp / RECORD).exists():  # a LoRA teacher: its merged weights rebuilt here
             _restore_merged(tmp)
             (tmp / RECORD).unlink()
-        verify_folder(tmp)
-        verify_folder(latest_step_checkpoint(tmp))
+        try:
+            verify_folder(tmp)
+            verify_folder(latest_step_checkpoint(tmp))
+        except CheckpointError as e:  # named where it lives: the stage is gone by now
+            fact = e.fact.replace(str(tmp.resolve()), str(src))
+            raise UsageError(f"the kept run {src} is not what its manifests say: {fact}; "
+                             "restore the kept run from git") from None
         try:
             if run.exists():
                 run.rmdir()  # empty (checked above)

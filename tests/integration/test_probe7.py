@@ -1,6 +1,7 @@
 """The seventh probe's cases (#71) and the sixth probe's open ones outside its helper's files:
 each failed before its fix."""
 
+from pathlib import Path
 
 from nca_interp import fetch
 from tests.unit.test_fetch import NAME, fake_fetched, refetch  # noqa: F401 (a fixture)
@@ -76,3 +77,22 @@ def test_a_bundle_others_can_change_is_never_loaded(tmp_path):
     write_figure(fig, here / "page")
     assert src(here / "page.html") == ["plotly.min.js"] and bundle_state(here) == "ok"
     shutil.rmtree(shared)
+
+
+def test_a_kept_run_that_fails_its_check_is_named_where_it_lives(tmp_path, tok, monkeypatch):
+    """A kept run with a planted chat_template.jinja was refused naming a file in the
+    restore's stage (`run/.nca-tmp-PID-X/name/...`), gone when the message was read."""
+    import pytest
+
+    from nca_interp.errors import UsageError
+    from nca_interp.paper import kept
+    from tests.unit.test_kept import finished_run
+
+    monkeypatch.chdir(tmp_path)
+    store = tmp_path / "kept"
+    src = kept.save(finished_run(tmp_path, tok), store)
+    (src / "chat_template.jinja").write_text("{{ 'planted' }}")
+    with pytest.raises(UsageError) as e:
+        kept.restore(Path("clone") / src.name, store)  # a relative run, as the pipeline has
+    assert f"{src}/chat_template.jinja" in str(e.value) and "nca-tmp" not in str(e.value)
+    assert "from git" in str(e.value) and not (tmp_path / "clone" / src.name).exists()
