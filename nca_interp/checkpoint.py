@@ -786,7 +786,11 @@ def check_step_record(step_dir: str | Path) -> int:
 
 # what a run config records that makes it this run and no other (a step of another run
 # placed among its checkpoints differs in one of them)
-RUN_IDENTITY = ("kind", "method", "task", "context", "seed", "beta", "lora_rank")
+# (and what it started from and trained with: a step of another OPD run of the same seed,
+# from the same base at another --lr, sat at step 2 of a trajectory without a word: the
+# seventh probe); never a flag a resume may change (train.common.FREE_FLAGS)
+RUN_IDENTITY = ("kind", "method", "task", "context", "seed", "beta", "lora_rank", "student",
+                "teacher", "init", "lr", "batch")
 
 
 def _check_same_run(step_dir: Path) -> None:

@@ -3,6 +3,8 @@ each failed before its fix."""
 
 from pathlib import Path
 
+import pytest
+
 from nca_interp import fetch
 from tests.unit.test_fetch import NAME, fake_fetched, refetch  # noqa: F401 (a fixture)
 
@@ -96,3 +98,25 @@ def test_a_kept_run_that_fails_its_check_is_named_where_it_lives(tmp_path, tok, 
         kept.restore(Path("clone") / src.name, store)  # a relative run, as the pipeline has
     assert f"{src}/chat_template.jinja" in str(e.value) and "nca-tmp" not in str(e.value)
     assert "from git" in str(e.value) and not (tmp_path / "clone" / src.name).exists()
+
+
+@pytest.mark.parametrize("key, mine, theirs", [("lr", 0.01, 0.0003),
+                                               ("student", "runs/a", "runs/b")])
+def test_a_step_of_another_run_of_the_same_flags_but_one_is_refused(tok, tmp_path, key, mine,
+                                                                    theirs):
+    """A step of another OPD run of the same seed and base at another --lr, copied into a
+    run's checkpoints/, sat at step 2 of its trajectory without a word (the run identity
+    compared kind, method, task, context, seed, beta and LoRA rank only)."""
+    from nca_interp.checkpoint import CheckpointError, check_step_record, save_checkpoint
+    from tests.conftest import tiny
+    from tests.integration.test_bad_input import TASK
+
+    config = {"task": TASK, "kind": "distill", "method": "opd", "seed": 0, key: theirs}
+    run = save_checkpoint(tmp_path / "run", tiny(tok), tok, config)
+    own = save_checkpoint(run / "checkpoints" / "step_000001", tiny(tok), tok,
+                          {**config, "steps": 9, "threads": 4}, ({}, {"step": 1}))
+    assert check_step_record(own) == 1  # a resume's free flags may differ
+    other = save_checkpoint(run / "checkpoints" / "step_000002", tiny(tok), tok,
+                            {**config, key: mine}, ({}, {"step": 2}))
+    with pytest.raises(CheckpointError, match=f"is not a checkpoint of .*records {key}"):
+        check_step_record(other)
