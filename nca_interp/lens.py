@@ -613,6 +613,9 @@ def over_training(entries: list[tuple[int, str, dict]]) -> dict:
 def _plan(cfg: LensConfig) -> tuple[list[tuple[str | None, int | None, str]], list[str]]:
     """What to read, before any work: (run name or None, step or None, folder) per checkpoint,
     and the folders the task and context are read from."""
+    if cfg.over_training is not None and not any(cfg.over_training):
+        raise UsageError("--over-training names steps: 0, mid, final, all or step numbers "
+                         "(e.g. 0,mid,final); leave it out for the lens of each folder")
     if not cfg.over_training:
         paths = with_initial_checkpoints(analysis.checkpoint_paths(cfg))
         return [(None, None, p) for p in paths], paths
@@ -621,9 +624,14 @@ def _plan(cfg: LensConfig) -> tuple[list[tuple[str | None, int | None, str]], li
     if len(set(names)) < len(names):
         raise UsageError(f"two runs named {names} share a folder name; --over-training labels "
                          "its lines by run folder name: rename one")
-    plan = [(Path(r).name, st, p) for r in runs for st, p in pick_steps(r, cfg.over_training)]
-    for _, _, p in plan:  # a moved start or step is named before any checkpoint is read
+    plan = [(r, st, p) for r in runs for st, p in pick_steps(r, cfg.over_training)]
+    for r, st, p in plan:  # a moved start or step is named before any checkpoint is read
+        if st == 0 and not Path(p).is_dir():
+            raise UsageError(f"{r}'s run_config.json records {p} as the model it started from "
+                             "(its step 0), which is not there: restore it there, or drop 0 "
+                             "from --over-training")
         verify_folder(p)
+    plan = [(Path(r).name, st, p) for r, st, p in plan]
     return plan, runs
 
 

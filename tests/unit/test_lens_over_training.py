@@ -64,6 +64,20 @@ def test_all_and_numbers_pick_saved_steps_and_a_missing_one_is_named_before_work
         lens.run(ckpt=[str(run / "opd")], over_training=["3"], **SMALL)
 
 
+def test_an_empty_step_list_and_a_missing_start_are_named_before_work(run, tmp_path,
+                                                                     monkeypatch):
+    """`--over-training ""` is refused (it ran the plain lens without a word, the seventh
+    probe), and a start the run's config records but that is gone is named as the run's
+    step 0, not as a bare missing path."""
+    with pytest.raises(UsageError, match="--over-training names steps"):
+        lens.main([str(run / "opd"), "--over-training", "", "--out", str(tmp_path / "l")])
+    steps = lens.checkpoints_of(str(run / "opd"))
+    monkeypatch.setattr(lens, "checkpoints_of",
+                        lambda r: [(0, str(tmp_path / "gone"))] + steps[1:])
+    with pytest.raises(UsageError, match="records .*gone as the model it started from"):
+        lens.run(ckpt=[str(run / "opd")], over_training=["0", "final"], **SMALL)
+
+
 def test_the_figure_and_table_show_the_effect_against_step(run, tmp_path, capsys):
     lens.main([str(run / "opd"), "--over-training", "0,final", "--n-levels", "2", "--threads",
                "1", "--max-cases", "0", "--layers", "false", "--out", str(tmp_path / "l")])
