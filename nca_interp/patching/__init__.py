@@ -250,7 +250,9 @@ def run_checkpoint(path: str, cfg: PatchingConfig) -> dict:
                       "ablation_forwards": stats.get("ablation_forwards", 0),
                       "attribution_forwards": stats.get("attribution_forwards", 0),
                       "attribution_backwards": stats.get("attribution_backwards", 0),
-                      "generations": stats.get("generations", 0), "sweep_s": sweep_s,
+                      "generations": stats.get("generations", 0),
+                      # answers a head set moved, so decoded (`heads.Outcomes`)
+                      "decoded_cases": stats.get("decoded_cases", 0), "sweep_s": sweep_s,
                       "total_s": time.time() - t0}
     assert attached_hooks(bridge) == own_hooks
     # NaN (a node attribution left unpatched, a case whose views barely differ) as None: the
@@ -427,9 +429,10 @@ def format_report(r: dict) -> str:
         parts.append(f"{cost['attribution_forwards']} + {cost['attribution_backwards']} "
                      "attribution forwards + backwards")
     method = f" ({cost['method']})" if "method" in cost else ""
+    decoded = f" ({cost['decoded_cases']} answers decoded)" if "decoded_cases" in cost else ""
     lines.append(f"  cost{method}: {', '.join(parts)} and {cost.get('generations', 0)} "
-                 f"generations over {cost['cases']} cases; {cost['sweep_s']:.1f} s sweeps, "
-                 f"{cost['total_s']:.1f} s in all")
+                 f"generations{decoded} over {cost['cases']} cases; {cost['sweep_s']:.1f} s "
+                 f"sweeps, {cost['total_s']:.1f} s in all")
     return "\n".join(lines)
 
 
