@@ -667,11 +667,6 @@ def check_out_clear(cfg, out: str | Path) -> None:
                stem.parent / "plotly.min.js"}
     from nca_interp.checkpoint import LOADED_FILES
 
-    loaded = sorted(t.name for t in targets if t.name in LOADED_FILES)
-    if loaded and (stem.parent / "config.json").is_file():  # a report read as a chat template
-        raise UsageError(f"--out {out} would put {loaded[0]} into the checkpoint folder "
-                         f"{stem.parent}, where the loader reads a file of that name: choose "
-                         "another --out (the sixth probe)")
     for q, what in input_paths(cfg).items():
         if q in targets or q == stem:
             raise UsageError(f"--out {out} would write over {what}; an analysis never writes "
@@ -680,6 +675,13 @@ def check_out_clear(cfg, out: str | Path) -> None:
             if q.is_dir() or not q.exists():
                 raise UsageError(f"--out {out} lies inside {what}; an analysis never writes "
                                  "into its inputs: choose an --out outside them")
+    # a checkpoint folder that is not among the inputs still is one: a report there read as
+    # its chat template or config by whoever loads it next
+    loaded = sorted(t.name for t in targets if t.name in LOADED_FILES)
+    if loaded and (stem.parent / "config.json").is_file():
+        raise UsageError(f"--out {out} would put {loaded[0]} into the checkpoint folder "
+                         f"{stem.parent}, where the loader reads a file of that name: choose "
+                         "another --out (the sixth probe)")
 
 
 def execute(mod, cfg) -> dict:
