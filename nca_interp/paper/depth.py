@@ -59,7 +59,7 @@ OUT = "sokoban_depth"
 def depth_of(preset: str) -> int:
     """The layers of a preset's models: its teacher's `--n-layers`, through `teacher_init`
     (the students are distilled from the teacher's weights), else train.sft's default."""
-    from train.sft import SFTConfig
+    from nca_interp.train.sft import SFTConfig
 
     presets = load().presets
     name = preset
