@@ -63,6 +63,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,6 +85,7 @@ from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.fsio import WriteFault
 from nca_interp.hooks import boot_bridge, capture
+from nca_interp.labelled import Arrays, Labelled, as_float, stack
 from nca_interp.masks import context_token_mask, shared_suffix_mask
 from nca_interp.models import context_limit, resolve_device
 from nca_interp.progress import bar
@@ -96,8 +98,9 @@ from nca_interp.runs import (
 )
 from nca_interp.tasks import Task, context_choices
 
-__all__ = ["DEMO", "LayerSimConfig", "execute", "figures", "format_heads", "format_table", "main",
-           "run", "show", "similarity_by_layer"]
+__all__ = ["DEMO", "STATS", "LayerSimConfig", "as_bridge", "compare", "entry_of", "execute",
+           "figures", "format_heads", "format_table", "layer_labels", "main", "run", "show",
+           "similarity", "similarity_by_layer"]
 
 
 def linear_cka(X_M_D: torch.Tensor, Y_M_D: torch.Tensor) -> float:
@@ -272,14 +275,15 @@ class StreamedSimilarity:
                        h.get_tensor("ex"))
 
     def result(self, units: list | None = None, other: str = OTHER_UNIT
-               ) -> dict[str, list[float]]:
-        """Every statistic of `STATS`, per layer; `units` (one label per example, in the
-        order added) clusters the examples for `cos_se` and, with `other` OTHER_UNIT, keeps a
-        unit's items out of each other's `cos_other`."""
+               ) -> dict[str, list]:
+        """Every statistic of `STATS`, per layer, and `cos_item`: per layer, each example's
+        mean token cosine (what `cos`, `cos_std` and `cos_se` summarise); `units` (one label
+        per example, in the order added) clusters the examples for `cos_se` and, with `other`
+        OTHER_UNIT, keeps a unit's items out of each other's `cos_other`."""
         pairs = units if other == OTHER_UNIT else None
         with safe_open(str(self.files[0]), framework="pt") as h:
             L, _, D = h.get_slice("h0").get_shape()
-        out: dict[str, list[float]] = {k: [] for k in STATS}
+        out: dict[str, list] = {k: [] for k in (*STATS, "cos_item")}
         cos = torch.nn.functional.cosine_similarity
         for layer in range(L):
             n, s0, s1 = 0, torch.zeros(D, dtype=torch.float64), torch.zeros(D, dtype=torch.float64)
@@ -338,6 +342,7 @@ class StreamedSimilarity:
             out["cka_debiased"].append(hxy / (hxx * hyy) ** 0.5 if hxx * hyy > 0
                                        else float("nan"))
             out["cos_other"].append(float(np.nanmean(other)))
+            out["cos_item"].append(ex_cos.tolist())
         return out
 
 
@@ -395,24 +400,62 @@ def greedy_responses(path: str | Path, task: Task, levels: list, batch: int, dev
 POSITIONS = ("response", "generating", "prompt")
 
 
-def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
-                     batch: int = 100, device: str = "cpu", at: str = "response",
-                     responses: tuple[torch.Tensor, torch.Tensor] | None = None,
-                     other: str = OTHER_UNIT) -> dict:
-    """Similarity of the with/without-context residual streams of one checkpoint folder, both
-    views teacher-forced on the same `responses` (default: the checkpoint's own greedy ones).
+def layer_labels(n_layers: int) -> list[str]:
+    """The labels of the per-layer lists, in every report, figure and labelled array: the
+    embeddings, then each block's output."""
+    return ["embed"] + [str(i) for i in range(n_layers)]
 
+
+def as_bridge(model, tok=None):
+    """A TransformerBridge over `model`: a bridge as it is; a transformers causal LM wrapped on
+    a copy (wrapping rewrites a model in place: its parameter names, its attention), with a
+    copy of `tok`."""
+    import copy
+
+    from transformer_lens import TransformerBridge
+    from transformers import PreTrainedModel
+
+    if isinstance(model, TransformerBridge):
+        return model
+    if not isinstance(model, PreTrainedModel):
+        raise UsageError(f"layer_sim takes a transformers causal LM or a TransformerBridge, not "
+                         f"{type(model).__name__}")
+    if tok is None:
+        raise UsageError("layer_sim on a transformers model needs its tokenizer: pass tok=")
+    tok = copy.deepcopy(tok)
+    # TransformerLens reloads a tokenizer without a BOS from its name_or_path (the hub, from
+    # memory); ours encode with add_special_tokens=False, so the flag changes no id here
+    tok.init_kwargs.setdefault("name_or_path", "in-memory")
+    tok.init_kwargs["add_bos_token"] = True
+    device = next(model.parameters()).device
+    bridge = TransformerBridge.boot_transformers("in-memory", hf_model=copy.deepcopy(model),
+                                                 tokenizer=tok, device=str(device))
+    bridge.eval()
+    return bridge
+
+
+def similarity(model, task: Task, levels: list, context: str, tok=None, at: str = "response",
+               responses: tuple[torch.Tensor, torch.Tensor] | None = None, batch: int = 100,
+               other: str = OTHER_UNIT) -> Arrays:
+    """The core: one model's two views x and [c, x] compared layer by layer, both teacher-forced
+    on the same `responses` (default: the task's own answers), as labelled arrays.
+
+    `model`: a transformers causal LM (with its `tok`; wrapped on a copy) or a TransformerBridge.
     Positions compared (`at`): `response` (y's tokens), `generating` (the last prompt token and
     y_1..y_{N-1}: the positions whose outputs are y, which the distillation losses train) or
-    `prompt` (the tokens of x, which both views share and no loss touches directly). Hooked
-    passes on `device`; statistics on the CPU."""
+    `prompt` (the tokens of x, which both views share and no loss touches directly). The
+    statistics of `STATS` and `ctx_attn`, `ctx_attn_ratio_layer` are labelled (layer,),
+    `ctx_attn_ratio` (layer, head), `cos_item` (layer, item: each item's mean token cosine,
+    which `cos`, `cos_std` and `cos_se` summarise); counts are 0-d; `attrs` holds the
+    responses as text and the items' units. Hooked passes on the model's device; statistics
+    on the CPU."""
     if at not in POSITIONS:
         raise UsageError(f"at must be one of {POSITIONS}, not {at!r}")
-    bridge = boot_bridge(path, device, "stored")
-    tok = bridge.tokenizer
+    bridge = as_bridge(model, tok)
+    tok = tok if tok is not None else bridge.tokenizer
     task = task.for_tokenizer(tok)
     if responses is None:
-        responses = greedy_responses(path, task, levels, batch, device)
+        responses = reference_responses(tok, task, levels)
     limit = int(bridge.cfg.n_ctx or 0) or None
     spill = tempfile.TemporaryDirectory(prefix="layer_sim_")
     stats = StreamedSimilarity(Path(spill.name))
@@ -453,16 +496,73 @@ def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
     out = stats.result(units, other)
     spill.cleanup()
     n = max(attn["n"], 1.0)
-    ratio = (attn["ratio_L_H"] / n)
-    out["ctx_attn"] = (attn["mass_L_H"] / n).mean(1).tolist()
-    out["ctx_attn_ratio"] = ratio.tolist()  # layer x head, 1 = uniform over visible keys
-    out["ctx_attn_ratio_layer"] = ratio.mean(1).tolist()
-    out["n_examples"] = len(levels)
-    out["n_units"] = n_units(units)
-    out["n_positions"] = n_positions
-    out["mean_response_tokens"] = float(responses[1].float().sum(1).mean())
-    out["responses"] = analysis.decoded(tok, responses[0], responses[1])
+    ratio_L_H = attn["ratio_L_H"] / n
+    layers = layer_labels(len(out["cos"]) - 1)
+    by_layer = {"layer": layers}
+    arrays = {k: Labelled(as_float(out[k]), ("layer",), by_layer, k) for k in STATS}
+    arrays["cos_item"] = Labelled(as_float(out["cos_item"]), ("layer", "item"), by_layer,
+                                  "cos_item")
+    blocks = {"layer": layers[1:]}
+    arrays["ctx_attn"] = Labelled((attn["mass_L_H"] / n).mean(1).double().numpy(), ("layer",),
+                                  blocks, "ctx_attn")
+    arrays["ctx_attn_ratio"] = Labelled(ratio_L_H.double().numpy(), ("layer", "head"), blocks,
+                                        "ctx_attn_ratio")
+    arrays["ctx_attn_ratio_layer"] = Labelled(ratio_L_H.mean(1).double().numpy(), ("layer",),
+                                              blocks, "ctx_attn_ratio_layer")
+    counts = {"n_examples": len(levels), "n_units": n_units(units), "n_positions": n_positions,
+              "mean_response_tokens": float(responses[1].float().sum(1).mean())}
+    arrays |= {k: Labelled(as_float(v), (), {}, k) for k, v in counts.items()}
+    return Arrays(arrays, {"responses": analysis.decoded(tok, responses[0], responses[1]),
+                           "units": units, "at": at, "context": context, "other_pairs": other})
+
+
+def compare(models, task: Task, levels: list, context: str, tok=None, at: str = "response",
+            responses: tuple[torch.Tensor, torch.Tensor] | None = None, batch: int = 100
+            ) -> Arrays:
+    """`similarity` of several models on the same items and responses (default: the task's
+    answers), stacked on a leading `checkpoint` dimension labelled by the keys of `models`
+    ({name: transformers model or TransformerBridge}; one model alone is named "model")."""
+    if not isinstance(models, Mapping):
+        models = {"model": models}
+    if not models:
+        raise UsageError("compare takes at least one model: {name: model}")
+    if tok is None:
+        tok = as_bridge(next(iter(models.values()))).tokenizer
+    if responses is None:
+        responses = reference_responses(tok, task.for_tokenizer(tok), levels)
+    return stack({name: similarity(m, task, levels, context, tok, at, responses, batch)
+                  for name, m in models.items()}, "checkpoint")
+
+
+# a report's per-checkpoint entry: the arrays as lists, the counts as numbers
+ENTRY_ARRAYS = (*STATS, "ctx_attn", "ctx_attn_ratio", "ctx_attn_ratio_layer")
+ENTRY_INTS = ("n_examples", "n_units", "n_positions")
+
+
+def entry_of(arrays: Arrays) -> dict:
+    """One model's `similarity` as its report entry (`reports.LayerSim`): lists per layer,
+    counts, the responses as text."""
+    out: dict = {k: arrays[k].values.tolist() for k in ENTRY_ARRAYS}
+    out |= {k: int(arrays[k].values) for k in ENTRY_INTS}
+    out["mean_response_tokens"] = float(arrays["mean_response_tokens"].values)
+    out["responses"] = arrays.attrs["responses"]
     return out
+
+
+def layer_similarity(path: str | Path, task: Task, context: str, levels: list,
+                     batch: int = 100, device: str = "cpu", at: str = "response",
+                     responses: tuple[torch.Tensor, torch.Tensor] | None = None,
+                     other: str = OTHER_UNIT) -> dict:
+    """`similarity` of one checkpoint folder as its report entry, both views teacher-forced on
+    the same `responses` (default: the checkpoint's own greedy ones)."""
+    if at not in POSITIONS:
+        raise UsageError(f"at must be one of {POSITIONS}, not {at!r}")
+    bridge = boot_bridge(path, device, "stored")
+    if responses is None:
+        responses = greedy_responses(path, task.for_tokenizer(bridge.tokenizer), levels, batch,
+                                     device)
+    return entry_of(similarity(bridge, task, levels, context, None, at, responses, batch,
+                               other))
 
 
 def shared_responses(kind: str, first: str | Path, task: Task, levels: list, batch: int,
@@ -626,7 +726,7 @@ def run(cfg: LayerSimConfig | None = None, /, **fields) -> dict:
         responses_from={"reference": f"the task's answers ({found.name} target)",
                         "base": f"greedy responses of {paths[0]}",
                         "own": "each model's own greedy responses"}[cfg.responses],
-        layers=["embed"] + [str(i) for i in range(n_layers)], checkpoints=paths,
+        layers=layer_labels(n_layers), checkpoints=paths,
         data=analysis.data_record(found, levels), other_pairs=OTHER_UNIT)
 
 

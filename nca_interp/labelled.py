@@ -1,0 +1,184 @@
+"""Labelled arrays: what an analysis's core returns, numbers whose dimensions are named.
+
+    sims = layer_sim.compare({"base": base, "opd": opd}, task, levels, "plan", tok=tok)
+    sims["cos"].dims                       # ("checkpoint", "layer")
+    sims["cos"].sel(checkpoint="opd", layer="3")
+    sims.to_frame()                        # one row per number: stat, checkpoint, layer, value
+
+A `Labelled` is a numpy array, the names of its dimensions (layer, head, position, item,
+checkpoint, module, pair, ...) and the labels along each (layer "embed", "0", "1", ...: the
+labels the reports and figures use, so a frame's layer "0" is the report's layer "0" whatever
+array it came from). `Arrays` holds an analysis's labelled arrays by name, with what is not a
+number (responses, settings) in `attrs`.
+
+Why not xarray: the cores need named dimensions, selection by label and a tidy table, nothing
+of xarray's alignment, broadcasting or I/O, and xarray is not among the package's
+dependencies; `to_xarray()` converts where it is installed. Undefined values (a report's
+null) are NaN here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nca_interp.errors import UsageError
+
+__all__ = ["Arrays", "Labelled", "as_float", "stack"]
+
+
+def as_float(values) -> np.ndarray:
+    """Nested lists of numbers (None where undefined, as a report's JSON holds them) as a
+    float64 array with NaN for None."""
+    if isinstance(values, (list, tuple)):
+        return np.array([as_float(v) for v in values], dtype=float) if values else \
+            np.zeros(0)
+    return np.asarray(np.nan if values is None else values, dtype=float)
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """`values` with named dimensions `dims` and, per dimension, its labels (`coords`)."""
+
+    values: np.ndarray
+    dims: tuple[str, ...]
+    coords: dict[str, tuple] = field(default_factory=dict)
+    name: str = ""
+
+    def __post_init__(self):
+        values = np.asarray(self.values)
+        object.__setattr__(self, "values", values)
+        object.__setattr__(self, "dims", tuple(self.dims))
+        if values.ndim != len(self.dims):
+            raise UsageError(f"{self.name or 'an array'} has {values.ndim} dimensions, "
+                             f"named {len(self.dims)}: {self.dims}")
+        coords = {}
+        for d, n in zip(self.dims, values.shape):
+            labels = tuple(self.coords.get(d, range(n)))
+            if len(labels) != n:
+                raise UsageError(f"{self.name or 'an array'}: {len(labels)} labels for its "
+                                 f"{d} dimension of length {n}")
+            coords[d] = labels
+        object.__setattr__(self, "coords", coords)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.values.shape
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self.values, dtype=dtype)
+
+    def index(self, dim: str, label) -> int:
+        """Position of `label` along `dim` (labels compare as text too: layer 3 is "3")."""
+        labels = self.coords[dim]
+        for i, lab in enumerate(labels):
+            if lab == label or str(lab) == str(label):
+                return i
+        raise UsageError(f"{self.name or 'the array'} has no {dim} {label!r}; its {dim}s: "
+                         f"{', '.join(map(str, labels[:12]))}")
+
+    def sel(self, **where) -> Labelled | float:
+        """The values at the given labels (`sel(layer="3")`); a list of labels keeps the
+        dimension. With every dimension selected, the number itself."""
+        for d in where:
+            if d not in self.dims:
+                raise UsageError(f"{self.name or 'the array'} has no dimension {d!r}; its "
+                                 f"dimensions: {self.dims}")
+        values, dims, coords = self.values, [], {}
+        for d in self.dims:
+            axis = len(dims)  # the selected dimensions before it are gone
+            if d not in where:
+                dims.append(d)
+                coords[d] = self.coords[d]
+            elif isinstance(where[d], (list, tuple)):
+                picked = [self.index(d, lab) for lab in where[d]]
+                values = np.take(values, picked, axis=axis)
+                dims.append(d)
+                coords[d] = tuple(self.coords[d][i] for i in picked)
+            else:
+                values = np.take(values, self.index(d, where[d]), axis=axis)
+        if not dims:
+            return float(values)
+        return Labelled(values, tuple(dims), coords, self.name)
+
+    def rows(self) -> list[dict]:
+        """One mapping per number: its label along each dimension and `value`."""
+        out = []
+        for idx in np.ndindex(*self.shape):
+            row = {d: self.coords[d][i] for d, i in zip(self.dims, idx)}
+            row["value"] = float(self.values[idx])
+            out.append(row)
+        return out
+
+    def to_frame(self):
+        """A pandas table (the `frames` extra): a column per dimension, then `value`."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows(), columns=[*self.dims, "value"])
+
+    def to_xarray(self):
+        """An `xarray.DataArray` (xarray installed separately)."""
+        import xarray as xr
+
+        return xr.DataArray(self.values, dims=self.dims,
+                            coords={d: list(c) for d, c in self.coords.items()}, name=self.name)
+
+
+@dataclass(frozen=True)
+class Arrays(Mapping):
+    """An analysis's labelled arrays by name; `attrs`: what is not an array (responses,
+    settings, the items' units)."""
+
+    arrays: dict[str, Labelled]
+    attrs: dict = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Labelled:
+        if name not in self.arrays:
+            raise UsageError(f"no array {name!r}; these are: {', '.join(self.arrays)}")
+        return self.arrays[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.arrays)
+
+    def __len__(self) -> int:
+        return len(self.arrays)
+
+    def sel(self, **where) -> Arrays:
+        """Every array at the given labels, each on the dimensions it has (an array without
+        one of them is kept whole)."""
+        out = {}
+        for name, a in self.arrays.items():
+            mine = {d: v for d, v in where.items() if d in a.dims}
+            got = a.sel(**mine) if mine else a
+            out[name] = got if isinstance(got, Labelled) else Labelled(np.asarray(got), (),
+                                                                         {}, name)
+        return Arrays(out, self.attrs)
+
+    def to_frame(self):
+        """One tidy pandas table of every array: `stat` (the array's name), a column per
+        dimension any array has (empty where an array lacks it), then `value`."""
+        import pandas as pd
+
+        dims = list(dict.fromkeys(d for a in self.arrays.values() for d in a.dims))
+        rows = [{"stat": name, **row} for name, a in self.arrays.items() for row in a.rows()]
+        return pd.DataFrame(rows, columns=["stat", *dims, "value"])
+
+
+def stack(parts: Mapping[str, Labelled | Arrays], dim: str) -> Labelled | Arrays:
+    """Labelled arrays (or `Arrays`) of one shape, stacked along a new leading dimension `dim`
+    labelled by their keys (`stack({"base": a, "opd": b}, "checkpoint")`). Stacked `Arrays`
+    keep each part's attrs under its key."""
+    names = list(parts)
+    first = parts[names[0]]
+    if isinstance(first, Arrays):
+        return Arrays({k: stack({n: parts[n][k] for n in names}, dim) for k in first},
+                      {n: parts[n].attrs for n in names})
+    for n in names:
+        if parts[n].dims != first.dims or parts[n].coords != first.coords:
+            raise UsageError(f"{n}'s {first.name or 'array'} is labelled {parts[n].dims} "
+                             f"{parts[n].shape}, the first's {first.dims} {first.shape}: "
+                             "only arrays of one shape and labels stack")
+    return Labelled(np.stack([parts[n].values for n in names]), (dim, *first.dims),
+                    {dim: tuple(names), **first.coords}, first.name)

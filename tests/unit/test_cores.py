@@ -1,0 +1,106 @@
+"""Each analysis's core on models in memory: labelled arrays equal to the command's JSON on the
+same models (saved to a folder for the command), and the docs' API page's in-memory snippets
+run as written (#72)."""
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from nca_interp import layer_sim
+from nca_interp.checkpoint import save_checkpoint
+from nca_interp.labelled import Arrays, Labelled, stack
+from nca_interp.tasks import make_task
+from tests.conftest import tiny
+
+ROOT = Path(__file__).resolve().parents[2]
+SETTINGS = ["--task", "sokoban", "--context", "state", "--n-levels", "5", "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def models(tok, tmp_path_factory):
+    """Three tiny models in memory (init, a and b) and the folders the commands read them
+    from."""
+    root = tmp_path_factory.mktemp("cores")
+    mem = {name: tiny(tok, seed=seed) for name, seed in (("init", 0), ("a", 1), ("b", 2))}
+    folders = {name: save_checkpoint(root / name, m, tok) for name, m in mem.items()}
+    return mem, folders
+
+
+def near(got, want, what: str, atol: float = 1e-6) -> None:
+    want = np.array([np.nan if v is None else v for v in np.ravel(want)], dtype=float)
+    got = np.ravel(np.asarray(got, dtype=float))
+    assert got.shape == want.shape, what
+    assert np.allclose(got, want, atol=atol, rtol=0, equal_nan=True), \
+        f"{what}: largest difference {np.nanmax(np.abs(got - want)):.3g}"
+
+
+def test_labelled_selects_by_label_and_keeps_every_number_in_its_frame():
+    a = Labelled(np.arange(6.0).reshape(2, 3), ("checkpoint", "layer"),
+                 {"checkpoint": ("base", "opd"), "layer": ("embed", "0", "1")}, "cos")
+    assert a.sel(checkpoint="opd", layer="0") == 4.0
+    assert a.sel(layer=0).values.tolist() == [1.0, 4.0]  # labels compare as text
+    assert a.sel(layer=["embed", "1"]).coords["layer"] == ("embed", "1")
+    with pytest.raises(ValueError, match="no layer '7'"):
+        a.sel(layer="7")
+    both = Arrays({"cos": a, "n": Labelled(np.array([3.0, 3.0]), ("checkpoint",),
+                                           {"checkpoint": ("base", "opd")}, "n")})
+    frame = both.to_frame()
+    assert list(frame.columns) == ["stat", "checkpoint", "layer", "value"]
+    assert len(frame) == 8 and frame[frame.stat == "cos"].layer.tolist()[:3] == ["embed", "0",
+                                                                                  "1"]
+    s = stack({"x": a, "y": a}, "run")
+    assert s.dims == ("run", "checkpoint", "layer") and s.sel(run="y").values.tolist() == \
+        a.values.tolist()
+
+
+def test_layer_sim_core_on_models_in_memory_equals_the_command(models, tok, tmp_path):
+    mem, folders = models
+    out = tmp_path / "ls"
+    layer_sim.main([str(folders["a"]), str(folders["b"]), *SETTINGS, "--out", str(out)])
+    report = json.loads(out.with_suffix(".json").read_text())
+    task = make_task("sokoban")
+    levels = task.levels("test", 5, 0)
+    got = layer_sim.compare({"a": mem["a"], "b": mem["b"]}, task, levels, "state", tok=tok)
+    assert got["cos"].dims == ("checkpoint", "layer")
+    assert got["cos"].coords["layer"] == tuple(report["layers"])
+    assert got["ctx_attn_ratio"].dims == ("checkpoint", "layer", "head")
+    assert got["ctx_attn_ratio"].coords["layer"] == tuple(report["layers"][1:])
+    for name in ("a", "b"):
+        entry = report["results"][name]
+        mine = got.sel(checkpoint=name)
+        for stat in (*layer_sim.STATS, "ctx_attn", "ctx_attn_ratio", "ctx_attn_ratio_layer",
+                     "n_examples", "n_units", "n_positions", "mean_response_tokens"):
+            near(mine[stat].values, entry[stat], f"{name} {stat}")
+        assert got.attrs[name]["responses"] == entry["responses"]
+        # the statistics are functions of the per-item array
+        item = mine["cos_item"]
+        assert item.dims == ("layer", "item")
+        near(item.values.mean(1), entry["cos"], f"{name} cos from cos_item", 1e-12)
+        units = got.attrs[name]["units"]
+        near([layer_sim.clustered_se(torch.tensor(row), units)
+              for row in item.values], entry["cos_se"], f"{name} cos_se from cos_item", 1e-12)
+    frame = got.to_frame()
+    ratio = frame[frame.stat == "ctx_attn_ratio"]
+    assert len(ratio) == 2 * 2 * 4 and set(ratio.layer) == {"0", "1"}  # 2 ckpts, layers, heads
+
+
+def api_snippets(section: str) -> list[str]:
+    """The python blocks of docs/api.md's `section` that are marked as run here."""
+    page = (ROOT / "docs" / "api.md").read_text()
+    body = page.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"<!-- run by tests/unit/test_cores.py -->\n```python\n(.*?)```", body,
+                      re.S)
+
+
+@pytest.mark.parametrize("section", ["Layer similarity"])
+def test_the_api_page_in_memory_snippets_run(models, tok, section):
+    mem, _ = models
+    found = api_snippets(section)
+    assert found, f"docs/api.md's {section} has no in-memory snippet marked as run here"
+    for code in found:
+        scope = {"base": mem["init"], "opd": mem["a"], "nca": mem["b"], "tok": tok}
+        exec(compile(code, f"docs/api.md ({section})", "exec"), scope)
