@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["EMBED_HOOK", "MODULES", "head_z_hook", "mlp_out_hook", "module_of", "pattern_hook",
-           "resid_hook"]
+__all__ = ["EMBED_HOOK", "MODULES", "head_z_hook", "hf_name", "mlp_out_hook", "module_of",
+           "pattern_hook", "resid_hook"]
 
 MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
            "q_norm", "k_norm", "input_layernorm", "post_attention_layernorm")

@@ -31,6 +31,7 @@ Checkpoints must match the initial one in architecture, parameter names and shap
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -49,14 +50,16 @@ from nca_interp.cli import (
 )
 from nca_interp.errors import UsageError
 from nca_interp.fsio import read_json
-from nca_interp.names import MODULES
+from nca_interp.labelled import Arrays, Labelled, as_float
+from nca_interp.names import MODULES, hf_name
 from nca_interp.reduce import Gram, stream_by_name
 from nca_interp.reports import ParamDeltaReport, as_report
 from nca_interp.runs import check_same_tokenizers, initial_of, lr_at
 from nca_interp.tensorfiles import TensorFolder, row_chunks
 
-__all__ = ["DEMO", "ParamDeltaConfig", "execute", "figure_names", "figures", "format_cos",
-           "format_table", "layer_module_grid", "main", "run", "show"]
+__all__ = ["DEMO", "ParamDeltaConfig", "arrays_of", "deltas_of", "execute", "figure_names",
+           "figures", "format_cos", "format_table", "gram_of", "layer_module_grid", "main", "run",
+           "show"]
 
 ARCH_KEYS = ("model_type", "num_hidden_layers", "hidden_size", "vocab_size",
              "num_attention_heads", "num_key_value_heads", "intermediate_size")
@@ -346,6 +349,134 @@ def deltas(init: str | Path, ckpts: list[str], rows: str = "all", task: str | No
     return {"results": per, "n_layers": n_layers,
             "rows": rows, "n_task_rows": None if keep is None else
             len(keep["lm_head.weight"])}, gram
+
+
+def tensors_of(model) -> dict[str, torch.Tensor]:
+    """A model's parameters by HF name (a bridge's `._original_component` dropped), a tied
+    lm_head counted once (as `named_parameters` gives them); a state dict as it is, less an
+    lm_head that is the embedding's own tensor."""
+    if isinstance(model, torch.nn.Module):
+        return {hf_name(n): p.detach() for n, p in model.named_parameters()}
+    if not isinstance(model, Mapping):
+        raise UsageError(f"param_delta takes models or state dicts, not {type(model).__name__}")
+    out = {hf_name(n): t.detach() for n, t in model.items()}
+    embed, head = out.get("model.embed_tokens.weight"), out.get("lm_head.weight")
+    if embed is not None and head is not None and embed.data_ptr() == head.data_ptr():
+        del out["lm_head.weight"]
+    return out
+
+
+def gram_of(init, models: Mapping[str, object]) -> Gram:
+    """Gram matrix of [W0, d_1, ..., d_k] per group (labels "w0" and the keys of `models`)
+    from tensors in memory: the same reduction `stream_deltas` runs over folders."""
+    w0 = tensors_of(init)
+    each = {name: tensors_of(m) for name, m in models.items()}
+    for name, w in each.items():
+        missing, extra = sorted(set(w0) - set(w)), sorted(set(w) - set(w0))
+        if missing or extra:
+            raise UsageError(f"{name} and the initial model have different parameters: "
+                             f"missing {missing[:3]}, extra {extra[:3]}")
+        for k, t in w0.items():
+            if w[k].shape != t.shape:
+                raise UsageError(f"{name}: parameter {k} has shape {tuple(w[k].shape)}, the "
+                                 f"initial model's {tuple(t.shape)}")
+    gram = Gram(["w0", *each])
+    for k, t in w0.items():
+        vecs = [t, *(w[k].to(t.device) for w in each.values())]
+        chunks = [vecs] if t.dim() == 0 else [[v[a:b] for v in vecs]
+                                              for a, b in row_chunks(tuple(t.shape))]
+        gram.add(k, chunks, delta=True)
+    return gram
+
+
+def arrays_of(gram: Gram, budgets: Mapping[str, float | None] | None = None,
+              n_layers: int | None = None) -> Arrays:
+    """The statistics of a Gram matrix of [W0, d_1, ..., d_k] as labelled arrays, the
+    checkpoints labelled by the Gram's labels: per `checkpoint`, `layer` x `module` (`rel`,
+    `adam_norm`, `share`; layer "all" holds the parameters outside the blocks: embed,
+    final_norm, lm_head), per `module`, per `layer` and in total; between every two
+    checkpoints (`checkpoint` x `other`) the deltas' cosine per cell (`cos`), per module type
+    (`module_cos`) and in total (`global_cos`), and the specific delta ||d_other -
+    d_checkpoint|| / ||W0|| (`specific`, `specific_share`, `specific_global`). NaN where a
+    value is undefined (no budget, a zero delta)."""
+    names = gram.labels[1:]
+    budgets = budgets or {}
+    tables = {n: module_table(gram, i + 1, budgets.get(n)) for i, n in enumerate(names)}
+    cells = _cells(gram)
+    grid, layers, modules = layer_module_grid(dict.fromkeys(cells, 0.0), n_layers)
+    found = {k.split(".", 1)[1] for k in cells if k.startswith("all.")}
+    layers = (["all"] if found else []) + layers
+    modules = modules + [m for m in GLOBAL_ORDER if m in found] + sorted(found - set(GLOBAL_ORDER))
+    kinds = sorted({k.split(":", 1)[1] for k in gram.mats if k.startswith("module:")},
+                   key=lambda m: (modules.index(m) if m in modules else len(modules), m))
+    groups = [k.split(":", 1)[1] for k in gram.mats if k.startswith("layer:")]
+    groups = [g for g in layers if g in groups]
+    ck, two = {"checkpoint": names}, {"checkpoint": names, "other": names}
+
+    def grid_of(cell_values: dict) -> np.ndarray:
+        return as_float([[cell_values.get(f"{lay}.{m}") for m in modules] for lay in layers])
+
+    def lab(values, dims, coords, name):
+        return Labelled(as_float(values) if not isinstance(values, np.ndarray) else values,
+                        dims, coords, name)
+
+    cell_dims = ("checkpoint", "layer", "module")
+    cell_coords = {**ck, "layer": layers, "module": modules}
+    out = {}
+    for key in ("rel", "adam_norm", "share"):
+        out[key] = lab(np.stack([grid_of(tables[n][key]) for n in names]), cell_dims,
+                       cell_coords, key)
+    for key, src in (("per_module", "per_module"), ("per_module_adam", "per_module_adam")):
+        out[key] = lab([[tables[n][src].get(m) for m in kinds] for n in names],
+                       ("checkpoint", "module"), {**ck, "module": kinds}, key)
+    for key in ("per_layer", "per_layer_adam"):
+        out[key] = lab([[tables[n][key].get(g) for g in groups] for n in names],
+                       ("checkpoint", "layer"), {**ck, "layer": groups}, key)
+    for key in ("global_rel", "global_adam", "global_sq", "lr_budget"):
+        out[key] = lab([tables[n][key] for n in names], ("checkpoint",), ck, key)
+    idx = {n: i + 1 for i, n in enumerate(names)}
+    pairs = {(a, b): (pair_cos(gram, idx[a], idx[b]), module_cos(gram, idx[a], idx[b]),
+                      specific(gram, idx[a], idx[b])) for a in names for b in names}
+    out["cos"] = lab(np.stack([np.stack([grid_of(pairs[a, b][0][0]) for b in names])
+                               for a in names]), ("checkpoint", "other", "layer", "module"),
+                     {**two, "layer": layers, "module": modules}, "cos")
+    out["global_cos"] = lab([[pairs[a, b][0][1] for b in names] for a in names],
+                            ("checkpoint", "other"), two, "global_cos")
+    out["module_cos"] = lab([[[pairs[a, b][1].get(m) for m in kinds] for b in names]
+                             for a in names], ("checkpoint", "other", "module"),
+                            {**two, "module": kinds}, "module_cos")
+    for key, part in (("specific", "rel"), ("specific_share", "share")):
+        out[key] = lab(np.stack([np.stack([grid_of(pairs[a, b][2][part]) for b in names])
+                                 for a in names]), ("checkpoint", "other", "layer", "module"),
+                       {**two, "layer": layers, "module": modules}, key)
+    out["specific_global"] = lab([[pairs[a, b][2]["global_rel"] for b in names]
+                                  for a in names], ("checkpoint", "other"), two,
+                                 "specific_global")
+    return Arrays(out)
+
+
+GLOBAL_ORDER = ("embed", "pos_embed", "final_norm", "lm_head")
+
+
+def deltas_of(init, models, lr_budget: Mapping[str, float] | None = None) -> Arrays:
+    """The core: where training moved the weights of models in memory, from `init`.
+
+    `init` and each of `models` ({name: model}; one model alone is named "model") a
+    transformers model, a TransformerLens bridge or a state dict of one architecture;
+    `lr_budget` ({name: sum_t lr_t}) gives the Adam-normalised arrays (NaN without). Labelled
+    arrays as `arrays_of` describes: `rel` (checkpoint, layer, module), `per_module`,
+    `per_layer`, `global_rel`, and between every two models `cos`, `module_cos`,
+    `global_cos`, `specific`. The command (`run`) reduces checkpoint folders streamed from
+    disk to the same Gram matrix and writes the same numbers."""
+    if not isinstance(models, Mapping) or (models and all(
+            isinstance(v, torch.Tensor) for v in models.values())):
+        models = {"model": models}
+    if not models:
+        raise UsageError("deltas_of takes at least one model: {name: model}")
+    first = next(iter(models.values()))
+    config = getattr(first, "config", None)
+    n_layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None)
+    return arrays_of(gram_of(init, models), lr_budget, n_layers)
 
 
 def layer_module_grid(cells: dict[str, float | None], n_layers: int | None

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from nca_interp import layer_sim
+from nca_interp import layer_sim, param_delta
 from nca_interp.checkpoint import save_checkpoint
 from nca_interp.labelled import Arrays, Labelled, stack
 from nca_interp.tasks import make_task
@@ -88,6 +88,56 @@ def test_layer_sim_core_on_models_in_memory_equals_the_command(models, tok, tmp_
     assert len(ratio) == 2 * 2 * 4 and set(ratio.layer) == {"0", "1"}  # 2 ckpts, layers, heads
 
 
+def test_param_delta_core_on_models_in_memory_equals_the_command(models, tmp_path):
+    mem, folders = models
+    a, b = str(folders["a"]), str(folders["b"])
+    out = tmp_path / "pd"
+    report = param_delta.main([a, b, "--init", str(folders["init"]), "--lr", "0.01",
+                               "--steps", "10", "--out", str(out)])
+    report = json.loads(out.with_suffix(".json").read_text())
+    budgets = {n: report["results"][p]["lr_budget"] for n, p in (("a", a), ("b", b))}
+    got = param_delta.deltas_of(mem["init"], {"a": mem["a"], "b": mem["b"]}, budgets)
+    assert got["rel"].dims == ("checkpoint", "layer", "module")
+    assert got["rel"].coords["layer"][:3] == ("all", "0", "1")
+    for name, path in (("a", a), ("b", b)):
+        entry = report["results"][path]
+        for key in ("rel", "adam_norm", "share"):
+            cells = got[key].sel(checkpoint=name)
+            assert int(np.isfinite(cells.values).sum()) == len(entry[key]), key
+            for cell, value in entry[key].items():
+                layer, module = cell.split(".", 1)
+                near(cells.sel(layer=layer, module=module), value, f"{name} {key} {cell}",
+                     1e-9)
+        for key, dim in (("per_module", "module"), ("per_module_adam", "module"),
+                         ("per_layer", "layer"), ("per_layer_adam", "layer")):
+            assert len(got[key].coords[dim]) == len(entry[key]), key
+            for k, value in entry[key].items():
+                near(got[key].sel(checkpoint=name, **{dim: k}), value, f"{name} {key} {k}",
+                     1e-9)
+        for key in ("global_rel", "global_adam", "global_sq", "lr_budget"):
+            near(got[key].sel(checkpoint=name), entry[key], f"{name} {key}", 1e-9)
+    cmp = report["comparison"]
+    assert (cmp["a"], cmp["b"]) == (a, b)
+    pair = got.sel(checkpoint="a", other="b")
+    for cell, value in cmp["cos"].items():
+        layer, module = cell.split(".", 1)
+        near(pair["cos"].sel(layer=layer, module=module), value, f"cos {cell}", 1e-9)
+        near(pair["specific"].sel(layer=layer, module=module), cmp["specific"]["rel"][cell],
+             f"specific {cell}", 1e-9)
+        near(pair["specific_share"].sel(layer=layer, module=module),
+             cmp["specific"]["share"][cell], f"specific share {cell}", 1e-9)
+    for m, value in cmp["per_module_cos"].items():
+        near(pair["module_cos"].sel(module=m), value, f"module_cos {m}", 1e-9)
+    near(pair["global_cos"].values, cmp["global_cos"], "global_cos", 1e-9)
+    near(pair["specific_global"].values, cmp["specific"]["global_rel"], "specific global",
+         1e-9)
+    near(pair["global_cos"].values, report["all_pairs"]["a~b"]["global_cos"], "all_pairs",
+         1e-9)
+    assert got["global_cos"].sel(checkpoint="a", other="a") == pytest.approx(1)
+    same = param_delta.deltas_of(mem["init"], {"init": mem["init"]})
+    assert np.nanmax(same["rel"].values) == 0 and same["global_rel"].values.tolist() == [0.0]
+
+
 def api_snippets(section: str) -> list[str]:
     """The python blocks of docs/api.md's `section` that are marked as run here."""
     page = (ROOT / "docs" / "api.md").read_text()
@@ -96,7 +146,7 @@ def api_snippets(section: str) -> list[str]:
                       re.S)
 
 
-@pytest.mark.parametrize("section", ["Layer similarity"])
+@pytest.mark.parametrize("section", ["Layer similarity", "Parameter deltas"])
 def test_the_api_page_in_memory_snippets_run(models, tok, section):
     mem, _ = models
     found = api_snippets(section)
