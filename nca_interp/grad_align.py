@@ -53,8 +53,10 @@ from nca_interp.cli import (
 from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.fsio import spill_folder
+from nca_interp.labelled import Arrays, Labelled, as_float
 from nca_interp.losses import TERMS, loss_views, terms_of
 from nca_interp.models import PRECISION_HELP, context_limit, resolve_device, weights_dtype
+from nca_interp.param_delta import layer_module_grid
 from nca_interp.progress import bar
 from nca_interp.reduce import Gram, cosine, stream_by_name
 from nca_interp.reports import GradAlignReport, as_report
@@ -69,8 +71,8 @@ from nca_interp.runs import (
 from nca_interp.tasks import context_choices
 from nca_interp.tensorfiles import TensorFolder, row_chunks, save_sharded
 
-__all__ = ["DEMO", "ZERO_REL", "GradAlignConfig", "execute", "figures", "format_table", "main",
-           "run", "show", "undefined_terms", "zero_terms"]
+__all__ = ["DEMO", "ZERO_REL", "GradAlignConfig", "align", "arrays_of", "execute", "figures",
+           "format_table", "main", "run", "show", "undefined_terms", "zero_terms"]
 
 HALVES = (1, 2)
 
@@ -392,6 +394,97 @@ def same_model(a, b) -> bool:
         for k in pa)
 
 
+def align(student, teacher, tok, task, levels: list, context: str, parts: int = 2,
+          micro_batch: int = 128, temperature: float = 1.0, seed: int = 0,
+          terms: tuple[str, ...] = TERMS) -> Arrays:
+    """The core: the loss terms' gradient angles of a `student` against its `teacher`, both
+    transformers models in memory sharing `tok`, on one on-policy batch of `levels` (y ~
+    g(.|x) sampled with `seed`) split into `parts` independent parts (an even number; 4 or
+    more adds the noise-corrected statistics). The student's mode and the teacher's
+    `requires_grad` are restored after.
+
+    Labelled arrays (see the module docstring for each statistic): over all parameters,
+    `norm`, `self_angle_deg`, `snr` per `term` and `angle_deg`, `cos`, `angle_xfit_deg`,
+    `cos_xfit` per `pair` ("opd~ctx", ...), `norm_ratio` per `ratio`; the same per `layer` x
+    `module` with `_by_module` (layer "all": the parameters outside the blocks); with 4 or
+    more parts `cos_corrected`, `angle_corrected_deg` per pair, their `ci95` and `splits`
+    (pair, bound) and the terms' `noise_scale`, floors and `positive_control`. `attrs`: the
+    terms without a direction (`undefined`), the parts' token counts and the responses."""
+    entry = measure(student, teacher, tok, task, levels, context, parts, micro_batch,
+                    temperature, seed, terms)
+    arrays = arrays_of(entry, list(terms))
+    return Arrays(arrays.arrays, {**arrays.attrs, "responses": entry["responses"]})
+
+
+def measure(student, teacher, tok, task, levels: list, context: str, parts: int = 2,
+            micro_batch: int = 128, temperature: float = 1.0, seed: int = 0,
+            terms: tuple[str, ...] = TERMS) -> dict:
+    """`align` as the report's entry (`alignment`'s dict and the responses as text): what the
+    command writes for each checkpoint."""
+    if parts < 2 or parts % 2 or len(levels) < parts:
+        raise UsageError(f"align splits the items into an even number of parts (2 or more, at "
+                         f"most one per item), not {parts} parts of {len(levels)} items")
+    was_training = student.training
+    frozen = {n: p.requires_grad for n, p in teacher.named_parameters()}
+    try:
+        student.eval()
+        teacher.requires_grad_(False)
+        halves = sample_halves(student, tok, task.for_tokenizer(tok), levels, context,
+                               temperature, seed, micro_batch,
+                               min(context_limit(student), context_limit(teacher)), parts)
+        student.train()
+        out = checkpoint_alignment(student, teacher, halves, terms, temperature)
+    finally:
+        student.train(was_training)
+        for n, p in teacher.named_parameters():
+            p.requires_grad_(frozen[n])
+    out["responses"] = [text for part in halves for b in part
+                        for text in analysis.decoded(tok, b.resp, b.resp_mask)]
+    return out
+
+
+def arrays_of(result: dict, terms: list[str]) -> Arrays:
+    """One checkpoint's alignment (`alignment`'s dict, a report entry's `global` and
+    `modules`) as labelled arrays: see `align`."""
+    pairs = [f"{a}~{b}" for a, b in itertools.combinations(terms, 2)]
+    ratios = [f"{a}/{b}" for a, b in itertools.permutations(terms, 2)]
+    by = {"term": terms, "pair": pairs, "ratio": ratios}
+    stats = {"norm": "term", "self_angle_deg": "term", "snr": "term", "angle_deg": "pair",
+             "cos": "pair", "angle_xfit_deg": "pair", "cos_xfit": "pair"}
+    g = result["global"]
+    out = {k: Labelled(as_float([g[k].get(x) for x in by[d]]), (d,), {d: by[d]}, k)
+           for k, d in stats.items()}
+    out["norm_ratio"] = Labelled(as_float([g["norm_ratio"].get(x) for x in ratios]),
+                                 ("ratio",), {"ratio": ratios}, "norm_ratio")
+    cells = result["modules"]
+    _, layers, modules = layer_module_grid(dict.fromkeys(cells, 0.0), None)
+    outside = sorted({k.split(".", 1)[1] for k in cells if k.startswith("all.")})
+    layers, modules = (["all"] if outside else []) + layers, modules + outside
+    for k, d in stats.items():
+        name = f"{k}_by_module"
+        out[name] = Labelled(as_float([[[(cells.get(f"{lay}.{m}") or {}).get(k, {}).get(x)
+                                         for x in by[d]] for m in modules] for lay in layers]),
+                             ("layer", "module", d), {"layer": layers, "module": modules,
+                                                      d: by[d]}, name)
+    detail = g.get("parts")
+    if detail:
+        bound = {"bound": ("lo", "hi")}
+        p, t = detail["pairs"], detail["terms"]
+        for k in ("cos_corrected", "angle_corrected_deg"):
+            out[k] = Labelled(as_float([p[x][k] for x in pairs]), ("pair",), {"pair": pairs}, k)
+        for k in ("ci95", "angle_ci95_deg", "splits"):
+            out[k] = Labelled(as_float([p[x][k] or [None, None] for x in pairs]),
+                              ("pair", "bound"), {"pair": pairs, **bound}, k)
+        for k in ("noise_scale", "floor_predicted_deg", "floor_splits_deg"):
+            out[k] = Labelled(as_float([t[x][k] for x in terms]), ("term",), {"term": terms}, k)
+        out["positive_control"] = Labelled(
+            as_float([[(t[x]["positive_control"] or {}).get(s) for s in ("mean", "lo", "hi")]
+                      for x in terms]), ("term", "stat"),
+            {"term": terms, "stat": ("mean", "lo", "hi")}, "positive_control")
+    return Arrays(out, {"undefined": g.get("undefined") or {}, "tokens": result.get("tokens"),
+                        "n_parts": detail["n_parts"] if detail else 2})
+
+
 @dataclass
 class GradAlignConfig:
     ckpt: list[str] = field(default_factory=list, metadata={
@@ -508,18 +601,10 @@ def run(cfg: GradAlignConfig | None = None, /, **fields) -> dict:
         student, tok = load_checkpoint(path, device=dev, dtype=dt)
         teacher_model, tok_t = load_checkpoint(teacher_of(path, teacher), device=dev, dtype=dt)
         check_same_tokenizer(tok, tok_t, path, teacher_of(path, teacher))
-        teacher_model.requires_grad_(False)
-        view = found.for_tokenizer(tok)
-        halves = sample_halves(student, tok, view, levels, context, cfg.temperature, seed,
-                               cfg.micro_batch, min(context_limit(student),
-                                                    context_limit(teacher_model)), parts)
-        student.train()
         name = analysis.label_of(path, results)
         folders[name] = path
-        results[name] = checkpoint_alignment(student, teacher_model, halves, TERMS,
-                                             cfg.temperature)
-        results[name]["responses"] = [text for part in halves for b in part
-                                      for text in analysis.decoded(tok, b.resp, b.resp_mask)]
+        results[name] = measure(student, teacher_model, tok, found, levels, context, parts,
+                                cfg.micro_batch, cfg.temperature, seed)
         del student, teacher_model
     steps = [step_of(p) for p in ckpts]
     return analysis.make_report(cfg, task=found.name, context=context, paths=folders,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from nca_interp import layer_sim, param_delta
+from nca_interp import grad_align, layer_sim, param_delta
 from nca_interp.checkpoint import save_checkpoint
 from nca_interp.labelled import Arrays, Labelled, stack
 from nca_interp.tasks import make_task
@@ -138,6 +138,45 @@ def test_param_delta_core_on_models_in_memory_equals_the_command(models, tmp_pat
     assert np.nanmax(same["rel"].values) == 0 and same["global_rel"].values.tolist() == [0.0]
 
 
+def test_grad_align_core_on_models_in_memory_equals_the_command(models, tok, tmp_path):
+    mem, folders = models
+    out = tmp_path / "ga"
+    grad_align.main([str(folders["a"]), "--teacher", str(folders["init"]), "--task",
+                     "frozenlake", "--context", "plan", "--batch", "8", "--parts", "4",
+                     "--threads", "1", "--out", str(out)])
+    entry = json.loads(out.with_suffix(".json").read_text())["results"]["a"]
+    task = make_task("frozenlake")
+    was = mem["a"].training
+    got = grad_align.align(mem["a"], mem["init"], tok, task, task.levels("grad", 8, 0), "plan",
+                           parts=4)
+    assert mem["a"].training == was and all(p.requires_grad for p in mem["init"].parameters())
+    assert got.attrs["responses"] == entry["responses"]
+    g = entry["global"]
+    assert got["snr"].dims == ("term",) and got["angle_xfit_deg"].dims == ("pair",)
+    for k in ("norm", "self_angle_deg", "snr", "angle_deg", "cos", "angle_xfit_deg",
+              "cos_xfit", "norm_ratio"):
+        dim = got[k].dims[0]
+        assert list(got[k].coords[dim]) == list(g[k]), k
+        near(got[k].values, list(g[k].values()), k, 1e-6)
+    for k in ("cos_corrected", "angle_corrected_deg"):
+        near(got[k].values, [g["parts"]["pairs"][p][k] for p in got[k].coords["pair"]], k)
+    for k in ("ci95", "angle_ci95_deg", "splits"):
+        near(got[k].values, [g["parts"]["pairs"][p][k] or [None, None]
+                             for p in got[k].coords["pair"]], k)
+    for k in ("noise_scale", "floor_predicted_deg", "floor_splits_deg"):
+        near(got[k].values, [g["parts"]["terms"][t][k] for t in got[k].coords["term"]], k)
+    cells = entry["modules"]
+    assert got["angle_xfit_deg_by_module"].dims == ("layer", "module", "pair")
+    filled = np.isfinite(got["norm_by_module"].values).any(-1).sum()
+    assert filled == len(cells)
+    for cell, stats in cells.items():
+        layer, module = cell.split(".", 1)
+        for k in ("norm", "snr", "angle_xfit_deg"):
+            mine = got[f"{k}_by_module"].sel(layer=layer, module=module)
+            near(mine.values, [stats[k][x] for x in mine.coords[mine.dims[0]]],
+                 f"{k} {cell}")
+
+
 def api_snippets(section: str) -> list[str]:
     """The python blocks of docs/api.md's `section` that are marked as run here."""
     page = (ROOT / "docs" / "api.md").read_text()
@@ -146,7 +185,8 @@ def api_snippets(section: str) -> list[str]:
                       re.S)
 
 
-@pytest.mark.parametrize("section", ["Layer similarity", "Parameter deltas"])
+@pytest.mark.parametrize("section", ["Layer similarity", "Parameter deltas",
+                                     "Gradient alignment"])
 def test_the_api_page_in_memory_snippets_run(models, tok, section):
     mem, _ = models
     found = api_snippets(section)
