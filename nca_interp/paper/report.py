@@ -411,6 +411,14 @@ def verdicts(figs: Path) -> str:
     return claims.table(figs)
 
 
+def decisive(figs: Path) -> str:
+    """Per method: harm, accuracy with c against step 0's and reads_c against the teacher's,
+    with NCA's three verdicts read together (`nca_interp.paper.claims.decisive`)."""
+    from nca_interp.paper.claims import decisive as table_of
+
+    return table_of.table(figs)
+
+
 def power_section(figs: Path) -> str:
     """Each accuracy claim on the published items and on `more_items/` ('' without it)."""
     from nca_interp.paper.claims import power
@@ -476,6 +484,9 @@ def render(figs: Path) -> str:
                  "nca_interp/paper/claims/, the verdict words follow the rule book in "
                  "nca_interp/paper/rules.py)",
                  verdicts),
+                ("Prevents the harm while still reading c? The decisive table (each NCA verdict "
+                 "as its own claim judges it, before Holm; `nca_interp/paper/claims/decisive.py`)",
+                 decisive),
                 ("Power: the same students on more held-out items (`more_items/`)",
                  power_section),
                 ("Context return (mean (min to max) over seeds, a spread not an interval; harm = "

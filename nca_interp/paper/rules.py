@@ -21,7 +21,7 @@ __all__ = ["ALPHA", "BREAK_MARGIN", "DEPTH_MARGIN", "DEPTH_THIRDS", "FEW_CLUSTER
            "SIZE_MATCH", "SPECS", "SUPPORT_MIN", "Spec", "UPDATE_MARGIN", "VERDICTS",
            "after_holm", "beyond_chance", "closed_share", "cosine_in_range", "counted_p",
            "harm_is_own", "holm", "holm_threshold", "independence_harm", "interval_p",
-           "markdown", "pooled", "prevents", "spec_table", "verdict"]
+           "markdown", "pooled", "prevents", "spec_table", "together", "verdict"]
 
 VERDICTS = ("reproduced", "partly", "inconclusive", "not reproduced", "not measurable",
             "not run")
@@ -464,6 +464,13 @@ RULES = (
      "denominator nears 0. Where the denominator's own interval reaches 0 the ratio is **not "
      "measurable**; where the reports keep no per-item outcomes the point is printed alone "
      "and says it has no interval."),
+    ("together",
+     "an outcome made of several claims (NCA prevents the harm *and* keeps what c gives *and* "
+     "still reads c: the decisive table of each setting's page) is **reproduced** only when "
+     "every part is; **not reproduced** when any part is; **not measurable** when a part is "
+     "(and none is not reproduced); otherwise **partly** where every part is reproduced or "
+     "partly, else **inconclusive**. It adds no test of its own: its parts' verdicts, each "
+     "by its own rule, are read together (none is stronger than its weakest part)."),
     ("multiplicity",
      "each setting's claims that rest on a test are one family, corrected by Holm's step-down "
      f"procedure at a family-wise {ALPHA:g}: the claims' p-values sorted, the k-th smallest (k "
@@ -564,6 +571,23 @@ def pooled(pooled_clear: bool, unit_flags: list[bool], mean_on_side: bool = True
     if any(unit_flags):
         return "partly"
     return "inconclusive" if pooled_clear else "not reproduced"
+
+
+def together(words: list[str]) -> str:
+    """The together rule: the verdict of an outcome made of the claims whose verdicts are
+    `words` (every part reproduced: reproduced; any not reproduced: not reproduced; any not
+    measurable: not measurable; all reproduced or partly: partly; else inconclusive)."""
+    unknown = [w for w in words if w not in VERDICTS]
+    if not words or unknown:
+        raise UsageError(f"together: verdict words expected, got {words!r}")
+    if all(w == "reproduced" for w in words):
+        return "reproduced"
+    for word in ("not reproduced", "not measurable"):
+        if word in words:
+            return word
+    if all(w in ("reproduced", "partly") for w in words):
+        return "partly"
+    return "inconclusive"
 
 
 def independence_harm(correct_c: float) -> float:

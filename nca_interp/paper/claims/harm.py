@@ -39,10 +39,10 @@ from nca_interp.paper.layout import CONTEXT_CONTROL, CONTEXT_RETURN, HARM_DRIFT
 from nca_interp.paper.settings import load
 from nca_interp.reports import read_derived
 
-__all__ = ["degrades", "harm_not_drift", "internalizes", "longer", "nca_improves_no_c",
-           "nca_keeps_context", "nca_prevents", "nca_reads_context", "paired_length_unit",
-           "pooled_claims", "pooled_harm_gap", "pooled_settings", "reads_c_verdict",
-           "reads_ratio"]
+__all__ = ["degrades", "gain_over_step0", "harm_not_drift", "internalizes", "longer",
+           "nca_improves_no_c", "nca_keeps_context", "nca_prevents", "nca_reads_context",
+           "paired_length_unit", "pooled_claims", "pooled_harm_gap", "pooled_settings",
+           "reads_c_pooled", "reads_c_verdict", "reads_ratio"]
 
 
 # The one reading of accuracies at 0 everywhere (rules.RULES, "the floor"): a measurement, judged
@@ -505,6 +505,33 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
 
 
 
+def gain_over_step0(figs: Path, method: str, key: str = "correct_c"
+                    ) -> tuple[dict, list, bool, list[judge.Estimate], judge.Estimate | None]:
+    """`method`'s accuracy (`key`) less step 0's, per seed and pooled over seeds: step 0, the
+    runs, whether they are paired per item, each seed's estimate and the pooled one (None for
+    one seed). Paired where every report keeps its per-item outcomes: the context return's,
+    else (an older return report) its control run's, the same evaluation where their accuracies
+    with c agree; the pooled interval the wider of (seed, unit) and unit clusters
+    (`gain_estimate`). Unpaired (older reports): each seed's interval less step 0's point."""
+    rep = analysis.load(figs / CONTEXT_RETURN)
+    base, runs = base_of(rep), runs_of(rep, method)
+    paired = all(r.items_ is not None for r in (base, *runs))
+    ctl = figs / CONTEXT_CONTROL
+    if not paired and ctl.exists():
+        other = analysis.load(ctl)
+        o_base, o_runs = base_of(other), runs_of(other, method)
+        same = [r.correct_c for r in (o_base, *o_runs)] == [r.correct_c for r in (base, *runs)]
+        if all(r.items_ is not None for r in (o_base, *o_runs)) and same:
+            base, runs, paired = o_base, o_runs, True
+    if paired:
+        units = [gain_estimate(base, [r], key) for r in runs]
+        pooled = gain_estimate(base, runs, key) if len(runs) > 1 else None
+    else:
+        units = [estimate_of(r, key, getattr(base, key)) for r in runs]
+        pooled = pooled_estimate(runs, None, units) if len(runs) > 1 else None
+    return base, runs, paired, units, pooled
+
+
 def nca_keeps_context(figs: Path) -> Claim:
     """NCA keeps what c gives: its accuracy with c does not fall below the step-0 model's by
     more than `rules.KEEP_MARGIN`, paired on the same items (`judge.equivalent`, one-sided:
@@ -512,25 +539,10 @@ def nca_keeps_context(figs: Path) -> Claim:
     is the paired difference, its interval the wider of (seed, unit) and unit clusters
     (`stats.gain_estimate`). Failing it means NCA's anchor made the context view ignore c."""
     rep = analysis.load(figs / CONTEXT_RETURN)
-    base, nca = base_of(rep), runs_of(rep, "nca")
-    if not nca:
+    if not runs_of(rep, "nca"):
         return Claim("NCA keeps what c gives (accuracy with c)", "-", "-", "not measurable",
                      "no NCA run")
-    paired = all(r.items_ is not None for r in (base, *nca))
-    ctl = figs / CONTEXT_CONTROL
-    if not paired and ctl.exists():  # an older return report: the control run's items are the
-        other = analysis.load(ctl)  # same evaluation where its accuracies with c agree
-        o_base, o_nca = base_of(other), runs_of(other, "nca")
-        same = [r.correct_c for r in (o_base, *o_nca)] == \
-            [r.correct_c for r in (base, *nca)]
-        if all(r.items_ is not None for r in (o_base, *o_nca)) and same:
-            base, nca, paired = o_base, o_nca, True
-    if paired:
-        units = [gain_estimate(base, [r]) for r in nca]
-        pooled = gain_estimate(base, nca) if len(nca) > 1 else None
-    else:  # older reports: each seed's interval less step 0's point
-        units = [estimate_of(r, "correct_c", base.correct_c) for r in nca]
-        pooled = pooled_estimate(nca, None, units) if len(nca) > 1 else None
+    base, nca, paired, units, pooled = gain_over_step0(figs, "nca")
     j = judge.equivalent(units, pooled, 0.0, rules.KEEP_MARGIN, sides="lower")
     shown = pooled if pooled is not None else units[0]
     return Claim("NCA keeps what c gives (accuracy with c)",
