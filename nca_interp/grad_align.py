@@ -53,7 +53,7 @@ from nca_interp.cli import (
 from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.fsio import spill_folder
-from nca_interp.labelled import Arrays, Labelled, as_float
+from nca_interp.labelled import Arrays, Labelled, as_float, stack
 from nca_interp.losses import TERMS, loss_views, terms_of
 from nca_interp.models import PRECISION_HELP, context_limit, resolve_device, weights_dtype
 from nca_interp.param_delta import layer_module_grid
@@ -72,7 +72,8 @@ from nca_interp.tasks import context_choices
 from nca_interp.tensorfiles import TensorFolder, row_chunks, save_sharded
 
 __all__ = ["DEMO", "ZERO_REL", "GradAlignConfig", "align", "arrays_of", "execute", "figures",
-           "format_table", "main", "run", "show", "undefined_terms", "zero_terms"]
+           "format_table", "main", "report_arrays", "run", "show", "undefined_terms",
+           "zero_terms"]
 
 HALVES = (1, 2)
 
@@ -483,6 +484,19 @@ def arrays_of(result: dict, terms: list[str]) -> Arrays:
             {"term": terms, "stat": ("mean", "lo", "hi")}, "positive_control")
     return Arrays(out, {"undefined": g.get("undefined") or {}, "tokens": result.get("tokens"),
                         "n_parts": detail["n_parts"] if detail else 2})
+
+
+def report_arrays(report: GradAlignReport | dict) -> Arrays:
+    """A grad_align report as the labelled arrays `align` returns, its entries stacked on
+    `checkpoint` (the results' keys); each entry's attrs (`undefined`, `tokens`, responses)
+    under its key."""
+    report = as_report(report, GradAlignReport)
+    parts = {}
+    for name, e in report.results.items():
+        entry = e.to_json()
+        arrays = arrays_of(entry, list(entry["global"]["norm"]))
+        parts[name] = Arrays(arrays.arrays, {**arrays.attrs, "responses": entry.get("responses")})
+    return stack(parts, "checkpoint")
 
 
 @dataclass

@@ -99,8 +99,8 @@ from nca_interp.runs import (
 from nca_interp.tasks import Task, context_choices
 
 __all__ = ["DEMO", "STATS", "LayerSimConfig", "as_bridge", "compare", "entry_of", "execute",
-           "figures", "format_heads", "format_table", "layer_labels", "main", "run", "show",
-           "similarity", "similarity_by_layer"]
+           "figures", "format_heads", "format_table", "layer_labels", "main", "report_arrays",
+           "run", "show", "similarity", "similarity_by_layer"]
 
 
 def linear_cka(X_M_D: torch.Tensor, Y_M_D: torch.Tensor) -> float:
@@ -395,6 +395,37 @@ def greedy_responses(path: str | Path, task: Task, levels: list, batch: int, dev
     mask = torch.stack([torch.nn.functional.pad(m, (0, N - len(m))) for m in masks])
     del model
     return resp, mask
+
+
+def report_arrays(report: LayerSimReport | dict) -> Arrays:
+    """A layer_sim report as the labelled arrays `compare` returns (less `cos_item`, which no
+    report keeps): its entries stacked on `checkpoint` (the results' keys) with the report's
+    layer labels; NaN where an entry lacks a statistic (a report written before it existed,
+    or a carried entry). `report_arrays(analysis.load("figures/x/layer_sim.json")).to_frame()`
+    is the report's tidy table, every field with its labels."""
+    report = as_report(report, LayerSimReport)
+    layers = list(report.layers)
+    entries = {name: e.to_json() for name, e in report.results.items()}
+    heads = max((len(row) for e in entries.values() for row in e.get("ctx_attn_ratio") or []),
+                default=0)
+
+    def values(e: dict, key: str, shape: tuple[int, ...]) -> np.ndarray:
+        v = e.get(key)
+        return np.full(shape, np.nan) if v is None else as_float(v)
+
+    parts = {}
+    for name, e in entries.items():
+        by_layer, blocks = {"layer": layers}, {"layer": layers[1:]}
+        arrays = {k: Labelled(values(e, k, (len(layers),)), ("layer",), by_layer, k)
+                  for k in STATS}
+        for k in ("ctx_attn", "ctx_attn_ratio_layer"):
+            arrays[k] = Labelled(values(e, k, (len(layers) - 1,)), ("layer",), blocks, k)
+        arrays["ctx_attn_ratio"] = Labelled(values(e, "ctx_attn_ratio", (len(layers) - 1, heads)),
+                                            ("layer", "head"), blocks, "ctx_attn_ratio")
+        arrays |= {k: Labelled(as_float(e.get(k)), (), {}, k)
+                   for k in (*ENTRY_INTS, "mean_response_tokens")}
+        parts[name] = Arrays(arrays, {"responses": e.get("responses")})
+    return stack(parts, "checkpoint")
 
 
 POSITIONS = ("response", "generating", "prompt")

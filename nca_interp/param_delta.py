@@ -58,8 +58,8 @@ from nca_interp.runs import check_same_tokenizers, initial_of, lr_at
 from nca_interp.tensorfiles import TensorFolder, row_chunks
 
 __all__ = ["DEMO", "ParamDeltaConfig", "arrays_of", "deltas_of", "execute", "figure_names",
-           "figures", "format_cos", "format_table", "gram_of", "layer_module_grid", "main", "run",
-           "show"]
+           "figures", "format_cos", "format_table", "gram_of", "labelled_tables",
+           "layer_module_grid", "main", "report_arrays", "run", "show"]
 
 ARCH_KEYS = ("model_type", "num_hidden_layers", "hidden_size", "vocab_size",
              "num_attention_heads", "num_key_value_heads", "intermediate_size")
@@ -392,67 +392,103 @@ def gram_of(init, models: Mapping[str, object]) -> Gram:
 def arrays_of(gram: Gram, budgets: Mapping[str, float | None] | None = None,
               n_layers: int | None = None) -> Arrays:
     """The statistics of a Gram matrix of [W0, d_1, ..., d_k] as labelled arrays, the
-    checkpoints labelled by the Gram's labels: per `checkpoint`, `layer` x `module` (`rel`,
-    `adam_norm`, `share`; layer "all" holds the parameters outside the blocks: embed,
-    final_norm, lm_head), per `module`, per `layer` and in total; between every two
-    checkpoints (`checkpoint` x `other`) the deltas' cosine per cell (`cos`), per module type
-    (`module_cos`) and in total (`global_cos`), and the specific delta ||d_other -
-    d_checkpoint|| / ||W0|| (`specific`, `specific_share`, `specific_global`). NaN where a
-    value is undefined (no budget, a zero delta)."""
+    checkpoints labelled by the Gram's labels (`labelled_tables`, every pair measured)."""
     names = gram.labels[1:]
     budgets = budgets or {}
-    tables = {n: module_table(gram, i + 1, budgets.get(n)) for i, n in enumerate(names)}
-    cells = _cells(gram)
-    grid, layers, modules = layer_module_grid(dict.fromkeys(cells, 0.0), n_layers)
+    idx = {n: i + 1 for i, n in enumerate(names)}
+    tables = {n: module_table(gram, idx[n], budgets.get(n)) for n in names}
+    pairs = {}
+    for a in names:
+        for b in names:
+            cos, gcos = pair_cos(gram, idx[a], idx[b])
+            pairs[a, b] = {"cos": cos, "global_cos": gcos,
+                           "per_module_cos": module_cos(gram, idx[a], idx[b]),
+                           "specific": specific(gram, idx[a], idx[b])}
+    return labelled_tables(tables, pairs, n_layers)
+
+
+def labelled_tables(tables: Mapping[str, dict], pairs: Mapping[tuple[str, str], dict],
+                    n_layers: int | None = None) -> Arrays:
+    """Per-checkpoint tables (a report entry: `module_table`) and per-pair ones (a report's
+    `comparison` shape) as labelled arrays: per `checkpoint`, `layer` x `module` (`rel`,
+    `adam_norm`, `share`; layer "all" holds the parameters outside the blocks: embed,
+    final_norm, lm_head), per `module` (`per_module`, `per_module_adam`), per `layer`
+    (`per_layer`, `per_layer_adam`) and in total; between two checkpoints (`checkpoint` x
+    `other`) the deltas' cosine per cell (`cos`), per module type (`module_cos`) and in total
+    (`global_cos`), and the specific delta ||d_other - d_checkpoint|| / ||W0|| (`specific`,
+    `specific_share`, `specific_global`). NaN where a value is undefined (no budget, a zero
+    delta) or a pair was not measured."""
+    names = list(tables)
+    cells = list(dict.fromkeys(k for t in tables.values() for k in t["rel"]))
+    _, layers, modules = layer_module_grid(dict.fromkeys(cells, 0.0), n_layers)
     found = {k.split(".", 1)[1] for k in cells if k.startswith("all.")}
     layers = (["all"] if found else []) + layers
     modules = modules + [m for m in GLOBAL_ORDER if m in found] + sorted(found - set(GLOBAL_ORDER))
-    kinds = sorted({k.split(":", 1)[1] for k in gram.mats if k.startswith("module:")},
+    kinds = sorted({m for t in tables.values() for m in t["per_module"]},
                    key=lambda m: (modules.index(m) if m in modules else len(modules), m))
-    groups = [k.split(":", 1)[1] for k in gram.mats if k.startswith("layer:")]
-    groups = [g for g in layers if g in groups]
+    groups = {g for t in tables.values() for g in t["per_layer"]}
+    groups = [g for g in layers if g in groups] + sorted(groups - set(layers))
     ck, two = {"checkpoint": names}, {"checkpoint": names, "other": names}
+    grid = {"layer": layers, "module": modules}
 
-    def grid_of(cell_values: dict) -> np.ndarray:
-        return as_float([[cell_values.get(f"{lay}.{m}") for m in modules] for lay in layers])
+    def cells_of(values: dict | None) -> list:
+        values = values or {}
+        return [[values.get(f"{lay}.{m}") for m in modules] for lay in layers]
 
-    def lab(values, dims, coords, name):
-        return Labelled(as_float(values) if not isinstance(values, np.ndarray) else values,
-                        dims, coords, name)
+    def pair(a: str, b: str) -> dict:
+        return pairs.get((a, b)) or {}
 
-    cell_dims = ("checkpoint", "layer", "module")
-    cell_coords = {**ck, "layer": layers, "module": modules}
     out = {}
     for key in ("rel", "adam_norm", "share"):
-        out[key] = lab(np.stack([grid_of(tables[n][key]) for n in names]), cell_dims,
-                       cell_coords, key)
-    for key, src in (("per_module", "per_module"), ("per_module_adam", "per_module_adam")):
-        out[key] = lab([[tables[n][src].get(m) for m in kinds] for n in names],
-                       ("checkpoint", "module"), {**ck, "module": kinds}, key)
+        out[key] = Labelled(as_float([cells_of(tables[n][key]) for n in names]),
+                            ("checkpoint", "layer", "module"), {**ck, **grid}, key)
+    for key in ("per_module", "per_module_adam"):
+        out[key] = Labelled(as_float([[tables[n][key].get(m) for m in kinds] for n in names]),
+                            ("checkpoint", "module"), {**ck, "module": kinds}, key)
     for key in ("per_layer", "per_layer_adam"):
-        out[key] = lab([[tables[n][key].get(g) for g in groups] for n in names],
-                       ("checkpoint", "layer"), {**ck, "layer": groups}, key)
+        out[key] = Labelled(as_float([[tables[n][key].get(g) for g in groups] for n in names]),
+                            ("checkpoint", "layer"), {**ck, "layer": groups}, key)
     for key in ("global_rel", "global_adam", "global_sq", "lr_budget"):
-        out[key] = lab([tables[n][key] for n in names], ("checkpoint",), ck, key)
-    idx = {n: i + 1 for i, n in enumerate(names)}
-    pairs = {(a, b): (pair_cos(gram, idx[a], idx[b]), module_cos(gram, idx[a], idx[b]),
-                      specific(gram, idx[a], idx[b])) for a in names for b in names}
-    out["cos"] = lab(np.stack([np.stack([grid_of(pairs[a, b][0][0]) for b in names])
-                               for a in names]), ("checkpoint", "other", "layer", "module"),
-                     {**two, "layer": layers, "module": modules}, "cos")
-    out["global_cos"] = lab([[pairs[a, b][0][1] for b in names] for a in names],
-                            ("checkpoint", "other"), two, "global_cos")
-    out["module_cos"] = lab([[[pairs[a, b][1].get(m) for m in kinds] for b in names]
-                             for a in names], ("checkpoint", "other", "module"),
-                            {**two, "module": kinds}, "module_cos")
+        out[key] = Labelled(as_float([tables[n][key] for n in names]), ("checkpoint",), ck, key)
+    by_cell = ("checkpoint", "other", "layer", "module")
+    out["cos"] = Labelled(as_float([[cells_of(pair(a, b).get("cos")) for b in names]
+                                    for a in names]), by_cell, {**two, **grid}, "cos")
+    out["global_cos"] = Labelled(as_float([[pair(a, b).get("global_cos") for b in names]
+                                           for a in names]), ("checkpoint", "other"), two,
+                                 "global_cos")
+    out["module_cos"] = Labelled(as_float([[[(pair(a, b).get("per_module_cos") or {}).get(m)
+                                             for m in kinds] for b in names] for a in names]),
+                                 ("checkpoint", "other", "module"), {**two, "module": kinds},
+                                 "module_cos")
     for key, part in (("specific", "rel"), ("specific_share", "share")):
-        out[key] = lab(np.stack([np.stack([grid_of(pairs[a, b][2][part]) for b in names])
-                                 for a in names]), ("checkpoint", "other", "layer", "module"),
-                       {**two, "layer": layers, "module": modules}, key)
-    out["specific_global"] = lab([[pairs[a, b][2]["global_rel"] for b in names]
-                                  for a in names], ("checkpoint", "other"), two,
-                                 "specific_global")
+        out[key] = Labelled(as_float([[cells_of((pair(a, b).get("specific") or {}).get(part))
+                                       for b in names] for a in names]), by_cell,
+                            {**two, **grid}, key)
+    out["specific_global"] = Labelled(
+        as_float([[(pair(a, b).get("specific") or {}).get("global_rel") for b in names]
+                  for a in names]), ("checkpoint", "other"), two, "specific_global")
     return Arrays(out)
+
+
+def report_arrays(report: ParamDeltaReport | dict) -> Arrays:
+    """A param_delta report as the labelled arrays `deltas_of` returns, the checkpoints
+    labelled by the results' keys: the pairwise arrays hold the report's `comparison` and
+    `control` pairs (cosines and, for the comparison, the specific delta) and `all_pairs`'
+    global and per-module cosines, each in both orders, NaN for the rest."""
+    report = as_report(report, ParamDeltaReport)
+    tables = {n: e.to_json() for n, e in report.results.items()}
+    pairs: dict[tuple[str, str], dict] = {}
+    names = list(tables)
+    written = {f"{Path(a).name}~{Path(b).name}": (a, b)  # as the command keys all_pairs
+               for i, a in enumerate(names) for b in names[i + 1:]}
+    for key, v in (report.all_pairs or {}).items():
+        if key in written:
+            a, b = written[key]
+            pairs[a, b] = pairs[b, a] = v
+    for cmp in (report.control, report.comparison):
+        if cmp and cmp.get("a") in tables and cmp.get("b") in tables:
+            pairs[cmp["a"], cmp["b"]] = pairs[cmp["b"], cmp["a"]] = cmp
+    return labelled_tables(tables, pairs, report.n_layers)
 
 
 GLOBAL_ORDER = ("embed", "pos_embed", "final_norm", "lm_head")

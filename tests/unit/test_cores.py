@@ -38,6 +38,26 @@ def near(got, want, what: str, atol: float = 1e-6) -> None:
         f"{what}: largest difference {np.nanmax(np.abs(got - want)):.3g}"
 
 
+def same_arrays(core: Arrays, report: Arrays, names: dict[str, str], only_core=()) -> None:
+    """The core's arrays equal the report's read back as arrays (`report_arrays`), with the
+    same dimensions and labels: `names` maps the core's checkpoints to the report's keys."""
+    assert set(core) - set(report) == set(only_core)
+    for k in report:
+        c, r = core[k], report[k]
+        assert c.dims == r.dims, k
+        assert {d: v for d, v in c.coords.items() if d not in ("checkpoint", "other")} == \
+            {d: v for d, v in r.coords.items() if d not in ("checkpoint", "other")}, k
+        for cn, rn in names.items():
+            if "other" not in c.dims:
+                near(np.asarray(c.sel(checkpoint=cn)), np.asarray(r.sel(checkpoint=rn)),
+                     f"{k} {cn}", 1e-6)
+                continue
+            for co, ro in names.items():
+                if co != cn:
+                    near(np.asarray(c.sel(checkpoint=cn, other=co)),
+                         np.asarray(r.sel(checkpoint=rn, other=ro)), f"{k} {cn}~{co}", 1e-6)
+
+
 def test_labelled_selects_by_label_and_keeps_every_number_in_its_frame():
     a = Labelled(np.arange(6.0).reshape(2, 3), ("checkpoint", "layer"),
                  {"checkpoint": ("base", "opd"), "layer": ("embed", "0", "1")}, "cos")
@@ -83,6 +103,7 @@ def test_layer_sim_core_on_models_in_memory_equals_the_command(models, tok, tmp_
         units = got.attrs[name]["units"]
         near([layer_sim.clustered_se(torch.tensor(row), units)
               for row in item.values], entry["cos_se"], f"{name} cos_se from cos_item", 1e-12)
+    same_arrays(got, layer_sim.report_arrays(report), {"a": "a", "b": "b"}, ["cos_item"])
     frame = got.to_frame()
     ratio = frame[frame.stat == "ctx_attn_ratio"]
     assert len(ratio) == 2 * 2 * 4 and set(ratio.layer) == {"0", "1"}  # 2 ckpts, layers, heads
@@ -133,6 +154,7 @@ def test_param_delta_core_on_models_in_memory_equals_the_command(models, tmp_pat
          1e-9)
     near(pair["global_cos"].values, report["all_pairs"]["a~b"]["global_cos"], "all_pairs",
          1e-9)
+    same_arrays(got, param_delta.report_arrays(report), {"a": a, "b": b})
     assert got["global_cos"].sel(checkpoint="a", other="a") == pytest.approx(1)
     same = param_delta.deltas_of(mem["init"], {"init": mem["init"]})
     assert np.nanmax(same["rel"].values) == 0 and same["global_rel"].values.tolist() == [0.0]
@@ -144,7 +166,8 @@ def test_grad_align_core_on_models_in_memory_equals_the_command(models, tok, tmp
     grad_align.main([str(folders["a"]), "--teacher", str(folders["init"]), "--task",
                      "frozenlake", "--context", "plan", "--batch", "8", "--parts", "4",
                      "--threads", "1", "--out", str(out)])
-    entry = json.loads(out.with_suffix(".json").read_text())["results"]["a"]
+    report = json.loads(out.with_suffix(".json").read_text())
+    entry = report["results"]["a"]
     task = make_task("frozenlake")
     was = mem["a"].training
     got = grad_align.align(mem["a"], mem["init"], tok, task, task.levels("grad", 8, 0), "plan",
@@ -165,6 +188,7 @@ def test_grad_align_core_on_models_in_memory_equals_the_command(models, tok, tmp
                              for p in got[k].coords["pair"]], k)
     for k in ("noise_scale", "floor_predicted_deg", "floor_splits_deg"):
         near(got[k].values, [g["parts"]["terms"][t][k] for t in got[k].coords["term"]], k)
+    same_arrays(stack({"a": got}, "checkpoint"), grad_align.report_arrays(report), {"a": "a"})
     cells = entry["modules"]
     assert got["angle_xfit_deg_by_module"].dims == ("layer", "module", "pair")
     filled = np.isfinite(got["norm_by_module"].values).any(-1).sum()
@@ -175,6 +199,34 @@ def test_grad_align_core_on_models_in_memory_equals_the_command(models, tok, tmp
             mine = got[f"{k}_by_module"].sel(layer=layer, module=module)
             near(mine.values, [stats[k][x] for x in mine.coords[mine.dims[0]]],
                  f"{k} {cell}")
+
+
+def test_published_reports_read_back_as_labelled_arrays():
+    """A published report of each analysis as its core's arrays: every field, 2-D ones
+    included, in one frame with the report's own layer labels (embed, 0, 1, ...)."""
+    from nca_interp import analysis
+
+    folder = ROOT / "figures" / "sokoban_remap_d2"
+    ls = analysis.load(folder / "layer_sim.json")
+    arrays = layer_sim.report_arrays(ls)
+    frame = arrays.to_frame()
+    cos = frame[(frame.stat == "cos") & (frame.checkpoint == next(iter(ls.results)))]
+    assert cos.layer.tolist() == list(ls.layers)
+    assert cos.value.tolist() == pytest.approx(next(iter(ls.results.values())).cos)
+    ratio = frame[frame.stat == "ctx_attn_ratio"]
+    assert len(ratio) == sum(np.size(e.ctx_attn_ratio) for e in ls.results.values())
+    assert set(ratio.layer) == set(ls.layers[1:])
+    pd_ = analysis.load(folder / "param_delta.json")
+    d = param_delta.report_arrays(pd_)
+    first = next(iter(pd_.results))
+    for cell, value in pd_.results[first].rel.items():
+        layer, module = cell.split(".", 1)
+        assert d["rel"].sel(checkpoint=first, layer=layer, module=module) == pytest.approx(value)
+    ga = analysis.load(folder / "grad_align_opd.json")
+    g = grad_align.report_arrays(ga)
+    name = next(iter(ga.results))
+    assert g["angle_xfit_deg"].sel(checkpoint=name).coords["pair"] == tuple(
+        ga.results[name].global_["angle_xfit_deg"])
 
 
 def api_snippets(section: str) -> list[str]:
