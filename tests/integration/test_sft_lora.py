@@ -220,3 +220,52 @@ def test_a_teacher_merged_by_peft_is_kept_as_its_exact_merge_only_when_asked(
     resave(1e-2)
     with pytest.raises(UsageError, match="more than rounding"):
         kept.save(run, tmp_path / "kept2", remerge=True)
+
+
+def test_a_student_lost_with_its_machine_is_retrained_from_the_kept_teacher_to_its_bits(
+        base, tmp_path, monkeypatch):
+    """#68's runs that outlive the checkout: a student is never kept in git (540 MB at 30
+    layers); a machine lost takes it, and it is retrained from the teacher kept as its adapter.
+    The teacher restored on a fresh clone has the run's content digest (what a student records
+    of its --student, so the pipeline keeps a student distilled from either), and the same
+    distillation command from it ends in the same weights, bit for bit."""
+    import shutil
+
+    from nca_interp.checkpoint import content_digest, latest_step_checkpoint
+    from nca_interp.paper import kept
+    from train import distill
+
+    cache = tmp_path / "cache"
+    shutil.copytree(base, cache / "models" / "tinybase")
+    monkeypatch.setenv("NCA_INTERP_CACHE", str(cache))
+    run = tmp_path / "machine" / "lora_base"
+    sft.main(["--out", str(run), "--init", str(cache / "models" / "tinybase"), *LORA])
+
+    def student(teacher, out):
+        distill.main(["--method", "nca", "--student", str(teacher), "--out", str(out),
+                      "--context", "plan", "--steps", "2", "--batch", "4", "--save-every", "2",
+                      "--lr", "1e-3", "--warmup", "1", "--seed", "3", "--threads", "1",
+                      "--eval-every", "50", "--precision", "fp32"])
+        return latest_step_checkpoint(out)
+
+    first = student(run, tmp_path / "machine" / "nca_s3")
+    lost = {"student": weights(first), "teacher": content_digest(run)}
+    store = tmp_path / "git" / "checkpoints"
+    kept.save(run, store)
+    shutil.rmtree(tmp_path / "machine")  # the machine is gone; git keeps the adapter
+    fresh = tmp_path / "clone" / "runs" / "lora_base"
+    assert kept.restore(fresh, store)
+    assert content_digest(fresh) == lost["teacher"]
+    again = student(fresh, tmp_path / "clone" / "runs" / "nca_s3")
+    assert again.name == "step_000002"
+    assert weights(again) == lost["student"]
+
+
+def weights(checkpoint):
+    """The sha256 of every file a checkpoint computes with (weights, config, tokenizer), from its
+    manifest: not its run config, which names where its --student lived."""
+    import json
+
+    files = json.loads((checkpoint / "nca_checkpoint.json").read_text())["files"]
+    return {name: meta["sha256"] for name, meta in files.items()
+            if not name.startswith("trainer_state") and name != "run_config.json"}
