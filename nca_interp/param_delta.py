@@ -471,24 +471,31 @@ def labelled_tables(tables: Mapping[str, dict], pairs: Mapping[tuple[str, str], 
 
 
 def report_arrays(report: ParamDeltaReport | dict) -> Arrays:
-    """A param_delta report as the labelled arrays `deltas_of` returns, the checkpoints
-    labelled by the results' keys: the pairwise arrays hold the report's `comparison` and
-    `control` pairs (cosines and, for the comparison, the specific delta) and `all_pairs`'
-    global and per-module cosines, each in both orders, NaN for the rest."""
+    """A param_delta report as the labelled arrays `deltas_of` returns. The checkpoints are
+    labelled as the other analyses key their results (`analysis.label_of`: the folder's name,
+    its path where that name is taken; `attrs["paths"]` maps them back to the report's keys).
+    The pairwise arrays hold the report's `comparison` and `control` pairs (cosines and, for
+    the comparison, the specific delta) and `all_pairs`' global and per-module cosines, each
+    in both orders, NaN for the rest."""
     report = as_report(report, ParamDeltaReport)
-    tables = {n: e.to_json() for n, e in report.results.items()}
+    label: dict[str, str] = {}
+    for p in report.results:
+        label[p] = analysis.label_of(p, label.values())
+    tables = {label[p]: e.to_json() for p, e in report.results.items()}
     pairs: dict[tuple[str, str], dict] = {}
-    names = list(tables)
-    written = {f"{Path(a).name}~{Path(b).name}": (a, b)  # as the command keys all_pairs
-               for i, a in enumerate(names) for b in names[i + 1:]}
+    paths = list(label)
+    written = {f"{Path(a).name}~{Path(b).name}": (label[a], label[b])  # as run keys all_pairs
+               for i, a in enumerate(paths) for b in paths[i + 1:]}
     for key, v in (report.all_pairs or {}).items():
         if key in written:
             a, b = written[key]
             pairs[a, b] = pairs[b, a] = v
     for cmp in (report.control, report.comparison):
-        if cmp and cmp.get("a") in tables and cmp.get("b") in tables:
-            pairs[cmp["a"], cmp["b"]] = pairs[cmp["b"], cmp["a"]] = cmp
-    return labelled_tables(tables, pairs, report.n_layers)
+        if cmp and cmp.get("a") in label and cmp.get("b") in label:
+            a, b = label[cmp["a"]], label[cmp["b"]]
+            pairs[a, b] = pairs[b, a] = cmp
+    arrays = labelled_tables(tables, pairs, report.n_layers)
+    return Arrays(arrays.arrays, {"paths": {v: k for k, v in label.items()}})
 
 
 GLOBAL_ORDER = ("embed", "pos_embed", "final_norm", "lm_head")

@@ -154,7 +154,9 @@ def test_param_delta_core_on_models_in_memory_equals_the_command(models, tmp_pat
          1e-9)
     near(pair["global_cos"].values, report["all_pairs"]["a~b"]["global_cos"], "all_pairs",
          1e-9)
-    same_arrays(got, param_delta.report_arrays(report), {"a": a, "b": b})
+    from_report = param_delta.report_arrays(report)  # runs named as in every other frame
+    assert from_report.attrs["paths"] == {"a": a, "b": b}
+    same_arrays(got, from_report, {"a": "a", "b": "b"})
     assert got["global_cos"].sel(checkpoint="a", other="a") == pytest.approx(1)
     same = param_delta.deltas_of(mem["init"], {"init": mem["init"]})
     assert np.nanmax(same["rel"].values) == 0 and same["global_rel"].values.tolist() == [0.0]
@@ -219,9 +221,11 @@ def test_published_reports_read_back_as_labelled_arrays():
     pd_ = analysis.load(folder / "param_delta.json")
     d = param_delta.report_arrays(pd_)
     first = next(iter(pd_.results))
+    name = Path(first).name  # the run's name as layer_sim's and grad_align's reports key it
+    assert d.attrs["paths"][name] == first
     for cell, value in pd_.results[first].rel.items():
         layer, module = cell.split(".", 1)
-        assert d["rel"].sel(checkpoint=first, layer=layer, module=module) == pytest.approx(value)
+        assert d["rel"].sel(checkpoint=name, layer=layer, module=module) == pytest.approx(value)
     ga = analysis.load(folder / "grad_align_opd.json")
     g = grad_align.report_arrays(ga)
     name = next(iter(ga.results))
