@@ -54,6 +54,7 @@ from nca_interp.errors import UsageError
 from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
 from nca_interp.fsio import spill_folder
 from nca_interp.labelled import Arrays, Labelled, as_float, stack
+from nca_interp.layer_sim import task_and_items
 from nca_interp.losses import TERMS, loss_views, terms_of
 from nca_interp.models import PRECISION_HELP, context_limit, resolve_device, weights_dtype
 from nca_interp.param_delta import layer_module_grid
@@ -68,7 +69,7 @@ from nca_interp.runs import (
     step_of,
     teacher_of,
 )
-from nca_interp.tasks import context_choices
+from nca_interp.tasks import Task, context_choices
 from nca_interp.tensorfiles import TensorFolder, row_chunks, save_sharded
 
 __all__ = ["DEMO", "ZERO_REL", "GradAlignConfig", "align", "arrays_of", "execute", "figures",
@@ -395,14 +396,15 @@ def same_model(a, b) -> bool:
         for k in pa)
 
 
-def align(student, teacher, tok, task, levels: list, context: str, parts: int = 2,
-          micro_batch: int = 128, temperature: float = 1.0, seed: int = 0,
+def align(student, teacher, tok, task: Task | str, levels: list | int, context: str,
+          parts: int = 2, micro_batch: int = 128, temperature: float = 1.0, seed: int = 0,
           terms: tuple[str, ...] = TERMS) -> Arrays:
     """The core: the loss terms' gradient angles of a `student` against its `teacher`, both
     transformers models in memory sharing `tok`, on one on-policy batch of `levels` (y ~
-    g(.|x) sampled with `seed`) split into `parts` independent parts (an even number; 4 or
-    more adds the noise-corrected statistics). The student's mode and the teacher's
-    `requires_grad` are restored after.
+    g(.|x) sampled with `seed`; `task` a Task or its name, `levels` its items or how many of
+    its "grad" split, drawn with `seed` as the command does) split into `parts` independent
+    parts (an even number; 4 or more adds the noise-corrected statistics). The student's mode
+    and the teacher's `requires_grad` are restored after.
 
     Labelled arrays (see the module docstring for each statistic): over all parameters,
     `norm`, `self_angle_deg`, `snr` per `term` and `angle_deg`, `cos`, `angle_xfit_deg`,
@@ -411,6 +413,7 @@ def align(student, teacher, tok, task, levels: list, context: str, parts: int = 
     more parts `cos_corrected`, `angle_corrected_deg` per pair, their `ci95` and `splits`
     (pair, bound) and the terms' `noise_scale`, floors and `positive_control`. `attrs`: the
     terms without a direction (`undefined`), the parts' token counts and the responses."""
+    task, levels = task_and_items(task, levels, "grad", seed)
     entry = measure(student, teacher, tok, task, levels, context, parts, micro_batch,
                     temperature, seed, terms)
     arrays = arrays_of(entry, list(terms))

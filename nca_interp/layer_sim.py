@@ -105,11 +105,11 @@ from nca_interp.similarity import (  # noqa: F401 - the statistics, read as laye
     other_partner,
     similarity_by_layer,
 )
-from nca_interp.tasks import Task, context_choices
+from nca_interp.tasks import Task, context_choices, make_task
 
 __all__ = ["DEMO", "LayerSimConfig", "as_bridge", "compare", "entry_of", "execute", "figures",
            "format_heads", "format_table", "layer_labels", "main", "report_arrays", "run", "show",
-           "similarity"]
+           "similarity", "task_and_items"]
 
 
 def reference_responses(tok, task: Task, levels: list) -> tuple[torch.Tensor, torch.Tensor]:
@@ -208,13 +208,23 @@ def as_bridge(model, tok=None):
     return bridge
 
 
-def similarity(model, task: Task, levels: list, context: str, tok=None, at: str = "response",
+def task_and_items(task: Task | str, levels: list | int, split: str = "test", seed: int = 0
+                   ) -> tuple[Task, list]:
+    """A task name builds the task (`make_task`, its defaults); a count draws that many
+    items of its `split` with `seed`, as the commands' --n-levels and --seed do."""
+    task = make_task(task) if isinstance(task, str) else task
+    return task, task.levels(split, levels, seed) if isinstance(levels, int) else levels
+
+
+def similarity(model, task: Task | str, levels: list | int, context: str, tok=None,
+               at: str = "response",
                responses: tuple[torch.Tensor, torch.Tensor] | None = None, batch: int = 100,
                other: str = OTHER_UNIT) -> Arrays:
     """The core: one model's two views x and [c, x] compared layer by layer, both teacher-forced
     on the same `responses` (default: the task's own answers), as labelled arrays.
 
-    `model`: a transformers causal LM (with its `tok`; wrapped on a copy) or a TransformerBridge.
+    `model`: a transformers causal LM (with its `tok`; wrapped on a copy) or a TransformerBridge;
+    `task` a Task or its name, `levels` its items or how many (`task_and_items`).
     Positions compared (`at`): `response` (y's tokens), `generating` (the last prompt token and
     y_1..y_{N-1}: the positions whose outputs are y, which the distillation losses train) or
     `prompt` (the tokens of x, which both views share and no loss touches directly). The
@@ -225,6 +235,7 @@ def similarity(model, task: Task, levels: list, context: str, tok=None, at: str 
     on the CPU."""
     if at not in POSITIONS:
         raise UsageError(f"at must be one of {POSITIONS}, not {at!r}")
+    task, levels = task_and_items(task, levels)
     bridge = as_bridge(model, tok)
     tok = tok if tok is not None else bridge.tokenizer
     task = task.for_tokenizer(tok)
@@ -290,7 +301,8 @@ def similarity(model, task: Task, levels: list, context: str, tok=None, at: str 
                            "units": units, "at": at, "context": context, "other_pairs": other})
 
 
-def compare(models, task: Task, levels: list, context: str, tok=None, at: str = "response",
+def compare(models, task: Task | str, levels: list | int, context: str, tok=None,
+            at: str = "response",
             responses: tuple[torch.Tensor, torch.Tensor] | None = None, batch: int = 100
             ) -> Arrays:
     """`similarity` of several models on the same items and responses (default: the task's
@@ -300,6 +312,7 @@ def compare(models, task: Task, levels: list, context: str, tok=None, at: str = 
         models = {"model": models}
     if not models:
         raise UsageError("compare takes at least one model: {name: model}")
+    task, levels = task_and_items(task, levels)
     if tok is None:
         tok = as_bridge(next(iter(models.values()))).tokenizer
     if responses is None:
