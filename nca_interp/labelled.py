@@ -38,9 +38,10 @@ def as_float(values) -> np.ndarray:
     return np.asarray(np.nan if values is None else values, dtype=float)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Labelled:
-    """`values` with named dimensions `dims` and, per dimension, its labels (`coords`)."""
+    """`values` with named dimensions `dims` and, per dimension, its labels (`coords`).
+    Compared by identity (`==` on arrays is elementwise: compare `.values` for numbers)."""
 
     values: np.ndarray
     dims: tuple[str, ...]
@@ -126,7 +127,7 @@ class Labelled:
                             coords={d: list(c) for d, c in self.coords.items()}, name=self.name)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Arrays(Mapping):
     """An analysis's labelled arrays by name; `attrs`: what is not an array (responses,
     settings, the items' units)."""
