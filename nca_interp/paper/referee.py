@@ -107,16 +107,21 @@ ALSO = (
     Verdict("cos >= 0.997 at every layer (raw cosine, inflated by anisotropy)",
             "the same cosine between views of *different* items (the anisotropy floor) beside "
             "it: the threshold is not judged where that floor reaches it; beside it, the share "
-            "of step 0's distance to 1 that NCA closes against the paper's own (rule "
+            "of step 0's distance to 1 that NCA closes, this project's own description, "
+            "compared with nothing of the paper's (it gives no base or OPD cosine) (rule "
             "`claims.nca_identical`)", (claims.nca_identical,)),
 )
 
 
 def published(root: Path) -> list[str]:
-    """Settings with a context-return evaluation in `root`, in nca_interp.paper.reproduce's
-    order."""
-    settings = load().settings
-    return [s for s in settings if (root / s / CONTEXT_RETURN).exists()]
+    """Every published folder with a context-return evaluation in `root`, in
+    nca_interp.paper.reproduce's order: each setting, and each preset run as its own folder
+    whose page was written (the depth rows: `nca_interp.paper.report`'s published folders),
+    so that "every published setting" holds."""
+    catalogue = load()
+    return [s for s in dict.fromkeys([*catalogue.settings, *catalogue.presets])
+            if (root / s / CONTEXT_RETURN).exists()
+            and (s in catalogue.settings or (root / s / "README.md").exists())]
 
 
 def seeds_of(figs: Path) -> str:
