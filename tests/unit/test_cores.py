@@ -109,6 +109,26 @@ def test_layer_sim_core_on_models_in_memory_equals_the_command(models, tok, tmp_
     assert len(ratio) == 2 * 2 * 4 and set(ratio.layer) == {"0", "1"}  # 2 ckpts, layers, heads
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_layer_sim_core_on_other_families(tok, tmp_path, arch):
+    """The in-memory core on Llama and Qwen2 equals the command's entry for the same model
+    and tokenizer. The tokenizer is the folder's as loaded: transformers reads the char
+    tokenizer saved beside a Qwen2 config back as a Qwen2Tokenizer, which drops newlines, so
+    the in-memory one would encode other ids (and the numbers differ by ~0.02)."""
+    from nca_interp.checkpoint import load_checkpoint
+
+    model = tiny(tok, arch, seed=3)
+    folder = save_checkpoint(tmp_path / arch, model, tok)
+    _, loaded = load_checkpoint(folder)
+    task = make_task("sokoban")
+    levels = task.levels("test", 3)
+    responses = layer_sim.reference_responses(loaded, task, levels)
+    got = layer_sim.similarity(model, task, levels, "state", tok=loaded, responses=responses)
+    want = layer_sim.layer_similarity(folder, task, "state", levels, responses=responses)
+    for stat in (*layer_sim.STATS, "ctx_attn", "ctx_attn_ratio", "n_positions"):
+        near(got[stat].values, want[stat], f"{arch} {stat}")
+
+
 def test_param_delta_core_on_models_in_memory_equals_the_command(models, tmp_path):
     mem, folders = models
     a, b = str(folders["a"]), str(folders["b"])
