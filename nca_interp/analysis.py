@@ -38,6 +38,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from nca_interp import identity, reports
 from nca_interp.errors import UsageError
+from nca_interp.fsio import link_runs_home
 from nca_interp.plugins import import_plugins
 
 __all__ = ["PLUGINS_ENV", "REGISTRY", "Analysis", "AnalysisSpec", "Job", "checkpoint_paths",
@@ -699,6 +700,7 @@ def execute(mod, cfg) -> dict:
         from nca_interp.plots import check_bundle
         from nca_interp.runlock import RunLock
 
+        link_runs_home(out)  # a default runs/... output lands outside the work tree
         check_out_clear(cfg, out)
         check_outputs(out, analysis_of(mod))
         stem = figure_stem(Path(out).expanduser(), "")

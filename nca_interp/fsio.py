@@ -26,12 +26,11 @@ from pathlib import Path
 
 from nca_interp.errors import InputError, MissingInputError, RunError, UsageError
 
-__all__ = ["MAX_JSON_BYTES", "MAX_TEXT_BYTES", "STAGE_MARK", "UnsafePathError", "WriteFault",
-           "check_target", "clear_temporaries", "default_cache", "is_own_temporary",
-           "is_temporary", "is_write_fault", "new_stage", "parse_json", "pid_alive",
-           "read_bytes", "read_json", "read_jsonl", "read_text", "regular_file",
-           "replace_folder", "spill_folder", "staged", "write_bytes", "write_error",
-           "write_text"]
+__all__ = ["MAX_JSON_BYTES", "MAX_TEXT_BYTES", "RUNS_ENV", "STAGE_MARK", "UnsafePathError",
+           "WriteFault", "check_target", "clear_temporaries", "default_cache", "is_own_temporary",
+           "is_temporary", "is_write_fault", "link_runs_home", "new_stage", "parse_json",
+           "pid_alive", "read_bytes", "read_json", "read_jsonl", "read_text", "regular_file",
+           "replace_folder", "spill_folder", "staged", "write_bytes", "write_error", "write_text"]
 
 MAX_JSON_BYTES = 1 << 30  # a report of a 1.7B model's per-module table is tens of MB
 MAX_TEXT_BYTES = 64 << 20  # prompts, system prompts, data files of questions
@@ -39,6 +38,36 @@ MAX_TEXT_BYTES = 64 << 20  # prompts, system prompts, data files of questions
 def default_cache() -> Path:
     """The package's cache folder (fetched models): $NCA_INTERP_CACHE or ~/.cache/nca_interp."""
     return Path(os.environ.get("NCA_INTERP_CACHE") or Path.home() / ".cache" / "nca_interp")
+
+
+RUNS_ENV = "NCA_INTERP_RUNS"  # where runs/ points: runs outlive the checkout
+
+
+def link_runs_home(out: str | Path) -> None:
+    """Keep a command's output under the default `runs/` outside the work tree: when `out` is
+    a relative path under `runs/` and no `runs` exists here, `runs` is made a link to
+    $NCA_INTERP_RUNS (default: the cache folder's `runs/`) first, so a demo's or a run's
+    default output never makes `runs/` a folder of the checkout (which a fresh checkout loses,
+    and which then kept the pipeline from linking it). A `runs` folder or link already there is
+    used as it is (a dangling link's folder is made again); any other path is the user's
+    choice."""
+    parts = Path(out).parts
+    if Path(out).is_absolute() or not parts or parts[0] != "runs":
+        return
+    link = Path("runs")
+    if link.is_symlink():
+        if not link.exists():  # a link whose folder went (a cleared cache): make the folder
+            Path(os.readlink(link)).mkdir(parents=True, exist_ok=True)
+        return
+    if link.exists():
+        return
+    home = Path(os.environ.get(RUNS_ENV) or default_cache() / "runs").expanduser()
+    home.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(home.resolve(), target_is_directory=True)
+    import sys
+
+    print(f"runs/ -> {home.resolve()} (outside the work tree, so the runs outlive the "
+          f"checkout; ${RUNS_ENV} moves it)", file=sys.stderr)
 
 
 def regular_file(path: str | Path, what: str = "file", limit: int | None = None) -> Path:

@@ -405,6 +405,10 @@ class Run:
         clear of and whose content a resume must find unchanged. `resume_from`: a step
         checkpoint of this run to go on from instead of the newest (the later ones are moved
         to `checkpoints/discarded/`)."""
+        if writer:  # a default runs/... output lands outside the work tree
+            from nca_interp.fsio import link_runs_home
+
+            link_runs_home(out)
         self.dir = Path(out).resolve()
         self.writer = writer
         self.config = {**run_config, "git_commit": ckpt.git_commit()}

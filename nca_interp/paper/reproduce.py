@@ -44,7 +44,7 @@ from nca_interp.cli import (
     write_json,
 )
 from nca_interp.errors import RunError, UsageError
-from nca_interp.fsio import read_json, write_text
+from nca_interp.fsio import link_runs_home, read_json, write_text
 from nca_interp.identity import roster, students
 from nca_interp.paper import dose, kept
 from nca_interp.paper.figures import render_figures
@@ -829,32 +829,21 @@ def open_log(path: Path):
     return os.fdopen(fd, "w")
 
 
-RUNS_ENV = "NCA_INTERP_RUNS"
 
 
 def runs_home(runs: str) -> None:
     """Keep the default `runs/` outside the work tree: a fresh checkout has lost every run kept
     inside it (twice, hours of a teacher each time). When `runs` is the default and absent, it
-    becomes a link to $NCA_INTERP_RUNS (default: the package's cache folder's `runs/`), so the
-    runs outlive the checkout while every recorded path (`runs/<name>`) stays as it was. An
-    existing folder or link is used as it is; any other --runs is the user's choice."""
-    from nca_interp.fsio import default_cache
-
+    becomes a link to $NCA_INTERP_RUNS (`fsio.link_runs_home`), so the runs outlive the
+    checkout while every recorded path (`runs/<name>`) stays as it was. An existing folder or
+    link is used as it is; any other --runs is the user's choice."""
     link = Path(runs)
     if runs != "runs" or link.is_dir():
         return
-    home = Path(os.environ.get(RUNS_ENV) or default_cache() / "runs").expanduser()
-    if link.is_symlink():  # a link whose folder went (a cleared cache): make the folder again
-        home = Path(os.readlink(link))
-        home.mkdir(parents=True, exist_ok=True)
-        return
-    if link.exists():
+    if link.exists() and not link.is_symlink():
         raise UsageError(f"{link.resolve()} is a file, not the folder runs go to; move it away "
                          "or pass --runs DIR")
-    home.mkdir(parents=True, exist_ok=True)
-    link.symlink_to(home.resolve(), target_is_directory=True)
-    print(f"runs/ -> {home.resolve()} (outside the work tree, so the runs outlive the checkout; "
-          f"${RUNS_ENV} moves it)")
+    link_runs_home(Path(runs) / "x")
 
 
 def main(argv: list[str] | None = None) -> None:
