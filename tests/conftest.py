@@ -1,4 +1,5 @@
 import os
+import tempfile
 
 import pytest
 import torch
@@ -8,6 +9,9 @@ os.environ.setdefault("NCA_INTERP_QUIET", "1")  # no progress bars in test outpu
 # `--precision auto` is bf16 on a CPU with native bf16: the suite checks fp32 numerics on every
 # machine (tests of the rule set the variable themselves)
 os.environ["NCA_INTERP_NATIVE_BF16"] = "0"
+# a command's default runs/... output is linked to $NCA_INTERP_RUNS where no runs/ exists: the
+# suite's own outputs go to a folder of its own, never into a user's runs
+os.environ["NCA_INTERP_RUNS"] = tempfile.mkdtemp(prefix="nca_interp_test_runs_")
 torch.set_num_threads(1)
 torch.set_flush_denormal(True)
 
