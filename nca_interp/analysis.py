@@ -685,6 +685,22 @@ def check_out_clear(cfg, out: str | Path) -> None:
                          "another --out (the sixth probe)")
 
 
+# the config fields that name checkpoint folders (besides PATH_FIELDS' `ckpt`)
+CHECKPOINT_FIELDS = ("ckpt", "init", "teacher", "control", "pair")
+
+
+def check_checkpoints_exist(cfg) -> None:
+    """Refuse a config whose checkpoint fields name a path that does not exist, with the
+    loader's own one-line error, before any file is made (the loaders check the rest)."""
+    from nca_interp.checkpoint import verify_folder
+
+    for name in CHECKPOINT_FIELDS:
+        value = getattr(cfg, name, None)
+        for path in [value] if isinstance(value, str) else value or []:
+            if isinstance(path, str) and not Path(path).expanduser().exists():
+                verify_folder(path)
+
+
 def execute(mod, cfg) -> dict:
     """An analysis command on its config: checked before any work (fields, --out writable),
     run, its JSON and figures written when the config has an `out`, then its tables printed."""
@@ -700,6 +716,7 @@ def execute(mod, cfg) -> dict:
         from nca_interp.plots import check_bundle
         from nca_interp.runlock import RunLock
 
+        check_checkpoints_exist(cfg)  # a missing input is said before runs/ is touched
         link_runs_home(out)  # a default runs/... output lands outside the work tree
         check_out_clear(cfg, out)
         check_outputs(out, analysis_of(mod))

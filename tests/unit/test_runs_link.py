@@ -63,3 +63,19 @@ def test_an_analysis_demo_and_a_training_run_write_outside_the_checkout(checkout
     run = Run("runs/r", {"kind": "sft"})
     assert (work / "runs").is_symlink() and (home / "r").is_dir()
     run.close()
+
+
+@pytest.mark.parametrize("flag", ["ckpt", "--init"])
+def test_a_missing_checkpoint_is_said_before_runs_is_linked(checkout, capsys, flag):
+    """Bad input gets its one-line error before any work: no runs/ link, no note about one."""
+    from nca_interp import param_delta
+    from nca_interp.assets import embedded
+    from nca_interp.checkpoint import CheckpointError
+
+    work, home = checkout
+    real = str(embedded("sokoban_opd"))
+    args = {"ckpt": ["missing", "--init", real], "--init": [real, "--init", "missing"]}[flag]
+    with pytest.raises(CheckpointError, match="no checkpoint at"):
+        param_delta.main([*args, "--out", "runs/demo/param_delta", "--threads", "1"])
+    assert not os.path.lexists(work / "runs") and not home.exists()
+    assert "runs/ ->" not in capsys.readouterr().err
