@@ -906,4 +906,5 @@ register(AnalysisSpec(
     "where c still acts, token by token and layer by layer (logit lens), against a wrong c' "
     "and the arithmetic floor; the forks that carry harm cases",
     files={"lens": "lens.json"},
+    pipeline="nca_interp.paper.reproduce:plan_lens",
     report="nca_interp.reports:LensReport"))

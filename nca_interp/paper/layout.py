@@ -10,7 +10,7 @@ from pathlib import Path
 from nca_interp import analysis
 
 __all__ = ["CONTEXT_CONTROL", "CONTEXT_RETURN", "GRAD_ALIGN_OPD", "HARM_DRIFT",
-           "LAYER_SIM", "LAYER_SIM_STAGES", "PARAM_DELTA", "PATCHING", "TEACHER_GLOB",
+           "LAYER_SIM", "LENS", "LAYER_SIM_STAGES", "PARAM_DELTA", "PATCHING", "TEACHER_GLOB",
            "TRAJECTORY", "analysis_files", "grad_files", "grad_stem", "teacher_file"]
 
 
@@ -30,6 +30,7 @@ PARAM_DELTA = _file("param_delta", "param_delta")
 PATCHING = _file("patching", "patching")
 TRAJECTORY = _file("trajectory", "trajectory")
 GRAD_ALIGN_OPD = _file("grad_align", "opd")
+LENS = _file("lens", "lens")
 HARM_DRIFT = "harm_drift.json"
 
 

@@ -21,6 +21,7 @@ from nca_interp.paper.layout import (
     CONTEXT_RETURN,
     GRAD_ALIGN_OPD,
     HARM_DRIFT,
+    LENS,
     PARAM_DELTA,
     PATCHING,
     TEACHER_GLOB,
@@ -30,7 +31,8 @@ from nca_interp.paper.layout import (
 )
 from nca_interp.reports import read_derived
 
-__all__ = ["context_return", "main", "render", "teacher"]
+__all__ = ["context_control", "context_return", "lens", "main", "per_seed", "render",
+           "teacher"]
 
 
 def fmt_range(r: dict) -> str:
@@ -328,6 +330,82 @@ def patching(figs: Path) -> str:
     return "\n\n".join(out)
 
 
+def _num(v: float) -> str:
+    """A KL or share: four decimals, or two significant digits where that would read 0."""
+    return f"{v:.4f}" if v == 0 or abs(v) >= 1e-3 else f"{v:.1e}"
+
+
+def _iv(v, ci) -> str:
+    """A token mean with its interval ('-' where undefined)."""
+    if v is None:
+        return "-"
+    lo, hi = ci if ci else (None, None)
+    return _num(v) + (f" [{_num(lo)}, {_num(hi)}]" if lo is not None else "")
+
+
+def _restored(f: dict, kind: str) -> str:
+    n, share = f.get(f"n_{kind}", 0), f.get(f"{kind}_restored")
+    if share is None:
+        return f"{n} cases" if n else "none"
+    within = f.get(f"{kind}_restored_within")
+    tried = len(f.get(kind) or [])
+    return (f"{n} cases; of {tried} tried, {share:.0%} restored by the first fork's token"
+            + (f", {within:.0%} within the forks tried" if within is not None else ""))
+
+
+def lens(figs: Path) -> str:
+    """The two-view lens (`python -m nca_interp.lens`): where in the response the returning c
+    still moves each checkpoint's next-token distribution (KL(q_x || q_c) per token on its own
+    samples), beside a wrong c' of c's form and the floor; the forks of harm and help cases;
+    over training where the lens read a run's steps."""
+    out = []
+    for path in (p for p in (figs / LENS,) if p.exists()):
+        rep = analysis.load(path)
+        cfg = rep.config
+        rows = ["| checkpoint | KL with c, all tokens | first third | middle third | last third "
+                "| KL with a wrong c' (control) | floor | top token changed by c / by c' | harm "
+                "cases (right without c, wrong with it) | help cases |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        for name, e in rep.results.items():
+            ci = e.ci95
+            thirds = [_iv(v, b) for v, b in zip(e.thirds["kl"], ci["kl_thirds"])]
+            flip = e.overall["flip"], e.overall["flip_control"]
+            rows.append(f"| {name} | {_iv(e.overall['kl'], ci['kl'])} | " + " | ".join(thirds)
+                        + f" | {_iv(e.overall['kl_control'], ci['kl_control'])} | "
+                        f"{e.overall['kl_floor']:.1e} | "
+                        + " / ".join("-" if v is None else _num(v) for v in flip)
+                        + f" | {_restored(e.forks, 'harm')} | {_restored(e.forks, 'help')} |")
+        e0 = next(iter(rep.results.values()))
+        text = (f"`{path.name}`: {e0.n_items} held-out items ({e0.n_units} units), one sample "
+                f"y ~ g(.|x) each at temperature {cfg['temperature']}; KL(q_x || q_c) in nats "
+                "per response token on that sample, 95% cluster-bootstrap intervals; the "
+                "control is the same with a wrong c' of c's form, the floor the no-c view "
+                "against itself in another layout (arithmetic). A fork is a token where the "
+                "views' greedy choices differ; restored = continuing from the first fork with "
+                "the other view's token makes a harm case right (a help case wrong).\n\n"
+                + "\n".join(rows))
+        if rep.layers:
+            deep = [f"{name}: settles without c at {e.depth['settle_x']:.1f}, with c at "
+                    f"{e.depth['settle_c']:.1f}; at forks the views part from layer "
+                    + ("-" if e.depth["part"] is None else f"{e.depth['part']:.1f}")
+                    for name, e in rep.results.items() if e.depth]
+            text += ("\n\nLogit lens (mean layer index of " + str(len(rep.layers) - 1)
+                     + " blocks from which a view's top token stays its final one): "
+                     + "; ".join(deep) + ".")
+        for run, ot in (rep.over_training or {}).items():
+            lines = ["| step | KL with c | first third | middle third | last third | with c' "
+                     "(control) | floor |", "|---|---|---|---|---|---|---|"]
+            for i, st in enumerate(ot["step"]):
+                kl, ci = ot["kl"][i], ot["ci95"]["kl"][i]
+                lines.append(f"| {st} | " + " | ".join(_iv(v, b) for v, b in zip(kl, ci))
+                             + f" | {_iv(ot['kl_control'][i][0], ot['ci95']['kl_control'][i][0])}"
+                             f" | {ot['kl_floor'][i][0]:.1e} |")
+            text += (f"\n\nOver training, `{run}` (step 0 = the checkpoint it started from, "
+                     "the null):\n\n" + "\n".join(lines))
+        out.append(text)
+    return "\n\n".join(out)
+
+
 def heads_table(r: dict, kind: str, flipped: str) -> str:
     """Held-out head selection against its random-head null."""
     hd = r.heads
@@ -441,7 +519,8 @@ def figures_section(figs: Path) -> str:
 
 # the analyses this page draws sections for; any other registered analysis gets a row
 # in `other_analyses` (its report files and figures), with no edit here
-OWN_SECTIONS = ("evaluate", "trajectory", "layer_sim", "grad_align", "param_delta", "patching")
+OWN_SECTIONS = ("evaluate", "trajectory", "layer_sim", "grad_align", "param_delta", "patching",
+                "lens")
 
 
 def other_analyses(figs: Path) -> str:
@@ -525,6 +604,9 @@ def render(figs: Path) -> str:
         kinds = {r.kind or "harm" for r in patched.values()}
         sections.append((f"Causal patching of the {' / '.join(sorted(kinds))} cases "
                          f"({', '.join(patched)})", patching))
+    if (figs / LENS).exists():
+        sections.append(("Where the returning context still acts, token by token (the two-view "
+                         "lens on the first seed's students)", lens))
     if other_analyses(figs):
         sections.append(("Other registered analyses (no section of their own on this page: "
                          "their reports and figures)", other_analyses))

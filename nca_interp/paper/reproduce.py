@@ -24,7 +24,16 @@ from pathlib import Path
 
 import numpy as np
 
-from nca_interp import analysis, evaluate, grad_align, layer_sim, param_delta, patching, trajectory
+from nca_interp import (
+    analysis,
+    evaluate,
+    grad_align,
+    layer_sim,
+    lens,
+    param_delta,
+    patching,
+    trajectory,
+)
 from nca_interp.checkpoint import (
     MANIFEST,
     content_digest,
@@ -53,6 +62,7 @@ from nca_interp.paper.layout import (
     CONTEXT_RETURN,
     HARM_DRIFT,
     LAYER_SIM_STAGES,
+    LENS,
     PARAM_DELTA,
     PATCHING,
     TRAJECTORY,
@@ -789,6 +799,24 @@ def plan_patching(p: Pipeline) -> list[analysis.Job] | str:
               *([str(p.base)] if p.preset.patching_base else [])],
         context=p.cfg.context, out=str(p.figs / "patching"), **patching_fields(p),
         **p.threads), keys)]
+
+
+# the lens reads each run at these saved steps (0: the teacher, shared), on at most this many
+# held-out items (enough for a few harm cases where OPD breaks: its forks are swapped)
+LENS_STEPS = ("0", "mid", "final")
+LENS_ITEMS = 64
+
+
+def plan_lens(p: Pipeline) -> list[analysis.Job]:
+    """The two-view lens of the first seed's OPD and NCA students over training (step 0, the
+    middle and the final checkpoint): where in the response the returning c still acts, against
+    a wrong c' and the floor, and the forks of the harm and help cases."""
+    s0 = p.cfg.seeds[0]
+    keys = (f"opd_s{s0}", f"nca_s{s0}")
+    return [analysis.Job("lens", p.figs / LENS, lambda: lens.LensConfig(
+        ckpt=[str(p.students[k]) for k in keys], **p.ckpt_kw, context=p.cfg.context,
+        n_levels=min(p.cfg.n_levels, LENS_ITEMS), over_training=list(LENS_STEPS),
+        out=str(p.figs / "lens"), **p.threads), keys)]
 
 
 def patching_fields(p: Pipeline) -> dict:

@@ -396,11 +396,14 @@ def test_every_published_setting_is_what_its_manifest_ran():
         cfg = parse_config(ReproduceConfig, shlex.split(setting.command(name))[3:])
         for command, analysis_file in ran:
             # --keep says which steps' outputs were kept (students retrained and shown
-            # identical); like threads and jobs it does not change what the config asks for,
-            # and the gradient flags, read by grad_align alone, do not change a file the
-            # context return made
-            ignore = ("threads", "png", "jobs", "keep",
-                      *(() if analysis_file else ("grad_batch", "grad_every", "grad_seeds")))
+            # identical) and --publish only where a run's files may go; like threads and jobs
+            # they do not change what the config asks for. The gradient flags, read by
+            # grad_align alone, and --analyses (whether analyses follow) do not change a file
+            # the context return made: a sweep row's evaluation, analysed later, is the
+            # setting's own
+            ignore = ("threads", "png", "jobs", "keep", "publish",
+                      *(() if analysis_file else ("grad_batch", "grad_every", "grad_seeds",
+                                                  "analyses")))
             assert same_config(cfg, shlex.split(command)[3:], ignore=ignore), \
                 f"{name}: SETTINGS says {setting.command(name)!r}, the manifest ran {command!r}"
         analysed = any(Path(p).name.startswith(ANALYSIS_FILES) for p in files)

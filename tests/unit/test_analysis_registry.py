@@ -61,7 +61,7 @@ def test_a_registered_analysis_runs_in_the_pipeline_and_is_listed_everywhere(toy
     with pytest.raises(SystemExit):
         parse_config(reproduce.ReproduceConfig, ["--help-all"])
     shown = re.sub(r"\s+", " ", capsys.readouterr().out)
-    assert "patching, toy)" in shown
+    assert "patching, lens, toy)" in shown
     # the generated architecture page has its row, with its file, command and pipeline hook
     row = next(r for r in architecture.analysis_table() if r.startswith("| toy |"))
     assert "toy_analysis.py`" in row and "`python -m toy_analysis`" in row

@@ -126,3 +126,38 @@ def test_the_trl_callback_logs_the_commands_numbers_every_n_steps(run):
     assert got == pytest.approx({k: v for k, v in want.items() if v is not None}, rel=1e-5,
                                 abs=1e-9)
     assert model.training  # the monitor put the model back in training mode
+
+
+def test_the_setting_page_reads_the_lens_report_it_is_given(run, tmp_path):
+    """The page's lens section (nca_interp.paper.report.lens): a row per checkpoint read, each
+    number the report's own (KL with c and its interval, the control, the thirds, the forks),
+    and the over-training table's steps in order."""
+    from nca_interp.paper import report as page
+    from nca_interp.paper.layout import LENS
+
+    figs = tmp_path / "figs"
+    lens.execute(lens.LensConfig(ckpt=[str(run / "opd")], over_training=["0", "mid", "final"],
+                                 out=str(figs / LENS.removesuffix(".json")), **SMALL))
+    rep = json.loads((figs / LENS).read_text())
+    text = page.lens(figs)
+    rows = [r for r in text.splitlines() if r.startswith("| opd step")]
+    assert [r.split(" | ")[0] for r in rows] == ["| opd step 0", "| opd step 2", "| opd step 4"]
+    def nums(cell):  # the value and its interval's bounds, as printed
+        return [float(x) for x in cell.replace("[", " ").replace("]", " ").replace(",", " ")
+                .split()]
+
+    close = lambda got, want: got == pytest.approx(want, rel=0.06, abs=1e-12)  # noqa: E731
+    for row, (name, e) in zip(rows, rep["results"].items()):
+        cells = row.strip("| ").split(" | ")
+        assert close(nums(cells[1]), [e["overall"]["kl"], *e["ci95"]["kl"]]), name
+        for k in range(3):
+            assert close(nums(cells[2 + k]), [e["thirds"]["kl"][k], *e["ci95"]["kl_thirds"][k]])
+        assert close(nums(cells[5]), [e["overall"]["kl_control"], *e["ci95"]["kl_control"]])
+        assert close(nums(cells[7].replace("/", " ")),
+                     [e["overall"]["flip"], e["overall"]["flip_control"]])
+        assert cells[8].startswith(f"{e['forks']['n_harm']} cases") or \
+            (e["forks"]["n_harm"] == 0 and cells[8] == "none")
+    steps = [r.split(" | ")[0] for r in text.split("Over training")[1].splitlines()
+             if r.startswith("| ") and r[2].isdigit()]
+    assert steps == ["| 0", "| 2", "| 4"]
+    assert page.lens(tmp_path / "empty") == ""
