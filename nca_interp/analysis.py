@@ -696,7 +696,9 @@ def check_checkpoints_exist(cfg) -> None:
 
     for name in CHECKPOINT_FIELDS:
         value = getattr(cfg, name, None)
-        for path in [value] if isinstance(value, str) else value or []:
+        paths = [value] if isinstance(value, str) else \
+            value if isinstance(value, (list, tuple)) else []  # a flag of that name: no path
+        for path in paths:
             if isinstance(path, str) and not Path(path).expanduser().exists():
                 verify_folder(path)
 
