@@ -10,19 +10,22 @@ reverse), so every case is scored with heads chosen without it. Beside each held
   null        the same intervention with k random heads drawn from the heads that neither half
               chose, over many draws: its mean, its central 95% and the one-sided p-value
               (1 + draws >= observed) / (1 + draws)
-Two metrics: the teacher-forced normalised LD at the deciding position (one forward per draw)
-and the outcome of greedy answering with the heads removed (flipped: a harm case answered right,
-a help case answered wrong); controls (right both ways) give the broken-control rate.
+Two metrics: the teacher-forced normalised LD at the deciding position and the outcome of
+greedy answering with the heads removed (flipped: a harm case answered right, a help case
+answered wrong); controls (right both ways) give the broken-control rate. A random draw gives
+both from one teacher-forced run, several draws stacked in one forward (`Outcomes.many`).
 """
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from nca_interp.bootstrap import cluster_indices, iid_indices, n_units, percentile_ci
+from nca_interp.hooks import attached
 from nca_interp.patching.cases import Cases, score
 from nca_interp.patching.interventions import (
     ablation_effect,
@@ -31,9 +34,10 @@ from nca_interp.patching.interventions import (
     greedy,
     logit_diff,
     normalised,
+    row_ablation_hooks,
     view_lds,
 )
-from nca_interp.patching.rerun import Rerun
+from nca_interp.patching.rerun import Rerun, cache_reaches_attention, window
 from nca_interp.progress import bar
 from nca_interp.rollout import pad_id
 
@@ -129,6 +133,20 @@ def answered_right(bridge, task, cases: Cases, heads: list[tuple[int, int]], sto
     return np.array([score(task, tok, lv, o) for lv, o in zip(cases.levels, outs)])
 
 
+@dataclass
+class _Moved:
+    """A case a head set moved, to be decoded on from its teacher-forced run: the set's index
+    and heads, the case, the first answer position `j` the run does not confirm, the run's
+    logits there (V) and its keys and values of the case's row up to j (a block each)."""
+
+    set: int
+    heads: list
+    case: int
+    j: int
+    logits: torch.Tensor
+    kv: list
+
+
 class Outcomes:
     """`answered_right` for many head sets on one case set, decoding only where it can differ.
 
@@ -141,10 +159,19 @@ class Outcomes:
     near-tie (where the cached decoding and the full forward may round differently) on the
     decoded path, so the outcome is `answered_right`'s up to the tolerance `greedy` accepts.
     A random head set rarely moves a greedy answer: one run instead of a decoding of every
-    case (`bench/patching_cost.py` measures both)."""
+    case (`bench/patching_cost.py` measures both).
 
-    def __init__(self, bridge, task, cases: Cases, stops: list[int], tol: float = 1e-4):
+    Many head sets (`many`) share their runs: up to `rows` rows a forward, each set's copy of
+    the cases ablating its own heads (`row_ablation_hooks`; sets with the same lowest ablated
+    layer together). A moved case then decodes on from its run rather than from its prompt
+    (`_go_on`): its answer up to the first position j the run does not confirm is the
+    unablated one, and the run's keys and values up to j seed the KV cache, so only the
+    tokens from j are decoded, the moved cases of many sets in one batch."""
+
+    def __init__(self, bridge, task, cases: Cases, stops: list[int], tol: float = 1e-4,
+                 rows: int = 64):
         self.bridge, self.task, self.cases, self.stops, self.tol = bridge, task, cases, stops, tol
+        self.rows = rows
         tok = bridge.tokenizer
         self.pad = pad_id(tok)
         ids, mask = cases.dst_prompt
@@ -165,7 +192,12 @@ class Outcomes:
                          torch.cat([mask, self.valid.to(mask.dtype)], 1))
         self.first = ablation_first(self.ctx, self.run.mask)  # columns an ablation can change
         self.at = (W - 1 + torch.arange(T))[None].expand(B, -1)
-        self.decoded = 0  # cases decoded in full (the rest confirmed by one run)
+        self.decoded = 0  # cases decoded (the rest confirmed by one run)
+        self.from_prompt = 0  # of them, decoded from the prompt (`answered_right`)
+        config = getattr(getattr(bridge, "original_model", None), "config", None)
+        # whether decoding goes on from a run's keys and values: checked on first use against
+        # the full forward (`_go_on`); never for a window the answer may outgrow (`greedy`)
+        self.go_on = None if W + task.max_response_tokens() <= window(config) else False
         # the deciding position lies on the answer where the case's response prefix is the
         # unablated answer's (it is, but for a tie the bridge breaks otherwise than the model
         # that found the cases): then one run gives a draw's teacher-forced effect too
@@ -182,8 +214,16 @@ class Outcomes:
     def unmoved(self, heads: list[tuple[int, int]]) -> np.ndarray:
         """Per case: does greedy decoding with `heads`' context reading removed certainly
         write the unablated answer?"""
-        return self._unmoved(self.run.logits_at(self.at, ablation_hooks(self.ctx, heads),
-                                                self.first))
+        return self._sure(self.run.logits_at(self.at, ablation_hooks(self.ctx, heads),
+                                             self.first)).all(1).numpy()
+
+    def _sure(self, logits_B_T_V: torch.Tensor) -> torch.Tensor:
+        """B T: is each answer token the run's choice by the margin (padding counts as so)?"""
+        top2 = logits_B_T_V.topk(2, dim=-1)
+        scale = logits_B_T_V.abs().amax(dim=(1, 2), keepdim=True).clamp(min=1.0)[..., 0]
+        same = (top2.indices[..., 0] == self.target) & \
+            (top2.values[..., 0] - top2.values[..., 1] > self.tol * scale)
+        return same | ~self.valid
 
     def measure(self, heads: list[tuple[int, int]], ld_src: torch.Tensor
                 ) -> tuple[np.ndarray, np.ndarray]:
@@ -191,33 +231,162 @@ class Outcomes:
         normalised effect at the deciding position (`ablation_effect`'s: 0 = the context run
         unchanged, 1 = `ld_src`, the no-context run's LD) and `answered_right`. Needs
         `shares_prefix`."""
-        if not self.shares_prefix:
-            raise RuntimeError("these cases' response prefixes are not the unablated answers")
-        logits = self.run.logits_at(self.at, ablation_hooks(self.ctx, heads), self.first)
-        ld = self._ld(logits.gather(1, (self.decide - self.at[:, :1])[..., None].expand(
-            -1, -1, logits.shape[-1])))
-        return normalised(ld, self.ld_clean, ld_src), self._right(self._unmoved(logits), heads)
-
-    def _unmoved(self, logits: torch.Tensor) -> np.ndarray:
-        top2 = logits.topk(2, dim=-1)
-        scale = logits.abs().amax(dim=(1, 2), keepdim=True).clamp(min=1.0)[..., 0]
-        same = (top2.indices[..., 0] == self.target) & \
-            (top2.values[..., 0] - top2.values[..., 1] > self.tol * scale)
-        return (same | ~self.valid).all(1).numpy()
+        return self.many([heads], ld_src)[0]
 
     def answered_right(self, heads: list[tuple[int, int]]) -> np.ndarray:
         """Per case: is the greedy answer right with the context reading of `heads` removed
         (`answered_right`'s value)?"""
-        return self._right(self.unmoved(heads), heads)
+        return self.many([heads])[0][1]
 
-    def _right(self, unmoved: np.ndarray, heads: list[tuple[int, int]]) -> np.ndarray:
-        out = self.right.copy()
-        moved = np.flatnonzero(~unmoved)
-        if len(moved):
-            self.decoded += len(moved)
-            out[moved] = answered_right(self.bridge, self.task, self.cases.subset(moved.tolist()),
-                                        heads, self.stops)
-        return out
+    def many(self, head_sets: list[list[tuple[int, int]]], ld_src: torch.Tensor | None = None,
+             done=None) -> list[tuple[np.ndarray | None, np.ndarray]]:
+        """`measure` of each head set (its effect None without `ld_src`), the sets stacked
+        along the batch `rows` rows a run; `done(n)` is told as n more sets are measured."""
+        if ld_src is not None and not self.shares_prefix:
+            raise RuntimeError("these cases' response prefixes are not the unablated answers")
+        B, W = len(self.cases), self.cases.dst_prompt[0].shape[1]
+        lowest = [min((li for li, _ in hs), default=0) for hs in head_sets]
+        order = sorted(range(len(head_sets)), key=lambda s: lowest[s])
+        per = max(1, self.rows // B)
+        effects: list = [None] * len(head_sets)
+        right = [self.right.copy() for _ in head_sets]
+        pending: list[_Moved] = []
+        for at in range(0, len(order), per):
+            stack = order[at:at + per]
+            logits, kv = self._stacked([head_sets[s] for s in stack])
+            for i, s in enumerate(stack):
+                lg = logits[i * B:(i + 1) * B]
+                if ld_src is not None:
+                    ld = self._ld(lg.gather(1, (self.decide - self.at[:, :1])[..., None].expand(
+                        -1, -1, lg.shape[-1])))
+                    effects[s] = normalised(ld, self.ld_clean, ld_src)
+                sure = self._sure(lg)
+                moved = torch.nonzero(~sure.all(1))[:, 0].tolist()
+                self.decoded += len(moved)
+                if kv is None or self.go_on is False:
+                    self._from_prompt(right[s], moved, head_sets[s])
+                    continue
+                for c in moved:  # its row's keys and values up to j, the stack's freed
+                    j, r = int(torch.nonzero(~sure[c])[0]), i * B + c
+                    end = W + j
+                    pending.append(_Moved(s, head_sets[s], c, j, lg[c, j].clone(), [
+                        (k[r:r + 1, :, :end].clone(), v[r:r + 1, :, :end].clone())
+                        for k, v in kv]))
+            if len(pending) >= self.rows or (pending and at + per >= len(order)):
+                self._settle(pending, right, head_sets)
+                pending = []
+            if done is not None:
+                done(len(stack))
+        return list(zip(effects, right))
+
+    def _stacked(self, sets: list) -> tuple[torch.Tensor, list | None]:
+        """The teacher-forced runs of `sets` (len(sets) * B rows, each set's cases in turn)
+        and their keys and values; one run a set, and no keys, where they cannot stack."""
+        B = len(self.cases)
+        rows = torch.arange(B).repeat(len(sets))
+        hooks = row_ablation_hooks(self.ctx[rows], [hs for hs in sets for _ in range(B)],
+                                   self.bridge.cfg.n_heads)
+        got = self.run.stacked(rows, self.at[rows], hooks, self.first)
+        if got is not None:
+            return got
+        return torch.cat([self.run.logits_at(self.at, ablation_hooks(self.ctx, hs), self.first)
+                          for hs in sets]), None
+
+    def _from_prompt(self, right: np.ndarray, moved: list[int], heads) -> None:
+        if moved:
+            self.from_prompt += len(moved)
+            right[moved] = answered_right(self.bridge, self.task, self.cases.subset(moved),
+                                          heads, self.stops)
+
+    def _settle(self, pending: list[_Moved], right: list, head_sets: list) -> None:
+        """The moved cases' outcomes: decoded on from their runs (`_go_on`), or, where that
+        is not sure, from the prompt."""
+        tok = self.bridge.tokenizer
+        answers = self._go_on(pending) if self.go_on is not False else [None] * len(pending)
+        again: dict[int, list[int]] = {}
+        for p, a in zip(pending, answers):
+            if a is None:
+                again.setdefault(p.set, []).append(p.case)
+            else:
+                right[p.set][p.case] = score(self.task, tok, self.cases.levels[p.case], a)
+        for s, moved in again.items():
+            self._from_prompt(right[s], moved, head_sets[s])
+
+    @torch.no_grad()
+    def _go_on(self, pending: list[_Moved]) -> list[list[int] | None]:
+        """Greedy answers of the moved cases, their heads' reading of c removed, decoded in one
+        batch from their runs: a case's tokens before its j are the unablated answer's (the
+        run confirmed each by the margin), its token at j the run's choice, the later ones
+        decoded with the run's keys and values as the cache (a case whose j lies past the
+        batch's first is fed its answer's tokens up to j). None for a case where a choice is
+        a near-tie (within `tol` of the largest logit, as `_sure`). The first call is checked
+        against the full forward of every answer it decoded: where a token differs, this
+        path is off and every case is None (decoded from the prompt)."""
+        from transformers import DynamicCache
+
+        b = self.bridge
+        config = getattr(getattr(b, "original_model", None), "config", None)
+        ids_p, mask_p = self.cases.dst_prompt
+        R, W = len(pending), ids_p.shape[1]
+        cs = torch.tensor([p.case for p in pending])
+        js = torch.tensor([p.j for p in pending])
+        j0 = int(js.min())
+        cache = DynamicCache(config=config) if config is not None else DynamicCache()
+        for li in range(len(pending[0].kv)):
+            cache.update(torch.cat([p.kv[li][0][..., :W + j0, :] for p in pending]),
+                         torch.cat([p.kv[li][1][..., :W + j0, :] for p in pending]), li)
+        ids = torch.cat([ids_p[cs], self.target[cs, :j0]], 1)
+        mask = torch.cat([mask_p[cs], torch.ones((R, j0), dtype=mask_p.dtype)], 1)
+        hooks = row_ablation_hooks(self.ctx[cs], [p.heads for p in pending], b.cfg.n_heads)
+        out = [self.target[c, :j0].tolist() for c in cs.tolist()]
+        sure, done = torch.ones(R, dtype=torch.bool), torch.zeros(R, dtype=torch.bool)
+        stops, max_new = torch.tensor(self.stops), self.task.max_response_tokens()
+        logits = torch.stack([p.logits for p in pending])  # each case's run at its j
+        with attached(b), cache_reaches_attention(b):
+            for step in range(j0, max_new):
+                free = step >= js
+                top2 = logits.topk(2, dim=-1)
+                margin = top2.values[:, 0] - top2.values[:, 1]
+                sure &= ~free | done | (margin > self.tol * logits.abs().amax(-1).clamp(min=1.0))
+                forced = self.target[cs, min(step, self.target.shape[1] - 1)]
+                tok = torch.where(free, top2.indices[:, 0], forced)
+                for i in range(R):
+                    if not done[i]:
+                        out[i].append(int(tok[i]))
+                done |= torch.isin(tok, stops)
+                if bool(done.all()) or step == max_new - 1:
+                    break
+                nxt = torch.where(done, torch.full_like(tok, self.pad), tok)[:, None]
+                ids = torch.cat([ids, nxt], 1)
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+                logits = b.run_with_hooks(nxt, attention_mask=mask, fwd_hooks=hooks,
+                                          cache=cache, use_cache=True)[:, -1]
+        if self.go_on is None:
+            self.go_on = self._agrees(pending, ids, mask, out, sure)
+            if not self.go_on:
+                return [None] * R
+        return [a if ok else None for a, ok in zip(out, sure.tolist())]
+
+    def _agrees(self, pending: list[_Moved], ids: torch.Tensor, mask: torch.Tensor,
+                out: list[list[int]], sure: torch.Tensor, chunk: int = 8) -> bool:
+        """Is every token `_go_on` chose (from each case's j on, where sure) the full
+        forward's choice over the decoded sequence? A few rows a forward: its logits are
+        every position's."""
+        W = self.cases.dst_prompt[0].shape[1]
+        for lo in range(0, len(out), chunk):
+            part = pending[lo:lo + chunk]
+            hooks = row_ablation_hooks(self.ctx[[p.case for p in part]], [p.heads for p in part],
+                                       self.bridge.cfg.n_heads)
+            with attached(self.bridge):
+                full = self.bridge.run_with_hooks(ids[lo:lo + chunk],
+                                                  attention_mask=mask[lo:lo + chunk],
+                                                  fwd_hooks=hooks)
+            for i, p in enumerate(part):
+                a = out[lo + i]
+                chose = full[i, W - 1 + p.j:W - 1 + len(a)].argmax(-1).tolist()
+                if sure[lo + i] and a[p.j:] != chose:
+                    return False
+        return True
 
 
 def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H: np.ndarray,
@@ -269,23 +438,24 @@ def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H
                      ) -> tuple[list[float], list[float]]:
         """The random-head nulls: the mean effect of the first `n_effect` draws and the
         flipped rate of the first `n_flip`; one teacher-forced run a draw gives both where
-        the cases' response prefixes are the unablated answers (`Outcomes.measure`)."""
+        the cases' response prefixes are the unablated answers, and the draws share their
+        runs (`Outcomes.many`)."""
         effects, flips = [], []
-        both = n_flip > 0 and outcome("all").shares_prefix
-        for i, d in enumerate(bar(draws, f"patching: random-head nulls, k={k} ({n_effect} "
-                                  f"draws of the effect, {n_flip} of the flipped rate)",
-                                  unit="draw")):
-            if both and i < n_effect and i < n_flip:
-                effect, right = outcome("all").measure(d, lds["all"][0])
-                stats["generations"] = stats.get("generations", 0) + 1
+        both = min(n_effect, n_flip) if n_flip and outcome("all").shares_prefix else 0
+        ticks = bar(None, f"patching: random-head nulls, k={k} ({n_effect} draws of the "
+                    f"effect, {n_flip} of the flipped rate)", n_effect + n_flip - both, unit="draw")
+        if both:
+            for effect, right in outcome("all").many(draws[:both], lds["all"][0], ticks.update):
                 effects.append(np.nanmean(effect))
                 flips.append((right if kind == "harm" else ~right).mean())
-                continue
-            if i < n_effect:
-                effects.append(np.nanmean(ablation_effect(bridge, cases, d, lds["all"],
-                                                          dst["all"])))
-            if i < n_flip:
-                flips.append(flipped("all", d).mean())
+        for d in draws[both:n_effect]:
+            effects.append(np.nanmean(ablation_effect(bridge, cases, d, lds["all"], dst["all"])))
+            ticks.update(1)
+        if n_flip > both:
+            for _, right in outcome("all").many(draws[both:n_flip], None, ticks.update):
+                flips.append((right if kind == "harm" else ~right).mean())
+        stats["generations"] = stats.get("generations", 0) + n_flip
+        ticks.close()
         return effects, flips
 
     rows = []

@@ -25,8 +25,8 @@ from nca_interp.progress import bar
 
 __all__ = ["GROUPS", "SCOPES", "ablate_context_hook", "ablation", "ablation_effect",
            "ablation_first", "ablation_hooks", "cache_of", "greedy", "last_logits", "logit_diff",
-           "logit_lens", "normalised", "patch_hook", "pattern_edits_reach_logits", "sweep",
-           "view_lds"]
+           "logit_lens", "normalised", "patch_hook", "pattern_edits_reach_logits",
+           "row_ablation_hooks", "sweep", "view_lds"]
 
 GROUPS = ("all", "x", "response", "decide")
 SCOPES = ("full", "groups")
@@ -143,18 +143,22 @@ def patch_hook(source: torch.Tensor, where_B_W: torch.Tensor, head: int | None =
     return hook
 
 
-def ablate_context_hook(ctx_B_K: torch.Tensor, heads: list[int]):
+def ablate_context_hook(ctx_B_K: torch.Tensor, heads: list[int] | torch.Tensor):
     """Remove attention to the context columns for `heads`, renormalising each query's row
-    (rows that only see context keep their pattern)."""
+    (rows that only see context keep their pattern). `heads`: head indices, or a B H mask of
+    each row's own heads (several head sets stacked along the batch, `row_ablation_hooks`)."""
     def hook(pattern, hook):
         K = pattern.shape[-1]
         ctx = torch.nn.functional.pad(ctx_B_K, (0, K - ctx_B_K.shape[1]))[:, None, None, :]
-        for h in heads:
-            p = pattern[:, h: h + 1]
-            kept = p * ~ctx
-            total = kept.sum(-1, keepdim=True)
-            pattern[:, h: h + 1] = torch.where(total > 0, kept / total.clamp(min=1e-12), p)
-        return pattern
+        if torch.is_tensor(heads):
+            on = heads[:, :, None, None]
+        else:
+            on = torch.zeros(pattern.shape[1], dtype=torch.bool)
+            on[list(heads)] = True
+            on = on[None, :, None, None]
+        kept = pattern * ~ctx
+        total = kept.sum(-1, keepdim=True)
+        return torch.where(on & (total > 0), kept / total.clamp(min=1e-12), pattern)
 
     return hook
 
@@ -165,6 +169,19 @@ def ablation_hooks(ctx_B_K: torch.Tensor, heads: list[tuple[int, int]]) -> list:
     for li, h in heads:
         by_layer.setdefault(li, []).append(h)
     return [(pattern_hook(li), ablate_context_hook(ctx_B_K, hs)) for li, hs in by_layer.items()]
+
+
+def row_ablation_hooks(ctx_R_K: torch.Tensor, heads_R: list[list[tuple[int, int]]],
+                       n_heads: int) -> list:
+    """`ablation_hooks` with a head set per row: row r removes the context reading of
+    `heads_R[r]` alone (random-head draws stacked along the batch, one forward for all)."""
+    by_layer: dict[int, torch.Tensor] = {}
+    for r, heads in enumerate(heads_R):
+        for li, h in heads:
+            by_layer.setdefault(li, torch.zeros(len(heads_R), n_heads, dtype=torch.bool))[r, h] \
+                = True
+    return [(pattern_hook(li), ablate_context_hook(ctx_R_K, m))
+            for li, m in sorted(by_layer.items())]
 
 
 def normalised(patched: torch.Tensor, start: torch.Tensor, end: torch.Tensor) -> np.ndarray:

@@ -19,6 +19,11 @@ and a call whose hooks TransformerLens gates behind a flag (`attn.hook_result` a
 the full forward refuses them, which says what to set) or names no block (`hook_embed`, a
 filter function). The kept inputs are copied for every call, so an in-place hook (on the
 rotary `hook_cos`, say) cannot reach a later call.
+
+`stacked` reruns rows of the kept batch, a row as often as asked (several random head sets,
+each ablating on its own copy of the cases, in one forward), and hands back the run's keys
+and values for decoding to go on from. Checked once with the column cut: the rows reversed and
+one repeated must give the rerun of the batch's rows in that order, or each set runs alone.
 """
 
 from __future__ import annotations
@@ -52,16 +57,19 @@ def _fresh(kwargs: dict) -> dict:
     return out
 
 
-def _copied(value, memo: dict):
-    """`value` with every tensor in it cloned (a tensor shared by several blocks, once)."""
+def _copied(value, memo: dict, rows: torch.Tensor | None = None, B: int = 0):
+    """`value` with every tensor in it cloned (a tensor shared by several blocks, once); with
+    `rows`, a tensor whose first axis is the batch's (`B` long, and more axes after it) is
+    replaced by those rows instead (`Rerun.stacked`; checked once, `Rerun._keep_kv`)."""
     if torch.is_tensor(value):
         if id(value) not in memo:
-            memo[id(value)] = value.clone()
+            batch = rows is not None and value.dim() > 1 and value.shape[0] == B
+            memo[id(value)] = value.index_select(0, rows) if batch else value.clone()
         return memo[id(value)]
     if isinstance(value, (tuple, list)):
-        return type(value)(_copied(v, memo) for v in value)
+        return type(value)(_copied(v, memo, rows, B) for v in value)
     if isinstance(value, dict):
-        return {k: _copied(v, memo) for k, v in value.items()}
+        return {k: _copied(v, memo, rows, B) for k, v in value.items()}
     return value
 
 
@@ -126,6 +134,7 @@ class Rerun:
         self.tol = tol
         self.kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # keys, values a block
         self.suffix = None  # whether a rerun of the columns from the first hooked one is exact
+        self.rows_ok = False  # whether it is exact on rows of the batch picked and repeated
 
     def _check(self, tol: float) -> bool:
         b = self.bridge
@@ -202,25 +211,41 @@ class Rerun:
                 k is None or k.shape[-2] != T for k, _ in self.kv):
             return False
         want = self._from(0, ())
-        try:
-            got = self._tail(0, (), T // 2)
-        except (AttributeError, RuntimeError, TypeError):  # a block that takes no cache so
-            return False
-        return bool((got - want).abs().max() <= self.tol * max(1.0, float(want.abs().max())))
+        # the rows reversed and one repeated: a rerun on rows of the batch (`stacked`) that
+        # took an input's axis for the batch's, or mixed rows, differs here
+        B = self.ids.shape[0]
+        rows = torch.cat([torch.arange(B).flip(0), torch.zeros(1, dtype=torch.long)])
+        for picked in (rows, None):
+            try:
+                got = self._tail(0, (), T // 2, rows=picked)
+            except (AttributeError, IndexError, RuntimeError, TypeError, ValueError):
+                continue  # a block that takes no cache so, or an input not picked by rows
+            ref = want if picked is None else want[picked]
+            if bool((got - ref).abs().max() <= self.tol * max(1.0, float(ref.abs().max()))):
+                self.rows_ok = picked is not None
+                return True
+        return False
 
-    def _tail(self, start: int, hooks, first: int, at: torch.Tensor | None = None
-              ) -> torch.Tensor:
+    def _tail(self, start: int, hooks, first: int, at: torch.Tensor | None = None,
+              rows: torch.Tensor | None = None, kv_out: list | None = None) -> torch.Tensor:
         """`_from`, running only the columns from `first` on: the earlier columns' keys and
         values are the clean run's (a causal model's columns left of every change are
-        unchanged in every block)."""
+        unchanged in every block). `rows`: the run is of those rows of the batch (a row may
+        repeat). `kv_out`: filled with every block's keys and values of every column of the
+        run (blocks below `start`, the clean run's), for decoding to go on from it."""
         from transformers import DynamicCache
 
         b, memo = self.bridge, {}
+        B = self.ids.shape[0]
         config = getattr(getattr(b, "original_model", None), "config", None)
         cache = DynamicCache(config=config) if config is not None else DynamicCache()
+
+        def pick(x):
+            return x if rows is None else x.index_select(0, rows)
+
         for li in range(start, len(b.blocks)):
             k, v = self.kv[li]
-            cache.update(k[..., :first, :], v[..., :first, :], li)
+            cache.update(pick(k[..., :first, :]), pick(v[..., :first, :]), li)
 
         def cut(key, value):
             if key in self._COLUMNS and torch.is_tensor(value):
@@ -234,14 +259,18 @@ class Rerun:
             for name, fn in hooks:
                 b.hook_dict[name].add_hook(fn, dir="fwd")
             args, kwargs = self.inputs[start]
-            resid = (args[0] if args else kwargs["hidden_states"])[:, first:].clone()
+            resid = pick((args[0] if args else kwargs["hidden_states"])[:, first:]).clone()
             for li in range(start, len(b.blocks)):
                 args, kwargs = self.inputs[li]
-                kwargs = {k: cut(k, _copied(v, memo)) for k, v in kwargs.items()
+                kwargs = {k: cut(k, _copied(v, memo, rows, B)) for k, v in kwargs.items()
                           if k != "hidden_states"}
                 kwargs.update(cache=cache, use_cache=True)
-                out = b.blocks[li](resid, *_copied(args[1:], memo), **kwargs)
+                out = b.blocks[li](resid, *_copied(args[1:], memo, rows, B), **kwargs)
                 resid = out[0] if isinstance(out, tuple) else out
+            if kv_out is not None:
+                kv_out.extend([tuple(map(pick, self.kv[li])) for li in range(start)]
+                              + [(cache.layers[li].keys, cache.layers[li].values)
+                                 for li in range(start, len(b.blocks))])
             if at is None:
                 return b.unembed(b.ln_final(resid[:, -1:]))[:, -1]
             return b.unembed(b.ln_final(_gather(resid, at - first)))
@@ -286,3 +315,18 @@ class Rerun:
         if first and int(at_B_P.min()) >= first and self._suffix_ok():
             return self._tail(start, hooks, first, at_B_P)
         return self._from(start, hooks, at_B_P)
+
+    @torch.no_grad()
+    def stacked(self, rows: torch.Tensor, at_R_P: torch.Tensor, hooks, first: int | None
+                ) -> tuple[torch.Tensor, list] | None:
+        """`logits_at` of a run over the rows `rows` of the batch (R: a row may repeat, so
+        several head sets, each acting on its own rows, share one forward): R P V logits at
+        `at_R_P`, and every block's keys and values of the run (R kvH T dh), from which greedy
+        decoding can go on. None where the column cut does not fit (the caller runs one head
+        set at a time)."""
+        start = first_layer(hooks) if hooks else len(self.inputs) - 1
+        if (not self.exact or start is None or not first or self._gated(hooks)
+                or int(at_R_P.min()) < first or not self._suffix_ok() or not self.rows_ok):
+            return None
+        kv: list = []
+        return self._tail(start, hooks, first, at_R_P, rows, kv), kv

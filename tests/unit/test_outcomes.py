@@ -157,3 +157,69 @@ def test_an_ablation_rerun_of_the_columns_it_can_change_is_the_full_forwards(set
         np.testing.assert_allclose(ablation_effect(bridge, cases, heads, lds, run),
                                    ablation_effect(bridge, cases, heads, lds), atol=1e-5)
     assert run.suffix
+
+
+def test_head_sets_stacked_in_one_run_give_each_sets_own_effect_and_outcome(setup, tok,
+                                                                             monkeypatch):
+    """`Outcomes.many` stacks several random head sets along the batch (each set's copy of the
+    cases ablating its own heads) and decodes the moved answers of many sets in one batch, on
+    from their runs: every set's effect is `ablation_effect`'s and its outcome
+    `answered_right`'s, computed set by set. The stacked and decoded-on paths are the ones
+    taken, on prompts of two lengths (left padding: a row's mask and positions are its own)
+    and with moved cases whose first unconfirmed answer position differs in one decoding
+    batch (the later ones fed their answer up to it). Tried: each row given the first row's
+    heads (`row_ablation_hooks`), the stacked run's inputs picked in sorted rather than the
+    asked row order (`rerun._copied`) and the forced answer token read one step late
+    (`_go_on`) each fail here."""
+    from nca_interp.patching.interventions import ablation_effect, view_lds
+
+    bridge, task, _, stops = setup
+    monkeypatch.setattr(heads_mod, "score", lambda t, tok, lv, o: len(o) % 2 == 0)
+    ids = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    levels = task.levels("test", 4) + make_task("sokoban", dim_room=(7, 7)).levels("test", 3)
+    plain = patching.build_cases(tok, task, "state",
+                                 [(lv, ids("UR") + [tok.eos_token_id], ids("DR"), 0)
+                                  for lv in levels], None)
+    assert len(set(plain.dst_prompt[1].sum(1).tolist())) == 2  # two prompt lengths
+    answers = Outcomes(bridge, task, plain, stops).answers
+    rows = [(lv, a, a[:1] + [(a[1] + 1) % 200] + a[2:], 1) for lv, a in zip(levels, answers)]
+    found = patching.build_cases(tok, task, "state", rows, None)
+    L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
+    every = [(li, h) for li in range(L) for h in range(H)]
+    rng = np.random.default_rng(3)
+    sets = [[every[j] for j in rng.choice(len(every), k, replace=False)]
+            for k in (1, 2, 3, 4) for _ in range(4)]
+    # three sets a run; a tolerance below the default's, as this random model's logits come
+    # within 1e-4 of a tie at a few of its ~2700 choices (decoded from the prompt: by design)
+    out = Outcomes(bridge, task, found, stops, tol=1e-6, rows=3 * len(found))
+    assert out.shares_prefix
+    js, decoded, go_on = [], [], Outcomes._go_on
+
+    def spy(self, pending):
+        js.append(sorted({p.j for p in pending}))
+        answers = go_on(self, pending)
+        decoded.extend((p.heads, p.case, a) for p, a in zip(pending, answers))
+        return answers
+
+    monkeypatch.setattr(Outcomes, "_go_on", spy)
+    lds = view_lds(bridge, found)
+    got = out.many(sets, lds[0])
+    for heads, (effect, right) in zip(sets, got):
+        np.testing.assert_allclose(effect, ablation_effect(bridge, found, heads, lds),
+                                   atol=1e-4, rtol=1e-4)
+        assert np.array_equal(right, heads_mod.answered_right(bridge, task, found, heads, stops))
+    assert out.run.rows_ok and out.go_on  # the stacked run and the decoding on from it
+    assert out.decoded > 0 and out.from_prompt == 0, (out.decoded, out.from_prompt)
+    assert any(len(j) > 1 for j in js), js  # a batch whose cases start at different j
+    ids, mask = found.dst_prompt
+    ctx, pad = prompt_context(found), pad_id(bridge.tokenizer)
+    by_set: dict = {}
+    for heads, c, a in decoded:
+        by_set.setdefault(tuple(heads), []).append((c, a))
+    assert sum(map(len, by_set.values())) == out.decoded
+    for heads, got_a in by_set.items():  # answers decoded on from a run: greedy's from the prompt
+        cs = [c for c, _ in got_a]
+        want = greedy(bridge, ids[cs], mask[cs], task.max_response_tokens(), stops, pad,
+                      ablation_hooks(ctx[cs], list(heads)))
+        assert [a for _, a in got_a] == want, heads
+    assert attached_hooks(bridge) == 0

@@ -319,11 +319,13 @@ def test_heads_are_chosen_on_one_half_and_judged_on_the_other(monkeypatch, setup
 
     monkeypatch.setattr(heads_mod, "ablation_effect", fake_effect)
 
-    def fake_measure(self, heads, ld_src):  # a random draw's effect and outcome, one run
-        seen.append(list(heads))
-        return np.full(len(self.cases), 0.5), np.zeros(len(self.cases), bool)
+    def fake_many(self, head_sets, ld_src=None, done=None):  # draws' effects and outcomes
+        if ld_src is not None:  # a random draw (a chosen set's outcome has no effect)
+            seen.extend(list(heads) for heads in head_sets)
+        return [(None if ld_src is None else np.full(len(self.cases), 0.5),
+                 np.zeros(len(self.cases), bool)) for _ in head_sets]
 
-    monkeypatch.setattr(heads_mod.Outcomes, "measure", fake_measure)
+    monkeypatch.setattr(heads_mod.Outcomes, "many", fake_many)
     monkeypatch.setattr(heads_mod, "answered_right",
                         lambda b, t, c, heads, stops: np.zeros(len(c), bool))
     out = heads_mod.held_out_heads(bridge, task, four, None, abl, "harm", [1], [0],
