@@ -159,6 +159,25 @@ def test_an_ablation_rerun_of_the_columns_it_can_change_is_the_full_forwards(set
     assert run.suffix
 
 
+def found_of_two_lengths(bridge, task, tok, stops):
+    """Found cases (response prefix: the unablated answer) of prompts of two lengths, and 16
+    random head sets of 1-4 heads."""
+    ids = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    levels = task.levels("test", 4) + make_task("sokoban", dim_room=(7, 7)).levels("test", 3)
+    plain = patching.build_cases(tok, task, "state",
+                                 [(lv, ids("UR") + [tok.eos_token_id], ids("DR"), 0)
+                                  for lv in levels], None)
+    assert len(set(plain.dst_prompt[1].sum(1).tolist())) == 2  # two prompt lengths
+    answers = Outcomes(bridge, task, plain, stops).answers
+    rows = [(lv, a, a[:1] + [(a[1] + 1) % 200] + a[2:], 1) for lv, a in zip(levels, answers)]
+    L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
+    every = [(li, h) for li in range(L) for h in range(H)]
+    rng = np.random.default_rng(3)
+    sets = [[every[j] for j in rng.choice(len(every), k, replace=False)]
+            for k in (1, 2, 3, 4) for _ in range(4)]
+    return patching.build_cases(tok, task, "state", rows, None), sets
+
+
 def test_head_sets_stacked_in_one_run_give_each_sets_own_effect_and_outcome(setup, tok,
                                                                              monkeypatch):
     """`Outcomes.many` stacks several random head sets along the batch (each set's copy of the
@@ -175,20 +194,7 @@ def test_head_sets_stacked_in_one_run_give_each_sets_own_effect_and_outcome(setu
 
     bridge, task, _, stops = setup
     monkeypatch.setattr(heads_mod, "score", lambda t, tok, lv, o: len(o) % 2 == 0)
-    ids = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
-    levels = task.levels("test", 4) + make_task("sokoban", dim_room=(7, 7)).levels("test", 3)
-    plain = patching.build_cases(tok, task, "state",
-                                 [(lv, ids("UR") + [tok.eos_token_id], ids("DR"), 0)
-                                  for lv in levels], None)
-    assert len(set(plain.dst_prompt[1].sum(1).tolist())) == 2  # two prompt lengths
-    answers = Outcomes(bridge, task, plain, stops).answers
-    rows = [(lv, a, a[:1] + [(a[1] + 1) % 200] + a[2:], 1) for lv, a in zip(levels, answers)]
-    found = patching.build_cases(tok, task, "state", rows, None)
-    L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
-    every = [(li, h) for li in range(L) for h in range(H)]
-    rng = np.random.default_rng(3)
-    sets = [[every[j] for j in rng.choice(len(every), k, replace=False)]
-            for k in (1, 2, 3, 4) for _ in range(4)]
+    found, sets = found_of_two_lengths(bridge, task, tok, stops)
     # three sets a run; a tolerance below the default's, as this random model's logits come
     # within 1e-4 of a tie at a few of its ~2700 choices (decoded from the prompt: by design)
     out = Outcomes(bridge, task, found, stops, tol=1e-6, rows=3 * len(found))
@@ -222,4 +228,23 @@ def test_head_sets_stacked_in_one_run_give_each_sets_own_effect_and_outcome(setu
         want = greedy(bridge, ids[cs], mask[cs], task.max_response_tokens(), stops, pad,
                       ablation_hooks(ctx[cs], list(heads)))
         assert [a for _, a in got_a] == want, heads
+    assert attached_hooks(bridge) == 0
+
+
+def test_a_decoding_on_the_check_rejects_decodes_every_moved_case_from_its_prompt(
+        setup, tok, monkeypatch):
+    """Where the first decoding on from the runs disagrees with the full forward (here made
+    to), that path is off for good: every moved case of every set is decoded from its prompt
+    and the outcomes are still `answered_right`'s. Tried: answers kept after a failed check
+    fail here."""
+    bridge, task, _, stops = setup
+    monkeypatch.setattr(heads_mod, "score", lambda t, tok, lv, o: len(o) % 2 == 0)
+    monkeypatch.setattr(Outcomes, "_agrees", lambda self, *a, **k: False)
+    found, sets = found_of_two_lengths(bridge, task, tok, stops)
+    out = Outcomes(bridge, task, found, stops, tol=1e-6, rows=3 * len(found))
+    got = out.many(sets[4:10])
+    for heads, (effect, right) in zip(sets[4:10], got):
+        assert effect is None
+        assert np.array_equal(right, heads_mod.answered_right(bridge, task, found, heads, stops))
+    assert out.go_on is False and out.decoded > 0 and out.from_prompt == out.decoded
     assert attached_hooks(bridge) == 0
