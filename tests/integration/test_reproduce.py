@@ -389,21 +389,22 @@ def test_every_published_setting_is_what_its_manifest_ran():
         if not manifest.exists():
             continue
         files = json.loads(manifest.read_text())["files"]
-        ran = {(f["command"], Path(p).name.startswith(ANALYSIS_FILES))
+        ran = {(f["command"], Path(p).name.startswith(ANALYSIS_FILES),
+                Path(p).name.startswith("grad_align"))
                for p, f in files.items() if f["command"].startswith("python -m "
                                                                     "nca_interp.paper.reproduce")}
         assert ran, name
         cfg = parse_config(ReproduceConfig, shlex.split(setting.command(name))[3:])
-        for command, analysis_file in ran:
+        for command, analysis_file, grad_file in ran:
             # --keep says which steps' outputs were kept (students retrained and shown
             # identical) and --publish only where a run's files may go; like threads and jobs
-            # they do not change what the config asks for. The gradient flags, read by
-            # grad_align alone, and --analyses (whether analyses follow) do not change a file
-            # the context return made: a sweep row's evaluation, analysed later, is the
+            # they do not change what the config asks for. The gradient flags are read by
+            # grad_align alone, and --analyses (whether analyses follow) does not change a
+            # file the context return made: a sweep row's evaluation, analysed later, is the
             # setting's own
             ignore = ("threads", "png", "jobs", "keep", "publish",
-                      *(() if analysis_file else ("grad_batch", "grad_every", "grad_seeds",
-                                                  "analyses")))
+                      *(() if grad_file else ("grad_batch", "grad_every", "grad_seeds")),
+                      *(() if analysis_file else ("analyses",)))
             assert same_config(cfg, shlex.split(command)[3:], ignore=ignore), \
                 f"{name}: SETTINGS says {setting.command(name)!r}, the manifest ran {command!r}"
         analysed = any(Path(p).name.startswith(ANALYSIS_FILES) for p in files)
