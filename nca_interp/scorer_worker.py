@@ -53,6 +53,7 @@ PATH_ENV = "NCA_INTERP_SCORER_PATH"  # the command's sys.path: `module:fn` resol
 # replaced a file descriptor it did not open): its next request unreadable, so the item before
 # broke it; or the reply to the current item unsendable.
 REQUEST_LOST, REPLY_LOST = 86, 87
+REPLY_KEYS = ("value", "other", "raised", "exit")  # one per reply to an item (`_answer`)
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
 
@@ -231,6 +232,7 @@ class ScorerWorker:
         self.spec, self.timeout = spec, check_timeout(timeout, "timeout")
         self._proc: subprocess.Popen | None = None
         self._last = ""  # the label of the last item scored, for a channel it broke
+        self._sent = 0  # requests sent to the worker started last; each reply echoes its number
         self._buffer = b""
         self._finalizer = None
         self.pid: int | None = None
@@ -252,9 +254,9 @@ class ScorerWorker:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "nca_interp.scorer_worker", self.spec],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True, env=env)
-        self._buffer, self.pid, self._last = b"", self._proc.pid, ""
+        self._buffer, self.pid, self._last, self._sent = b"", self._proc.pid, "", 0
         self._finalizer = weakref.finalize(self, _reap, self._proc)  # runs at exit too
-        reply = self._reply(max(IMPORT_TIMEOUT, self.timeout), "its import")
+        reply = self._reply(max(IMPORT_TIMEOUT, self.timeout), "its import", ("ready", "error"))
         if "error" in reply:
             self.close()
             raise UsageError(reply["error"])
@@ -270,13 +272,14 @@ class ScorerWorker:
         """Whether the scorer calls `response` right for `item`; `label` names the item in
         errors (`item 'q3' (data.jsonl:4)`)."""
         self.start()
-        line = json.dumps({"item": item, "response": response}).encode() + b"\n"
+        self._sent += 1
+        line = json.dumps({"n": self._sent, "item": item, "response": response}).encode() + b"\n"
         try:
             self._proc.stdin.write(line)
             self._proc.stdin.flush()
         except OSError:  # a broken pipe: the worker is gone
             pass
-        reply = self._reply(self.timeout, label)
+        reply = self._reply(self.timeout, label, REPLY_KEYS)
         if "raised" in reply:
             self.close()
             raise UsageError(f"scorer {self.spec} raised {reply['raised']} on {label}")
@@ -294,9 +297,11 @@ class ScorerWorker:
         self._last = label
         return right
 
-    def _reply(self, timeout: float, label: str) -> dict:
-        """The worker's next JSON line within `timeout` s; a timeout or the worker's end closes
-        it and raises a UsageError."""
+    def _reply(self, timeout: float, label: str, kinds: tuple[str, ...]) -> dict:
+        """The worker's next JSON line within `timeout` s, checked: a mapping holding this
+        request's number `n` and one key of `kinds`. A timeout, the worker's end or any other
+        line (a scorer that wrote `{}` to the protocol's pipe) closes it and raises a
+        UsageError naming the scorer and the item."""
         deadline = time.monotonic() + timeout
         fd = self._proc.stdout.fileno()
         try:
@@ -315,7 +320,18 @@ class ScorerWorker:
             self.close()
             raise
         line, _, self._buffer = self._buffer.partition(b"\n")
-        return json.loads(line)
+        try:
+            reply = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            reply = None
+        mine = [k for k in kinds if k in reply] if isinstance(reply, dict) else []
+        if len(mine) != 1 or len(reply) != 2 or reply.get("n") != self._sent or self._buffer:
+            self.close()
+            shown = line.decode("utf-8", "replace")[:80]
+            raise UsageError(f"scorer {self.spec} wrote to its worker's reply channel on {label} "
+                             f"(a line the worker did not send, {shown!r}): a scorer returns its "
+                             "value and never writes to a file descriptor it did not open")
+        return reply
 
     def _ended(self, code: int, label: str) -> UsageError:
         """The error for a worker that ended with exit status `code` while `label` ran."""
@@ -415,9 +431,9 @@ def serve(spec: str) -> None:
     try:
         fn = load_function(spec)
     except UsageError as e:
-        send({"error": str(e)})
+        send({"n": 0, "error": str(e)})
         return
-    send({"ready": True})
+    send({"n": 0, "ready": True})
     while True:
         try:
             line = requests.readline()
@@ -425,7 +441,8 @@ def serve(spec: str) -> None:
             os._exit(REQUEST_LOST)
         if not line:
             return
-        reply = _answer(fn, json.loads(line))
+        request = json.loads(line)
+        reply = {"n": request.get("n"), **_answer(fn, request)}
         try:
             send(reply)
         except (OSError, ValueError):
