@@ -60,6 +60,9 @@ class SizeControlConfig:
     rounds: int = field(default=3, metadata={
         "help": "at most this many training rounds; each after the first takes its lr from the "
                 "size-vs-lr elasticity the earlier rounds measured"})
+    task_options: list[str] | None = field(default=None, metadata={
+        "help": "code the setting's recorded train.distill command names (its scorer=FILE.py:fn), "
+                "given again here so that it runs: a manifest is data, never code"})
     elasticity: float = field(default=1.0, metadata={
         "help": "the first round's guess of d log(update size) / d log(lr) (1: size grows with "
                 "lr; sysprompt_kb0 measured 0.44)"})
@@ -82,6 +85,27 @@ def distill_command(manifest: dict, run: Path) -> list[str]:
             return shlex.split(entry_["command"])[3:]
     raise RunError(f"{run} has no train.distill command in the setting's manifest; train it "
                    "with python -m nca_interp.paper.reproduce first")
+
+
+def refuse_recorded_code(argv: list[str], given: list[str] | None, where: str) -> None:
+    """A recorded train.distill argv is data: a task option of it that names code (a scorer)
+    runs only when this command's --task-options names the same value; otherwise one
+    UsageError, before any work. The argv is read by train.distill's own parser, so an
+    abbreviated or repeated flag is read as the run would read it."""
+    from nca_interp.tasks import parse_task_options
+    from nca_interp.tasks import refuse_recorded_code as refuse
+    from train.distill import DistillConfig
+
+    try:
+        recorded = parse_config(DistillConfig, argv)
+    except SystemExit:  # argparse printed why
+        raise RunError(f"{where} records a train.distill command its parser refuses; rerun the "
+                       "setting's pipeline") from None
+    task = recorded.task or (read_run_config(recorded.student).get("task") or {}).get("name")
+    theirs = parse_task_options(task or "sokoban", recorded.task_options)
+    mine = parse_task_options(task or "sokoban", given)
+    refuse(theirs, {k: v for k, v in mine.items() if theirs.get(k) == v},
+           f"the train.distill command {where} records")
 
 
 def flag(argv: list[str], name: str) -> str:
@@ -137,6 +161,8 @@ def main(argv: list[str] | None = None) -> dict:
     pairs = {s: (runs / f"{cfg.setting}_opd_s{s}", runs / f"{cfg.setting}_nca_s{s}")
              for s in cfg.seeds}
     commands = {s: distill_command(made, opd) for s, (opd, _) in pairs.items()}
+    for argv_ in commands.values():  # before any work: a manifest is data, never code
+        refuse_recorded_code(argv_, cfg.task_options, f"{src / 'manifest.json'}")
     init = flag(commands[cfg.seeds[0]], "--student")
     figs = Path(cfg.figures) / f"{cfg.setting}_size"
     figs.mkdir(parents=True, exist_ok=True)

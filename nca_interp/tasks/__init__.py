@@ -50,8 +50,8 @@ discover()
 __all__ = ["CONTEXT_CHOICES", "FORMATS", "PLUGINS_ENV", "REGISTRY", "TASKS", "TASK_CHOICES",
            "ChatFormat", "QATask", "Scored", "Task", "TaskSpec", "context_choices", "discover",
            "json_safe", "make_task", "parse_task_options", "register", "rotated", "shuffled_words",
-           "merged_task_options", "names_code", "rejoin_commas", "task_choices", "task_from_record",
-           "task_record"]
+           "merged_task_options", "names_code", "refuse_recorded_code", "rejoin_commas",
+           "task_choices", "task_from_record", "task_record"]
 
 
 # read from the registry when asked, so a task registered after import is in them too
@@ -227,14 +227,22 @@ def task_from_record(record: dict | None, name: str | None = None,
     if name == "sysprompt" and record and "layout" not in record:
         config["layout"] = "table"  # runs recorded before layouts existed used the table
     given = parse_task_options(name, options)
-    for key, value in config.items():
-        if key not in given and names_code(key, value):
-            raise UsageError(
-                f"the checkpoint's run config names the {key} {value!r}: code, which this "
-                "package runs only when this command names it (a checkpoint is data, never "
-                f"code). To run it, add --task-options {key}={value} (or name another {key})")
+    refuse_recorded_code(config, given, "the checkpoint's run config")
     config.update(given)
     return make_task(name, fmt or record.get("fmt", "compact"), record.get("plan_k", 3), **config)
+
+
+def refuse_recorded_code(recorded: dict, given: dict, where: str) -> None:
+    """A UsageError for the first option of `recorded` (typed task options read from a file:
+    a run config, a manifest's recorded command, a report) that names code while `given`, the
+    options this command or caller named, has no value for its key. `where` names the file."""
+    for key, value in recorded.items():
+        if key not in given and names_code(key, value):
+            said = str(value).replace(",", "\\,")
+            raise UsageError(
+                f"{where} names the {key} {value!r}: code, which this package runs only when "
+                "this command names it (a checkpoint, manifest or report is data, never code). "
+                f"To run it, add --task-options {key}={said} (or name another {key})")
 
 
 def names_code(key: str, value) -> bool:

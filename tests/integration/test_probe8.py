@@ -2,6 +2,10 @@
 run config as the attack. Each failed before its fix."""
 
 
+import json
+import shutil
+from pathlib import Path
+
 import pytest
 
 from nca_interp import scorer_worker
@@ -33,3 +37,50 @@ def test_a_scorer_writing_to_the_reply_pipe_is_one_line_naming_it_and_the_item(t
     msg = str(e.value)
     assert "\n" not in msg and f"{path}:{fn}" in msg and "item 'q0'" in msg, msg
     assert "reply channel" in msg, msg
+
+
+EVIL = """from pathlib import Path
+Path(__file__).with_name("ran").write_text("the attacker's code ran")
+def fn(item, response): return True
+"""
+
+
+def evil_scorer(tmp_path: Path) -> str:
+    (tmp_path / "evil.py").write_text(EVIL)
+    (tmp_path / "data.jsonl").write_text('{"id": "q0", "prompt": "p", "answer": "a"}\n')
+    return f"{tmp_path / 'evil.py'}:fn"
+
+
+def test_size_control_runs_no_scorer_its_manifest_names(tmp_path, capsys):
+    """S1: size_control re-ran each OPD run's train.distill command read from the setting's
+    manifest; a recorded `--task-options ...,scorer=evil.py:fn` was imported and run. The
+    recorded command is data: refused before any work, unless this command names the same
+    scorer."""
+    from nca_interp.assets import embedded
+    from nca_interp.cli import entry
+    from nca_interp.paper import size_control
+
+    scorer = evil_scorer(tmp_path)
+    runs, figs = tmp_path / "runs", tmp_path / "figs"
+    base = tmp_path / "base"
+    shutil.copytree(embedded("sokoban_opd"), base)
+    (figs / "myset").mkdir(parents=True)
+    final = runs / "myset_opd_s0" / "checkpoints" / "step_000004"
+    command = (f"python -m train.distill --student {base} --task jsonl --context context "
+               f"--task-options data={tmp_path / 'data.jsonl'},scorer={scorer} --steps 4 "
+               f"--batch 4 --threads 1 --lr 0.001 --out {runs / 'myset_opd_s0'}")
+    (figs / "myset" / "manifest.json").write_text(json.dumps(
+        {"files": {str(final): {"command": command}}}))
+    argv = ["--setting", "myset", "--seeds", "0", "--runs", str(runs), "--figures", str(figs),
+            "--rounds", "1", "--jobs", "1", "--threads", "1"]
+    assert entry(size_control.main, argv) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: the train.distill command") and scorer in err[-1], err
+    assert "--task-options scorer=" in err[-1] and "manifest.json" in err[-1], err
+    assert not (tmp_path / "ran").exists() and not (figs / "myset_size").exists()
+    # named on this command line, the same scorer passes the check (the user runs it)
+    argv0 = size_control.distill_command(json.loads((figs / "myset" / "manifest.json")
+                                                    .read_text()), runs / "myset_opd_s0")
+    size_control.refuse_recorded_code(argv0, [f"scorer={scorer}"], "m")
+    with pytest.raises(UsageError, match="names the scorer"):
+        size_control.refuse_recorded_code(argv0, ["scorer=exact"], "m")
