@@ -549,6 +549,8 @@ def beside_settings(cfg: LayerSimConfig, published: LayerSimReport) -> dict:
         named = code_named(mine, published) if name == "task_options" else {}
         if named and named == _parsed(mine, published):
             mine = theirs  # only the report's own scorer, which a report cannot name itself
+        elif name == "task_options" and _only_its_code(mine, theirs, str(published.task)):
+            mine = theirs  # the same, for an older report's config (no data record)
         if mine != getattr(defaults, name) and mine != theirs:
             raise UsageError(f"--{name.replace('_', '-')} {mine} differs from the report's "
                              f"{theirs} ({cfg.beside}); --beside measures on the report's "
@@ -593,6 +595,30 @@ def check_code(published: LayerSimReport, named: dict, where: str) -> None:
                              "package runs only when this command names it (a report is data, "
                              f"never code). To run it, add --task-options {key}={said} (the "
                              f"report's own {key}; no other option may differ)")
+
+
+def _only_its_code(mine: list[str] | None, theirs: list[str] | None, task: str) -> bool:
+    """Whether `mine` names only code (a scorer) and each as `theirs` does."""
+    from nca_interp.tasks import names_code, parse_task_options
+
+    if not mine or not theirs:
+        return False
+    given, recorded = parse_task_options(task, mine), parse_task_options(task, theirs)
+    return all(names_code(k, v) and recorded.get(k) == v for k, v in given.items())
+
+
+def check_config_code(fixed: dict, given: list[str] | None, where: str) -> None:
+    """The report's config.task_options are data too: one naming code (a scorer) is refused
+    unless this command's --task-options names the same (without a data.task_options record,
+    an older report's, they were passed on as if given here: the eighth probe's S2)."""
+    from nca_interp.tasks import parse_task_options, refuse_recorded_code
+
+    if not fixed["task_options"]:
+        return
+    theirs = parse_task_options(fixed["task"], fixed["task_options"])
+    mine = parse_task_options(fixed["task"], given)
+    refuse_recorded_code(theirs, {k: v for k, v in mine.items() if theirs.get(k) == v},
+                         f"{where}'s config")
 
 
 def _texts(v) -> bool:
@@ -791,6 +817,7 @@ def run_beside(cfg: LayerSimConfig) -> LayerSimReport:
     named = code_named(cfg.task_options, published)  # before the settings replace them
     fixed = beside_settings(cfg, published)
     check_code(published, named, where)
+    check_config_code(fixed, cfg.task_options, where)
     check_entries(published, where)
     print(f"--beside {where}: measured at the report's settings, "
           + ", ".join(f"{k}={v}" for k, v in fixed.items()), flush=True)

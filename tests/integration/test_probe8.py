@@ -84,3 +84,41 @@ def test_size_control_runs_no_scorer_its_manifest_names(tmp_path, capsys):
     size_control.refuse_recorded_code(argv0, [f"scorer={scorer}"], "m")
     with pytest.raises(UsageError, match="names the scorer"):
         size_control.refuse_recorded_code(argv0, ["scorer=exact"], "m")
+
+
+def test_layer_sim_beside_runs_no_scorer_a_reports_config_names(tmp_path, capsys):
+    """S2: `layer_sim --beside REPORT` took the report's config.task_options as the
+    measurement's options; with no data.task_options record (an older report) nothing checked
+    them, and a `scorer=evil.py:fn` added there was imported as if given on the command line.
+    Every option read from a report is data: one naming code is refused unless this command
+    names it."""
+    from nca_interp import layer_sim
+    from nca_interp.assets import embedded
+    from nca_interp.cli import entry
+
+    scorer = evil_scorer(tmp_path)
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"Say {w}", "context": "be nice",
+                                        "answer": w}) + "\n" for w in ("hi", "yo", "ho", "ha")))
+    opd = tmp_path / "opd"
+    shutil.copytree(embedded("sokoban_opd"), opd)
+    layer_sim.main([str(opd), "--task", "jsonl", "--context", "context", "--task-options",
+                    f"data={data},test_share=0.5", "--threads", "1",
+                    "--out", str(tmp_path / "r")])
+    report = json.loads((tmp_path / "r.json").read_text())
+    report["config"]["task_options"].append(f"scorer={scorer}")
+    del report["data"]["task_options"]
+    (tmp_path / "older").mkdir()
+    (tmp_path / "older" / "r.json").write_text(json.dumps(report))
+    capsys.readouterr()
+    assert entry(layer_sim.main, ["--beside", str(tmp_path / "older" / "r.json"),
+                                  "--threads", "1", "--out", str(tmp_path / "again")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and "r.json" in err[-1] and scorer in err[-1], err
+    assert "--task-options scorer=" in err[-1], err
+    assert not (tmp_path / "ran").exists() and not list(tmp_path.glob("again*"))
+    # named on this command line, as the error says, the scorer is the user's to run
+    assert entry(layer_sim.main, ["--beside", str(tmp_path / "older" / "r.json"),
+                                  "--task-options", f"scorer={scorer}", "--threads", "1",
+                                  "--out", str(tmp_path / "again")]) == 0
+    assert (tmp_path / "ran").exists()
