@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from nca_interp import analysis, reports
-from nca_interp.bootstrap import cluster_indices, n_units, percentile_ci
+from nca_interp.bootstrap import cluster_indices, cluster_t_interval, n_units, percentile_ci
 from nca_interp.checkpoint import load_checkpoint, verify_folder
 from nca_interp.cli import entry, parse_config, validate
 from nca_interp.errors import UsageError
@@ -53,10 +53,10 @@ from nca_interp.runs import (
 )
 from nca_interp.tasks import Task, context_choices, task_choices
 
-__all__ = ["DEMO", "TASK_OPTIONS_HELP", "EvalConfig", "control_report", "evaluate_checkpoint",
-           "execute", "figures", "format_control", "format_markdown", "label", "main",
-           "max_response_tokens", "metric_of", "paired_report", "play_levels", "run", "show",
-           "unscored_report", "views_kl"]
+__all__ = ["DEMO", "FEW_CLUSTERS", "TASK_OPTIONS_HELP", "EvalConfig", "control_report",
+           "evaluate_checkpoint", "execute", "figures", "format_control", "format_markdown",
+           "label", "main", "max_response_tokens", "metric_of", "paired_report", "play_levels",
+           "reads_c_interval", "run", "show", "unscored_report", "views_kl"]
 
 _SAID: set = set()
 
@@ -298,8 +298,30 @@ def control_report(no_c: dict, with_c: dict, ctrl: dict, units: list[str],
     reads = paired_report(ctrl, with_c, units, unit_name)
     return {"correct": vs["correct_c"], "harm": vs["harm"],
             "ci95": {"correct": vs["ci95"]["correct_c"], "harm": vs["ci95"]["harm"]},
-            "reads_c": reads["delta_c"], "reads_c_ci95": reads["ci95"]["delta_c"],
+            "reads_c": reads["delta_c"],
+            "reads_c_ci95": reads_c_interval(with_c["won"], ctrl["won"], units,
+                                             reads["ci95"]["delta_c"]),
             "len": vs["len_c"]}
+
+
+# Under this many units the percentile cluster bootstrap under-covers (about 86-89% for a
+# nominal 95% at 8 units: tests/unit/test_bootstrap.py) and a mean's interval is the CR1 t
+# interval: the rule book's few-clusters rule (nca_interp.paper.rules.FEW_CLUSTERS, a layer
+# above this one; a test keeps the two equal).
+FEW_CLUSTERS = 30
+
+
+def reads_c_interval(won_c: np.ndarray, won_control: np.ndarray, units: list[str],
+                     boot: list) -> list:
+    """reads_c's 95% interval (the mean of won with c - won with c', per item): `boot`, the
+    percentile cluster bootstrap, from `FEW_CLUSTERS` units up; under it the cluster-robust t
+    interval (`bootstrap.cluster_t_interval`)."""
+    g = n_units(units)
+    if not 2 <= g < FEW_CLUSTERS:
+        return boot
+    diff = np.asarray(won_c, float) - np.asarray(won_control, float)
+    _, lo, hi = cluster_t_interval(diff, units)
+    return [float(lo), float(hi)]
 
 
 TASK_OPTIONS_HELP = ("task config overrides KEY=VALUE,... e.g. opcd's "

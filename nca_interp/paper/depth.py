@@ -39,6 +39,7 @@ from nca_interp.fsio import write_text
 from nca_interp.identity import others, roster, students
 from nca_interp.paper import rules
 from nca_interp.paper.claims.harm import reads_ratio
+from nca_interp.paper.claims.stats import regime
 from nca_interp.paper.layout import (
     CONTEXT_CONTROL,
     CONTEXT_RETURN,
@@ -96,7 +97,7 @@ def _context_return(figs: Path, seeds) -> dict | None:
         runs = _seeded(rep, m, seeds)
         out[m] = {k: _spread([r.get(k) for r in runs])
                   for k in ("correct_no_c", "correct_c", "harm", "rel_len_both")}
-        out[m]["regimes"] = "".join(r.regime for r in runs)
+        out[m]["regimes"] = "".join(regime(r) for r in runs)  # the few-clusters rule's
         out[m]["baseline"] = _spread([rules.independence_harm(r["correct_c"]) for r in runs])
         clear = [rules.beyond_chance(r["ci95"]["harm"][0], r["ci95"]["harm"][1], base["harm"],
                                      r["correct_c"])[0] for r in runs
@@ -318,7 +319,8 @@ def table(figures: Path = Path("figures")) -> str:
     out += ["", f"Views (layer_sim at the response positions, {levels}: cosine of the hidden "
             "states with and without c, the embedding excluded; later half = the blocks "
             "listed, the deeper half; closed = share of step 0's distance to 1 closed, on the "
-            "mean over *all* blocks, as the paper's cosines are; different-item floor = the "
+            "mean over *all* blocks (this project's own description, compared with nothing "
+            "of the paper's); different-item floor = the "
             "same cosine between views of different items, its highest block in the later "
             "half, to be read against the later-half cosines):", "",
             "| layers | later half | step 0 later half | random init later half | OPD later "

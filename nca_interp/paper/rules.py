@@ -222,7 +222,9 @@ def _specs() -> dict[str, Spec]:
                              "updates differ", f"ALPHA {ALPHA:g}; UPDATE_MARGIN "
                              f"{UPDATE_MARGIN:g} of cosine: our choice"),
         "heads_carry_harm": Spec("answers flipped and logit-difference effect of removing the "
-                                 "chosen heads' reading of c", "harm case (the held-out half)",
+                                 "chosen heads' reading of c", "OPD seed, counted as trained (its "
+                                 "harm cases nested: a sample where --max-cases caps them, "
+                                 "judged on the held-out half)",
                                  "random heads neither half chose", "above", "the other "
                                  "counted claims", f"ALPHA {ALPHA:g}; HEADS_MIN_CASES "
                                  f"{HEADS_MIN_CASES}: the fewest whose flipped share can clear "
@@ -257,10 +259,14 @@ RULES = (
      "accuracy gains, its 0.997 cosine), else a choice argued there. No verdict rests on a unit "
      "alone: **reproduced** and **partly** need the pooled estimate (the mean of the units' "
      "points, or the pooled interval's point) beyond the margin on the claimed side. An "
-     "estimate on the claimed side but short of the margin is **not reproduced** where no unit's "
-     "interval reaches the margin (too small to count, shown) and **inconclusive** where some "
-     "does. So one lucky unit among nulls is never **partly**: its mean with the nulls falls "
-     "short of the margin."),
+     "estimate short of the margin is **not reproduced** where no unit's interval reaches the "
+     "margin on the claimed side (too small to count, shown: every unit excludes an effect as "
+     "large as the margin), whatever side of the null the estimate lies on and however many "
+     "units straddle the null; units without intervals (shallow k/q's runs, the updates' "
+     "pairs of runs) reach nothing, so their estimate short of the margin is shown short. "
+     "Where some unit's interval reaches the margin, an estimate on the claimed side but short "
+     "of it is **inconclusive**. So one lucky unit among nulls is never **partly**: its mean "
+     "with the nulls falls short of the margin."),
     ("partly",
      "for a claim judged by counting units, **partly** needs the mean of the units' points "
      "on the claimed side of its null beyond the margin and at least one unit clear; with a "
@@ -273,7 +279,8 @@ RULES = (
      "(*against*: its interval holds no value on the claimed side of the null, a "
      "zero-width interval on the null included); otherwise (a minority against, the rest "
      "straddling) the data cannot "
-     "tell: **inconclusive**, whatever side the mean lies on."),
+     "tell: **inconclusive**, whatever side the mean lies on, unless every unit's interval "
+     "lies short of the margin (the smallest-effect rule, which comes first: see *order*)."),
     ("coverage",
      "a verdict that judges fewer than half of its units is **not measurable**, so a verdict is "
      "never stronger because fewer units could be judged. It applies to every claim, its units "
@@ -285,6 +292,16 @@ RULES = (
      "measurement, not a constant: two methods right on exactly the same items differ by "
      "exactly 0 (an absence shown), and accuracies at 0 everywhere are read by the floor rule "
      "below (an accuracy could have been above 0; a fixed length could not differ)."),
+    ("order",
+     "a counted claim's rules apply in one order, the first that decides giving the verdict "
+     "(`rules.verdict`): coverage (**not measurable**); constant (**not measurable**); the "
+     "smallest effect's absence shown, an estimate short of the margin with no unit's "
+     "interval reaching it (**not reproduced**); straddling units, no unit clear "
+     "(**not reproduced** with a majority against, else **inconclusive**); partly's wrong "
+     "side, a mean on the wrong side of the null (**not reproduced**); the smallest effect's "
+     "short estimate, some unit reaching the margin (**inconclusive**); every seed "
+     "(**reproduced**, **partly**, else **not reproduced**). The pooled path of the every-seed "
+     "rule and *prevents* take the smallest effect first in the same way."),
     ("few clusters",
      f"an interval of a mean over fewer than {FEW_CLUSTERS} clusters (facts, levels, seeds) is "
      "the cluster-robust t interval (CR1 standard error, Student's t on G - 1 degrees of "
@@ -292,11 +309,26 @@ RULES = (
      "for a nominal 95% at 8 clusters; the t interval holds >= 92.5% at 8 and 12 in "
      "tests/unit/test_bootstrap.py). Ratios (harm, P(wrong with c | right without c)) keep the "
      "percentile bootstrap; their verdicts rest on it and say nothing stronger where clusters "
-     "are few."),
+     "are few. The rule binds a seed's own intervals from an evaluation report too: its "
+     "accuracy, its accuracy with c - without (and so its "
+     "regime: A where that interval lies below 0, B above, else C) and its reads_c are "
+     "recomputed as the CR1 t interval from the report's per-item outcomes where it keeps "
+     "them; where it keeps none, its interval is evaluate's percentile cluster bootstrap "
+     "(reads_c's in every control report written before evaluate kept per-item control "
+     "outcomes; since then evaluate writes the t interval itself), and each of its halves, "
+     "from the point, is scaled by t(0.975, G - 1) sqrt(G / (G - 1)) / 1.96 (the bootstrap's "
+     "spread is the CR0 standard error under normal quantiles: 1.29x at 8 clusters, 1.17x at "
+     "12). The regime column of the evaluation tables (A A A C beside a run) is evaluate's "
+     "own description from its percentile bootstrap, printed as the report wrote it; the "
+     "claim tables and every verdict read the regime by this rule, so under "
+     f"{FEW_CLUSTERS} clusters the two can differ, and the claim's decides."),
     ("effect or absence",
      "a claim that c *changes* something (OPD breaks: accuracy with c below accuracy without "
      "c, paired on the same items) is judged on the seeds' pooled estimate (a cluster bootstrap, "
-     "the wider of its (seed, unit) and unit intervals: the seeds share their items): "
+     "the wider of its (seed, unit) and unit intervals: the seeds share their items; the "
+     "per-item outcomes of the context-return report, else of the control report of the same "
+     "evaluation, taken where every accuracy agrees; with neither, the t interval of the "
+     "seeds' points, never narrower than one seed's item noise): "
      "**reproduced** when its 95% interval lies clear of no change on "
      "the claimed side, its point beyond the margin, and a majority of seeds are clear on "
      "their own (a minority, at least one: **partly**; none: **inconclusive**); "
@@ -354,7 +386,10 @@ RULES = (
      "lacks them, by the t interval of the seeds' reads_c (wide with few seeds: three give "
      "2 degrees of freedom), never narrower than the seeds' root-mean-square 95% "
      "half-width, set symmetrically about the pooled mean (the seeds share their items, so "
-     "their item noise does not average out over seeds), and the reason names which. Its "
+     "their item noise does not average out over seeds), and the reason names which. Each "
+     "seed's own interval (its clear or not, and the half-width above) follows the "
+     "few-clusters rule: the t interval from its per-item control outcomes, or its report's "
+     "percentile interval widened as that rule says. Its "
      "size beside the teacher's is "
      "printed as a description; how much of what c gives NCA keeps is the equivalence claim's "
      "question."),
@@ -404,16 +439,20 @@ RULES = (
      "in place of 2.5% and 97.5%), the wider reading decides and the reason says the verdict "
      "sits on the edge (`python -m nca_interp.paper.claims --stability 5` checks every setting)."),
     ("updates differ",
-     "NCA's updates differ from OPD's when, over every pair of runs, each cross-method cosine "
-     "of the updates lies below each seed-to-seed (same-method) cosine and the exact "
-     f"method-label permutation p is at most {ALPHA:g} (**reproduced**); **partly** when the "
-     "cross-method mean lies below *each* method's own seed-to-seed mean (OPD's seeds agree "
-     "more with each other than with NCA's, and NCA's likewise); both need the cross-method "
-     f"mean below the seed-to-seed mean by at least {UPDATE_MARGIN:g} of cosine (short of it: "
-     "**not reproduced**); **inconclusive** when that "
-     f"fails but the seeds allow no p at or under {ALPHA:g} (three seeds a method: the "
-     "smallest possible p is 0.1); else **not reproduced**. A size ratio outside "
-     f"{SIZE_MATCH:g}x caps it at **partly** until a size-matched OPD decides."),
+     "NCA's updates differ from OPD's, judged in this order over every pair of runs. First the "
+     "smallest-effect rule: where the cross-method mean cosine of the updates lies less than "
+     f"{UPDATE_MARGIN:g} of cosine below the seed-to-seed (same-method) mean, or not below it "
+     "at all, the claim is **not reproduced**, whatever the permutation p or the seeds' number "
+     "(pairs of runs carry no interval, so an estimate short of the margin is shown short). "
+     "Past the margin: **reproduced** when each cross-method cosine lies below each "
+     f"seed-to-seed cosine and the exact method-label permutation p is at most {ALPHA:g}; "
+     "else **partly** when the cross-method mean lies below *each* method's own seed-to-seed "
+     "mean (OPD's seeds agree more with each other than with NCA's, and NCA's likewise); else "
+     f"**inconclusive** where the seeds allow no p at or under {ALPHA:g} (three seeds a "
+     "method: the smallest possible p is 0.1), **not reproduced** where they do. A size ratio "
+     f"outside {SIZE_MATCH:g}x caps it at **partly** until a size-matched OPD decides. The "
+     "size-matched claim is judged the same way, the size-matched OPD in OPD's place (its "
+     "**partly**: the cross-group mean below the within-group mean)."),
     ("the other counted claims",
      "counting units: OPD *internalizes* c when each OPD seed's interval of its accuracy "
      "without c minus step 0's (the step-0 rule) lies above 0, their mean by more than "
@@ -431,7 +470,12 @@ RULES = (
      "both-right controls it breaks below the harm cases it flips, intervals "
      "apart), **partly** when only several heads together do or the halves choose different "
      f"heads; **not measurable** under {HEADS_MIN_CASES} harm cases or where the help cases "
-     "were patched instead."),
+     "were patched instead. The heads' unit is the OPD seed, counted as trained (the coverage "
+     "rule, no exemption): patching fewer than half of the OPD seeds trained is **not "
+     "measurable**, the reason naming the seeds patched and the command that patches the "
+     "rest; a seed's harm cases (a sample where --max-cases caps them) are nested in it; with "
+     "several seeds judged, **reproduced** where every one is, **partly** where some is "
+     "reproduced or partly, else **not reproduced**."),
     ("the floor",
      "accuracies at 0 on every item (nobody right without c) are a measurement, judged as any "
      "other: a zero-width interval on the null is against, so OPD *internalizes* and NCA's "
@@ -515,13 +559,18 @@ def verdict(flags: list[bool], mean_on_side: bool = True, total: int | None = No
     no unit clear, only a majority against makes "not reproduced", else "inconclusive".
     `effect`: the pooled estimate's distance beyond the null on the claimed side (the units'
     mean), which must reach `margin` (the smallest-effect rule); short of it, "inconclusive"
-    where some unit's interval `reach`es the margin, else "not reproduced". `constant`: the
+    where some unit's interval `reach`es the margin, else "not reproduced". The rules apply
+    in the rule book's order ("order"): coverage, constant, then the smallest effect's
+    absence shown (short of the margin and no unit reaching it: "not reproduced", whatever
+    side the mean lies on), then the straddling units, partly and every seed. `constant`: the
     quantity has no spread at all (the constant rule)."""
     total = len(flags) if total is None else total
     if not flags or 2 * len(flags) < total:
         return "not measurable"
     if constant:
         return "not measurable"
+    if effect is not None and effect < margin and not reach:
+        return "not reproduced"  # too small to count, shown: before the straddling units
     if against is not None and not any(flags):
         return "not reproduced" if 2 * sum(against) > len(against) else "inconclusive"
     if effect is not None:
@@ -529,7 +578,7 @@ def verdict(flags: list[bool], mean_on_side: bool = True, total: int | None = No
     if not mean_on_side:
         return "not reproduced"
     if effect is not None and effect < margin:
-        return "inconclusive" if reach else "not reproduced"
+        return "inconclusive"
     if all(flags):
         return "reproduced"
     return "partly" if any(flags) else "not reproduced"
@@ -558,13 +607,15 @@ def pooled(pooled_clear: bool, unit_flags: list[bool], mean_on_side: bool = True
            effect: float | None = None, margin: float = 0.0, reach: bool = True) -> str:
     """A pooled interval clear of its null makes `reproduced` only with a majority of units
     clear on their own (`unit_flags`); else the unit rule, at most partly. `effect`, `margin`,
-    `reach`: the smallest-effect rule, as `verdict`."""
+    `reach`: the smallest-effect rule, as `verdict` (the absence shown first)."""
+    if effect is not None and effect < margin and not reach:
+        return "not reproduced"
     if effect is not None:
         mean_on_side = mean_on_side and effect > 0
     if not mean_on_side:
         return "not reproduced"
     if effect is not None and effect < margin:
-        return "inconclusive" if reach else "not reproduced"
+        return "inconclusive"
     majority = 2 * sum(unit_flags) > len(unit_flags)
     if pooled_clear and majority:
         return "reproduced"

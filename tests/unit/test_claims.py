@@ -127,9 +127,19 @@ def test_updates_differ_needs_cross_method_below_every_seed_pair(tmp_path):
     assert pd((0.5, 0.55), (0.9, 0.92)).startswith("partly (the direction only: "
                                                    "permutation p 0.33")
     assert pd((0.5, 0.95), (0.9, 0.92)).startswith("partly")
-    # the direction fails, and two seeds a method could never show p <= 0.05: no absence shown
-    assert pd((0.95, 0.96), (0.9, 0.92)).startswith("inconclusive (the cross-method mean is "
-                                                    "not below each method's own")
+    # past the margin but not below each method's own mean (NCA's seeds disagree), and two
+    # seeds a method could never show p <= 0.05: no absence shown
+    assert pd((0.5, 0.5), (0.95, 0.3)).startswith("inconclusive (the cross-method mean is "
+                                                  "not below each method's own")
+    # the smallest-effect rule comes first (#70's facts and frozenlake rows): a cross mean
+    # above the seed-to-seed mean, or below it by less than the margin, is not reproduced
+    # whether or not it lies below each method's own mean and whatever p the seeds allow
+    assert pd((0.95, 0.96), (0.9, 0.92)).startswith("not reproduced (the cross-method mean "
+                                                    "lies 0.045 above")
+    assert pd((0.303, 0.303), (0.297, 0.407)).startswith(  # facts: 0.049, OPD-OPD below
+        "not reproduced (the cross-method mean lies 0.049 below the seed-to-seed mean, short")
+    assert pd((0.88, 0.88), (0.9, 0.92)).startswith("not reproduced (the cross-method mean "
+                                                    "lies 0.030 below")
     # pairs of runs the report has no entry (no identity) for are not judged, not a KeyError
     (tmp_path / "param_delta.json").write_text(json.dumps(
         {"all_pairs": {"x_opd_s0~x_nca_s0": {"global_cos": 0.5}}, "results": {}}))
@@ -537,7 +547,8 @@ def test_pooled_claims_over_two_knowledge_bases(tmp_path):
     # pooled wider interval too, and the harm clears the teachers' and chance: reproduced
     assert breaks.measured.startswith("OPD: accuracy with c - without -0.083 [") and \
         "harm 0.083 [" in breaks.measured and breaks.cell == (
-            "reproduced (8 of 8 seeds clear on their own; 0 of 8 seeds in A; OPD's harm its "
+            "reproduced (8 of 8 seeds clear on their own; regime A (a seed's own interval, by "
+            "the few-clusters rule, below 0) in 0 of 8 seeds; OPD's harm its "
             "own by the harm rule (above the teachers' harm, and in A or above the "
             "independence baseline))")
     assert breaks.detectable == "0.066"  # 16 (setting, fact) clusters: the t interval
@@ -600,7 +611,8 @@ def test_size_matched_control_separates_direction_from_size(tmp_path):
     apart = write(cross=0.3, within=0.6)
     assert apart.verdict == "reproduced" and "p = 0.029" in apart.null
     assert "size alone: cos(d OPD, d sized OPD) same seed 0.900" in apart.null
-    assert write(cross=0.6, within=0.6).cell == "not reproduced"
+    assert write(cross=0.6, within=0.6).cell.startswith(
+        "not reproduced (the cross-group mean lies at the seed-to-seed mean, short")
     assert write(cross=0.3, within=0.6, nca_size=1.5).cell.startswith("not measurable (sizes")
     # a later round's runs (opdsized2) are the sized group; the manifest names its lr
     (tmp_path / "manifest.json").write_text(json.dumps(
@@ -657,9 +669,49 @@ def test_heads_verdict_needs_one_stable_head_clear_of_random_heads_on_held_out_c
     assert verdict([row(1, ["L2H2"], ["L2H2"], broken_hi=0.5),
                     row(2, ["L2H2", "L1H0"], ["L2H2", "L1H1"], broken_hi=0.5)]).cell == \
         "not reproduced"
-    assert verdict([row(1, ["L2H2"], ["L2H2"])], harm=10).cell == "not measurable"
+    assert verdict([row(1, ["L2H2"], ["L2H2"])], harm=10).cell.startswith(
+        "not measurable (t_opd_s0: 10 harm cases (fewer than 20)")
     assert "c's own tokens only" in verdict([row(1, ["L2H2"], ["L2H2"])], ablate="context").null
     assert "c's own tokens only" not in verdict([row(1, ["L2H2"], ["L2H2"]), two]).null
+
+
+def test_heads_count_their_seeds_as_trained(tmp_path):
+    """The coverage rule, no exemption (#70's B3): one OPD seed patched of the three trained
+    is not measurable, the reason naming the seed patched and the command that patches the
+    rest; two of three patched are judged, every one clear for reproduced."""
+    def row(k, clear=True):
+        return {"k": k, "chosen_on_a": ["L2H2"], "chosen_on_b": ["L2H2"], "percentile": 100.0,
+                "effect": {"mean": 0.6, "lo": 0.4, "hi": 0.8},
+                "flipped": {"mean": 0.5, "lo": 0.3, "hi": 0.7},
+                "broken_control": {"mean": 0.05, "lo": 0.0, "hi": 0.1},
+                "effect_null": {"n": 100, "mean": 0.1, "lo": -0.4, "hi": 0.3,
+                                "p": 0.01 if clear else 0.3},
+                "flipped_null": {"n": 100, "mean": 0.2, "lo": 0.0, "hi": 0.4, "p": 0.01}}
+
+    def patched(clear: list[bool]):
+        rep = {f"t_opd_s{i}": {"kind": "harm", "ablate": "prefix", "counts": {"harm": 40},
+                               "harm": {"n": 40}, "heads": {"rows": [row(1, c)]}}
+               for i, c in enumerate(clear)}
+        (tmp_path / "patching.json").write_text(json.dumps(
+            {"config": {"ckpt": [f"runs/t_opd_s{i}" for i in range(len(clear))],
+                        "context": "plan", "kind": "harm", "max_cases": 64,
+                        "out": "figures/t/patching"},
+             "results": {**rep, "t_base": {"kind": "harm"}}}))
+        return claims.heads_carry_harm(tmp_path)
+
+    runs = {f"t_opd_s{i}": {"path": f"runs/t_opd_s{i}", "method": "opd", "seed": i}
+            for i in range(3)}
+    (tmp_path / "context_return.json").write_text(json.dumps(
+        {"runs": {"t_base": {"path": "runs/t_base"}, **runs},
+         "results": {k: {"correct_no_c": 0.5} for k in ("t_base", *runs)}}))
+    one = patched([True])
+    assert one.verdict == "not measurable" and one.coverage == (1, 3)
+    assert "only t_opd_s0 patched and judged: 1 of the 3 OPD seeds trained" in one.reason
+    assert "python -m nca_interp.patching runs/t_opd_s0 runs/t_opd_s1 runs/t_opd_s2 " \
+        "--context plan --kind harm --max-cases 64 --out figures/t/patching" in one.reason
+    assert patched([True, True]).verdict == "reproduced"
+    assert patched([True, False]).verdict == "partly"
+    assert patched([True, True]).coverage == (2, 3)
 
 
 def test_referee_tally_groups_settings_by_verdict_word_and_keeps_unmeasured_rows(tmp_path):

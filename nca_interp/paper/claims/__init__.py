@@ -247,16 +247,20 @@ RULES = Block.named("rules", "python -m nca_interp.paper.claims --write; nca_int
 
 
 def verdict_line(figs: Path) -> str:
-    """The setting's verdicts as one sentence, claims grouped by verdict word: what prose
-    beside a table may say of the verdicts, generated so it cannot contradict the table."""
+    """The setting's verdicts as one sentence, claims grouped by their verdict after Holm (the
+    multiplicity rule), a raw verdict Holm changed said beside its claim: what prose beside a
+    table may say of the verdicts, generated so it cannot contradict the table."""
     pooled = figs.name in pooled_settings()
     found = judged(figs) if (figs / CONTEXT_RETURN).exists() or pooled else []
     groups: dict[str, list[str]] = {}
     for c in found:
-        groups.setdefault(c.verdict, []).append(c.name.split(" (")[0])
+        after = c.holm or c.verdict
+        raw = f" ({c.verdict} before Holm)" if after != c.verdict else ""
+        groups.setdefault(after, []).append(c.name.split(" (")[0] + raw)
     parts = [f"**{word}**: " + "; ".join(groups[word]) for word in rules.VERDICTS
              if word in groups]
-    return "Verdicts here: " + ". ".join(parts) + "."
+    return ("Verdicts here, after Holm over this setting's tested claims: " + ". ".join(parts)
+            + ".")
 
 
 def verdicts_block(name: str) -> Block:

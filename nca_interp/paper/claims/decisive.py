@@ -24,9 +24,10 @@ from nca_interp.paper.claims.harm import (
     reads_c_pooled,
     reads_ratio,
 )
+from nca_interp.paper.claims.stats import control_unit
 from nca_interp.paper.layout import CONTEXT_CONTROL, CONTEXT_RETURN
 
-__all__ = ["table"]
+__all__ = ["rows", "table"]
 
 METHODS = ("opd", "nca")
 
@@ -50,10 +51,10 @@ def _reads(figs: Path, method: str) -> tuple[str, str]:
     cells = [r.control for r in runs]
     if not cells:
         return "-", "-"
-    units = [judge.Estimate(c["reads_c"], min(c["reads_c_ci95"][0], c["reads_c"]),
-                            max(c["reads_c_ci95"][1], c["reads_c"]))
-             for c in cells if c["reads_c_ci95"][0] is not None]
     items = [r.items_ for r in runs]
+    # each seed's interval by the few-clusters rule, as the reads claim judges it
+    units = [e for e in (control_unit(r.control, r.items_, r.n_units) for r in runs)
+             if e is not None]
     pooled, _ = reads_c_pooled(units, items)
     shown = pooled if pooled is not None else (units[0] if len(units) == 1 else None)
     text = f"{spread_text([c['reads_c'] for c in cells])}"

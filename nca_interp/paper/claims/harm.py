@@ -25,6 +25,7 @@ from nca_interp.paper.claims.claim import (
 from nca_interp.paper.claims.stats import (
     cluster_pooled,
     cluster_sums,
+    control_unit,
     estimate_of,
     gain_estimate,
     interval,
@@ -33,6 +34,7 @@ from nca_interp.paper.claims.stats import (
     pool_units,
     pooled_estimate,
     ratio_estimate,
+    regime,
     teacher_clusterings,
 )
 from nca_interp.paper.layout import CONTEXT_CONTROL, CONTEXT_RETURN, HARM_DRIFT
@@ -65,13 +67,13 @@ def step0_units(base, runs: list, key: str = "correct_no_c") -> tuple[list[judge
     the units and whether they are paired."""
     if base.items_ is not None and all(r.items_ is not None for r in runs):
         return [gain_estimate(base, [r], key) for r in runs], True
-    b_lo, b_hi = base.ci95[key]
-    b_half = (b_hi - b_lo) / 2
+    b = estimate_of(base, key)  # the few-clusters rule: widened where the units are few
+    b_half = (b.hi - b.lo) / 2
     out = []
     for r in runs:
         d = r[key] - base[key]
-        lo, hi = r.ci95[key]
-        below, above = r[key] - min(lo, r[key]), max(hi, r[key]) - r[key]
+        e = estimate_of(r, key)
+        below, above = e.point - e.lo, e.hi - e.point
         out.append(judge.Estimate(d, d - (below ** 2 + b_half ** 2) ** 0.5,
                                   d + (above ** 2 + b_half ** 2) ** 0.5))
     return out, False
@@ -87,14 +89,17 @@ def internalizes(figs: Path) -> Claim:
     flags = [u.lo > 0 for u in units]
     against = [u.hi <= 0 for u in units]  # reaches no rise
     rise = float(np.mean([u.point for u in units])) if opd else None
+    reach = any(u.hi >= rules.RISE_MARGIN for u in units)
     verdict = count_verdict(flags, against=against, effect=rise, margin=rules.RISE_MARGIN,
-                            reach=any(u.hi >= rules.RISE_MARGIN for u in units))
+                            reach=reach)
     halves = [(u.hi - u.lo) / 2 for u in units]
     floor = bool(opd) and base.correct_no_c == 0 and all(
         r.correct_no_c == 0 and r.ci95["correct_no_c"][1] == 0 for r in opd)
     # zero-width intervals have no spread to compute a detectable effect from
     mde = None if floor else judge.mde_of_halfwidths(halves)
     reason = FLOOR + " (step 0 neither)" if floor else \
+        _absent(rules.RISE_MARGIN) if verdict == "not reproduced" and rise is not None and \
+        rise < rules.RISE_MARGIN and not reach else \
         _short(rise, rules.RISE_MARGIN) if any(flags) and rise is not None and \
         0 < rise < rules.RISE_MARGIN else \
         _straddle_reason(flags, against) if verdict == "inconclusive" else ""
@@ -117,6 +122,14 @@ def _short(effect: float, margin: float, pct: bool = False) -> str:
             f"{f(margin)}")
 
 
+def _absent(margin: float, pct: bool = False) -> str:
+    """The smallest-effect rule's absence shown (checked before the straddling units): no
+    seed's interval reaches the margin."""
+    m = f"{100 * margin:+.1f}%" if pct else f"{margin:+.3f}"
+    return (f"every seed's interval lies short of the smallest effect of interest {m}: too "
+            "small to count, shown (the smallest-effect rule, checked first)")
+
+
 def _straddle_reason(flags: list[bool], against: list[bool]) -> str:
     n = len(flags)
     return (f"no seed clear, {sum(against)} of {n} clear the other way, "
@@ -136,12 +149,13 @@ def degrades(figs: Path) -> Claim:
     name = "OPD students break when c returns (harm, regime A)"
     if not opd:
         return Claim(name, "no OPD student here", "-", "not measurable")
+    opd = _with_items(figs, opd)
     units = [estimate_of(r, "delta_c") for r in opd]
     pooled = pooled_estimate(opd, lambda it: np.asarray(it["correct_c"], float) -
                      np.asarray(it["correct_no_c"], float), units)
     j = judge.effect(units, pooled, 0.0, -1, rules.BREAK_MARGIN)
     step0 = base.harm
-    regimes = " ".join(r.regime for r in opd)
+    regimes = " ".join(regime(r) for r in opd)
     return Claim(name,
                  f"accuracy with c - without {spread_text([u.point for u in units])}"
                  + (f", pooled {pooled}" if pooled is not None and len(opd) > 1 else "")
@@ -155,10 +169,23 @@ def degrades(figs: Path) -> Claim:
 
 
 
+def _with_items(figs: Path, runs: list, method: str = "opd") -> list:
+    """`runs` (a context-return report's) or, where one of them keeps no per-item outcomes,
+    the same runs of the control report (its no-c and with-c views are the same evaluation:
+    taken only where every accuracy agrees and every run keeps its items)."""
+    ctl = figs / CONTEXT_CONTROL
+    if all(r.items_ is not None for r in runs) or not ctl.exists():
+        return runs
+    other = runs_of(analysis.load(ctl), method)
+    same = [(r.correct_no_c, r.correct_c) for r in other] == \
+        [(r.correct_no_c, r.correct_c) for r in runs]
+    return other if same and all(r.items_ is not None for r in other) else runs
+
+
 def _harm_is_own(r: dict, step0_harm: float | None) -> bool:
     """The rule book's harm rule on one report (nca_interp/paper/rules.py)."""
     lo = (r.ci95 or {}).get("harm", [r.harm])[0] if r.harm is not None else None
-    return rules.harm_is_own(lo, step0_harm, r.correct_c, r.regime == "A")
+    return rules.harm_is_own(lo, step0_harm, r.correct_c, regime(r) == "A")
 
 
 
@@ -168,7 +195,7 @@ def nca_prevents(figs: Path) -> Claim:
     rep = analysis.load(figs / CONTEXT_RETURN)
     opd, nca = runs_of(rep, "opd"), runs_of(rep, "nca")
     measured = f"harm {spread_text([r.harm for r in nca])}; regimes " + \
-        " ".join(r.regime for r in nca)
+        " ".join(regime(r) for r in nca)
     control = f"OPD harm {spread_text([r.harm for r in opd])}"
     breaks = degrades(figs)
     if breaks.verdict not in ("reproduced", "partly"):
@@ -177,7 +204,7 @@ def nca_prevents(figs: Path) -> Claim:
                      f"OPD's break is {breaks.verdict} here: nothing shown to prevent")
     base = base_of(rep).harm  # None: undefined at step 0 (the harm rule says what then)
     harmed = [_harm_is_own(o, base) for o in opd]
-    flags = [(n.harm or 0) < (o.harm or 0) and n.regime != "A"
+    flags = [(n.harm or 0) < (o.harm or 0) and regime(n) != "A"
              for o, n, h in zip(opd, nca, harmed) if h]
     lo, d, hi, mde = None, None, None, ""
     if (gap := pooled_harm_gap(figs)) is not None:
@@ -241,7 +268,9 @@ def harm_not_drift(figs: Path) -> Claim:
     verdict = count_verdict(flags, on_side, total=len(h["seeds"]), **margin)
     if verdict in ("partly", "not reproduced"):
         verdict = rules.pooled(bool(h.get("t95")) and h["t95"][1] < 0, flags, on_side, **margin)
-    reason = _short(-h["mean"], rules.HARM_MARGIN) if 0 < -h["mean"] < rules.HARM_MARGIN \
+    reason = _absent(-rules.HARM_MARGIN) if verdict == "not reproduced" and \
+        not margin["reach"] and -h["mean"] < rules.HARM_MARGIN else \
+        _short(-h["mean"], rules.HARM_MARGIN) if 0 < -h["mean"] < rules.HARM_MARGIN \
         and verdict in ("inconclusive", "not reproduced") else ""
     ps = [rules.interval_p(v, v - h["half"][k], v + h["half"][k], 0.0, -1)
           for k, v in h["per_seed"].items() if k in h["half"]]
@@ -402,7 +431,7 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
         return mean
 
     reps = {m: analysis.load(root / m / CONTEXT_RETURN) for m in members}
-    regimes = {meth: [r.regime for rep in reps.values() for r in runs_of(rep, meth)]
+    regimes = {meth: [regime(r) for rep in reps.values() for r in runs_of(rep, meth)]
                for meth in ("opd", "nca")}
     n_seeds = len(set(a["seed"]))
     where = (f"{n_seeds} seeds over {len(members)} settings ({', '.join(members)}); 95% "
@@ -439,7 +468,8 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
                        est(delta), 0.0, -1, rules.BREAK_MARGIN)
     breaks = brk.verdict
     breaks_why = "; ".join(x for x in (
-        brk.reason, f"{sum(seed_a)} of {len(seed_a)} seeds in A",
+        brk.reason, f"regime A (a seed's own interval, by the few-clusters rule, below 0) in "
+        f"{sum(seed_a)} of {len(seed_a)} seeds",
         "OPD's harm its own by the harm rule (above the teachers' harm, and in A or above the "
         "independence baseline)" if established else "OPD's harm not its own by the harm rule "
         "(it does not clear the teachers' harm, or neither is it in A nor above the independence "
@@ -468,6 +498,7 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
     nca_items = [None if r.items_ is None else
                  {**r.items_, "unit": [f"{m}|{u}" for u in r.items_["unit"]]}
                  for m, rep in ctl.items() for r in runs_of(rep, "nca")]
+    nca_units = [r.n_units for rep in ctl.values() for r in runs_of(rep, "nca")]
     # the teachers' mean as one cell (the share needs per-item outcomes of every member to
     # pair; where the members' reports keep none, the point alone, said so)
     mean_cell = {"reads_c": float(np.mean(teachers)),
@@ -476,7 +507,7 @@ def pooled_claims(members: tuple[str, ...], root: Path = Path("figures")) -> lis
                  if all(c.get("reads_c_ci95") and c["reads_c_ci95"][0] is not None
                         for c in reads["base"]) else [None, None]} if teachers else None
     read_verdict, read_why, clear, share, read_mde, read_p = reads_c_verdict(
-        reads["nca"], mean_cell, nca_items, None, "the teachers' mean")
+        reads["nca"], mean_cell, nca_items, None, "the teachers' mean", nca_units)
     read_why = "; ".join(x for x in (read_why, share) if x)
     return [
         Claim("OPD students break when c returns (pooled)",
@@ -582,8 +613,9 @@ def longer(figs: Path) -> Claim:
     against = [u is not None and u.hi <= 0 for u in units]
     known = [u for u in units if u is not None]
     grow = float(np.mean([u.point for u in known])) if known else 0.0
+    reach = any(u.hi >= rules.LENGTH_MARGIN for u in known)
     verdict = count_verdict(flags, against=against, effect=grow, margin=rules.LENGTH_MARGIN,
-                            reach=any(u.hi >= rules.LENGTH_MARGIN for u in known))
+                            reach=reach)
     widths = [(u.hi - u.lo) / 2 for u in known]
     mde = f"{100 * judge.mde_of_halfwidths(widths):.1f}%" if widths else ""
     ps = [rules.interval_p(u.point, u.lo, u.hi) for u in known]
@@ -593,6 +625,8 @@ def longer(figs: Path) -> Claim:
                      "percentile bootstrap of the two ratios' difference)" if paired else
                      " with its own interval in quadrature (the reports keep no per-item "
                      "lengths to pair)") + f"; {ONE_TEACHER}", verdict,
+                 _absent(rules.LENGTH_MARGIN, pct=True) if verdict == "not reproduced" and
+                 known and not reach and grow < rules.LENGTH_MARGIN else
                  _short(grow, rules.LENGTH_MARGIN, pct=True) if any(flags) and
                  0 < grow < rules.LENGTH_MARGIN else
                  _straddle_reason(flags, against) if verdict == "inconclusive" else "",
@@ -721,14 +755,16 @@ def nca_improves_no_c(figs: Path) -> Claim:
                  coverage=(len(units), len(units)), detectable=f"{j.mde:.3f}", p=j.p)
 
 
-def reads_c_pooled(units: list[judge.Estimate], items: list[dict | None] | None
-                   ) -> tuple[judge.Estimate | None, str]:
+def reads_c_pooled(units: list[judge.Estimate], items: list[dict | None] | None,
+                   widened: bool = False) -> tuple[judge.Estimate | None, str]:
     """NCA's reads_c pooled over its seeds, and how (the rule book's pooled estimate): where
     every seed's report keeps its per-item control outcomes (`items`: unit, correct_c,
     correct_control), a cluster bootstrap over (seed, unit) and unit clusters, as every
     accuracy claim; where they do not (control runs before per-item control outcomes were
     kept), the t interval of the seeds' reads_c, never narrower than their root-mean-square
-    half-width (`stats.pool_units` with shared items). None for a single seed (it decides)."""
+    half-width (`stats.pool_units` with shared items; `widened`: some seed's interval was
+    widened by the few-clusters rule, said in the reason). None for a single seed (it
+    decides)."""
     if len(units) < 2:
         return None, ""
     if items and len(items) == len(units) and all(
@@ -742,7 +778,10 @@ def reads_c_pooled(units: list[judge.Estimate], items: list[dict | None] | None
                 "pooled by a cluster bootstrap of the items")
     return pool_units(units, shared_items=True), (
         "pooled by the t interval over seeds, never narrower than one seed's item noise (these "
-        "control runs keep no per-item outcomes, and the seeds share their items)")
+        "control runs keep no per-item outcomes, and the seeds share their items" + (
+            "; each seed's interval by the few-clusters rule: its report's percentile "
+            f"bootstrap over fewer than {rules.FEW_CLUSTERS} units widened by t(0.975, G - 1) "
+            "sqrt(G / (G - 1)) / 1.96" if widened else "") + ")")
 
 
 def reads_ratio(nca: list[dict], teacher: dict, items: list[dict | None] | None = None,
@@ -793,7 +832,8 @@ def reads_share(nca: list[dict], teacher: dict | None, items: list[dict | None] 
 
 def reads_c_verdict(nca: list[dict], teacher: dict | None,
                     items: list[dict | None] | None = None,
-                    teacher_items: dict | None = None, whose: str = "the teacher's"
+                    teacher_items: dict | None = None, whose: str = "the teacher's",
+                    n_units: list[int | None] | None = None
                     ) -> tuple[str, str, list[bool], str, str, float | None]:
     """The verdict on NCA reading c from its seeds' control cells (reads_c with its 95%
     interval): an effect claim (`judge.effect`, margin `rules.READ_MARGIN`) on the pooled
@@ -803,14 +843,21 @@ def reads_c_verdict(nca: list[dict], teacher: dict | None,
     inconclusive otherwise. Returns the verdict word, its reason, each seed's flag (clear
     above 0), how large NCA's reads_c is beside the teacher's (`reads_share`: description, no
     rule; `teacher`: its control cell), and the minimum detectable reads_c, and the p of its
-    test (rules: multiplicity)."""
-    flags = [c["reads_c_ci95"][0] is not None and c["reads_c_ci95"][0] > 0 for c in nca]
-    judged = [i for i, c in enumerate(nca) if c["reads_c_ci95"][0] is not None]
-    units = [judge.Estimate(nca[i]["reads_c"], min(nca[i]["reads_c_ci95"][0], nca[i]["reads_c"]),
-                            max(nca[i]["reads_c_ci95"][1], nca[i]["reads_c"])) for i in judged]
+    test (rules: multiplicity). Each seed's interval follows the few-clusters rule
+    (`stats.control_unit`; `n_units`: each seed's units, for reports without per-item control
+    outcomes)."""
+    est = [control_unit(c, items[i] if items else None, n_units[i] if n_units else None)
+           for i, c in enumerate(nca)]
+    flags = [e is not None and e.lo > 0 for e in est]
+    judged = [i for i, e in enumerate(est) if e is not None]
+    units = [est[i] for i in judged]
     if not units:
         return "not measurable", "not measured here", flags, "", "", None
-    pooled, how = reads_c_pooled(units, [items[i] for i in judged] if items else None)
+    few = [n_units[i] is not None and n_units[i] < rules.FEW_CLUSTERS and not (
+        items and items[i] is not None and "correct_control" in items[i])
+        for i in judged] if n_units else []
+    pooled, how = reads_c_pooled(units, [items[i] for i in judged] if items else None,
+                                 any(few))
     j = judge.effect(units, pooled, 0.0, 1, rules.READ_MARGIN)
     reason = "; ".join(x for x in (j.reason, how) if x)
     decide = pooled if pooled is not None else units[0]
@@ -843,7 +890,8 @@ def nca_reads_context(figs: Path) -> Claim:
     verdict, reason, flags, share, mde, p = reads_c_verdict(
         nca, base[0] if base else None, [r.items_ for r in runs_of(reps, "nca")],
         first.items_ if first is not None else None,
-        "step 0's" if len(base) > 1 else "the teacher's")
+        "step 0's" if len(base) > 1 else "the teacher's",
+        [r.n_units for r in runs_of(reps, "nca")])
     why = [x for x in (reason, share) if x]
     if nca and len(nca) < rules.MIN_SEEDS:
         why.append(f"in {seeds_text(reps, 'nca')}; {rules.MIN_SEEDS} seeds needed to generalise")
