@@ -248,7 +248,9 @@ def param_delta(figs: Path) -> str:
             rows.append(f"| {m} | " + " | ".join("-" if r[key].get(m) is None else
                                                  f"{r[key][m]:.4f}" for r in per.values()) + " |")
         out.append(f"{title}:\n\n" + "\n".join(rows))
-    layers = sorted(next(iter(per.values())).per_layer, key=lambda k: (k == "all", k))
+    # in depth order (the report keys layers as text: "10" sorted before "2" on 30 layers)
+    layers = sorted(next(iter(per.values())).per_layer,
+                    key=lambda k: (k == "all", not k.isdigit(), int(k) if k.isdigit() else 0, k))
     rows = ["| layer | " + " | ".join(f"{n} rel | {n} adam" for n in names) + " |",
             "|---" * (2 * len(per) + 1) + "|"]
     for layer in layers:
