@@ -412,11 +412,35 @@ def _norm(text: str) -> str:
 def check_regex(pattern: str, where: str = "pattern") -> str:
     """`pattern` if it compiles; a UsageError naming it otherwise (re.error is no ValueError:
     it would end in a traceback)."""
+    import regex
+
     try:
         re.compile(pattern)
-    except re.error as e:
+        regex.compile(pattern)  # what `_search` matches with
+    except (re.error, regex.error) as e:
         raise UsageError(f"{where} {pattern!r} is not a regular expression ({e})") from None
     return pattern
+
+
+# Seconds one regex match may take. Fixed, not scorer_timeout: a run config may record that
+# (up to an hour) beside the pattern, and a sane pattern takes microseconds on a response.
+REGEX_TIMEOUT = 10.0
+
+
+def _search(pattern: str, response: str, label: str) -> bool:
+    """`re.search(pattern, response)` found something, under REGEX_TIMEOUT: the `regex` module
+    (re's syntax; a dependency of transformers too) stops a match that backtracks without end
+    (`(a|aa)+$`, in a run config's `pattern` or given), one UsageError naming the pattern and
+    the item, where `re` hung the command."""
+    import regex
+
+    try:
+        return regex.search(pattern, response, timeout=REGEX_TIMEOUT) is not None
+    except TimeoutError:
+        raise UsageError(f"scorer=regex: pattern {pattern!r} took longer than {REGEX_TIMEOUT:g} s "
+                         f"on {label} (it backtracks without end): simplify the pattern (a "
+                         "checkpoint's run config may record one; name another with "
+                         "--task-options pattern=...)") from None
 
 
 def _pattern(cfg: JsonlConfig) -> str:
@@ -470,7 +494,7 @@ def score(cfg: JsonlConfig, item: Item, response: str) -> bool | None:
         return {"exact": got == want, "contains": want in got,
                 "startswith": got.startswith(want)}[kind]
     if kind == "regex":
-        return re.search(_pattern(cfg), response) is not None
+        return _search(_pattern(cfg), response, f"item {item.id!r} ({item.source})")
     if kind == "language":
         from nca_interp.tasks.language import LANGUAGES, language
 

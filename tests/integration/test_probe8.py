@@ -122,3 +122,64 @@ def test_layer_sim_beside_runs_no_scorer_a_reports_config_names(tmp_path, capsys
                                   "--task-options", f"scorer={scorer}", "--threads", "1",
                                   "--out", str(tmp_path / "again")]) == 0
     assert (tmp_path / "ran").exists()
+
+
+def test_a_folder_name_never_becomes_script_nor_loses_its_dot(tmp_path):
+    """S3: a checkpoint folder's name went unescaped into plotly's `<div id>` and inline
+    script (`a",globalThis.PWNED=1,"` ran in whoever opened the page). Q1: names holding a dot
+    were cut at it (`m.v1`, `m.v2` -> one `pd_m.html`, the first silently replaced)."""
+    import re
+
+    from nca_interp import param_delta
+    from nca_interp.assets import embedded
+
+    evil = 'a",globalThis.PWNED=1,"'
+    for name in (evil, "m.v1", "m.v2"):
+        shutil.copytree(embedded("sokoban_opd"), tmp_path / "X" / name)
+    param_delta.main(["--init", str(embedded("sokoban_base")),
+                      *(str(tmp_path / "X" / n) for n in (evil, "m.v1", "m.v2")),
+                      "--threads", "1", "--out", str(tmp_path / "o" / "pd")])
+    pages = sorted(p.name for p in (tmp_path / "o").glob("*.html"))
+    assert "pd_m.v1.html" in pages and "pd_m.v2.html" in pages, pages
+    recorded = json.loads((tmp_path / "o" / "pd.json").read_text())["figures"]
+    assert any("pd_m.v1.html" in f for f in recorded) and any("pd_m.v2.html" in f
+                                                               for f in recorded), recorded
+    for page in (tmp_path / "o").glob("*.html"):
+        text = page.read_text()
+        assert evil not in text, page  # only JSON-escaped (\") inside the figure's data
+        ids = re.findall(r'<div id="([^"]*)"', text) + re.findall(
+            r'getElementById\("([^"]*)"\)', text)
+        assert ids and all(re.fullmatch(r"fig-[A-Za-z0-9_.-]+", i) for i in ids), ids
+
+
+def test_a_run_configs_backtracking_regex_is_cut_not_hung(tmp_path, monkeypatch):
+    """H1: a checkpoint whose run config records the built-in `scorer=regex` with a pattern
+    that backtracks without end (and scorer_timeout=3600) hung evaluate: `re` has no time
+    limit. The match is cut at REGEX_TIMEOUT and named with the item, in one line."""
+    import time
+
+    from nca_interp.assets import embedded
+    from nca_interp.checkpoint import write_manifest
+    from nca_interp.runs import task_for_checkpoints
+    from nca_interp.tasks import jsonl
+
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "prompt": "p", "context": "c",
+                                        "answer": "a"}) + "\n" for i in range(4)))
+    ck = tmp_path / "ckR"
+    shutil.copytree(embedded("sokoban_opd"), ck)
+    run_config = json.loads((ck / "run_config.json").read_text())
+    run_config["task"] = {"name": "jsonl", "data": str(data), "scorer": "regex",
+                          "pattern": "(a|aa)+$", "scorer_timeout": 3600}
+    (ck / "run_config.json").write_text(json.dumps(run_config))
+    write_manifest(ck)
+    task = task_for_checkpoints([str(ck)])
+    item = next(it for it in jsonl.items(task.config) if it.id == "q0")
+    assert task.score(item, "a" * 10).won  # a sane response is scored as before
+    monkeypatch.setattr(jsonl, "REGEX_TIMEOUT", 0.5)
+    start = time.monotonic()
+    with pytest.raises(UsageError) as e:
+        task.score(item, "a" * 36 + "b")  # `re`: 0.5 s at 28 a, 1.6-2x more per a
+    assert time.monotonic() - start < 60  # regex checks its clock coarsely: ~8 s here
+    msg = str(e.value)
+    assert "\n" not in msg and "(a|aa)+$" in msg and "'q0'" in msg, msg
