@@ -421,7 +421,7 @@ def write(report, out: str | Path, figures: dict, png: bool = False) -> list[str
     the paths written, the JSON first."""
     from nca_interp.cli import write_json
     from nca_interp.errors import RunError
-    from nca_interp.plots import figure_files, png_bytes
+    from nca_interp.plots import figure_files, figure_path, png_bytes
 
     stem = figure_stem(out, "")
     files: dict[Path, bytes] = {}
@@ -430,7 +430,7 @@ def write(report, out: str | Path, figures: dict, png: bool = False) -> list[str
     png_error = None
     for suffix, fig in figures.items() if png else ():
         try:
-            files[figure_stem(stem, suffix).with_suffix(".png")] = png_bytes(fig)
+            files[figure_path(figure_stem(stem, suffix), ".png")] = png_bytes(fig)
         except RunError as e:
             png_error = e
             break
@@ -602,7 +602,9 @@ def check_outputs(out: str | Path, analysis: str | None = None) -> None:
                          f"{Path(out) / 'report'}")
     stem = figure_stem(Path(out).expanduser(), "")
     recorded = own_outputs(stem, analysis)
-    check_own_output(stem.with_suffix(".html"), recorded)
+    from nca_interp.plots import figure_path
+
+    check_own_output(figure_path(stem, ".html"), recorded)
 
 
 # bytes a report adds to its stem's name: `.STEM.nca-figures`, `STEM_<figure>.html` (a figure
@@ -664,7 +666,9 @@ def check_out_clear(cfg, out: str | Path) -> None:
     """Refuse an `--out` whose files would land inside, or over, anything the analysis
     reads (a checkpoint's config.json, its tokenizer, a data file): one line, before any work."""
     stem = figure_stem(Path(out).expanduser().resolve(), "")
-    targets = {stem.with_suffix(".json"), stem.with_suffix(".html"),
+    from nca_interp.plots import figure_path
+
+    targets = {stem.with_suffix(".json"), figure_path(stem, ".html"),
                stem.parent / "plotly.min.js"}
     from nca_interp.checkpoint import LOADED_FILES
 

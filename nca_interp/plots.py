@@ -30,7 +30,8 @@ __all__ = ["BUNDLE", "PALETTE", "bundle_folder", "bundle_src", "check_bundle",
            "context_return_figure", "evaluate_figure", "grad_align_figure",
            "grad_align_over_steps", "grad_x", "head_heatmaps", "heatmap",
            "layer_sim_figure", "notebook_renderer", "patching_figures", "trajectory_figure",
-           "unscored_figure", "write_figure", "figure_files", "png_bytes", "write_files"]
+           "unscored_figure", "write_figure", "figure_files", "figure_path", "div_id", "png_bytes",
+           "write_files"]
 
 PALETTE = {"random_init": "#9e9e9e", "base": "#1f77b4", "opd": "#d62728", "nca": "#2ca02c"}
 
@@ -632,12 +633,28 @@ def figure_files(fig: go.Figure, stem: str | Path, png: bool = False) -> dict[Pa
     stem = Path(stem)
     page = go.Figure(fig)
     page.update_layout(width=None, autosize=True)
-    files = {stem.with_suffix(".html"): page.to_html(
+    files = {figure_path(stem, ".html"): page.to_html(
         include_plotlyjs=bundle_src(stem.parent), config={"responsive": True},
-        default_width="100%", div_id=f"fig-{stem.name}").encode("utf-8")}
+        default_width="100%", div_id=div_id(stem.name)).encode("utf-8")}
     if png:
-        files[stem.with_suffix(".png")] = png_bytes(fig)
+        files[figure_path(stem, ".png")] = png_bytes(fig)
     return files
+
+
+def figure_path(stem: str | Path, ext: str) -> Path:
+    """`stem` + `ext` with the whole name kept: a checkpoint's folder `m.v1` gives `m.v1.html`
+    (`with_suffix` cut it to `m.html`, where `m.v2`'s page silently replaced it)."""
+    stem = Path(stem)
+    return stem.parent / f"{stem.name}{ext}"
+
+
+def div_id(name: str) -> str:
+    """A page's div id from a figure's file name (a checkpoint folder's name, any text): plotly
+    pastes it unescaped into `<div id="...">` and into its inline script's JS strings, so
+    every character but [A-Za-z0-9_-] is written as `.HEX.` (a `"` in a folder name ended the
+    string and ran script in whoever opened the page)."""
+    return "fig-" + "".join(c if c.isascii() and (c.isalnum() or c in "_-") else f".{ord(c):x}."
+                            for c in name)
 
 
 def png_bytes(fig: go.Figure) -> bytes:
@@ -677,7 +694,7 @@ def write_figure(fig: go.Figure, stem: str | Path, png: bool = False) -> list[st
     written = write_files(figure_files(fig, stem))
     if png:
         try:
-            written += write_files({Path(stem).with_suffix(".png"): png_bytes(fig)})
+            written += write_files({figure_path(stem, ".png"): png_bytes(fig)})
         except RunError as e:
             raise RunError(f"{e} The HTML was written.") from e
     return written
