@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import stat
 import time
 from pathlib import Path
@@ -27,6 +28,10 @@ from nca_interp.errors import RunError
 from nca_interp.fsio import UnsafePathError
 
 __all__ = ["RunLock"]
+
+# What a lock file of ours holds: nothing (released) or the holder's note, `PID\nCOMMAND\n`
+OURS = re.compile(rb"(?:\d+\n[^\n]*\n)?")
+MAX_NOTE = 1 << 21  # a longer file is not a note of ours (ARG_MAX is 2 MiB on Linux)
 
 
 def _cmdline(pid: int) -> str:
@@ -64,6 +69,12 @@ class RunLock:
         except BlockingIOError:
             os.close(fd)
             raise RunError(self._refusal(label or folder)) from None
+        if not OURS.fullmatch(os.pread(fd, MAX_NOTE + 1, 0)):  # a user's `.lock`, kept
+            os.close(fd)
+            raise UnsafePathError(f"{self.path} holds something other than this package's lock "
+                                  "note (a pid and a command line, or nothing): a file of "
+                                  "yours or another tool's, left as it is; move it away, or "
+                                  "choose another --out")
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n{_cmdline(os.getpid())}\n".encode(), 0)
         self._fd: int | None = fd

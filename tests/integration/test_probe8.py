@@ -183,3 +183,34 @@ def test_a_run_configs_backtracking_regex_is_cut_not_hung(tmp_path, monkeypatch)
     assert time.monotonic() - start < 60  # regex checks its clock coarsely: ~8 s here
     msg = str(e.value)
     assert "\n" not in msg and "(a|aa)+$" in msg and "'q0'" in msg, msg
+
+
+def test_a_users_file_at_a_lock_name_is_kept_and_refused(tmp_path, capsys):
+    """L1: RunLock opened an existing `.lock` (a common name of other tools' files) or an
+    analysis's `.STEM.nca-lock` and truncated it. A lock file holds nothing or our note (a pid
+    and a command line); anything else is the user's, refused in one line and kept."""
+    from nca_interp import evaluate
+    from nca_interp.assets import embedded
+    from nca_interp.cli import entry
+    from nca_interp.runlock import RunLock
+
+    mine = "user data in .lock\nimportant\n"
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / ".lock").write_text(mine)
+    with pytest.raises(UsageError, match="other than this package's lock"):
+        RunLock(tmp_path / "run")
+    assert (tmp_path / "run" / ".lock").read_text() == mine
+    (tmp_path / "L1").mkdir()
+    (tmp_path / "L1" / ".r.nca-lock").write_text(mine)
+    ck = tmp_path / "ckA"
+    shutil.copytree(embedded("sokoban_opd"), ck)
+    assert entry(evaluate.main, ["--ckpt", str(ck), "--n-levels", "2", "--threads", "1",
+                                 "--out", str(tmp_path / "L1" / "r")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert ".r.nca-lock" in err[-1] and "other than this package's lock" in err[-1], err
+    assert (tmp_path / "L1" / ".r.nca-lock").read_text() == mine
+    # our own note (a killed holder's) and an empty (released) lock are taken as before
+    for note in ("4242\npython -m train.sft --out run\n", ""):
+        (tmp_path / "run" / ".lock").write_text(note)
+        lock = RunLock(tmp_path / "run")
+        lock.release()
