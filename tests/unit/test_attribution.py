@@ -159,8 +159,11 @@ def test_a_planted_head_ranks_first_by_attribution_and_by_exact_patching(planted
     """Every head's output zeroed but PLANTED's: c reaches the answer through that head
     alone. Attribution and exact patching both put it first, for its output patched either
     way and for its reading of c removed, and the other heads' exact effects are exactly 0;
-    attribution's candidates (top 1, no random check) are that head. Tried: the gradient's
-    sign flipped in `attribution.gradients` ranks it last by attribution and fails here."""
+    attribution's candidates (top 1, no random check) are that head, and its first-order
+    term lies near its exact effect in every case. Tried: the gradient's sign flipped in
+    `attribution.gradients` ranks it last by attribution and fails here; so does either view
+    misaligned (the longer view's activations read from its first columns instead of its
+    last, in `attribute` or in the exact sweep's `effect`)."""
     bridge, cases = planted
     H = bridge.cfg.n_heads
     first = PLANTED[0] * H + PLANTED[1]
@@ -176,6 +179,10 @@ def test_a_planted_head_ranks_first_by_attribution_and_by_exact_patching(planted
             assert np.argmax(e_mean) == first, (direction, what, e_mean)
             assert np.allclose(np.delete(e_mean, first), 0, atol=1e-5)
             assert e_mean[first] == pytest.approx(1.0, abs=1e-4)  # the whole effect
+            # the first-order term near the exact effect in every case (0.75-1.23 here): a
+            # source read from the wrong columns of the longer view scatters it (-0.3 to 60)
+            np.testing.assert_allclose(a[:, PLANTED[0], PLANTED[1]], 1.0, atol=0.35,
+                                       err_msg=f"{direction} {what}")
         picked = confirmed_sweep(bridge, cases, direction, {"forwards": 0}, "full", attr, 1, 0,
                                  np.random.default_rng(0))
         assert picked["candidates"]["heads"] == {"top": [first], "check": []}
