@@ -243,6 +243,8 @@ class Manifest:
                 self.data["files"][str(f)]["seconds_from"] = seconds_from
             if inputs is not None:
                 self.data["files"][str(f)]["inputs"] = inputs
+            if Path(f).suffix in FIGURE_SUFFIXES and Path(f).is_file():  # what prune may delete
+                self.data["files"][str(f)]["sha256"] = content_digest(f)
         self.data["config"] = to_dict(self.cfg)
         self.save()
 
@@ -409,20 +411,33 @@ def summarise(report: dict, seeds: list[int]) -> dict[str, dict]:
     return out
 
 
+FIGURE_SUFFIXES = (".html", ".png")
+
+
 def prune_figures(figs: Path, written: list[str], manifest: Manifest) -> list[str]:
     """Delete the figures an earlier invocation drew that this one's JSON no longer asks for
     (e.g. the teacher's patching panels once a retrained teacher has no harm case), with their
     manifest entries, so no figure outlives its data. Only files the manifest records as drawn
-    by the pipeline are touched, and a figure drawn now in either format keeps both."""
+    by the pipeline are touched, and a figure drawn now in either format keeps both. A name
+    is not enough: a file is deleted only while it holds the bytes whose sha256 the manifest
+    recorded when the pipeline drew it; any other (a user's figure at that name, an entry
+    written before digests were kept, a handed manifest) is left where it is and named."""
     drawn = {Path(w).with_suffix("") for w in written}
     gone = []
     for key, made in list(manifest.data["files"].items()):
         path = Path(key)
-        if (path.parent == figs and path.suffix in (".html", ".png")
+        if (path.parent == figs and path.suffix in FIGURE_SUFFIXES
                 and made["command"].startswith("python -m nca_interp.paper.reproduce")
                 and path.with_suffix("") not in drawn):
-            path.unlink(missing_ok=True)
             del manifest.data["files"][key]
+            ours = path.is_file() and not path.is_symlink() and made.get("sha256") \
+                and made["sha256"] == content_digest(path)
+            if path.exists() and not ours:
+                print(f"[kept] {key}: the manifest named it as an earlier invocation's figure, "
+                      "but it is not the file that invocation drew (no digest recorded, or its "
+                      "content changed since); delete it yourself if it is stale")
+                continue
+            path.unlink(missing_ok=True)
             gone.append(key)
             print(f"[removed] {key}: drawn by an earlier invocation, not from this one's JSON")
     return gone

@@ -214,3 +214,27 @@ def test_a_users_file_at_a_lock_name_is_kept_and_refused(tmp_path, capsys):
         (tmp_path / "run" / ".lock").write_text(note)
         lock = RunLock(tmp_path / "run")
         lock.release()
+
+
+def test_reproduce_prunes_only_the_figures_it_drew_unchanged(tmp_path, capsys):
+    """L2: prune_figures deleted every .html/.png a figures manifest named as drawn by the
+    pipeline, by name only: a user's (or hand-annotated) figure at such a name, or one an
+    old or handed manifest names, was lost. Only a file still holding the bytes the manifest
+    recorded as the pipeline's is deleted; any other is kept and named."""
+    from nca_interp.paper import reproduce
+
+    figs = tmp_path / "figs" / "sokoban"
+    figs.mkdir(parents=True)
+    manifest = reproduce.Manifest(figs / "manifest.json", reproduce.ReproduceConfig())
+    pipeline = "python -m nca_interp.paper.reproduce --task sokoban".split()
+    for name in ("old_panel.html", "annotated.png"):
+        (figs / name).write_text("drawn by the pipeline")
+        manifest.record([str(figs / name)], pipeline, 0.0)
+    (figs / "annotated.png").write_text("drawn, then annotated by hand")
+    (figs / "my_figure.png").write_text("the user's own")  # named by a handed manifest
+    manifest.data["files"][str(figs / "my_figure.png")] = {"command": " ".join(pipeline)}
+    gone = reproduce.prune_figures(figs, [str(figs / "harm.html")], manifest)
+    assert gone == [str(figs / "old_panel.html")]
+    assert sorted(p.name for p in figs.glob("*.png")) == ["annotated.png", "my_figure.png"]
+    out = capsys.readouterr().out
+    assert "[kept]" in out and "my_figure.png" in out and "annotated.png" in out, out

@@ -620,18 +620,16 @@ def test_figures_an_earlier_run_drew_are_removed_with_their_data(tmp_path, monke
     figs = Path("figures") / "x"
     figs.mkdir(parents=True)
     manifest = reproduce.Manifest(figs / "manifest.json", reproduce.ReproduceConfig())
-    pipeline = {"command": "python -m nca_interp.paper.reproduce --task x", "seconds": 0.0}
     for name in ("patching_x_base_heads.html", "patching_x_base_heads.png", "layer_sim.html",
                  "layer_sim.png", "sizing.html"):
         (figs / name).write_text("old")
-        manifest.data["files"][str(figs / name)] = dict(pipeline)
-    manifest.data["files"][str(figs / "sizing.html")]["command"] = \
-        "python -m nca_interp.paper.size_control"
+        command = "size_control" if name == "sizing.html" else "reproduce --task x"
+        manifest.record([str(figs / name)], f"python -m nca_interp.paper.{command}".split(), 0.0)
     gone = reproduce.prune_figures(figs, [str(figs / "layer_sim.html")], manifest)
     assert sorted(gone) == [str(figs / "patching_x_base_heads.html"),
                             str(figs / "patching_x_base_heads.png")]
     assert sorted(p.name for p in figs.iterdir()) == ["layer_sim.html", "layer_sim.png",
-                                                      "sizing.html"]
+                                                      "manifest.json", "sizing.html"]
     assert sorted(manifest.data["files"]) == sorted(str(figs / n) for n in (
         "layer_sim.html", "layer_sim.png", "sizing.html"))
 
