@@ -49,19 +49,28 @@ def link_runs_home(out: str | Path) -> None:
     $NCA_INTERP_RUNS (default: the cache folder's `runs/`) first, so a demo's or a run's
     default output never makes `runs/` a folder of the checkout (which a fresh checkout loses,
     and which then kept the pipeline from linking it). A `runs` folder or link already there is
-    used as it is (a dangling link's folder is made again); any other path is the user's
-    choice."""
+    used as it is; a dangling link's folder is made again only where it is the runs folder
+    this function would link (a link planted elsewhere is refused, not followed); any other
+    path is the user's choice."""
     parts = Path(out).parts
     if Path(out).is_absolute() or not parts or parts[0] != "runs":
         return
     link = Path("runs")
+    home = Path(os.environ.get(RUNS_ENV) or default_cache() / "runs").expanduser()
     if link.is_symlink():
         if not link.exists():  # a link whose folder went (a cleared cache): make the folder
-            Path(os.readlink(link)).mkdir(parents=True, exist_ok=True)
+            target = Path(os.path.abspath(Path(os.readlink(link)).expanduser()))
+            ours = {Path(os.path.abspath(h)) for h in (home, default_cache() / "runs")}
+            ours |= {h.resolve() for h in ours}
+            if target not in ours:
+                raise UsageError(f"runs is a link to {target}, which does not exist and is not "
+                                 f"the runs folder (${RUNS_ENV}: {home}); this package remakes "
+                                 "only that one: make the folder yourself if it is yours, or "
+                                 "remove the link")
+            target.mkdir(parents=True, exist_ok=True)
         return
     if link.exists():
         return
-    home = Path(os.environ.get(RUNS_ENV) or default_cache() / "runs").expanduser()
     home.mkdir(parents=True, exist_ok=True)
     link.symlink_to(home.resolve(), target_is_directory=True)
     import sys

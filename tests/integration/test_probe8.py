@@ -238,3 +238,30 @@ def test_reproduce_prunes_only_the_figures_it_drew_unchanged(tmp_path, capsys):
     assert sorted(p.name for p in figs.glob("*.png")) == ["annotated.png", "my_figure.png"]
     out = capsys.readouterr().out
     assert "[kept]" in out and "my_figure.png" in out and "annotated.png" in out, out
+
+
+def test_a_planted_dangling_runs_link_is_refused_not_remade(tmp_path, monkeypatch, capsys):
+    """S4: a `runs` link planted in the working folder, dangling, had its target made (with
+    parents, anywhere) and written through by `evaluate --out runs/e/r`. Only a link to the
+    runs folder itself ($NCA_INTERP_RUNS or the cache's) has its folder made again."""
+    from nca_interp import evaluate
+    from nca_interp.assets import embedded
+    from nca_interp.cli import entry
+    from nca_interp.fsio import RUNS_ENV, link_runs_home
+
+    ck = tmp_path / "ckA"
+    shutil.copytree(embedded("sokoban_opd"), ck)
+    work = tmp_path / "W8"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv(RUNS_ENV, str(tmp_path / "home"))
+    (work / "runs").symlink_to(tmp_path / "victim" / "viaruns")
+    assert entry(evaluate.main, ["--ckpt", str(ck), "--n-levels", "2", "--threads", "1",
+                                 "--out", "runs/e/r"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: runs is a link to") and "viaruns" in err[-1], err
+    assert not (tmp_path / "victim").exists()
+    (work / "runs").unlink()
+    (work / "runs").symlink_to(tmp_path / "home")  # the link this package makes: remade
+    link_runs_home("runs/e/r")
+    assert (tmp_path / "home").is_dir()

@@ -39,10 +39,18 @@ def test_a_runs_folder_or_link_already_there_is_used_as_it_is(checkout, tmp_path
     link_runs_home("runs/x")
     assert (work / "runs").is_dir() and not (work / "runs").is_symlink()
     (work / "runs").rmdir()
+    assert not home.exists()
+    (work / "runs").symlink_to(home, target_is_directory=True)
+    link_runs_home("runs/x")  # a cleared cache: the folder the link names is made again
+    assert home.is_dir() and os.readlink(work / "runs") == str(home)
+    (work / "runs").unlink()
     gone = tmp_path / "gone"
     (work / "runs").symlink_to(gone, target_is_directory=True)
-    link_runs_home("runs/x")  # a cleared cache: the folder the link names is made again
-    assert gone.is_dir() and os.readlink(work / "runs") == str(gone)
+    from nca_interp.errors import UsageError
+
+    with pytest.raises(UsageError, match="not the runs folder"):  # planted (probe 8, S4)
+        link_runs_home("runs/x")
+    assert not gone.exists()
 
 
 def test_an_analysis_demo_and_a_training_run_write_outside_the_checkout(checkout):
