@@ -481,7 +481,13 @@ def figures(report: PatchingReport | dict) -> dict:
     report = as_report(report, PatchingReport)
     from nca_interp.plots import patching_figures
 
-    return {f"{name}_{suffix}": fig for name, r in report.results.items()
+    # a results key is the folder name, or the whole path where two share it (`runs/a/final`,
+    # `runs/b/final`): figures take the shortest unique trailing parts, `/` written `_`
+    names = {k: v.replace("/", "_").replace("\\", "_")
+             for k, v in analysis.short_labels(list(report.results)).items()}
+    if len(set(names.values())) < len(names):  # `a_b` beside `a/b`: positions tell them apart
+        names = {k: f"{i + 1}_{v}" for i, (k, v) in enumerate(names.items())}
+    return {f"{names[name]}_{suffix}": fig for name, r in report.results.items()
             for suffix, fig in patching_figures(r).items()}
 
 

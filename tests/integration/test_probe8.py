@@ -265,3 +265,19 @@ def test_a_planted_dangling_runs_link_is_refused_not_remade(tmp_path, monkeypatc
     (work / "runs").symlink_to(tmp_path / "home")  # the link this package makes: remade
     link_runs_home("runs/e/r")
     assert (tmp_path / "home").is_dir()
+
+
+def test_patching_two_checkpoints_of_one_folder_name_draws_both(tmp_path):
+    """U2: `patching Y1/ckA Y2/ckA` (as `runs/a/final runs/b/final`) computed everything and
+    then ended in `Invalid name 'pt_/.../Y2/ckA_positions'`: the second results key is its
+    path. Figures take the shortest unique trailing parts (`Y2_ckA`)."""
+    from nca_interp import patching
+    from nca_interp.assets import embedded
+
+    for d in ("Y1", "Y2"):
+        shutil.copytree(embedded("sokoban_opd"), tmp_path / d / "ckA")
+    patching.main([str(tmp_path / "Y1" / "ckA"), str(tmp_path / "Y2" / "ckA"), "--kind", "help",
+                   "--scope", "groups", "--n-levels", "100", "--max-cases", "4", "--n-random",
+                   "4", "--threads", "1", "--out", str(tmp_path / "o" / "pt")])
+    pages = sorted(p.name for p in (tmp_path / "o").glob("*.html"))
+    assert "pt_ckA_positions.html" in pages and "pt_Y2_ckA_positions.html" in pages, pages
