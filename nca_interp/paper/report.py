@@ -347,11 +347,12 @@ def _iv(v, ci) -> str:
 
 def _restored(f: dict, kind: str) -> str:
     n, share = f.get(f"n_{kind}", 0), f.get(f"{kind}_restored")
+    cases = f"{n} case" + ("" if n == 1 else "s")
     if share is None:
-        return f"{n} cases" if n else "none"
+        return cases if n else "none"
     within = f.get(f"{kind}_restored_within")
     tried = len(f.get(kind) or [])
-    return (f"{n} cases; of {tried} tried, {share:.0%} restored by the first fork's token"
+    return (f"{cases}; of {tried} tried, {share:.0%} restored by the first fork's token"
             + (f", {within:.0%} within the forks tried" if within is not None else ""))
 
 

@@ -155,8 +155,9 @@ def test_the_setting_page_reads_the_lens_report_it_is_given(run, tmp_path):
         assert close(nums(cells[5]), [e["overall"]["kl_control"], *e["ci95"]["kl_control"]])
         assert close(nums(cells[7].replace("/", " ")),
                      [e["overall"]["flip"], e["overall"]["flip_control"]])
-        assert cells[8].startswith(f"{e['forks']['n_harm']} cases") or \
-            (e["forks"]["n_harm"] == 0 and cells[8] == "none")
+        n = e["forks"]["n_harm"]
+        assert cells[8] == "none" if n == 0 else \
+            cells[8].startswith(f"{n} case{'' if n == 1 else 's'}")
     steps = [r.split(" | ")[0] for r in text.split("Over training")[1].splitlines()
              if r.startswith("| ") and r[2].isdigit()]
     assert steps == ["| 0", "| 2", "| 4"]
