@@ -356,6 +356,19 @@ def _restored(f: dict, kind: str) -> str:
             + (f", {within:.0%} within the forks tried" if within is not None else ""))
 
 
+def _lens_reading(name: str, e) -> str:
+    """One checkpoint's lens in words, from its intervals: does the returning c move its next
+    tokens more than a wrong c' does, and in which third of the response most."""
+    (lo, hi), (clo, chi) = e.ci95["kl"], e.ci95["kl_control"]
+    if None in (lo, hi, clo, chi):
+        return f"{name}: no interval"
+    against = ("more than a wrong c' does" if lo > chi else
+               "less than a wrong c' does" if hi < clo else
+               "no more than a wrong c' does (the intervals overlap)")
+    third = max(range(3), key=lambda k: e.thirds["kl"][k] or 0)
+    return f"{name}: c moves it {against}, most in the {('first', 'middle', 'last')[third]} third"
+
+
 def lens(figs: Path) -> str:
     """The two-view lens (`python -m nca_interp.lens`): where in the response the returning c
     still moves each checkpoint's next-token distribution (KL(q_x || q_c) per token on its own
@@ -378,6 +391,8 @@ def lens(figs: Path) -> str:
                         f"{e.overall['kl_floor']:.1e} | "
                         + " / ".join("-" if v is None else _num(v) for v in flip)
                         + f" | {_restored(e.forks, 'harm')} | {_restored(e.forks, 'help')} |")
+        reading = [_lens_reading(name, e) for name, e in rep.results.items()
+                   if not name.endswith(" step 0") or name == next(iter(rep.results))]
         e0 = next(iter(rep.results.values()))
         text = (f"`{path.name}`: {e0.n_items} held-out items ({e0.n_units} units), one sample "
                 f"y ~ g(.|x) each at temperature {cfg['temperature']}; KL(q_x || q_c) in nats "
@@ -386,7 +401,7 @@ def lens(figs: Path) -> str:
                 "against itself in another layout (arithmetic). A fork is a token where the "
                 "views' greedy choices differ; restored = continuing from the first fork with "
                 "the other view's token makes a harm case right (a help case wrong).\n\n"
-                + "\n".join(rows))
+                + "\n".join(rows) + "\n\nRead against the control: " + "; ".join(reading) + ".")
         if rep.layers:
             deep = [f"{name}: settles without c at {e.depth['settle_x']:.1f}, with c at "
                     f"{e.depth['settle_c']:.1f}; at forks the views part from layer "

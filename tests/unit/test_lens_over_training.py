@@ -158,6 +158,16 @@ def test_the_setting_page_reads_the_lens_report_it_is_given(run, tmp_path):
         n = e["forks"]["n_harm"]
         assert cells[8] == "none" if n == 0 else \
             cells[8].startswith(f"{n} case{'' if n == 1 else 's'}")
+    reading = text.split("Read against the control: ")[1].split(".\n")[0].split("; ")
+    said = dict(r.split(": c moves it ") for r in reading)
+    assert set(said) == {"opd step 0", "opd step 2", "opd step 4"}
+    for name, words in said.items():
+        e = rep["results"][name]
+        (lo, hi), (clo, chi) = e["ci95"]["kl"], e["ci95"]["kl_control"]
+        want = "more than" if lo > chi else "less than" if hi < clo else "no more than"
+        assert words.startswith(want), (name, words)
+        third = ("first", "middle", "last")[int(np.argmax(e["thirds"]["kl"]))]
+        assert words.endswith(f"most in the {third} third"), (name, words)
     steps = [r.split(" | ")[0] for r in text.split("Over training")[1].splitlines()
              if r.startswith("| ") and r[2].isdigit()]
     assert steps == ["| 0", "| 2", "| 4"]
