@@ -19,6 +19,7 @@ forward / backward counts of each way.
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 
 import numpy as np
@@ -137,7 +138,10 @@ def main(argv=None) -> dict:
           f"then exact {t_exact / t_conf:.1f}x; over the confirmed families the mean Spearman "
           f"is {np.nanmean([r['spearman'] for r in confirmed]):.2f} and the exact top k found "
           f"{np.mean([r['found'] for r in confirmed]):.2f}")
-    return {"ckpt": args.ckpt, "cases": N, "layers": L, "heads": H, "families": rows,
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # kB on Linux
+    print(f"peak resident memory of this process (every way above): {peak:.2f} GB")
+    return {"peak_rss_gb": peak, "ckpt": args.ckpt, "cases": N, "layers": L, "heads": H,
+            "families": rows,
             "ways": {w: {"wall_s": t, "forwards": f, "backwards": b}
                      for w, (t, f, b) in ways.items()}}
 
