@@ -337,8 +337,9 @@ def run_identity(label: str, path: str | Path | None) -> dict:
 
 def make_report(cfg, *, task: str, context: str | None, paths: dict[str, str | Path | None],
                 results: dict, **extra):
-    """The typed report (`nca_interp.reports`) of the analysis whose config `cfg` is (found
-    by the module that defines its class): `paths` maps each key of `results` to its folder;
+    """The typed report (`nca_interp.reports`) of the analysis whose config `cfg` is (named by
+    the class's `ANALYSIS`, as the built-ins' configs in `nca_interp.configs` are, else found
+    by the module that defines the class): `paths` maps each key of `results` to its folder;
     `extra` are the analysis's own top-level fields. A key its report class does not declare is
     refused, so what a report holds is what its class documents."""
     from nca_interp.cli import to_dict
@@ -348,7 +349,8 @@ def make_report(cfg, *, task: str, context: str | None, paths: dict[str, str | P
         import sys
 
         module = getattr(getattr(sys.modules["__main__"], "__spec__", None), "name", module)
-    name = next((s.name for s in specs() if s.module == module), None)
+    name = getattr(type(cfg), "ANALYSIS", None) or \
+        next((s.name for s in specs() if s.module == module), None)
     cls = report_class(name)
     return cls.from_json({"config": to_dict(cfg), "task": task, "context": context,
                           "runs": {k: run_identity(k, paths.get(k)) for k in results},
@@ -689,8 +691,9 @@ def check_out_clear(cfg, out: str | Path) -> None:
                          "another --out (the sixth probe)")
 
 
-# the config fields that name checkpoint folders (besides PATH_FIELDS' `ckpt`)
-CHECKPOINT_FIELDS = ("ckpt", "init", "teacher", "control", "pair")
+# the config fields that name one checkpoint folder per value (param_delta's --pair and
+# --control are checked by param_delta itself: a value there is "A,B", a comma escaped)
+CHECKPOINT_FIELDS = ("ckpt", "init", "teacher")
 
 
 def check_checkpoints_exist(cfg) -> None:
