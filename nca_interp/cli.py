@@ -22,7 +22,8 @@ from nca_interp.errors import RunError, UsageError
 
 __all__ = ["FALSE_WORDS", "REPLACED_FLAGS", "TRUE_WORDS", "argv_of", "as_paths",
            "check_arguments", "check_disk", "check_writable", "entry", "finite_json",
-           "parse_config", "same_config", "to_dict", "validate", "write_atomic", "write_json"]
+           "own_flags", "parse_config", "parse_early", "same_config", "to_dict", "validate",
+           "write_atomic", "write_json"]
 
 # Ranges of the numeric flags every entry point shares, by field name (a field's own
 # `metadata["check"]` overrides; a function returning the rule is read when checked, e.g. from a
@@ -295,18 +296,45 @@ def write_atomic(path: str | Path, text: str, fault: str | None = None) -> Path:
     return write_text(path, text, fault)
 
 
-def entry(main, argv: list[str] | None = None) -> int:
-    """Run a command's `main` as `python -m` does: a user error (bad flag, unusable checkpoint,
-    unwritable output, a failed run) prints `error: ...` in a line or two and exits non-zero
-    with no traceback; NCA_INTERP_DEBUG=1 (or --debug) shows it. Bugs keep their traceback."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+def parse_early(cls, description: str | None = None, positional: str | None = None,
+                first=None):
+    """A command's own command line parsed by its module's `if __name__ == "__main__":` guard,
+    above its heavy imports, so `--help` (exit 0) and a bad flag (exit 2: argparse's usage
+    line, or `error: ...` in one line) are answered before torch is imported: `cls` comes from
+    a module without torch (`nca_interp.configs`). `first(argv)` checks the raw command line
+    before it is parsed (train.sft's replaced flags). The config returned is what `main` runs:
+    `entry(main, parsed=...)` hands it over, so the command line is parsed once."""
+    argv, debug = own_flags(sys.argv[1:])
+    try:
+        if first is not None:
+            first(argv)
+        return parse_config(cls, argv, description, positional)
+    except (ValueError, OSError) as e:
+        if debug or not _user_error(e):
+            raise
+        print(f"error: {str(e).strip() or type(e).__name__}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def own_flags(argv: list[str]) -> tuple[list[str], bool]:
+    """`argv` less the flags every command takes (--debug, --quiet: set in the environment
+    here), and whether errors keep their traceback (--debug or NCA_INTERP_DEBUG=1)."""
     debug = os.environ.get("NCA_INTERP_DEBUG") == "1" or "--debug" in argv
     if "--quiet" in argv:  # no progress bars (nca_interp.progress)
         os.environ["NCA_INTERP_QUIET"] = "1"
+    return [a for a in argv if a not in ("--debug", "--quiet")], debug
+
+
+def entry(main, argv: list[str] | None = None, parsed=None) -> int:
+    """Run a command's `main` as `python -m` does: a user error (bad flag, unusable checkpoint,
+    unwritable output, a failed run) prints `error: ...` in a line or two and exits non-zero
+    with no traceback; NCA_INTERP_DEBUG=1 (or --debug) shows it. Bugs keep their traceback.
+    `parsed`: the config `parse_early` already read from this command line, given to `main` in
+    place of `argv`."""
+    argv, debug = own_flags(list(sys.argv[1:] if argv is None else argv))
     # a command owns its process (importing the library sets nothing): transformers' advice
     # lines ("set X to silence this") would interleave with the command's tables
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    argv = [a for a in argv if a not in ("--debug", "--quiet")]
     from nca_interp.checkpoint import hash_once
 
     terminated = []
@@ -322,7 +350,7 @@ def entry(main, argv: list[str] | None = None) -> int:
         if threading.current_thread() is threading.main_thread() else None
     try:
         with hash_once():  # a checkpoint opened several times by one command is hashed once
-            main(argv)
+            main(argv if parsed is None else parsed)
     except (ValueError, OSError, FloatingPointError, RuntimeError, KeyError) as e:
         if debug or not _user_error(e):
             raise
@@ -507,7 +535,10 @@ def parse_config(cls, argv: list[str] | None, description: str | None = None,
                  positional: str | None = None):
     """Build `cls` from command-line `argv` (None: sys.argv). `positional` names a list field
     that may also be given as bare arguments. Fields named in `cls.EXPERT` are left out of
-    `--help` (one line counts them) and listed by `--help-all`."""
+    `--help` (one line counts them) and listed by `--help-all`. An `argv` that is already a
+    `cls` (what `parse_early` read, handed on by `entry`) is returned as it is."""
+    if isinstance(argv, cls):
+        return argv
     hints = typing.get_type_hints(cls)
     expert = [f for f in dataclasses.fields(cls) if f.name in getattr(cls, "EXPERT", ())]
     show_all = "--help-all" in (sys.argv[1:] if argv is None else argv)

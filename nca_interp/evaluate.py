@@ -26,8 +26,17 @@ without c, where harm is measured), B (context still needed) if it lies above 0,
 from __future__ import annotations
 
 import sys
+
+from nca_interp.cli import parse_early
+from nca_interp.configs import (  # noqa: F401 - TASK_OPTIONS_HELP: read here as before
+    TASK_OPTIONS_HELP,
+    EvalConfig,
+)
+
+if __name__ == "__main__":  # --help and a bad flag answered before torch is imported
+    PARSED = parse_early(EvalConfig, __doc__, positional="ckpt")
+
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -37,7 +46,7 @@ from nca_interp.bootstrap import cluster_indices, cluster_t_interval, n_units, p
 from nca_interp.checkpoint import load_checkpoint, verify_folder
 from nca_interp.cli import entry, parse_config, validate
 from nca_interp.errors import UsageError
-from nca_interp.models import PRECISION_HELP, autocast, context_limit, resolve_device
+from nca_interp.models import autocast, context_limit, resolve_device
 from nca_interp.progress import bar
 from nca_interp.reports import ContextReturn, ContextReturnReport, as_report, typed
 from nca_interp.rollout import (
@@ -51,12 +60,12 @@ from nca_interp.rollout import (
 from nca_interp.runs import (
     resolve_task_and_context,
 )
-from nca_interp.tasks import Task, context_choices, task_choices
+from nca_interp.tasks import Task
 
-__all__ = ["DEMO", "FEW_CLUSTERS", "TASK_OPTIONS_HELP", "EvalConfig", "control_report",
-           "evaluate_checkpoint", "execute", "figures", "format_control", "format_markdown",
-           "label", "main", "max_response_tokens", "metric_of", "paired_report", "play_levels",
-           "reads_c_interval", "run", "show", "unscored_report", "views_kl"]
+__all__ = ["DEMO", "FEW_CLUSTERS", "control_report", "evaluate_checkpoint", "execute", "figures",
+           "format_control", "format_markdown", "label", "main", "max_response_tokens", "metric_of",
+           "paired_report", "play_levels", "reads_c_interval", "run", "show", "unscored_report",
+           "views_kl"]
 
 _SAID: set = set()
 
@@ -324,11 +333,6 @@ def reads_c_interval(won_c: np.ndarray, won_control: np.ndarray, units: list[str
     return [float(lo), float(hi)]
 
 
-TASK_OPTIONS_HELP = ("task config overrides KEY=VALUE,... e.g. opcd's "
-                     "train=a.jsonl,test=b.jsonl,system_prompt=s.txt,kind=mcq or sysprompt's "
-                     "kb=1; a comma inside a value: \\, or \"quoted\"")
-
-
 label = reports.label  # a key as its column is headed (win_c for a game, acc_c for questions)
 
 
@@ -408,36 +412,6 @@ def format_markdown(reports: Mapping[str, ContextReturn | dict],
     return "\n".join(rows)
 
 
-@dataclass
-class EvalConfig:
-    ckpt: list[str] = field(default_factory=list, metadata={
-        "help": "checkpoint folders (several: compared side by side on the same levels); "
-                "default: the embedded Sokoban teacher"})
-    task: str | None = field(default=None, metadata={
-        "help": lambda: f"{task_choices()}; default: from the first checkpoint's run "
-                "config"})
-    task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
-    context: str | None = field(default=None, metadata={
-        "help": lambda: f"{context_choices()}; default: the one the first checkpoint's run was "
-                "trained with, else the task's"})
-    fmt: str | None = field(default=None, metadata={"help": "compact|textarena"})
-    n_levels: int = field(default=1000, metadata={"help": "held-out levels (fixed by --seed)"})
-    seed: int = field(default=0, metadata={"help": "held-out set and sampling seed"})
-    temperature: float = field(default=0.0, metadata={"help": "0 = greedy",
-                                                      "check": "temperature_or_greedy"})
-    threads: int = field(default=2, metadata={"help": "torch threads"})
-    device: str = field(default="auto", metadata={"help": "auto|cpu|cuda"})
-    precision: str = field(default="auto", metadata={"check": "choice:auto|fp32|bf16",
-        "help": PRECISION_HELP})
-    control: bool = field(default=False, metadata={
-        "help": "also play every item with a control context of the same form that is wrong "
-                "for it (another level's plan or state, a knowledge base with its values "
-                "rotated across entities; own data: your own c', a \"control\" field or "
-                "control_file=): accuracy with it, its harm, and reads_c = correct_c - "
-                "correct_c' (0: blind to what c says)"})
-    out: str | None = field(default=None, metadata={
-        "help": "write OUT.json and the figure OUT.html (OUT may end in .json)"})
-    png: bool = field(default=False, metadata={"help": "also write OUT.png (needs kaleido)"})
 
 
 DEMO = ("sokoban_base",)  # what the bare command line evaluates
@@ -527,7 +501,7 @@ def figures(report: ContextReturnReport | dict) -> dict:
     return {"": evaluate_figure(report)}
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | EvalConfig | None = None) -> dict:
     cfg = parse_config(EvalConfig, argv, __doc__, positional="ckpt")
     return execute(analysis.command_defaults(sys.modules[__name__], cfg))
 
@@ -539,4 +513,4 @@ def execute(cfg: EvalConfig) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(entry(main))
+    sys.exit(entry(main, parsed=PARSED))

@@ -33,11 +33,17 @@ fit SHARED_GRAD_BYTES) and a chunk of each spilled vector are in memory.
 
 from __future__ import annotations
 
+import sys
+
+from nca_interp.cli import parse_early
+from nca_interp.configs import GradAlignConfig
+
+if __name__ == "__main__":  # --help and a bad flag answered before torch is imported
+    PARSED = parse_early(GradAlignConfig, __doc__, positional="ckpt")
+
 import itertools
 import math
-import sys
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -51,12 +57,12 @@ from nca_interp.cli import (
     validate,
 )
 from nca_interp.errors import UsageError
-from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
+from nca_interp.evaluate import max_response_tokens
 from nca_interp.fsio import spill_folder
 from nca_interp.labelled import Arrays, Labelled, as_float, stack
 from nca_interp.layer_sim import task_and_items
 from nca_interp.losses import TERMS, loss_views, terms_of
-from nca_interp.models import PRECISION_HELP, context_limit, resolve_device, weights_dtype
+from nca_interp.models import context_limit, resolve_device, weights_dtype
 from nca_interp.param_delta import layer_module_grid
 from nca_interp.progress import bar
 from nca_interp.reduce import Gram, cosine, stream_by_name
@@ -69,12 +75,11 @@ from nca_interp.runs import (
     step_of,
     teacher_of,
 )
-from nca_interp.tasks import Task, context_choices
+from nca_interp.tasks import Task
 from nca_interp.tensorfiles import TensorFolder, row_chunks, save_sharded
 
-__all__ = ["DEMO", "ZERO_REL", "GradAlignConfig", "align", "arrays_of", "execute", "figures",
-           "format_table", "main", "report_arrays", "run", "show", "undefined_terms",
-           "zero_terms"]
+__all__ = ["DEMO", "ZERO_REL", "align", "arrays_of", "execute", "figures", "format_table", "main",
+           "report_arrays", "run", "show", "undefined_terms", "zero_terms"]
 
 HALVES = (1, 2)
 
@@ -502,34 +507,6 @@ def report_arrays(report: GradAlignReport | dict) -> Arrays:
     return stack(parts, "checkpoint")
 
 
-@dataclass
-class GradAlignConfig:
-    ckpt: list[str] = field(default_factory=list, metadata={
-        "help": "student checkpoints (e.g. a run's checkpoints/step_*); default: embedded OPD"})
-    teacher: str | None = field(default=None, metadata={
-        "help": "teacher checkpoint; default: the run's teacher/initial student"})
-    task: str | None = field(default=None, metadata={"help": "default: from the run config"})
-    task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
-    context: str | None = field(default=None, metadata={
-        "help": lambda: f"{context_choices()}; default: the run's context"})
-    batch: int = field(default=2048, metadata={
-        "help": "on-policy prompts, split into two independent halves (noise floor)",
-        "check": "even>=4"})
-    micro_batch: int = field(default=128, metadata={"help": "prompts per forward/backward",
-                                                    "check": ">=1"})
-    parts: int = field(default=8, metadata={
-        "help": "independent parts the batch is split into (each a group of micro-batches): "
-                "2 gives the two halves alone; 4 or more adds the noise-corrected cosine with "
-                "its jackknife interval, the noise scale and the positive control",
-        "check": "even>=2"})
-    temperature: float = field(default=1.0, metadata={"help": "rollout (and loss) temperature"})
-    seed: int = field(default=0, metadata={"help": "levels and sampling seed"})
-    device: str = field(default="auto", metadata={"help": "auto|cpu|cuda"})
-    precision: str = field(default="auto", metadata={"check": "choice:auto|fp32|bf16",
-                                                      "help": PRECISION_HELP})
-    out: str = field(default="runs/grad_align_demo/grad_align", metadata={"help": "output stem"})
-    png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
-    threads: int = field(default=2, metadata={"help": "torch threads"})
 
 
 def fmt_angle(v: float | None) -> str:
@@ -686,7 +663,7 @@ def figures(report: GradAlignReport | dict) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | GradAlignConfig | None = None) -> dict:
     cfg = parse_config(GradAlignConfig, argv, __doc__, positional="ckpt")
     return execute(analysis.command_defaults(sys.modules[__name__], cfg))
 
@@ -697,4 +674,4 @@ def execute(cfg: GradAlignConfig) -> dict:
     return analysis.execute(sys.modules[__name__], cfg)
 
 if __name__ == "__main__":
-    sys.exit(entry(main))
+    sys.exit(entry(main, parsed=PARSED))

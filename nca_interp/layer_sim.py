@@ -60,11 +60,17 @@ A random-init model of the same config and the base/teacher are added as baselin
 
 from __future__ import annotations
 
-import dataclasses
 import sys
+
+from nca_interp.cli import parse_early
+from nca_interp.configs import LayerSimConfig
+
+if __name__ == "__main__":  # --help and a bad flag answered before torch is imported
+    PARSED = parse_early(LayerSimConfig, __doc__, positional="ckpt")
+
+import dataclasses
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -79,7 +85,7 @@ from nca_interp.cli import (
     validate,
 )
 from nca_interp.errors import UsageError
-from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
+from nca_interp.evaluate import max_response_tokens
 from nca_interp.fsio import WriteFault
 from nca_interp.hooks import boot_bridge, capture
 from nca_interp.labelled import Arrays, Labelled, as_float, stack
@@ -105,11 +111,11 @@ from nca_interp.similarity import (  # noqa: F401 - the statistics, read as laye
     other_partner,
     similarity_by_layer,
 )
-from nca_interp.tasks import Task, context_choices, make_task
+from nca_interp.tasks import Task, make_task
 
-__all__ = ["DEMO", "LayerSimConfig", "as_bridge", "compare", "entry_of", "execute", "figures",
-           "format_heads", "format_table", "layer_labels", "main", "report_arrays", "run", "show",
-           "similarity", "task_and_items"]
+__all__ = ["DEMO", "as_bridge", "compare", "entry_of", "execute", "figures", "format_heads",
+           "format_table", "layer_labels", "main", "report_arrays", "run", "show", "similarity",
+           "task_and_items"]
 
 
 def reference_responses(tok, task: Task, levels: list) -> tuple[torch.Tensor, torch.Tensor]:
@@ -386,36 +392,6 @@ def random_init_copy(path: str | Path, folder: Path) -> Path:
                          "pass --baselines false)", e.errno, e.path) from None
 
 
-@dataclass
-class LayerSimConfig:
-    ckpt: list[str] = field(default_factory=list, metadata={
-        "help": "checkpoint folders; default: the embedded Sokoban base, OPD and NCA"})
-    task: str | None = field(default=None, metadata={"help": "default: from the run config"})
-    task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
-    context: str | None = field(default=None, metadata={
-        "help": lambda: f"{context_choices()}; default: the context the checkpoints were "
-                        "distilled with"})
-    n_levels: int = field(default=200, metadata={"help": "held-out levels"})
-    seed: int = field(default=0, metadata={"help": "held-out set seed"})
-    baselines: bool = field(default=True, metadata={"help": "add the random-init baseline"})
-    out: str = field(default="runs/layer_sim_demo/layer_sim",
-                     metadata={"help": "output stem (.json/.html)"})
-    png: bool = field(default=False, metadata={"help": "also write a PNG (needs kaleido)"})
-    threads: int = field(default=2, metadata={"help": "torch threads"})
-    device: str = field(default="auto", metadata={"help": "auto|cpu|cuda for the model passes"})
-    batch: int = field(default=100, metadata={"help": "levels per hooked pass"})
-    at: str = field(default="response", metadata={
-        "help": "response (y's positions) | generating (the positions that produce y) | prompt "
-                "(x's tokens, which no loss touches)"})
-    beside: str | None = field(default=None, metadata={
-        "help": "a layer_sim report (.json) to place the checkpoints beside: only they and the "
-                "baselines are computed, on the report's items and settings; its first "
-                "checkpoint is recomputed and must agree before its other entries are carried "
-                "into the new report unchanged"})
-    responses: str = field(default="reference", metadata={
-        "help": "what every model (baselines included) is teacher-forced on: reference (the "
-                "task's answer: solver plan / correct option) | base (the first checkpoint's "
-                "greedy response) | own (each model its own greedy response)"})
 
 
 DEMO = ("sokoban_base", "sokoban_opd", "sokoban_nca")  # what the bare command line compares
@@ -938,7 +914,7 @@ def figures(report: LayerSimReport | dict) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | LayerSimConfig | None = None) -> dict:
     cfg = parse_config(LayerSimConfig, argv, __doc__, positional="ckpt")
     return execute(analysis.command_defaults(sys.modules[__name__], cfg))
 
@@ -950,4 +926,4 @@ def execute(cfg: LayerSimConfig) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(entry(main))
+    sys.exit(entry(main, parsed=PARSED))

@@ -45,9 +45,16 @@ Forks and harm (greedy, as `evaluate`; at most --max-cases of each):
 
 from __future__ import annotations
 
-import dataclasses
 import sys
-from dataclasses import dataclass, field
+
+from nca_interp.cli import parse_early
+from nca_interp.configs import LensConfig
+
+if __name__ == "__main__":  # --help and a bad flag answered before torch is imported
+    PARSED = parse_early(LensConfig, __doc__, positional="ckpt")
+
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -59,7 +66,7 @@ from nca_interp.bootstrap import cluster_indices, n_units, percentile_ci
 from nca_interp.checkpoint import load_checkpoint, verify_folder
 from nca_interp.cli import entry, parse_config, validate
 from nca_interp.errors import UsageError
-from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens, play_levels
+from nca_interp.evaluate import max_response_tokens, play_levels
 from nca_interp.forward import is_hf, positions
 from nca_interp.losses import position_kl
 from nca_interp.models import context_limit, resolve_device
@@ -79,14 +86,14 @@ from nca_interp.runs import (
     resolve_task_and_context,
     with_initial_checkpoints,
 )
-from nca_interp.tasks import Task, context_choices
+from nca_interp.tasks import Task
 from nca_interp.trajectory import checkpoints_of
 
-__all__ = ["DEMO", "FLOOR_PAD", "REGIONS", "SERIES", "LensConfig", "TwoViews", "ViewPass",
-           "compare", "effect_summary", "effect_views", "execute", "figures", "floor_batch",
-           "fork_cases", "generating_rows", "lens_checkpoint", "main", "monitor",
-           "over_training", "parting", "pick_steps", "run", "settling", "show", "two_views",
-           "view_pass", "views", "with_prompts"]
+__all__ = ["DEMO", "FLOOR_PAD", "REGIONS", "SERIES", "TwoViews", "ViewPass", "compare",
+           "effect_summary", "effect_views", "execute", "figures", "floor_batch", "fork_cases",
+           "generating_rows", "lens_checkpoint", "main", "monitor", "over_training", "parting",
+           "pick_steps", "run", "settling", "show", "two_views", "view_pass", "views",
+           "with_prompts"]
 
 FLOOR_PAD = 3  # masked padding columns added to the no-c view for the arithmetic floor
 
@@ -532,34 +539,6 @@ def monitor(model, tok, task: Task, context: str | None = None, n_items: int = 8
         model.train(was_training)
 
 
-@dataclass
-class LensConfig:
-    ckpt: list[str] = field(default_factory=list, metadata={
-        "help": "checkpoint folders (a distilled run's start is added in front); default: the "
-                "embedded Sokoban base, OPD and NCA"})
-    task: str | None = field(default=None, metadata={"help": "default: from the run config"})
-    task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
-    context: str | None = field(default=None, metadata={
-        "help": lambda: f"{context_choices()}; default: the context the checkpoints were "
-                        "distilled with"})
-    n_levels: int = field(default=32, metadata={"help": "held-out items", "check": "levels"})
-    seed: int = field(default=0, metadata={"help": "held-out set and sampling seed"})
-    temperature: float = field(default=1.0, metadata={
-        "help": "of the samples y ~ g(.|x) the per-token effect is read on (0: greedy)",
-        "check": "temperature_or_greedy"})
-    layers: bool = field(default=True, metadata={"help": "the logit lens, layer by layer"})
-    max_cases: int = field(default=16, metadata={
-        "help": "harm cases (and help cases) whose forks are swapped", "check": ">=0"})
-    max_forks: int = field(default=4, metadata={
-        "help": "forks swapped in turn before a case counts as not restored", "check": ">0"})
-    batch: int = field(default=16, metadata={"help": "items per forward pass", "check": "batch"})
-    over_training: list[str] | None = field(default=None, metadata={
-        "help": "each folder named is a distillation run, read at these of its steps "
-                "(0: the model it started from; mid; final; all; numbers), e.g. 0,mid,final"})
-    out: str = field(default="runs/lens_demo/lens", metadata={"help": "output stem (.json/.html)"})
-    png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
-    threads: int = field(default=2, metadata={"help": "torch threads"})
-    device: str = field(default="auto", metadata={"help": "auto|cpu|cuda"})
 
 
 DEMO = ("sokoban_base", "sokoban_opd", "sokoban_nca")  # what the bare command line reads
@@ -729,7 +708,7 @@ def figures(report: reports.LensReport | dict) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | LensConfig | None = None) -> dict:
     cfg = parse_config(LensConfig, argv, __doc__, positional="ckpt")
     return execute(analysis.command_defaults(sys.modules[__name__], cfg))
 
@@ -740,4 +719,4 @@ def execute(cfg: LensConfig) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(entry(main))
+    sys.exit(entry(main, parsed=PARSED))

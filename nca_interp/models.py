@@ -20,11 +20,11 @@ from transformers import (
     Qwen3Config,
 )
 
+from nca_interp.configs import PRECISION_HELP  # noqa: F401 - read here as before
 from nca_interp.errors import UsageError
 
-__all__ = ["PRECISIONS", "PRECISION_HELP", "ModelConfig", "autocast", "build_model",
-           "auto_bf16", "check_precision", "context_limit", "native_bf16",
-           "resolve_device", "resolved_precision", "weights_dtype"]
+__all__ = ["PRECISIONS", "ModelConfig", "autocast", "build_model", "auto_bf16", "check_precision",
+           "context_limit", "native_bf16", "resolve_device", "resolved_precision", "weights_dtype"]
 
 ARCHS = {"qwen3": Qwen3Config, "qwen2": Qwen2Config, "llama": LlamaConfig}
 
@@ -116,12 +116,6 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 
 
 PRECISIONS = ("auto", "fp32", "bf16")
-PRECISION_HELP = ("auto|fp32|bf16 (auto: bf16 on a GPU and on a CPU with native bf16, AVX512-BF16 "
-                  "or AMX, fp32 elsewhere: bench/results/precision_*.txt; training and evaluate "
-                  "autocast over fp32 weights, analyses that need no optimiser hold the weights "
-                  "in bf16)")
-
-
 def check_precision(precision: str) -> None:
     if precision not in PRECISIONS:
         raise UsageError(f"--precision must be auto, fp32 or bf16, not {precision!r}")

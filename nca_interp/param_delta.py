@@ -31,9 +31,16 @@ Checkpoints must match the initial one in architecture, parameter names and shap
 from __future__ import annotations
 
 import sys
+
+from nca_interp.cli import parse_early
+from nca_interp.configs import ParamDeltaConfig
+
+if __name__ == "__main__":  # --help and a bad flag answered before torch is imported
+    PARSED = parse_early(ParamDeltaConfig, __doc__, positional="ckpt")
+
 from collections.abc import Mapping
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -57,9 +64,9 @@ from nca_interp.reports import ParamDeltaReport, as_report
 from nca_interp.runs import check_same_tokenizers, initial_of, lr_at
 from nca_interp.tensorfiles import TensorFolder, row_chunks
 
-__all__ = ["DEMO", "ParamDeltaConfig", "arrays_of", "deltas_of", "execute", "figure_names",
-           "figures", "format_cos", "format_table", "gram_of", "labelled_tables",
-           "layer_module_grid", "main", "report_arrays", "run", "show"]
+__all__ = ["DEMO", "arrays_of", "deltas_of", "execute", "figure_names", "figures", "format_cos",
+           "format_table", "gram_of", "labelled_tables", "layer_module_grid", "main",
+           "report_arrays", "run", "show"]
 
 ARCH_KEYS = ("model_type", "num_hidden_layers", "hidden_size", "vocab_size",
              "num_attention_heads", "num_key_value_heads", "intermediate_size")
@@ -536,36 +543,6 @@ def layer_module_grid(cells: dict[str, float | None], n_layers: int | None
     return grid, [str(i) for i in range(n_layers)], cols
 
 
-@dataclass
-class ParamDeltaConfig:
-    ckpt: list[str] = field(default_factory=list, metadata={
-        "help": "checkpoints to compare (default: embedded Sokoban OPD and NCA)"})
-    init: str | None = field(default=None, metadata={
-        "help": "common initial checkpoint; default: the runs' --student"})
-    pair: list[str] = field(default_factory=list, metadata={
-        "help": "two of the checkpoints to compare (A,B: specific delta = dB - dA); "
-                "default: the first two"})
-    control: list[str] = field(default_factory=list, metadata={
-        "help": "two checkpoints of one method and different seeds (C,D): cos(dC, dD) is "
-                "printed beside every cos(dA, dB)"})
-    rows: str = field(default="all", metadata={
-        "help": "all | task (embed / lm_head: only the rows of tokens the task uses)"})
-    task: str | None = field(default=None, metadata={"help": "for --rows task; default: "
-                                                            "from the run config"})
-    task_options: list[str] | None = field(default=None, metadata={"help": "for --rows task"})
-    out: str = field(default="runs/param_delta_demo/param_delta", metadata={"help": "output stem"})
-    lr: list[float] | float | None = field(default=None, metadata={
-        "help": "peak learning rate of checkpoints not trained here (their run config records "
-                "none), for the Adam-normalised view, one for all or one per checkpoint; "
-                "with --steps", "check": ">0"})
-    steps: list[int] | int | None = field(default=None, metadata={
-        "help": "optimizer steps of those checkpoints (with --lr): one count for all, or one "
-                "per checkpoint in the order given (5,10,10); a checkpoint that records its "
-                "own (trainer state, published step) is counted by that", "check": ">=1"})
-    warmup: int = field(default=0, metadata={"help": "their warm-up steps (with --lr)"})
-    schedule: str = field(default="constant", metadata={"help": "their schedule: constant|cosine"})
-    png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
-    threads: int = field(default=2, metadata={"help": "torch threads"})
 
 
 LEGEND = ("(rel = ||W - W0|| / ||W0||; adam = ||W - W0|| / (sum_t lr_t x sqrt(n)), the share of "
@@ -750,7 +727,7 @@ def figures(report: ParamDeltaReport | dict) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | ParamDeltaConfig | None = None) -> dict:
     cfg = parse_config(ParamDeltaConfig, argv, __doc__, positional="ckpt")
     return execute(analysis.command_defaults(sys.modules[__name__], cfg))
 
@@ -787,4 +764,4 @@ def execute(cfg: ParamDeltaConfig) -> dict:
     return analysis.execute(sys.modules[__name__], cfg)
 
 if __name__ == "__main__":
-    sys.exit(entry(main))
+    sys.exit(entry(main, parsed=PARSED))

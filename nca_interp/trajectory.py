@@ -27,7 +27,13 @@ at step 0; the teacher is the run's own (`--teacher` overrides).
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+
+from nca_interp.cli import parse_early
+from nca_interp.configs import TrajectoryConfig
+
+if __name__ == "__main__":  # --help and a bad flag answered before torch is imported
+    PARSED = parse_early(TrajectoryConfig, __doc__, positional="runs")
+
 from pathlib import Path
 
 import numpy as np
@@ -53,10 +59,8 @@ from nca_interp.progress import bar
 from nca_interp.reports import TrajectoryReport, as_report
 from nca_interp.rollout import onpolicy_batch
 from nca_interp.runs import check_trained_on, initial_of, resolve_task_and_context, teacher_of
-from nca_interp.tasks import context_choices
 
-__all__ = ["TrajectoryConfig", "checkpoints_of", "execute", "figures", "format_table", "main",
-           "run", "show"]
+__all__ = ["checkpoints_of", "execute", "figures", "format_table", "main", "run", "show"]
 
 KL_TERMS = ("kl_opd", "kl_ctx", "kl_nca", "drift")
 REPORT_KEYS = ("correct_no_c", "correct_c", "harm", "help", "delta_c", "rel_len_both", "regime",
@@ -126,26 +130,6 @@ def checkpoints_of(run: str) -> list[tuple[int, str]]:
     return [(0, init)] + steps
 
 
-@dataclass
-class TrajectoryConfig:
-    runs: list[str] = field(default_factory=list, metadata={
-        "help": "distillation run directories (each: run_config.json and checkpoints/step_*)"})
-    teacher: str | None = field(default=None, metadata={
-        "help": "teacher for the KLs (default: each run's own)"})
-    context: str | None = field(default=None, metadata={
-        "help": lambda: f"{context_choices()}; default: the one each run distilled"})
-    n_levels: int = field(default=500, metadata={"help": "held-out levels for win rates",
-                                                 "check": ">=1"})
-    drift_levels: int = field(default=256, metadata={"help": "held-out prompts for the KLs",
-                                                     "check": "levels"})
-    every: int = field(default=1, metadata={"help": "use every k-th saved checkpoint (the last "
-                                                    "always)", "check": ">=1"})
-    control: bool = field(default=False, metadata={
-        "help": "also play every checkpoint with the control context c' (reads_c per row)"})
-    seed: int = field(default=0, metadata={"help": "held-out set and sampling seed"})
-    threads: int = field(default=2, metadata={"help": "torch threads"})
-    out: str | None = field(default=None, metadata={"help": "OUT.json and OUT.html"})
-    png: bool = field(default=False, metadata={"help": "also write OUT.png (needs kaleido)"})
 
 
 def format_table(results: dict) -> str:
@@ -244,7 +228,7 @@ def figures(report: TrajectoryReport | dict) -> dict:
     return {"": plots.trajectory_figure(report)}
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | TrajectoryConfig | None = None) -> dict:
     return execute(parse_config(TrajectoryConfig, argv, __doc__, positional="runs"))
 
 
@@ -254,4 +238,4 @@ def execute(cfg: TrajectoryConfig) -> dict:
     return analysis.execute(sys.modules[__name__], cfg)
 
 if __name__ == "__main__":
-    sys.exit(entry(main))
+    sys.exit(entry(main, parsed=PARSED))

@@ -33,11 +33,18 @@ the response (_first, _middle, _last), on --lens-items held-out items.
 
 from __future__ import annotations
 
-import math
 import sys
+
+from nca_interp.cli import parse_early
+
+from .options import DistillConfig
+
+if __name__ == "__main__":  # --help and a bad flag answered before torch is imported
+    PARSED = parse_early(DistillConfig, __doc__)
+
+import math
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 
 import torch
 
@@ -50,14 +57,14 @@ from nca_interp.checkpoint import (
 )
 from nca_interp.cli import check_disk, check_writable, entry, parse_config, to_dict
 from nca_interp.errors import UsageError
-from nca_interp.evaluate import TASK_OPTIONS_HELP, max_response_tokens
+from nca_interp.evaluate import max_response_tokens
 from nca_interp.lens import monitor
 from nca_interp.losses import Estimator, combine, loss_terms
 from nca_interp.models import autocast, context_limit, resolved_precision
 from nca_interp.prefix import PrefixCache
 from nca_interp.rollout import Batch, onpolicy_batch
 from nca_interp.runs import check_context, check_trained_on, lr_at, task_for_checkpoints
-from nca_interp.tasks import context_choices, task_choices, task_record
+from nca_interp.tasks import task_record
 
 from .common import (
     DISK_REMEDY,
@@ -74,51 +81,8 @@ from .common import (
     init_distributed,
     setup_torch,
 )
-from .options import DeviceOptions, EstimatorOptions, OptimOptions, RunOptions
 
-__all__ = ["DistillConfig", "main"]
-
-
-@dataclass
-class DistillConfig(RunOptions, OptimOptions, EstimatorOptions, DeviceOptions):
-    """What to distil (its own fields), then the run, optimiser, estimator and device groups
-    (train/options.py)."""
-
-    # options --help leaves to --help-all (optimiser, estimator details, devices, memory)
-    EXPERT = ("schedule", "weight_decay", "clip", "temperature", "kl_k",
-              "kl_support", "kl_tail", "kl_form", "nca_kl", "eval_every", "eval_levels",
-              "teacher_device", "precision", "micro_batch", "grad_checkpointing", "role",
-              "resume_from", "lens_every", "lens_items")
-
-    student: str = field(default="runs/sokoban_base", metadata={"help": "initial checkpoint"})
-    out: str = field(default="runs/sokoban_opd", metadata={"help": "run directory"})
-    method: str = field(default="opd", metadata={"help": "opd|nca"})
-    teacher: str | None = field(default=None, metadata={
-        "help": "teacher checkpoint (same tokenizer); default: --student (self-distillation)"})
-    beta: float = field(default=1.0, metadata={"help": "NCA weight (ignored for opd)"})
-    context: str | None = field(default=None, metadata={
-        "help": lambda: f"privileged context kind: {context_choices()}; default: the task's"})
-    task: str | None = field(default=None, metadata={
-        "help": lambda: f"{task_choices()}; default: the student's training task"})
-    task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
-    temperature: float = field(default=1.0, metadata={
-        "help": "rollout temperature (> 0); the loss uses the same tempered views"})
-    teacher_device: str | None = field(default=None, metadata={
-        "help": "device of the teacher (e.g. cuda:1); default: the student's"})
-    micro_batch: int = field(default=0, metadata={
-        "help": "prompts per forward/backward on each rank (0: the whole slice at once)"})
-    grad_checkpointing: bool = field(default=False, metadata={
-        "help": "recompute activations in backward (less memory, ~1/3 more compute)"})
-    lens_every: int = field(default=0, metadata={
-        "help": "every N steps (and the last) log the two-view lens's headline (lens_kl, "
-                "lens_kl_control, lens_kl_floor, by third) to metrics.jsonl; 0: never",
-        "check": ">=0"})
-    lens_items: int = field(default=8, metadata={
-        "help": "held-out items the --lens-every headline reads", "check": "levels"})
-    role: str | None = field(default=None, metadata={
-        "help": "what the run is in a study besides its method, recorded in its run config and "
-                "read by every report as its method: opdsized (OPD at NCA's update size, "
-                "nca_interp.paper.size_control)", "check": "choice:opdsized"})
+__all__ = ["main"]
 
 
 def task_for(cfg: DistillConfig, student_dir: str):
@@ -161,7 +125,7 @@ def accumulate(student, teacher, batch: Batch, terms_needed: tuple[str, ...], be
     return totals
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | DistillConfig | None = None) -> None:
     cfg = parse_config(DistillConfig, argv, __doc__)
     if cfg.method not in ("opd", "nca"):
         raise UsageError(f"--method must be opd or nca, not {cfg.method!r}")
@@ -282,4 +246,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(entry(main))
+    sys.exit(entry(main, parsed=PARSED))

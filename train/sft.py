@@ -28,10 +28,23 @@ resume continues, and small enough to keep in git):
 
 from __future__ import annotations
 
-import random
 import sys
+
+from nca_interp.cli import parse_early
+
+from .options import (  # noqa: F401 - OLD_TASK_FLAGS: read here as before
+    OLD_TASK_FLAGS,
+    SFTConfig,
+    refuse_old_task_flags,
+    sft_tasks,
+)
+
+if __name__ == "__main__":  # --help and a bad flag answered before torch is imported
+    PARSED = parse_early(SFTConfig, __doc__, first=refuse_old_task_flags)
+
+import random
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -41,7 +54,6 @@ from nca_interp import lora, progress
 from nca_interp.checkpoint import load_checkpoint
 from nca_interp.cli import entry, parse_config, to_dict, validate
 from nca_interp.errors import UsageError
-from nca_interp.evaluate import TASK_OPTIONS_HELP
 from nca_interp.forward import response_logits
 from nca_interp.models import (
     ModelConfig,
@@ -54,7 +66,6 @@ from nca_interp.models import (
 from nca_interp.rollout import encode, segment_batch
 from nca_interp.runs import lr_at
 from nca_interp.tasks import QATask, Task, make_task, parse_task_options, task_record
-from nca_interp.tasks.base import names, spec
 from nca_interp.tokenizer import EOS, build_char_tokenizer
 
 from .common import (
@@ -66,103 +77,13 @@ from .common import (
     eval_wins,
     setup_torch,
 )
-from .options import DeviceOptions, OptimOptions, RunOptions
 
-__all__ = ["OLD_TASK_FLAGS", "SFTConfig", "execute", "main", "refuse_old_task_flags", "task_of"]
-
-
-@dataclass
-class SFTConfig(RunOptions, OptimOptions, DeviceOptions):
-    """What to teach (its own fields: task, data, model), then the run, optimiser and device
-    groups (train/options.py), with SFT's own defaults for some of theirs."""
-
-    # options --help leaves to --help-all (each task's fields, architecture details, optimiser)
-    EXPERT = ("min_entities", "contexts", "p_no_context", "pack", "follow_ups", "p_detour",
-              "n_heads", "d_mlp", "schedule", "weight_decay", "clip", "eval_every",
-              "eval_levels", "precision", "resume_from", "lora_alpha", "lora_dropout")
-
-    out: str = field(default="runs/sokoban_base", metadata={"help": "run directory"})
-    task: str = field(default="sokoban", metadata={"help": lambda: sft_tasks()})
-    task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP + (
-        "; e.g. dim_room=8x8, remap=LRUD (the remapped-keys variant: the teacher trains on a "
-        "random permutation per level, stated by the `remap` context; the run records the "
-        "fixed one distillation internalizes), kb=0 (sysprompt: the knowledge base "
-        "distillation will use; the teacher reads a fresh one per question)")})
-    min_entities: int | None = field(default=None, metadata={
-        "help": "sysprompt curriculum: training KBs have min..n_entities entities"})
-    contexts: list[str] | None = field(default=None, metadata={
-        "help": "context kinds to train with (default: state,plan for games, system for QA)"})
-    p_no_context: float = field(default=0.1, metadata={"help": "fraction without context"})
-    pack: int = field(default=1, metadata={
-        "help": "QA: questions per example about the same knowledge base (--batch counts "
-                "questions); each answer is trained, follow-up questions are seen untrained"})
-    follow_ups: str = field(default="open", metadata={
-        "help": "QA --pack: follow-up questions without their options (open: `lake of K`, a "
-                "third of the tokens; read KBs at 0.49 after 400 steps) or with them (full: "
-                "0.19)"})
-    p_detour: float = field(default=0.3, metadata={
-        "help": "games: fraction whose response starts with 1-2 random moves (not trained on) "
-                "followed by the optimal plan from there, so the teacher stays right off its "
-                "own path"})
-    steps: int = field(default=1500, metadata={"help": "optimizer steps"})
-    batch: int = field(default=128, metadata={"help": "examples per step"})
-    lr: float = field(default=2e-3, metadata={"help": "peak learning rate"})
-    warmup: int = field(default=100, metadata={"help": "warm-up steps"})
-    schedule: str = field(default="cosine", metadata={"help": "cosine|constant"})
-    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
-    n_layers: int = field(default=4, metadata={"help": "model layers"})
-    d_model: int = field(default=128, metadata={"help": "model width"})
-    n_heads: int = field(default=4, metadata={"help": "attention heads"})
-    d_mlp: int = field(default=384, metadata={"help": "MLP width"})
-    arch: str = field(default="qwen3", metadata={"help": "qwen3|qwen2|llama"})
-    init: str | None = field(default=None, metadata={
-        "help": "start from this checkpoint's weights and architecture (recorded in place of "
-                "--n-layers etc.) instead of a random init, e.g. a rule variant's teacher from "
-                "the plain game's teacher; same tokenizer required"})
-    seed: int = field(default=0, metadata={"help": "init and data seed"})
-    lora_rank: int = field(default=0, metadata={"check": ">=0", "help": (
-        "train only a LoRA adapter of this rank on every attention and MLP projection (0: full "
-        "fine-tuning); saved merged, the adapter in adapter/; wants ~10x the --lr")})
-    lora_alpha: float | None = field(default=None, metadata={"check": ">0", "help": (
-        "LoRA scale numerator (the update is alpha/rank * B @ A); default 2 * --lora-rank")})
-    lora_dropout: float = field(default=0.0, metadata={"check": "prob", "help": (
-        "dropout on LoRA's input (above 0, a resumed run no longer equals an uninterrupted "
-        "one: the dropout masks' random state is not saved)")})
-    eval_every: int = field(default=250, metadata={"help": "held-out eval interval (steps)"})
-    save_every: int = field(default=250, metadata={"help": "checkpoint interval (steps)"})
+__all__ = ["execute", "main", "task_of"]
 
 
 # LoRA's fields enter the run config only when --lora-rank is set: a full fine-tuning run records
 # (and resumes, and digests) exactly as before they existed
 LORA_FIELDS = ("lora_rank", "lora_alpha", "lora_dropout")
-
-# train.sft's task flags before --task-options (older manifests record them): flag -> option
-OLD_TASK_FLAGS = {"--dim-room": "dim_room", "--num-boxes": "num_boxes", "--remap": "remap",
-                  "--size": "size", "--num-holes": "num_holes", "--kb": "kb",
-                  "--n-entities": "n_entities", "--n-attributes": "n_attributes",
-                  "--layout": "layout", "--word-len": "word_len"}
-
-
-def sft_tasks() -> str:
-    """The registered tasks train.sft can supervise (for --task's help and its refusal)."""
-    return "|".join(n for n in names() if spec(n).task.teacher_sft)
-
-
-def refuse_old_task_flags(argv: list[str]) -> None:
-    """A command with a task flag from before --task-options gets the exact replacement."""
-    found, rest = [], []
-    for i, arg in enumerate(argv):
-        flag, eq, value = arg.partition("=")
-        if flag in OLD_TASK_FLAGS:
-            value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
-            found.append(f"{OLD_TASK_FLAGS[flag]}="
-                         f"{value.replace(',', 'x') if flag == '--dim-room' else value}")
-            rest.append(arg if eq else f"{arg} {value}")
-    if found:
-        raise UsageError(f"train.sft takes the task's settings as --task-options, like every "
-                         f"command: pass --task-options {','.join(found)} in place of "
-                         f"{' '.join(rest)}")
-
 
 def task_of(cfg: SFTConfig) -> tuple[Task, Task]:
     """The task the run records (what distillation and evaluation will use) and the one it
@@ -241,8 +162,9 @@ def saved(model, adapted):
     return full
 
 
-def main(argv: list[str] | None = None) -> None:
-    refuse_old_task_flags(sys.argv[1:] if argv is None else argv)
+def main(argv: list[str] | SFTConfig | None = None) -> None:
+    if not isinstance(argv, SFTConfig):  # a config from parse_early was checked there
+        refuse_old_task_flags(sys.argv[1:] if argv is None else argv)
     execute(parse_config(SFTConfig, argv, __doc__))
 
 
@@ -345,4 +267,4 @@ def execute(cfg: SFTConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(entry(main))
+    sys.exit(entry(main, parsed=PARSED))

@@ -21,9 +21,9 @@ import torch
 
 from nca_interp.checkpoint import load_checkpoint, save_checkpoint
 from nca_interp.cli import entry, parse_config, to_dict
+from nca_interp.configs import PRECISION_HELP, TASK_OPTIONS_HELP
 from nca_interp.errors import RunError, UsageError
-from nca_interp.evaluate import TASK_OPTIONS_HELP
-from nca_interp.models import PRECISION_HELP, resolved_precision
+from nca_interp.models import resolved_precision
 from nca_interp.runs import resolve_task_and_context
 from nca_interp.tasks import task_record
 

@@ -203,7 +203,8 @@ def analysis_table() -> list[str]:
         path = Path(inspect.getfile(mod))
         where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
         configs = [c for c in vars(mod).values() if dataclasses.is_dataclass(c)
-                   and isinstance(c, type) and c.__module__ == mod.__name__
+                   and isinstance(c, type)
+                   and (c.__module__ == mod.__name__ or getattr(c, "ANALYSIS", None) == entry.name)
                    and c.__name__.endswith("Config")]
         files = ", ".join(f"`{f}`" for f in entry.outputs()) or "-"
         runs = (f"`{entry.pipeline}`" if isinstance(entry.pipeline, str) else

@@ -94,7 +94,7 @@ def refuse_recorded_code(argv: list[str], given: list[str] | None, where: str) -
     abbreviated or repeated flag is read as the run would read it."""
     from nca_interp.tasks import parse_task_options
     from nca_interp.tasks import refuse_recorded_code as refuse
-    from train.distill import DistillConfig
+    from train.options import DistillConfig
 
     try:
         recorded = parse_config(DistillConfig, argv)

@@ -35,8 +35,8 @@ import numpy as np
 from nca_interp import analysis
 from nca_interp.checkpoint import load_checkpoint, verify_folder
 from nca_interp.cli import finite_json, parse_config, validate
+from nca_interp.configs import TASK_OPTIONS_HELP
 from nca_interp.errors import UsageError
-from nca_interp.evaluate import TASK_OPTIONS_HELP
 from nca_interp.hooks import attached_hooks, boot_bridge
 from nca_interp.models import context_limit
 from nca_interp.patching.attribution import (

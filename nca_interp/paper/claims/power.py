@@ -136,7 +136,7 @@ def command(path: Path) -> str:
     import shlex
 
     from nca_interp.cli import argv_of
-    from nca_interp.evaluate import EvalConfig
+    from nca_interp.configs import EvalConfig
 
     config = json.loads(path.read_text()).get("config")
     if not config:
