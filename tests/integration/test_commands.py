@@ -43,7 +43,7 @@ def test_the_example_analysis_runs_as_a_command_and_a_fresh_pipeline_sees_it(tmp
     assert (tmp_path / "toy.html").exists()
     shown = subprocess.run([sys.executable, "-m", "nca_interp.paper.reproduce", "--help-all"],
                            env=env, capture_output=True, text=True, check=True).stdout
-    assert "patching, toy)" in re.sub(r"\s+", " ", shown)
+    assert "patching, lens, toy)" in re.sub(r"\s+", " ", shown)
     bad = subprocess.run([sys.executable, "-m", "nca_interp.paper.reproduce", "--help"],
                          env={**env, analysis.PLUGINS_ENV: "no_such_module"},
                          capture_output=True, text=True)

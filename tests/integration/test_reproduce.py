@@ -698,14 +698,14 @@ def test_keep_trains_only_the_students_the_steps_left_to_run_read(tmp_path, monk
     assert grads == ["nca seed 0", "nca seed 1", "opd seed 0", "opd seed 1"]
     _, patch = trained("context_return", "over_training", "layer_sim", "param_delta",
                        "grad_align")
-    assert patch == ["nca seed 0", "opd seed 0"]
+    assert patch == ["nca seed 0", "opd seed 0"]  # patching and the lens: the first seed's
     assert trained("context_return", "over_training", "analyses")[1] == []
     assert trained("context_return", "analyses")[1] == ["nca seed 0", "opd seed 0"]  # trajectory
     p, _ = trained("context_return", "over_training", "layer_sim", "param_delta", "grad_align")
     staged.clear()
     reproduce.analyses(p)
-    assert staged == ["patching"]
-    p, _ = trained("context_return", "over_training", "patching")
+    assert staged == ["patching", "lens"]
+    p, _ = trained("context_return", "over_training", "patching", "lens")
     staged.clear()
     reproduce.analyses(p)
     assert staged == ["layer_sim at response positions", "layer_sim at generating positions",

@@ -77,7 +77,7 @@ def _trained_opd(figs: Path) -> dict[str, str | None]:
     if not src.exists():
         return {}
     rep = analysis.load(src)
-    runs = rep.get("runs") or {}
+    runs = getattr(rep, "runs", None) or {}
     return {name: getattr(runs.get(name), "path", None) for name, _ in students(rep, "opd")}
 
 

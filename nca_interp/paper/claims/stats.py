@@ -128,7 +128,7 @@ def estimate_of(r: dict, key: str, minus: float = 0.0) -> judge.Estimate:
     CR1 t interval of its per-item values where the report keeps them, else the report's
     percentile interval widened (`widened`); a ratio keeps the report's interval."""
     lo, hi = r.ci95[key]
-    g = r.get("n_units")
+    g = getattr(r, "n_units", None)
     if key in MEANS and lo is not None and g is not None and 2 <= g:
         lo, hi = mean_unit_interval(r, key, lo, hi, g)
     return judge.Estimate(r[key] - minus, min(lo, r[key]) - minus, max(hi, r[key]) - minus)
@@ -156,11 +156,11 @@ def regime(r: dict) -> str:
     B (c still needed) above 0, else C. The evaluate report's own `regime` reads its
     percentile bootstrap; every verdict reads this one (the report's own where it records no
     interval to recompute)."""
-    ci = (r.get("ci95") or {}).get("delta_c")
-    if r.get("delta_c") is None or not ci or ci[0] is None:
-        return r.get("regime")
+    ci = (getattr(r, "ci95", None) or {}).get("delta_c")
+    if getattr(r, "delta_c", None) is None or not ci or ci[0] is None:
+        return getattr(r, "regime", None)
     e = estimate_of(r, "delta_c")
-    right = r.get("n_correct_no_c")
+    right = getattr(r, "n_correct_no_c", None)
     right = (r.correct_no_c or 0) > 0 if right is None else right > 0
     if e.hi < 0 and right:
         return "A"
