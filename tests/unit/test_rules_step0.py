@@ -17,8 +17,11 @@ class _Report(dict):
         super().__init__(fields)
         self.items_, self.ci95 = items, ci95 or {}
 
-    def __getattr__(self, key):
-        return self[key]
+    def __getattr__(self, key):  # an unset field reads as a missing attribute, as a report's
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
 
 
 UNITS = [f"u{i}" for i in range(8) for _ in range(2)]  # 8 clusters of 2 items: few items
