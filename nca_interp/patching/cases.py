@@ -31,6 +31,7 @@ import torch
 from nca_interp.errors import UsageError
 from nca_interp.masks import context_token_mask, shared_suffix_mask
 from nca_interp.models import context_limit
+from nca_interp.progress import bar
 from nca_interp.rollout import encode, pad_id, sample, stop_ids
 from nca_interp.tasks import Task
 
@@ -80,7 +81,9 @@ def greedy_tokens(model, tok, task: Task, levels: list, context: str | None,
     """Greedy responses (eos included) with the KV-cached sampler `evaluate` uses."""
     out = []
     max_new = task.max_response_tokens()
-    for i in range(0, len(levels), batch):
+    view = "without c" if context is None else "with c"
+    for i in bar(range(0, len(levels), batch), f"patching: finding cases, greedy {view}",
+                 unit="batch"):
         chunk = levels[i: i + batch]
         texts = [task.prompt(lv, None if context is None else task.context(lv, context))
                  for lv in chunk]

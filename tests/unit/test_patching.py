@@ -692,3 +692,18 @@ def test_every_sweep_says_what_it_does_and_the_time_left(setup, monkeypatch, cap
     assert f"0/{stats['forwards']} " in err  # its total: every forward the sweep runs
     assert "each head's reading of c removed" in err and f"0/{L * H} " in err
     assert "<" in err  # tqdm's elapsed<remaining
+
+
+def test_the_case_search_says_what_it_does(setup, tok, monkeypatch, capsys):
+    """Finding the cases greedy-decodes every level in both views: at 30 layers and 500 levels
+    the longest phase of a run, silent until session 44. It now shows a bar per view."""
+    from nca_interp.checkpoint import load_checkpoint
+    from nca_interp.patching.cases import find_cases
+
+    _, task, _, folder = setup
+    model = load_checkpoint(folder)[0]
+    monkeypatch.setenv("NCA_INTERP_QUIET", "0")
+    find_cases(model, tok, task, "state", task.levels("test", 3), "harm")
+    err = capsys.readouterr().err
+    assert "patching: finding cases, greedy without c" in err
+    assert "patching: finding cases, greedy with c" in err
