@@ -247,9 +247,13 @@ def _size(n: int) -> str:
 def check_writable(path: str | Path, what: str = "--out") -> Path:
     """Prove that `path` (a run directory for what="run", else a file) can be written, by
     writing a probe file in its nearest existing folder, before any compute whose result would
-    otherwise be lost. Nothing is left behind."""
+    otherwise be lost; and that no one else can change it there (`fsio.check_owned`). Nothing
+    is left behind."""
+    from nca_interp.fsio import check_owned
+
     target = Path(path).resolve()
     folder = target if what == "run" else target.parent
+    check_owned(folder, "--out" if what == "run" else what)
     while not folder.exists() and folder != folder.parent:  # create nothing yet
         folder = folder.parent
     try:

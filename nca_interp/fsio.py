@@ -27,10 +27,11 @@ from pathlib import Path
 from nca_interp.errors import InputError, MissingInputError, RunError, UsageError
 
 __all__ = ["MAX_JSON_BYTES", "MAX_TEXT_BYTES", "RUNS_ENV", "STAGE_MARK", "UnsafePathError",
-           "WriteFault", "check_target", "clear_temporaries", "default_cache", "is_own_temporary",
-           "is_temporary", "is_write_fault", "link_runs_home", "new_stage", "parse_json",
-           "pid_alive", "read_bytes", "read_json", "read_jsonl", "read_text", "regular_file",
-           "replace_folder", "spill_folder", "staged", "write_bytes", "write_error", "write_text"]
+           "WriteFault", "check_owned", "check_target", "clear_temporaries", "default_cache",
+           "is_own_temporary", "is_temporary", "is_write_fault", "link_runs_home", "new_stage",
+           "others_can_change", "parse_json", "pid_alive", "read_bytes", "read_json",
+           "read_jsonl", "read_text", "regular_file", "replace_folder", "spill_folder", "staged",
+           "write_bytes", "write_error", "write_text"]
 
 MAX_JSON_BYTES = 1 << 30  # a report of a 1.7B model's per-module table is tens of MB
 MAX_TEXT_BYTES = 64 << 20  # prompts, system prompts, data files of questions
@@ -275,6 +276,51 @@ def check_target(path: str | Path) -> Path:
                               "it never writes over a link: remove it or choose another "
                               "output")
     return path
+
+
+def others_can_change(path: str | Path) -> str | None:
+    """Why someone other than this user (and root) could change what `path` holds, replace it
+    or rename it away, or None when no one can: `path` (resolved) or a folder above it is
+    another user's, or others may write it (a folder: without the sticky bit, which keeps
+    them from renaming what is not theirs). Group write counts unless the group is this
+    user's own (named as the user, no other member: the user-private group that a umask of
+    002 writes with)."""
+    mine = (os.getuid(), 0)
+    p = Path(path).resolve()
+    for q in (p, *p.parents):
+        st = os.lstat(q)
+        if st.st_uid not in mine:
+            return f"{q} belongs to another user (uid {st.st_uid})"
+        if stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX:
+            continue  # others may add entries here, never rename or remove this user's
+        if st.st_mode & stat.S_IWOTH or (st.st_mode & stat.S_IWGRP
+                                         and not _own_group(st.st_gid)):
+            return f"{q} may be written by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def _own_group(gid: int) -> bool:
+    import grp
+    import pwd
+
+    try:
+        me, group = pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(gid)
+    except KeyError:  # a group or user without a name: not known to be this user's alone
+        return False
+    return gid == os.getgid() and group.gr_name == me and set(group.gr_mem) <= {me}
+
+
+def check_owned(path: str | Path, what: str = "--out") -> None:
+    """Refuse, before any work, an output whose folder (`path` itself, or the nearest folder
+    above it that exists) someone other than this user could change (`others_can_change`):
+    they could swap the weights, a page or its plotly.min.js after the command wrote them."""
+    folder = Path(path).expanduser().absolute()
+    while not folder.exists() and folder != folder.parent:  # what the command would create in
+        folder = folder.parent
+    why = others_can_change(folder)
+    if why:
+        raise UsageError(f"{what} {path}: {why}, so others could change what this command "
+                         "writes there; choose a folder you own that only you can write")
 
 
 SPILL_PREFIX = "nca_interp-spill-"

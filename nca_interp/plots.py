@@ -525,29 +525,18 @@ def _interval(values: list[float], cis: list) -> dict:
 BUNDLE = "plotly.min.js"  # the one file of plotly.js that every page of a folder tree loads
 
 
-def _others_can_change(target: Path) -> bool:
-    """Whether someone other than this user (and root) can change `target` after it was
-    checked: a file another user owns or others may write, or one in a folder another user
-    owns or others may write without the sticky bit (they could rename another file over
-    it). A page loading such a bundle runs whatever script that someone puts there."""
-    import stat
-
-    mine = (os.getuid(), 0)
-    st, up = os.lstat(target), os.stat(target.parent)
-    return (st.st_uid not in mine or bool(st.st_mode & 0o022) or up.st_uid not in mine
-            or (bool(up.st_mode & 0o022) and not up.st_mode & stat.S_ISVTX))
-
-
 def bundle_state(folder: Path) -> str:
     """What `folder/plotly.min.js` is: "ok" (plotly's own, checked by size and sha256, and
     no one but this user can change it), "unsafe" (plotly's own, but another user owns it or
-    others may write it or its folder: never loaded from above, replaced by this user's copy
-    in an output folder), "missing", "partial" (a prefix of it: a write killed half-way,
-    e.g. plotly's own writer's 0-byte file) or "foreign" (a file of that name that is not
-    plotly's: someone else's)."""
+    a folder above it, or others may write one of them: never loaded from above, replaced by
+    this user's copy in an output folder), "missing", "partial" (a prefix of it: a write
+    killed half-way, e.g. plotly's own writer's 0-byte file) or "foreign" (a file of that
+    name that is not plotly's: someone else's)."""
     import hashlib
 
     from plotly.offline import get_plotlyjs
+
+    from nca_interp.fsio import others_can_change
 
     target = Path(folder) / BUNDLE
     if not target.exists() and not target.is_symlink():
@@ -558,7 +547,9 @@ def bundle_state(folder: Path) -> str:
     size = target.stat().st_size
     if size == len(want):
         same = hashlib.sha256(target.read_bytes()).digest() == hashlib.sha256(want).digest()
-        return ("unsafe" if _others_can_change(target) else "ok") if same else "foreign"
+        # whoever else can change it or a folder above it (`others_can_change`, the check
+        # of every --out too) could put their script where the pages load plotly.js
+        return ("unsafe" if others_can_change(target) else "ok") if same else "foreign"
     if size < len(want) and target.read_bytes() == want[:size]:
         return "partial"
     return "foreign"

@@ -23,6 +23,7 @@ from nca_interp.evaluate import play_levels
 from nca_interp.faults import fault_point
 from nca_interp.fsio import (
     WriteFault,
+    check_owned,
     clear_temporaries,
     is_own_temporary,
     is_write_fault,
@@ -212,8 +213,10 @@ def current_flags(saved: dict) -> dict:
 
 
 def check_out(out: str | Path, inputs: dict[str, str | Path | None]) -> None:
-    """Refuse an --out that is, sits inside or contains one of the run's input checkpoints
-    (`inputs`: flag -> folder): a run writes its weights and config at its root."""
+    """Refuse an --out that someone else could change (`check_owned`: they could swap the
+    weights a resume reads), or that is, sits inside or contains one of the run's input
+    checkpoints (`inputs`: flag -> folder): a run writes its weights and config at its root."""
+    check_owned(out)
     o = Path(out).expanduser().resolve()
     for flag, folder in inputs.items():
         if folder is None:
