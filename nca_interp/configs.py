@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from nca_interp.tasks import context_choices, task_choices
 
 __all__ = ["PRECISION_HELP", "TASK_OPTIONS_HELP", "EvalConfig", "GradAlignConfig",
-           "LayerSimConfig", "LensConfig", "ParamDeltaConfig", "TrajectoryConfig"]
+           "LayerSimConfig", "LensConfig", "ParamDeltaConfig", "PatchingConfig",
+           "TrajectoryConfig"]
 
 TASK_OPTIONS_HELP = ("task config overrides KEY=VALUE,... e.g. opcd's "
                      "train=a.jsonl,test=b.jsonl,system_prompt=s.txt,kind=mcq or sysprompt's "
@@ -209,3 +210,62 @@ class LensConfig:
     png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
     device: str = field(default="auto", metadata={"help": "auto|cpu|cuda"})
+
+# its choices are spelled out, not read from the patching modules (they import torch):
+# tests/unit/test_cli_fast.py checks them against cases.KINDS, interventions.SCOPES, ...
+@dataclass
+class PatchingConfig:
+    ANALYSIS = "patching"
+
+    # options --help leaves to --help-all (the attribution path's sizes)
+    EXPERT = ("top_k", "n_check", "ablate", "n_random_generate")
+
+    ckpt: list[str] = field(default_factory=list, metadata={
+        "help": "checkpoint folders, each patched on its own cases; default: the embedded "
+                "Sokoban OPD"})
+    task: str | None = field(default=None, metadata={"help": "default: from the run config"})
+    task_options: list[str] | None = field(default=None, metadata={"help": TASK_OPTIONS_HELP})
+    context: str | None = field(default=None, metadata={
+        "help": lambda: f"{context_choices()}; default: the run's context"})
+    kind: str = field(default="harm", metadata={
+        "help": "cases patched: harm (right without c, wrong with it) or help (wrong without "
+                "c, right with it: the context's effect on correct answers)",
+        "check": "choice:harm|help"})
+    scope: str = field(default="full", metadata={
+        "help": "full: every sweep; groups: residual stream by position group and MLPs only "
+                "(no layer x position map, no per-head output patching: for large models)",
+        "check": "choice:full|groups"})
+    n_levels: int = field(default=1000, metadata={"help": "held-out levels searched for cases"})
+    max_cases: int = field(default=64, metadata={"help": "cases (and controls) patched",
+                                                 "check": ">=1"})
+    ablate: str = field(default="prefix", metadata={
+        "help": "what removing a head's attention to the context removes: prefix (c and what "
+                "joins it to x: removing it from every head gives the no-context run where x "
+                "is a suffix of [c, x]) or context (c's own tokens only)",
+        "check": "choice:prefix|context"})
+    ks: list[int] = field(default_factory=lambda: [1, 2, 4], metadata={
+        "help": "numbers of heads whose context reading is removed together (all heads are "
+                "always added)", "check": ">=1"})
+    n_random: int = field(default=100, metadata={
+        "help": "random-head draws per k for the teacher-forced null", "check": "draws"})
+    n_random_generate: int = field(default=100, metadata={
+        "help": "random-head draws per k for the answer-outcome null (a greedy generation "
+                "each)", "check": "draws"})
+    method: str = field(default="attribution", metadata={
+        "help": "attribution: rank every head, head reading of c and residual position by "
+                "attribution patching (two forwards and one backward a direction), then patch "
+                "exactly only the --top-k candidates and --n-check others at random; exact: "
+                "patch every node (one forward each). The residual groups and MLPs are always "
+                "patched exactly, and every table and verdict reads exact effects only",
+        "check": "choice:attribution|exact"})
+    top_k: int = field(default=8, metadata={
+        "help": "with --method attribution: nodes of each family patched exactly as "
+                "attribution ranks them (per half of the cases for the head table; at least "
+                "the largest --ks below all heads)", "check": ">=1"})
+    n_check: int = field(default=8, metadata={
+        "help": "with --method attribution: nodes beyond the candidates patched exactly at "
+                "random, so a node attribution ranked too low shows", "check": ">=0"})
+    seed: int = field(default=0, metadata={"help": "held-out set, case halves and random heads"})
+    out: str = field(default="runs/patching_demo/patching", metadata={"help": "output stem"})
+    png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
+    threads: int = field(default=2, metadata={"help": "torch threads"})

@@ -41,7 +41,8 @@ LAYERS = (
       "nca_interp.paper.sweep", "nca_interp.paper.referee", "nca_interp.paper.depth",
       "nca_interp.paper.architecture", "nca_interp.paper.knowledge", "nca_interp.paper.paper")),
     ("pipeline", "from nothing to a published setting: runs, reports, pages",
-     ("nca_interp.paper.reproduce", "nca_interp.paper.size_control", "nca_interp.paper.kept")),
+     ("nca_interp.paper.reproduce", "nca_interp.paper.options", "nca_interp.paper.size_control",
+      "nca_interp.paper.kept")),
 )
 
 FLOW = ("checkpoint (a folder: weights, tokenizer, run config)",

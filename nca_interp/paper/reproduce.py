@@ -13,11 +13,25 @@ commit, seeds and wall time that produced it.
 
 from __future__ import annotations
 
+import sys
+
+from nca_interp.cli import own_flags, parse_early
+from nca_interp.paper.options import (  # noqa: F401 - re-exported: reproduce.presets() etc.
+    STEPS,
+    ReproduceConfig,
+    keepable,
+    planned,
+    presets,
+    settings,
+)
+
+if __name__ == "__main__":  # --help and a bad flag answered before torch is imported
+    PARSED = parse_early(ReproduceConfig, __doc__)
+
 import hashlib
 import json
 import os
 import shlex
-import sys
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -69,26 +83,14 @@ from nca_interp.paper.layout import (
     grad_stem,
     teacher_file,
 )
-from nca_interp.paper.settings import Preset, load
+from nca_interp.paper.settings import Preset
 from nca_interp.tasks import make_task, merged_task_options
 from train import distill, sft
 from train.common import DISK_REMEDY, disk_needed, weight_bytes
 
-__all__ = ["Manifest", "ReproduceConfig", "main", "presets", "record_training_time", "run_parallel",
-           "settings", "stage"]
+__all__ = ["Manifest", "main", "record_training_time", "run_parallel", "stage"]
 
 FIGURES = Path(__file__).resolve().parents[2] / "figures"  # the published settings' folders
-def presets() -> dict:
-    """The presets of nca_interp/paper/settings.toml, parsed when first asked (never at
-    import)."""
-    return load().presets
-
-
-def settings() -> dict:
-    """The published settings of nca_interp/paper/settings.toml, parsed when first asked."""
-    return load().settings
-
-
 def teacher_folder(preset: Preset, runs: Path, task: str) -> Path:
     """Where the teacher lives: the fetched model's cache folder (used as it is), or
     RUNS/<task>_base."""
@@ -99,9 +101,6 @@ def teacher_folder(preset: Preset, runs: Path, task: str) -> Path:
     return runs / f"{task}_base"
 
 
-# The distillation flags a setting passes through unchanged (their help and checks are
-# train.distill's); only values other than train.distill's defaults reach its command line.
-_DISTILL = {f.name: f.metadata for f in fields(distill.DistillConfig)}
 ESTIMATOR_FLAGS = ("kl", "kl_k", "kl_support", "kl_tail", "kl_form", "nca_kl")
 
 
@@ -115,113 +114,6 @@ def estimator_args(cfg) -> list[str]:
 # every published setting was trained in fp32: on a CPU with native bf16 (or a GPU),
 # `--precision auto` would pick bf16, and a rebuilt setting would not be the published one
 PRECISION = ("--precision", "fp32")
-
-# the steps after training, in order (each analysis the registry plans runs within `analyses`)
-STEPS = ("context_return", "over_training", "analyses")
-
-
-def planned() -> tuple[str, ...]:
-    """The registered analyses the `analyses` step runs (those with a pipeline plan)."""
-    return tuple(s.name for s in analysis.specs() if s.pipeline is not None)
-
-
-def keepable() -> tuple[str, ...]:
-    """What --keep may name: the steps after training, and each analysis within `analyses`."""
-    return (*STEPS, *planned())
-
-
-@dataclass
-class ReproduceConfig:
-    # options --help leaves to --help-all (estimator details, analysis sizes, folders)
-    EXPERT = ("student_from", "kl_k", "kl_support", "kl_tail", "kl_form", "nca_kl", "grad_batch",
-              "grad_seeds", "grad_every", "trajectory_every", "runs", "figures", "keep",
-              "teacher_only", "publish")
-
-    task: str = field(default="sokoban", metadata={
-        "help": lambda: "a preset: " + ", ".join(presets()) + " (settings.toml)"})
-    name: str | None = field(default=None, metadata={
-        "help": "setting name: students go to RUNS/NAME_<method>_s<seed>, figures to "
-                "FIGURES/NAME (default: the task); a task's settings share RUNS/TASK_base"})
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={
-        "help": "distillation seeds (the teacher is shared)"})
-    student_from: str | None = field(default=None, metadata={
-        "help": "cross-model distillation: students start from RUNS/<this task>_base (train it "
-                "first with its own pipeline) and learn from this task's teacher"})
-    methods: list[str] = field(default_factory=lambda: ["opd", "nca"], metadata={
-        "help": "distillation methods to train (opd, nca)", "check": "choice:opd|nca"})
-    analyses: bool = field(default=True, metadata={
-        "help": "false: stop after the context-return evaluation and the trajectory (a sweep "
-                "row); true: every analysis and figure"})
-    context: str | None = field(default=None, metadata={
-        "help": "context kind to distil; default: the preset's (settings.toml), else the "
-                "task's, as for train.distill (plan for games)"})
-    teacher_steps: int | None = field(default=None, metadata={
-        "help": "teacher SFT steps (default: the preset's)"})
-    distill_steps: int | None = field(default=None, metadata={
-        "help": "OPD/NCA steps (default: the preset's; 200 for the games)"})
-    batch: int | None = field(default=None, metadata={
-        "help": "OPD/NCA prompts per step (default: the preset's; 128 for the games)"})
-    lr: float | None = field(default=None, metadata={
-        "help": "OPD/NCA learning rate (default: the preset's; 3e-4 for the games)"})
-    beta: float = field(default=1.0, metadata={"help": "NCA weight"})
-    task_options: list[str] | None = field(default=None, metadata={
-        "help": "KEY=VALUE task config for the students and every analysis, after the "
-                "preset's (e.g. kb=1: sysprompt students internalize another knowledge base "
-                "from the same teacher)"})
-    kl: str = field(default="full", metadata=_DISTILL["kl"])
-    kl_k: int = field(default=256, metadata=_DISTILL["kl_k"])
-    kl_support: str = field(default="p", metadata=_DISTILL["kl_support"])
-    kl_tail: str = field(default="renorm", metadata=_DISTILL["kl_tail"])
-    kl_form: str = field(default="k1", metadata=_DISTILL["kl_form"])
-    nca_kl: str = field(default="same", metadata=_DISTILL["nca_kl"])
-    save_every: int | None = field(default=None, metadata={
-        "help": "distillation checkpoint interval (default: the preset's)"})
-    n_levels: int | None = field(default=None, metadata={
-        "help": "held-out levels for evaluation (default: the preset's)"})
-    grad_batch: int | None = field(default=None, metadata={
-        "help": "grad_align prompts per checkpoint (two halves: the noise floor)",
-        "check": ">=1"})
-    grad_seeds: int | None = field(default=None, metadata={
-        "help": "grad_align: runs of each method (the first seeds) whose gradients are aligned "
-                "(default: the preset's, at most the seeds given)", "check": ">=1"})
-    grad_every: int = field(default=1, metadata={
-        "help": "grad_align: every k-th saved checkpoint, counted back from the final one "
-                "(which is always aligned)", "check": ">=1"})
-    trajectory_every: int | None = field(default=None, metadata={
-        "help": "trajectory stage: every k-th saved checkpoint (default: 1 with --dose, "
-                "else 2)", "check": ">=1"})
-    dose: bool | None = field(default=None, metadata={
-        "help": "harm against drift: the trajectory over every seed with the control "
-                "context, then its dose page (default: the preset's)"})
-    quick: bool = field(default=False, metadata={
-        "help": "one seed, 40 distill steps, 300 levels, into RUNS/figures/NAME_quick"})
-    runs: str = field(default="runs", metadata={
-        "help": "where run directories go; the default runs/ is made a link to "
-                "$NCA_INTERP_RUNS (default ~/.cache/nca_interp/runs), outside the work tree"})
-    figures: str = field(default="figures", metadata={
-        "help": "where figures go (the repository's figures/ holds published settings: a "
-                "command other than a setting's goes to RUNS/figures/ instead, unless "
-                "--publish)"})
-    png: bool = field(default=False, metadata={"help": "also write PNGs (needs kaleido)"})
-    threads: int = field(default=2, metadata={"help": "torch threads"})
-    keep: list[str] | None = field(default=None, metadata={
-        "help": lambda: "steps whose outputs stay as they are although checkpoints changed "
-                        "(students retrained and shown identical): context_return, "
-                        "over_training, analyses, or one analysis (" + ", ".join(planned())
-                        + "); only the students the other steps read are trained",
-        "check": lambda: "choice:" + "|".join(keepable())})
-    publish: bool = field(default=False, metadata={
-        "help": "replace a published setting's files (figures/NAME) with a run whose command "
-                "differs from the setting's (other seeds, --quick, other steps); without it "
-                "such a run goes to RUNS/figures/NAME_<tag>, its students to RUNS/NAME_<tag>_* "
-                "and a teacher of other --teacher-steps to RUNS/TASK_base_<tag> (tag: quick, or "
-                "custom_ and a hash of the differing flags)"})
-    teacher_only: bool = field(default=False, metadata={
-        "help": "stop after the teacher and its per-context evaluation"})
-    jobs: int = field(default=2, metadata={
-        "help": "distillation runs in parallel, threads split between them (on 2 cores two "
-                "1-thread runs beat one 2-thread run)"})
-
 
 class Manifest:
     def __init__(self, path: Path, cfg: ReproduceConfig):
@@ -889,11 +781,14 @@ def runs_home(runs: str) -> None:
     link_runs_home(Path(runs) / "x")
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | ReproduceConfig | None = None) -> None:
+    # the manifest records the command line as typed: a config `parse_early` read came from
+    # this process's own
+    typed = own_flags(sys.argv[1:])[0] if isinstance(argv, ReproduceConfig) else list(argv or [])
     cfg = parse_config(ReproduceConfig, argv, __doc__)
     t_start = time.time()
     runs_home(cfg.runs)
-    p = plan(cfg, list(argv or []))
+    p = plan(cfg, typed)
     make_teacher(p)
     if cfg.teacher_only:
         print(f"teacher {p.base} evaluated; --teacher-only: stopping")
@@ -1025,4 +920,4 @@ def record_training_time(manifest: Manifest, run: Path, final: Path, args: list[
 
 
 if __name__ == "__main__":
-    sys.exit(entry(main))
+    sys.exit(entry(main, parsed=PARSED))

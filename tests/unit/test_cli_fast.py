@@ -2,6 +2,7 @@
 as `python -m` runs it, in a process where torch, transformers and TransformerLens cannot be
 imported, so an answer proves none of them was needed for it (they took 4-17 s to import)."""
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -14,11 +15,10 @@ from nca_interp.configs import LayerSimConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# not yet: `python -m nca_interp.patching` imports its package, whose __init__ imports torch,
-# before its __main__ runs
-NOT_YET = {"nca_interp.patching"}
-COMMANDS = [s.module for s in analysis.specs() if s.module not in NOT_YET] + \
-    ["train.sft", "train.distill"]
+# patching is a package: `python -m` imports its __init__ (light, names served on first use)
+# before its __main__
+COMMANDS = [s.module for s in analysis.specs()] + \
+    ["train.sft", "train.distill", "nca_interp.paper.reproduce"]
 
 # `python -c WITHOUT_TORCH module args...`: the module run as `python -m module args...` would be,
 # with the heavy libraries unimportable (an import of one raises ModuleNotFoundError)
@@ -36,7 +36,42 @@ def without_torch(module: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_builtin_analyses_are_all_checked():
-    assert {"nca_interp.evaluate", "nca_interp.layer_sim", "nca_interp.lens"} <= set(COMMANDS)
+    assert {"nca_interp.evaluate", "nca_interp.layer_sim", "nca_interp.lens",
+            "nca_interp.patching"} <= set(COMMANDS)
+
+
+def test_the_patching_package_imports_no_torch_and_serves_its_names():
+    """Importing `nca_interp.patching` (what `python -m` does first) loads none of its torch
+    modules; a name asked for is the one its module defines."""
+    code = ("import sys\n"
+            "for name in ('torch', 'transformers', 'transformer_lens'):\n"
+            "    sys.modules[name] = None\n"
+            "import nca_interp.patching as p\n"
+            "assert not [m for m in sys.modules if m.startswith('nca_interp.patching.')]\n"
+            "assert p.PatchingConfig().kind == 'harm' and 'main' in dir(p)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    from nca_interp import patching
+    from nca_interp.patching import cases, command, interventions
+
+    assert patching.run is command.run and patching.find_cases is cases.find_cases
+    assert patching.sweep is interventions.sweep and set(patching.__all__) <= set(dir(patching))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        patching.nope  # noqa: B018
+
+
+def test_the_patching_config_offers_the_choices_its_modules_take():
+    """`configs.PatchingConfig` spells its choices (the modules that define them import
+    torch): they are the modules' own."""
+    from nca_interp.configs import PatchingConfig
+    from nca_interp.patching import attribution, cases, interventions
+
+    checks = {f.name: f.metadata.get("check") for f in dataclasses.fields(PatchingConfig)}
+    assert checks["kind"] == "choice:" + "|".join(cases.KINDS)
+    assert checks["ablate"] == "choice:" + "|".join(cases.ABLATE)
+    assert checks["scope"] == "choice:" + "|".join(interventions.SCOPES)
+    assert checks["method"] == "choice:" + "|".join(attribution.METHODS)
 
 
 @pytest.mark.parametrize("module", COMMANDS)
@@ -77,3 +112,27 @@ def test_main_runs_the_config_parsed_early_as_it_is():
     assert entry(lambda argv: seen.append(parse_config(LayerSimConfig, argv)), ["--x"],
                  parsed=cfg) == 0
     assert seen[0] is cfg
+
+
+def test_reproduce_records_the_command_line_parse_early_read(monkeypatch):
+    """Given the config `parse_early` read, reproduce's manifest still records the command line
+    as typed (this process's own, less the flags every command takes)."""
+    from nca_interp.paper import reproduce
+    from nca_interp.paper.options import ReproduceConfig
+
+    class Planned(Exception):
+        pass
+
+    def plan(cfg, argv):
+        raise Planned(argv)
+
+    monkeypatch.setattr(reproduce, "plan", plan)
+    monkeypatch.setattr(reproduce, "runs_home", lambda runs: None)
+    monkeypatch.setenv("NCA_INTERP_QUIET", "0")  # --quiet sets it: restored after the test
+    monkeypatch.setattr(sys, "argv", ["reproduce", "--task", "sokoban", "--quick", "--quiet"])
+    with pytest.raises(Planned) as typed:
+        reproduce.main(parse_config(ReproduceConfig, ["--task", "sokoban", "--quick"]))
+    assert typed.value.args[0] == ["--task", "sokoban", "--quick"]
+    with pytest.raises(Planned) as given:
+        reproduce.main(["--task", "sokoban"])
+    assert given.value.args[0] == ["--task", "sokoban"]

@@ -9,6 +9,7 @@ import torch
 from nca_interp import patching, plots
 from nca_interp.checkpoint import save_checkpoint
 from nca_interp.hooks import attached_hooks, boot_bridge
+from nca_interp.patching import command  # what patching.run calls: replaced there in tests
 from nca_interp.patching.rerun import Rerun, first_layer
 from nca_interp.tasks import make_task
 from tests.conftest import tiny
@@ -387,7 +388,7 @@ def test_run_keeps_a_units_cases_in_one_half_and_resamples_them_together(monkeyp
             (cases.levels[1], ids("LUR") + [tok.eos_token_id], ids("LD"), 1),
             (cases.levels[2], ids("RRD") + [tok.eos_token_id], ids("RRU"), 2)]
     rows = [row for row in once for _ in range(2)]
-    monkeypatch.setattr(patching, "find_cases", lambda *a: (
+    monkeypatch.setattr(command, "find_cases", lambda *a: (
         rows, [], {"levels": 3, "right_no_c": 3, "right_c": 0, "harm": 6, "help": 0,
                    "both": 0}))
     rep = patching.run_checkpoint(str(folder), patching.PatchingConfig(
@@ -435,9 +436,9 @@ def test_no_checkpoint_named_runs_the_stated_demo_scope(tmp_path, monkeypatch, c
         seen.append(dataclasses.asdict(cfg))
         return {"checkpoint": "x/sokoban_opd", "task": "sokoban", "context": "plan"}
 
-    monkeypatch.setattr(patching, "run_checkpoint", fake_run_checkpoint)
-    monkeypatch.setattr(patching, "format_report", lambda r: "")
-    monkeypatch.setattr(patching, "figures", lambda r: {})
+    monkeypatch.setattr(command, "run_checkpoint", fake_run_checkpoint)
+    monkeypatch.setattr(command, "format_report", lambda r: "")
+    monkeypatch.setattr(command, "figures", lambda r: {})
     patching.main(["--out", str(tmp_path / "p")])
     assert {k: seen[0][k] for k in patching.DEMO_SCOPE} == {
         k: (list(v) if isinstance(v, list) else v) for k, v in patching.DEMO_SCOPE.items()}
@@ -649,7 +650,7 @@ def test_a_model_whose_attention_ignores_the_pattern_hook_is_patched_without_abl
         return rows, rows[:2], {"levels": len(levels), "right_no_c": len(levels),
                                 "right_c": 0, "harm": len(levels), "help": 0, "both": 0}
 
-    monkeypatch.setattr(patching, "find_cases", cases)
+    monkeypatch.setattr(command, "find_cases", cases)
     rep = patching.run(ckpt=[str(folder)], n_levels=4, threads=1, n_random=2,
                        n_random_generate=0, out=str(tmp_path / "p"))
     (r,) = rep.results.values()
