@@ -14,12 +14,20 @@ subreaper, so every orphaned descendant becomes its child) with the scorer in a 
 own below it. Whatever the scorer starts, in a new session or daemonised, is killed with the
 worker's whole tree (found through /proc) and process group after a timeout, a fault,
 `close()`, the end of a `with` block, garbage collection, interpreter exit, the command's own
-death, or the end of the scorer's process (`os._exit`). One call costs about 0.1 ms of pipe
+death, or the end of the scorer's process (`os._exit`). One call costs about 0.2 ms of pipe
 traffic.
 
+Only the supervisor, which runs no code of yours, holds the command's pipes. It hands each
+request to the scorer's process over a pipe pair of their own with a fresh random nonce, and
+forwards to the command one reply per request: the first line back, if it echoes that nonce
+with one known key; any other line (one your code wrote to a file descriptor it holds) is
+refused in one line, never counted. Your code never sees the nonce (it is taken out of the
+request before your function is called); code that set out to dig it out of its own process's
+memory runs as you and could as well return the value it wants, which the contract allows.
+
 The worker imports no torch (only this module and `nca_interp.errors`), so it starts in about
-50 ms plus your module's own import. Your prints go to stderr: the protocol keeps its own copy
-of stdout, and stdin is /dev/null to your code.
+50 ms plus your module's own import. Your prints go to stderr (fd 1 is a copy of it), and
+stdin is /dev/null to your code.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import json
 import math
 import numbers
 import os
+import secrets
 import select
 import signal
 import subprocess
@@ -54,7 +63,9 @@ PATH_ENV = "NCA_INTERP_SCORER_PATH"  # the command's sys.path: `module:fn` resol
 # broke it; or the reply to the current item unsendable.
 REQUEST_LOST, REPLY_LOST = 86, 87
 REPLY_KEYS = ("value", "other", "raised", "exit")  # one per reply to an item (`_answer`)
-PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+FORGED = "forged"  # the supervisor's reply where the scorer's process sent another line
+MAX_LINE = 1 << 20  # a reply is under a kilobyte; a longer line is none of the worker's
+PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36  # linux/prctl.h
 
 
 def check_timeout(seconds: float, name: str = "scorer_timeout") -> float:
@@ -314,7 +325,7 @@ class ScorerWorker:
                         "the task option scorer_timeout=SECONDS")
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
-                    raise self._ended(self._proc.wait(), label)
+                    raise self._ended(self._exit_code(), label)
                 self._buffer += chunk
         except BaseException:  # a timeout, a dead worker, ^C: nothing may outlive the command
             self.close()
@@ -324,14 +335,25 @@ class ScorerWorker:
             reply = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError):
             reply = None
-        mine = [k for k in kinds if k in reply] if isinstance(reply, dict) else []
-        if len(mine) != 1 or len(reply) != 2 or reply.get("n") != self._sent or self._buffer:
+        mine = [k for k in (*kinds, FORGED) if k in reply] if isinstance(reply, dict) else []
+        if len(mine) != 1 or len(reply) != 2 or reply.get("n") != self._sent or self._buffer \
+                or mine == [FORGED]:
             self.close()
-            shown = line.decode("utf-8", "replace")[:80]
+            shown = reply[FORGED] if mine == [FORGED] else line.decode("utf-8", "replace")[:80]
             raise UsageError(f"scorer {self.spec} wrote to its worker's reply channel on {label} "
                              f"(a line the worker did not send, {shown!r}): a scorer returns its "
                              "value and never writes to a file descriptor it did not open")
         return reply
+
+    def _exit_code(self) -> int:
+        """The ended worker's exit status (negative: the signal that killed it), left unreaped
+        where the OS can (`os.waitid` with WNOWAIT): its pid, and so its session, stays ours
+        until `close()` has killed what is left in them (a scorer that killed its supervisor
+        leaves its own process running)."""
+        if not hasattr(os, "waitid"):
+            return self._proc.wait()
+        info = os.waitid(os.P_PID, self._proc.pid, os.WEXITED | os.WNOWAIT)
+        return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
     def _ended(self, code: int, label: str) -> UsageError:
         """The error for a worker that ended with exit status `code` while `label` ran."""
@@ -374,24 +396,100 @@ def _watch(parent: int) -> None:
     os.killpg(0, signal.SIGKILL)
 
 
-def _become_subreaper() -> None:
-    """On Linux, make orphaned descendants this process's children (not init's), so that a
-    process the scorer started in a session of its own, or daemonised, is still found."""
+def _prctl(option: int, value: int) -> None:
+    """Linux's prctl(option, value) on this process; nothing elsewhere."""
     if sys.platform.startswith("linux"):
         try:
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+            ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
         except (OSError, AttributeError):
             pass
 
 
-def supervise(scorer: int) -> None:
-    """The worker's top process: wait for the scorer's process `scorer` (reaping orphans
-    meanwhile), kill what it left behind, and end as it ended."""
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1):  # no end of the protocol's pipes: the command sees the scorer's end
-        os.dup2(null, fd)
-    os.close(null)
+def _become_subreaper() -> None:
+    """On Linux, make orphaned descendants this process's children (not init's), so that a
+    process the scorer started in a session of its own, or daemonised, is still found."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+class _Lines:
+    """The lines arriving on file descriptor `fd`: `next()` waits for one (None at the end; a
+    line longer than `limit` is cut there)."""
+
+    def __init__(self, fd: int, limit: float = math.inf):
+        self.fd, self.limit, self.buffer, self.ended = fd, limit, b"", False
+
+    def _read(self) -> None:
+        chunk = os.read(self.fd, 1 << 16)
+        self.buffer += chunk
+        self.ended = not chunk
+
+    def next(self) -> bytes | None:
+        while b"\n" not in self.buffer and not self.ended and len(self.buffer) <= self.limit:
+            self._read()
+        if b"\n" not in self.buffer:
+            return self.buffer or None  # an unended or overlong line: never a reply
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line
+
+
+def _checked(line: bytes, nonce: str, kinds: tuple[str, ...]) -> dict:
+    """The scorer process's reply `line` as {kind: value} when it echoes `nonce` and holds one
+    of `kinds`; else {FORGED: what it was} (a line the scorer's code wrote)."""
+    try:
+        reply = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        reply = None
+    if isinstance(reply, dict) and len(reply) == 2 and reply.get("nonce") == nonce:
+        kind = next((k for k in kinds if k in reply), None)
+        if kind is not None:
+            return {kind: reply[kind]}
+    return {FORGED: line.decode("utf-8", "replace")[:80]}
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _relay(to_scorer: int, from_scorer: int, nonce: str) -> None:
+    """The supervisor's side of the protocol: each request from the command (stdin) goes to the
+    scorer's process with a fresh nonce in place of its number, and the first line back goes
+    to the command (stdout) under its number if it is the reply that echoes that nonce; any
+    other line (one the scorer's code wrote, before or after a reply) is forwarded as
+    {FORGED: ...} in its place, and the relay ends (the command closes the worker)."""
+    requests, replies = _Lines(0), _Lines(from_scorer, MAX_LINE)
+    n, kinds = 0, ("ready", "error")
+    try:
+        while True:
+            line = replies.next()
+            if line is None:  # the scorer's process ended: `supervise` ends as it did
+                return
+            reply = _checked(line, nonce, kinds)
+            _write_all(1, json.dumps({"n": n, **reply}).encode() + b"\n")
+            if FORGED in reply or "error" in reply:
+                return
+            line = requests.next()
+            if line is None:  # the command closed the worker: so does the scorer's process
+                return
+            request = json.loads(line)
+            n, nonce, kinds = request.pop("n"), secrets.token_hex(16), REPLY_KEYS
+            # a line the scorer wrote before (after the last reply) comes first: without
+            # this nonce, it is refused
+            _write_all(to_scorer, json.dumps({**request, "nonce": nonce}).encode() + b"\n")
+    except OSError:  # the scorer's process closed its pipes (it exits), or the command died
+        return
+    finally:
+        os.close(to_scorer)
+
+
+def supervise(scorer: int, to_scorer: int, from_scorer: int, nonce: str) -> None:
+    """The worker's top process: keep the command's pipes and relay between them and the
+    scorer's process `scorer` (`_relay`), wait for that process (reaping orphans meanwhile),
+    kill what it left behind, and end as it ended."""
+    _prctl(PR_SET_DUMPABLE, 0)  # the scorer's process (unless root) cannot open
+    # /proc/<this>/fd/1, a way to the command's pipe around the relay
     threading.Thread(target=_watch, args=(os.getppid(),), daemon=True).start()
+    threading.Thread(target=_relay, args=(to_scorer, from_scorer, nonce), daemon=True).start()
     while True:
         try:
             pid, status = os.waitpid(-1, 0)
@@ -408,18 +506,24 @@ def supervise(scorer: int) -> None:
 
 
 def serve(spec: str) -> None:
-    """Import `spec` and answer one JSON line per request line until stdin ends, in a process
-    below a supervisor that outlives it (see `supervise`)."""
+    """Import `spec` and answer one JSON line per request until the requests end, in a
+    process of its own below a supervisor that keeps the command's pipes (`supervise`)."""
     _become_subreaper()
+    (requests_fd, to_scorer), (from_scorer, replies_fd) = os.pipe(), os.pipe()
+    nonce = secrets.token_hex(16)  # the first reply's (ready, or the import's error)
     scorer = os.fork()
     if scorer:
-        supervise(scorer)
-    out = os.fdopen(os.dup(1), "w", encoding="utf-8")  # the protocol's own copy of stdout
-    requests = os.fdopen(os.dup(0), "r", encoding="utf-8")
-    os.dup2(2, 1)  # the user's prints (fd 1 and sys.stdout) go to stderr
+        os.close(requests_fd)
+        os.close(replies_fd)
+        supervise(scorer, to_scorer, from_scorer, nonce)
+    os.close(to_scorer)
+    os.close(from_scorer)
+    os.dup2(2, 1)  # the user's prints (fd 1 and sys.stdout) go to stderr: no command pipe
     null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)  # and the user's reads of stdin see nothing
+    os.dup2(null, 0)  # is left here, and the user's reads of stdin see nothing
     os.close(null)
+    out = os.fdopen(replies_fd, "w", encoding="utf-8")
+    requests = os.fdopen(requests_fd, "r", encoding="utf-8")
     for p in reversed(os.environ.get(PATH_ENV, "").split(os.pathsep)):
         if p and p not in sys.path:
             sys.path.insert(0, p)
@@ -431,18 +535,19 @@ def serve(spec: str) -> None:
     try:
         fn = load_function(spec)
     except UsageError as e:
-        send({"n": 0, "error": str(e)})
+        send({"nonce": nonce, "error": str(e)})
         return
-    send({"n": 0, "ready": True})
+    send({"nonce": nonce, "ready": True})
     while True:
         try:
             line = requests.readline()
-        except (OSError, ValueError):  # the scorer closed or replaced our stdin copy
+        except (OSError, ValueError):  # the scorer closed or replaced its request pipe
             os._exit(REQUEST_LOST)
         if not line:
             return
         request = json.loads(line)
-        reply = {"n": request.get("n"), **_answer(fn, request)}
+        nonce = request.pop("nonce")  # out of what the user's function is given
+        reply = {"nonce": nonce, **_answer(fn, request)}
         try:
             send(reply)
         except (OSError, ValueError):

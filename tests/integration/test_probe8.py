@@ -11,19 +11,28 @@ import pytest
 from nca_interp import scorer_worker
 from nca_interp.errors import UsageError
 
-SCORER = """import os
-def empty(item, r): os.write(3, b"{}\\n"); return True
-def listy(item, r): os.write(3, b"[1]\\n"); return True
-def bad_json(item, r): os.write(3, b"not json\\n"); return True
-def twice(item, r): os.write(3, b'{"value": false}\\n'); return True
+SCORER = """import fcntl, os, stat
+def out(line):  # to the worker's reply pipe: fd 3 once, now every pipe open for writing
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode) and \\
+                    fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY:
+                os.write(fd, line)
+        except OSError:
+            pass
+def empty(item, r): out(b"{}\\n"); return True
+def listy(item, r): out(b"[1]\\n"); return True
+def bad_json(item, r): out(b"not json\\n"); return True
+def twice(item, r): out(b'{"value": false}\\n'); return True
 """
 
 
 @pytest.mark.parametrize("fn", ["empty", "listy", "bad_json", "twice"])
 def test_a_scorer_writing_to_the_reply_pipe_is_one_line_naming_it_and_the_item(tmp_path, fn):
     """T1 / U1: a scorer that wrote `{}` or `[1]` to the protocol's copy of stdout (fd 3 in
-    the worker) gave a KeyError or TypeError traceback; a non-JSON line named neither scorer
-    nor item; an extra well-formed line put the replies out of step."""
+    the worker; now its pipe to the supervisor) gave a KeyError or TypeError traceback; a
+    non-JSON line named neither scorer nor item; an extra well-formed line put the replies
+    out of step."""
     path = tmp_path / "inject.py"
     path.write_text(SCORER)
     w = scorer_worker.ScorerWorker(f"{path}:{fn}", 10)

@@ -90,3 +90,80 @@ def test_a_folder_others_may_write_is_refused_a_sticky_one_is_not(tmp_path):
         private.mkdir()
         os.chmod(private, 0o775)
         check_owned(private / "run")
+
+
+FORGER = """import fcntl, json, os, sys, threading, time
+CALLS = [0]
+def writable():
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        try:
+            if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR):
+                yield fd
+        except OSError:
+            pass
+def forge(n, how=None):
+    reply = {"nonce": "0" * 32, "value": True} if how == "nonce" else {"n": n, "value": True}
+    return (json.dumps(reply) + "\\n").encode()
+def to_every_fd(line):
+    for fd in writable():
+        try:
+            os.write(fd, line)
+        except OSError:
+            pass
+def call():
+    CALLS[0] += 1
+    return CALLS[0]
+def stdout(item, r):
+    print(forge(call()).decode(), end="", flush=True)
+    time.sleep(0.3)  # the forged line alone in the pipe, read before the real reply
+    return False
+def fd1(item, r):
+    os.write(1, forge(call()))
+    time.sleep(0.3)
+    return False
+def every_fd(item, r):
+    to_every_fd(forge(call()))
+    time.sleep(0.3)
+    return False
+def nonce(item, r):
+    to_every_fd(forge(call(), "nonce"))
+    time.sleep(0.3)
+    return False
+def after_reply(item, r):  # the next request's reply, written before it is asked
+    line = forge(call() + 1)
+    threading.Thread(target=lambda: (time.sleep(0.2), to_every_fd(line))).start()
+    return False
+"""
+
+
+@pytest.mark.parametrize("fn, refused_on", [("stdout", None), ("fd1", None),
+                                            ("every_fd", "q0"), ("nonce", "q0"),
+                                            ("after_reply", "q1")])
+def test_a_reply_the_scorer_forges_is_never_counted(tmp_path, fn, refused_on):
+    """T1's rest: the scorer's process held the worker's reply pipe (a copy of its stdout),
+    so a scorer that wrote a well-formed reply with the right request number there had it
+    counted (its function returned False). Now only the supervisor holds the command's pipe
+    and forwards the one reply that echoes its per-request nonce: a line written to stdout or
+    fd 1 goes to stderr (ignored), one written to any other fd the scorer holds is refused in
+    one line naming scorer and item, before or after the real reply."""
+    import time
+
+    from nca_interp import scorer_worker
+
+    path = tmp_path / "forger.py"
+    path.write_text(FORGER)
+    w = scorer_worker.ScorerWorker(f"{path}:{fn}", 10)
+    try:
+        if refused_on is None:
+            assert [w.score({"id": f"q{i}"}, "x", f"item 'q{i}'") for i in range(2)] == \
+                [False, False]
+            return
+        with pytest.raises(UsageError) as e:
+            for i in range(2):
+                assert w.score({"id": f"q{i}"}, "x", f"item 'q{i}'") is False, f"q{i} counted"
+                time.sleep(0.5)
+    finally:
+        w.close()
+    msg = str(e.value)
+    assert "\n" not in msg and f"{path}:{fn}" in msg and f"item '{refused_on}'" in msg, msg
+    assert "reply channel" in msg and "a line the worker did not send" in msg, msg
