@@ -198,7 +198,8 @@ def stage(name: str, manifest: Manifest, outputs: list[Path], fn, cfg,
     makes what was computed from it stale); record the command line that runs that config
     (`python -m <fn's module> ...`) and the inputs' digests, so each output names how to make
     it again and from what."""
-    module = fn.__module__
+    # a package's command body (nca_interp.patching.command) runs as the package, as users type it
+    module = fn.__module__.removesuffix(".command")
     argv = argv_of(cfg, positional)
     if outputs and all(p.exists() for p in outputs):
         entry = manifest.data["files"].get(str(outputs[0]), {})
