@@ -10,7 +10,9 @@ With few units the percentile cluster bootstrap under-covers (its spread is the 
 no small-sample correction: about 89% at 8 clusters in tests/unit/test_bootstrap.py's
 simulation). `cluster_t_interval` is the interval for those: a cluster-robust standard error
 (CR1) with Student's t on G - 1 degrees of freedom, which holds its nominal coverage at 8 and 12
-clusters in the same simulation.
+clusters in the same simulation. The few-clusters rule (`FEW_CLUSTERS`, `mean_ci`,
+`widened`) decides which a mean's interval is, here once for evaluate's reports and the rule
+book's verdicts alike.
 """
 
 from __future__ import annotations
@@ -21,8 +23,16 @@ import numpy as np
 
 from nca_interp.errors import UsageError
 
-__all__ = ["cluster_indices", "cluster_t_interval", "iid_indices", "n_units",
-           "percentile_ci", "t_quantile"]
+__all__ = ["FEW_CLUSTERS", "Z95", "cluster_indices", "cluster_t_interval", "few_cluster_factor",
+           "iid_indices", "mean_ci", "n_units", "percentile_ci", "t_quantile", "widened"]
+
+# Under this many clusters an interval of a mean is the cluster-robust t interval
+# (`cluster_t_interval`), not the percentile cluster bootstrap, which under-covers there (about
+# 86-89% for a nominal 95% at 8 clusters in tests/unit/test_bootstrap.py's simulation); ~30 is
+# where the two agree within a point. The rule book's few-clusters rule
+# (nca_interp.paper.rules.FEW_CLUSTERS) is this constant.
+FEW_CLUSTERS = 30
+Z95 = 1.959963984540054  # the two-sided 95% normal quantile
 
 
 def iid_indices(n: int, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
@@ -95,3 +105,36 @@ def cluster_t_interval(values, units: list[str], level: float = 0.95) -> tuple[f
     se = float(np.sqrt(g / (g - 1) * (scores ** 2).sum()) / n)
     q = t_quantile(0.5 + level / 2, g - 1)
     return mean, mean - q * se, mean + q * se
+
+
+def mean_ci(values, units: list[str], boot: list) -> list:
+    """The few-clusters rule's 95% interval of the mean of item `values` over `units`: `boot`
+    (the percentile cluster bootstrap's) from `FEW_CLUSTERS` units up or under 2, else the
+    cluster-robust t interval (`cluster_t_interval`)."""
+    g = n_units(units)
+    if not 2 <= g < FEW_CLUSTERS:
+        return list(boot)
+    _, lo, hi = cluster_t_interval(values, units)
+    return [float(lo), float(hi)]
+
+
+def few_cluster_factor(g: int) -> float:
+    """How much wider the CR1 t interval of a mean over `g` clusters is than the percentile
+    cluster bootstrap's (the few-clusters rule's widening of a report's bootstrap interval
+    where no per-item outcomes are kept): the bootstrap's spread is the CR0 standard error
+    (no G / (G - 1) correction) with normal quantiles, so the factor is
+    t(0.975, g - 1) sqrt(g / (g - 1)) / z(0.975): 1.29 at 8 clusters, 1.17 at 12, 1 at
+    `FEW_CLUSTERS` or more (the bootstrap is kept there)."""
+    if g >= FEW_CLUSTERS:
+        return 1.0
+    if g < 2:
+        raise UsageError(f"a mean over {g} cluster has no interval to widen")
+    return t_quantile(0.975, g - 1) * (g / (g - 1)) ** 0.5 / Z95
+
+
+def widened(point: float, lo: float, hi: float, g: int) -> tuple[float, float]:
+    """A percentile cluster-bootstrap interval [`lo`, `hi`] of a mean over `g` clusters, each
+    half (from `point`) scaled by `few_cluster_factor`: the few-clusters rule where the
+    per-item outcomes that would give the CR1 t interval are not kept."""
+    f = few_cluster_factor(g)
+    return point - f * (point - min(lo, point)), point + f * (max(hi, point) - point)

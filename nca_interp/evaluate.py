@@ -20,7 +20,9 @@ and `acc_*` for questions; every field: `nca_interp.reports.ContextReturn`):
 Intervals: 95% paired cluster bootstrap over the task's independent unit (a level for games, a
 fact for sysprompt, whose questions ask each fact in many ways), printed beside the interval.
 Regime: A (context hurts) if the interval of delta_c lies below 0 (this needs levels won
-without c, where harm is measured), B (context still needed) if it lies above 0, C otherwise.
+without c, where harm is measured), B (context still needed) if it lies above 0, C otherwise;
+under 30 units that interval is the cluster-robust t interval of the per-item outcomes (the
+few-clusters rule, `nca_interp.regimes.regime`: the regime the claims read, one function).
 """
 
 from __future__ import annotations
@@ -42,12 +44,13 @@ import numpy as np
 import torch
 
 from nca_interp import analysis, reports
-from nca_interp.bootstrap import cluster_indices, cluster_t_interval, n_units, percentile_ci
+from nca_interp.bootstrap import FEW_CLUSTERS, cluster_indices, mean_ci, n_units, percentile_ci
 from nca_interp.checkpoint import load_checkpoint, verify_folder
 from nca_interp.cli import entry, parse_config, validate
 from nca_interp.errors import UsageError
 from nca_interp.models import autocast, context_limit, resolve_device
 from nca_interp.progress import bar
+from nca_interp.regimes import regime
 from nca_interp.reports import ContextReturn, ContextReturnReport, as_report, typed
 from nca_interp.rollout import (
     decode_responses,
@@ -62,10 +65,10 @@ from nca_interp.runs import (
 )
 from nca_interp.tasks import Task
 
-__all__ = ["DEMO", "FEW_CLUSTERS", "control_report", "evaluate_checkpoint", "execute", "figures",
-           "format_control", "format_markdown", "label", "main", "max_response_tokens", "metric_of",
-           "paired_report", "play_levels", "reads_c_interval", "run", "show", "unscored_report",
-           "views_kl"]
+__all__ = ["C_PRIME_EXAMPLES", "DEMO", "control_record", "control_report", "evaluate_checkpoint",
+           "execute", "figures", "format_c_prime", "format_control", "format_markdown", "label",
+           "main", "max_response_tokens", "metric_of", "paired_report", "play_levels",
+           "reads_c_interval", "run", "show", "unscored_report", "views_kl"]
 
 _SAID: set = set()
 
@@ -193,16 +196,6 @@ def context_return_stats(w0: np.ndarray, w1: np.ndarray, l0: np.ndarray, l1: np.
     }
 
 
-def regime_of(ci_delta: list[float], n_correct_no_c: int) -> str:
-    """A (context hurts): the 95% interval of correct_c - correct_no_c lies below 0, which needs
-    items correct without c (where harm is measured); B (context still needed): above 0; C
-    otherwise."""
-    lo, hi = ci_delta
-    if hi < 0 and n_correct_no_c > 0:
-        return "A"
-    return "B" if lo > 0 else "C"
-
-
 def paired_report(no_c: dict[str, np.ndarray], with_c: dict[str, np.ndarray],
                   units: list[str] | None = None, unit_name: str = "level",
                   n_boot: int = 2000, seed: int = 0) -> dict:
@@ -223,11 +216,14 @@ def paired_report(no_c: dict[str, np.ndarray], with_c: dict[str, np.ndarray],
         vals = np.array([bt[k] for bt in boots], float)
         vals = vals[np.isfinite(vals)]
         ci[k] = [float(v) for v in percentile_ci(vals)] if len(vals) else [None, None]
-    return {"n": n, "unit": unit_name, "n_units": n_units(units),
-            "n_correct_no_c": int(w0.sum()),
-            **{k: (float(v) if np.isfinite(v) else None) for k, v in point.items()},
-            "ci95": ci, "regime": regime_of(ci["delta_c"], int(w0.sum())),
-            "parse_fail_no_c": float(1 - no_c["parsed"].mean()),
+    out = {"n": n, "unit": unit_name, "n_units": n_units(units),
+           "n_correct_no_c": int(w0.sum()),
+           **{k: (float(v) if np.isfinite(v) else None) for k, v in point.items()},
+           "ci95": ci}
+    # the regime by the few-clusters rule, from the per-item outcomes as a reader recomputes it
+    out["regime"] = regime({**out, "items": {"unit": units, "correct_no_c": w0,
+                                             "correct_c": w1}})
+    return {**out, "parse_fail_no_c": float(1 - no_c["parsed"].mean()),
             "parse_fail_c": float(1 - with_c["parsed"].mean())}
 
 
@@ -275,7 +271,7 @@ def evaluate_checkpoint(model, tokenizer, task: Task, context: str, n_levels: in
             report["control"] = {"len": float(ctrl["length"].mean()),
                                  "kl_views": null["kl_views"],
                                  "kl_views_ci95": null["kl_views_ci95"],
-                                 "c_prime": task.control_note(levels, context),
+                                 **control_record(task, levels, context, wrong),
                                  "note": "reads_c needs a scorer"}
             report["kl_views_control"] = null["kl_views"]
             report["items"].update(context_control=wrong, response_control=ctrl["texts"])
@@ -288,12 +284,53 @@ def evaluate_checkpoint(model, tokenizer, task: Task, context: str, n_levels: in
         report["items"].update(response_no_c=no_c["texts"], response_c=with_c["texts"])
     if control:
         report["control"] = {**control_report(no_c, with_c, ctrl, units, task.unit_name),
-                             "c_prime": task.control_note(levels, context)}
+                             **control_record(task, levels, context, wrong)}
         # per item, so that reads_c pools over seeds by the same cluster bootstrap as accuracy
         report["items"]["correct_control"] = ctrl["won"].astype(int).tolist()
         if own_data:  # what c' was and what the model answered with it
             report["items"].update(context_control=wrong, response_control=ctrl["texts"])
     return report
+
+
+C_PRIME_EXAMPLES = 3  # the first items' c' a report keeps where it keeps not every item's
+
+
+def control_record(task: Task, levels: list, kind: str, wrong: list[str]) -> dict:
+    """What the control context c' was, for a report's `control`: `c_prime` (the task's line on
+    where it came from, `Task.control_note`), `c_prime_source` (default: the task's own draw;
+    field: your per-item "control"; file: your control_file; joined by "+" where items
+    differ), with a file `c_prime_file` (its path and sha256: the very text), and
+    `c_prime_examples`, the first `C_PRIME_EXAMPLES` items' c' (`wrong[i]` for item i)."""
+    import hashlib
+    from pathlib import Path
+
+    origins = [task.control_origin(lv) for lv in levels]
+    out = {"c_prime": task.control_note(levels, kind),
+           "c_prime_source": "+".join(dict.fromkeys(src for src, _ in origins)),
+           "c_prime_examples": [{"item": i, "unit": task.unit(lv), "c_prime": wrong[i]}
+                                for i, lv in enumerate(levels[:C_PRIME_EXAMPLES])]}
+    files = list(dict.fromkeys(f for _, f in origins if f))
+    if files:
+        path = Path(files[0]).expanduser()
+        out["c_prime_file"] = {"path": files[0],
+                               "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    return out
+
+
+def format_c_prime(control: Mapping) -> str:
+    """The line a command prints under its control numbers: what c' was, and for your own
+    file its path and digest (`control_record`'s fields; a report written before keeps only
+    `c_prime`)."""
+    line = f"c' (the control context): {control.get('c_prime') or 'not recorded'}"
+    if control.get("c_prime_source"):
+        line += f" [source: {control['c_prime_source']}"
+        f = control.get("c_prime_file")
+        line += (f"; {f['path']} sha256 {f['sha256'][:12]}]" if f else "]")
+    examples = control.get("c_prime_examples") or []
+    if examples:
+        first = " ".join(str(examples[0]["c_prime"]).split())
+        line += f"; item 0's c': {first[:60]!r}" + ("..." if len(first) > 60 else "")
+    return line
 
 
 def control_report(no_c: dict, with_c: dict, ctrl: dict, units: list[str],
@@ -313,24 +350,12 @@ def control_report(no_c: dict, with_c: dict, ctrl: dict, units: list[str],
             "len": vs["len_c"]}
 
 
-# Under this many units the percentile cluster bootstrap under-covers (about 86-89% for a
-# nominal 95% at 8 units: tests/unit/test_bootstrap.py) and a mean's interval is the CR1 t
-# interval: the rule book's few-clusters rule (nca_interp.paper.rules.FEW_CLUSTERS, a layer
-# above this one; a test keeps the two equal).
-FEW_CLUSTERS = 30
-
-
 def reads_c_interval(won_c: np.ndarray, won_control: np.ndarray, units: list[str],
                      boot: list) -> list:
-    """reads_c's 95% interval (the mean of won with c - won with c', per item): `boot`, the
-    percentile cluster bootstrap, from `FEW_CLUSTERS` units up; under it the cluster-robust t
-    interval (`bootstrap.cluster_t_interval`)."""
-    g = n_units(units)
-    if not 2 <= g < FEW_CLUSTERS:
-        return boot
-    diff = np.asarray(won_c, float) - np.asarray(won_control, float)
-    _, lo, hi = cluster_t_interval(diff, units)
-    return [float(lo), float(hi)]
+    """reads_c's 95% interval (the mean of won with c - won with c', per item) by the
+    few-clusters rule (`bootstrap.mean_ci`): `boot`, the percentile cluster bootstrap, from
+    `FEW_CLUSTERS` units up; under it the cluster-robust t interval."""
+    return mean_ci(np.asarray(won_c, float) - np.asarray(won_control, float), units, boot)
 
 
 label = reports.label  # a key as its column is headed (win_c for a game, acc_c for questions)
@@ -338,6 +363,12 @@ label = reports.label  # a key as its column is headed (win_c for a game, acc_c 
 
 COLUMNS = ["correct_no_c", "correct_c", "harm", "help", "harm_joint", "help_joint", "both",
            "len_no_c", "len_c", "rel_len_both", "rel_len", "regime"]
+
+
+def _value(r: ContextReturn, column: str):
+    """A table cell's value: the regime by the few-clusters rule (`regime`: a report written
+    before evaluate did so is re-read), every other column as the report holds it."""
+    return regime(r) if column == "regime" else r.get(column)
 
 
 def metric_of(entries: Mapping[str, ContextReturn | dict]) -> str:
@@ -349,8 +380,10 @@ def metric_of(entries: Mapping[str, ContextReturn | dict]) -> str:
 FEW_UNITS = 10  # below it, a percentile bootstrap over units is flagged as narrow
 
 REGIMES = ("regime: A = context hurts (95% interval of correct_c - correct_no_c below 0), "
-           "B = context still needed (above 0), C = context irrelevant (interval spans 0); "
-           "parse_fail: share of responses the scorer could not read")
+           "B = context still needed (above 0), C = context irrelevant (interval spans 0); the "
+           f"interval under {FEW_CLUSTERS} units is the cluster-robust t interval (the "
+           "few-clusters rule, as the claims read it); parse_fail: share of responses the "
+           "scorer could not read")
 
 
 def format_table(reports: Mapping[str, ContextReturn | dict],
@@ -361,8 +394,9 @@ def format_table(reports: Mapping[str, ContextReturn | dict],
     w = max(9, *(len(label(c, metric)) for c in columns))
     lines = [f"{'checkpoint':<{name_w}} " + " ".join(f"{label(c, metric):>{w}}" for c in columns)]
     for name, r in reports.items():
-        cells = [f"{r.get(c):>{w}.3f}" if isinstance(r.get(c), float) else
-                 f"{'-' if r.get(c) is None else r.get(c)!s:>{w}}" for c in columns]
+        values = [_value(r, c) for c in columns]
+        cells = [f"{v:>{w}.3f}" if isinstance(v, float) else
+                 f"{'-' if v is None else v!s:>{w}}" for v in values]
         lines.append(f"{name:<{name_w}} " + " ".join(cells))
     r = next(iter(reports.values()), None)
     if r is not None and r.unit is not None and r.scored is not False:
@@ -407,7 +441,7 @@ def format_markdown(reports: Mapping[str, ContextReturn | dict],
                 lo, hi = r.ci95[c]
                 cells.append(f"{r[c]:.3f} [{lo:.3f}, {hi:.3f}]")
             else:
-                cells.append(str(r[c]))
+                cells.append(str(_value(r, c)))
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -464,9 +498,10 @@ def show(report: ContextReturnReport | dict) -> None:
         print(REGIMES)
         if cfg.get("control"):
             print(format_control(reports))
-    notes = {r.control.get("c_prime") for r in reports.values() if r.control is not None}
-    for note in sorted(n for n in notes if n):
-        print(f"c' (the control context): {note}")
+    lines = {format_c_prime(r.control) for r in reports.values()
+             if r.control is not None and r.control.get("c_prime")}
+    for line in sorted(lines):
+        print(line)
     for name, r in reports.items():
         hit = max(r.hit_budget_no_c or 0, r.hit_budget_c or 0)
         if hit > 0.5:

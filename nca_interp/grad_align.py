@@ -1,4 +1,4 @@
-"""Angles between the gradients of the distillation loss terms, each beside its noise floor.
+"""Angles between the gradients of the distillation loss terms, beside each term's self-angle.
 
     python -m nca_interp.grad_align runs/sokoban_opd/checkpoints/step_* --teacher runs/base
 
@@ -12,8 +12,11 @@ A gradient angle from one finite batch is noisy: two independent batches give th
 gradients 70-90 degrees apart at 64 prompts. So the batch is split into two independent halves
 and every term's gradient is taken on each half (g1, g2). Reported, globally and per layer x
 module:
-  self_angle_deg  angle(g_t1, g_t2): the term's own noise floor; a between-term angle is only
-                  evidence where it stands clear of both terms' floors
+  self_angle_deg  angle(g_t1, g_t2): the term's own noise level; a between-term angle is only
+                  evidence where it stands clear of both terms' self-angles. A floor only where
+                  the term's between-term angles all sit above it: a term with less noise than
+                  its partner can sit closer to it than to itself, and the table marks such a
+                  self-angle a reference ('ref')
   snr             estimated signal / noise of the full-batch gradient: |mu|^2 ~ g1.g2 (unbiased,
                   the halves are independent), noise^2 ~ |g1 - g2|^2 / 4. A term with snr <= 1
                   is within its own sampling noise and gets no angle (null)
@@ -66,7 +69,7 @@ from nca_interp.models import context_limit, resolve_device, weights_dtype
 from nca_interp.param_delta import layer_module_grid
 from nca_interp.progress import bar
 from nca_interp.reduce import Gram, cosine, stream_by_name
-from nca_interp.reports import GradAlignReport, as_report
+from nca_interp.reports import GradAlignReport, as_report, null_role
 from nca_interp.rollout import Batch, onpolicy_batch
 from nca_interp.runs import (
     check_same_tokenizers,
@@ -79,7 +82,7 @@ from nca_interp.tasks import Task
 from nca_interp.tensorfiles import TensorFolder, row_chunks, save_sharded
 
 __all__ = ["DEMO", "ZERO_REL", "align", "arrays_of", "execute", "figures", "format_table", "main",
-           "report_arrays", "run", "show", "undefined_terms", "zero_terms"]
+           "report_arrays", "run", "self_cell", "show", "undefined_terms", "zero_terms"]
 
 HALVES = (1, 2)
 
@@ -509,6 +512,16 @@ def report_arrays(report: GradAlignReport | dict) -> Arrays:
 
 
 
+def self_cell(g: dict, term: str, none: set) -> str:
+    """A term's self-angle as a table cell, 'ref' where a cross-fitted angle of that term sits
+    at or below it (`reports.null_role`: a reference there, not a floor)."""
+    own = None if term in none else g["self_angle_deg"][term]
+    against = [(own, a) for pair, a in g["angle_xfit_deg"].items()
+               if term in pair.split("~") and a is not None and not set(pair.split("~")) & none]
+    ref = own is not None and bool(against) and null_role(against) == "reference"
+    return fmt_angle(own) + (" ref" if ref else "")
+
+
 def fmt_angle(v: float | None) -> str:
     return f"{v:>7.1f}" if v is not None else f"{'-':>7}"
 
@@ -542,7 +555,7 @@ def format_table(results: dict[str, dict], undefined: dict | None = None) -> str
     pairs, terms = list(first["angle_deg"]), list(first["self_angle_deg"])
     w = max(12, *(len(n) for n in results))
     head = [f"{p:>7}" for p in pairs] + [f"x:{p:>7}" for p in pairs] + \
-        [f"{'floor ' + t:>10}" for t in terms] + [f"{'snr ' + t:>8}" for t in terms] + \
+        [f"{'self ' + t:>11}" for t in terms] + [f"{'snr ' + t:>8}" for t in terms] + \
         [f"{'|' + t + '|':>9}" for t in terms]
     lines = [f"{'angle (deg)':<{w}} " + " ".join(head)]
     for name, r in results.items():
@@ -553,14 +566,14 @@ def format_table(results: dict[str, dict], undefined: dict | None = None) -> str
 
         cells = [angle("angle_deg", p) for p in pairs] + \
             [f"  {angle('angle_xfit_deg', p)}" for p in pairs] + \
-            [f"{fmt_angle(None if t in none else g['self_angle_deg'][t]):>10}"
-             for t in terms] + \
+            [f"{self_cell(g, t, none):>11}" for t in terms] + \
             [f"{g['snr'][t]:>8.2f}" if g["snr"][t] is not None and t not in none
              else f"{'-':>8}" for t in terms] + [f"{g['norm'][t]:>9.4f}" for t in terms]
         lines.append(f"{name:<{w}} " + " ".join(cells))
-    lines.append("(x: cross-fitted angle; floor: angle between the term's gradients on the two "
-                 "half batches; '-': a term within its own sampling noise, snr <= 1, or with "
-                 "no direction at all)")
+    lines.append("(x: cross-fitted angle; self: angle between the term's gradients on the two "
+                 "half batches, a floor for the term's cross-fitted angles where they all sit "
+                 "above it, 'ref' where one does not: a reference, not a floor; '-': a term "
+                 "within its own sampling noise, snr <= 1, or with no direction at all)")
     for name in results:
         for t, why in (undefined.get(name) or {}).items():
             lines.append(f"{name}: {t}'s gradient is undefined ({why}); no angle with it")

@@ -92,7 +92,7 @@ from nca_interp.labelled import Arrays, Labelled, as_float, stack
 from nca_interp.masks import context_token_mask, shared_suffix_mask
 from nca_interp.models import context_limit, resolve_device
 from nca_interp.progress import bar
-from nca_interp.reports import LayerSimReport, as_report
+from nca_interp.reports import LayerSimReport, as_report, null_role
 from nca_interp.rollout import encode, pad_id, sample, stop_ids, target_batch
 from nca_interp.runs import (
     check_same_tokenizers,
@@ -114,8 +114,8 @@ from nca_interp.similarity import (  # noqa: F401 - the statistics, read as laye
 from nca_interp.tasks import Task, make_task
 
 __all__ = ["DEMO", "as_bridge", "compare", "entry_of", "execute", "figures", "format_heads",
-           "format_table", "layer_labels", "main", "report_arrays", "run", "show", "similarity",
-           "task_and_items"]
+           "format_table", "layer_labels", "main", "null_line", "report_arrays", "run", "show",
+           "similarity", "task_and_items"]
 
 
 def reference_responses(tok, task: Task, levels: list) -> tuple[torch.Tensor, torch.Tensor]:
@@ -405,7 +405,8 @@ a position's hidden state without c with the same position's with c, averaged ov
   cos_se            standard error of cos, items clustered by the task's unit (a level, a fact,
                     a group of your data): their noise
   cos_other         cosine between views of *different* items (of another unit): the
-                    anisotropy floor, the null
+                    anisotropy null, a floor only where it sits below cos (a line under
+                    its table names the checkpoints where it does not)
   cos_centred       cosine after removing the mean over both views
   cos_centred_view  cosine after removing each view's own mean (no constant offset)
   offset_share      share of the centred variance that is a constant offset between the views
@@ -425,6 +426,18 @@ def format_table(results: dict[str, dict], metric: str, layers: list[str]) -> st
         lines.append(f"{name:<{w}} " + " ".join("       -" if v is None else f"{v:>8.4f}"
                                                 for v in values or [None] * len(layers)))
     return "\n".join(lines)
+
+
+def null_line(results: dict[str, dict]) -> str:
+    """Where the different-item null (`cos_other`) is a floor: the checkpoints whose cosine it
+    reaches at some block are named, a reference there (`reports.null_role`; the embedding,
+    where the views share their tokens, left out as the claims leave it out)."""
+    above = [name for name, r in results.items() if r.get("cos_other") is not None
+             and null_role(zip(r.cos_other[1:], r.cos[1:])) == "reference"]
+    if not above:
+        return "cos_other sits below cos at every block of every checkpoint: a floor\n"
+    return (f"cos_other sits at or above cos at some block of {', '.join(above)}: there it is a "
+            "reference, not a floor\n")
 
 
 def format_heads(results: dict[str, dict], top: int = 6) -> str:
@@ -899,6 +912,8 @@ def show(report: LayerSimReport | dict) -> None:
     for metric in ("cos", "cos_se", "cos_other", "cos_centred", "cos_centred_view",
                    "offset_share", "cka", "cka_debiased"):
         print(format_table(results, metric, layers) + "\n")
+        if metric == "cos_other":
+            print(null_line(results))
     print(format_table(results, "ctx_attn_ratio_layer", layers[1:]))
     print(format_heads(results))
 

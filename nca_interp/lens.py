@@ -16,7 +16,10 @@ P columns at column P - 1 in either view, so t is read at column P - 1 + t in bo
   flip        the top token of q_c is not q_x's: a fork
   kl_control  KL(q_x || q_c') with c' the task's control context (same form, wrong for the item,
               `Task.control_context`, as `evaluate --control`): what any context of c's shape
-              does. kl above it is c's content acting
+              does. kl above it is c's content acting. The report's `control` says what c'
+              was (the task's draw, or your own field or file with its sha256, and the first
+              items' c'); the lens generates no answers with c' (it reads the samples under
+              [c', x]), so there are none to keep
   kl_floor    KL(q_x || q_x~), q_x~ the no-c view laid out with FLOOR_PAD more masked padding
               columns: the same function of the same tokens, so what arithmetic alone gives
               (kernels, batch layout, dtype). With y fixed a model has no sampling noise to
@@ -66,7 +69,12 @@ from nca_interp.bootstrap import cluster_indices, n_units, percentile_ci
 from nca_interp.checkpoint import load_checkpoint, verify_folder
 from nca_interp.cli import entry, parse_config, validate
 from nca_interp.errors import UsageError
-from nca_interp.evaluate import max_response_tokens, play_levels
+from nca_interp.evaluate import (
+    control_record,
+    format_c_prime,
+    max_response_tokens,
+    play_levels,
+)
 from nca_interp.forward import is_hf, positions
 from nca_interp.losses import position_kl
 from nca_interp.models import context_limit, resolve_device
@@ -626,6 +634,9 @@ def run(cfg: LensConfig | None = None, /, **fields) -> reports.LensReport:
     found, ctx = resolve_task_and_context(sources, cfg.task, cfg.context, cfg.task_options)
     check_same_tokenizers(folders_read)
     levels = found.levels("test", cfg.n_levels, cfg.seed)
+    # what c' is, before any checkpoint is read (a c' the task refuses stops the command here)
+    control = control_record(found, levels, ctx, [found.control_context(levels, i, ctx)
+                                                  for i in range(len(levels))])
     device = str(resolve_device(cfg.device))
     results, folders, depth, done = {}, {}, None, {}
     steps: dict[str, list] = {}
@@ -645,7 +656,8 @@ def run(cfg: LensConfig | None = None, /, **fields) -> reports.LensReport:
         if steps else {}
     return analysis.make_report(cfg, task=found.name, context=ctx, paths=folders,
                                 results=results, layers=layers, checkpoints=folders_read,
-                                data=analysis.data_record(found, levels), **extra)
+                                data=analysis.data_record(found, levels), control=control,
+                                **extra)
 
 
 def _cell(v) -> str:
@@ -661,6 +673,8 @@ def show(report: reports.LensReport | dict) -> None:
     print(f"task={report.task} context={report.context} items={cfg['n_levels']} "
           f"samples at temperature {cfg['temperature']}; KL(q_x || q_c) per response token, "
           "nats; control: a wrong c' of c's form; floor: the no-c view in another layout")
+    if report.control:
+        print(format_c_prime(report.control))
     w = max(12, *(len(n) for n in report.results))
     head = " ".join(f"{h:>8}" for h in ("all", *THIRDS))
     print(f"{'checkpoint':<{w}} {'series':<13} {head}")
@@ -668,6 +682,12 @@ def show(report: reports.LensReport | dict) -> None:
         for key in ("kl", "kl_control", "kl_floor", "flip", "flip_control"):
             cells = [e.overall[key], *e.thirds[key]]
             print(f"{name:<{w}} {key:<13} " + " ".join(_cell(v) for v in cells))
+    above = [name for name, e in report.results.items() if reports.null_role(
+        zip([e.overall["kl_floor"], *e.thirds["kl_floor"]],
+            [e.overall["kl"], *e.thirds["kl"]])) == "reference"]
+    if above:  # a null at or above the measured value bounds nothing from below
+        print(f"kl_floor sits at or above kl for {', '.join(above)}: there it is a reference, "
+              "not a floor (c acts no more than arithmetic does)")
     if report.layers:
         print("logit lens (layer indices into: " + " ".join(report.layers) + "):")
         for name, e in report.results.items():

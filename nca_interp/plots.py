@@ -16,6 +16,7 @@ from plotly.subplots import make_subplots
 
 from nca_interp.errors import RunError
 from nca_interp.identity import RunId, roster
+from nca_interp.regimes import regime
 from nca_interp.reports import (
     ContextReturnReport,
     GradAlignReport,
@@ -24,6 +25,7 @@ from nca_interp.reports import (
     TrajectoryReport,
     as_report,
     label,
+    null_role,
 )
 
 __all__ = ["BUNDLE", "PALETTE", "bundle_folder", "bundle_src", "check_bundle",
@@ -179,8 +181,10 @@ def _grad_run(report: GradAlignReport) -> str:
 
 def grad_align_figure(report: GradAlignReport) -> go.Figure:
     """One panel per pair of loss terms: their cross-fitted angle at each checkpoint (solid)
-    beside the noise floors of the two terms it joins (dotted: the angle between each term's
-    two half-batch gradients; an angle is only read where it stands clear of both)."""
+    beside the self-angles of the two terms it joins (dotted: the angle between each term's
+    two half-batch gradients; an angle is only read where it stands clear of both), each named
+    a floor or a reference by whether the angles it is read against all sit above it
+    (`reports.null_role`)."""
     report = as_report(report, GradAlignReport)
     names = list(report.results)
     steps, over_training = grad_x(report)
@@ -209,7 +213,8 @@ def grad_align_figure(report: GradAlignReport) -> go.Figure:
                           1, col)
         for term in pair.split("~"):
             fig.add_trace(go.Scatter(x=steps, y=[val(n, term, "self_angle_deg") for n in names],
-                                     name=f"noise floor of {term}", legendgroup=term,
+                                     name=f"self-angle of {term} ({_self_role(report, term)})",
+                                     legendgroup=term,
                                      showlegend=term not in {t for p in pairs[:col - 1]
                                                              for t in p.split("~")},
                                      mode="lines" if over_training else "markers",
@@ -225,17 +230,28 @@ def grad_align_figure(report: GradAlignReport) -> go.Figure:
     fig.update_layout(title=f"{report.task or ''} {run}: angles between loss-term "
                             "gradients<br><sup>dotted"
                             + ("" if over_training else " (a dash per checkpoint)")
-                            + ": each term's noise floor (its two half batches' angle);"
-                            "<br>a missing point: the term is within its own noise there</sup>",
+                            + ": each term's self-angle (its two half batches' angle), a "
+                            "floor only where every angle of that term sits above it, else a "
+                            "reference;<br>a missing point: the term is within its own noise "
+                            "there</sup>",
                       margin={"t": 150},
                       height=470, autosize=True)
     return fig
 
 
+def _self_role(report: GradAlignReport, term: str) -> str:
+    """A term's self-angle against the cross-fitted angles of the pairs it joins, at every
+    checkpoint of `report`: "floor" where they all sit above it, else "reference"."""
+    return null_role((g["self_angle_deg"].get(term), a) for g in
+                     (r.global_ for r in report.results.values())
+                     for pair, a in g["angle_xfit_deg"].items() if term in pair.split("~"))
+
+
 def grad_align_over_steps(report: GradAlignReport) -> go.Figure:
     """Angles between the loss terms' gradients over training (solid): the noise-corrected
     angle with its 95% jackknife interval where grad_align ran with --parts (what the claims
-    judge), else the cross-fitted angle; each term's noise floor dotted."""
+    judge), else the cross-fitted angle; each term's self-angle dotted, named a floor or a
+    reference by comparison with the cross-fitted angles (`_self_role`)."""
     report = as_report(report, GradAlignReport)
     steps = report.steps or list(range(len(report.results)))
     fig = go.Figure()
@@ -258,15 +274,17 @@ def grad_align_over_steps(report: GradAlignReport) -> go.Figure:
                                      mode="lines+markers"))
     for t in cells[0]["self_angle_deg"]:
         fig.add_trace(go.Scatter(x=steps, y=[c["self_angle_deg"][t] for c in cells],
-                                 name=f"floor {t}", mode="lines", line={"dash": "dot"}))
+                                 name=f"self-angle {t} ({_self_role(report, t)})",
+                                 mode="lines", line={"dash": "dot"}))
     fig.add_hline(y=90, line_dash="dot", annotation_text="orthogonal (90 deg)")
     run = Path(str(report["config"]["ckpt"][0])).parent.parent.name if report.get("config") \
         else ""
     what = ("noise-corrected angles (whiskers: 95% jackknife intervals over random half "
             "splits)" if corrected else "cross-fitted angles (no --parts: uncorrected)")
     fig.update_layout(title=f"{report.task or ''} {run}: gradient angles over training"
-                            f"<br><sup>solid: {what};<br>dotted: each term's noise floor (its "
-                            "two half batches' angle)</sup>",
+                            f"<br><sup>solid: {what};<br>dotted: each term's self-angle (its "
+                            "two half batches' angle; a floor only where every cross-fitted "
+                            "angle of that term sits above it, else a reference)</sup>",
                       margin={"t": 130},
                       xaxis_title="distillation step", yaxis_title="degrees",
                       yaxis=dict(range=[0, 180]), height=450, autosize=True)
@@ -413,7 +431,7 @@ def evaluate_figure(report: ContextReturnReport) -> go.Figure:
     who = roster(report)
     for i, (name, r) in enumerate(report.results.items()):
         vals = [r.get(m) for m in metrics]
-        fig.add_trace(go.Bar(name=f"{name} ({r.regime})", x=names, y=vals,
+        fig.add_trace(go.Bar(name=f"{name} ({regime(r)})", x=names, y=vals,
                              marker_color=_line(who[name], i)["color"],
                              error_y=_ci_bars(vals, [r.ci95.get(m) for m in metrics])))
     task = f"{report.task}: " if report.task else ""

@@ -44,7 +44,7 @@ __all__ = ["VERSION", "ContextReturn", "ContextReturnReport", "Fields", "GradAli
            "GradAlignReport", "LayerSim", "LayerSimReport", "Lens", "LensReport", "ParamDelta",
            "ParamDeltaReport", "Patching", "PatchingReport", "Report", "ReportError",
            "RunRecord", "Trajectory", "TrajectoryReport", "VOCABULARY", "as_report", "describe",
-           "label", "read_derived", "typed", "upgrade", "vocabulary"]
+           "label", "null_role", "read_derived", "typed", "upgrade", "vocabulary"]
 
 VERSION = 3
 _LEGACY_RESULTS = ("reports", "per_checkpoint")
@@ -280,7 +280,10 @@ class ContextReturn(Fields):
     both: float | None = doc("P(correct both ways)")
     delta_c: float | None = doc("correct_c - correct_no_c")
     rel_len_both: float | None = doc("len_c / len_no_c - 1 on the items correct both ways")
-    regime: str | None = doc("A (c hurts), B (c still needed), C (neither): delta_c's interval")
+    regime: str | None = doc("A (c hurts), B (c still needed), C (neither): delta_c's interval "
+                             "by the few-clusters rule (nca_interp.regimes.regime: the CR1 t "
+                             "interval of the items under 30 units; reports written before "
+                             "read ci95's percentile bootstrap, and readers re-read them)")
     parse_fail_no_c: float | None = doc("share of responses without c that did not parse")
     parse_fail_c: float | None = doc("share of responses with c that did not parse")
     hit_budget_no_c: float | None = doc("share of responses without c that hit max_new")
@@ -293,7 +296,11 @@ class ContextReturn(Fields):
                               "response_control)", key="items")
     control: dict | None = doc("with a wrong context c' of c's form: correct (its rate) and "
                                "harm, reads_c (correct_c - correct_c') with its interval, and "
-                               "c_prime: where c' came from (the task's draw, or your own)")
+                               "what c' was (evaluate.control_record): c_prime, where it came "
+                               "from in a line; c_prime_source, default (the task's draw), "
+                               "field (your per-item control) or file (your control_file); "
+                               "c_prime_file, that file's path and sha256; c_prime_examples, "
+                               "the first items' c'")
     scored: bool | None = doc("False: own data without a scorer (lengths and KLs only)")
     note: str | None = doc("what an unscored report lacks")
     kl_views: float | None = doc("unscored: KL between the views on the responses, per token")
@@ -318,8 +325,12 @@ class Trajectory(Fields):
     task: str | None = need("the task")
     steps: list = need("per checkpoint: step, correct_no_c, correct_c, harm, help, delta_c, "
                        "regime, KLs on the student's samples (kl_opd, kl_ctx, kl_nca), drift, "
-                       "ci95")
+                       "ci95; with --control reads_c, and for own data response_control "
+                       "(the answers with c', per item)")
     identity: dict | None = doc("method, seed and beta from the run config")
+    control: dict | None = doc("with --control, what c' was (evaluate.control_record: c_prime, "
+                               "c_prime_source, c_prime_file with its sha256, "
+                               "c_prime_examples)")
 
 
 @dataclass(kw_only=True, eq=False)
@@ -496,6 +507,17 @@ def label(key: str, metric: str = "win") -> str:
     return key
 
 
+def null_role(pairs) -> str:
+    """What a null is called beside the measured values it is read against, (null, measured)
+    per place (a layer, a checkpoint, a pair of loss terms): "floor" only where it sits below
+    every one of them; else "reference" (#70 item 7: a null at or above a measured value
+    bounds nothing from below, as random init's cosine above a trained model's or a term's
+    self-angle above a between-term angle). Pairs missing either side are left out; none
+    left: "reference"."""
+    kept = [(n, m) for n, m in pairs if n is not None and m is not None]
+    return "floor" if kept and all(n < m for n, m in kept) else "reference"
+
+
 F = TypeVar("F", bound="Fields")
 
 
@@ -620,6 +642,11 @@ class LensReport(Report):
     layers: list = need("the lens's layer labels (embed, 0, 1, ...; the last is the output); "
                         "empty without the lens")
     checkpoints: list = need("the checkpoint folders read, in order")
+    control: dict | None = doc("what the wrong context c' of kl_control and flip_control was "
+                               "(evaluate.control_record: c_prime, c_prime_source, "
+                               "c_prime_file with its sha256, c_prime_examples); the lens "
+                               "generates no answers with c': it reads the samples under "
+                               "[c', x]")
     over_training: dict | None = doc(
         "with --over-training, per run: `step` (0: the checkpoint it started from), "
         "`checkpoint` (each step's key of results), `region` (all, first, middle, last), each "

@@ -16,7 +16,10 @@ against), on held-out levels:
                                              (g_0: the run's initial checkpoint)
 
 With --control, every checkpoint is also played with the control context c' (same form, wrong
-for the item) and its row carries reads_c = correct_c - correct_c' (how much it uses what c says).
+for the item) and its row carries reads_c = correct_c - correct_c' (how much it uses what c says);
+each run's `control` records what c' was (the task's draw, or your own field or file with its
+sha256, and the first items' c'), printed under the table, and own data's rows keep the answers
+given with c' (`response_control`).
 
 The KLs are token means over responses y ~ g(.|x) sampled at temperature 1 with a fixed
 generator (the same prompts at every step), full vocabulary, in nats, each with a 95% bootstrap
@@ -51,7 +54,7 @@ from nca_interp.checkpoint import (
 )
 from nca_interp.cli import as_paths, entry, parse_config, validate
 from nca_interp.errors import UsageError
-from nca_interp.evaluate import evaluate_checkpoint
+from nca_interp.evaluate import control_record, evaluate_checkpoint, format_c_prime
 from nca_interp.forward import response_logits
 from nca_interp.losses import position_kl
 from nca_interp.models import context_limit
@@ -132,6 +135,15 @@ def checkpoints_of(run: str) -> list[tuple[int, str]]:
 
 
 
+def what_c_prime(task, context: str, n_levels: int, seed: int) -> dict:
+    """What c' is on the items every checkpoint is evaluated on (`evaluate.control_record`),
+    before any checkpoint is read: a c' the task refuses (your own equal to c, a missing
+    control_file) stops the command here."""
+    levels = task.levels("test", n_levels, seed)
+    wrong = [task.control_context(levels, i, context) for i in range(len(levels))]
+    return control_record(task, levels, context, wrong)
+
+
 def format_table(results: dict) -> str:
     rows = [row for r in results.values() for row in r.steps]
     terms = [k for k in KL_TERMS if rows and all(k in row for row in rows)]  # drift: newer
@@ -147,6 +159,7 @@ def format_table(results: dict) -> str:
                          + " ".join(f"{row[k]:>7.4f}" for k in terms))
     lines.append("(step 0 = the initial checkpoint: the null; KLs in nats per response token "
                  "on the student's own samples)")
+    lines += sorted({format_c_prime(r.control) for r in results.values() if r.control})
     return "\n".join(lines)
 
 
@@ -174,6 +187,8 @@ def run(cfg: TrajectoryConfig | None = None, /, **fields) -> dict:
         task, ctx = resolve_task_and_context([run_dir], None, cfg.context)
         check_trained_on(teacher_dir, task.name, "the teacher")
         plan[run_dir] = (keep, teacher_dir, task, ctx)
+    controls = {run_dir: what_c_prime(task, ctx, n_levels, seed)
+                for run_dir, (_, _, task, ctx) in plan.items()} if cfg.control else {}
     results, done = {}, {}  # done: rows already measured (runs of one base share step 0)
     for run_dir, (keep, teacher_dir, task, ctx) in plan.items():
         teacher_model, tok_t = load_checkpoint(teacher_dir)
@@ -199,6 +214,8 @@ def run(cfg: TrajectoryConfig | None = None, /, **fields) -> dict:
             if cfg.control:
                 row["reads_c"] = rep["control"]["reads_c"]
                 row["ci95"]["reads_c"] = rep["control"]["reads_c_ci95"]
+                if "response_control" in rep["items"]:  # own data: the answers with c'
+                    row["response_control"] = rep["items"]["response_control"]
             rows.append(row)
             done[key] = row
             print(f"{Path(run_dir).name} step {step}: win {row['correct_no_c']:.3f}/"
@@ -209,7 +226,9 @@ def run(cfg: TrajectoryConfig | None = None, /, **fields) -> dict:
                                        "task": task.name, "steps": rows,
                                        "identity": {"method": config.get("method"),
                                                     "seed": config.get("seed"),
-                                                    "beta": config.get("beta_effective")}}
+                                                    "beta": config.get("beta_effective")},
+                                       **({"control": controls[run_dir]} if cfg.control
+                                          else {})}
     first = next(iter(plan.values()))
     return analysis.make_report(cfg, task=first[2].name, context=first[3],
                                 paths={Path(r).name: r for r in plan}, results=results)

@@ -30,10 +30,16 @@ gives for a checkpoint saved at that step.
 Training anchors that never look at the context's return (TRL's distillation trainers, GKD,
 SFT, GRPO with a privileged-context column) get the warning the paper is about while it
 happens: a student whose accuracy with c falls below its accuracy without c is breaking.
+
+What the wrong context c' is (the task's draw, or your own `control` field or `control_file=`
+with its sha256, and the first items' c': `evaluate.control_record`) is logged once through
+`logging` at the first measurement and kept as the callback's `c_prime`; every measurement in
+`history` keeps the answers given with c' (`response_control`).
 """
 
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
 
 import torch
@@ -41,7 +47,9 @@ from transformers import TrainerCallback
 
 from nca_interp.errors import UsageError
 from nca_interp.evaluate import (
+    control_record,
     control_report,
+    format_c_prime,
     paired_report,
     play_levels,
     unscored_report,
@@ -52,12 +60,15 @@ from nca_interp.lens import monitor
 __all__ = ["ContextReturnCallback", "measure"]
 
 KEYS = ("correct_no_c", "correct_c", "harm", "help", "both", "rel_len", "delta_c")
+log = logging.getLogger(__name__)
 
 
 def measure(model, tokenizer, task, context: str | None = None, n_items: int = 64,
             seed: int = 0, control: bool = True) -> dict:
     """The context return of `model` on the first `n_items` held-out items (greedy): a flat
-    dict of numbers (None where undefined), the regime a letter."""
+    dict of numbers (None where undefined), the regime a letter; with `control` also what c'
+    was (`c_prime`, `evaluate.control_record`) and the answers given with it
+    (`response_control`)."""
     was_training = model.training
     model.eval()
     try:
@@ -107,6 +118,8 @@ def _measure_views(model, tokenizer, task, context, n_items, seed, control) -> d
         wrong = [task.control_context(levels, i, context) for i in range(len(levels))]
         ctrl = play_levels(model, tokenizer, task, levels, wrong, 0.0, seed)
         out["reads_c"] = control_report(no_c, with_c, ctrl, units, task.unit_name)["reads_c"]
+        out["c_prime"] = control_record(task, levels, context, wrong)
+        out["response_control"] = list(ctrl["texts"])
     return out
 
 
@@ -128,6 +141,7 @@ class ContextReturnCallback(TrainerCallback):
         self.control, self.seed, self.trainer, self.tokenizer = control, seed, trainer, tokenizer
         self.prefix, self.lens_every, self.lens_items = prefix, lens_every, lens_items
         self.history: list[dict] = []
+        self.c_prime: dict | None = None  # what c' was (evaluate.control_record), once known
         self._last = self._last_lens = None
 
     def _tokenizer(self, kwargs):
@@ -145,6 +159,10 @@ class ContextReturnCallback(TrainerCallback):
         self._last = state.global_step
         numbers = measure(model, self._tokenizer(kwargs), self.task, self.context,
                           self.n_items, self.seed, self.control)
+        c_prime = numbers.pop("c_prime", None)  # the same items each time: said once
+        if c_prime is not None and self.c_prime is None:
+            self.c_prime = c_prime
+            log.info("%s%s", self.prefix, format_c_prime(c_prime))
         self.history.append({"step": state.global_step, **numbers})
         logs = {self.prefix + k: v for k, v in numbers.items()
                 if isinstance(v, (int, float)) and not isinstance(v, bool)}

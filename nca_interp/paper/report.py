@@ -13,7 +13,7 @@ import numpy as np
 
 from nca_interp import analysis
 from nca_interp.errors import UsageError
-from nca_interp.evaluate import label, metric_of
+from nca_interp.evaluate import format_c_prime, label, metric_of
 from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import RunId, roster
 from nca_interp.paper.layout import (
@@ -29,7 +29,8 @@ from nca_interp.paper.layout import (
     analysis_files,
     grad_files,
 )
-from nca_interp.reports import read_derived
+from nca_interp.regimes import regime
+from nca_interp.reports import null_role, read_derived
 
 __all__ = ["context_control", "context_return", "lens", "main", "per_seed", "render",
            "teacher"]
@@ -57,7 +58,7 @@ def teacher(figs: Path) -> str:
         r = next(iter(analysis.load(f).results.values()))
         cells = [with_ci(r, k) for k in ("correct_no_c", "correct_c", "harm", "help")]
         rows.append(f"| {f.stem.split('_', 1)[1]} | " + " | ".join(cells) +
-                    f" | {r.regime} |")
+                    f" | {regime(r)} |")
     return "\n".join(rows)
 
 
@@ -90,7 +91,7 @@ def per_seed(figs: Path) -> str:
         cells = [with_ci(r, k) for k in keys]
         unit = f"{r.n_units or r.n} {r.unit or 'level'}s" + \
             f" ({r.n_correct_no_c} right without c)" if r.n_correct_no_c is not None else ""
-        rows.append(f"| {name} | " + " | ".join(cells) + f" | {r.regime} | {unit} |")
+        rows.append(f"| {name} | " + " | ".join(cells) + f" | {regime(r)} | {unit} |")
     return "\n".join(rows)
 
 
@@ -168,8 +169,9 @@ def grad_align(figs: Path) -> str:
     def ang(v):
         return "-" if v is None else f"{v:.0f}°"
 
-    rows = ["| run | step | prompts | opd~ctx | opd~nca | nca~ctx | floor opd | floor ctx | "
-            "floor nca | \\|ctx\\|/\\|opd\\| |", "|---" * 10 + "|"]
+    rows = ["| run | step | prompts | opd~ctx | opd~nca | nca~ctx | self opd | self ctx | "
+            "self nca | \\|ctx\\|/\\|opd\\| |", "|---" * 10 + "|"]
+    refs = total = 0
     for method, path in grad_files(figs):
         rep = analysis.load(path)
         steps = rep.steps or [None] * len(rep.results)
@@ -179,13 +181,22 @@ def grad_align(figs: Path) -> str:
                 raise UsageError(f"{path} predates noise floors; re-run the grad_align stage")
             x, f = g["angle_xfit_deg"], g["self_angle_deg"]
             ratio = g["norm_ratio"].get("ctx/opd")
+            selfs = []
+            for t in ("opd", "ctx", "nca"):
+                against = [(f[t], a) for pair, a in x.items()
+                           if t in pair.split("~") and a is not None]
+                ref = f[t] is not None and bool(against) and null_role(against) == "reference"
+                refs, total = refs + ref, total + (f[t] is not None)
+                selfs.append(ang(f[t]) + (" ref" if ref else ""))
             rows.append(f"| {method} | {step} | {rep.config['batch']} | {ang(x['opd~ctx'])} | "
-                        f"{ang(x['opd~nca'])} | {ang(x['nca~ctx'])} | {ang(f['opd'])} | "
-                        f"{ang(f['ctx'])} | {ang(f['nca'])} | "
-                        f"{'-' if ratio is None else f'{ratio:.2f}'} |")
+                        f"{ang(x['opd~nca'])} | {ang(x['nca~ctx'])} | " + " | ".join(selfs)
+                        + f" | {'-' if ratio is None else f'{ratio:.2f}'} |")
     rows.append("\nAngles are cross-fitted (each term on one half batch against the other term "
-                "on the other half); floor: the angle between a term's own gradients on the two "
-                "halves. '-': a term within its sampling noise (snr <= 1) gets no angle.")
+                "on the other half); self: the angle between a term's own gradients on the two "
+                "halves, a floor for the angles between that term and another where they all "
+                "sit above it; 'ref' where one sits at or below it, a reference, not a floor "
+                f"({refs} of {total} self-angles here). '-': a term within its sampling noise "
+                "(snr <= 1) gets no angle.")
     parts = part_rows(figs)
     return "\n".join(rows) + ("\n\n" + parts if parts else "")
 
@@ -199,16 +210,19 @@ def part_rows(figs: Path) -> str:
         return f"{p['angle_corrected_deg']:.0f}° [{ci[0]:.0f}, {ci[1]:.0f}]" if ci else \
             f"{p['angle_corrected_deg']:.0f}°"
 
-    def term(t):
+    def term(t, name, pairs):
         if t is None or t["noise_scale"] is None:
             return "-"
         pc = t["positive_control"]
-        return (f"{t['noise_scale']:.1f}; floor {t['floor_splits_deg']:.0f}° (predicted "
-                f"{t['floor_predicted_deg']:.0f}°); self {pc['mean']:.2f}" if pc else
-                f"{t['noise_scale']:.1f}")
+        against = [(t["floor_splits_deg"], p["angle_corrected_deg"]) for k, p in pairs.items()
+                   if name in k.split("~") and p and p["angle_corrected_deg"] is not None]
+        ref = bool(against) and null_role(against) == "reference"
+        return (f"{t['noise_scale']:.1f}; half-half {t['floor_splits_deg']:.0f}°"
+                f"{' ref' if ref else ''} (predicted {t['floor_predicted_deg']:.0f}°); self "
+                f"{pc['mean']:.2f}" if pc else f"{t['noise_scale']:.1f}")
 
-    rows = ["| run | step | parts | opd~ctx | opd~nca | nca~ctx | opd: noise scale; floor; "
-            "self-cos | ctx: noise scale; floor; self-cos |", "|---" * 8 + "|"]
+    rows = ["| run | step | parts | opd~ctx | opd~nca | nca~ctx | opd: noise scale; half-half; "
+            "self-cos | ctx: noise scale; half-half; self-cos |", "|---" * 8 + "|"]
     n = 0
     for method, path in grad_files(figs):
         rep = analysis.load(path)
@@ -221,12 +235,14 @@ def part_rows(figs: Path) -> str:
             pr, tm = st["pairs"], st["terms"]
             rows.append(f"| {method} | {step} | {st['n_parts']} | {ang(pr.get('opd~ctx'))} | "
                         f"{ang(pr.get('opd~nca'))} | {ang(pr.get('nca~ctx'))} | "
-                        f"{term(tm.get('opd'))} | {term(tm.get('ctx'))} |")
+                        f"{term(tm.get('opd'), 'opd', pr)} | {term(tm.get('ctx'), 'ctx', pr)} |")
     if not n:
         return ""
     return ("Noise-corrected angles (U-statistic over independent parts of the batch, "
             "[95% delete-one-part jackknife]); noise scale = part-to-part variance / |E g|^2; "
-            "floor: mean half-half angle over random splits beside the floor the noise scale "
+            "half-half: the mean angle between a term's two halves over random splits (a "
+            "floor where every corrected angle of that term sits above it, 'ref' where one sits "
+            "at or below it: a reference, not a floor) beside the one its noise scale "
             "predicts; self-cos: a term against itself on disjoint halves, the positive control "
             "(~1 when the estimator removes the noise).\n\n" + "\n".join(rows))
 
@@ -428,7 +444,7 @@ def lens(figs: Path) -> str:
             flip = e.overall["flip"], e.overall["flip_control"]
             rows.append(f"| {name} | {_iv(e.overall['kl'], ci['kl'])} | " + " | ".join(thirds)
                         + f" | {_iv(e.overall['kl_control'], ci['kl_control'])} | "
-                        f"{e.overall['kl_floor']:.1e} | "
+                        f"{_floor_cell(e.overall['kl_floor'], [e.overall['kl']])} | "
                         + " / ".join("-" if v is None else _num(v) for v in flip)
                         + f" | {_restored(e.forks, 'harm')} | {_restored(e.forks, 'help')} |")
         reading = [_lens_reading(name, e) for name, e in rep.results.items()
@@ -438,10 +454,14 @@ def lens(figs: Path) -> str:
                 f"y ~ g(.|x) each at temperature {cfg['temperature']}; KL(q_x || q_c) in nats "
                 "per response token on that sample, 95% cluster-bootstrap intervals; the "
                 "control is the same with a wrong c' of c's form, the floor the no-c view "
-                "against itself in another layout (arithmetic). A fork is a token where the "
+                "against itself in another layout (arithmetic): a floor where it sits below the "
+                "KL with c, marked a reference where it does not (c acts there no more than "
+                "arithmetic does). A fork is a token where the "
                 "views' greedy choices differ; restored = continuing from the first fork with "
                 "the other view's token makes a harm case right (a help case wrong).\n\n"
                 + "\n".join(rows) + "\n\nRead against the control: " + "; ".join(reading) + ".")
+        if rep.control:  # reports written before the lens recorded c' say nothing of it
+            text += "\n\n" + format_c_prime(rep.control) + "."
         if rep.layers:
             deep = [f"{name}: settles without c at {e.depth['settle_x']:.1f}, with c at "
                     f"{e.depth['settle_c']:.1f}; at forks the views part from layer "
@@ -457,11 +477,18 @@ def lens(figs: Path) -> str:
                 kl, ci = ot["kl"][i], ot["ci95"]["kl"][i]
                 lines.append(f"| {st} | " + " | ".join(_iv(v, b) for v, b in zip(kl, ci))
                              + f" | {_iv(ot['kl_control'][i][0], ot['ci95']['kl_control'][i][0])}"
-                             f" | {ot['kl_floor'][i][0]:.1e} |")
+                             f" | {_floor_cell(ot['kl_floor'][i][0], [kl[0]])} |")
             text += (f"\n\nOver training, `{run}` (step 0 = the checkpoint it started from, "
                      "the null):\n\n" + "\n".join(lines))
         out.append(text)
     return "\n\n".join(out)
+
+
+def _floor_cell(floor: float, measured: list) -> str:
+    """The lens's arithmetic floor as a cell, called a reference where it does not sit below
+    the KL with c it is read against (`null_role`)."""
+    role = null_role((floor, m) for m in measured)
+    return f"{floor:.1e}" + (" (reference)" if role == "reference" else "")
 
 
 def heads_table(r: dict, kind: str, flipped: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from nca_interp import bootstrap
 from nca_interp.errors import UsageError
 
 __all__ = ["ALPHA", "BREAK_MARGIN", "DEPTH_MARGIN", "DEPTH_THIRDS", "FEW_CLUSTERS", "GAP_MARGIN",
@@ -117,8 +118,9 @@ HEADS_MARGIN = 2 / HEADS_MIN_CASES
 # Under this many clusters an interval of a mean is the cluster-robust t interval (CR1, t on
 # G - 1 degrees of freedom: `nca_interp.bootstrap.cluster_t_interval`), not the percentile
 # cluster bootstrap, which under-covers with few clusters (about 86-89% at 8 in
-# tests/unit/test_bootstrap.py's simulation); ~30 is where the two agree within a point.
-FEW_CLUSTERS = 30
+# tests/unit/test_bootstrap.py's simulation); ~30 is where the two agree within a point. The
+# library's constant: evaluate and the verdicts read one rule.
+FEW_CLUSTERS = bootstrap.FEW_CLUSTERS
 
 # Update sizes within this factor count as magnitude-matched (a direction difference between
 # updates of unequal size can be a magnitude effect: a longer Adam path bends further). The
@@ -318,10 +320,10 @@ RULES = (
      "outcomes; since then evaluate writes the t interval itself), and each of its halves, "
      "from the point, is scaled by t(0.975, G - 1) sqrt(G / (G - 1)) / 1.96 (the bootstrap's "
      "spread is the CR0 standard error under normal quantiles: 1.29x at 8 clusters, 1.17x at "
-     "12). The regime column of the evaluation tables (A A A C beside a run) is evaluate's "
-     "own description from its percentile bootstrap, printed as the report wrote it; the "
-     "claim tables and every verdict read the regime by this rule, so under "
-     f"{FEW_CLUSTERS} clusters the two can differ, and the claim's decides."),
+     "12). The regime column of the evaluation tables (A A A C beside a run) reads the regime "
+     "by this rule too, through the one function the claim tables and every verdict read "
+     "(`nca_interp.evaluate.regime`): evaluate writes it so, and a report written before "
+     "(whose own `regime` field read its percentile bootstrap) is re-read by it."),
     ("effect or absence",
      "a claim that c *changes* something (OPD breaks: accuracy with c below accuracy without "
      "c, paired on the same items) is judged on the seeds' pooled estimate (a cluster bootstrap, "

@@ -23,6 +23,7 @@ from nca_interp.identity import others, roster, students
 from nca_interp.paper.blocks import Block
 from nca_interp.paper.layout import CONTEXT_RETURN, TEACHER_GLOB, TRAJECTORY, teacher_file
 from nca_interp.paper.settings import load
+from nca_interp.regimes import regime
 
 __all__ = ["beta_points", "beta_sweeps", "estimator_rows", "main", "table"]
 
@@ -98,7 +99,7 @@ def table(figures: Path = Path("figures")) -> str:
         for method in ("opd", "nca"):
             if not seed_cells(reports, method, "correct_no_c"):
                 continue
-            regimes = "".join(r.regime for _, r in students(reports, method))
+            regimes = "".join(regime(r) for _, r in students(reports, method))
             lines.append(
                 f"| {name} | {what} | {teacher_cell(figs, ctx)} | {method} | "
                 f"{len(regimes)} | {fmt(seed_cells(reports, method, 'correct_no_c'))} | "
@@ -109,7 +110,8 @@ def table(figures: Path = Path("figures")) -> str:
     out += ("\n\nCells: mean (min to max) over seeds (a spread, not an interval) of the held-out "
             "(1000 levels) greedy win "
             "rates; harm = P(lost with c | won without c); regime per seed from the 95% interval "
-            "of correct_c - correct_no_c (A: context hurts, B: still needed, C: irrelevant). The "
+            "of correct_c - correct_no_c by the few-clusters rule (A: context hurts, B: still "
+            "needed, C: irrelevant). The "
             "null "
             "for every student is its initial checkpoint (step 0; the teacher itself except "
             "in the cross-model row) on the same levels; drift KL = KL(g(.|x,c) || f(.|x,c)) per "
@@ -176,8 +178,8 @@ def story(report: dict, seeds: set[str]) -> dict:
     both = [s for (meth, s) in by if meth == "opd" and ("nca", s) in by]
     pairs = sorted(s for s in both if by["opd", s].harm is not None
                    and by["nca", s].harm is not None)
-    opd = [r.regime for (meth, _), r in sorted(by.items()) if meth == "opd"]
-    nca = [r.regime for (meth, _), r in sorted(by.items()) if meth == "nca"]
+    opd = [regime(r) for (meth, _), r in sorted(by.items()) if meth == "opd"]
+    nca = [regime(r) for (meth, _), r in sorted(by.items()) if meth == "nca"]
     gaps = [by["opd", s].harm - by["nca", s].harm for s in pairs]
     lows = [paired_harm_gap([(s, by["opd", s], by["nca", s])])[1][0]
             if by["opd", s].items_ is not None and by["nca", s].items_ is not None else None
@@ -239,7 +241,7 @@ def estimator_table(figures: Path = Path("figures")) -> str:
         stories.append(story_line(row, estimator_of(figures / row), story(rep[row], seeds),
                                   story(rep[full], seeds), full))
         lines.append(f"| {row} | (teacher: step 0) | - | - | " + " | ".join(metric_cells([base]))
-                     + f" | {base.regime} |")
+                     + f" | {regime(base)} |")
         for method in ("opd", "nca"):
             for name in (full, row):
                 who = roster(rep[name])
@@ -250,7 +252,7 @@ def estimator_table(figures: Path = Path("figures")) -> str:
                 est = estimator_of(figures / name)
                 lines.append(f"| {name} | {est} | {method} | {len(runs)} | "
                              + " | ".join(metric_cells(list(runs.values()))) + " | "
-                             + "".join(r.regime for r in runs.values()) + " |")
+                             + "".join(regime(r) for r in runs.values()) + " |")
     if len(lines) == 2:  # no estimator row trained
         return ""
     out = "\n".join(lines) + (
@@ -308,8 +310,8 @@ def beta_points(base: str, figures: Path = Path("figures")) -> tuple[list[dict],
             beta = 0.0 if who.method == "opd" else who.beta if who.beta is not None else \
                 float(flags[run].get("--beta", 1.0))
             points.append({"beta": beta, "seed": who.seed, "run": run,
-                           **{k: r[k] for k in ("harm", "help", "correct_no_c", "correct_c",
-                                                "regime")},
+                           **{k: r[k] for k in ("harm", "help", "correct_no_c", "correct_c")},
+                           "regime": regime(r),
                            "harm_ci": r.ci95["harm"], "help_ci": r.ci95["help"]})
     betas = {p["beta"] for p in points}
     common = set.intersection(*({p["seed"] for p in points if p["beta"] == b} for b in betas)) \
@@ -336,7 +338,7 @@ def beta_table(base: str, figures: Path = Path("figures")) -> str:
         lines.append(f"| (teacher: step 0) | - | - | {num(teacher.harm)} | "
                      f"{num(1 - teacher.correct_c)} | {num(teacher.help)} | "
                      f"{num(teacher.correct_no_c)} | {num(teacher.correct_c)} | "
-                     f"{teacher.regime} |")
+                     f"{regime(teacher)} |")
     for beta in sorted({p["beta"] for p in points}):
         row = [p for p in points if p["beta"] == beta]
         who = "OPD" if beta == 0 else "NCA"

@@ -266,6 +266,12 @@ class Task:
                 return other
         return shuffled_words(own, i)
 
+    def control_origin(self, level) -> tuple[str, str | None]:
+        """Where item `level`'s c' comes from: ("default", None), the task's own draw
+        (`control_note` says which); own data can also give ("field", None), the item's own
+        c', or ("file", its path)."""
+        return "default", None
+
     def control_note(self, levels: list, kind: str) -> str:
         """Where `control_context`'s c' comes from, in one line (reports keep it beside the
         control's numbers)."""

@@ -602,6 +602,15 @@ class JsonlTask(Task):
         here = order.index(levels[i].id)
         return min(pool, key=lambda it: (order.index(it.id) - here - 1) % len(order)).context
 
+    def control_origin(self, level) -> tuple[str, str | None]:
+        """("field", None) for an item with its own `control`, ("file", the path) under
+        `control_file=`, else ("default", None): the draw of `control_context`."""
+        if level.control:
+            return "field", None
+        if self.config.control_file:
+            return "file", self.config.control_file
+        return "default", None
+
     def control_note(self, levels: list, kind: str) -> str:
         """Where the c' of `control_context` comes from over `levels`, in one line."""
         own = sum(1 for lv in levels if lv.control)

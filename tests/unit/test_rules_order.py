@@ -16,7 +16,7 @@ import json
 import numpy as np
 import pytest
 
-from nca_interp import evaluate
+from nca_interp import bootstrap, evaluate, regimes
 from nca_interp.bootstrap import cluster_t_interval, t_quantile
 from nca_interp.paper import claims, judge, rules
 from nca_interp.paper.claims import stats
@@ -95,12 +95,12 @@ def test_sokoban_xl_longer_is_not_reproduced_too_small_to_count(tmp_path):
 def test_the_widening_factor_is_t_over_z_with_the_cr1_correction():
     for g in (8, 12):
         want = t_quantile(0.975, g - 1) * np.sqrt(g / (g - 1)) / judge.Z95
-        assert stats.few_cluster_factor(g) == pytest.approx(want)
-    assert stats.few_cluster_factor(8) == pytest.approx(1.29, abs=0.005)
-    assert stats.few_cluster_factor(rules.FEW_CLUSTERS) == 1.0
-    lo, hi = stats.widened(0.3, 0.1, 0.4, 8)  # each half from the point
-    assert (0.3 - lo) == pytest.approx(0.2 * stats.few_cluster_factor(8))
-    assert (hi - 0.3) == pytest.approx(0.1 * stats.few_cluster_factor(8))
+        assert bootstrap.few_cluster_factor(g) == pytest.approx(want)
+    assert bootstrap.few_cluster_factor(8) == pytest.approx(1.29, abs=0.005)
+    assert bootstrap.few_cluster_factor(rules.FEW_CLUSTERS) == 1.0
+    lo, hi = bootstrap.widened(0.3, 0.1, 0.4, 8)  # each half from the point
+    assert (0.3 - lo) == pytest.approx(0.2 * bootstrap.few_cluster_factor(8))
+    assert (hi - 0.3) == pytest.approx(0.1 * bootstrap.few_cluster_factor(8))
 
 
 def test_the_factor_matches_the_bootstrap_against_cr1_on_simulated_facts():
@@ -111,7 +111,7 @@ def test_the_factor_matches_the_bootstrap_against_cr1_on_simulated_facts():
     v = rng.normal(size=48) + np.repeat(rng.normal(size=8), 6)
     _, t_lo, t_hi = cluster_t_interval(v, units)
     b_lo, b_hi, _ = stats.interval(stats.boot_mean(v, units))
-    assert (b_hi - b_lo) * stats.few_cluster_factor(8) == pytest.approx(t_hi - t_lo, rel=0.08)
+    assert (b_hi - b_lo) * bootstrap.few_cluster_factor(8) == pytest.approx(t_hi - t_lo, rel=0.08)
 
 
 BETA0P1 = ((0.302, 0.0625, 0.604), (0.208, 0.0208, 0.458), (0.3125, 0.0625, 0.625))
@@ -149,7 +149,7 @@ def test_reads_c_from_kept_items_is_the_cr1_t_interval(tmp_path):
 
 
 def test_evaluate_writes_the_t_interval_under_few_clusters():
-    assert evaluate.FEW_CLUSTERS == rules.FEW_CLUSTERS
+    assert bootstrap.FEW_CLUSTERS == rules.FEW_CLUSTERS
     rng = np.random.default_rng(2)
     units = [f"f{u}" for u in range(8) for _ in range(6)]
     c, ctl = rng.random(48) < 0.7, rng.random(48) < 0.4
@@ -172,9 +172,9 @@ def test_a_regime_under_few_clusters_follows_the_t_interval():
 
     r = Entry(correct_no_c=0.53, correct_c=0.29, delta_c=-0.24, n_units=8,
               n_correct_no_c=51, regime="A", ci95={"delta_c": [-0.5, -0.02]})
-    assert stats.regime(r) == "C"
+    assert regimes.regime(r) == "C"
     r["n_units"] = 40  # the report's own interval stands from 30 units up
-    assert stats.regime(r) == "A"
+    assert regimes.regime(r) == "A"
 
 
 def test_breaks_pool_the_control_reports_items_where_the_return_report_keeps_none(tmp_path):

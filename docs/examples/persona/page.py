@@ -16,9 +16,11 @@ ANALYSES = (
     ("evaluate", "Does c still help, or hurt, when it returns? Accuracy with and without c "
                  "(paired, same items), harm and help, the wrong-c control, length change."),
     ("layer_sim", "How far apart are the two views' hidden states, layer by layer? Random init "
-                  "and the different-item floor beside each model."),
+                  "and the different-item cosine beside each model (each a floor only where it "
+                  "sits below the model's values)."),
     ("grad_align", "Angles between the loss terms' gradients: OPD's against the context view's "
-                   "(NCA's anchor term), noise floors from independent parts of the batch."),
+                   "(NCA's anchor term), each term's self-angle from independent parts of the "
+                   "batch (a floor only where its angles to the others sit above it)."),
     ("param_delta", "Where did training move the weights? Per layer and module, against the "
                     "seed-to-seed null (two OPD seeds)."),
     ("patching", "Which heads and layers carry c's help? Patching and head ablation on the "

@@ -34,11 +34,11 @@ from nca_interp.paper.claims.stats import (
     pool_units,
     pooled_estimate,
     ratio_estimate,
-    regime,
     teacher_clusterings,
 )
 from nca_interp.paper.layout import CONTEXT_CONTROL, CONTEXT_RETURN, HARM_DRIFT
 from nca_interp.paper.settings import load
+from nca_interp.regimes import regime
 from nca_interp.reports import read_derived
 
 __all__ = ["degrades", "gain_over_step0", "harm_not_drift", "internalizes", "longer",

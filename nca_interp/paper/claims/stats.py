@@ -9,15 +9,16 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from nca_interp.bootstrap import widened
 from nca_interp.errors import UsageError
 from nca_interp.paper import dose, judge
+from nca_interp.regimes import MEANS, mean_unit_interval
 
-__all__ = ["MEANS", "average", "boot_mean", "bootstrap_seed", "cluster_pooled", "cluster_sums",
-           "control_unit", "estimate_of", "few_cluster_factor", "gain_estimate", "interval",
-           "label_permutation_p", "mean_interval", "mean_unit_interval", "n_teachers",
-           "paired_harm_gap", "pool_units", "pooled_estimate", "pooled_gain",
-           "pooled_harm_rate", "ratio_estimate", "regime", "resample", "teacher_clusterings",
-           "widened"]
+__all__ = ["average", "boot_mean", "bootstrap_seed", "cluster_pooled", "cluster_sums",
+           "control_unit", "estimate_of", "gain_estimate", "interval", "label_permutation_p",
+           "mean_interval", "n_teachers", "paired_harm_gap", "pool_units", "pooled_estimate",
+           "pooled_gain", "pooled_harm_rate", "ratio_estimate", "resample",
+           "teacher_clusterings"]
 
 # The claims' cluster bootstrap: resamples and seed. Enough resamples that no published verdict
 # changes with the seed (python -m nca_interp.paper.claims --stability 5 checks every setting: at
@@ -90,36 +91,9 @@ def bootstrap_seed(seed: int):
         BOOTSTRAP.update(old)
 
 
-# A report's means over items (an accuracy, or accuracy with c - without): under the few-clusters
-# rule their intervals are the CR1 t interval, whatever the report's own (evaluate's percentile
-# cluster bootstrap). Ratios (harm, help, the relative length change) keep the report's.
-MEANS = {"correct_no_c": ("correct_no_c", None), "correct_c": ("correct_c", None),
-         "delta_c": ("correct_c", "correct_no_c")}
-
-
-def few_cluster_factor(g: int) -> float:
-    """How much wider the CR1 t interval of a mean over `g` clusters is than the percentile
-    cluster bootstrap's (the few-clusters rule's widening of a report's bootstrap interval
-    where no per-item outcomes are kept): the bootstrap's spread is the CR0 standard error
-    (no G / (G - 1) correction) with normal quantiles, so the factor is
-    t(0.975, g - 1) sqrt(g / (g - 1)) / z(0.975): 1.29 at 8 clusters, 1.17 at 12, 1 at
-    `rules.FEW_CLUSTERS` or more (the bootstrap is kept there)."""
-    from nca_interp.bootstrap import t_quantile
-    from nca_interp.paper import rules
-
-    if g >= rules.FEW_CLUSTERS:
-        return 1.0
-    if g < 2:
-        raise UsageError(f"a mean over {g} cluster has no interval to widen")
-    return t_quantile(0.975, g - 1) * (g / (g - 1)) ** 0.5 / judge.Z95
-
-
-def widened(point: float, lo: float, hi: float, g: int) -> tuple[float, float]:
-    """A percentile cluster-bootstrap interval [`lo`, `hi`] of a mean over `g` clusters, each
-    half (from `point`) scaled by `few_cluster_factor`: the few-clusters rule where the
-    per-item outcomes that would give the CR1 t interval are not kept."""
-    f = few_cluster_factor(g)
-    return point - f * (point - min(lo, point)), point + f * (max(hi, point) - point)
+# The few-clusters rule for one report's means (`evaluate.MEANS`, `evaluate.mean_unit_interval`)
+# and its regime (`evaluate.regime`) live in the library, so that evaluate's tables and these
+# verdicts read one rule (the library imports nothing of the paper).
 
 
 def estimate_of(r: dict, key: str, minus: float = 0.0) -> judge.Estimate:
@@ -132,39 +106,6 @@ def estimate_of(r: dict, key: str, minus: float = 0.0) -> judge.Estimate:
     if key in MEANS and lo is not None and g is not None and 2 <= g:
         lo, hi = mean_unit_interval(r, key, lo, hi, g)
     return judge.Estimate(r[key] - minus, min(lo, r[key]) - minus, max(hi, r[key]) - minus)
-
-
-def mean_unit_interval(r: dict, key: str, lo: float, hi: float, g: int) -> tuple[float, float]:
-    """The few-clusters rule's interval of one report's mean `key` (`MEANS`), given the
-    report's own [`lo`, `hi`] over `g` units (`estimate_of`)."""
-    from nca_interp.paper import rules
-
-    if g >= rules.FEW_CLUSTERS:
-        return lo, hi
-    plus, less = MEANS[key]
-    it = r.items_
-    if it is not None and plus in it and (less is None or less in it):
-        v = np.asarray(it[plus], float) - (np.asarray(it[less], float) if less else 0.0)
-        m_lo, m_hi, _ = mean_interval(v, it["unit"])
-        return m_lo, m_hi
-    return widened(r[key], lo, hi, g)
-
-
-def regime(r: dict) -> str:
-    """A report entry's regime by the few-clusters rule (`estimate_of` of accuracy with c -
-    without): A (c hurts) where the interval lies below 0 and some item is right without c,
-    B (c still needed) above 0, else C. The evaluate report's own `regime` reads its
-    percentile bootstrap; every verdict reads this one (the report's own where it records no
-    interval to recompute)."""
-    ci = (getattr(r, "ci95", None) or {}).get("delta_c")
-    if getattr(r, "delta_c", None) is None or not ci or ci[0] is None:
-        return getattr(r, "regime", None)
-    e = estimate_of(r, "delta_c")
-    right = getattr(r, "n_correct_no_c", None)
-    right = (r.correct_no_c or 0) > 0 if right is None else right > 0
-    if e.hi < 0 and right:
-        return "A"
-    return "B" if e.lo > 0 else "C"
 
 
 def control_unit(cell: dict, items: dict | None, g: int | None) -> judge.Estimate | None:

@@ -13,6 +13,7 @@ from nca_interp.identity import others, partner, students
 from nca_interp.paper import judge, rules
 from nca_interp.paper.claims.claim import Claim, count_verdict, runs_of, spread_text
 from nca_interp.paper.layout import LAYER_SIM
+from nca_interp.reports import null_role
 
 __all__ = ["closed_shares", "nca_identical", "opd_gap"]
 
@@ -37,13 +38,16 @@ def item_se(r, layer: int) -> float | None:
     return None
 
 
-def _floor(figs: Path) -> float | None:
-    """The anisotropy floor of the NCA runs' layer cosines: the highest per-layer mean cosine
-    between views of *different* items (layer_sim's `cos_other`) over the NCA seeds; None where
-    a layer_sim report has no `cos_other`."""
+def _floor(figs: Path) -> tuple[float | None, str]:
+    """The anisotropy null of the NCA runs' layer cosines: the highest per-layer mean cosine
+    between views of *different* items (layer_sim's `cos_other`) over the NCA seeds (None where
+    a layer_sim report has no `cos_other`), and what it is beside their cosines at the same
+    layers (`reports.null_role`: a floor only where it sits below every one)."""
     ls = analysis.load(figs / LAYER_SIM)
-    floors = [max(r.cos_other[1:]) for r in runs_of(ls, "nca") if r.cos_other is not None]
-    return max(floors) if floors else None
+    runs = [r for r in runs_of(ls, "nca") if r.cos_other is not None]
+    floors = [max(r.cos_other[1:]) for r in runs]
+    role = null_role((o, c) for r in runs for o, c in zip(r.cos_other[1:], r.cos[1:]))
+    return (max(floors) if floors else None), role
 
 
 
@@ -66,7 +70,7 @@ def nca_identical(figs: Path) -> Claim:
     t = rules.PAPER_COS_THRESHOLD
     nca, base, rnd = _layer_cos(figs, "nca")
     opd, _, _ = _layer_cos(figs, "opd")
-    floor = _floor(figs)
+    floor, role = _floor(figs)
     mins = [min(r) for r in nca]
     verdict, reason = count_verdict([m >= t for m in mins], mean_on_side=np.mean(mins) >= t), ""
     if verdict == "not reproduced":
@@ -76,7 +80,9 @@ def nca_identical(figs: Path) -> Claim:
     closed_nca, closed_opd = closed_shares(nca, base), closed_shares(opd, base)
     at = [float(np.mean([c >= t for c in r])) for r in nca]  # each seed's share of layers
     floor_text = "different-item floor not measured (older layer_sim run)" if floor is None \
-        else f"different-item floor up to {floor:.3f}"
+        else f"different-item floor up to {floor:.3f}" if role == "floor" \
+        else (f"different-item reference up to {floor:.3f} (not a floor: at or above NCA's "
+              "cosine at some layer)")
     pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
     cl = lambda vals: pct(vals[0]) if len(vals) == 1 else \
         f"{pct(float(np.mean(vals)))} ({pct(min(vals))} to {pct(max(vals))})"  # noqa: E731
