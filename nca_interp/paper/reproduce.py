@@ -84,6 +84,7 @@ from nca_interp.paper.layout import (
     teacher_file,
 )
 from nca_interp.paper.settings import Preset
+from nca_interp.regimes import regime
 from nca_interp.tasks import make_task, merged_task_options
 from train import distill, sft
 from train.common import DISK_REMEDY, disk_needed, weight_bytes
@@ -283,7 +284,16 @@ SUMMARY_KEYS = ["correct_no_c", "correct_c", "harm", "help", "harm_joint", "help
                 "rel_len_both", "rel_len"]
 
 
-def summarise(report: dict, seeds: list[int]) -> dict[str, dict]:
+def derive_context_return(figs: Path) -> None:
+    """A setting's context_return.md and context_return_summary.json, from its
+    context_return.json (again after a rule they print changes: `python -c "from
+    nca_interp.paper.reproduce import derive_context_return as d; d(Path('figures/X'))"`)."""
+    report = analysis.load(figs / CONTEXT_RETURN)
+    write_text((figs / "context_return.md"), evaluate.format_markdown(report.results) + "\n")
+    write_json(figs / "context_return_summary.json", summarise(report))
+
+
+def summarise(report: dict) -> dict[str, dict]:
     """Mean over seeds and the seed range, per method, of a context-return report. `base` is
     the students' step 0, the first checkpoint evaluated that is not a student (the teacher in
     self-distillation); a cross-model teacher evaluated after it is `teacher`."""
@@ -300,7 +310,7 @@ def summarise(report: dict, seeds: list[int]) -> dict[str, dict]:
             vals = [r[k] for r in runs if r.get(k) is not None]  # harm: None without cases
             out[method][k] = {"mean": float(np.mean(vals)), "min": float(np.min(vals)),
                               "max": float(np.max(vals)), "n": len(vals)} if vals else None
-        out[method]["regimes"] = [r.regime for r in runs]
+        out[method]["regimes"] = [regime(r) for r in runs]  # the few-clusters rule's, as every page
     return out
 
 
@@ -598,9 +608,7 @@ def context_return(p: Pipeline) -> None:
           evaluate.EvalConfig(ckpt=p.ckpts(), **p.ckpt_kw, context=cfg.context,
                               n_levels=cfg.n_levels, out=str(ev_json), **p.threads),
           inputs=finals)
-    report = analysis.load(ev_json)
-    write_text((figs / "context_return.md"), evaluate.format_markdown(report.results) + "\n")
-    write_json(figs / "context_return_summary.json", summarise(report, cfg.seeds))
+    derive_context_return(figs)
     p.manifest.record([str(figs / "context_return.md"),
                        str(figs / "context_return_summary.json")], p.command(), 0.0)
     ctrl_json = figs / CONTEXT_CONTROL

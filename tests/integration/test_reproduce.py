@@ -29,13 +29,13 @@ def test_summary_by_recorded_method():
                    "regime": "B"}
                for n, w in [("t_base", 0.5), ("t_opd_s0", 0.6), ("t_opd_s1", 0.8)]}
     methods = {"t_opd_s0": "opd", "t_opd_s1": "opd"}
-    s = reproduce.summarise(_report(reports, methods), [0, 1])
+    s = reproduce.summarise(_report(reports, methods))
     assert s["opd"]["correct_no_c"] == {"mean": 0.7, "min": 0.6, "max": 0.8, "n": 2}
     assert s["base"]["regimes"] == ["B"] and "nca" not in s and "teacher" not in s
     # cross-model: the students' start is evaluated first and is the null; the teacher apart
     cross = {"s_base": reports["t_base"], "xl_base": {**reports["t_base"], "correct_no_c": 0.2},
              "xl_opd_s0": reports["t_opd_s0"]}
-    s = reproduce.summarise(_report(cross, methods), [0])
+    s = reproduce.summarise(_report(cross, methods))
     assert s["base"]["correct_no_c"]["mean"] == 0.5 and s["teacher"]["correct_no_c"]["mean"] == 0.2
 
 
