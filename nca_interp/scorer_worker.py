@@ -14,7 +14,7 @@ subreaper, so every orphaned descendant becomes its child) with the scorer in a 
 own below it. Whatever the scorer starts, in a new session or daemonised, is killed with the
 worker's whole tree (found through /proc) and process group after a timeout, a fault,
 `close()`, the end of a `with` block, garbage collection, interpreter exit, the command's own
-death, or the end of the scorer's process (`os._exit`). One call costs about 0.2 ms of pipe
+death, or the end of the scorer's process (`os._exit`). One call costs about 0.3 ms of pipe
 traffic.
 
 Only the supervisor, which runs no code of yours, holds the command's pipes. It hands each
