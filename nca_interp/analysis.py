@@ -149,6 +149,9 @@ class AnalysisSpec:
 
             where, _, attr = fn.partition(":")
             fn = getattr(importlib.import_module(where), attr)
+        if fn is None:
+            raise UsageError(f"analysis {self.name!r} plans no pipeline stage (its `step`, "
+                             f"{self.step}, runs it)")
         return fn(pipeline)
 
 
@@ -335,7 +338,8 @@ def run_identity(label: str, path: str | Path | None) -> dict:
             "prompt_format": prompt_format(path)}
 
 
-def make_report(cfg, *, task: str, context: str | None, paths: dict[str, str | Path | None],
+def make_report(cfg, *, task: str | None, context: str | None,
+                paths: Mapping[str, str | Path | None],
                 results: dict, **extra):
     """The typed report (`nca_interp.reports`) of the analysis whose config `cfg` is (named by
     the class's `ANALYSIS`, as the built-ins' configs in `nca_interp.configs` are, else found
@@ -556,7 +560,8 @@ def own_outputs(stem: Path, analysis: str | None = None) -> dict[str, set[str] |
         raise UsageError(f"--out {stem}: {json_path} is a {d.get('analysis')} report, not "
                          f"{analysis}'s; a report is replaced only by its own analysis: move it "
                          "or choose another --out")
-    figures = d.get("figures") if isinstance(d.get("figures"), Mapping) else {}
+    recorded = d.get("figures")
+    figures = recorded if isinstance(recorded, Mapping) else {}
     accepted: dict[str, set[str] | None] = {json_path.name: None}
     for name, digest in figures.items():
         accepted[str(name)] = {digest} if isinstance(digest, str) else None
@@ -628,14 +633,14 @@ def stale_figures(json_path: str | Path) -> list[str]:
             hashlib.sha256((json_path.parent / name).read_bytes()).hexdigest() != digest]
 
 
-def input_paths(cfg) -> dict[str, Path]:
+def input_paths(cfg) -> dict[Path, str]:
     """Everything an analysis config reads, by what names it: its checkpoints (and each run's
     recorded initial checkpoint and teacher), --teacher / --init, task option files, and the
     model cache. `--out` must keep clear of all of them."""
     from nca_interp.checkpoint import read_run_config
     from nca_interp.fsio import default_cache
 
-    found: dict[str, Path] = {}
+    found: dict[str, str] = {}
 
     def add(what: str, p) -> None:
         if isinstance(p, (str, os.PathLike)) and str(p):
@@ -760,7 +765,7 @@ def execute(mod, cfg) -> dict:
 OUT_BYTES = 32 * 2**20
 
 
-def to_frame(report: dict):
+def to_frame(report: Mapping):
     """One tidy table of any analysis's report (pandas, the `frames` extra): a row per number,
     with the run it belongs to (`run`, and its `method`, `seed`, `beta`, `step` from the
     report's identities), the `metric` (the key path inside the run's entry, dots joining
@@ -795,7 +800,7 @@ def to_frame(report: dict):
     return frame
 
 
-def report_class(name: str | None) -> type:
+def report_class(name: str | None) -> type[reports.Report]:
     """The report class an analysis registered (`AnalysisSpec.report`), or `Report`."""
     if not name:
         return reports.Report

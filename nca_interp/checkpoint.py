@@ -98,7 +98,7 @@ def hash_once():
 
 
 def _file_stats(folder: Path, names: list[str]) -> tuple:
-    out = []
+    out: list[tuple] = []
     for n in names:
         try:
             st = (folder / n).stat()
@@ -511,7 +511,7 @@ def causal_lm_class(config: dict) -> str | None:
         return named[0]
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    return MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(config.get("model_type"))
+    return MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(str(config.get("model_type")))
 
 
 def check_architecture(path: Path) -> dict:
@@ -552,8 +552,8 @@ def check_architecture(path: Path) -> dict:
     return config
 
 
-def load_checkpoint(path: str | Path, device: str = "cpu", dtype: torch.dtype | None = None,
-                    verify: bool = True):
+def load_checkpoint(path: str | Path, device: str = "cpu",
+                    dtype: torch.dtype | str | None = None, verify: bool = True):
     """(model, tokenizer) from a local checkpoint folder, offline, without unpickling, and
     strictly: a supported architecture, every tensor present with its shape and none extra,
     finite weights, a tokenizer that fits the embedding. `dtype`: None keeps float32 (what

@@ -25,6 +25,11 @@ __all__ = ["FALSE_WORDS", "REPLACED_FLAGS", "TRUE_WORDS", "argv_of", "as_paths",
            "own_flags", "parse_config", "parse_early", "same_config", "to_dict", "validate",
            "write_atomic", "write_json"]
 
+if typing.TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+C = typing.TypeVar("C", bound="DataclassInstance")  # a command's config class
+
 # Ranges of the numeric flags every entry point shares, by field name (a field's own
 # `metadata["check"]` overrides; a function returning the rule is read when checked, e.g. from a
 # registry). ">0": positive; ">=0"; ">=1"; "choice:a|b|c".
@@ -387,8 +392,9 @@ def interrupted_note(main, argv: list[str] | None = None) -> str:
     if module in RESUMES or module.removeprefix("nca_interp.") in RESUMES:
         from nca_interp.checkpoint import latest_step_checkpoint
 
-        out = next((argv[i + 1] for i, a in enumerate(argv or []) if a == "--out"
-                    and i + 1 < len(argv)), None)
+        args = argv or []
+        out = next((args[i + 1] for i, a in enumerate(args) if a == "--out"
+                    and i + 1 < len(args)), None)
         if out is not None and latest_step_checkpoint(Path(out).expanduser()) is None:
             return ("no checkpoint was saved yet: the same command starts the run over "
                     "(--save-every sets how often one is saved)")
@@ -496,9 +502,9 @@ def merge_repeated(cls, argv: list[str]) -> list[str]:
         inner = [t for t in typing.get_args(tp) if t is not type(None)] or [tp]
         if typing.get_origin(tp) is not list and typing.get_origin(inner[0]) is not list:
             continue  # one value: the last one given overrides (how commands are extended)
-        for i, value in uses:  # every use and its value token go; one joined use stays
+        for i, token in uses:  # every use and its value token go; one joined use stays
             drop.add(i)
-            if "=" not in argv[i] and value is not None:
+            if "=" not in argv[i] and token is not None:
                 drop.add(i + 1)
         out[uses[0][0]] = f"{flag}={','.join(v for _, v in uses if v is not None)}"
         drop.discard(uses[0][0])
@@ -535,14 +541,15 @@ def field_groups(cls) -> list[tuple[str | None, list[dataclasses.Field]]]:
     return groups
 
 
-def parse_config(cls, argv: list[str] | None, description: str | None = None,
-                 positional: str | None = None):
+def parse_config(cls: type[C], argv: list[str] | C | None, description: str | None = None,
+                 positional: str | None = None) -> C:
     """Build `cls` from command-line `argv` (None: sys.argv). `positional` names a list field
     that may also be given as bare arguments. Fields named in `cls.EXPERT` are left out of
     `--help` (one line counts them) and listed by `--help-all`. An `argv` that is already a
     `cls` (what `parse_early` read, handed on by `entry`) is returned as it is."""
     if isinstance(argv, cls):
         return argv
+    argv = typing.cast("list[str] | None", argv)  # else a command line
     hints = typing.get_type_hints(cls)
     expert = [f for f in dataclasses.fields(cls) if f.name in getattr(cls, "EXPERT", ())]
     show_all = "--help-all" in (sys.argv[1:] if argv is None else argv)
@@ -562,16 +569,18 @@ def parse_config(cls, argv: list[str] | None, description: str | None = None,
         if title is not None and not shown_here:
             where = parser  # a group of expert options only: no empty heading in --help
         for f in group:
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            default = _default_of(f)
             shown = ",".join(map(str, default)) if isinstance(default, (tuple, list)) else \
                 default
-            flag = {"nargs": "?", "const": True} if hints[f.name] is bool else {}
+            optional_value: dict[str, typing.Any] = \
+                {"nargs": "?", "const": True} if hints[f.name] is bool else {}
             text = f.metadata.get("help", "")
             text = text() if callable(text) else text  # read when asked (e.g. the task registry)
             if "default" not in text.lower() and default is not None:  # said once, if at all
                 text = f"{text} (default: {shown})".strip()
             where.add_argument("--" + f.name.replace("_", "-"), dest=f.name,
-                               type=_parser_for(hints[f.name]), default=default, **flag,
+                               type=_parser_for(hints[f.name]), default=default,
+                               **optional_value,
                                help=text if f in shown_here else argparse.SUPPRESS)
     if positional:
         parser.add_argument("_positional", nargs="*", metavar=positional.upper(),
@@ -585,15 +594,19 @@ def parse_config(cls, argv: list[str] | None, description: str | None = None,
                              f"{REPLACED_FLAGS[flag]}")
     ns = vars(parser.parse_args(argv))  # argparse prints its own usage error (exit 2)
     extra = ns.pop("_positional", None)
-    if extra:  # `--ckpt A B`: A by the flag, B as a bare argument; both are kept, in order
+    if extra and positional:  # `--ckpt A B`: A by the flag, B as a bare argument; both kept
         given = ns.get(positional) or []
-        default = next(f for f in dataclasses.fields(cls) if f.name == positional)
-        flagged = [] if given == (default.default_factory() if default.default_factory
-                                  is not dataclasses.MISSING else default.default) else given
+        pos_field = next(f for f in dataclasses.fields(cls) if f.name == positional)
+        flagged = [] if given == _default_of(pos_field) else given
         ns[positional] = [*flagged, *extra]
     cfg = cls(**ns)
     validate(cfg)
     return cfg
+
+
+def _default_of(f: dataclasses.Field) -> typing.Any:
+    """A config field's default value (its factory's, made anew)."""
+    return f.default_factory() if callable(f.default_factory) else f.default
 
 
 def to_dict(cfg) -> dict:
@@ -616,7 +629,7 @@ def argv_of(cfg, positional: str | None = None) -> list[str]:
     for f in dataclasses.fields(cfg):
         if f.name == positional:
             continue
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        default = _default_of(f)
         value = getattr(cfg, f.name)
         if value != default and not (isinstance(default, (list, tuple)) and
                                      list(value or []) == list(default)):

@@ -39,6 +39,7 @@ if __name__ == "__main__":  # --help and a bad flag answered before torch is imp
     PARSED = parse_early(EvalConfig, __doc__, positional="ckpt")
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -88,7 +89,7 @@ def max_response_tokens(task: Task) -> int:
 
 @torch.no_grad()
 def play_levels(model, tokenizer, task: Task, levels: list, context: str | list[str] | None,
-                temperature: float = 0.0, seed: int = 0, batch: int = 250) -> dict[str, np.ndarray]:
+                temperature: float = 0.0, seed: int = 0, batch: int = 250) -> dict[str, Any]:
     """Roll out one response per level; returns arrays `won`, `length`, `parsed` and the
     response texts `texts`. `context`: None (the student view), a context kind, or one context
     text per level (controls)."""
@@ -258,7 +259,7 @@ def evaluate_checkpoint(model, tokenizer, task: Task, context: str, n_levels: in
               "max_new": max_response_tokens(task)}
     items = {"unit": units, **item_ids(task, levels), "length_no_c": lengths(no_c),
              "length_c": lengths(with_c)}
-    if control:
+    if ctrl is not None and wrong is not None:
         items["length_control"] = lengths(ctrl)
     if not getattr(task, "scored", True):  # own data without a scorer
         report = {**unscored_report(no_c, with_c, units, task.unit_name), **budget,
@@ -266,7 +267,7 @@ def evaluate_checkpoint(model, tokenizer, task: Task, context: str, n_levels: in
                   "metric": task.success,
                   "items": {**items, "response_no_c": no_c["texts"],
                             "response_c": with_c["texts"]}}
-        if control:
+        if ctrl is not None and wrong is not None:
             null = views_kl(model, tokenizer, task, levels, wrong, no_c["ids"], units)
             report["control"] = {"len": float(ctrl["length"].mean()),
                                  "kl_views": null["kl_views"],
@@ -282,7 +283,7 @@ def evaluate_checkpoint(model, tokenizer, task: Task, context: str, n_levels: in
                         "correct_c": with_c["won"].astype(int).tolist()}}
     if own_data:  # own data: what was fed in and answered
         report["items"].update(response_no_c=no_c["texts"], response_c=with_c["texts"])
-    if control:
+    if ctrl is not None and wrong is not None:
         report["control"] = {**control_report(no_c, with_c, ctrl, units, task.unit_name),
                              **control_record(task, levels, context, wrong)}
         # per item, so that reads_c pools over seeds by the same cluster bootstrap as accuracy
@@ -305,7 +306,7 @@ def control_record(task: Task, levels: list, kind: str, wrong: list[str]) -> dic
     from pathlib import Path
 
     origins = [task.control_origin(lv) for lv in levels]
-    out = {"c_prime": task.control_note(levels, kind),
+    out: dict[str, Any] = {"c_prime": task.control_note(levels, kind),
            "c_prime_source": "+".join(dict.fromkeys(src for src, _ in origins)),
            "c_prime_examples": [{"item": i, "unit": task.unit(lv), "c_prime": wrong[i]}
                                 for i, lv in enumerate(levels[:C_PRIME_EXAMPLES])]}
@@ -393,8 +394,8 @@ def format_table(reports: Mapping[str, ContextReturn | dict],
     metric = metric_of(reports)
     w = max(9, *(len(label(c, metric)) for c in columns))
     lines = [f"{'checkpoint':<{name_w}} " + " ".join(f"{label(c, metric):>{w}}" for c in columns)]
-    for name, r in reports.items():
-        values = [_value(r, c) for c in columns]
+    for name, row in reports.items():
+        values = [_value(row, c) for c in columns]
         cells = [f"{v:>{w}.3f}" if isinstance(v, float) else
                  f"{'-' if v is None else v!s:>{w}}" for v in values]
         lines.append(f"{name:<{name_w}} " + " ".join(cells))
@@ -463,7 +464,8 @@ def run(cfg: EvalConfig | None = None, /, **fields) -> dict:
     found, context = resolve_task_and_context(paths, cfg.task, cfg.context, cfg.task_options,
                                               cfg.fmt)
     dev = resolve_device(cfg.device)
-    reports, folders = {}, {}
+    reports: dict[str, dict] = {}
+    folders: dict[str, str] = {}
     for p in paths:
         model, tok = load_checkpoint(p, device=str(dev))
         name = analysis.label_of(p, reports)

@@ -46,6 +46,7 @@ if __name__ == "__main__":  # --help and a bad flag answered before torch is imp
 
 import itertools
 import math
+from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -69,7 +70,7 @@ from nca_interp.models import context_limit, resolve_device, weights_dtype
 from nca_interp.param_delta import layer_module_grid
 from nca_interp.progress import bar
 from nca_interp.reduce import Gram, cosine, stream_by_name
-from nca_interp.reports import GradAlignReport, as_report, null_role
+from nca_interp.reports import GradAlign, GradAlignReport, as_report, null_role
 from nca_interp.rollout import Batch, onpolicy_batch
 from nca_interp.runs import (
     check_same_tokenizers,
@@ -118,7 +119,7 @@ SHARED_GRAD_BYTES = 4 << 30
 
 
 def spill_term_gradients(student, teacher, halves: list[list[Batch]], terms, folder: Path,
-                         temperature: float = 1.0) -> dict[str, float]:
+                         temperature: float = 1.0) -> dict[int, float]:
     """For each (term, part): the gradient of the part's token-mean term summed over its
     micro-batches, written to `folder/{term}_{part}/` (shards in the gradient's dtype, one in
     memory at a time). Returns each part's token count (the weights of the full-batch mean).
@@ -146,7 +147,7 @@ def spill_term_gradients(student, teacher, halves: list[list[Batch]], terms, fol
         tokens[h] = denom
         shared = len(pieces) == 1 or size * (len(terms) + 1) <= SHARED_GRAD_BYTES
         for group in [tuple(terms)] if shared else [(t,) for t in terms]:
-            sums = {t: [None] * len(params) for t in group}
+            sums: dict[str, list | None] = {t: [None] * len(params) for t in group}
             for piece in pieces:
                 views = loss_views(student, teacher, piece, group, temperature)
                 for i, t in enumerate(group):
@@ -158,7 +159,7 @@ def spill_term_gradients(student, teacher, halves: list[list[Batch]], terms, fol
                         save(t, h, grads)
                     else:
                         sums[t] = [g if acc is None else acc if g is None else acc.add_(g)
-                                   for acc, g in zip(sums[t], grads)]
+                                   for acc, g in zip(sums[t] or [], grads)]
                     del grads
                 del views
             for t in group if len(pieces) > 1 else ():
@@ -237,7 +238,7 @@ def alignment_of(gram: Gram, key: str, terms: list[str], tokens: dict[int, float
                  "angle_xfit_deg": {}, "cos_xfit": {}}
     zero = zero_terms(out["norm"], analytic_zero)
     out["undefined"] = zero
-    signal = {}
+    signal: dict[str, float | None] = {}
     for t in terms:
         if t in zero:  # no direction to measure: every angle with it is undefined, never 90
             out["self_angle_deg"][t], out["snr"][t], signal[t] = None, None, None
@@ -249,16 +250,15 @@ def alignment_of(gram: Gram, key: str, terms: list[str], tokens: dict[int, float
         snr = math.sqrt(s2 / noise2) if s2 > 0 and noise2 > 0 else (0.0 if noise2 > 0 else None)
         out["snr"][t] = snr
         signal[t] = s2 if (snr is None and s2 > 0) or (snr is not None and snr > 1) else None
-    for a, b in itertools.combinations(terms, 2):
-        pair = f"{a}~{b}"
-        ok = signal[a] is not None and signal[b] is not None
-        c = cosine(full, idx[a], idx[b]) if ok else None
+    for t1, t2 in itertools.combinations(terms, 2):
+        pair = f"{t1}~{t2}"
+        s1, s2 = signal[t1], signal[t2]
+        c = cosine(full, idx[t1], idx[t2]) if s1 is not None and s2 is not None else None
         out["cos"][pair], out["angle_deg"][pair] = c, angle_deg(c)
-        if ok:
-            cross = (G[i[(a, 1)], i[(b, 2)]] + G[i[(a, 2)], i[(b, 1)]]) / 2
-            cx = float(cross / math.sqrt(signal[a] * signal[b]))
-        else:
-            cx = None
+        cx: float | None = None
+        if s1 is not None and s2 is not None:
+            cross = (G[i[(t1, 1)], i[(t2, 2)]] + G[i[(t1, 2)], i[(t2, 1)]]) / 2
+            cx = float(cross / math.sqrt(s1 * s2))
         out["cos_xfit"][pair] = cx
         out["angle_xfit_deg"][pair] = angle_deg(None if cx is None else max(-1.0, min(1.0, cx)))
     if detail and P >= 4:
@@ -327,9 +327,10 @@ def part_statistics(gram: Gram, key: str, terms: list[str], P: int, n_splits: in
         c = _ccos(Mab, Maa, Mbb, every)
         jack = [_ccos(Mab, Maa, Mbb, [p for p in every if p != k]) for k in every]
         ci = None
-        if c is not None and all(j is not None for j in jack):
-            jm = float(np.mean(jack))
-            se = math.sqrt((P - 1) / P * sum((j - jm) ** 2 for j in jack))
+        known = [j for j in jack if j is not None]
+        if c is not None and len(known) == len(jack):
+            jm = float(np.mean(known))
+            se = math.sqrt((P - 1) / P * sum((j - jm) ** 2 for j in known))
             ci = [max(-1.0, c - 1.96 * se), min(1.0, c + 1.96 * se)]
         xs = []
         for S, T in splits:
@@ -347,22 +348,23 @@ def part_statistics(gram: Gram, key: str, terms: list[str], P: int, n_splits: in
         u = _u(Maa, every)
         spread = float((np.trace(Maa) - P * Maa.mean()) / (P - 1))  # tr Sigma_part
         noise = spread / u if u > 0 else None
-        floors, pos = [], []
+        floors: list[float | None] = []
+        pos: list[float | None] = []
         for S, T in splits:
             ss, tt, st = mean_dot(Maa, S, S), mean_dot(Maa, T, T), mean_dot(Maa, S, T)
             floors.append(angle_deg(st / math.sqrt(ss * tt)) if ss > 0 and tt > 0 else None)
             us, ut = (_u(Maa, S), _u(Maa, T)) if len(S) > 1 else (0.0, 0.0)
             pos.append(st / math.sqrt(us * ut) if us > 0 and ut > 0 else None)
-        floors = [f for f in floors if f is not None]
-        pos = [v for v in pos if v is not None]
+        floor_deg = [f for f in floors if f is not None]
+        control = [v for v in pos if v is not None]
         out["terms"][t] = {
             "noise_scale": noise,
             "floor_predicted_deg": None if noise is None else
             angle_deg(1 / (1 + noise / (P / 2))),
-            "floor_splits_deg": float(np.mean(floors)) if floors else None,
-            "positive_control": {"mean": float(np.mean(pos)),
-                                 "lo": float(np.percentile(pos, 2.5)),
-                                 "hi": float(np.percentile(pos, 97.5))} if pos else None}
+            "floor_splits_deg": float(np.mean(floor_deg)) if floor_deg else None,
+            "positive_control": {"mean": float(np.mean(control)),
+                                 "lo": float(np.percentile(control, 2.5)),
+                                 "hi": float(np.percentile(control, 97.5))} if control else None}
     return out
 
 
@@ -547,11 +549,11 @@ def _blank_undefined(pair: str, none: set[str]) -> bool:
     return any(t in none for t in pair.split("~"))
 
 
-def format_table(results: dict[str, dict], undefined: dict | None = None) -> str:
+def format_table(results: Mapping[str, GradAlign], undefined: dict | None = None) -> str:
     """Between-term angles (full batch and cross-fitted) beside each term's noise floor; a
     term without a direction (`undefined`: checkpoint -> term -> why) gets no angle."""
     undefined = undefined or {}
-    first = next(iter(results.values())).global_
+    first = next(iter(results.values())).global_ or {}
     pairs, terms = list(first["angle_deg"]), list(first["self_angle_deg"])
     w = max(12, *(len(n) for n in results))
     head = [f"{p:>7}" for p in pairs] + [f"x:{p:>7}" for p in pairs] + \
@@ -559,7 +561,7 @@ def format_table(results: dict[str, dict], undefined: dict | None = None) -> str
         [f"{'|' + t + '|':>9}" for t in terms]
     lines = [f"{'angle (deg)':<{w}} " + " ".join(head)]
     for name, r in results.items():
-        g, none = r.global_, set(undefined.get(name) or ())
+        g, none = r.global_ or {}, set(undefined.get(name) or ())
 
         def angle(key: str, pair: str, g=g, none=none) -> str:
             return fmt_angle(None if _blank_undefined(pair, none) else g[key][pair])
@@ -597,16 +599,18 @@ def run(cfg: GradAlignConfig | None = None, /, **fields) -> dict:
     found, context = resolve_task_and_context(ckpts, cfg.task, cfg.context, cfg.task_options)
     dev = resolve_device(cfg.device)
     dt = weights_dtype(dev, cfg.precision)
-    dev = str(dev)
+    device = str(dev)
     teacher = cfg.teacher
     for path in ckpts:  # every pair checked before any gradient is computed
         check_same_tokenizers([path, teacher_of(path, teacher)])
         check_trained_on(teacher_of(path, teacher), found.name, "the teacher")
     levels = found.levels("grad", batch, seed)
-    results, folders = {}, {}
+    results: dict[str, dict] = {}
+    folders: dict[str, str] = {}
     for path in bar(ckpts, "grad_align", unit="ckpt"):
-        student, tok = load_checkpoint(path, device=dev, dtype=dt)
-        teacher_model, tok_t = load_checkpoint(teacher_of(path, teacher), device=dev, dtype=dt)
+        student, tok = load_checkpoint(path, device=device, dtype=dt)
+        teacher_model, tok_t = load_checkpoint(teacher_of(path, teacher), device=device,
+                                               dtype=dt)
         check_same_tokenizer(tok, tok_t, path, teacher_of(path, teacher))
         name = analysis.label_of(path, results)
         folders[name] = path
@@ -623,12 +627,12 @@ def run(cfg: GradAlignConfig | None = None, /, **fields) -> dict:
 DEMO = ("sokoban_opd",)  # what the bare command line aligns
 
 
-def format_corrected(results: dict[str, dict], undefined: dict | None = None) -> str:
+def format_corrected(results: Mapping[str, GradAlign], undefined: dict | None = None) -> str:
     """The noise-corrected angles (P independent parts) with their 95% jackknife intervals;
     empty when the report has no parts beyond two halves. No angle with an `undefined` term."""
     undefined = undefined or {}
-    rows = {n: r.global_.get("parts") for n, r in results.items()}
-    rows = {n: p for n, p in rows.items() if p}
+    rows: dict[str, dict] = {n: r.global_["parts"] for n, r in results.items()
+                             if r.global_ and r.global_.get("parts")}
     if not rows:
         return ""
     pairs = list(next(iter(rows.values()))["pairs"])

@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from nca_interp.errors import UsageError
 
@@ -52,7 +53,7 @@ class RunId:
 
     @classmethod
     def from_dict(cls, d: dict) -> RunId:
-        return cls(**{f.name: d.get(f.name) for f in fields(cls) if f.name in d})
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
 
 def legacy_of_name(name: str) -> RunId:
@@ -97,7 +98,7 @@ def of_path(path: str | Path) -> RunId:
     return RunId(run.name, step=step)
 
 
-def roster(report: dict) -> dict[str, RunId]:
+def roster(report: Mapping) -> dict[str, RunId]:
     """Each results key's identity as the report records it (`runs`); where an entry carries
     an `identity` of its own (a trajectory's, read from the same run config), each value it
     records wins (so its beta fills a `runs` entry written without one)."""
@@ -115,24 +116,24 @@ def roster(report: dict) -> dict[str, RunId]:
     return out
 
 
-def by_name(report: dict) -> dict[str, RunId]:
+def by_name(report: Mapping) -> dict[str, RunId]:
     """The report's identities keyed by run folder name (param_delta's pairs are)."""
     return {rid.name: rid for rid in roster(report).values()}
 
 
-def students(report: dict, method: str | None = None) -> list[tuple[str, dict]]:
+def students(report: Mapping, method: str | None = None) -> list[tuple[str, Any]]:
     """(key, entry) of every OPD/NCA student (of `method` when given) in the report."""
     who = roster(report)
     return [(k, v) for k, v in report["results"].items() if who[k].of_method(method)]
 
 
-def others(report: dict) -> list[tuple[str, dict]]:
+def others(report: Mapping) -> list[tuple[str, Any]]:
     """(key, entry) of every entry that is no student: teachers, base models, random inits."""
     who = roster(report)
     return [(k, v) for k, v in report["results"].items() if not who[k].student]
 
 
-def partner(report: dict, key: str, method: str) -> tuple[str, dict] | None:
+def partner(report: Mapping, key: str, method: str) -> tuple[str, Any] | None:
     """The entry of `method` with the same setting and seed as student `key` (None: absent)."""
     who = roster(report)
     me = who[key]

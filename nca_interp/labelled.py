@@ -19,8 +19,9 @@ null) are NaN here.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 import numpy as np
 
@@ -45,17 +46,17 @@ class Labelled:
 
     values: np.ndarray
     dims: tuple[str, ...]
-    coords: dict[str, tuple] = field(default_factory=dict)
+    coords: Mapping[str, Sequence] = field(default_factory=dict)  # kept as tuples
     name: str = ""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         values = np.asarray(self.values)
         object.__setattr__(self, "values", values)
         object.__setattr__(self, "dims", tuple(self.dims))
         if values.ndim != len(self.dims):
             raise UsageError(f"{self.name or 'an array'} has {values.ndim} dimensions, "
                              f"named {len(self.dims)}: {self.dims}")
-        coords = {}
+        coords: dict[str, tuple] = {}
         for d, n in zip(self.dims, values.shape):
             labels = tuple(self.coords.get(d, range(n)))
             if len(labels) != n:
@@ -87,7 +88,9 @@ class Labelled:
             if d not in self.dims:
                 raise UsageError(f"{self.name or 'the array'} has no dimension {d!r}; its "
                                  f"dimensions: {self.dims}")
-        values, dims, coords = self.values, [], {}
+        values = self.values
+        dims: list[str] = []
+        coords: dict[str, Sequence] = {}
         for d in self.dims:
             axis = len(dims)  # the selected dimensions before it are gone
             if d not in where:
@@ -167,15 +170,33 @@ class Arrays(Mapping):
         return pd.DataFrame(rows, columns=["stat", *dims, "value"])
 
 
+@overload
+def stack(parts: Mapping[str, Labelled], dim: str) -> Labelled: ...
+
+
+@overload
+def stack(parts: Mapping[str, Arrays], dim: str) -> Arrays: ...
+
+
 def stack(parts: Mapping[str, Labelled | Arrays], dim: str) -> Labelled | Arrays:
     """Labelled arrays (or `Arrays`) of one shape, stacked along a new leading dimension `dim`
     labelled by their keys (`stack({"base": a, "opd": b}, "checkpoint")`). Stacked `Arrays`
     keep each part's attrs under its key."""
     names = list(parts)
+    groups = {n: p for n, p in parts.items() if isinstance(p, Arrays)}
+    arrays = {n: p for n, p in parts.items() if isinstance(p, Labelled)}
+    if groups and arrays:
+        raise UsageError(f"stack along {dim!r}: labelled arrays or `Arrays`, not both")
+    if groups:
+        first_group = groups[names[0]]
+        return Arrays({k: _stack_labelled({n: groups[n][k] for n in names}, dim)
+                       for k in first_group}, {n: groups[n].attrs for n in names})
+    return _stack_labelled(arrays, dim)
+
+
+def _stack_labelled(parts: Mapping[str, Labelled], dim: str) -> Labelled:
+    names = list(parts)
     first = parts[names[0]]
-    if isinstance(first, Arrays):
-        return Arrays({k: stack({n: parts[n][k] for n in names}, dim) for k in first},
-                      {n: parts[n].attrs for n in names})
     for n in names:
         if parts[n].dims != first.dims or parts[n].coords != first.coords:
             raise UsageError(f"{n}'s {first.name or 'array'} is labelled {parts[n].dims} "

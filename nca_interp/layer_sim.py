@@ -70,8 +70,9 @@ if __name__ == "__main__":  # --help and a bad flag answered before torch is imp
 
 import dataclasses
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -92,7 +93,7 @@ from nca_interp.labelled import Arrays, Labelled, as_float, stack
 from nca_interp.masks import context_token_mask, shared_suffix_mask
 from nca_interp.models import context_limit, resolve_device
 from nca_interp.progress import bar
-from nca_interp.reports import LayerSimReport, as_report, null_role
+from nca_interp.reports import LayerSim, LayerSimReport, as_report, null_role
 from nca_interp.rollout import encode, pad_id, sample, stop_ids, target_batch
 from nca_interp.runs import (
     check_same_tokenizers,
@@ -251,7 +252,7 @@ def similarity(model, task: Task | str, levels: list | int, context: str, tok=No
     spill = tempfile.TemporaryDirectory(prefix="layer_sim_")
     stats = StreamedSimilarity(Path(spill.name))
     n_positions = 0
-    attn = {"mass_L_H": 0.0, "ratio_L_H": 0.0, "n": 0.0}
+    attn: dict[str, Any] = {"mass_L_H": 0.0, "ratio_L_H": 0.0, "n": 0.0}  # tensors once added
     for i in range(0, len(levels), batch):
         chunk = levels[i: i + batch]
         resp_all, rmask_all = responses[0][i: i + batch], responses[1][i: i + batch]
@@ -428,11 +429,11 @@ def format_table(results: dict[str, dict], metric: str, layers: list[str]) -> st
     return "\n".join(lines)
 
 
-def null_line(results: dict[str, dict]) -> str:
+def null_line(results: Mapping[str, LayerSim]) -> str:
     """Where the different-item null (`cos_other`) is a floor: the checkpoints whose cosine it
     reaches at some block are named, a reference there (`reports.null_role`; the embedding,
     where the views share their tokens, left out as the claims leave it out)."""
-    above = [name for name, r in results.items() if r.get("cos_other") is not None
+    above = [name for name, r in results.items() if r.cos_other is not None
              and null_role(zip(r.cos_other[1:], r.cos[1:])) == "reference"]
     if not above:
         return "cos_other sits below cos at every block of every checkpoint: a floor\n"
@@ -440,7 +441,7 @@ def null_line(results: dict[str, dict]) -> str:
             "reference, not a floor\n")
 
 
-def format_heads(results: dict[str, dict], top: int = 6) -> str:
+def format_heads(results: Mapping[str, LayerSim], top: int = 6) -> str:
     """The heads that read the context most, relative to uniform attention (1.0)."""
     lines = ["context reading per head (attention mass on c / c's share of the visible keys; "
              "1 = uniform):"]
@@ -453,7 +454,7 @@ def format_heads(results: dict[str, dict], top: int = 6) -> str:
     return "\n".join(lines)
 
 
-def check_same_depth(paths: list[Path]) -> None:
+def check_same_depth(paths: Sequence[str | Path]) -> None:
     """One layer_sim compares checkpoints of one depth: its report names one set of layers,
     and its random-init reference is the first checkpoint's architecture (a 3-layer model
     beside a 2-layer one had a value without a name, against a 2-layer null)."""
@@ -468,7 +469,7 @@ def check_same_depth(paths: list[Path]) -> None:
                          f"{a} {n}; run it on each architecture's checkpoints apart")
 
 
-def run(cfg: LayerSimConfig | None = None, /, **fields) -> dict:
+def run(cfg: LayerSimConfig | None = None, /, **fields) -> LayerSimReport:
     """The layer-similarity report (an `analysis` report, results keyed by checkpoint name,
     random_init first): what `execute` prints and writes. `run(LayerSimConfig(...))` or
     `run(ckpt=[...], task=..., ...)`."""
@@ -727,7 +728,7 @@ def differences(new: dict, old) -> dict[str, np.ndarray | None]:
     """Per compared statistic both entries hold: |new - old| layer by layer (None where the
     lengths differ; NaN where a value is undefined in both, inf where in one only: a number
     against an undefined value is a disagreement, not a value to skip)."""
-    out = {}
+    out: dict[str, np.ndarray | None] = {}
     for stat in BESIDE_COMPARED:
         if new.get(stat) is None or old.get(stat) is None:
             continue
@@ -761,10 +762,11 @@ def worst(new: dict, old, layers: list[str]) -> str:
 def disagreement(new: dict, old) -> float:
     """The largest absolute difference between a recomputed entry and the report's, over the
     statistics both hold (inf where the lengths differ)."""
-    diffs = differences(new, old).values()
-    if any(d is None for d in diffs):
+    diffs = list(differences(new, old).values())
+    known = [d for d in diffs if d is not None]
+    if len(known) < len(diffs):
         return float("inf")
-    return max((float(np.nanmax(d)) for d in diffs if d.size and not np.isnan(d).all()),
+    return max((float(np.nanmax(d)) for d in known if d.size and not np.isnan(d).all()),
                default=0.0)
 
 
@@ -796,6 +798,7 @@ def run_beside(cfg: LayerSimConfig) -> LayerSimReport:
     from nca_interp.runs import check_trained_on, task_for_checkpoints
     from nca_interp.tasks import task_from_record
 
+    assert cfg.beside is not None  # `run` calls it with --beside only
     where = str(cfg.beside)
     published = analysis.load(cfg.beside)
     if not isinstance(published, LayerSimReport):
@@ -871,7 +874,7 @@ def run_beside(cfg: LayerSimConfig) -> LayerSimReport:
             folders[name] = p
             results[name] = layer_similarity(p, found, ctx, levels, batch, device, at, shared,
                                              other)
-    digest = hashlib.sha256(Path(cfg.beside).expanduser().read_bytes()).hexdigest()
+    digest = hashlib.sha256(Path(where).expanduser().read_bytes()).hexdigest()
     report = analysis.make_report(
         cfg, task=found.name, context=ctx, paths=folders, results=results, at=at,
         responses=fixed["responses"], responses_from=published.responses_from,

@@ -59,7 +59,7 @@ if __name__ == "__main__":  # --help and a bad flag answered before torch is imp
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -210,17 +210,21 @@ class TwoViews:
         """item position: the views' top tokens differ (a fork), at real response tokens."""
         return (self.top_x != self.top_c) & self.mask
 
+    # the lens's own: read only where the passes carried residuals
     @property
     def settle_x(self) -> np.ndarray:
+        assert self.lens_top_x is not None
         return settling(self.lens_top_x)
 
     @property
     def settle_c(self) -> np.ndarray:
+        assert self.lens_top_c is not None
         return settling(self.lens_top_c)
 
     @property
     def part(self) -> np.ndarray:
         """item position: `parting` at forks, NaN elsewhere (padding included)."""
+        assert self.lens_top_x is not None and self.lens_top_c is not None
         out = parting(self.lens_top_x, self.lens_top_c)
         out[~self.mask] = np.nan
         return out
@@ -232,17 +236,17 @@ def compare(model, a: ViewPass, b: ViewPass, mask_B_N: torch.Tensor) -> TwoViews
     per layer through the logit lens when both carry residuals (the last layer: the outputs)."""
     m = mask_B_N.bool().cpu().numpy()
     kl = (position_kl(a.logp, b.logp) * mask_B_N).cpu().numpy()
-    top = [a.logp.argmax(-1).cpu().numpy(), b.logp.argmax(-1).cpu().numpy()]
+    top_x, top_c = a.logp.argmax(-1).cpu().numpy(), b.logp.argmax(-1).cpu().numpy()
     if a.hidden is None or b.hidden is None:
-        return TwoViews(kl, *top, m)
+        return TwoViews(kl, top_x, top_c, m)
     kls, tx, tc = [], [], []
     for ha, hb in zip(a.hidden, b.hidden):  # one layer's B N V at a time
         pa, pb = unembed(model, ha), unembed(model, hb)
         kls.append((position_kl(pa, pb) * mask_B_N).cpu().numpy())
         tx.append(pa.argmax(-1).cpu().numpy())
         tc.append(pb.argmax(-1).cpu().numpy())
-    return TwoViews(kl, *top, m, np.stack([*kls, kl]), np.stack([*tx, top[0]]),
-                    np.stack([*tc, top[1]]))
+    return TwoViews(kl, top_x, top_c, m, np.stack([*kls, kl]), np.stack([*tx, top_x]),
+                    np.stack([*tc, top_c]))
 
 
 def two_views(model, batch: Batch, layers: bool = True) -> TwoViews:
@@ -321,7 +325,7 @@ def swap_forks(model, tok, task: Task, level, writer: str, donor: str, y: list[i
     up to `max_forks`) and letting the writer continue makes it right."""
     tops = _tops(model, tok, [writer, donor], y, limit)
     forks = np.flatnonzero(tops[0] != tops[1]).tolist()
-    case = {"n_forks": len(forks), "first_fork": forks[0] if forks else None,
+    case: dict[str, Any] = {"n_forks": len(forks), "first_fork": forks[0] if forks else None,
             "response": _text(tok, y), "other_view_right": None, "restored": False,
             "forks_to_restore": None, "swaps": []}
     if not forks:
@@ -359,8 +363,8 @@ def fork_cases(model, tok, task: Task, levels: list, context: str, max_cases: in
     with_c = play_levels(model, tok, task, levels, context, 0.0, seed)
     w0, w1 = no_c["won"].astype(bool), with_c["won"].astype(bool)
     max_new, limit = max_response_tokens(task), context_limit(model)
-    out = {"correct_no_c": float(w0.mean()), "correct_c": float(w1.mean()),
-           "n_harm": int((w0 & ~w1).sum()), "n_help": int((~w0 & w1).sum())}
+    out: dict[str, Any] = {"correct_no_c": float(w0.mean()), "correct_c": float(w1.mean()),
+                           "n_harm": int((w0 & ~w1).sum()), "n_help": int((~w0 & w1).sum())}
     for kind, where, src in (("harm", w0 & ~w1, with_c), ("help", ~w0 & w1, no_c)):
         cases = []
         for i in np.flatnonzero(where)[:max_cases]:
@@ -409,7 +413,7 @@ def summarise(c: TwoViews, ctrl: TwoViews, floor: TwoViews, units: list, n_boot:
     m, third = c.mask, thirds_of(c.mask)
     series = {"kl": c.kl, "kl_control": ctrl.kl, "kl_floor": floor.kl,
               "flip": c.flip.astype(float), "flip_control": ctrl.flip.astype(float)}
-    out = {"overall": {}, "thirds": {}, "ci95": {}, "by_position": {}}
+    out: dict[str, Any] = {"overall": {}, "thirds": {}, "ci95": {}, "by_position": {}}
     for name, v in series.items():
         out["overall"][name], out["ci95"][name] = _means(v, m, units, n_boot)
         per = [_means(v, m & (third == k), units, n_boot) for k in range(3)]
@@ -419,6 +423,9 @@ def summarise(c: TwoViews, ctrl: TwoViews, floor: TwoViews, units: list, n_boot:
         out["by_position"][name] = [float(x) for x in (v * m).sum(0) / n.clip(min=1)]
     out["by_position"]["n"] = m.sum(0).tolist()
     if c.lens_kl is not None:
+        # the lens arrays come together, in both comparisons (`compare`)
+        assert ctrl.lens_kl is not None and c.lens_top_x is not None \
+            and c.lens_top_c is not None
         forks = c.flip
         part = c.part
         out["depth"] = {
@@ -537,7 +544,7 @@ def monitor(model, tok, task: Task, context: str | None = None, n_items: int = 8
     `ContextReturnCallback(lens_every=...)`)."""
     task = task.for_tokenizer(tok)
     context = context or task.default_context
-    defaults = {f.name: f.default for f in dataclasses.fields(LensConfig)}
+    defaults: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(LensConfig)}
     was_training = model.training
     model.eval()
     try:
@@ -581,7 +588,8 @@ def over_training(entries: list[tuple[int, str, dict]]) -> dict:
     (`REGIONS`), their intervals (step x region x bound), the per-position means (step x
     position, None past a step's longest response) and the greedy correct rates, from the
     (step, label, entry) of each of its checkpoints in step order."""
-    out = {"step": [st for st, _, _ in entries], "checkpoint": [lb for _, lb, _ in entries],
+    out: dict[str, Any] = {
+        "step": [st for st, _, _ in entries], "checkpoint": [lb for _, lb, _ in entries],
            "region": list(REGIONS), "ci95": {}, "by_position": {},
            "dims": {"<series>": ["step", "region"], "ci95": ["step", "region", "bound"],
                     "by_position": ["step", "position"], "forks": ["step"]}}
@@ -618,8 +626,9 @@ def _plan(cfg: LensConfig) -> tuple[list[tuple[str | None, int | None, str]], li
                              "(its step 0), which is not there: restore it there, or drop 0 "
                              "from --over-training")
         verify_folder(p)
-    plan = [(Path(r).name, st, p) for r, st, p in plan]
-    return plan, runs
+    named: list[tuple[str | None, int | None, str]] = [(Path(r).name, st, p)
+                                                        for r, st, p in plan]
+    return named, runs
 
 
 def run(cfg: LensConfig | None = None, /, **fields) -> reports.LensReport:
@@ -638,7 +647,10 @@ def run(cfg: LensConfig | None = None, /, **fields) -> reports.LensReport:
     control = control_record(found, levels, ctx, [found.control_context(levels, i, ctx)
                                                   for i in range(len(levels))])
     device = str(resolve_device(cfg.device))
-    results, folders, depth, done = {}, {}, None, {}
+    results: dict[str, dict] = {}
+    folders: dict[str, str] = {}
+    done: dict[str, dict] = {}
+    depth: int | None = None
     steps: dict[str, list] = {}
     for run_name, st, p in bar(plan, "lens", unit="ckpt"):
         name = analysis.label_of(p, results) if run_name is None else f"{run_name} step {st}"
@@ -651,7 +663,7 @@ def run(cfg: LensConfig | None = None, /, **fields) -> reports.LensReport:
         folders[name], results[name] = p, done[key]
         if run_name is not None:
             steps.setdefault(run_name, []).append((st, name, done[key]))
-    layers = ["embed", *map(str, range(depth))] if cfg.layers else []
+    layers = ["embed", *map(str, range(depth or 0))] if cfg.layers else []
     extra = {"over_training": {r: over_training(es) for r, es in steps.items()}} \
         if steps else {}
     return analysis.make_report(cfg, task=found.name, context=ctx, paths=folders,

@@ -18,7 +18,7 @@ def _colour(rid, i: int) -> str:
     """The package's colour of a method (base / opd / nca), else the next of plotly's."""
     role = "opd" if rid.method == "opdsized" else rid.method or (
         "base" if "base" in rid.name.lower() else None)
-    return PALETTE.get(role) or qualitative.Plotly[i % len(qualitative.Plotly)]
+    return PALETTE.get(role or "") or qualitative.Plotly[i % len(qualitative.Plotly)]
 
 
 def position_figure(report: reports.LensReport) -> go.Figure:
@@ -69,6 +69,7 @@ def over_training_figure(report: reports.LensReport) -> go.Figure:
     third), a line per run with its 95% interval, the wrong-c' control's interval as a band of
     the same colour and the arithmetic floor dotted."""
     ot = report.over_training
+    assert ot is not None  # drawn for a report read --over-training
     regions = next(iter(ot.values()))["region"]
     fig = make_subplots(rows=1, cols=len(regions), shared_yaxes=True,
                         subplot_titles=[f"{r} tokens" if r == "all" else f"{r} third"

@@ -101,7 +101,7 @@ class Estimator:
             (1.0 if self.tail == "bucket" else 0.0)
 
     def per_position(self, p_logits_B_N_V: torch.Tensor, q_logits_B_N_V: torch.Tensor,
-                     tokens_B_N: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                     tokens_B_N: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss_B_N, value_B_N): the surrogate to differentiate and the estimate of KL(p || q)
         at each position, equal in value (the sampled k1 surrogate adds a term that is zero
         in value and carries the score-function gradient)."""
@@ -125,6 +125,8 @@ class Estimator:
                 rp, rq = rest(lp), rest(lq)
                 kl = kl + rp.exp() * (rp - rq)
             return kl, kl
+        if tokens_B_N is None:
+            raise UsageError("the sampled estimator reads the response tokens: pass tokens_B_N")
         lp = logp.gather(-1, tokens_B_N[..., None])[..., 0]
         lq = logq.gather(-1, tokens_B_N[..., None])[..., 0]
         if self.form == "k1":
@@ -196,14 +198,14 @@ def terms_of(views: dict[str, torch.Tensor], batch: Batch, terms: tuple[str, ...
              nca_estimator: Estimator | None = None) -> dict[str, torch.Tensor]:
     """The named loss terms from `loss_views`'s logits (`views` is only read)."""
     est, out = estimator or Estimator(), {}
-    kl = dict(tokens_B_N=batch.resp, mask_B_N=batch.resp_mask, denom=denom)
+    kl = (batch.resp, batch.resp_mask, denom)  # tokens_B_N, mask_B_N, denom
     if "opd" in terms:
-        out["opd"] = estimated_kl(est, views["g"], views["f_c"], **kl)[0]
+        out["opd"] = estimated_kl(est, views["g"], views["f_c"], *kl)[0]
     if "ctx" in terms:
-        out["ctx"] = estimated_kl(est, views["g_c"], views["f_c"], **kl)[0]
+        out["ctx"] = estimated_kl(est, views["g_c"], views["f_c"], *kl)[0]
     if "nca" in terms:
         out["nca"] = estimated_kl(nca_estimator or est, views["g"].detach(), views["g_c"],
-                                  **kl)[0]
+                                  *kl)[0]
     return out
 
 

@@ -175,7 +175,8 @@ def steps_each(ckpts: list[str], steps: int | list[int] | None) -> list[int | No
     """--steps for each checkpoint: one count for all, or one per checkpoint in order. A count
     given for a checkpoint that records its own must be that one: refused before any work
     (one --steps beside checkpoints that differ is ambiguous), naming the checkpoint."""
-    given = [] if steps is None else [steps] if isinstance(steps, int) else list(steps)
+    given: list[int | None] = \
+        [] if steps is None else [steps] if isinstance(steps, int) else list(steps)
     if len(given) not in (0, 1, len(ckpts)):
         raise UsageError(f"--steps takes one count or one per checkpoint ({len(ckpts)}, in the "
                          f"order given), not {len(given)}")
@@ -200,7 +201,8 @@ def lr_each(ckpts: list[str], lr: float | list[float] | None) -> list[float | No
     """--lr for each checkpoint: one peak rate for all, or one per checkpoint in order. A rate
     given for a checkpoint whose run config records its own must be that one: refused before
     any work (the recorded one was used without a word), naming the checkpoint."""
-    given = [] if lr is None else [lr] if isinstance(lr, (int, float)) else list(lr)
+    given: list[float | None] = \
+        [] if lr is None else [lr] if isinstance(lr, (int, float)) else list(lr)
     if len(given) not in (0, 1, len(ckpts)):
         raise UsageError(f"--lr takes one rate or one per checkpoint ({len(ckpts)}, in the "
                          f"order given), not {len(given)}")
@@ -433,8 +435,8 @@ def labelled_tables(tables: Mapping[str, dict], pairs: Mapping[tuple[str, str], 
     modules = modules + [m for m in GLOBAL_ORDER if m in found] + sorted(found - set(GLOBAL_ORDER))
     kinds = sorted({m for t in tables.values() for m in t["per_module"]},
                    key=lambda m: (modules.index(m) if m in modules else len(modules), m))
-    groups = {g for t in tables.values() for g in t["per_layer"]}
-    groups = [g for g in layers if g in groups] + sorted(groups - set(layers))
+    seen = {g for t in tables.values() for g in t["per_layer"]}
+    groups = [g for g in layers if g in seen] + sorted(seen - set(layers))
     ck, two = {"checkpoint": names}, {"checkpoint": names, "other": names}
     grid = {"layer": layers, "module": modules}
 
@@ -639,11 +641,11 @@ def run(cfg: ParamDeltaConfig | None = None, /, **fields) -> dict:
     result, gram = deltas(init, ckpts, rows, task, task_options,
                           {"lr": cfg.lr, "steps": cfg.steps, "warmup": cfg.warmup,
                            "schedule": cfg.schedule})
-    recorded = read_run_config(ckpts[0])
-    named = recorded.get("task")  # a run config records its task's fields, name among them
-    report = analysis.make_report(cfg, task=task or (named.get("name") if isinstance(named, dict)
-                                                     else named),
-                                  context=recorded.get("context"),
+    run_config = read_run_config(ckpts[0])
+    own = run_config.get("task")  # a run config records its task's fields, name among them
+    report = analysis.make_report(cfg, task=task or (own.get("name") if isinstance(own, dict)
+                                                     else own),
+                                  context=run_config.get("context"),
                                   paths={p: p for p in ckpts}, init=init, **result)
     index = {p: i + 1 for i, p in enumerate(ckpts)}
     if control:

@@ -8,6 +8,7 @@ when that file exists). Nothing is downloaded at run time; HTML needs none of th
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -46,19 +47,19 @@ def _line(rid: RunId, i: int) -> dict:
     per seed (six styles, so up to six seeds of one method stay distinguishable)."""
     role = "opd" if rid.method == "opdsized" else rid.method or next(
         (k for k in ("random_init", "base") if k in rid.name.lower()), None)
-    color = PALETTE.get(role) or qualitative.Plotly[i % len(qualitative.Plotly)]
+    color = PALETTE.get(role or "") or qualitative.Plotly[i % len(qualitative.Plotly)]
     dash = DASHES[rid.seed % len(DASHES)] if rid.seed is not None else "solid"
     return {"color": color, "dash": dash}
 
 
-def runs_label(report: dict) -> str:
+def runs_label(report: Mapping) -> str:
     """Which setting and seeds a figure's runs are: `sokoban_long_opd_s0 ... _nca_s4` ->
     'sokoban_long, seeds 0-4' (titles name them; a folder's figures are otherwise alike)."""
     found = [i for i in roster(report).values() if i.of_method()]
     settings = sorted({i.setting for i in found if i.setting})
-    seeds = sorted({i.seed for i in found})
+    seeds = sorted({i.seed for i in found if i.seed is not None})
     if not settings:
-        return ", ".join(report.results)
+        return ", ".join(report["results"])
     span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) \
         and len(seeds) > 2 else ", ".join(map(str, seeds))
     return f"{', '.join(settings)}, seed{'s' if len(seeds) > 1 else ''} {span}"
@@ -146,7 +147,7 @@ def head_heatmaps(report: LayerSimReport) -> go.Figure:
     return fig
 
 
-def heatmap(values: list[list[float]], rows: list[str], cols: list[str], title: str,
+def heatmap(values: list[list[float | None]], rows: list[str], cols: list[str], title: str,
             signed: bool = False, zmax: float | None = None) -> go.Figure:
     """Layer x module heatmap; a diverging scale centred on 0 for signed values."""
     kw = dict(colorscale="RdBu", zmid=0, zmin=-(zmax or 1), zmax=zmax or 1) if signed else \
@@ -302,6 +303,8 @@ def patching_figures(report: Patching) -> dict[str, go.Figure]:
         return {}
     name = Path(report.checkpoint).name
     L, H, n = report.n_layers, report.n_heads, report[kind]["n"]
+    assert L is not None and H is not None and report.forward is not None \
+        and report.lens is not None  # an entry with cases has them
     who = f"{report.task} {name} ({n} {kind} cases)"
     undo = {"harm": "1 = harm undone", "help": "1 = help removed"}[kind]
     layers = [f"L{i}" for i in range(L)]
@@ -473,16 +476,17 @@ def trajectory_figure(report: TrajectoryReport) -> go.Figure:
         fig.add_trace(go.Scatter(x=steps, y=col("harm"), line=line, showlegend=False,
                                  error_y=_ci_bars(col("harm"), ci("harm")), **kw), 1, 2)
         for j, k in enumerate(("kl_opd", "kl_ctx")):
-            ci = [row["ci95"][k] for row in r.steps]
+            bounds = [row["ci95"][k] for row in r.steps]
             fig.add_trace(go.Scatter(
                 x=steps, y=col(k), line=line, showlegend=False,
                 error_y={"type": "data", "symmetric": False,
-                         "array": [c[1] - v for c, v in zip(ci, col(k))],
-                         "arrayminus": [v - c[0] for c, v in zip(ci, col(k))]}, **kw), 2, 1 + j)
+                         "array": [c[1] - v for c, v in zip(bounds, col(k))],
+                         "arrayminus": [v - c[0] for c, v in zip(bounds, col(k))]}, **kw),
+                2, 1 + j)
     fig.update_xaxes(title_text="distillation step")
-    for row, col, what in ((1, 1, "rate"), (1, 2, "harm"), (2, 1, "KL (nats/token)"),
-                           (2, 2, "KL (nats/token)")):
-        fig.update_yaxes(title_text=what, row=row, col=col)
+    for at_row, at_col, what in ((1, 1, "rate"), (1, 2, "harm"), (2, 1, "KL (nats/token)"),
+                                 (2, 2, "KL (nats/token)")):
+        fig.update_yaxes(title_text=what, row=at_row, col=at_col)
     if all(row.get("harm") is None for r in report.results.values() for row in r.steps):
         # an empty panel on plotly's default -1..4 axis reads as a plotting bug; say why
         fig.update_yaxes(range=[0, 1], row=1, col=2)

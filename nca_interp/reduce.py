@@ -101,7 +101,7 @@ class Gram:
                 for j in jobs:
                     j.result()
                 n += m
-        G = sum(parts).numpy()
+        G = torch.stack(parts).sum(0).numpy()
         bad = [lab for lab, v in zip(self.labels, np.diag(G)) if not np.isfinite(v)]
         if bad:  # a NaN or Inf anywhere in a vector makes its squared norm non-finite
             raise UsageError(f"{bad[0]}: {param_name} holds NaN or Inf values; that "

@@ -85,11 +85,18 @@ def _required(f: dataclasses.Field) -> bool:
     return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
+F = TypeVar("F", bound="Fields")
+R = TypeVar("R", bound="Report")
+
+
 class Fields(Mapping):
     """A dataclass that also reads as a mapping of the fields that are set (a required field
     always; an optional one when it was given, even as None, or holds a value), and writes JSON
     as that mapping: a file read and written again is unchanged. Subclasses are declared
     `eq=False`, so equality is the mapping's (an entry equals the dict of its file)."""
+
+    _given: frozenset[str]  # the fields a file gave (set by `from_json` only)
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field]]  # each subclass is a dataclass
 
     def _set(self) -> list[str]:
         given = self.__dict__.get("_given")  # None: built directly, not read
@@ -122,8 +129,8 @@ class Fields(Mapping):
         f = _keys(self).get(key)
         if f is not None:
             setattr(self, f.name, value)
-        elif isinstance(getattr(self, "extra", None), dict):
-            self.extra[key] = value
+        elif isinstance(extra := getattr(self, "extra", None), dict):
+            extra[key] = value
         else:
             raise ReportError(f"{type(self).__name__} has no field {key!r}; its fields: "
                               f"{', '.join(_keys(self))} (declare it in nca_interp.reports)")
@@ -132,7 +139,7 @@ class Fields(Mapping):
         return {k: _plain(self[k]) for k in self}
 
     @classmethod
-    def from_json(cls, d: Mapping, where: str = "", complete: bool = False) -> Fields:
+    def from_json(cls: type[F], d: Mapping, where: str = "", complete: bool = False) -> F:
         """The instance holding `d`'s keys. A key it does not declare is refused in one line;
         so is a required one missing when `complete` (what an analysis writes), while a file
         read may lack some (an older or hand-made one): those read as absent."""
@@ -234,7 +241,7 @@ class Report(Fields):
         return {"runs": runs, "results": results if results is not None else {}}
 
     @classmethod
-    def from_json(cls, d: Mapping, where: str = "", complete: bool = False) -> Report:
+    def from_json(cls: type[R], d: Mapping, where: str = "", complete: bool = False) -> R:
         if type(d) is cls:
             return d
         d = dict(d.to_json() if isinstance(d, Fields) else d)
@@ -242,7 +249,7 @@ class Report(Fields):
         if not isinstance(version, int) or version > VERSION:
             raise ReportError(f"{where or 'report'}: format version {version!r}, newer than "
                               f"this package reads ({VERSION}); upgrade nca_interp")
-        return Fields.from_json.__func__(cls, d, where, complete)
+        return super().from_json(d, where, complete)
 
 
 def describe(cls: type[Fields]) -> str:
@@ -518,8 +525,6 @@ def null_role(pairs) -> str:
     return "floor" if kept and all(n < m for n, m in kept) else "reference"
 
 
-F = TypeVar("F", bound="Fields")
-
 
 def as_report(d: Mapping, cls: type[F]) -> F:
     """`d` as `cls`, a report class or an entry class: kept when it is one, else read (a
@@ -567,7 +572,7 @@ def upgrade(d: Mapping) -> dict:
             r["results"] = r.pop(old)
     results = r.get("results", {})
     results = results if isinstance(results, dict) else {}
-    first = next(iter(results.values()), {})
+    first: Any = next(iter(results.values()), {})
     first = first if isinstance(first, dict) else {}
     cfg = r.get("config", {}) or {}
     r["task"] = r.get("task", cfg.get("task") or first.get("task"))

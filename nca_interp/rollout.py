@@ -182,7 +182,8 @@ def segment_batch(tokenizer, responses: list[list[tuple[str, bool]]]
     loss mask (trained segments and the final eos)."""
     rows, trained = [], []
     for segs in responses:
-        ids, loss = [], []
+        ids: list[int] = []
+        loss: list[bool] = []
         for text, train in segs:
             piece = tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
             ids += piece
@@ -223,8 +224,10 @@ class Batch:
             return ids[start:stop, keep:], mask[start:stop, keep:]
 
         n = int(self.resp_mask[start:stop].sum(1).max()) if stop > start else 0
-        return Batch(*left(self.x_ids, self.x_mask), *left(self.cx_ids, self.cx_mask),
-                     self.resp[start:stop, :n], self.resp_mask[start:stop, :n])
+        x_ids, x_mask = left(self.x_ids, self.x_mask)
+        cx_ids, cx_mask = left(self.cx_ids, self.cx_mask)
+        return Batch(x_ids, x_mask, cx_ids, cx_mask, self.resp[start:stop, :n],
+                     self.resp_mask[start:stop, :n])
 
 
 def onpolicy_batch(student, tokenizer, task, levels: list, context_kind: str, max_new: int,

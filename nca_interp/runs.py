@@ -5,6 +5,7 @@ analyses (which never import each other for it)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 from nca_interp.assets import resolve
@@ -127,7 +128,7 @@ def tokenizer_files(folder: Path) -> tuple[tuple[str, bytes], ...]:
                  if (folder / n).is_file())
 
 
-def check_same_tokenizers(paths: list[str | Path]) -> None:
+def check_same_tokenizers(paths: Sequence[str | Path]) -> None:
     """Every checkpoint of a comparison reads the same token ids (responses and positions are
     shared between them)."""
     from nca_interp.checkpoint import CheckpointError, check_same_tokenizer, verify_folder

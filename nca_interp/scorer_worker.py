@@ -91,6 +91,8 @@ def load_function(spec: str):
                              f"device); name a .py file (scorer={spec})")
         module_spec = importlib.util.spec_from_file_location(f"nca_user_scorer_{path.stem}",
                                                              path)
+        if module_spec is None or module_spec.loader is None:
+            raise UsageError(f"scorer file {path} cannot be imported as a module (scorer={spec})")
         module = importlib.util.module_from_spec(module_spec)
         try:
             module_spec.loader.exec_module(module)
@@ -245,7 +247,7 @@ class ScorerWorker:
         self._last = ""  # the label of the last item scored, for a channel it broke
         self._sent = 0  # requests sent to the worker started last; each reply echoes its number
         self._buffer = b""
-        self._finalizer = None
+        self._finalizer: weakref.finalize | None = None
         self.pid: int | None = None
 
     def __enter__(self) -> ScorerWorker:
@@ -285,9 +287,11 @@ class ScorerWorker:
         self.start()
         self._sent += 1
         line = json.dumps({"n": self._sent, "item": item, "response": response}).encode() + b"\n"
+        proc = self._proc
+        assert proc is not None and proc.stdin is not None  # started, with its pipes
         try:
-            self._proc.stdin.write(line)
-            self._proc.stdin.flush()
+            proc.stdin.write(line)
+            proc.stdin.flush()
         except OSError:  # a broken pipe: the worker is gone
             pass
         reply = self._reply(self.timeout, label, REPLY_KEYS)
@@ -314,6 +318,7 @@ class ScorerWorker:
         line (a scorer that wrote `{}` to the protocol's pipe) closes it and raises a
         UsageError naming the scorer and the item."""
         deadline = time.monotonic() + timeout
+        assert self._proc is not None and self._proc.stdout is not None  # started
         fd = self._proc.stdout.fileno()
         try:
             while b"\n" not in self._buffer:
@@ -350,9 +355,12 @@ class ScorerWorker:
         where the OS can (`os.waitid` with WNOWAIT): its pid, and so its session, stays ours
         until `close()` has killed what is left in them (a scorer that killed its supervisor
         leaves its own process running)."""
+        proc = self._proc
+        assert proc is not None  # started
         if not hasattr(os, "waitid"):
-            return self._proc.wait()
-        info = os.waitid(os.P_PID, self._proc.pid, os.WEXITED | os.WNOWAIT)
+            return proc.wait()
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+        assert info is not None  # without WNOHANG it waits for the exit
         return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
     def _ended(self, code: int, label: str) -> UsageError:
@@ -458,7 +466,8 @@ def _relay(to_scorer: int, from_scorer: int, nonce: str) -> None:
     other line (one the scorer's code wrote, before or after a reply) is forwarded as
     {FORGED: ...} in its place, and the relay ends (the command closes the worker)."""
     requests, replies = _Lines(0), _Lines(from_scorer, MAX_LINE)
-    n, kinds = 0, ("ready", "error")
+    n = 0
+    kinds: tuple[str, ...] = ("ready", "error")  # then REPLY_KEYS
     try:
         while True:
             line = replies.next()

@@ -6,6 +6,7 @@ on the residual streams it captures. Each statistic is described in layer_sim's 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -86,8 +87,11 @@ def other_item_cos(rows0: list[torch.Tensor], rows1: list[torch.Tensor],
     for i, a in enumerate(rows0):
         b = rows1[other_partner(i, units, len(rows1))]
         k = min(len(a), len(b))
-        c, ok = defined_cos(a[:k], b[:k]) if k else (None, None)
-        out.append(float(c.sum() / ok.sum()) if k and ok.any() else float("nan"))
+        if not k:
+            out.append(float("nan"))
+            continue
+        c, ok = defined_cos(a[:k], b[:k])
+        out.append(float(c.sum() / ok.sum()) if ok.any() else float("nan"))
     return out
 
 
@@ -143,12 +147,12 @@ def similarity_by_layer(h0_L_B_N_D: torch.Tensor, h1_L_B_N_D: torch.Tensor,
         out["offset_share"].append(offset_share(m0, m1, within))
         out["cka"].append(linear_cka(h0[m], h1[m]))
         out["cka_debiased"].append(debiased_cka(h0[m], h1[m]))
-        other = []
+        other_cos: list[float] = []
         for s in range(0, B, batch):
             rows = range(s, min(s + batch, B))
-            other += other_item_cos([h0[b][m[b]] for b in rows], [h1[b][m[b]] for b in rows],
+            other_cos += other_item_cos([h0[b][m[b]] for b in rows], [h1[b][m[b]] for b in rows],
                                     None if pairs is None else [pairs[b] for b in rows])
-        out["cos_other"].append(float(np.nanmean(other)))
+        out["cos_other"].append(float(np.nanmean(other_cos)))
     return out
 
 
@@ -172,7 +176,8 @@ class StreamedSimilarity:
     D x D moments, which equals the token-space one."""
 
     def __init__(self, folder: Path):
-        self.folder, self.files, self.n_ex = Path(folder), [], 0
+        self.folder, self.n_ex = Path(folder), 0
+        self.files: list[Path] = []
 
     def add(self, h0_L_B_N_D: torch.Tensor, h1_L_B_N_D: torch.Tensor, mask_B_N: torch.Tensor
             ) -> None:
@@ -210,7 +215,7 @@ class StreamedSimilarity:
             count_cos = torch.zeros(self.n_ex, dtype=torch.float64)  # positions with a cosine
             diag = torch.zeros(3, dtype=torch.float64)  # sum |x|^2|y|^2, |x|^4, |y|^4
             sq = torch.zeros(2, dtype=torch.float64)  # sum |x|^2, |y|^2
-            other = []
+            other_cos: list[float] = []
             for h0, h1, ex in self._layers(layer):
                 n += len(h0)
                 s0 += h0.sum(0)
@@ -226,8 +231,9 @@ class StreamedSimilarity:
                 diag += torch.stack([(n0 * n1).sum(), (n0 * n0).sum(), (n1 * n1).sum()])
                 sq += torch.stack([n0.sum(), n1.sum()])
                 items = torch.unique_consecutive(ex)  # the batch's items, in order
-                other += other_item_cos([h0[ex == e] for e in items], [h1[ex == e] for e in items],
-                                        None if pairs is None else [pairs[e] for e in items])
+                other_cos += other_item_cos([h0[ex == e] for e in items],
+                                            [h1[ex == e] for e in items],
+                                            None if pairs is None else [pairs[e] for e in items])
             m0, m1 = s0 / n, s1 / n
             Cxx = Sxx - n * torch.outer(m0, m0)
             Cyy = Syy - n * torch.outer(m1, m1)
@@ -258,14 +264,14 @@ class StreamedSimilarity:
             out["cka"].append(float(Cyx.norm() ** 2 / den) if den > 0 else float("nan"))
             out["cka_debiased"].append(hxy / (hxx * hyy) ** 0.5 if hxx * hyy > 0
                                        else float("nan"))
-            out["cos_other"].append(float(np.nanmean(other)))
+            out["cos_other"].append(float(np.nanmean(other_cos)))
             out["cos_item"].append(ex_cos.tolist())
         return out
 
 
 def context_attention(pattern_L_B_H_Q_K: torch.Tensor, key_is_ctx_B_K: torch.Tensor,
                       key_mask_B_K: torch.Tensor, query_pos_B_Q: torch.Tensor,
-                      query_mask_B_Q: torch.Tensor) -> dict[str, torch.Tensor]:
+                      query_mask_B_Q: torch.Tensor) -> dict[str, Any]:
     """Attention to the context tokens at the queries `query_pos` of the [c, x] view.
 
     `mass_L_H`: summed over valid queries, the attention mass on context keys per head; `ratio_L_H`:

@@ -162,7 +162,7 @@ class TensorFolder:
         row_bytes = (b - a) // max(1, shape[0] if shape else 1)
         need = out.numel() * out.element_size()
         if need:
-            view = memoryview(out.reshape(-1).view(torch.uint8).numpy()).cast("B")
+            view = out.reshape(-1).view(torch.uint8).numpy().data.cast("B")
             with open(f, "rb", buffering=0) as h:
                 h.seek(a + start * row_bytes)
                 got = 0
@@ -187,7 +187,9 @@ def save_sharded(tensors, folder: Path, max_bytes: int = 1 << 28) -> Path:
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    weight_map, shard, size, k = {}, {}, 0, 0
+    weight_map: dict[str, str] = {}
+    shard: dict[str, torch.Tensor] = {}
+    size, k = 0, 0
 
     def flush():
         nonlocal shard, size, k

@@ -38,6 +38,7 @@ if __name__ == "__main__":  # --help and a bad flag answered before torch is imp
     PARSED = parse_early(TrajectoryConfig, __doc__, positional="runs")
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -85,7 +86,7 @@ def drift_kls(student, teacher, tok, task, levels: list, context: str, seed: int
     initial = teacher if initial is None else initial
     gen = torch.Generator("cpu").manual_seed(seed)
     limit = min(context_limit(student), context_limit(teacher))
-    sums = {k: [] for k in KL_TERMS}
+    sums: dict[str, list[np.ndarray]] = {k: [] for k in KL_TERMS}
     tokens = []
     for i in range(0, len(levels), batch):
         b, _, _ = onpolicy_batch(student, tok, task, levels[i: i + batch], context,
@@ -102,7 +103,7 @@ def drift_kls(student, teacher, tok, task, levels: list, context: str, seed: int
         tokens.append(m.sum(1).double().numpy())
     n_tok = np.concatenate(tokens)
     idx = iid_indices(len(n_tok), n_boot, seed)
-    out = {"n_prompts": len(n_tok), "n_tokens": int(n_tok.sum()), "ci95": {}}
+    out: dict[str, Any] = {"n_prompts": len(n_tok), "n_tokens": int(n_tok.sum()), "ci95": {}}
     for k, parts in sums.items():
         s = np.concatenate(parts)
         out[k] = float(s.sum() / n_tok.sum())
@@ -189,7 +190,9 @@ def run(cfg: TrajectoryConfig | None = None, /, **fields) -> dict:
         plan[run_dir] = (keep, teacher_dir, task, ctx)
     controls = {run_dir: what_c_prime(task, ctx, n_levels, seed)
                 for run_dir, (_, _, task, ctx) in plan.items()} if cfg.control else {}
-    results, done = {}, {}  # done: rows already measured (runs of one base share step 0)
+    results: dict[str, dict] = {}
+    # rows already measured (runs of one base share step 0)
+    done: dict[tuple[str, str, str], dict] = {}
     for run_dir, (keep, teacher_dir, task, ctx) in plan.items():
         teacher_model, tok_t = load_checkpoint(teacher_dir)
         init_dir = keep[0][1]

@@ -27,6 +27,7 @@ TRL's own generation is left as it is.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -80,6 +81,9 @@ class NCADistillationConfig(DistillationConfig):
 
 class NCADistillationTrainer(DistillationTrainer):
     """TRL's on-policy distillation with a privileged teacher prompt and the NCA anchor."""
+
+    args: NCADistillationConfig  # what it is built with (TRL's Trainer declares its base)
+    model: Any  # the student, a transformers model (TRL's Trainer declares it Optional)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

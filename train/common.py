@@ -11,6 +11,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -212,7 +213,7 @@ def current_flags(saved: dict) -> dict:
     return saved
 
 
-def check_out(out: str | Path, inputs: dict[str, str | Path | None]) -> None:
+def check_out(out: str | Path, inputs: Mapping[str, str | Path | None]) -> None:
     """Refuse an --out that someone else could change (`check_owned`: they could swap the
     weights a resume reads), or that is, sits inside or contains one of the run's input
     checkpoints (`inputs`: flag -> folder): a run writes its weights and config at its root."""
@@ -419,14 +420,15 @@ class Run:
         self._fresh_optimizer = False
         if not writer:
             return
-        inputs = {k: v for k, v in (inputs or {}).items() if v is not None}
+        given: dict[str, str | Path] = {k: v for k, v in (inputs or {}).items()
+                                        if v is not None}
         from nca_interp.fsio import default_cache
 
-        check_out(self.dir, {**inputs, "the model cache": default_cache() / "models"})
+        check_out(self.dir, {**given, "the model cache": default_cache() / "models"})
         check_own(self.dir, run_config)  # before the lock file is written into it
         check_writable(self.dir, "run")
         digests = {flag: {"path": str(Path(p).expanduser().resolve()),
-                          "sha256": ckpt.content_digest(p)} for flag, p in inputs.items()}
+                          "sha256": ckpt.content_digest(p)} for flag, p in given.items()}
         # what this Run makes, so that a refusal before training removes it and nothing else
         self._made_dirs = [p for p in (self.dir, *self.dir.parents) if not p.exists()]
         self._made_config = False
@@ -452,8 +454,9 @@ class Run:
             check_steps(self.dir, run_config.get("steps"), self.resume_point())
             check_schedule_steps(self.dir, old, run_config)
             self.config = {**old, **{k: v for k, v in self.config.items() if k in FREE_FLAGS}}
-            if not ckpt.same_weights(self.resume_point(), self.dir):  # killed before publishing
-                ckpt.publish(self.resume_point(), self.dir)
+            point = self.resume_point()  # there is one: the run has started
+            if point is not None and not ckpt.same_weights(point, self.dir):
+                ckpt.publish(point, self.dir)  # killed before publishing
         else:  # nothing saved yet: a failed start leaves nothing that blocks a corrected one
             self.config["inputs"] = digests
             write_atomic(self.dir / ckpt.RUN_CONFIG, json.dumps(self.config, indent=1))
@@ -558,7 +561,11 @@ class Run:
             print(f"{last} no longer holds its optimizer moments; Adam starts afresh from it "
                   "(the run will not equal an uninterrupted one)")
         else:
-            tensors, meta = ckpt.load_trainer_state(last)
+            state = ckpt.load_trainer_state(last)
+            if state is None:
+                raise ckpt.CheckpointError(f"{last} holds no trainer_state.json; resume from "
+                                           "an earlier checkpoint with --resume-from")
+            tensors, meta = state
             load_optimizer_state(opt, {k: v.to(device) if v.dim() else v
                                        for k, v in tensors.items()}, meta)
         if self.writer:

@@ -194,12 +194,14 @@ def execute(cfg: SFTConfig) -> None:
     else:
         tok = build_char_tokenizer()
         model = build_model(ModelConfig(cfg.arch, cfg.n_layers, cfg.d_model, cfg.n_heads,
-                                        cfg.n_heads, cfg.d_mlp), tok, cfg.seed).to(device)
+                                        cfg.n_heads, cfg.d_mlp), tok, cfg.seed)
+        torch.nn.Module.to(model, device)  # transformers types its `to` wrapper without self
     recorded, task = recorded.for_tokenizer(tok), task.for_tokenizer(tok)
     adapted = None  # the peft model of a LoRA run; `model` is then its adapted HF model
     if cfg.lora_rank:
-        cfg = replace(cfg, lora_alpha=cfg.lora_alpha or 2.0 * cfg.lora_rank)
-        adapted = lora.wrap(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.seed)
+        alpha = cfg.lora_alpha or 2.0 * cfg.lora_rank
+        cfg = replace(cfg, lora_alpha=alpha)
+        adapted = lora.wrap(model, cfg.lora_rank, alpha, cfg.lora_dropout, cfg.seed)
         model = adapted.get_base_model()
     run = Run(cfg.out, {**run_record(cfg), "kind": "sft", "task": task_record(recorded)},
               inputs={"--init": cfg.init, **data_inputs(task_record(recorded))},

@@ -10,7 +10,9 @@ import dataclasses
 import sys
 import time
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +39,7 @@ from nca_interp.patching.interventions import (
     pattern_edits_reach_logits,
     sweep,
 )
-from nca_interp.reports import PatchingReport, as_report
+from nca_interp.reports import Patching, PatchingReport, as_report
 from nca_interp.rollout import stop_ids
 from nca_interp.runs import resolve_task_and_context
 
@@ -69,7 +71,8 @@ def run(cfg: PatchingConfig | None = None, /, **fields) -> dict:
     paths = analysis.checkpoint_paths(cfg)
     for p in paths:
         verify_folder(p)
-    results, folders = {}, {}
+    results: dict[str, dict] = {}
+    folders: dict[str, str] = {}
     for p in paths:
         r = run_checkpoint(p, cfg)
         name = analysis.label_of(r["checkpoint"], results)
@@ -152,7 +155,7 @@ def run_checkpoint(path: str, cfg: PatchingConfig) -> dict:
     abl = res.get("ablation")
     report["ablation"] = None if abl is None else {
         **summarise(abl, units), **method_record(abl, attr.get("ablation"), picked, units, cfg)}
-    report["heads"] = {"note": f"head ablation {no_ablation}"} if no_ablation else \
+    report["heads"] = {"note": f"head ablation {no_ablation}"} if no_ablation or abl is None else \
         held_out_heads(bridge, found, cases, control, abl, kind, list(ks), stops, n_random,
                        n_random_generate, seed, stats, units, control_units,
                        picked and {"A": picked["A"], "B": picked["B"]})
@@ -179,10 +182,11 @@ def sweeps(bridge, cases: Cases, cfg: PatchingConfig, stats: dict, units: list,
     left a node unpatched), {"forward", "reverse", "ablation"}: attribution estimates (empty
     for the exact method), the heads patched exactly for the head table (None: all))."""
     if cfg.method == "exact":
-        res = {tag: sweep(bridge, cases, tag, stats, cfg.scope) for tag in ("forward", "reverse")}
+        res: dict[str, Any] = {tag: sweep(bridge, cases, tag, stats, cfg.scope)
+                               for tag in ("forward", "reverse")}
         res["ablation"] = ablation(bridge, cases, stats=stats) if ablate else None
         return res, {}, None
-    attr = {tag: attribute(bridge, cases, tag, stats, cfg.scope, ablation=ablate)
+    attr: dict[str, Any] = {tag: attribute(bridge, cases, tag, stats, cfg.scope, ablation=ablate)
             for tag in ("forward", "reverse")}
     rng = np.random.default_rng(cfg.seed + 2)
     res = {tag: confirmed_sweep(bridge, cases, tag, stats, cfg.scope, attr[tag], cfg.top_k,
@@ -221,17 +225,19 @@ def method_record(exact: np.ndarray, attr: np.ndarray | None, picked: dict | Non
 def direction_record(res: dict, attr: dict | None, units: list, cfg: PatchingConfig) -> dict:
     """One direction's report: each family's summary of exact effects, and beside it
     `methods` (what produced it, the attribution and their agreement: `method_record`)."""
-    out, methods = {}, {}
+    out: dict[str, Any] = {}
+    methods: dict[str, dict] = {}
     for k in ("resid_groups", "mlp", "resid_offsets", "heads"):
         if k not in res:
             continue
         if k == "resid_groups":
             out[k] = {g: summarise(v, units) for g, v in res[k].items()}
             for g, v in res[k].items():
-                methods[f"{k}.{g}"] = method_record(v, attr and attr[k][g], None, units, cfg)
+                methods[f"{k}.{g}"] = method_record(v, None if attr is None else attr[k][g],
+                                                    None, units, cfg)
         else:
             out[k] = summarise(res[k], units)
-            methods[k] = method_record(res[k], attr and attr[k],
+            methods[k] = method_record(res[k], None if attr is None else attr[k],
                                        res.get("candidates", {}).get(k), units, cfg)
     out["methods"] = methods
     return out
@@ -265,17 +271,17 @@ FLIPPED = {"harm": "harm cases answered right", "help": "help cases answered wro
 MIGRATE = {"kind": "harm", "ablate": "context"}
 
 
-def migrate(r: dict) -> dict:
+def migrate(r: Mapping) -> dict:
     """A report with every field `MIGRATE` names (a report that lacks one gets its meaning)."""
     return {**MIGRATE, **r}
 
 
-def kind_of(r: dict) -> str:
+def kind_of(r: Mapping) -> str:
     """The case kind of a report: harm or help."""
     return migrate(r)["kind"]
 
 
-def ablate_of(r: dict) -> str:
+def ablate_of(r: Mapping) -> str:
     """What a report's head ablation removed: prefix or context."""
     return migrate(r)["ablate"]
 
@@ -290,14 +296,16 @@ ABLATE_NOTE = {
                "that newline's own effect"}
 
 
-def format_report(r: dict) -> str:
+def format_report(r: Patching) -> str:
     c, kind = r.counts, kind_of(r)
+    assert c is not None  # every entry counts its cases
     lines = [f"{Path(r.checkpoint).name}: task={r.task} context={r.context}  levels "
              f"{c['levels']}, right without c {c['right_no_c']}, harm cases {c['harm']}, "
              f"help cases {c.get('help', '-')}, both right {c['both']}"]
     if kind not in r:
         return "\n".join(lines + [r.note or ""])
-    L, H = r.n_layers, r.n_heads
+    L, H, lens, cost = r.n_layers, r.n_heads, r.lens, r.cost
+    assert L is not None and H is not None and lens is not None and cost is not None  # with cases
     lines.append(f"patched {r[kind]['n']} {kind} cases (0 = run unchanged, 1 = the other "
                  "view's value; mean [95% bootstrap over cases, a unit's cases together])")
     for tag in ("forward", "reverse"):
@@ -317,23 +325,22 @@ def format_report(r: dict) -> str:
             lines.append("    heads (hook_z): " + ", ".join(
                 f"L{i // H}H{i % H} {hd.flat[i]:.2f}" for i in top))
     if r.ablation is not None:
-        ab = np.array(r.ablation["mean"], dtype=float)
+        ab = np.array(r.ablation["mean"], dtype=np.float64)
         top = np.argsort(-np.nan_to_num(ab, nan=-9), axis=None)[:6]
         lines.append("  removing one head's attention to c, all cases (1 = the no-context "
                      "value): " + ", ".join(f"L{i // H}H{i % H} {ab.flat[i]:.2f}" for i in top))
     lines += format_heads(r).splitlines()
-    kl = r.lens["kl"]["mean"]
+    kl = lens["kl"]["mean"]
     lines.append("  logit lens at the deciding position, KL(no c || c) per layer (embed first): "
                  + " ".join(f"{v:.2f}" for v in kl))
     if r.control is not None:
         ckl = r.control["lens"]["kl"]["mean"]
         lines.append("    controls (both right):                                 " +
                      " ".join(f"{v:.2f}" for v in ckl))
-    rk = r.lens["rank_c"]["mean"]
+    rk = lens["rank_c"]["mean"]
     lines.append("  rank of the right answer in the context view per layer: " +
                  " ".join(f"{v:.1f}" for v in rk))
     lines += format_agreement(r).splitlines()
-    cost = r.cost
     parts = [f"{cost['patched_forwards']} batched patched runs"]
     if "ablation_forwards" in cost:  # reports from before attribution patching lack these
         parts.append(f"{cost['ablation_forwards']} head ablations")
@@ -348,7 +355,7 @@ def format_report(r: dict) -> str:
     return "\n".join(lines)
 
 
-def format_agreement(r: dict) -> str:
+def format_agreement(r: Patching) -> str:
     """Attribution against exact patching, per family (nothing for the exact method)."""
     fams = [(f"{tag} {k}", m) for tag in ("forward", "reverse")
             for k, m in (r[tag] or {}).get("methods", {}).items()]
@@ -362,10 +369,10 @@ def format_agreement(r: dict) -> str:
                      + out) if out else ""
 
 
-def format_heads(r: dict) -> str:
+def format_heads(r: Patching) -> str:
     """The held-out head table as text."""
     kind = kind_of(r)
-    hd = r.heads
+    hd = r.heads or {}
     if "rows" not in hd:
         return "  heads: " + hd.get("note", "")
     out = [f"  heads chosen on one half of the cases, judged on the other ({FLIPPED[kind]}; "
@@ -415,7 +422,7 @@ DEMO = ("sokoban_opd",)  # what the bare command line patches (at DEMO_SCOPE)
 # with no checkpoint named and the scope left at its defaults: the embedded OPD student with
 # this scope (16 cases, one head per half, 20 random-head draws: under a minute on one CPU
 # core; the full default patches 64 cases with 100 draws per k and an answer-outcome null)
-DEMO_SCOPE = {"scope": "groups", "max_cases": 16, "ks": [1], "n_random": 20,
+DEMO_SCOPE: dict[str, Any] = {"scope": "groups", "max_cases": 16, "ks": [1], "n_random": 20,
               "n_random_generate": 0}
 
 

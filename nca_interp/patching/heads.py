@@ -55,7 +55,7 @@ def interval(per_case: np.ndarray, n_boot: int = 2000, seed: int = 0,
     """Mean over cases per cell and its 95% bootstrap interval: the cases resampled, or, where
     several share a unit (`units`, one label per case), their units with all their cases."""
     x = np.asarray(per_case, float)
-    if own_units(units, len(x)):
+    if units is None or own_units(units, len(x)):
         boots = np.nanmean(x[iid_indices(len(x), n_boot, seed)], axis=1)
     else:
         boots = np.stack([np.nanmean(x[idx], 0) for idx in cluster_indices(units, n_boot, seed)])
@@ -75,7 +75,7 @@ def null_summary(draws: list[float], observed: float) -> dict:
 
 def halves(n: int, seed: int, units: list | None = None) -> tuple[list[int], list[int]]:
     """Two halves of the cases, drawn at random by unit: a unit's cases stay together."""
-    if own_units(units, n):
+    if units is None or own_units(units, n):
         perm = np.random.default_rng(seed).permutation(n).tolist()
         return sorted(perm[: n // 2]), sorted(perm[n // 2:])
     order = list(dict.fromkeys(units))
@@ -231,7 +231,9 @@ class Outcomes:
         normalised effect at the deciding position (`ablation_effect`'s: 0 = the context run
         unchanged, 1 = `ld_src`, the no-context run's LD) and `answered_right`. Needs
         `shares_prefix`."""
-        return self.many([heads], ld_src)[0]
+        effect, right = self.many([heads], ld_src)[0]
+        assert effect is not None  # measured against ld_src
+        return effect, right
 
     def answered_right(self, heads: list[tuple[int, int]]) -> np.ndarray:
         """Per case: is the greedy answer right with the context reading of `heads` removed
@@ -257,6 +259,7 @@ class Outcomes:
             for i, s in enumerate(stack):
                 lg = logits[i * B:(i + 1) * B]
                 if ld_src is not None:
+                    assert self.ld_clean is not None  # `many` needs `shares_prefix`
                     ld = self._ld(lg.gather(1, (self.decide - self.at[:, :1])[..., None].expand(
                         -1, -1, lg.shape[-1])))
                     effects[s] = normalised(ld, self.ld_clean, ld_src)
@@ -446,14 +449,15 @@ def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H
                     f"effect, {n_flip} of the flipped rate)", n_effect + n_flip - both, unit="draw")
         if both:
             for effect, right in outcome("all").many(draws[:both], lds["all"][0], ticks.update):
-                effects.append(np.nanmean(effect))
-                flips.append((right if kind == "harm" else ~right).mean())
+                effects.append(float(np.nanmean(np.asarray(effect, float))))
+                flips.append(float((right if kind == "harm" else ~right).mean()))
         for d in draws[both:n_effect]:
-            effects.append(np.nanmean(ablation_effect(bridge, cases, d, lds["all"], dst["all"])))
+            effects.append(float(np.nanmean(ablation_effect(bridge, cases, d, lds["all"],
+                                                            dst["all"]))))
             ticks.update(1)
         if n_flip > both:
             for _, right in outcome("all").many(draws[both:n_flip], None, ticks.update):
-                flips.append((right if kind == "harm" else ~right).mean())
+                flips.append(float((right if kind == "harm" else ~right).mean()))
         stats["generations"] = stats.get("generations", 0) + n_flip
         ticks.close()
         return effects, flips

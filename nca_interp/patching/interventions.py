@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from einops import reduce
@@ -61,7 +63,7 @@ def greedy(bridge, ids: torch.Tensor, mask: torch.Tensor, max_new: int, stop: li
 
     hooks = list(hooks or [])
     start = ids, mask
-    out = [[] for _ in range(len(ids))]
+    out: list[list[int]] = [[] for _ in range(len(ids))]
     done = torch.zeros(len(ids), dtype=torch.bool)
     stops = torch.tensor(stop)
     with attached(bridge), cache_reaches_attention(bridge):
@@ -235,9 +237,10 @@ def sweep(bridge, cases: Cases, direction: str, stats: dict, scope: str = "full"
         return where
 
     # the nodes of each family, layer first: (hook name, aligned columns patched, head)
-    nodes = {"resid_offsets": [(resid_hook(li), k, None) for li in range(L)
-                               for k in range(1, K + 1)],
-             "heads": [(head_z_hook(li), 0, h) for li in range(L) for h in range(H)]} \
+    nodes: dict[str, list[tuple[str, int, int | None]]] = {
+        "resid_offsets": [(resid_hook(li), k, None) for li in range(L)
+                          for k in range(1, K + 1)],
+        "heads": [(head_z_hook(li), 0, h) for li in range(L) for h in range(H)]} \
         if full else {}
     picked = {fam: sorted((only or {}).get(fam, range(len(ns)))) for fam, ns in nodes.items()}
     total = L * (len(GROUPS) + 1) + sum(map(len, picked.values()))
@@ -256,7 +259,7 @@ def sweep(bridge, cases: Cases, direction: str, stats: dict, scope: str = "full"
         ticks.update(1)
         return normalised(ld, start, end)
 
-    out = {"ld_src": ld_src.tolist(), "ld_dst": ld_dst.tolist()}
+    out: dict[str, Any] = {"ld_src": ld_src.tolist(), "ld_dst": ld_dst.tolist()}
     out["resid_groups"] = {g: np.stack([effect(resid_hook(li), cases.groups[g])
                                         for li in range(L)], 1) for g in GROUPS}
     out["mlp"] = np.stack([effect(mlp_out_hook(li), cases.groups["all"])

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -44,9 +45,10 @@ def first_layer(hooks) -> int | None:
     """The lowest block a list of (hook name, fn) touches; None where one is outside the
     blocks (the embedding: only the full forward runs it) or is a filter, not a name."""
     found = [_BLOCK.match(name) if isinstance(name, str) else None for name, _ in hooks]
-    if not found or not all(found):
+    matches = [m for m in found if m is not None]
+    if not found or len(matches) < len(found):
         return None
-    return min(int(m.group(1)) for m in found)
+    return min(int(m.group(1)) for m in matches)
 
 
 def _fresh(kwargs: dict) -> dict:
@@ -64,7 +66,8 @@ def _copied(value, memo: dict, rows: torch.Tensor | None = None, B: int = 0):
     if torch.is_tensor(value):
         if id(value) not in memo:
             batch = rows is not None and value.dim() > 1 and value.shape[0] == B
-            memo[id(value)] = value.index_select(0, rows) if batch else value.clone()
+            memo[id(value)] = value.index_select(0, rows) if batch and rows is not None \
+                else value.clone()
         return memo[id(value)]
     if isinstance(value, (tuple, list)):
         return type(value)(_copied(v, memo, rows, B) for v in value)
@@ -79,10 +82,10 @@ def window(config) -> float:
     if config is None:
         return float("inf")
     config = getattr(config, "get_text_config", lambda: config)()
-    spans = [getattr(config, "attention_chunk_size", None)]
+    named = [getattr(config, "attention_chunk_size", None)]
     if getattr(config, "use_sliding_window", True) is not False:  # Qwen2 names one unused
-        spans.append(getattr(config, "sliding_window", None))
-    spans = [s for s in spans if isinstance(s, int) and s > 0]
+        named.append(getattr(config, "sliding_window", None))
+    spans = [s for s in named if isinstance(s, int) and s > 0]
     return float(min(spans)) if spans else float("inf")
 
 
@@ -133,7 +136,8 @@ class Rerun:
         self.exact = self._check(tol)
         self.tol = tol
         self.kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # keys, values a block
-        self.suffix = None  # whether a rerun of the columns from the first hooked one is exact
+        # whether a rerun of the columns from the first hooked one is exact (None: not tried)
+        self.suffix: bool | None = None
         self.rows_ok = False  # whether it is exact on rows of the batch picked and repeated
 
     def _check(self, tol: float) -> bool:
@@ -159,7 +163,8 @@ class Rerun:
         return out[:, -1] if at is None else _gather(out, at)
 
     def _from(self, start: int, hooks, at: torch.Tensor | None = None) -> torch.Tensor:
-        b, memo = self.bridge, {}
+        b = self.bridge
+        memo: dict[int, Any] = {}
         with attached(b):
             for name, fn in hooks:
                 b.hook_dict[name].add_hook(fn, dir="fwd")
@@ -204,7 +209,8 @@ class Rerun:
         try:
             with attached(b), cache_reaches_attention(b):
                 b.run_with_hooks(self.ids, attention_mask=self.mask, cache=cache, use_cache=True)
-            self.kv = [(layer.keys, layer.values) for layer in cache.layers]
+            layers: list[Any] = list(cache.layers)  # a layer without keys: AttributeError
+            self.kv = [(layer.keys, layer.values) for layer in layers]
         except (AttributeError, RuntimeError, TypeError):  # a cache of another shape
             return False
         if len(self.kv) != len(b.blocks) or any(
@@ -235,7 +241,9 @@ class Rerun:
         run (blocks below `start`, the clean run's), for decoding to go on from it."""
         from transformers import DynamicCache
 
-        b, memo = self.bridge, {}
+        b, kv = self.bridge, self.kv
+        assert kv is not None  # kept by `_keep_kv` before a tail is run
+        memo: dict[int, Any] = {}
         B = self.ids.shape[0]
         config = getattr(getattr(b, "original_model", None), "config", None)
         cache = DynamicCache(config=config) if config is not None else DynamicCache()
@@ -244,7 +252,7 @@ class Rerun:
             return x if rows is None else x.index_select(0, rows)
 
         for li in range(start, len(b.blocks)):
-            k, v = self.kv[li]
+            k, v = kv[li]
             cache.update(pick(k[..., :first, :]), pick(v[..., :first, :]), li)
 
         def cut(key, value):
@@ -268,8 +276,9 @@ class Rerun:
                 out = b.blocks[li](resid, *_copied(args[1:], memo, rows, B), **kwargs)
                 resid = out[0] if isinstance(out, tuple) else out
             if kv_out is not None:
-                kv_out.extend([tuple(map(pick, self.kv[li])) for li in range(start)]
-                              + [(cache.layers[li].keys, cache.layers[li].values)
+                layers: list[Any] = list(cache.layers)
+                kv_out.extend([tuple(map(pick, kv[li])) for li in range(start)]
+                              + [(layers[li].keys, layers[li].values)
                                  for li in range(start, len(b.blocks))])
             if at is None:
                 return b.unembed(b.ln_final(resid[:, -1:]))[:, -1]

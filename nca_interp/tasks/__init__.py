@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import asdict, fields
+from typing import Any
 
 from nca_interp.errors import UsageError
 from nca_interp.plugins import import_plugins
@@ -96,7 +97,7 @@ def parse_task_options(name: str, options: list[str] | None) -> dict:
     replace an earlier one's key, go through `merged_task_options` first."""
     declared = {f.name: f for f in fields(spec(name).config)}
     defaults = {k: f.default for k, f in declared.items()}
-    out = {}
+    out: dict[str, Any] = {}
     pieces = _rejoined(list(options or []))
     i, prev = 0, ""
     while i < len(pieces):

@@ -30,7 +30,7 @@ import random
 import re
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from nca_interp.errors import UsageError
 
@@ -155,6 +155,9 @@ def shuffled_words(text: str, seed: int) -> str:
     return " ".join(words)
 
 
+_T = TypeVar("_T", bound="Task")  # a task's method returning a copy of the same class
+
+
 @dataclass(frozen=True)
 class Task:
     """A game (a module with the `Game` interface) plus its config. `fmt` is `compact` (tiny
@@ -162,8 +165,8 @@ class Task:
     boards, `[up]`-style moves)."""
 
     name: str
-    game: Game
-    config: object
+    game: Any  # the game's module: `Game` (a QA task's module adds what `QATask` calls)
+    config: Any  # the task's own config dataclass (SokobanConfig, JsonlConfig, ...)
     fmt: str = "compact"
     plan_k: int = 3  # moves revealed by the `plan` context
     rules_text: str | None = None
@@ -173,11 +176,21 @@ class Task:
     # tasks of checkpoints a user brings set False (nothing to supervise: distil them directly)
     teacher_sft = True
     success = "win"  # what `Scored.won` means in reports
-    # the context kind commands use when none is named (and none is recorded by the run): the
-    # one the published game settings distil (nca_interp/paper/settings.toml)
-    default_context = "plan"
-    context_kinds = ("state", "plan", "rules")
-    unit_name = "level"  # what the bootstrap resamples: the independent unit of `unit()`
+    # read-only per task (a subclass sets a class attribute, or computes one from its config)
+    @property
+    def default_context(self) -> str:
+        """The context kind commands use when none is named (and none is recorded by the run):
+        the one the published game settings distil (nca_interp/paper/settings.toml)."""
+        return "plan"
+
+    @property
+    def context_kinds(self) -> tuple[str, ...]:
+        return ("state", "plan", "rules")
+
+    @property
+    def unit_name(self) -> str:
+        """What the bootstrap resamples: the independent unit of `unit()`."""
+        return "level"
 
     def unit(self, level) -> str:
         """The independent unit a held-out item belongs to (bootstrap intervals resample
@@ -199,7 +212,8 @@ class Task:
 
     def sample_levels(self, stream: str, n: int, exclude: set[str]) -> list:
         """`n` levels seeded by `stream`, skipping boards in `exclude` (the held-out set)."""
-        out, i = [], 0
+        out: list = []
+        i = 0
         while len(out) < n:
             lv = self.level(f"{stream}-{i}")
             i += 1
@@ -285,8 +299,8 @@ class Task:
         x = self.render(level) + ("\n>" if self.fmt == "compact" else "\n")
         return x if context is None else f"{context}\n{x}"
 
-    def for_tokenizer(self, tokenizer, context_as: str = "user",
-                      template_kwargs: tuple = (("enable_thinking", False),)) -> Task:
+    def for_tokenizer(self: _T, tokenizer, context_as: str = "user",
+                      template_kwargs: tuple = (("enable_thinking", False),)) -> _T:
         """This task as a checkpoint with `tokenizer` must see it: a tokenizer with a chat
         template gets textarena boards and `[up]` moves inside its template; any other keeps
         the task as it is."""
@@ -303,8 +317,9 @@ class Task:
         """The solver-optimal response text (end-of-response is the tokenizer's eos)."""
         return self.moves_text(level, level.solution)
 
-    def parse(self, response: str) -> str | None:
-        """Move string from a response, None when it cannot be parsed."""
+    def parse(self, response: str, level=None) -> str | None:
+        """Move string from a response, None when it cannot be parsed (`level`: the item, for
+        tasks whose answers depend on it)."""
         if self.fmt == "compact":
             return response if response and set(response) <= set("UDLR") else None
         found = _CHAT_MOVE.findall(response)
@@ -353,8 +368,8 @@ class QATask(Task):
                              f"not {kind!r}")
         return self._system_prompt(level)
 
-    def for_tokenizer(self, tokenizer, context_as: str = "system",
-                      template_kwargs: tuple = (("enable_thinking", False),)) -> Task:
+    def for_tokenizer(self: _T, tokenizer, context_as: str = "system",
+                      template_kwargs: tuple = (("enable_thinking", False),)) -> _T:
         return super().for_tokenizer(tokenizer, context_as, template_kwargs)
 
     def max_response_tokens(self) -> int:
@@ -367,7 +382,17 @@ class QATask(Task):
             return f"<answer>{level.answer}</answer>"
         return self._compact_target(level)
 
-    def parse(self, response: str, level) -> str | None:
+    # what each QA task says itself (SyspromptTask, OPCDTask)
+    def _system_prompt(self, level) -> str:
+        raise NotImplementedError
+
+    def _compact_target(self, level) -> str:
+        raise NotImplementedError
+
+    def _allowed(self, level) -> str:
+        raise NotImplementedError
+
+    def parse(self, response: str, level=None) -> str | None:
         """The option `response` chose (a letter, or yes/no), None if it chose none."""
         return parse_answer(response, self._allowed(level),
                                       tagged=self.fmt != "compact")
@@ -409,7 +434,7 @@ class TaskSpec:
     name: str
     config: type
     module: object
-    task: type = Task
+    task: type[Task] = Task
     contexts: str = "state|plan|rules"
     note: str = ""
 
@@ -445,7 +470,7 @@ def task_choices() -> str:
 def context_choices() -> str:
     """Every registered task's context kinds, tasks with the same kinds named together."""
     groups: dict[tuple[str, str], list[str]] = {}
-    for s in map(REGISTRY.get, names()):
+    for s in (REGISTRY[n] for n in names()):
         groups.setdefault((s.contexts, s.note), []).append(s.name)
     return ", ".join(f"{kinds} ({', '.join(names)}{': ' + note if note else ''})"
                      for (kinds, note), names in groups.items())

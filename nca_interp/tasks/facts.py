@@ -318,7 +318,7 @@ class FactsTask(Task):
                 "countries (every fact wrong, same form and length)")
 
     def for_tokenizer(self, tokenizer, context_as: str = "system",
-                      template_kwargs: tuple = (("enable_thinking", False),)) -> Task:
+                      template_kwargs: tuple = (("enable_thinking", False),)) -> FactsTask:
         return super().for_tokenizer(tokenizer, context_as, template_kwargs)
 
     def prompt(self, level, context: str | None = None) -> str:

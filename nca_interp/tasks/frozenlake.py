@@ -66,8 +66,8 @@ def solve(level: FrozenLakeLevel) -> str | None:
         p = queue.popleft()
         if p == level.goal:
             moves = []
-            while parent[p] is not None:
-                p, m = parent[p]
+            while (step := parent[p]) is not None:
+                p, m = step
                 moves.append(m)
             return "".join(reversed(moves))
         for m, (dr, dc) in MOVES.items():

@@ -60,6 +60,7 @@ import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from nca_interp import scorer_worker
 from nca_interp.errors import InputError, UsageError
@@ -394,7 +395,8 @@ def whole_groups(test: list[Item], n: int) -> list[Item]:
     size: dict[str, int] = {}
     for it in test:
         size[it.unit] = size.get(it.unit, 0) + 1
-    keep, total = set(), 0
+    keep: set[str] = set()
+    total = 0
     for unit, k in size.items():
         if keep and total + k > n:
             break
@@ -538,7 +540,7 @@ class JsonlTask(Task):
 
     teacher_sft = False  # a checkpoint the user brings: nothing to supervise
 
-    budget_tokenizer: object = field(default=None, compare=False, repr=False)
+    budget_tokenizer: Any = field(default=None, compare=False, repr=False)
     success = "accuracy"
     default_context = "context"
     context_kinds = KINDS
@@ -600,7 +602,9 @@ class JsonlTask(Task):
             return shuffled_words(own, i)
         order = [it.id for it in items(self.config)]
         here = order.index(levels[i].id)
-        return min(pool, key=lambda it: (order.index(it.id) - here - 1) % len(order)).context
+        nearest = min(pool, key=lambda it: (order.index(it.id) - here - 1) % len(order))
+        assert nearest.context is not None  # without a context_file every item has its own c
+        return nearest.context
 
     def control_origin(self, level) -> tuple[str, str | None]:
         """("field", None) for an item with its own `control`, ("file", the path) under
@@ -630,7 +634,7 @@ class JsonlTask(Task):
         return "; ".join(parts)
 
     def for_tokenizer(self, tokenizer, context_as: str | None = None,
-                      template_kwargs: tuple = (("enable_thinking", False),)) -> Task:
+                      template_kwargs: tuple = (("enable_thinking", False),)) -> JsonlTask:
         """This task as the checkpoint with `tokenizer` sees it, checked before any work: the
         chat template renders the first item with and without its c, and your scorer imports
         (its errors are one line here, not after the responses are generated)."""
@@ -639,7 +643,7 @@ class JsonlTask(Task):
         if task.chat is None:  # no template to render turns: joining them would drop roles
             turns = next((it for it in items(self.config) if not isinstance(it.prompt, str)
                           and [r for r, _ in it.prompt] != ["user"]), None)
-            if turns is not None:
+            if turns is not None and not isinstance(turns.prompt, str):
                 name = getattr(tokenizer, "name_or_path", "") or "the checkpoint's tokenizer"
                 raise UsageError(f"{turns.source}: item {turns.id!r} gives chat turns "
                                  f"({', '.join(r for r, _ in turns.prompt)}), but {name} has no "

@@ -20,6 +20,7 @@ import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from nca_interp.errors import InputError, UsageError
 from nca_interp.fsio import read_text
@@ -135,7 +136,7 @@ def write(path: str | Path, items: list[Item]) -> None:
 
     rows = []
     for it in items:
-        row = {"question": it.question, "answer": it.answer}
+        row: dict[str, Any] = {"question": it.question, "answer": it.answer}
         if it.options:
             row["options"] = dict(zip(LETTERS, it.options))
         if it.id is not None:

@@ -179,7 +179,7 @@ class Question:
 
 
 def _words(rng: random.Random, n: int, taken: set[str]) -> list[str]:
-    out = []
+    out: list[str] = []
     while len(out) < n:
         w = rng.choice(_CONSONANTS) + rng.choice(_VOWELS) + rng.choice(_CONSONANTS)
         if w not in taken:
@@ -367,7 +367,7 @@ class SyspromptTask(QATask):
     def _compact_target(self, level) -> str:
         return compact_target(level, self.config)
 
-    def parse(self, response: str, level) -> str | None:
+    def parse(self, response: str, level=None) -> str | None:
         if self.fmt == "compact":
             return parse_compact(response, level, self.config)
         return super().parse(response, level)

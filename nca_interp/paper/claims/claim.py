@@ -4,7 +4,9 @@ table cell.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -74,12 +76,12 @@ def not_run(name: str, needs: str, command: str) -> Claim:
     return Claim(name, "not run", f"needs {needs}", "not run", f"`{command}`")
 
 
-def runs_of(rep: dict, method: str) -> list[dict]:
+def runs_of(rep: Mapping, method: str) -> list[Any]:
     return [r for _, r in students(rep, method)]
 
 
 
-def base_of(rep: dict) -> dict:
+def base_of(rep: Mapping) -> Any:
     """The report's first entry that is no student (the teacher, step 0)."""
     return others(rep)[0][1]
 
