@@ -360,7 +360,8 @@ def methods(r) -> str:
     attribution how its ranking agrees with the exact effects; '' for reports written before
     attribution patching (every number exact)."""
     fams = [(f"{tag}, {k.replace('resid_groups.', 'resid ')}", m)
-            for tag in ("forward", "reverse") for k, m in (r[tag] or {}).get("methods", {}).items()]
+            for tag in ("forward", "reverse")
+            for k, m in (getattr(r, tag) or {}).get("methods", {}).items()]
     fams += [("removing a head's reading of c", r.ablation)] if r.ablation else []
     fams = [(name, m) for name, m in fams if m and "agreement" in m]
     if not fams:
