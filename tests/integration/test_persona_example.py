@@ -53,6 +53,12 @@ def test_the_persona_example_runs_every_analysis_on_foreign_checkpoints(tok, tmp
     ev = json.loads((tmp_path / "fig" / "evaluate.json").read_text())
     assert set(ev["results"]) == {"model", "opd", "nca"}
     assert "parse_fail_no_c" in ev["results"]["opd"]
+    # c' is the wrong persona the example hands over, named in the reports that use it
+    wrong = (HERE / "wrong_persona.txt").read_text().strip()
+    assert ev["results"]["opd"]["control"]["c_prime_source"] == "file"
+    assert wrong[:40] in json.dumps(ev["results"]["opd"]["control"]["c_prime_examples"])
+    lens = json.loads((tmp_path / "fig" / "lens.json").read_text())
+    assert wrong[:40] in json.dumps(lens["control"])
     page = (tmp_path / "fig" / "README.md").read_text()
-    for name in ("evaluate", "layer_sim", "grad_align", "param_delta", "patching"):
+    for name in ("evaluate", "layer_sim", "grad_align", "param_delta", "patching", "lens"):
         assert f"### {name}" in page

@@ -25,6 +25,10 @@ ANALYSES = (
                     "seed-to-seed null (two OPD seeds)."),
     ("patching", "Which heads and layers carry c's help? Patching and head ablation on the "
                  "cases right only with c, heads chosen on one half and tested on the other."),
+    ("lens", "Where does the returning c still act, token by token? KL(q_x || q_c) per token of "
+             "each model's own sample, beside the same with the wrong persona c' (the control) "
+             "and the floor, by third of the response; the first forks of the help and harm "
+             "cases and whether the other view's token there restores the answer."),
 )
 
 

@@ -20,7 +20,10 @@ N_RANDOM=${N_RANDOM:-20}
 # 20 ran for over two and a half hours on 2 cores without finishing
 N_GENERATE=${N_GENERATE:-0}
 PNG=${PNG---png}  # PNG= writes the interactive HTML only (PNGs need kaleido and chromium)
-OPTS="data=$HERE/prompts.jsonl,context_file=$HERE/persona.txt,scorer=$HERE/score.py:captain_quill"
+# c' for the control (evaluate --control, the lens): a wrong persona of c's form, not the default
+# shuffle of c's own words (with one shared c, another item's context would be c itself)
+OPTS="data=$HERE/prompts.jsonl,context_file=$HERE/persona.txt,control_file=$HERE/wrong_persona.txt"
+OPTS="$OPTS,scorer=$HERE/score.py:captain_quill"
 
 train() {  # method seed folder: skipped when the folder already holds the weights
     [ -f "$3/model.safetensors" ] || $PY "$HERE/opd_loop.py" --model "$MODEL" --method "$1" \
@@ -41,4 +44,5 @@ $PY -m nca_interp.param_delta "$OUT/opd" "$OUT/nca" "$OUT/opd_s1" --init "$MODEL
     --control "$OUT/opd,$OUT/opd_s1" --lr "$LR" --steps "$STEPS" --out "$FIG/param_delta" $PNG
 $PY -m nca_interp.patching "$OUT/opd" "$OUT/nca" $A --kind help --scope groups --n-random "$N_RANDOM" \
     --n-random-generate "$N_GENERATE" --out "$FIG/patching" $PNG
+$PY -m nca_interp.lens "$MODEL" "$OUT/opd" "$OUT/nca" $A --out "$FIG/lens" $PNG
 $PY "$HERE/page.py" "$FIG"
