@@ -35,10 +35,13 @@ train opd 1 "$OUT/opd_s1"
 
 mkdir -p "$FIG"
 A="--task jsonl --task-options $OPTS"
-$PY -m nca_interp.evaluate "$MODEL" "$OUT/opd" "$OUT/nca" $A --control --out "$FIG/evaluate" $PNG
+# fp32 as the published figures were computed: the default (auto) autocasts to bf16 on a CPU
+# with native bf16, and greedy answers then differ from the published ones
+P="--precision fp32"
+$PY -m nca_interp.evaluate "$MODEL" "$OUT/opd" "$OUT/nca" $A $P --control --out "$FIG/evaluate" $PNG
 $PY -m nca_interp.layer_sim "$MODEL" "$OUT/opd" "$OUT/nca" $A --responses own \
     --out "$FIG/layer_sim" $PNG
-$PY -m nca_interp.grad_align "$MODEL" "$OUT/opd" "$OUT/nca" $A --teacher "$MODEL" \
+$PY -m nca_interp.grad_align "$MODEL" "$OUT/opd" "$OUT/nca" $A $P --teacher "$MODEL" \
     --batch 16 --parts 4 --out "$FIG/grad_align" $PNG
 $PY -m nca_interp.param_delta "$OUT/opd" "$OUT/nca" "$OUT/opd_s1" --init "$MODEL" \
     --control "$OUT/opd,$OUT/opd_s1" --lr "$LR" --steps "$STEPS" --out "$FIG/param_delta" $PNG
