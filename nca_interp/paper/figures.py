@@ -10,9 +10,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import stat
+import sys
 from pathlib import Path
 
 from nca_interp import analysis
+from nca_interp.cli import entry
+from nca_interp.errors import InputError, MissingInputError
 from nca_interp.paper import dose
 from nca_interp.paper.layout import CONTEXT_RETURN, HARM_DRIFT, analysis_files
 from nca_interp.reports import read_derived
@@ -66,20 +70,31 @@ def record_digests(figs: Path) -> dict[str, list[str]]:
     from nca_interp.plots import BUNDLE
 
     figs = Path(figs).absolute()
+    if not figs.is_dir():
+        raise MissingInputError(f"{figs} is not a folder: give a pipeline's figures folder "
+                                "(figures/<setting>)")
     manifest = figs / "manifest.json"
     data = read_json(manifest, "figures manifest")
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(e, dict) for e in files.values()):
+        raise InputError(f"figures manifest {manifest} has no \"files\" mapping of file to "
+                         "entry: it is not a pipeline's manifest, or is damaged; restore it or "
+                         "rerun the setting's pipeline")
     with tempfile.TemporaryDirectory(prefix="nca_interp-digests-") as tmp:
         copy = Path(tmp) / figs.parent.name / figs.name  # the pages' ../plotly.min.js kept
-        # without its figures: a page changed by hand is not the redraw's to refuse
-        shutil.copytree(figs, copy, ignore=shutil.ignore_patterns("*.html", "*.png"),
-                        symlinks=True)
+        # without its figures (a page changed by hand is not the redraw's to refuse), nor a
+        # pipe or device (copying one blocks, or fails): no writer reads them
+        shutil.copytree(figs, copy, ignore=_not_copied, symlinks=True)
         if (figs.parent / BUNDLE).is_file():
             shutil.copyfile(figs.parent / BUNDLE, copy.parent / BUNDLE)
-        drawn = {Path(w).name: _sha256(Path(w)) for w in render_figures(copy, False)
-                 if Path(w).suffix == ".html"}
+        try:
+            drawn = {Path(w).name: _sha256(Path(w)) for w in render_figures(copy, False)
+                     if Path(w).suffix == ".html"}
+        except (InputError, OSError) as e:  # named in the user's folder, not the copy
+            raise InputError(str(e).replace(str(copy), str(figs))) from None
     found: dict[str, list[str]] = {k: [] for k in ("recorded", "unchanged", "stale", "undrawn",
                                                    "missing")}
-    for key, entry in data["files"].items():
+    for key, item in files.items():
         path = _in_folder(key, figs)
         if path is None or path.suffix not in FIGURE_SUFFIXES:
             continue
@@ -92,18 +107,27 @@ def record_digests(figs: Path) -> dict[str, list[str]]:
             outcome = "undrawn"
         elif path.suffix == ".html":
             outcome = "stale" if sha != page else \
-                "unchanged" if entry.get("sha256") == sha else "recorded"
+                "unchanged" if item.get("sha256") == sha else "recorded"
         elif not html.is_file() or _sha256(html) != page:
             outcome = "stale"  # a PNG whose page is not current: nor is it, likely
         else:  # a PNG of a current page, as committed; an earlier digest is never replaced
-            outcome = "recorded" if not entry.get("sha256") else \
-                "unchanged" if entry["sha256"] == sha else "stale"
+            outcome = "recorded" if not item.get("sha256") else \
+                "unchanged" if item["sha256"] == sha else "stale"
         if outcome == "recorded":
-            entry["sha256"] = sha
+            item["sha256"] = sha
         found[outcome].append(key)
     if found["recorded"]:
         write_text(manifest, json.dumps(data, indent=1))  # as `Manifest.save` writes it
     return found
+
+
+def _not_copied(folder: str, names: list[str]) -> list[str]:
+    """`shutil.copytree`'s ignore: figures, and anything but a file, folder or link."""
+    def special(name: str) -> bool:
+        mode = (Path(folder) / name).lstat().st_mode
+        return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
+
+    return [n for n in names if n.endswith(FIGURE_SUFFIXES) or special(n)]
 
 
 def _sha256(path: Path) -> str:
@@ -136,4 +160,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(entry(main))

@@ -66,7 +66,7 @@ from nca_interp.cli import (
     to_dict,
     write_json,
 )
-from nca_interp.errors import RunError, UsageError
+from nca_interp.errors import InputError, RunError, UsageError
 from nca_interp.fsio import link_runs_home, read_json, write_text
 from nca_interp.identity import roster, students
 from nca_interp.paper import dose, kept
@@ -89,7 +89,7 @@ from nca_interp.tasks import make_task, merged_task_options
 from train import distill, sft
 from train.common import DISK_REMEDY, disk_needed, weight_bytes
 
-__all__ = ["Manifest", "main", "record_training_time", "run_parallel", "stage"]
+__all__ = ["Manifest", "check_manifest", "main", "record_training_time", "run_parallel", "stage"]
 
 FIGURES = Path(__file__).resolve().parents[2] / "figures"  # the published settings' folders
 def teacher_folder(preset: Preset, runs: Path, task: str) -> Path:
@@ -120,6 +120,7 @@ class Manifest:
     def __init__(self, path: Path, cfg: ReproduceConfig):
         self.path, self.cfg = path, cfg
         self.data = read_json(path) if path.exists() else {"files": {}}
+        check_manifest(self.data, path)
         self.ran = 0  # stages that did work in this invocation
         self.skipped: list[str] = []  # stages whose outputs this invocation found up to date
         self.resumed: list[str] = []  # training stages it resumed from an earlier checkpoint
@@ -143,6 +144,21 @@ class Manifest:
 
     def save(self) -> None:
         write_text(self.path, json.dumps(self.data, indent=1))
+
+
+def check_manifest(data, path: Path) -> None:
+    """One InputError naming the manifest unless it is what `Manifest.record` writes: "files",
+    a mapping of file to a mapping whose "command" (if any) is a string. A hand-edited or
+    damaged entry is refused where it is read, not hours later at the stage that reads it."""
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, dict):
+        raise InputError(f"manifest {path} has no \"files\" mapping: restore it, or delete it "
+                         "to run every stage again")
+    for key, item in files.items():
+        if not isinstance(item, dict) or not isinstance(item.get("command", ""), str):
+            raise InputError(f"manifest {path}: the entry of {key} is not a mapping with a "
+                             "string \"command\": restore the manifest, or delete the entry "
+                             "to make that file again")
 
 
 def done(run_dir: Path, steps: int) -> bool:

@@ -22,6 +22,7 @@ apart from the size-matched OPD's as much as from OPD's, beyond the seed-to-seed
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shlex
@@ -37,7 +38,13 @@ from nca_interp.errors import RunError
 from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import roster
 from nca_interp.paper.layout import PARAM_DELTA
-from nca_interp.paper.reproduce import Manifest, record_training_time, run_parallel, stage
+from nca_interp.paper.reproduce import (
+    Manifest,
+    check_manifest,
+    record_training_time,
+    run_parallel,
+    stage,
+)
 from nca_interp.paper.rules import SIZE_MATCH
 from nca_interp.reports import ParamDeltaReport
 
@@ -96,6 +103,8 @@ def refuse_recorded_code(argv: list[str], given: list[str] | None, where: str) -
     from nca_interp.tasks import refuse_recorded_code as refuse
     from train.options import DistillConfig
 
+    refuse_ambiguous_flags(argv, {"--" + f.name.replace("_", "-")
+                                  for f in dataclasses.fields(DistillConfig)}, where)
     try:
         recorded = parse_config(DistillConfig, argv)
     except SystemExit:  # argparse printed why
@@ -106,6 +115,37 @@ def refuse_recorded_code(argv: list[str], given: list[str] | None, where: str) -
     mine = parse_task_options(task or "sokoban", given)
     refuse(theirs, {k: v for k, v in mine.items() if theirs.get(k) == v},
            f"the train.distill command {where} records")
+
+
+# The flags this command reads from, or replaces in, a recorded argv (flag, with_flag)
+EDITED = ("--out", "--lr", "--threads", "--steps", "--student")
+
+
+def refuse_ambiguous_flags(argv: list[str], names: set[str], where: str) -> None:
+    """One RunError, before any work, unless every flag of a recorded argv is one of `names`
+    spelled out, given once, with its value as the next word. argparse takes the last of a
+    repeated flag and expands an abbreviation, while `with_flag` replaces the first exact
+    one: a recorded `--out X --out Y` would train into Y, which this command never named."""
+    seen: set[str] = set()
+    for a in argv:
+        if not a.startswith("--"):
+            continue
+        name = a.partition("=")[0]
+        if name not in names:
+            raise RunError(f"{where} records a train.distill command with the flag {name}, "
+                           "which is not one of train.distill's flags spelled out; rerun the "
+                           "setting's pipeline to record it again")
+        if name in seen:
+            raise RunError(f"{where} records a train.distill command that gives {name} twice; "
+                           "rerun the setting's pipeline to record it again")
+        seen.add(name)
+        if name in EDITED and a != name:
+            raise RunError(f"{where} records a train.distill command with {a}; this command "
+                           f"needs {name} VALUE: rerun the setting's pipeline to record it again")
+    missing = [n for n in EDITED if n not in seen]
+    if missing:
+        raise RunError(f"{where} records a train.distill command without {missing[0]}; rerun "
+                       "the setting's pipeline to record it again")
 
 
 def flag(argv: list[str], name: str) -> str:
@@ -158,6 +198,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not (src / "manifest.json").exists():
         raise RunError(f"{src}/manifest.json is missing: run the setting's pipeline first")
     made = read_json((src / "manifest.json"))
+    check_manifest(made, src / "manifest.json")
     pairs = {s: (runs / f"{cfg.setting}_opd_s{s}", runs / f"{cfg.setting}_nca_s{s}")
              for s in cfg.seeds}
     commands = {s: distill_command(made, opd) for s, (opd, _) in pairs.items()}
