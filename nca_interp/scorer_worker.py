@@ -445,8 +445,8 @@ def _checked(line: bytes, nonce: str, kinds: tuple[str, ...]) -> dict:
     of `kinds`; else {FORGED: what it was} (a line the scorer's code wrote)."""
     try:
         reply = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        reply = None
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, an int of >4300 digits, or
+        reply = None  # nested past the parser's depth: none is a reply
     if isinstance(reply, dict) and len(reply) == 2 and reply.get("nonce") == nonce:
         kind = next((k for k in kinds if k in reply), None)
         if kind is not None:

@@ -94,3 +94,40 @@ def test_a_manifest_entry_that_is_not_a_mapping_is_one_line_where_it_is_read(tmp
     assert entry(size_control.main, argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(figs / "myset" / "manifest.json") in err[0], err
+
+
+SCORER = """import fcntl, os, stat
+def out(line):  # to every pipe open for writing: the worker's reply channel among them
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode) and \\
+                    fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY:
+                os.write(fd, line)
+        except OSError:
+            pass
+def bigint(item, r): out(b'{"n": ' + b"1" * 5000 + b"}\\n"); return True
+def deep(item, r): out(b"[" * 200000 + b"]" * 200000 + b"\\n"); return True
+"""
+
+
+@pytest.mark.parametrize("fn", ["bigint", "deep"])
+def test_a_reply_line_json_cannot_parse_is_one_line_naming_scorer_and_item(tmp_path, fn):
+    """T-A: a line on the reply channel holding an int of >4300 digits (ValueError) or nested
+    200,000 deep (RecursionError) ended the supervisor's relay with a traceback, and the
+    command then said the scorer had ended its process. The same refusal as any forged line."""
+    from nca_interp import scorer_worker
+    from nca_interp.errors import UsageError
+
+    path = tmp_path / "inject.py"
+    path.write_text(SCORER)
+    w = scorer_worker.ScorerWorker(f"{path}:{fn}", 10)
+    try:
+        w.start()
+        with pytest.raises(UsageError) as e:
+            for i in range(3):
+                w.score({"id": f"q{i}"}, "x", f"item 'q{i}'")
+    finally:
+        w.close()
+    msg = str(e.value)
+    assert "\n" not in msg and f"{path}:{fn}" in msg and "item 'q0'" in msg, msg
+    assert "reply channel" in msg and "ended its process" not in msg, msg
