@@ -411,15 +411,62 @@ def _norm(text: str) -> str:
     return " ".join(text.strip().lower().split())
 
 
+# The most a pattern's counted repeats may multiply out to: the `regex` module expands them
+# when it compiles (`x{4294967294}` asks for terabytes, `(a{1000}){1000}` for 280 MB), before
+# any match time limit applies. A scorer's pattern needs a few dozen.
+MAX_REPEAT_EXPANSION = 100_000
+
+
+def _expansion(parsed) -> int:
+    """How many times `parsed` (re's parse of a pattern, or a part of one) spells out its
+    atoms once each counted repeat is multiplied out (an open repeat counts its minimum)."""
+    sre = _sre_parse()
+    total = 0
+    for op, av in parsed:
+        if op in (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT):
+            lo, hi, sub = av
+            total += max(1, lo if hi == sre.MAXREPEAT else hi) * _expansion(sub)
+        else:  # a group, branch, lookaround: its largest part
+            total += max([1, *(_expansion(p) for p in _parts(av))])
+    return total
+
+
+def _parts(av) -> list:
+    """The parsed sub-patterns inside an item's argument (a group's, each branch's, ...)."""
+    if isinstance(av, _sre_parse().SubPattern):
+        return [av]
+    if isinstance(av, (tuple, list)):
+        return [p for a in av for p in _parts(a)]
+    return []
+
+
+def _sre_parse():
+    """re's own parser (and its opcodes): the pattern as `re` reads it, without compiling it.
+    Imported by name: typeshed has no stub for this private module."""
+    import importlib
+
+    return importlib.import_module("re._parser")
+
+
 def check_regex(pattern: str, where: str = "pattern") -> str:
     """`pattern` if it compiles; a UsageError naming it otherwise (re.error is no ValueError:
-    it would end in a traceback)."""
+    it would end in a traceback), or where its counted repeats multiply out past
+    MAX_REPEAT_EXPANSION (checked on re's parse, before `regex` compiles it)."""
     import regex
 
     try:
         re.compile(pattern)
+        size = _expansion(_sre_parse().parse(pattern))
+    except re.error as e:
+        raise UsageError(f"{where} {pattern!r} is not a regular expression ({e})") from None
+    if size > MAX_REPEAT_EXPANSION:
+        raise UsageError(f"{where} {pattern!r} repeats its parts {size:,} times once its counted "
+                         f"repeats are multiplied out, over the limit of "
+                         f"{MAX_REPEAT_EXPANSION:,}: use an open repeat (+, *) or a smaller "
+                         "count (a checkpoint's run config may record the pattern)")
+    try:
         regex.compile(pattern)  # what `_search` matches with
-    except (re.error, regex.error) as e:
+    except regex.error as e:
         raise UsageError(f"{where} {pattern!r} is not a regular expression ({e})") from None
     return pattern
 

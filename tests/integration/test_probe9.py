@@ -131,3 +131,38 @@ def test_a_reply_line_json_cannot_parse_is_one_line_naming_scorer_and_item(tmp_p
     msg = str(e.value)
     assert "\n" not in msg and f"{path}:{fn}" in msg and "item 'q0'" in msg, msg
     assert "reply channel" in msg and "ended its process" not in msg, msg
+
+
+def test_a_run_configs_regex_with_huge_counted_repeats_is_refused_before_compiling(tmp_path):
+    """H-A: `regex.compile` multiplies out counted repeats, with no time or memory limit:
+    a run config's `x{4294967294}` exhausted memory before the match's time limit applied.
+    A pattern whose counted repeats multiply out past MAX_REPEAT_EXPANSION is refused in one
+    line, before `regex` compiles it. (The test's pattern is over the limit but cheap to
+    compile, so a broken check fails the test instead of exhausting the machine.)"""
+    import time
+
+    from nca_interp.assets import embedded
+    from nca_interp.checkpoint import write_manifest
+    from nca_interp.errors import UsageError
+    from nca_interp.runs import task_for_checkpoints
+    from nca_interp.tasks import jsonl
+
+    for sane in [r"\d{1,3}(,\d{3})*", "(a|b{500})+", "[a-z]{5,}", "x{100000}"]:
+        assert jsonl.check_regex(sane) == sane
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"id": "q0", "prompt": "p", "context": "c", "answer": "a"})
+                    + "\n")
+    ck = tmp_path / "ckR"
+    shutil.copytree(embedded("sokoban_opd"), ck)
+    run_config = json.loads((ck / "run_config.json").read_text())
+    for pattern in ["(?:a{1000}){101}", "x{100001}"]:
+        run_config["task"] = {"name": "jsonl", "data": str(data), "scorer": "regex",
+                              "pattern": pattern}
+        (ck / "run_config.json").write_text(json.dumps(run_config))
+        write_manifest(ck)
+        start = time.monotonic()
+        with pytest.raises(UsageError) as e:
+            task_for_checkpoints([str(ck)])
+        assert time.monotonic() - start < 30
+        msg = str(e.value)
+        assert "\n" not in msg and repr(pattern) in msg and "100,000" in msg, msg
