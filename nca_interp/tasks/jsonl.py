@@ -698,8 +698,14 @@ class JsonlTask(Task):
                                  "would be lost); give the prompt as text, or use a checkpoint "
                                  "with a chat template")
         first = items(self.config)[0]
-        task.prompt(first)
-        task.prompt(first, task.context(first, KINDS[0]))
+        c = task.context(first, KINDS[0])
+        if task.prompt(first) == task.prompt(first, c) and c:
+            name = getattr(tokenizer, "name_or_path", "") or "the checkpoint's tokenizer"
+            raise UsageError(f"the chat template of {name} drops the context (context_as="
+                             f"{self.config.context_as}): item {first.id!r} renders the same "
+                             "prompt with and without its c, so the model would never see c; "
+                             "pass --task-options context_as=user (or prefix), or fix the "
+                             "template")
         shared_control(self.config)  # a missing control_file is named before any work
         if is_user_scorer(self.config.scorer):
             user_scorer(self.config.scorer, self.config.scorer_timeout).start()

@@ -244,6 +244,27 @@ def test_where_c_goes_in_a_chat_template(tmp_path, tok, where, expect_c, expect_
     assert t.prompt(lv, "C") == expect_c and t.prompt(lv) == expect_x
 
 
+DROPS_SYSTEM = ("{% for m in messages %}{% if m['role'] == 'user' %}{{ m['content'] }}"
+                "{% endif %}{% endfor %}")
+
+
+def test_a_chat_template_that_drops_the_context_is_refused_before_any_work(tmp_path, tok):
+    """Probe 9 Q-A: a template rendering only user turns never shows c (a system message), so
+    both views were one prompt and evaluate reported "context irrelevant" with exit 0."""
+    import copy
+
+    chat_tok = copy.deepcopy(tok)
+    chat_tok.chat_template = DROPS_SYSTEM
+    data = write(tmp_path / "d.jsonl", [{"prompt": "hi", "context": "C", "split": "test"},
+                                        {"prompt": "yo", "context": "D", "split": "train"}])
+    with pytest.raises(UsageError, match="drops the context.*context_as=user") as err:
+        task(tmp_path, data=data).for_tokenizer(chat_tok)
+    assert "\n" not in str(err.value)
+    t = task(tmp_path, "context_as=user", data=data).for_tokenizer(chat_tok)  # the remedy works
+    lv = t.levels("test", 1)[0]
+    assert t.prompt(lv, "C") != t.prompt(lv)
+
+
 # -- evaluate on your data ----------------------------------------------------------------------
 
 @pytest.fixture
