@@ -9,13 +9,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nca_interp.assets import resolve
-from nca_interp.checkpoint import read_run_config
+from nca_interp.checkpoint import content_digest, read_run_config
 from nca_interp.errors import UsageError
 from nca_interp.tasks import Task, task_from_record
 
-__all__ = ["check_context", "check_same_tokenizers", "check_trained_on", "initial_of", "lr_at",
-           "resolve_task_and_context", "step_of", "task_for_checkpoints", "teacher_of",
-           "with_initial_checkpoints"]
+__all__ = ["check_context", "check_data_unchanged", "check_same_tokenizers", "check_trained_on",
+           "initial_of", "lr_at", "resolve_task_and_context", "step_of", "task_for_checkpoints",
+           "teacher_of", "with_initial_checkpoints"]
 
 
 def check_trained_on(path: str | Path | None, task: str, what: str) -> None:
@@ -72,7 +72,33 @@ def task_for_checkpoints(paths: list[str], name: str | None = None,
             raise UsageError(f"these checkpoints were trained on different task configs "
                              f"({diff}); compare runs of one config, or pass --task-options "
                              "KEY=VALUE to evaluate all of them on one")
+    for path, _ in recorded:
+        check_data_unchanged(path, task)
     return task
+
+
+def check_data_unchanged(path: str | Path, task: Task) -> None:
+    """Refuse a task that reads a data file run `path` recorded (`inputs["task option K"]`)
+    whose content now differs from the digest the run recorded: its seeded held-out split
+    would be drawn anew, and could hold training items (probe 9 Q-C). A task option naming
+    another file, or a run recorded before digests were kept, is not checked."""
+    inputs = read_run_config(path).get("inputs")
+    for flag, was in (inputs if isinstance(inputs, dict) else {}).items():
+        key = flag.removeprefix("task option ")
+        if key == flag or not isinstance(was, dict) or not isinstance(was.get("path"), str):
+            continue
+        now = getattr(task.config, key, None)
+        if not isinstance(now, str) or not now:
+            continue
+        file = Path(now).expanduser().resolve()
+        if file != Path(was["path"]) or not file.is_file():
+            continue
+        digest = content_digest(file)
+        if digest != was.get("sha256"):
+            raise UsageError(f"{file} ({key}) has changed since {path} trained on it (sha256 "
+                             f"{digest} now, {was.get('sha256')} recorded); its held-out split "
+                             "may now hold training items: point at the data the run was "
+                             "trained on (restore the file), or pass split=train/test in it")
 
 
 def task_menu() -> str:

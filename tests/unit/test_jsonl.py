@@ -265,6 +265,31 @@ def test_a_chat_template_that_drops_the_context_is_refused_before_any_work(tmp_p
     assert t.prompt(lv, "C") != t.prompt(lv)
 
 
+def test_a_data_file_changed_since_the_run_trained_on_it_is_refused(tmp_path, tok):
+    """Probe 9 Q-C: a line added to the run's data file redraws the seeded held-out split, so
+    "held-out" evaluation took in a training item with exit 0; the run's recorded sha256 of
+    the file was never compared."""
+    from nca_interp.checkpoint import content_digest
+    from nca_interp.runs import task_for_checkpoints
+    from nca_interp.tasks import task_record
+
+    data = write(tmp_path / "d.jsonl", rows())
+    record = task_record(task(tmp_path, "test_share=0.5", data=data))
+    run = save_checkpoint(tmp_path / "run", tiny(tok), tok, run_config={
+        "task": record, "context": "context", "inputs": {"task option data": {
+            "path": str(data.resolve()), "sha256": content_digest(data)}}})
+    assert task_for_checkpoints([str(run)]).config.data == record["data"]  # unchanged: read
+    was = content_digest(data)
+    with data.open("a") as f:
+        f.write(json.dumps({"id": "d99", "prompt": "Say w99", "context": "be nice"}) + "\n")
+    with pytest.raises(UsageError, match="changed since.*trained on it") as err:
+        task_for_checkpoints([str(run)])
+    assert was in str(err.value) and content_digest(data) in str(err.value)
+    assert "\n" not in str(err.value)
+    other = write(tmp_path / "other.jsonl", rows())  # another file named on purpose: read
+    assert task_for_checkpoints([str(run)], options=[f"data={other}"]).config.data == str(other)
+
+
 # -- evaluate on your data ----------------------------------------------------------------------
 
 @pytest.fixture
