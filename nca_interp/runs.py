@@ -200,8 +200,21 @@ def _recorded_path(path, run: dict, key: str) -> str | None:
 
 
 def initial_of(path: str) -> str | None:
-    """The checkpoint a distilled run started from (its --student), if recorded."""
-    return resolve(_recorded_path(path, read_run_config(path), "student"))
+    """The checkpoint a distilled run started from (its --student), if recorded; one whose
+    content differs from the digest the run recorded for it (retrained in place) is refused:
+    it would be read as the run's step 0 and base (probe 9 Q-D)."""
+    run = read_run_config(path)
+    init = resolve(_recorded_path(path, run, "student"))
+    inputs = run.get("inputs")
+    was = inputs.get("--student") if isinstance(inputs, dict) else None
+    if init and isinstance(was, dict) and isinstance(was.get("sha256"), str) \
+            and Path(init).is_dir() and (Path(init) / "config.json").exists():
+        now = content_digest(init)
+        if now != was["sha256"]:
+            raise UsageError(f"{path} started from {init} as it was (sha256 {was['sha256']}); "
+                             f"{init} has changed since (sha256 {now}), so it is not this run's "
+                             "step 0 or base: restore the model the run started from there")
+    return init
 
 
 def with_initial_checkpoints(paths: list[str]) -> list[str]:

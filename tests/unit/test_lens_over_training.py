@@ -172,3 +172,24 @@ def test_the_setting_page_reads_the_lens_report_it_is_given(run, tmp_path):
              if r.startswith("| ") and r[2].isdigit()]
     assert steps == ["| 0", "| 2", "| 4"]
     assert page.lens(tmp_path / "empty") == ""
+
+
+def test_a_runs_start_retrained_in_place_is_refused_as_its_step_0_and_base(tmp_path, tok):
+    """Probe 9 Q-D: the run recorded its --student's sha256, but lens --over-training 0,
+    trajectory and layer_sim read whatever model now sits at that path as its step 0 and
+    base, with exit 0."""
+    from nca_interp.checkpoint import content_digest
+    from nca_interp.runs import initial_of, with_initial_checkpoints
+
+    base = save_checkpoint(tmp_path / "base", tiny(tok), tok)
+    run = save_checkpoint(tmp_path / "run", tiny(tok), tok, run_config={
+        "student": str(base), "inputs": {"--student": {"path": str(base.resolve()),
+                                                       "sha256": content_digest(base)}}})
+    assert initial_of(str(run)) == str(base)  # unchanged: read
+    was = content_digest(base)
+    save_checkpoint(base, tiny(tok, seed=7), tok)  # the same path, another model
+    for read in (initial_of, lambda r: with_initial_checkpoints([r])):
+        with pytest.raises(UsageError, match="has changed since") as err:
+            read(str(run))
+        assert was in str(err.value) and content_digest(base) in str(err.value)
+        assert "\n" not in str(err.value)
