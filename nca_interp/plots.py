@@ -350,8 +350,10 @@ def patching_figures(report: Patching) -> dict[str, go.Figure]:
         figs["heads"] = heads
     rows = (report.heads or {}).get("rows")
     if rows:
+        hd = report["heads"]
         sel = make_subplots(rows=1, cols=2, horizontal_spacing=0.14, subplot_titles=[
-            "teacher-forced effect", "answers flipped"])
+            "teacher-forced effect", "answers flipped" + (
+                "" if hd["n_random_generate"] else "<br><sup>no random-head null: 0 draws</sup>")])
         ks = [str(r["k"]) for r in rows]
         for col, (key, null) in enumerate((("effect", "effect_null"),
                                            ("flipped", "flipped_null")), 1):
@@ -369,7 +371,6 @@ def patching_figures(report: Patching) -> dict[str, go.Figure]:
         sel.update_xaxes(title_text="k heads' context reading removed", type="category")
         sel.update_yaxes(title_text="normalised effect", col=1)
         sel.update_yaxes(title_text=f"fraction of {kind} cases flipped", col=2)
-        hd = report["heads"]
         sel.update_layout(title=f"{who}:<br>heads chosen on one half, judged on the other"
                                 "<br><sup>bars: 95% bootstrap over cases (a unit's cases "
                                 f"together); null: "

@@ -50,3 +50,16 @@ def test_a_report_from_before_attribution_says_nothing_of_methods(tmp_path):
         if r.get("ablation"):
             r["ablation"].pop("agreement", None)
     assert "Which method" not in section(tmp_path, old)
+
+
+def test_a_null_not_drawn_is_said_on_its_panel_not_left_an_empty_legend_entry():
+    """The 30-layer report drew no answer-outcome null (--n-random-generate 0): the head
+    selection's 'answers flipped' panel says so, the effect panel (20 draws) does not."""
+    from nca_interp import analysis
+
+    rep = analysis.load(PUBLISHED)
+    figs = analysis.module("patching").figures(rep)
+    sel = figs["sokoban_smollm2_lora_nca_s0_head_selection"]
+    titles = [a.text for a in sel.layout.annotations]
+    assert "no random-head null: 0 draws" in titles[1]
+    assert "no random-head null" not in titles[0]
