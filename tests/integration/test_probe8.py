@@ -10,17 +10,9 @@ import pytest
 
 from nca_interp import scorer_worker
 from nca_interp.errors import UsageError
+from tests.integration.planted import PIPE_WRITER, planted_setting
 
-SCORER = """import fcntl, os, stat
-def out(line):  # to the worker's reply pipe: fd 3 once, now every pipe open for writing
-    for fd in map(int, os.listdir("/proc/self/fd")):
-        try:
-            if stat.S_ISFIFO(os.fstat(fd).st_mode) and \\
-                    fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY:
-                os.write(fd, line)
-        except OSError:
-            pass
-def empty(item, r): out(b"{}\\n"); return True
+SCORER = PIPE_WRITER + """def empty(item, r): out(b"{}\\n"); return True
 def listy(item, r): out(b"[1]\\n"); return True
 def bad_json(item, r): out(b"not json\\n"); return True
 def twice(item, r): out(b'{"value": false}\\n'); return True
@@ -65,23 +57,13 @@ def test_size_control_runs_no_scorer_its_manifest_names(tmp_path, capsys):
     manifest; a recorded `--task-options ...,scorer=evil.py:fn` was imported and run. The
     recorded command is data: refused before any work, unless this command names the same
     scorer."""
-    from nca_interp.assets import embedded
     from nca_interp.cli import entry
     from nca_interp.paper import size_control
 
     scorer = evil_scorer(tmp_path)
-    runs, figs = tmp_path / "runs", tmp_path / "figs"
-    base = tmp_path / "base"
-    shutil.copytree(embedded("sokoban_opd"), base)
-    (figs / "myset").mkdir(parents=True)
-    final = runs / "myset_opd_s0" / "checkpoints" / "step_000004"
-    command = (f"python -m train.distill --student {base} --task jsonl --context context "
-               f"--task-options data={tmp_path / 'data.jsonl'},scorer={scorer} --steps 4 "
-               f"--batch 4 --threads 1 --lr 0.001 --out {runs / 'myset_opd_s0'}")
-    (figs / "myset" / "manifest.json").write_text(json.dumps(
-        {"files": {str(final): {"command": command}}}))
-    argv = ["--setting", "myset", "--seeds", "0", "--runs", str(runs), "--figures", str(figs),
-            "--rounds", "1", "--jobs", "1", "--threads", "1"]
+    runs, figs, argv = planted_setting(
+        tmp_path, f"--task jsonl --context context --task-options data={tmp_path / 'data.jsonl'},"
+        f"scorer={scorer} --steps 4 --batch 4 --threads 1 --lr 0.001 --out {{out}}")
     assert entry(size_control.main, argv) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: the train.distill command") and scorer in err[-1], err

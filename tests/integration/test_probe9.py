@@ -7,6 +7,8 @@ import shutil
 
 import pytest
 
+from tests.integration.planted import PIPE_WRITER, planted_setting
+
 
 @pytest.mark.parametrize("flag,twice", [("--out", "{victim}"), ("--lr", "0.02")])
 def test_size_control_refuses_a_recorded_command_giving_a_flag_twice(tmp_path, capsys, flag,
@@ -14,22 +16,13 @@ def test_size_control_refuses_a_recorded_command_giving_a_flag_twice(tmp_path, c
     """S-A / Q-B: size_control replaced only the first --out / --lr of a recorded command;
     argparse took the last, so `--out X --out VICTIM` trained into VICTIM and `--lr a --lr b`
     trained at b while the summary named a x multiplier. Refused before any work."""
-    from nca_interp.assets import embedded
     from nca_interp.cli import entry
     from nca_interp.paper import size_control
 
-    runs, figs, victim = tmp_path / "runs", tmp_path / "figs", tmp_path / "victim"
-    base = tmp_path / "base"
-    shutil.copytree(embedded("sokoban_opd"), base)
-    (figs / "myset").mkdir(parents=True)
-    final = runs / "myset_opd_s0" / "checkpoints" / "step_000004"
-    command = (f"python -m train.distill --student {base} --method opd --steps 4 --batch 4 "
-               f"--threads 1 --lr 0.0003 --out {runs / 'myset_opd_s0'} "
-               f"{flag} {twice.format(victim=victim)}")
-    (figs / "myset" / "manifest.json").write_text(json.dumps(
-        {"files": {str(final): {"command": command}}}))
-    argv = ["--setting", "myset", "--seeds", "0", "--runs", str(runs), "--figures", str(figs),
-            "--rounds", "1", "--jobs", "1", "--threads", "1"]
+    victim = tmp_path / "victim"
+    runs, figs, argv = planted_setting(
+        tmp_path, "--method opd --steps 4 --batch 4 --threads 1 --lr 0.0003 --out {out} "
+        f"{flag} {twice.format(victim=victim)}")
     assert entry(size_control.main, argv) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: ") and f"gives {flag} twice" in err[-1], err
@@ -96,16 +89,7 @@ def test_a_manifest_entry_that_is_not_a_mapping_is_one_line_where_it_is_read(tmp
     assert len(err) == 1 and str(figs / "myset" / "manifest.json") in err[0], err
 
 
-SCORER = """import fcntl, os, stat
-def out(line):  # to every pipe open for writing: the worker's reply channel among them
-    for fd in map(int, os.listdir("/proc/self/fd")):
-        try:
-            if stat.S_ISFIFO(os.fstat(fd).st_mode) and \\
-                    fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY:
-                os.write(fd, line)
-        except OSError:
-            pass
-def bigint(item, r): out(b'{"n": ' + b"1" * 5000 + b"}\\n"); return True
+SCORER = PIPE_WRITER + """def bigint(item, r): out(b'{"n": ' + b"1" * 5000 + b"}\\n"); return True
 def deep(item, r): out(b"[" * 200000 + b"]" * 200000 + b"\\n"); return True
 """
 
