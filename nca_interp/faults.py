@@ -1,7 +1,8 @@
 """Named fault points for the fault-injection tests (tests/integration/test_faults.py).
 
 `NCA_INTERP_FAULT=<point>:<action>` makes the process meet its fault at that point: `kill`
-(SIGKILL itself, as a kill -9 or a lost machine would) or `enospc` (raise the OSError a full
+(SIGKILL itself, as a kill -9 or a lost machine would), `term` (SIGTERM itself, as a
+scheduler's stop would) or `enospc` (raise the OSError a full
 disk raises). Unset, a point costs one dictionary lookup. Points: `step-renamed` (a step
 checkpoint is in place, the run root not yet republished), `publish` (half-way through
 copying it to the root), `metrics-rewrite` (the new metrics file written, not yet renamed),
@@ -29,6 +30,9 @@ def fault_point(name: str) -> None:
         return
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if action == "term":
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
     if action == "enospc":
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f"(injected at {name})")
-    raise UsageError(f"NCA_INTERP_FAULT={spec}: the action must be kill or enospc")
+    raise UsageError(f"NCA_INTERP_FAULT={spec}: the action must be kill, term or enospc")

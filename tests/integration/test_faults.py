@@ -202,6 +202,22 @@ def test_a_kill_mid_publish_is_republished(base, tmp_path):
                 "model.safetensors")
 
 
+@pytest.mark.parametrize("point", ["save", "step-renamed", "publish"])
+def test_a_sigterm_at_any_point_of_a_save_ends_in_one_line_and_resumes(base, tmp_path, point):
+    """SIGTERM lands at a chosen point of a step's save (its files being written, the step in
+    place, half-way through the publish): the run ends 143 with the Ctrl-C line, no
+    traceback, and the same command finishes to the weights of its last step."""
+    out = tmp_path / "run"
+    assert run_cli(args(base, out, steps=1)).returncode == 0
+    termed = run_cli(args(base, out, steps=2), fault=f"{point}:term")
+    assert termed.returncode == 143 and "Traceback" not in termed.stderr, termed.stderr
+    assert termed.stderr.strip().splitlines()[-1].startswith("terminated; ")
+    again = run_cli(args(base, out, steps=2))
+    assert again.returncode == 0, again.stderr
+    assert same(out / "model.safetensors", out / "checkpoints" / "step_000002" /
+                "model.safetensors")
+
+
 def test_a_kill_while_metrics_are_rewritten_keeps_every_line(base, tmp_path):
     out = tmp_path / "run"
     assert run_cli(args(base, out, steps=2, save_every=2)).returncode == 0
