@@ -251,10 +251,14 @@ def spec_table() -> str:
 RULES = (
     ("every seed",
      "a claim judged by counting units (seeds, checkpoints, cases) is **reproduced** when the "
-     "effect's 95% interval is clear of its null in every unit, or a pooled interval is clear "
-     "of it *and* a majority of the units are clear on their own; anything less is at most "
-     "**partly**. A claim judged by a test of `nca_interp/paper/judge.py` (effect, equivalence, "
-     "band) is decided by its pooled interval first, as its own rule below says."),
+     "effect's 95% interval is clear of its null in every unit; anything less is at most "
+     "**partly**. A counted claim has no pooled path: internalizes, longer, the gap, matched "
+     "drift, shallow k/q, the heads and the pairs of *prevents* need every unit clear for "
+     "**reproduced**, whatever a pooled interval of their units would show (*prevents* needs "
+     "its pooled gap besides). A claim judged by a test of `nca_interp/paper/judge.py` (effect, "
+     "equivalence, band) is decided by its pooled interval first, and is **reproduced** there "
+     "when that interval is clear of the null *and* a majority of the units are clear on "
+     "their own, as its own rule below says."),
     ("smallest effect",
      "every claim has a smallest effect of interest, its margin, stated in the claim table "
      "below with its source: the paper's own numbers where it gives them (its 0.6-3.6 point "
@@ -347,10 +351,14 @@ RULES = (
      "otherwise. An interval that merely reaches 0 keeps nothing: fewer items no longer make "
      "keeping easier."),
     ("harm",
-     "a harm (P(wrong with c | right without c)) is OPD's own when its interval clears the "
-     "step-0 model's harm on the same items *and* either accuracy with c lies below accuracy "
-     "without c (regime A) or the harm also clears the independence baseline, 1 - accuracy "
-     "with c of the same student: what harm is when being right with c does not depend on "
+     "a harm (P(wrong with c | right without c)) is OPD's own when its interval's lower end "
+     "lies above the step-0 model's harm on the same items (step 0's point: a gate that "
+     "selects the pairs *prevents* counts, not a claim of its own; step 0's harm is measured "
+     "on the few items it gets right without c, and its interval combined with the seed's, as "
+     "the step-0 rule combines lengths, would leave almost no harm OPD's own) *and* either "
+     "accuracy with c lies below accuracy without c (regime A) or the harm also clears the "
+     "independence baseline, 1 - accuracy with c of the same student: what harm is when "
+     "being right with c does not depend on "
      "being right without it (a student right without c by chance is 'harmed' that much). "
      "The baseline is printed beside every harm."),
     ("prevents",
@@ -535,13 +543,15 @@ RULES = (
      "updates' and the random-draw p's (the larger of the effect's and the flips') for the "
      "heads. Claims whose rule tests nothing (the paper's 0.997 threshold on points, shallow "
      "k/q's runs without intervals) and **not measurable** or **not run** rows are outside "
-     "the family. After Holm, a **reproduced** or **partly** whose p clears "
-     f"{ALPHA:g} alone but not its Holm threshold reads **inconclusive**; every other verdict "
-     "is unchanged (the correction guards against false findings, and a verdict the raw rule "
-     "gives without its test passing, the updates' 'direction only' **partly**, rests on no "
-     "test to correct). The table prints the corrected verdict beside the raw one, with each "
-     "claim's p and threshold. A t interval (few clusters) inverted as normal understates p "
-     "far in its tail: the correction is approximate there, never stricter than the raw "
+     "the family. After Holm, a **reproduced** or **partly** whose p does not clear its Holm "
+     "threshold reads **inconclusive**, whether or not it clears "
+     f"{ALPHA:g} alone: a finding the raw rule gives without its test passing (the updates' "
+     "'direction only' **partly**, an angle's **partly** on one clear seed) is corrected as "
+     "any other, so a weaker p never keeps a stronger word; every other verdict is unchanged "
+     "(the correction guards against false findings). The table prints the corrected verdict "
+     "beside the raw one, with each claim's p and threshold. A t interval (few clusters) "
+     "inverted as normal understates p far in its tail: the correction is approximate "
+     "there, never stricter than the raw "
      "rule."),
     ("closed set",
      "a verdict is one of " + ", ".join(f"**{v}**" for v in VERDICTS) + "; its reason is "
@@ -722,12 +732,15 @@ def holm_threshold(ps: list[float | None], i: int, alpha: float = ALPHA) -> floa
 
 def after_holm(word: str, p: float | None, rejected: bool | None,
                alpha: float = ALPHA) -> str:
-    """The verdict after the multiplicity rule: a reproduced or partly whose own test passes
-    at `alpha` (p <= alpha) but is not rejected by Holm over its setting's family reads
-    inconclusive; every other verdict, and a claim outside the family, is unchanged."""
+    """The verdict after the multiplicity rule: a reproduced or partly whose p is not
+    rejected by Holm over its setting's family reads inconclusive, whether or not its own
+    test passed at `alpha` alone (a weaker p never keeps a stronger word: the 'direction
+    only' partly of the updates, given by the raw rule without its test passing, is
+    corrected as any other); every other verdict, and a claim outside the family, is
+    unchanged."""
     if p is None or rejected is None or rejected:
         return word
-    if word in ("reproduced", "partly") and p <= alpha:
+    if word in ("reproduced", "partly"):
         return "inconclusive"
     return word
 

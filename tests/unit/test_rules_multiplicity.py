@@ -84,10 +84,17 @@ def test_only_tested_claims_are_the_family_and_absences_are_unchanged():
     assert found[1].holm_note == "not tested"
 
 
-def test_a_partly_that_rests_on_no_passing_test_is_not_corrected():
-    # the updates' "direction only" partly: its permutation p never passed on its own
-    assert rules.after_holm("partly", 0.1, False) == "partly"
+def test_a_weaker_p_never_keeps_a_stronger_word():
+    """The updates' 'direction only' partly (its permutation p never passed on its own) was
+    kept at p 0.1 while a partly at p 0.04 was demoted (the independent re-judgement of
+    session 45): now both read inconclusive unless Holm rejects their null."""
+    assert rules.after_holm("partly", 0.1, False) == "inconclusive"
     assert rules.after_holm("partly", 0.04, False) == "inconclusive"
+    assert rules.after_holm("partly", 0.04, True) == "partly"
+    for word in rules.VERDICTS:  # monotone in p: the demotion never depends on p alone
+        ps = sorted([0.001, 0.03, 0.2, 0.7])
+        kept = [rules.after_holm(word, p, False) == word for p in ps]
+        assert kept == sorted(kept, reverse=True)
 
 
 def test_a_counted_claim_needs_every_unit_at_its_threshold():
