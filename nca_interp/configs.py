@@ -202,6 +202,9 @@ class LensConfig:
         "help": "harm cases (and help cases) whose forks are swapped", "check": ">=0"})
     max_forks: int = field(default=4, metadata={
         "help": "forks swapped in turn before a case counts as not restored", "check": ">0"})
+    null_swaps: int = field(default=4, metadata={
+        "help": "the swap test's null: random non-fork tokens of each case swapped for the "
+                "writer's own runner-up, each continued (0: none)", "check": ">=0"})
     batch: int = field(default=16, metadata={"help": "items per forward pass", "check": "batch"})
     over_training: list[str] | None = field(default=None, metadata={
         "help": "each folder named is a distillation run, read at these of its steps "

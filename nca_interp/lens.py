@@ -24,7 +24,10 @@ P columns at column P - 1 in either view, so t is read at column P - 1 + t in bo
               columns: the same function of the same tokens, so what arithmetic alone gives
               (kernels, batch layout, dtype). With y fixed a model has no sampling noise to
               give a floor; a kl at this level is no effect at all
-Where: the thirds of each response (first / middle / last by t / its length) and by position.
+Where: the thirds of each response (first / middle / last by t / its length), its parts (the
+first token; the answer tokens, those whose text lies in the span the task's scorer reads,
+`Task.answer_span`: the moves, the <answer> tag, the value named, the whole text for a rule or
+a scorer of your own; the end, the last token: eos where it stopped) and by position.
 
 Layer by layer (Hugging Face models): each layer's residual (`hidden_states`, embedding first)
 at the same aligned positions, through the final norm and the unembedding (the logit lens):
@@ -41,7 +44,10 @@ Forks and harm (greedy, as `evaluate`; at most --max-cases of each):
              y_c[:t*]); it is recorded as a check (`other_view_right`). The causal test swaps the
              one token instead: y_c[:t*], the no-c view's token, then the c view continues
              greedily. `restored`: that is right; `forks_to_restore`: how many successive forks
-             must be swapped so (at most --max-forks; None: not within them)
+             must be swapped so (at most --max-forks; None: not within them). The null:
+             --null-swaps tokens of the same response drawn where the views agree, each
+             swapped for the c view's own runner-up and continued (`restored_null`: the
+             share made right); a fork that carries the harm restores far above it
   help case  wrong without c, right with c: the converse (the c view's token at the first fork
              of the no-c response, the no-c view continues)
 """
@@ -97,11 +103,11 @@ from nca_interp.runs import (
 from nca_interp.tasks import Task
 from nca_interp.trajectory import checkpoints_of
 
-__all__ = ["DEMO", "FLOOR_PAD", "REGIONS", "SERIES", "TwoViews", "ViewPass", "compare",
-           "effect_summary", "effect_views", "execute", "figures", "floor_batch", "fork_cases",
-           "generating_rows", "lens_checkpoint", "main", "monitor", "over_training", "parting",
-           "pick_steps", "run", "settling", "show", "two_views", "view_pass", "views",
-           "with_prompts"]
+__all__ = ["DEMO", "FLOOR_PAD", "PARTS", "REGIONS", "SERIES", "TwoViews", "ViewPass",
+           "answer_tokens", "compare", "effect_summary", "effect_views", "execute", "figures",
+           "floor_batch", "fork_cases", "generating_rows", "lens_checkpoint", "main", "monitor",
+           "over_training", "parting", "parts_of", "pick_steps", "run", "settling", "show",
+           "swap_forks", "two_views", "view_pass", "views", "with_prompts"]
 
 FLOOR_PAD = 3  # masked padding columns added to the no-c view for the arithmetic floor
 
@@ -298,6 +304,15 @@ def _tops(model, tok, prompts: list[str], y: list[int], limit: int | None) -> np
     return np.stack([got.top_x[0], got.top_c[0]])
 
 
+def _runner_up(model, tok, prompt: str, y: list[int], limit: int | None) -> np.ndarray:
+    """N: the second most likely token of view `prompt` at every position of response y."""
+    dev = model_device(model)
+    resp = torch.tensor([y], device=dev)
+    ids, mask = encode(tok, [prompt], limit, len(y))
+    got = view_pass(model, ids.to(dev), mask.to(dev), resp, torch.ones_like(resp), False)
+    return got.logp[0].topk(2, dim=-1).indices[:, 1].cpu().numpy()
+
+
 def _continue(model, tok, prompt: str, prefix: list[int], max_new: int,
               limit: int | None) -> list[int]:
     """`prefix`, then the greedy continuation of the view `prompt` (up to max_new in all)."""
@@ -319,15 +334,31 @@ def _text(tok, y: list[int]) -> str:
 
 
 def swap_forks(model, tok, task: Task, level, writer: str, donor: str, y: list[int],
-               max_new: int, max_forks: int, limit: int | None) -> dict:
+               max_new: int, max_forks: int, limit: int | None, null_swaps: int = 0,
+               rng: np.random.Generator | None = None) -> dict:
     """The response y that view `writer` (a prompt) wrote greedily, against view `donor`: its
     forks, and whether swapping the first fork's token for the donor's (then the next fork's,
-    up to `max_forks`) and letting the writer continue makes it right."""
+    up to `max_forks`) and letting the writer continue makes it right. The null of that
+    (`null_right`, `restored_null` its share): `null_swaps` positions drawn by `rng` among the
+    response's non-fork tokens, each token swapped for the writer's own runner-up there and
+    the writer continuing: how often one token changed anywhere else makes it right."""
     tops = _tops(model, tok, [writer, donor], y, limit)
     forks = np.flatnonzero(tops[0] != tops[1]).tolist()
     case: dict[str, Any] = {"n_forks": len(forks), "first_fork": forks[0] if forks else None,
-            "response": _text(tok, y), "other_view_right": None, "restored": False,
-            "forks_to_restore": None, "swaps": []}
+            "forks": forks, "n_tokens": len(y), "response": _text(tok, y),
+            "other_view_right": None, "restored": False, "forks_to_restore": None,
+            "swaps": [], "null_at": [], "null_right": [], "restored_null": None}
+    elsewhere = [t for t in range(len(y)) if t not in set(forks)]
+    if null_swaps and elsewhere:
+        rng = rng if rng is not None else np.random.default_rng(0)
+        at = sorted(rng.choice(elsewhere, min(null_swaps, len(elsewhere)), replace=False)
+                    .tolist())
+        second = _runner_up(model, tok, writer, y, limit)
+        for t in at:
+            z = _continue(model, tok, writer, y[:t] + [int(second[t])], max_new, limit)
+            case["null_at"].append(int(t))
+            case["null_right"].append(bool(task.score(level, _text(tok, z)).won))
+        case["restored_null"] = float(np.mean(case["null_right"]))
     if not forks:
         return case
     t = forks[0]
@@ -354,10 +385,12 @@ def swap_forks(model, tok, task: Task, level, writer: str, donor: str, y: list[i
 
 
 def fork_cases(model, tok, task: Task, levels: list, context: str, max_cases: int = 16,
-               max_forks: int = 4, seed: int = 0) -> dict:
+               max_forks: int = 4, seed: int = 0, null_swaps: int = 4) -> dict:
     """Greedy responses with and without c (`evaluate.play_levels`), scored by the task; for
-    the first `max_cases` harm cases (right without c, wrong with c) and help cases, the forks
-    and the swap test (`swap_forks`)."""
+    the first `max_cases` harm cases (right without c, wrong with c) and help cases, the forks,
+    the swap test and its null of `null_swaps` random non-fork swaps a case (`swap_forks`;
+    `<kind>_restored_null`: the share of those swaps that made a case right, case by case
+    then averaged, beside `<kind>_restored`)."""
     task = task.for_tokenizer(tok)
     no_c = play_levels(model, tok, task, levels, None, 0.0, seed)
     with_c = play_levels(model, tok, task, levels, context, 0.0, seed)
@@ -372,13 +405,16 @@ def fork_cases(model, tok, task: Task, levels: list, context: str, max_cases: in
             x, cx = task.prompt(lv), task.prompt(lv, task.context(lv, context))
             writer, donor = (cx, x) if kind == "harm" else (x, cx)
             case = swap_forks(model, tok, task, lv, writer, donor, src["ids"][i], max_new,
-                              max_forks, limit)
+                              max_forks, limit, null_swaps,
+                              np.random.default_rng([seed, int(i), int(kind == "help")]))
             cases.append({"item": int(i), "unit": task.unit(lv), **case})
         out[kind] = cases
         done = [c["forks_to_restore"] is not None for c in cases]
         out[f"{kind}_restored"] = float(np.mean([c["restored"] for c in cases])) \
             if cases else None
         out[f"{kind}_restored_within"] = float(np.mean(done)) if cases else None
+        nulls = [c["restored_null"] for c in cases if c["restored_null"] is not None]
+        out[f"{kind}_restored_null"] = float(np.mean(nulls)) if nulls else None
     return out
 
 
@@ -393,6 +429,40 @@ def thirds_of(mask_B_N: np.ndarray) -> np.ndarray:
     return np.minimum(3 * np.arange(mask_B_N.shape[1])[None] // n, 2)
 
 
+PARTS = ("first token", "answer", "end")  # `parts_of`: where in a response, by what it is
+
+
+def answer_tokens(tok, task: Task, levels: list, resp_B_N: torch.Tensor,
+                  mask_B_N: np.ndarray) -> np.ndarray | None:
+    """B N: the response tokens whose text lies in the span the task's scorer reads
+    (`Task.answer_span` of the response as `evaluate` scores it: eos and padding stripped); a
+    token counts where its characters overlap the span (eos and special tokens have none).
+    None where the task names no span for any response."""
+    out = np.zeros(mask_B_N.shape, bool)
+    named = False
+    for i, (lv, row) in enumerate(zip(levels, resp_B_N.tolist())):
+        body = [t for t, m in zip(row, mask_B_N[i]) if m]
+        text = _text(tok, body)
+        span = task.answer_span(lv, text)
+        if span is None:
+            continue
+        named = True
+        ends = [len(_text(tok, body[:t + 1])) for t in range(len(body))]
+        for t, (a, b) in enumerate(zip([0, *ends[:-1]], ends)):
+            out[i, t] = b > a and a < span[1] and b > span[0]
+    return out if named else None
+
+
+def parts_of(mask_B_N: np.ndarray, answer_B_N: np.ndarray | None) -> list[np.ndarray | None]:
+    """B N masks of `PARTS`: each response's first token, its answer tokens (`answer_tokens`;
+    None where the task names none) and its last token (eos where it stopped)."""
+    n = mask_B_N.sum(1)
+    t = np.arange(mask_B_N.shape[1])[None]
+    first = mask_B_N & (t == 0)
+    end = mask_B_N & (t == (n[:, None] - 1))
+    return [first, None if answer_B_N is None else answer_B_N & mask_B_N, end]
+
+
 def _means(values_B_N: np.ndarray, keep_B_N: np.ndarray, units: list, n_boot: int = 1000
            ) -> tuple[float | None, list]:
     """Token mean of `values` over `keep`, with its 95% cluster-bootstrap interval by unit."""
@@ -405,22 +475,29 @@ def _means(values_B_N: np.ndarray, keep_B_N: np.ndarray, units: list, n_boot: in
     return float(s.sum() / k.sum()), [float(v) for v in percentile_ci(np.array(boots))]
 
 
-def summarise(c: TwoViews, ctrl: TwoViews, floor: TwoViews, units: list, n_boot: int = 1000
-              ) -> dict:
-    """Token means of the effect, its control and its floor overall, per third and by position
-    (with `n_boot` cluster-bootstrap resamples for the intervals; 0: none); per layer through
-    the lens."""
+def summarise(c: TwoViews, ctrl: TwoViews, floor: TwoViews, units: list, n_boot: int = 1000,
+              answer_B_N: np.ndarray | None = None) -> dict:
+    """Token means of the effect, its control and its floor overall, per third, per part
+    (`PARTS`: first token, answer tokens `answer_B_N`, end) and by position (with `n_boot`
+    cluster-bootstrap resamples for the intervals; 0: none); per layer through the lens."""
     m, third = c.mask, thirds_of(c.mask)
+    parts = parts_of(m, answer_B_N)
     series = {"kl": c.kl, "kl_control": ctrl.kl, "kl_floor": floor.kl,
               "flip": c.flip.astype(float), "flip_control": ctrl.flip.astype(float)}
-    out: dict[str, Any] = {"overall": {}, "thirds": {}, "ci95": {}, "by_position": {}}
+    out: dict[str, Any] = {"overall": {}, "thirds": {}, "parts": {}, "ci95": {},
+                           "by_position": {}}
     for name, v in series.items():
         out["overall"][name], out["ci95"][name] = _means(v, m, units, n_boot)
         per = [_means(v, m & (third == k), units, n_boot) for k in range(3)]
         out["thirds"][name] = [p[0] for p in per]
         out["ci95"][f"{name}_thirds"] = [p[1] for p in per]
+        per = [(None, [None, None]) if keep is None else _means(v, keep, units, n_boot)
+               for keep in parts]
+        out["parts"][name] = [p[0] for p in per]
+        out["ci95"][f"{name}_parts"] = [p[1] for p in per]
         n = m.sum(0)
         out["by_position"][name] = [float(x) for x in (v * m).sum(0) / n.clip(min=1)]
+    out["parts"]["n_tokens"] = [None if keep is None else int(keep.sum()) for keep in parts]
     out["by_position"]["n"] = m.sum(0).tolist()
     if c.lens_kl is not None:
         # the lens arrays come together, in both comparisons (`compare`)
@@ -508,10 +585,12 @@ def lens_checkpoint(model, tok, task: Task, levels: list, context: str, cfg: Len
                                                cfg.temperature, cfg.batch, cfg.layers)
     task = task.for_tokenizer(tok)
     units = [task.unit(lv) for lv in levels]
+    answer = answer_tokens(tok, task, levels, resp, c.mask)
     return {"n_items": len(levels), "n_units": n_units(units), "n_tokens": int(c.mask.sum()),
-            **summarise(c, ctrl, floor, units), "example": example(tok, c, ctrl, resp, units),
+            **summarise(c, ctrl, floor, units, answer_B_N=answer),
+            "example": example(tok, c, ctrl, resp, units),
             "forks": fork_cases(model, tok, task, levels, context, cfg.max_cases,
-                                cfg.max_forks, cfg.seed),
+                                cfg.max_forks, cfg.seed, cfg.null_swaps),
             "responses": texts}
 
 
@@ -694,6 +773,13 @@ def show(report: reports.LensReport | dict) -> None:
         for key in ("kl", "kl_control", "kl_floor", "flip", "flip_control"):
             cells = [e.overall[key], *e.thirds[key]]
             print(f"{name:<{w}} {key:<13} " + " ".join(_cell(v) for v in cells))
+    if any(getattr(e, "parts", None) for e in report.results.values()):
+        print(f"by part ({' / '.join(PARTS)}; the answer: the tokens the task's scorer reads):")
+        for name, e in report.results.items():
+            if e.parts:
+                for key in ("kl", "kl_control", "kl_floor"):
+                    print(f"{name:<{w}} {key:<13} " + " ".join(_cell(v)
+                                                               for v in e.parts[key]))
     above = [name for name, e in report.results.items() if reports.null_role(
         zip([e.overall["kl_floor"], *e.thirds["kl_floor"]],
             [e.overall["kl"], *e.thirds["kl"]])) == "reference"]
@@ -714,11 +800,17 @@ def show(report: reports.LensReport | dict) -> None:
                      *ot["kl"][i][1:]]
             print(f"  step {st:>6} " + " ".join(_cell(v) for v in cells))
     print("forks (greedy): harm = right without c, wrong with c; restored = swapping the first "
-          "fork's token for the other view's makes it right")
+          "fork's token for the other view's makes it right; null = one token swapped where "
+          "the views agree (the writer's runner-up) makes it right")
     for name, e in report.results.items():
         f = e.forks
         print(f"  {name:<{w}} correct_no_c {f['correct_no_c']:.3f} correct_c "
               f"{f['correct_c']:.3f} harm cases {f['n_harm']} help cases {f['n_help']}")
+        for kind in ("harm", "help"):
+            if f.get(f"{kind}_restored") is not None:
+                null = f.get(f"{kind}_restored_null")
+                print(f"    {kind}: restored {f[f'{kind}_restored']:.2f} by the first fork, "
+                      f"null {'-' if null is None else format(null, '.2f')}")
         for kind in ("harm", "help"):
             for case in f[kind]:
                 print(f"    {kind} item {case['item']}: first fork at {case['first_fork']} "

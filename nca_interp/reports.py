@@ -618,7 +618,7 @@ class Lens(Fields):
     thirds: dict = need("per series: token means in the first, middle and last third of each "
                         "response (t / its length)")
     ci95: dict = need("95% cluster-bootstrap intervals: `<series>` of the overall mean, "
-                      "`<series>_thirds` of each third's")
+                      "`<series>_thirds` of each third's, `<series>_parts` of each part's")
     by_position: dict = need("per series: the mean at each response position over the items "
                              "that reach it (`n`: how many do)")
     example: dict = need("the response with the largest summed kl, token by token: tokens, "
@@ -626,9 +626,17 @@ class Lens(Fields):
                          "layer the views part at and lens_kl (layer x token)")
     forks: dict = need("greedy both ways: correct_no_c, correct_c, n_harm, n_help and, for the "
                        "first max_cases of each, the case (item, unit, first_fork, n_forks, "
+                       "forks (their positions; not in reports before the null), n_tokens, "
                        "the tokens at it, other_view_right, restored by swapping one token, "
-                       "forks_to_restore, the responses); harm_restored / help_restored: the "
-                       "shares restored by the first swap, *_within by at most max_forks")
+                       "forks_to_restore, the responses, null_at / null_right: the null's "
+                       "swaps where the views agree and whether each made it right, "
+                       "restored_null their share); harm_restored / help_restored: the "
+                       "shares restored by the first swap, *_within by at most max_forks, "
+                       "*_restored_null the null's share (None in reports made before it)")
+    parts: dict | None = doc("per series: token means over each response's first token, its "
+                             "answer tokens (the span the task's scorer reads; None where the "
+                             "task names none) and its last token (`lens.PARTS`); n_tokens of "
+                             "each (None in reports made before the parts)")
     depth: dict | None = doc("the logit lens per layer (the report's `layers`): lens_kl and "
                              "lens_kl_control (KL between the views' lens distributions), "
                              "lens_flip (share of tokens whose lens top-1s differ), settle_x / "

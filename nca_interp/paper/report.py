@@ -409,8 +409,37 @@ def _restored(f: dict, kind: str) -> str:
         return cases if n else "none"
     within = f.get(f"{kind}_restored_within")
     tried = len(f.get(kind) or [])
+    null = f.get(f"{kind}_restored_null")
+    swaps = sum(len(c.get("null_at") or []) for c in f.get(kind) or [])
     return (f"{cases}; of {tried} tried, {share:.0%} restored by the first fork's token"
+            + (f" (null: {null:.0%} of {swaps} swaps where the views agree)"
+               if null is not None else " (no null drawn)")
             + (f", {within:.0%} within the forks tried" if within is not None else ""))
+
+
+def _parts_table(rep) -> str:
+    """Where in each response c acts, by what the tokens are (`lens.PARTS`): the first token,
+    the answer the task's scorer reads, the end; beside the control and the floor."""
+    from nca_interp.lens import PARTS
+
+    rows = ["| checkpoint | series | " + " | ".join(PARTS) + " |",
+            "|---|---|" + "---|" * len(PARTS)]
+    for name, e in rep.results.items():
+        if not e.parts:
+            continue
+        for key, said in (("kl", "KL with c"), ("kl_control", "with c' (control)"),
+                          ("kl_floor", "floor")):
+            cells = [_iv(v, b) if key != "kl_floor" else ("-" if v is None else f"{v:.1e}")
+                     for v, b in zip(e.parts[key], e.ci95[f"{key}_parts"])]
+            rows.append(f"| {name} | {said} | " + " | ".join(cells) + " |")
+    if len(rows) == 2:
+        return ""
+    n = next(e.parts["n_tokens"] for e in rep.results.values() if e.parts)
+    said = ", ".join(f"{p} {'-' if k is None else k}" for p, k in zip(PARTS, n))
+    return ("By part of the response (tokens of the first checkpoint: " + said + "; the "
+            "answer: the tokens whose text lies in the span the task's scorer reads, "
+            "`Task.answer_span`; the end: each response's last token, eos where it "
+            "stopped):\n\n" + "\n".join(rows))
 
 
 def _lens_reading(name: str, e) -> str:
@@ -459,8 +488,14 @@ def lens(figs: Path) -> str:
                 "KL with c, marked a reference where it does not (c acts there no more than "
                 "arithmetic does). A fork is a token where the "
                 "views' greedy choices differ; restored = continuing from the first fork with "
-                "the other view's token makes a harm case right (a help case wrong).\n\n"
+                "the other view's token makes the answer right (a harm case's c view given "
+                "the no-c view's token; a help case's no-c view given c's); its null: "
+                "one token swapped where the views agree (for the writing view's own "
+                "runner-up) and continued, the share of such swaps that do the same.\n\n"
                 + "\n".join(rows) + "\n\nRead against the control: " + "; ".join(reading) + ".")
+        parts = _parts_table(rep)
+        if parts:
+            text += "\n\n" + parts
         if rep.control:  # reports written before the lens recorded c' say nothing of it
             text += "\n\n" + format_c_prime(rep.control) + "."
         if rep.layers:

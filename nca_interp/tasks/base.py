@@ -37,7 +37,7 @@ from nca_interp.errors import UsageError
 __all__ = ["FORMATS", "MAX_NEW", "MAX_SEED", "MOVE_TO_CHAT", "REGISTRY", "ChatFormat", "Game",
            "Outcome", "QATask", "Scored", "Task", "TaskSpec", "check_types", "context_choices",
            "names", "parse_answer", "register", "rotated", "shuffled_words", "spec",
-           "task_choices", "whole"]
+           "stripped_span", "task_choices", "whole"]
 
 FORMATS = ("compact", "textarena")
 _CHAT_MOVE = re.compile(r"\[\s*(up|down|left|right|w|a|s|d)\s*\]", re.IGNORECASE)
@@ -325,6 +325,14 @@ class Task:
         found = _CHAT_MOVE.findall(response)
         return "".join(_CHAT_TO_MOVE[m.lower()] for m in found) or None
 
+    def answer_span(self, level, response: str) -> tuple[int, int] | None:
+        """Where in `response` (character offsets, end exclusive) the answer `score` reads
+        lies: here the moves, first to last. None where it reads none. The lens's answer
+        region (`lens.answer_tokens`)."""
+        moves = re.finditer(r"[UDLR]+" if self.fmt == "compact" else _CHAT_MOVE, response)
+        found = [m.span() for m in moves]
+        return (found[0][0], found[-1][1]) if found else None
+
     def score(self, level, response: str) -> Scored:
         """Parse and play a response; unparseable output is a loss, never an error."""
         moves = self.parse(response)
@@ -397,6 +405,13 @@ class QATask(Task):
         return parse_answer(response, self._allowed(level),
                                       tagged=self.fmt != "compact")
 
+    def answer_span(self, level, response: str) -> tuple[int, int] | None:
+        """The last `<answer>` tag's content (the tagged format), else the whole response."""
+        if self.fmt != "compact":
+            found = list(_ANSWER_TAG.finditer(response))
+            return found[-1].span(1) if found else None
+        return stripped_span(response)
+
     def score(self, level, response: str) -> Scored:
         """Right or wrong; unparseable output is wrong, never an error."""
         choice = self.parse(response, level)
@@ -404,6 +419,15 @@ class QATask(Task):
             return Scored(False, False, "", 0)
         return Scored(choice == level.answer, True, choice, 0)
 
+
+
+def stripped_span(response: str) -> tuple[int, int] | None:
+    """The response without its leading and trailing white space, as offsets (None: empty)."""
+    body = response.strip()
+    if not body:
+        return None
+    start = len(response) - len(response.lstrip())
+    return start, start + len(body)
 
 
 _ANSWER_TAG = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.IGNORECASE | re.DOTALL)

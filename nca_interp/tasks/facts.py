@@ -47,6 +47,7 @@ from nca_interp.tasks.base import (
     register,
     rotated,
     shuffled_words,
+    stripped_span,
     whole,
 )
 from nca_interp.tasks.language import is_french
@@ -203,6 +204,16 @@ def _mentions(text: str, value: str) -> bool:
     return f" {normalise(value)} " in f" {text} "
 
 
+def value_at(response: str, value: str):
+    """The first place `response` names `value` as `_mentions` reads it (case and the
+    punctuation between its words aside, on word boundaries), a match, or None."""
+    words = normalise(value).split()
+    if not words:
+        return None
+    pattern = r"(?<![^\W_])" + r"[\W_]+".join(map(re.escape, words)) + r"(?![^\W_])"
+    return re.search(pattern, response, re.IGNORECASE)
+
+
 def answered(response: str, q: Question) -> bool:
     """The response names the right value and no other country's value for the attribute."""
     text = normalise(response)
@@ -334,6 +345,15 @@ class FactsTask(Task):
         if self.config.kind == "rule":
             return styled(level.value, self.config.rule)
         return f"{level.value}." if self.chat is None else f"The answer is {level.value}."
+
+    def answer_span(self, level, response: str) -> tuple[int, int] | None:
+        """`rule`: the whole response (the rule is its style); `facts`: the first mention of
+        the asked attribute's value or another country's (what `answered` looks for)."""
+        if self.config.kind == "rule":
+            return stripped_span(response)
+        spans = [m.span() for v in (level.value, *level.others)
+                 if (m := value_at(response, v)) is not None]
+        return min(spans) if spans else None
 
     def score(self, level, response: str) -> Scored:
         """Right value (`facts`) or rule followed (`rule`); never an error."""

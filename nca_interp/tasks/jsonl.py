@@ -74,6 +74,7 @@ from nca_interp.tasks.base import (
     check_types,
     register,
     shuffled_words,
+    stripped_span,
     whole,
 )
 
@@ -481,10 +482,15 @@ def _search(pattern: str, response: str, label: str) -> bool:
     (re's syntax; a dependency of transformers too) stops a match that backtracks without end
     (`(a|aa)+$`, in a run config's `pattern` or given), one UsageError naming the pattern and
     the item, where `re` hung the command."""
+    return _match(pattern, response, label) is not None
+
+
+def _match(pattern: str, response: str, label: str):
+    """`_search`'s match (or None), under the same time limit."""
     import regex
 
     try:
-        return regex.search(pattern, response, timeout=REGEX_TIMEOUT) is not None
+        return regex.search(pattern, response, timeout=REGEX_TIMEOUT)
     except TimeoutError:
         raise UsageError(f"scorer=regex: pattern {pattern!r} took longer than {REGEX_TIMEOUT:g} s "
                          f"on {label} (it backtracks without end): simplify the pattern (a "
@@ -742,6 +748,22 @@ class JsonlTask(Task):
             raise UsageError(f"item {level.id!r} has no answer, so there is no reference "
                              "response: pass --responses own or base (layer_sim)")
         return level.answer
+
+    def answer_span(self, level, response: str) -> tuple[int, int] | None:
+        """What the scorer reads: where the answer (or pattern=) stands for contains and
+        startswith, the first match for regex, the whole response for exact, language and a
+        scorer of your own (each reads all of it); None for unscored data."""
+        kind = self.config.scorer or ("exact" if level.answer is not None else "")
+        if kind in ("contains", "startswith"):
+            words = _norm(self.config.pattern or level.answer or "").split()
+            found = re.search(r"\s+".join(map(re.escape, words)), response, re.IGNORECASE) \
+                if words else None
+            return found.span() if found else None
+        if kind == "regex":
+            found = _match(_pattern(self.config), response,
+                           f"item {level.id!r} ({level.source})")
+            return found.span() if found is not None and found.end() > found.start() else None
+        return stripped_span(response) if kind else None
 
     def score(self, level, response: str) -> Scored:
         ok = score(self.config, level, response)

@@ -140,7 +140,8 @@ def test_the_setting_page_reads_the_lens_report_it_is_given(run, tmp_path):
                                  out=str(figs / LENS.removesuffix(".json")), **SMALL))
     rep = json.loads((figs / LENS).read_text())
     text = page.lens(figs)
-    rows = [r for r in text.splitlines() if r.startswith("| opd step")]
+    table = next(b for b in text.split("\n\n") if b.startswith("| checkpoint | KL with c"))
+    rows = [r for r in table.splitlines() if r.startswith("| opd step")]
     assert [r.split(" | ")[0] for r in rows] == ["| opd step 0", "| opd step 2", "| opd step 4"]
     def nums(cell):  # the value and its interval's bounds, as printed
         return [float(x) for x in cell.replace("[", " ").replace("]", " ").replace(",", " ")
