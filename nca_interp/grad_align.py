@@ -600,18 +600,17 @@ def run(cfg: GradAlignConfig | None = None, /, **fields) -> dict:
     dev = resolve_device(cfg.device)
     dt = weights_dtype(dev, cfg.precision)
     device = str(dev)
-    teacher = cfg.teacher
+    teachers = {path: teacher_of(path, cfg.teacher) for path in ckpts}  # each checked once
     for path in ckpts:  # every pair checked before any gradient is computed
-        check_same_tokenizers([path, teacher_of(path, teacher)])
-        check_trained_on(teacher_of(path, teacher), found.name, "the teacher")
+        check_same_tokenizers([path, teachers[path]])
+        check_trained_on(teachers[path], found.name, "the teacher")
     levels = found.levels("grad", batch, seed)
     results: dict[str, dict] = {}
     folders: dict[str, str] = {}
     for path in bar(ckpts, "grad_align", unit="ckpt"):
         student, tok = load_checkpoint(path, device=device, dtype=dt)
-        teacher_model, tok_t = load_checkpoint(teacher_of(path, teacher), device=device,
-                                               dtype=dt)
-        check_same_tokenizer(tok, tok_t, path, teacher_of(path, teacher))
+        teacher_model, tok_t = load_checkpoint(teachers[path], device=device, dtype=dt)
+        check_same_tokenizer(tok, tok_t, path, teachers[path])
         name = analysis.label_of(path, results)
         folders[name] = path
         results[name] = measure(student, teacher_model, tok, found, levels, context, parts,

@@ -14,8 +14,8 @@ from nca_interp.errors import UsageError
 from nca_interp.tasks import Task, task_from_record
 
 __all__ = ["check_context", "check_data_unchanged", "check_same_tokenizers", "check_trained_on",
-           "initial_of", "lr_at", "resolve_task_and_context", "step_of", "task_for_checkpoints",
-           "teacher_of", "with_initial_checkpoints"]
+           "initial_of", "lr_at", "recorded_digest", "resolve_task_and_context", "step_of",
+           "task_for_checkpoints", "teacher_of", "with_initial_checkpoints"]
 
 
 def check_trained_on(path: str | Path | None, task: str, what: str) -> None:
@@ -177,15 +177,41 @@ def check_same_tokenizers(paths: Sequence[str | Path]) -> None:
 
 
 def teacher_of(path: str, override: str | None) -> str:
+    """The teacher run `path` was distilled against: `override` (--teacher) where given, else
+    the one its run config records (in self-distillation its start, the student). A recorded
+    one whose content differs from the digest the run recorded for it (retrained in place) is
+    refused: its KLs and angles would be against another model (probe 10 Q-F)."""
     from nca_interp.checkpoint import verify_folder
 
     verify_folder(path)  # a missing folder is named as such, not as a missing teacher
     run = read_run_config(path)
-    t = override or resolve(_recorded_path(path, run, "teacher")) or \
-        resolve(_recorded_path(path, run, "student"))
+    if override:
+        return override
+    teacher = resolve(_recorded_path(path, run, "teacher"))
+    t = teacher or resolve(_recorded_path(path, run, "student"))
     if not t:
         raise UsageError(f"{path} does not name its teacher in run_config.json; pass --teacher")
+    was = recorded_digest(run, "--teacher" if teacher else "--student")
+    now = content_digest(t) if was and _is_checkpoint(t) else was
+    if now != was:
+        raise UsageError(f"{path} was distilled against the teacher {t} as it was (sha256 "
+                         f"{was}); {t} has changed since (sha256 {now}), so it is not this "
+                         "run's teacher: restore the model the run was trained against there, "
+                         "or pass --teacher to name a teacher on purpose")
     return t
+
+
+def recorded_digest(run: dict, flag: str) -> str | None:
+    """The sha256 run config `run` records for its input `flag` (`--student`, `--teacher`,
+    `task option K`), or None (a run recorded before digests were kept)."""
+    inputs = run.get("inputs")
+    was = inputs.get(flag) if isinstance(inputs, dict) else None
+    digest = was.get("sha256") if isinstance(was, dict) else None
+    return digest if isinstance(digest, str) else None
+
+
+def _is_checkpoint(folder: str) -> bool:
+    return Path(folder).is_dir() and (Path(folder) / "config.json").exists()
 
 
 def _recorded_path(path, run: dict, key: str) -> str | None:
@@ -205,13 +231,11 @@ def initial_of(path: str) -> str | None:
     it would be read as the run's step 0 and base (probe 9 Q-D)."""
     run = read_run_config(path)
     init = resolve(_recorded_path(path, run, "student"))
-    inputs = run.get("inputs")
-    was = inputs.get("--student") if isinstance(inputs, dict) else None
-    if init and isinstance(was, dict) and isinstance(was.get("sha256"), str) \
-            and Path(init).is_dir() and (Path(init) / "config.json").exists():
+    was = recorded_digest(run, "--student")
+    if init and was and _is_checkpoint(init):
         now = content_digest(init)
-        if now != was["sha256"]:
-            raise UsageError(f"{path} started from {init} as it was (sha256 {was['sha256']}); "
+        if now != was:
+            raise UsageError(f"{path} started from {init} as it was (sha256 {was}); "
                              f"{init} has changed since (sha256 {now}), so it is not this run's "
                              "step 0 or base: restore the model the run started from there")
     return init
