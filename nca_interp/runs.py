@@ -11,11 +11,11 @@ from pathlib import Path
 from nca_interp.assets import resolve
 from nca_interp.checkpoint import content_digest, read_run_config
 from nca_interp.errors import UsageError
-from nca_interp.tasks import Task, task_from_record
+from nca_interp.tasks import Task, option_file, parse_task_options, task_from_record
 
-__all__ = ["check_context", "check_data_unchanged", "check_same_tokenizers", "check_trained_on",
-           "initial_of", "lr_at", "recorded_digest", "resolve_task_and_context", "step_of",
-           "task_for_checkpoints", "teacher_of", "with_initial_checkpoints"]
+__all__ = ["anchored", "check_context", "check_data_unchanged", "check_same_tokenizers",
+           "check_trained_on", "initial_of", "lr_at", "recorded_digest", "resolve_task_and_context",
+           "step_of", "task_for_checkpoints", "teacher_of", "with_initial_checkpoints"]
 
 
 def check_trained_on(path: str | Path | None, task: str, what: str) -> None:
@@ -56,6 +56,7 @@ def task_for_checkpoints(paths: list[str], name: str | None = None,
         raise UsageError(f"{paths[0]} records no task (its run_config.json is missing: a "
                          f"checkpoint not trained by this package); pass --task and --context. "
                          f"{task_menu()}")
+    recorded = [(p, anchored(p, r)) for p, r in recorded]
     task = task_from_record(recorded[0][1] if recorded else None, name, fmt, options)
     for path, record in recorded[1:]:
         theirs = name or record.get("name") or "sokoban"  # as task_from_record names it
@@ -72,33 +73,61 @@ def task_for_checkpoints(paths: list[str], name: str | None = None,
             raise UsageError(f"these checkpoints were trained on different task configs "
                              f"({diff}); compare runs of one config, or pass --task-options "
                              "KEY=VALUE to evaluate all of them on one")
+    given = set(parse_task_options(task.name, options)) if options else set()
     for path, _ in recorded:
-        check_data_unchanged(path, task)
+        check_data_unchanged(path, task, given)
     return task
 
 
-def check_data_unchanged(path: str | Path, task: Task) -> None:
-    """Refuse a task that reads a data file run `path` recorded (`inputs["task option K"]`)
-    whose content now differs from the digest the run recorded: its seeded held-out split
-    would be drawn anew, and could hold training items (probe 9 Q-C). A task option naming
-    another file, or a run recorded before digests were kept, is not checked."""
+def anchored(path: str | Path, record: dict) -> dict:
+    """Task record `record` of run `path` with each relative file option (`data=S/d.jsonl`,
+    as the training command gave it) read where the run read it: the absolute path its
+    `inputs["task option K"]` records, while a file is there. Read against the folder a later
+    command runs in, it named another file (probe 10 Q-I)."""
+    run = read_run_config(path)
+    inputs = run.get("inputs") if isinstance(run.get("inputs"), dict) else {}
+    out = dict(record)
+    for key, value in record.items():
+        was = inputs.get(f"task option {key}")
+        where = was.get("path") if isinstance(was, dict) else None
+        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute() \
+                and isinstance(where, str) and Path(where).is_absolute() \
+                and option_file(where) is not None:
+            out[key] = where
+    return out
+
+
+def check_data_unchanged(path: str | Path, task: Task, given: set[str] | None = None) -> None:
+    """Refuse a task that reads, for a data file run `path` recorded (`inputs["task option
+    K"]`), content other than the digest the run recorded: its seeded held-out split would be
+    drawn anew, and could hold training items (probe 9 Q-C), or its c would be another (probe
+    10 Q-I: the run config's relative path read from another folder). Only another file named
+    on purpose (K among `given`, this command's options), or a run recorded before digests
+    were kept, is not checked."""
     inputs = read_run_config(path).get("inputs")
     for flag, was in (inputs if isinstance(inputs, dict) else {}).items():
         key = flag.removeprefix("task option ")
         if key == flag or not isinstance(was, dict) or not isinstance(was.get("path"), str):
             continue
-        now = getattr(task.config, key, None)
-        if not isinstance(now, str) or not now:
+        file = option_file(getattr(task.config, key, None))
+        if file is None:
             continue
-        file = Path(now).expanduser().resolve()
-        if file != Path(was["path"]) or not file.is_file():
+        file = file.resolve()
+        same = file == Path(was["path"])
+        if key in (given or set()) and not same:
             continue
         digest = content_digest(file)
-        if digest != was.get("sha256"):
+        if digest == was.get("sha256"):
+            continue
+        if same:
             raise UsageError(f"{file} ({key}) has changed since {path} trained on it (sha256 "
                              f"{digest} now, {was.get('sha256')} recorded); its held-out split "
                              "may now hold training items: point at the data the run was "
                              "trained on (restore the file), or pass split=train/test in it")
+        raise UsageError(f"{key} {getattr(task.config, key)} is read as {file} here, not as "
+                         f"the file {path} trained on ({was['path']}): sha256 {digest} now, "
+                         f"{was.get('sha256')} recorded; restore that file, or name the file "
+                         f"meant with --task-options {key}=FILE")
 
 
 def task_menu() -> str:

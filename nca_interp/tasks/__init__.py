@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import asdict, fields
+from pathlib import Path
 from typing import Any
 
 from nca_interp.errors import UsageError
@@ -51,8 +52,8 @@ discover()
 __all__ = ["CONTEXT_CHOICES", "FORMATS", "PLUGINS_ENV", "REGISTRY", "TASKS", "TASK_CHOICES",
            "ChatFormat", "QATask", "Scored", "Task", "TaskSpec", "context_choices", "discover",
            "json_safe", "make_task", "parse_task_options", "register", "rotated", "shuffled_words",
-           "merged_task_options", "names_code", "refuse_recorded_code", "rejoin_commas",
-           "task_choices", "task_from_record", "task_record"]
+           "merged_task_options", "names_code", "option_file", "refuse_recorded_code",
+           "rejoin_commas", "task_choices", "task_from_record", "task_record"]
 
 
 # read from the registry when asked, so a task registered after import is in them too
@@ -79,6 +80,18 @@ def task_record(task: Task) -> dict:
     """What a run config stores about its task; `task_from_record` reads it back."""
     return {"name": task.name, "fmt": task.fmt, "plan_k": task.plan_k,
             **json_safe(asdict(task.config))}
+
+
+def option_file(value) -> Path | None:
+    """The file a task option's text names (`~` expanded), or None: not a text, no file
+    there, or a text no file name can be (a regex `pattern=` of 256 bytes or more, whose stat
+    raised ENAMETOOLONG after every response was generated: the tenth probe's U-A)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return Path(value).expanduser() if Path(value).expanduser().is_file() else None
+    except OSError:  # ENAMETOOLONG, EACCES on a folder on the way: no file it can name
+        return None
 
 
 def json_safe(d: dict) -> dict:
@@ -205,11 +218,9 @@ def _unquoted(value: str) -> str:
 def _rejoined_path(head: str, pieces: list[str], i: int) -> tuple[str | None, int]:
     """`head` joined by commas with pieces i, i+1, ... up to the first join that names an
     existing file, and the index after it; (None, i) when none does."""
-    from pathlib import Path
-
     for j in range(i, len(pieces)):
         path = ",".join([head, *pieces[i:j + 1]])
-        if Path(path).expanduser().is_file():
+        if option_file(path) is not None:
             return path, j + 1
     return None, i
 

@@ -41,3 +41,61 @@ def test_a_runs_teacher_retrained_in_place_is_refused(tmp_path, tok, self_distil
         assert "--teacher" in str(e.value) and "\n" not in str(e.value)
     assert not (tmp_path / "ga.json").exists()
     assert teacher_of(str(run), str(teacher)) == str(teacher)  # named on purpose: read
+
+
+def _write(path, rows) -> object:
+    import json
+
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _rows(n=12):
+    return [{"prompt": f"what is {i} plus one", "answer": str(i + 1), "id": f"q{i}"}
+            for i in range(n)]
+
+
+def test_a_runs_relative_data_path_is_read_where_the_run_read_it(tmp_path, tok, monkeypatch):
+    """Q-I: `data=S/d.jsonl` is recorded as given, relative; from another folder evaluate read
+    that folder's S/d.jsonl (a line added: a training item held out) and its S/c.txt as c,
+    with exit 0, and probe 9's digest check was skipped as for a file named on purpose. Now
+    the path the run recorded is read; where that file is gone, a file of other content is
+    refused; the same content (a project moved whole) or a file this command names is read."""
+    import shutil
+
+    from nca_interp.runs import task_for_checkpoints
+    from nca_interp.tasks import task_from_record, task_record
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "S").mkdir()
+    data, cfile = _write(tmp_path / "S/d.jsonl", _rows()), tmp_path / "S/c.txt"
+    cfile.write_text("be nice")
+    record = task_record(task_from_record(None, "jsonl", None, [
+        "data=S/d.jsonl", "context_file=S/c.txt", "test_share=0.5"]))
+    assert record["data"] == "S/d.jsonl"  # as train.distill records it
+    run = save_checkpoint(tmp_path / "run", tiny(tok), tok, run_config={
+        "task": record, "context": "context", "inputs": {
+            "task option data": _recorded(data), "task option context_file": _recorded(cfile)}})
+    first = task_for_checkpoints([str(run)])
+    held = [lv.id for lv in first.levels("test", 12)]
+    other = tmp_path / "OTHER"
+    (other / "S").mkdir(parents=True)
+    _write(other / "S/d.jsonl", _rows(13))
+    (other / "S/c.txt").write_text("be rude and loud")
+    monkeypatch.chdir(other)
+    here = task_for_checkpoints([str(run)])  # read where the run read it
+    levels = here.levels("test", 12)
+    assert [lv.id for lv in levels] == held
+    assert here.context(levels[0], "context") == "be nice"
+    shutil.move(tmp_path / "S", tmp_path / "S_moved")  # the run's files gone: S/ read here
+    with pytest.raises(UsageError, match="is read as .* not as the file .* trained on") as e:
+        task_for_checkpoints([str(run)])
+    assert content_digest(other / "S/d.jsonl") in str(e.value)
+    assert _recorded(tmp_path / "S_moved/d.jsonl")["sha256"] in str(e.value)
+    assert "\n" not in str(e.value)
+    for name in ("d.jsonl", "c.txt"):  # the same content (a project moved whole): read
+        shutil.copy(tmp_path / "S_moved" / name, other / "S" / name)
+    assert [lv.id for lv in task_for_checkpoints([str(run)]).levels("test", 12)] == held
+    _write(other / "S/d.jsonl", _rows(13))  # another file named on purpose: read
+    assert task_for_checkpoints([str(run)], options=["data=S/d.jsonl"]).config.data == \
+        "S/d.jsonl"
