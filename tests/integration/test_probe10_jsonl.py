@@ -1,0 +1,94 @@
+"""The tenth probe's jsonl cases (#71, /work/notes/probe10.md: H-B, T-D, Q-H, Q-E): a regex
+pattern, a chat template or a shared c that got past probe 9's fixes one step beside them.
+Each failed before its fix."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nca_interp import evaluate
+from nca_interp.checkpoint import save_checkpoint
+from nca_interp.errors import UsageError
+from nca_interp.tasks import jsonl, task_from_record
+from tests.conftest import tiny
+
+
+def write(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def rows(n=8, context=lambda i: f"you always answer {i + 1}", **extra):
+    return [{"prompt": f"what is {i} plus one", "context": context(i), "answer": str(i + 1),
+             "id": f"q{i}", "split": "test" if i < n // 2 else "train", **extra}
+            for i in range(n)]
+
+
+def task(data: Path, *options):
+    """The task as a run config's `task` record or --task-options build it."""
+    return task_from_record(None, "jsonl", None, [f"data={data}", *options])
+
+
+def shown(monkeypatch) -> list[str]:
+    """Every prompt text evaluate encodes for generation, in order."""
+    seen: list[str] = []
+    real = evaluate.encode
+
+    def spy(tokenizer, texts, *a, **k):
+        seen.extend(texts)
+        return real(tokenizer, texts, *a, **k)
+
+    monkeypatch.setattr(evaluate, "encode", spy)
+    return seen
+
+
+def run(student: Path, tmp_path: Path, *options, control: bool = False) -> dict:
+    return evaluate.execute(evaluate.EvalConfig(
+        ckpt=[str(student)], task="jsonl", task_options=list(options), n_levels=8,
+        control=control, out=str(tmp_path / "rep")))
+
+
+@pytest.fixture
+def student(tok, tmp_path):
+    return save_checkpoint(tmp_path / "student", tiny(tok), tok)
+
+
+def one_line(err: pytest.ExceptionInfo, *words: str) -> str:
+    msg = str(err.value)
+    assert "\n" not in msg and len(msg) < 600, msg
+    assert all(w in msg for w in words), msg
+    return msg
+
+
+# -- H-B: every branch of a pattern counts ---------------------------------------------------
+
+@pytest.mark.parametrize("pattern", [
+    "(?:a{60000}|b{60000})",  # two branches, each under the limit alone
+    "(?:" + "|".join(["a{3400}"] * 30) + ")",  # the probe's 30 branches, cheap ones
+    "(a)?(?(1)a{60000}|b{60000})",  # a conditional compiles both arms
+    "(?:(?:a{300}|b{300}){200})",  # nesting multiplies the branches' sum
+])
+def test_a_pattern_is_bounded_over_every_branch_before_regex_compiles_it(tmp_path, monkeypatch,
+                                                                           pattern):
+    """H-B: the H-A bound counted an alternation as its largest branch, but `regex` compiles
+    every branch: `(?:a{99999}|...)` x30, counted 99,999, took 1.15 GB. The sum over the
+    branches (times any repeat around them) is bounded, refused in one line before `regex`
+    compiles (a compile here fails the test instead of taking memory)."""
+    import regex
+
+    data = write(tmp_path / "d.jsonl", rows())
+
+    def no_compile(*a, **k):
+        raise AssertionError(f"regex compiled {pattern[:40]!r} before the bound refused it")
+
+    monkeypatch.setattr(regex, "compile", no_compile)
+    with pytest.raises(UsageError) as err:
+        task(data, "scorer=regex", f"pattern={pattern}")
+    one_line(err, "100,000", "open repeat")
+
+
+def test_patterns_within_the_bound_over_all_branches_still_compile(tmp_path):
+    for sane in ["(?:a{50000}|b{50000})", "(cat|dog|bird)+", r"\d{1,3}(,\d{3})*",
+                 "(?:yes|no){3}", "(?=a{10})a{10}"]:
+        assert jsonl.check_regex(sane) == sane
