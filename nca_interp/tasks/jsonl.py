@@ -453,8 +453,9 @@ def _sre_parse():
 
 def check_regex(pattern: str, where: str = "pattern") -> str:
     """`pattern` if it compiles; a UsageError naming it otherwise (re.error is no ValueError:
-    it would end in a traceback), or where its counted repeats multiply out past
-    MAX_REPEAT_EXPANSION (checked on re's parse, before `regex` compiles it)."""
+    it would end in a traceback), where it nests too deeply for the parsers (both recurse: a
+    RecursionError), or where its counted repeats multiply out past MAX_REPEAT_EXPANSION
+    (checked on re's parse, before `regex` compiles it)."""
     import regex
 
     try:
@@ -462,6 +463,8 @@ def check_regex(pattern: str, where: str = "pattern") -> str:
         size = _expansion(_sre_parse().parse(pattern))
     except re.error as e:
         raise UsageError(f"{where} {pattern!r} is not a regular expression ({e})") from None
+    except RecursionError:
+        raise _too_deep(pattern, where) from None
     if size > MAX_REPEAT_EXPANSION:
         raise UsageError(f"{where} {pattern!r} repeats its parts {size:,} times once its counted "
                          f"repeats are multiplied out, over the limit of "
@@ -471,7 +474,16 @@ def check_regex(pattern: str, where: str = "pattern") -> str:
         regex.compile(pattern)  # what `_search` matches with
     except regex.error as e:
         raise UsageError(f"{where} {pattern!r} is not a regular expression ({e})") from None
+    except RecursionError:
+        raise _too_deep(pattern, where) from None
     return pattern
+
+
+def _too_deep(pattern: str, where: str) -> UsageError:
+    shown = pattern if len(pattern) <= 80 else f"{pattern[:60]}... ({len(pattern):,} characters)"
+    return UsageError(f"{where} {shown!r} nests its groups too deeply to compile: flatten it "
+                      "(a scorer's pattern needs a few levels; a checkpoint's run config may "
+                      "record the pattern)")
 
 
 # Seconds one regex match may take. Fixed, not scorer_timeout: a run config may record that
@@ -691,8 +703,9 @@ class JsonlTask(Task):
     def for_tokenizer(self, tokenizer, context_as: str | None = None,
                       template_kwargs: tuple = (("enable_thinking", False),)) -> JsonlTask:
         """This task as the checkpoint with `tokenizer` sees it, checked before any work: the
-        chat template renders the first item with and without its c, and your scorer imports
-        (its errors are one line here, not after the responses are generated)."""
+        chat template renders the first item with and without its c, a regex pattern (or its
+        @FILE) compiles, and your scorer imports (their errors are one line here, not after the
+        responses are generated)."""
         task = replace(super().for_tokenizer(tokenizer, "system", template_kwargs),
                        budget_tokenizer=tokenizer)
         if task.chat is None:  # no template to render turns: joining them would drop roles
@@ -715,6 +728,8 @@ class JsonlTask(Task):
                              "pass --task-options context_as=user (or prefix), or fix the "
                              "template")
         shared_control(self.config)  # a missing control_file is named before any work
+        if self.config.scorer == "regex":  # a pattern=@FILE too, not first when scoring
+            _pattern(self.config)
         if is_user_scorer(self.config.scorer):
             user_scorer(self.config.scorer, self.config.scorer_timeout).start()
         return task

@@ -92,3 +92,39 @@ def test_patterns_within_the_bound_over_all_branches_still_compile(tmp_path):
     for sane in ["(?:a{50000}|b{50000})", "(cat|dog|bird)+", r"\d{1,3}(,\d{3})*",
                  "(?:yes|no){3}", "(?=a{10})a{10}"]:
         assert jsonl.check_regex(sane) == sane
+
+
+# -- T-D: a pattern nested too deeply -------------------------------------------------------
+
+DEEP = "(" * 5000 + "a" + ")" * 5000
+DEEPISH = "(" * 400 + "a" + ")" * 400  # re compiles it; regex's compiler recurses past it
+
+
+@pytest.mark.parametrize("pattern", [DEEP, DEEPISH])
+def test_a_deeply_nested_pattern_is_one_line_not_a_recursion_error(tmp_path, pattern):
+    """T-D: `check_regex` caught only re.error; a pattern nested 5000 groups deep (a run
+    config's, or given) was a RecursionError traceback."""
+    data = write(tmp_path / "d.jsonl", rows())
+    with pytest.raises(UsageError) as err:
+        task(data, "scorer=regex", f"pattern={pattern}")
+    one_line(err, "nests its groups too deeply", "characters")
+
+
+def test_a_deeply_nested_pattern_file_is_refused_before_any_response(student, tmp_path,
+                                                                      monkeypatch):
+    """T-D: a `pattern=@FILE` was read only when scoring, after every response was generated:
+    the RecursionError came at the end of the run's work. It is checked when the task meets
+    the checkpoint, before anything is generated."""
+    data = write(tmp_path / "d.jsonl", rows())
+    deep = tmp_path / "deep.txt"
+    deep.write_text(DEEP + "\n")
+    seen = shown(monkeypatch)
+    with pytest.raises(UsageError) as err:
+        run(student, tmp_path, f"data={data}", "scorer=regex", f"pattern=@{deep}")
+    one_line(err, f"pattern file {deep}", "nests its groups too deeply")
+    assert seen == []  # nothing generated first
+    bad = tmp_path / "bad.txt"
+    bad.write_text("(unclosed\n")
+    with pytest.raises(UsageError, match="is not a regular expression"):
+        run(student, tmp_path, f"data={data}", "scorer=regex", f"pattern=@{bad}")
+    assert seen == []
