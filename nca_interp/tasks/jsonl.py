@@ -703,7 +703,7 @@ class JsonlTask(Task):
     def for_tokenizer(self, tokenizer, context_as: str | None = None,
                       template_kwargs: tuple = (("enable_thinking", False),)) -> JsonlTask:
         """This task as the checkpoint with `tokenizer` sees it, checked before any work: the
-        chat template renders the first item with and without its c, a regex pattern (or its
+        chat template renders every item with and without its c, a regex pattern (or its
         @FILE) compiles, and your scorer imports (their errors are one line here, not after the
         responses are generated)."""
         task = replace(super().for_tokenizer(tokenizer, "system", template_kwargs),
@@ -718,21 +718,29 @@ class JsonlTask(Task):
                                  "chat template to render them (joined as lines, the roles "
                                  "would be lost); give the prompt as text, or use a checkpoint "
                                  "with a chat template")
-        first = items(self.config)[0]
-        c = task.context(first, KINDS[0])
-        if task.prompt(first) == task.prompt(first, c) and c:
-            name = getattr(tokenizer, "name_or_path", "") or "the checkpoint's tokenizer"
-            raise UsageError(f"the chat template of {name} drops the context (context_as="
-                             f"{self.config.context_as}): item {first.id!r} renders the same "
-                             "prompt with and without its c, so the model would never see c; "
-                             "pass --task-options context_as=user (or prefix), or fix the "
-                             "template")
+        if task.chat is not None:
+            task.check_template_keeps_c(tokenizer)
         shared_control(self.config)  # a missing control_file is named before any work
         if self.config.scorer == "regex":  # a pattern=@FILE too, not first when scoring
             _pattern(self.config)
         if is_user_scorer(self.config.scorer):
             user_scorer(self.config.scorer, self.config.scorer_timeout).start()
         return task
+
+    def check_template_keeps_c(self, tokenizer) -> None:
+        """A UsageError naming the first item whose prompt the chat template renders the same
+        with and without its c (a template may drop c for some items only: one that keeps the
+        system message for one prompt, or for a short c), checked on every item: rendering is
+        cheap next to generating, and such an item's two views would silently be one."""
+        for it in items(self.config):
+            c = self.context(it, KINDS[0])
+            if c and self.prompt(it) == self.prompt(it, c):
+                name = getattr(tokenizer, "name_or_path", "") or "the checkpoint's tokenizer"
+                raise UsageError(f"{it.source}: the chat template of {name} drops the context "
+                                 f"(context_as={self.config.context_as}): item {it.id!r} "
+                                 "renders the same prompt with and without its c, so the model "
+                                 "would never see c; pass --task-options context_as=user (or "
+                                 "prefix), or fix the template")
 
     def prompt(self, level, context: str | None = None) -> str:
         """x exactly as written (a chat checkpoint: through its template); c as `context_as`

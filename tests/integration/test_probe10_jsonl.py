@@ -2,6 +2,7 @@
 pattern, a chat template or a shared c that got past probe 9's fixes one step beside them.
 Each failed before its fix."""
 
+import copy
 import json
 from pathlib import Path
 
@@ -128,3 +129,46 @@ def test_a_deeply_nested_pattern_file_is_refused_before_any_response(student, tm
     with pytest.raises(UsageError, match="is not a regular expression"):
         run(student, tmp_path, f"data={data}", "scorer=regex", f"pattern=@{bad}")
     assert seen == []
+
+
+# -- Q-H: the chat template checked on every item --------------------------------------------
+
+KEEPS_FIRST_ONLY = (  # the system message only for the prompt of the first item
+    "{% for m in messages %}{% if m['role'] == 'system' and messages[-1]['content'] == "
+    "'what is 0 plus one' %}<s>{{ m['content'] }}</s>{% endif %}{% if m['role'] == 'user' %}"
+    "<u>{{ m['content'] }}</u>{% endif %}{% endfor %}<a>")
+KEEPS_SHORT_ONLY = (  # the system message only when it is short
+    "{% for m in messages %}{% if m['role'] == 'system' and m['content'] | length < 8 %}"
+    "<s>{{ m['content'] }}</s>{% endif %}{% if m['role'] == 'user' %}<u>{{ m['content'] }}"
+    "</u>{% endif %}{% endfor %}<a>")
+
+
+@pytest.mark.parametrize("template, data_rows, first_dropped", [
+    (KEEPS_FIRST_ONLY, rows(), "q1"),
+    (KEEPS_SHORT_ONLY, rows(context=lambda i: "be nice" if i == 0 else "be very nice to me"),
+     "q1"),
+])
+def test_a_template_that_drops_c_for_any_item_is_refused_before_any_work(
+        tok, tmp_path, monkeypatch, template, data_rows, first_dropped):
+    """Q-H: Q-A's check rendered only the first item; a template keeping the system message
+    for that item alone (or for a short c) passed, then dropped c for every item evaluated
+    (response_c == response_no_c, regime C, exit 0). Every item is rendered both ways; the
+    first whose views are one prompt is named."""
+    chat_tok = copy.deepcopy(tok)
+    chat_tok.chat_template = template
+    student = save_checkpoint(tmp_path / "chat", tiny(tok), chat_tok)
+    data = write(tmp_path / "d.jsonl", data_rows)
+    t = task(data)
+    first = jsonl.items(t.config)[0]
+    from nca_interp.tokenizer import render_chat
+
+    kept = render_chat(chat_tok, jsonl.chat_messages(first, first.context, "system"))
+    assert first.context in kept  # the first item alone passed Q-A's check
+    seen = shown(monkeypatch)
+    with pytest.raises(UsageError) as err:
+        run(student, tmp_path, f"data={data}")
+    one_line(err, "drops the context", f"item {first_dropped!r}", "context_as=user",
+             f"{data}:{int(first_dropped[1:]) + 1}")
+    assert seen == []
+    ok = task(data, "context_as=user").for_tokenizer(chat_tok)  # the remedy works on all
+    assert all(ok.prompt(it) != ok.prompt(it, it.context) for it in jsonl.items(ok.config))
