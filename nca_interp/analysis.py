@@ -867,11 +867,19 @@ def from_json(d: Mapping, path: str | Path | None = None,
     return report_class(name).from_json(d, where)
 
 
-def load(path: str | Path, analysis: str | None = None) -> reports.Report:
-    """A report file as its typed report (see `from_json`)."""
+def load(path: str | Path, analysis: str | None = None,
+         complete: bool = False) -> reports.Report:
+    """A report file as its typed report (see `from_json`). `complete`: refused in one line
+    naming the file unless it holds what its analysis writes, every required field of its
+    declared type and a results entry (`reports.check_complete`), as a reader that draws every
+    field needs (`paper.figures.render_figures`); without it an older or hand-made file's
+    missing fields read as absent."""
     from nca_interp.fsio import read_json
 
-    return from_json(read_json(path, "report"), path, analysis)
+    report = from_json(read_json(path, "report"), path, analysis)
+    if complete:
+        reports.check_complete(report, str(path))
+    return report
 
 
 # the analyses built in, in the pipeline's order; a new one is one more call like these

@@ -43,8 +43,9 @@ from nca_interp.errors import UsageError
 __all__ = ["VERSION", "ContextReturn", "ContextReturnReport", "Fields", "GradAlign",
            "GradAlignReport", "LayerSim", "LayerSimReport", "Lens", "LensReport", "ParamDelta",
            "ParamDeltaReport", "Patching", "PatchingReport", "Report", "ReportError",
-           "RunRecord", "Trajectory", "TrajectoryReport", "VOCABULARY", "as_report", "describe",
-           "label", "null_role", "read_derived", "typed", "upgrade", "vocabulary"]
+           "RunRecord", "Trajectory", "TrajectoryReport", "VOCABULARY", "as_report",
+           "check_complete", "describe", "label", "null_role", "read_derived", "typed", "upgrade",
+           "vocabulary"]
 
 VERSION = 3
 _LEGACY_RESULTS = ("reports", "per_checkpoint")
@@ -542,6 +543,60 @@ def typed(entries: Mapping[str, Any], cls: type[F]) -> dict[str, F]:
     analysis computes it or a user builds it) is read as `cls` (an undeclared key refused).
     What a reader calls at its door, so it reads attributes whatever it was handed."""
     return {k: cls.from_json(v, str(k)) for k, v in entries.items()}
+
+
+# a declared field's type, as a file's JSON value holds it (a float field may hold an int)
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "dict": (dict,),
+    "list": (list,)}
+
+
+def _fits(value: Any, declared: Any) -> bool:
+    """Whether `value` is of the declared type (`list`, `int | None`, ...); a type this check
+    does not know (a plug-in's own) is not checked."""
+    text = declared if isinstance(declared, str) else \
+        getattr(declared, "__name__", None) or str(declared)
+    for name in text.replace(" ", "").split("|"):
+        if name == "None":
+            if value is None:
+                return True
+            continue
+        kinds = _JSON_TYPES.get(name)
+        if kinds is None or (isinstance(value, kinds)
+                             and (name == "bool" or not isinstance(value, bool))):
+            return True
+    return False
+
+
+def check_complete(report: Report, where: str) -> None:
+    """Refuse, in one line naming `where` and the field, a report read from a file that is not
+    what its analysis writes: a required field missing (at the top, in `runs` or an entry), a
+    field given that is not of its declared type, or no results entry. What a reader that
+    draws every field calls at its door (`analysis.load(..., complete=True)`), so a
+    hand-edited report is refused before anything is written, not where a figure fails on it
+    (the tenth probe's T-E: no `layers`, or `"results": []`)."""
+    def check(obj: Fields, prefix: str) -> None:
+        given = obj.__dict__.get("_given")
+        for key, f in _keys(obj).items():
+            value = getattr(obj, f.name)
+            if (f.name not in given) if given is not None else value is None:
+                if _required(f):
+                    raise ReportError(f"{where} is damaged: its {prefix}{key} is missing; "
+                                      "restore it (git checkout, or its own command)")
+                continue
+            if not _fits(value, f.type):
+                raise ReportError(f"{where} is damaged: its {prefix}{key} is "
+                                  f"{type(value).__name__} {str(value)[:40]!r}, not {f.type}; "
+                                  "restore it (git checkout, or its own command)")
+
+    check(report, "")
+    if not report.results:
+        raise ReportError(f"{where} is damaged: it has no results entry; restore it (git "
+                          "checkout, or its own command)")
+    for name, group in (("runs", report.runs), ("results", report.results)):
+        for key, entry in group.items():
+            if isinstance(entry, Fields):  # a plug-in's entries without a class: as they are
+                check(entry, f"{name}[{key!r}].")
 
 
 def read_derived(path: str | Path) -> Any:

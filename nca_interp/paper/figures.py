@@ -16,12 +16,12 @@ from pathlib import Path
 
 from nca_interp import analysis
 from nca_interp.cli import entry
-from nca_interp.errors import InputError, MissingInputError
+from nca_interp.errors import InputError, MissingInputError, UsageError
 from nca_interp.paper import dose
 from nca_interp.paper.layout import CONTEXT_RETURN, HARM_DRIFT, analysis_files
-from nca_interp.reports import read_derived
+from nca_interp.reports import Report, read_derived
 
-__all__ = ["FIGURE_SUFFIXES", "main", "record_digests", "render_figures"]
+__all__ = ["FIGURE_SUFFIXES", "load_reports", "main", "record_digests", "render_figures"]
 
 FIGURE_SUFFIXES = (".html", ".png")  # the figure files a manifest records a sha256 for
 
@@ -35,9 +35,8 @@ def render_figures(figs: Path, png: bool) -> list[str]:
     from nca_interp import evaluate, plots
 
     written = []
-    for name, path in analysis_files(figs):
-        written += analysis.redraw(path, analysis.module(name).figures(analysis.load(path)),
-                                   png)
+    for name, path, report in load_reports(figs):  # each checked before any is drawn
+        written += analysis.redraw(path, analysis.module(name).figures(report), png)
     summary = figs / "context_return_summary.json"
     if (figs / CONTEXT_RETURN).exists() and summary.exists():
         rep = analysis.load(figs / CONTEXT_RETURN)
@@ -50,6 +49,15 @@ def render_figures(figs: Path, png: bool) -> list[str]:
                                                   f"harm against drift: {figs.name}"),
                                       figs / "harm_drift", png)
     return written
+
+
+def load_reports(figs: Path) -> list[tuple[str, Path, Report]]:
+    """(analysis, JSON, report) of every analysis report in a pipeline folder, each whole or
+    refused in one line naming its file (`analysis.load(..., complete=True)`): what
+    `render_figures` draws, all read before any figure is written, so a damaged report
+    (a hand edit that dropped `layers`) stops the redraw before it writes, not halfway."""
+    return [(name, path, analysis.load(path, complete=True))
+            for name, path in analysis_files(figs)]
 
 
 def record_digests(figs: Path) -> dict[str, list[str]]:
@@ -90,7 +98,7 @@ def record_digests(figs: Path) -> dict[str, list[str]]:
         try:
             drawn = {Path(w).name: _sha256(Path(w)) for w in render_figures(copy, False)
                      if Path(w).suffix == ".html"}
-        except (InputError, OSError) as e:  # named in the user's folder, not the copy
+        except (UsageError, OSError) as e:  # named in the user's folder, not the copy
             raise InputError(str(e).replace(str(copy), str(figs))) from None
     found: dict[str, list[str]] = {k: [] for k in ("recorded", "unchanged", "stale", "undrawn",
                                                    "missing")}

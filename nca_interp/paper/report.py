@@ -785,6 +785,10 @@ def main(argv: list[str] | None = None) -> None:
     if not (figs / "manifest.json").exists():
         raise SystemExit(f"error: {figs} holds no pipeline output (no manifest.json); run "
                          f"`python -m nca_interp.paper.reproduce --task {args.task}` first")
+    if args.html:  # every report it redraws is whole, or one line, before anything is written
+        from nca_interp.paper.figures import load_reports
+
+        load_reports(figs)
     text = render(figs)
     print(text)
     if args.write:
@@ -796,4 +800,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from nca_interp.cli import entry
+
+    sys.exit(entry(main))  # a user error in one line (a damaged report), not a traceback
