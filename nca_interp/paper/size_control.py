@@ -34,7 +34,7 @@ from pathlib import Path
 from nca_interp import analysis, param_delta
 from nca_interp.checkpoint import read_run_config
 from nca_interp.cli import entry, parse_config
-from nca_interp.errors import RunError
+from nca_interp.errors import RunError, UsageError
 from nca_interp.fsio import read_json, write_text
 from nca_interp.identity import roster
 from nca_interp.paper.layout import PARAM_DELTA
@@ -75,7 +75,6 @@ class SizeControlConfig:
                 "lr; sysprompt_kb0 measured 0.44)"})
 
     def __post_init__(self):
-        from nca_interp.errors import UsageError
 
         if self.rounds < 1:
             raise UsageError(f"--rounds {self.rounds}: give at least 1 training round")
@@ -111,7 +110,12 @@ def refuse_recorded_code(argv: list[str], given: list[str] | None, where: str) -
         raise RunError(f"{where} records a train.distill command its parser refuses; rerun the "
                        "setting's pipeline") from None
     task = recorded.task or (read_run_config(recorded.student).get("task") or {}).get("name")
-    theirs = parse_task_options(task or "sokoban", recorded.task_options)
+    try:
+        theirs = parse_task_options(task or "sokoban", recorded.task_options)
+    except UsageError as e:  # the manifest's option, not this command's: say whose it is
+        raise RunError(f"{where} records a train.distill command whose --task-options its task "
+                       f"refuses ({e}): `python -m train.distill {shlex.join(argv)[:300]}`; "
+                       "rerun the setting's pipeline to record it again") from None
     mine = parse_task_options(task or "sokoban", given)
     refuse(theirs, {k: v for k, v in mine.items() if theirs.get(k) == v},
            f"the train.distill command {where} records")

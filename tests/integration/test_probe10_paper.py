@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.planted import planted_setting
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -106,3 +108,21 @@ def test_a_refused_record_digests_names_the_users_folder_not_its_copy(tmp_path, 
     assert len(err) == 1 and str(figs / ".layer_sim.nca-figures") in err[0], err
     assert "nca_interp-digests-" not in err[0], err
     assert not (tmp_path / "victim").exists()
+
+
+def test_size_control_names_the_manifest_and_command_whose_task_option_is_refused(
+        tmp_path, capsys):
+    """U-B: a recorded `--task-options=--out` was refused as `task option '--out': expected
+    KEY=VALUE ...`, naming neither the manifest nor its command (the user gave no option)."""
+    from nca_interp.cli import entry
+    from nca_interp.paper import size_control
+
+    runs, figs, argv = planted_setting(
+        tmp_path, "--method opd --steps 4 --batch 4 --threads 1 --lr 0.0003 --out {out} "
+        "--task-options=--out")
+    assert entry(size_control.main, argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(figs / "myset" / "manifest.json") in err[0], err
+    assert "records a train.distill command" in err[0] and "python -m train.distill" in err[0]
+    assert "task option '--out'" in err[0], err
+    assert not (figs / "myset_size").exists()
