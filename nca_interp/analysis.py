@@ -673,6 +673,9 @@ def check_out_clear(cfg, out: str | Path) -> None:
     """Refuse an `--out` whose files would land inside, or over, anything the analysis
     reads (a checkpoint's config.json, its tokenizer, a data file): one line, before any work."""
     stem = figure_stem(Path(out).expanduser().resolve(), "")
+    if not stem.name:  # the root (`/`, `/..`): no name to add .json to
+        raise UsageError(f"--out {out} is a folder; --out names the report's file stem, e.g. "
+                         f"{Path(out) / 'report'}")
     from nca_interp.plots import figure_path
 
     targets = {stem.with_suffix(".json"), figure_path(stem, ".html"),

@@ -126,3 +126,17 @@ def test_size_control_names_the_manifest_and_command_whose_task_option_is_refuse
     assert "records a train.distill command" in err[0] and "python -m train.distill" in err[0]
     assert "task option '--out'" in err[0], err
     assert not (figs / "myset_size").exists()
+
+
+@pytest.mark.parametrize("out", ["/", "/.."])
+def test_out_at_the_root_says_to_name_a_file_stem(out, capsys):
+    """U-H: `--out /` was `error: PosixPath('/') has an empty name`."""
+    from nca_interp import evaluate
+    from nca_interp.assets import embedded
+    from nca_interp.cli import entry
+
+    assert entry(evaluate.main, ["--ckpt", str(embedded("sokoban_opd")), "--n-levels", "2",
+                                 "--threads", "1", "--out", out]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: --out {out} is a folder; --out names the report's file stem, e.g. "
+                   f"{Path(out) / 'report'}"], err
