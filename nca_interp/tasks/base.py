@@ -302,12 +302,41 @@ class Task:
     def for_tokenizer(self: _T, tokenizer, context_as: str = "user",
                       template_kwargs: tuple = (("enable_thinking", False),)) -> _T:
         """This task as a checkpoint with `tokenizer` must see it: a tokenizer with a chat
-        template gets textarena boards and `[up]` moves inside its template; any other keeps
-        the task as it is."""
+        template gets textarena boards and `[up]` moves inside its template, checked before
+        any work to show c (`check_sees_context`); any other keeps the task as it is."""
         if not getattr(tokenizer, "chat_template", None):
             return self
-        return replace(self, fmt="textarena",
+        task = replace(self, fmt="textarena",
                        chat=ChatFormat(tokenizer, context_as, tuple(template_kwargs)))
+        task.check_sees_context()
+        return task
+
+    def check_sees_context(self, n: int = 3) -> None:
+        """Refuse, in one line, a chat template that renders any of `n` items' prompts the
+        same with and without their c: one that keeps only user turns drops c from the system
+        message, so the model never sees it (facts, sysprompt, opcd: evaluate reported
+        "context irrelevant" and distillation trained at loss 0 with exit 0, probe 10 Q-G)."""
+        if self.chat is None:
+            return
+        kind = self.default_context
+        for i, level in enumerate(self.check_levels(n)[:n]):
+            c = self.context(level, kind)
+            if c and self.prompt(level) == self.prompt(level, c):
+                name = getattr(self.chat.tokenizer, "name_or_path", "") or \
+                    "the checkpoint's tokenizer"
+                where = getattr(self.config, "context_as", self.chat.context_as)
+                fix = ("pass --task-options context_as=user (or prefix), or fix the template"
+                       if hasattr(self.config, "context_as") else
+                       "fix the template so that it renders the system message, or use a "
+                       "checkpoint whose template does")
+                raise UsageError(f"the chat template of {name} drops the context (context_as="
+                                 f"{where}): held-out item {i} of {self.name} renders the same "
+                                 "prompt with and without its c, so the model would never "
+                                 f"see c; {fix}")
+
+    def check_levels(self, n: int) -> list:
+        """The items `check_sees_context` renders: the first `n` held-out ones."""
+        return self.levels("test", n)
 
     def max_response_tokens(self) -> int:
         longest = self.config.max_solution

@@ -218,6 +218,11 @@ class OPCDTask(QATask):
     def control_note(self, levels: list, kind: str) -> str:
         return "the system prompt's words shuffled (a seeded order per item)"
 
+    def check_levels(self, n: int) -> list:
+        """Questions of whichever file is given (a training run may name no test file)."""
+        split = "test" if self.config.test else "train" if self.config.train else None
+        return [] if split is None else [self.level(f"check-{i}", split) for i in range(n)]
+
     def _allowed(self, level) -> str:
         return allowed(self.config, level)
 

@@ -99,3 +99,62 @@ def test_a_runs_relative_data_path_is_read_where_the_run_read_it(tmp_path, tok, 
     _write(other / "S/d.jsonl", _rows(13))  # another file named on purpose: read
     assert task_for_checkpoints([str(run)], options=["data=S/d.jsonl"]).config.data == \
         "S/d.jsonl"
+
+
+KEEPS_ROLES = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</{{ m['role'] }}>"
+               "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}")
+DROPS_SYSTEM = ("{% for m in messages %}{% if m['role'] == 'user' %}{{ m['content'] }}"
+                "{% endif %}{% endfor %}")
+
+
+def _opcd_options(tmp_path) -> dict:
+    import json
+
+    rows = [{"question": f"q{i}?", "options": {"A": "x", "B": "y"}, "answer": "A"}
+            for i in range(4)]
+    for split in ("train", "test"):
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "sys.txt").write_text("always answer A")
+    return {"train": str(tmp_path / "train.jsonl"), "test": str(tmp_path / "test.jsonl"),
+            "system_prompt": str(tmp_path / "sys.txt")}
+
+
+@pytest.mark.parametrize("name,options", [("facts", {}), ("facts", {"kind": "rule"}),
+                                          ("sysprompt", {}), ("opcd", None)])
+def test_a_chat_template_that_drops_the_system_message_is_refused_for_every_task(
+        tmp_path, tok, name, options):
+    """Q-G: probe 9's Q-A check was jsonl's alone. facts, sysprompt and opcd put c in the
+    system message; a template rendering only user turns gave both views one prompt, and
+    evaluate reported regime C while distillation trained at loss 0, with exit 0."""
+    import copy
+
+    from nca_interp.tasks import make_task
+
+    task = make_task(name, **(options if options is not None else _opcd_options(tmp_path)))
+    drops, keeps = copy.deepcopy(tok), copy.deepcopy(tok)
+    drops.chat_template, keeps.chat_template = DROPS_SYSTEM, KEEPS_ROLES
+    with pytest.raises(UsageError, match="drops the context.*never see c.*fix the template") \
+            as e:
+        task.for_tokenizer(drops)
+    assert name in str(e.value) and "\n" not in str(e.value)
+    seen = task.for_tokenizer(keeps)  # a template that renders the system message: read
+    level = seen.levels("test", 1)[0]
+    assert seen.prompt(level) != seen.prompt(level, seen.context(level, seen.default_context))
+    game = make_task("sokoban")  # c in the user message: this template shows it
+    assert game.for_tokenizer(drops).chat is not None
+
+
+def test_evaluate_refuses_a_template_that_drops_c_before_generating(tmp_path, tok):
+    """Q-G end to end: evaluate --task facts on such a checkpoint stops in one line before
+    any response is generated, and writes no report."""
+    import copy
+
+    from nca_interp import evaluate
+
+    drops = copy.deepcopy(tok)
+    drops.chat_template = DROPS_SYSTEM
+    ckpt = save_checkpoint(tmp_path / "drop", tiny(tok), drops)
+    with pytest.raises(UsageError, match="drops the context"):
+        evaluate.execute(evaluate.EvalConfig(ckpt=[str(ckpt)], task="facts", context="facts",
+                                             n_levels=4, out=str(tmp_path / "rep")))
+    assert not list(tmp_path.glob("rep*"))
