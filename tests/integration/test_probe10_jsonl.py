@@ -143,23 +143,31 @@ KEEPS_SHORT_ONLY = (  # the system message only when it is short
     "</u>{% endif %}{% endfor %}<a>")
 
 
-@pytest.mark.parametrize("template, data_rows, first_dropped", [
-    (KEEPS_FIRST_ONLY, rows(), "q1"),
-    (KEEPS_SHORT_ONLY, rows(context=lambda i: "be nice" if i == 0 else "be very nice to me"),
-     "q1"),
-])
-def test_a_template_that_drops_c_for_any_item_is_refused_before_any_work(
-        tok, tmp_path, monkeypatch, template, data_rows, first_dropped):
-    """Q-H: Q-A's check rendered only the first item; a template keeping the system message
-    for that item alone (or for a short c) passed, then dropped c for every item evaluated
-    (response_c == response_no_c, regime C, exit 0). Every item is rendered both ways; the
-    first whose views are one prompt is named."""
+KEEPS_BUT_ONE = (  # the system message for every prompt but one training item's
+    "{% for m in messages %}{% if m['role'] == 'system' and messages[-1]['content'] != "
+    "'what is 6 plus one' %}<s>{{ m['content'] }}</s>{% endif %}{% if m['role'] == 'user' %}"
+    "<u>{{ m['content'] }}</u>{% endif %}{% endfor %}<a>")
+
+
+def chat_student(tok, tmp_path: Path, template: str) -> tuple:
     chat_tok = copy.deepcopy(tok)
     chat_tok.chat_template = template
-    student = save_checkpoint(tmp_path / "chat", tiny(tok), chat_tok)
+    return chat_tok, save_checkpoint(tmp_path / "chat", tiny(tok), chat_tok)
+
+
+@pytest.mark.parametrize("template, data_rows", [
+    (KEEPS_FIRST_ONLY, rows()),
+    (KEEPS_SHORT_ONLY, rows(context=lambda i: "be nice" if i == 0 else "be very nice to me")),
+])
+def test_a_template_that_drops_c_for_any_item_is_refused_before_any_work(
+        tok, tmp_path, monkeypatch, template, data_rows):
+    """Q-H: Q-A's check rendered only the first item; a template keeping the system message
+    for that item alone (or for a short c) passed, then dropped c for every item evaluated
+    (response_c == response_no_c, regime C, exit 0). Refused in one line before anything is
+    generated."""
+    chat_tok, student = chat_student(tok, tmp_path, template)
     data = write(tmp_path / "d.jsonl", data_rows)
-    t = task(data)
-    first = jsonl.items(t.config)[0]
+    first = jsonl.items(task(data).config)[0]
     from nca_interp.tokenizer import render_chat
 
     kept = render_chat(chat_tok, jsonl.chat_messages(first, first.context, "system"))
@@ -167,8 +175,23 @@ def test_a_template_that_drops_c_for_any_item_is_refused_before_any_work(
     seen = shown(monkeypatch)
     with pytest.raises(UsageError) as err:
         run(student, tmp_path, f"data={data}")
-    one_line(err, "drops the context", f"item {first_dropped!r}", "context_as=user",
-             f"{data}:{int(first_dropped[1:]) + 1}")
+    one_line(err, "drops the context", "context_as=user")
     assert seen == []
     ok = task(data, "context_as=user").for_tokenizer(chat_tok)  # the remedy works on all
     assert all(ok.prompt(it) != ok.prompt(it, it.context) for it in jsonl.items(ok.config))
+
+
+def test_every_item_is_rendered_training_items_too(tok, tmp_path, monkeypatch):
+    """Q-H, one step beside it: distillation trains on the training items, so a template
+    dropping c for one of them (here q6, no held-out item) would train on identical views.
+    Every item is rendered both ways; the first whose views are one prompt is named by file,
+    line and id."""
+    chat_tok, student = chat_student(tok, tmp_path, KEEPS_BUT_ONE)
+    data = write(tmp_path / "d.jsonl", rows())
+    seen = shown(monkeypatch)
+    with pytest.raises(UsageError) as err:
+        run(student, tmp_path, f"data={data}")
+    one_line(err, "drops the context", f"{data}:7", "item 'q6'", "context_as=user")
+    assert seen == []
+    with pytest.raises(UsageError, match="item 'q6'"):
+        task(data).for_tokenizer(chat_tok)
