@@ -11,8 +11,9 @@ One JSON object per line:
 - `control` (optional): your own wrong context c' for the item, what `evaluate --control`
   shows in c's place (c' for every item at once: `control_file=`); without either, c' is
   another group's c, or with one shared c its words shuffled, which keep any keyword a rule
-  scores (a persona's "Ahoy"): give your own where that matters. The report names where c'
-  came from and keeps it, with the control's responses, per item;
+  scores (a persona's "Ahoy"): give your own where that matters (and where c' would be c
+  itself, a one-word shared c: refused before any work). The report names where c' came
+  from and keeps it, with the control's responses, per item;
 - `answer` (optional): the reference a scorer compares with, and the response budget's length;
 - `split` (optional): `train` or `test`; items without one are split by a seeded draw
   (`test_share`, `split_seed`);
@@ -379,6 +380,33 @@ def _shared_text(path: str, option: str, what: str) -> str | None:
     return text
 
 
+def _same(a: str, b: str) -> bool:
+    """Two contexts that differ only in spacing: one prompt to a model."""
+    return " ".join(a.split()) == " ".join(b.split())
+
+
+def _shown(text: str, n: int = 80) -> str:
+    return repr(text) if len(text) <= n else f"{text[:n - 20]!r}... ({len(text):,} characters)"
+
+
+def _some(k: int, rest: int, own: int) -> str:
+    """"the other K items: " where a c' draw covers only some of the items."""
+    if k == rest and not own:
+        return ""
+    return f"{'the other ' if own and k == rest else ''}{k} items: "
+
+
+def reordered(text: str, seed: int) -> str | None:
+    """`text`'s words in a seeded order other than its own (the seeded shuffle, or where
+    that draws the same order, the words turned by one), None where no order differs (one
+    word, or one word repeated): a c' that is c would measure nothing."""
+    out = shuffled_words(text, seed)
+    if _same(out, text):
+        words = text.split()
+        out = " ".join(words[1:] + words[:1])
+    return None if _same(out, text) else out
+
+
 def generate_level(seed: int | str, cfg: JsonlConfig, split: str = "train") -> Item:
     pool = [it for it in items(cfg) if it.split == split]
     return pool[random.Random(f"jsonl-{seed}").randrange(len(pool))]
@@ -649,29 +677,50 @@ class JsonlTask(Task):
     def control_context(self, levels: list, i: int, kind: str) -> str:
         """Your own c' where you give one (the item's `control`, else `control_file=`); else
         another unit's c (the next item of another group whose c differs: a rewording of the
-        same fact would be no wrong c); with one shared c, its words shuffled. A c' that is the
-        item's own c is refused (it would measure nothing)."""
+        same fact would be no wrong c); with one shared c, its words shuffled. A c'
+        that is the item's own c is refused, given or drawn (it would measure nothing: a
+        one-word shared c shuffles to itself, and reads_c was 0 with exit 0)."""
         own = self.context(levels[i], kind)
         given = levels[i].control or shared_control(self.config)
         if given is not None:
-            if " ".join(given.split()) == " ".join(own.split()):
+            if _same(given, own):
                 where = "its \"control\"" if levels[i].control else \
                     f"control_file {self.config.control_file}"
                 raise UsageError(f"{levels[i].source}: {where} is item {levels[i].id!r}'s own "
                                  "c, so the control would measure nothing; give a context "
                                  "that is wrong for it")
             return given
-        if self.config.context_file:
-            return shuffled_words(own, i)
+        other = None if self.config.context_file else self._other_c(levels[i])
+        if other is not None:
+            return other
+        wrong = reordered(own, i)
+        if wrong is None:
+            raise UsageError(f"{self._no_other_c(levels[i], own)}, and no order of its words "
+                             "differs from it, so the default control c' would be c itself "
+                             "and measure nothing; give wrong contexts with control_file=FILE "
+                             "or a \"control\" field per item")
+        return wrong
+
+    def _other_c(self, level) -> str | None:
+        """The c of the next item (in file order, wrapping) of another group whose c differs
+        from `level`'s, or None where no item has one."""
         pool = [it for it in items(self.config)
-                if it.context != own and it.unit != levels[i].unit]
+                if it.context is not None and level.context is not None
+                and not _same(it.context, level.context) and it.unit != level.unit]
         if not pool:
-            return shuffled_words(own, i)
+            return None
         order = [it.id for it in items(self.config)]
-        here = order.index(levels[i].id)
-        nearest = min(pool, key=lambda it: (order.index(it.id) - here - 1) % len(order))
-        assert nearest.context is not None  # without a context_file every item has its own c
-        return nearest.context
+        here = order.index(level.id)
+        return min(pool, key=lambda it: (order.index(it.id) - here - 1) % len(order)).context
+
+    def _no_other_c(self, level, own: str) -> str:
+        """Why `level` has no other unit's c to take, the start of a refusal."""
+        if self.config.context_file:
+            return f"context_file {self.config.context_file}: every item shares its c {_shown(own)}"
+        if all(it.context is not None and _same(it.context, own) for it in items(self.config)):
+            return f"{self.config.data}: every item shares the c {_shown(own)}"
+        return (f"{level.source}: no item of another group has a c other than item "
+                f"{level.id!r}'s {_shown(own)}")
 
     def control_origin(self, level) -> tuple[str, str | None]:
         """("field", None) for an item with its own `control`, ("file", the path) under
@@ -691,13 +740,18 @@ class JsonlTask(Task):
         if rest and self.config.control_file:
             parts.append(f"your own: control_file {self.config.control_file}"
                          + (f" for the other {rest}" if own else " (one c' for every item)"))
-        elif rest and self.config.context_file:
-            parts.append(f"{'the other ' + str(rest) + ' items: ' if own else ''}the shared "
-                         "c's words shuffled (they keep any keyword a rule scores: give your "
-                         "own with control_file= or a \"control\" field)")
-        elif rest:
-            parts.append(f"{'the other ' + str(rest) + ' items: ' if own else ''}another "
-                         "group's c (the next item of another group whose c differs)")
+            return "; ".join(parts)
+        other = 0 if self.config.context_file else \
+            sum(1 for lv in levels if not lv.control and self._other_c(lv) is not None)
+        shuffled = rest - other
+        if other:
+            parts.append(f"{_some(other, rest, own)}another group's c (the next item of "
+                         "another group whose c differs)")
+        if shuffled:
+            what = "the shared c's" if self.config.context_file else "the item's own c's"
+            parts.append(f"{_some(shuffled, rest, own)}{what} words shuffled (they keep "
+                         "any keyword a rule scores: give your own with control_file= or a "
+                         "\"control\" field)")
         return "; ".join(parts)
 
     def for_tokenizer(self, tokenizer, context_as: str | None = None,

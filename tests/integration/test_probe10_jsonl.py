@@ -195,3 +195,62 @@ def test_every_item_is_rendered_training_items_too(tok, tmp_path, monkeypatch):
     assert seen == []
     with pytest.raises(UsageError, match="item 'q6'"):
         task(data).for_tokenizer(chat_tok)
+
+
+# -- Q-E: a default c' that is c itself ------------------------------------------------------
+
+def test_one_shared_one_word_c_is_refused_for_the_control_before_any_work(student, tmp_path,
+                                                                          monkeypatch):
+    """Q-E: with every item's c "nice", the default c' (c's words shuffled) was "nice": the
+    control's responses were the c view's, reads_c 0.000 [0, 0] was printed as "blind to c",
+    and c' was called "another group's c", exit 0. Refused before any response, saying how
+    to give a wrong c."""
+    data = write(tmp_path / "d.jsonl", rows(context=lambda i: "nice"))
+    seen = shown(monkeypatch)
+    with pytest.raises(UsageError) as err:
+        run(student, tmp_path, f"data={data}", control=True)
+    one_line(err, "every item shares the c 'nice'", "control_file=", "\"control\" field")
+    assert seen == []
+    persona = tmp_path / "persona.txt"  # the same through context_file=
+    persona.write_text("nice nice\n")
+    shared = write(tmp_path / "s.jsonl", [{k: v for k, v in r.items() if k != "context"}
+                                          for r in rows()])
+    with pytest.raises(UsageError) as err:
+        run(student, tmp_path, f"data={shared}", f"context_file={persona}", control=True)
+    one_line(err, f"context_file {persona}", "control_file=")
+    assert seen == []
+    wrong = tmp_path / "wrong.txt"  # the remedy the message names works
+    wrong.write_text("rude\n")
+    r = run(student, tmp_path, f"data={data}", f"control_file={wrong}", control=True)
+    assert r["results"]["student"]["items"]["context_control"] == ["rude"] * 4
+
+
+def test_a_default_c_prime_is_never_the_items_own_c(tmp_path):
+    """Q-E, one step beside it: a two-word shared c shuffled to itself for about half the
+    items (S/data.jsonl's "be nice", item 0); contexts that differ only in spacing were taken
+    for another group's c; one group whose items all read one-word contexts has no other
+    group to take from. Where c's words have another order it is used, else refused; the
+    note says "words shuffled", not "another group's c"."""
+    data = write(tmp_path / "d.jsonl", rows(20, context=lambda i: "be nice"))
+    t = task(data)
+    levels = t.levels("test", 99)
+    assert len(levels) == 10
+    wrong = [t.control_context(levels, i, "context") for i in range(len(levels))]
+    assert all(" ".join(w.split()) != "be nice" and sorted(w.split()) == ["be", "nice"]
+               for w in wrong), wrong
+    note = t.control_note(levels, "context")
+    assert "words shuffled" in note and "another group" not in note, note
+    spaced = write(tmp_path / "s.jsonl", rows(8, context=lambda i: "be  nice" if i % 2 else
+                                              "be nice"))
+    t = task(spaced)
+    levels = t.levels("test", 99)
+    for i in range(len(levels)):
+        assert " ".join(t.control_context(levels, i, "context").split()) != "be nice"
+    one_group = write(tmp_path / "g.jsonl", [
+        *rows(4, context=lambda i: ["nice", "kind"][i % 2], group="g", split="test"),
+        {"prompt": "train on me", "context": "nice", "id": "t0", "split": "train"}])
+    t = task(one_group)
+    levels = t.levels("test", 99)
+    with pytest.raises(UsageError) as err:
+        t.control_context(levels, 0, "context")
+    one_line(err, "no item of another group", "item 'q0'", "control_file=")
