@@ -84,8 +84,8 @@ def anchored(path: str | Path, record: dict) -> dict:
     as the training command gave it) read where the run read it: the absolute path its
     `inputs["task option K"]` records, while a file is there. Read against the folder a later
     command runs in, it named another file (probe 10 Q-I)."""
-    run = read_run_config(path)
-    inputs = run.get("inputs") if isinstance(run.get("inputs"), dict) else {}
+    inputs = read_run_config(path).get("inputs")
+    inputs = inputs if isinstance(inputs, dict) else {}
     out = dict(record)
     for key, value in record.items():
         was = inputs.get(f"task option {key}")
