@@ -369,13 +369,13 @@ def data_record(task, levels: list) -> dict:
     line. Own data (`jsonl`) also keeps the prompts themselves."""
     import hashlib
 
-    from nca_interp.tasks import task_record
+    from nca_interp.tasks import option_file, task_record
 
     record = task_record(task)
     files = {}
     for key, value in record.items():
-        if isinstance(value, str) and value and Path(value).expanduser().is_file():
-            digest = hashlib.sha256(Path(value).expanduser().read_bytes()).hexdigest()
+        if (file := option_file(value)) is not None:  # a long regex is no file name
+            digest = hashlib.sha256(file.read_bytes()).hexdigest()
             files[key] = {"path": value, "sha256": digest}
     prompts = [task.render(lv) for lv in levels]
     out = {"task_options": record, "files": files, "units": [task.unit(lv) for lv in levels],
@@ -639,6 +639,7 @@ def input_paths(cfg) -> dict[Path, str]:
     model cache. `--out` must keep clear of all of them."""
     from nca_interp.checkpoint import read_run_config
     from nca_interp.fsio import default_cache
+    from nca_interp.tasks import option_file
 
     found: dict[str, str] = {}
 
@@ -663,7 +664,7 @@ def input_paths(cfg) -> dict[Path, str]:
         add(f"--{name} {getattr(cfg, name, None)}", getattr(cfg, name, None))
     for opt in getattr(cfg, "task_options", None) or []:
         value = opt.partition("=")[2] if isinstance(opt, str) else ""
-        if value and Path(value).expanduser().is_file():
+        if option_file(value) is not None:
             add(f"task option {opt}", value)
     add("the model cache", default_cache() / "models")
     return {Path(p): what for p, what in found.items()}

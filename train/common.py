@@ -324,8 +324,10 @@ def _intact(folder: Path) -> bool:
 def data_inputs(task_record: dict) -> dict[str, str]:
     """The data files a task reads (OPCD's questions, a system-prompt file), by option: inputs
     of a run like its checkpoints."""
+    from nca_interp.tasks import option_file
+
     return {f"task option {k}": v for k, v in task_record.items()
-            if isinstance(v, str) and v and Path(v).expanduser().is_file()}
+            if option_file(v) is not None}  # a regex of 256 bytes is no file name
 
 
 def check_inputs_unchanged(run_dir: Path, recorded: dict | None, now: dict) -> None:

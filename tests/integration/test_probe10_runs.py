@@ -158,3 +158,30 @@ def test_evaluate_refuses_a_template_that_drops_c_before_generating(tmp_path, to
         evaluate.execute(evaluate.EvalConfig(ckpt=[str(ckpt)], task="facts", context="facts",
                                              n_levels=4, out=str(tmp_path / "rep")))
     assert not list(tmp_path.glob("rep*"))
+
+
+def test_a_task_option_too_long_to_be_a_file_name_is_no_file(tmp_path, tok):
+    """U-A: every task option's text was stat'ed as a path; a regex pattern= of 256 bytes or
+    more raised ENAMETOOLONG ('File name too long'), for evaluate after every response was
+    generated, with no report. Such a text names no file: the pattern is used."""
+    import json
+
+    from nca_interp import evaluate
+    from nca_interp.tasks import option_file
+    from train.common import data_inputs
+
+    pattern = "ahoy|" + "x" * 300
+    assert option_file(pattern) is None and option_file(str(tmp_path)) is None
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"say {i}", "context": "be nice",
+                                        "split": "test" if i < 3 else "train",
+                                        "id": f"q{i}"}) + "\n" for i in range(4)))
+    assert option_file(str(data)) == data
+    assert set(data_inputs({"data": str(data), "pattern": pattern})) == {"task option data"}
+    ckpt = save_checkpoint(tmp_path / "student", tiny(tok), tok)
+    report = evaluate.execute(evaluate.EvalConfig(
+        ckpt=[str(ckpt)], task="jsonl", context="context", n_levels=3,
+        task_options=[f"data={data}", "scorer=regex", f"pattern={pattern}"],
+        out=str(tmp_path / "rep")))
+    assert report["results"]["student"]["n"] == 3
+    assert (tmp_path / "rep.json").is_file()
