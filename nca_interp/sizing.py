@@ -58,8 +58,9 @@ def measure_table(m: dict) -> str:
 def agreement(model: str = "smollm2-135m-instruct", rule: str = "french",
               max_new: int = 24) -> dict:
     """The language identifier against the word list it replaced, on the fetched model's own
-    responses to every held-out question without c, with c and with the control c' (the rule's
-    words shuffled): per view, how often each says French, how often they agree (with Cohen's
+    responses to every held-out question without c, with c and with the control c' (another
+    rule of c's form, `facts.CONTROL_RULES`): per view, how often each says French, how often
+    they agree (with Cohen's
     kappa: agreement beyond what their rates give by chance), and every response where they
     disagree."""
     from nca_interp.checkpoint import load_checkpoint

@@ -46,14 +46,14 @@ from nca_interp.tasks.base import (
     check_types,
     register,
     rotated,
-    shuffled_words,
     stripped_span,
     whole,
 )
 from nca_interp.tasks.language import is_french
 
-__all__ = ["ATTRIBUTES", "RULES", "FactsConfig", "FactsTask", "all_test_questions", "answered",
-           "follows_rule", "french_by_words", "generate_level", "render", "styled"]
+__all__ = ["ATTRIBUTES", "CONTROL_RULES", "RULES", "FactsConfig", "FactsTask",
+           "all_test_questions", "answered", "follows_rule", "french_by_words", "generate_level",
+           "render", "styled"]
 
 ATTRIBUTES = ("capital", "founder", "year")
 PHRASINGS = {  # (training phrasings, held-out phrasings)
@@ -75,6 +75,16 @@ RULES = {
     "sure": "Always begin your answer with the word 'Certainly'.",
     "french": "Always answer in French.",
     "brackets": "Always put your final answer inside square brackets, like [answer].",
+}
+# c' of the rule kind: another rule of the same form that asks for something the rule forbids,
+# an instruction the model can read and follow. c's own words shuffled were no wrong c: they
+# keep the rule's key word ("French" in every order) and, for a four-word rule, are c itself
+# in one order of 24 (8 of the 192 facts_rule items)
+CONTROL_RULES = {
+    "caps": "Always write your entire answer in lower-case letters.",
+    "sure": "Always begin your answer with the word 'Perhaps'.",
+    "french": "Always answer in English.",
+    "brackets": "Always put your final answer inside round brackets, like (answer).",
 }
 _ONSETS = ("V", "T", "K", "D", "M", "S", "L", "Br", "Gr", "Qu", "Z", "P", "R", "N", "F", "H")
 _NUCLEI = ("a", "e", "i", "o", "u", "ae", "ou")
@@ -310,11 +320,11 @@ class FactsTask(Task):
 
     def control_context(self, levels: list, i: int, kind: str) -> str:
         """`facts`: the same sentences with each attribute's values rotated across the
-        countries (every fact wrong, same form and length); `rule`: the rule's words shuffled
-        (no instruction)."""
+        countries (every fact wrong, same form and length); `rule`: another rule of the same
+        form asking for what the rule forbids (`CONTROL_RULES`)."""
         self.context(levels[i], kind)  # the kind check
         if kind == "rule":
-            return shuffled_words(RULES[self.config.rule], i)
+            return CONTROL_RULES[self.config.rule]
         kb = levels[i].kb
         wrong = [dict(v) for v in kb.values]
         for attr in kb.values[0]:
@@ -324,7 +334,8 @@ class FactsTask(Task):
 
     def control_note(self, levels: list, kind: str) -> str:
         if kind == "rule":
-            return "the rule's words shuffled (a seeded order per item: no instruction)"
+            return (f"another rule of c's form asking for what c forbids: "
+                    f"{CONTROL_RULES[self.config.rule]!r}")
         return ("the item's sentences with each attribute's values rotated across the "
                 "countries (every fact wrong, same form and length)")
 

@@ -133,3 +133,23 @@ def test_the_evaluate_figure_names_accuracy_for_qa_tasks_and_counts_items_once()
     del partial["results"]["base"]["ci95"]
     with pytest.raises(ValueError, match=r"results\['base'\]: ContextReturn needs ci95"):
         evaluate_figure(partial)
+
+
+@pytest.mark.parametrize("rule", ["caps", "sure", "french", "brackets"])
+def test_a_rules_control_is_a_rule_it_breaks_never_its_own_words(rule):
+    """c' of facts' rule kind was c's words shuffled: 'French' in every order, and c itself for
+    8 of the 192 facts_rule items. Now another rule of c's form: never c, never holding c's key
+    word, and an answer that follows it breaks c."""
+    from nca_interp.tasks import make_task
+    from nca_interp.tasks.facts import CONTROL_RULES, RULES, follows_rule
+
+    task = make_task("facts", kind="rule", rule=rule)
+    levels = task.levels("test", 192)
+    wrong = {task.control_context(levels, i, "rule") for i in range(len(levels))}
+    assert wrong == {CONTROL_RULES[rule]} and RULES[rule] not in wrong
+    key = {"caps": "capital", "sure": "Certainly", "french": "French",
+           "brackets": "square"}[rule]
+    assert key in RULES[rule] and key not in CONTROL_RULES[rule]
+    obeying = {"caps": "the capital is paris.", "sure": "Perhaps it is Paris.",
+               "french": "The capital is Paris.", "brackets": "The answer is (Paris)."}[rule]
+    assert not follows_rule(obeying, rule, levels[0].kb)
