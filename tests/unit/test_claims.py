@@ -896,6 +896,30 @@ def test_power_judges_the_same_seeds_on_both_item_sets(tmp_path):
     assert power.rows(tmp_path)[0][0].coverage == (3, 3)
 
 
+def test_the_power_table_says_which_wrong_context_each_column_used(tmp_path):
+    """The power table's 'reads c' rows compare two control reports: where their c' differ
+    (facts' rule kind changed its c' in session 45) the page says so; where they agree it names
+    it once; where neither records one, nothing."""
+    from nca_interp.paper.claims import power
+
+    def control(note):
+        ctl = {"win": 0.5, "reads_c": 0.1, **({"c_prime": note} if note else {})}
+        return {"results": {"t_nca_s0": {"correct_c": 0.6, "correct_no_c": 0.5,
+                                         "control": ctl}}}
+
+    (tmp_path / power.MORE / power.SAME).mkdir(parents=True)
+    assert power.c_primes(tmp_path) == ""
+    for where, note in ((tmp_path / power.MORE / power.SAME, None),
+                        (tmp_path / power.MORE, "another rule")):
+        (where / "context_control.json").write_text(json.dumps(control(note)))
+    said = power.c_primes(tmp_path)
+    assert "differ" in said and "left not recorded in its report; right another rule" in said
+    (tmp_path / power.MORE / power.SAME / "context_control.json").write_text(
+        json.dumps(control("another rule")))
+    assert power.c_primes(tmp_path) == " The wrong context c' of both control columns: " \
+        "another rule."
+
+
 def test_the_stability_check_names_every_verdict_that_changes_with_the_bootstrap_seed(
         tmp_path, monkeypatch):
     """`flips` judges each setting under several bootstrap seeds and names a claim whose

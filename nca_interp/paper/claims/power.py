@@ -101,7 +101,28 @@ def table(figs: Path) -> str:
         f"held-out items (left) and on `{MORE}/` (right); the detectable effect is the "
         "smallest true effect each interval shows four times in five. Written by "
         + "; ".join(f"`{command(d / f)}`" for d in (figs / MORE, same) for f in FILES
-                    if (d / f).exists()) + "." + sameness(figs))
+                    if (d / f).exists()) + "." + sameness(figs) + c_primes(figs))
+
+
+def c_primes(figs: Path) -> str:
+    """What the wrong context c' of each column's control report was (`evaluate`'s
+    `control_record`), said once where both columns name the same, and as a warning where
+    they differ (reads c then compares different wrong contexts); '' where neither says."""
+    more = figs / MORE
+    left = more / SAME if (more / SAME / CONTEXT_CONTROL).exists() else figs
+    said = []
+    for d in (left, more):
+        f = d / CONTEXT_CONTROL
+        runs = analysis.load(f).results.values() if f.exists() else []
+        said.append(next((r.control["c_prime"] for r in runs
+                          if isinstance(r.control, dict) and r.control.get("c_prime")), None))
+    if not any(said):
+        return ""
+    if said[0] == said[1]:
+        return f" The wrong context c' of both control columns: {said[0]}."
+    return (" The columns' control contexts differ, so 'reads c' compares different wrong "
+            f"contexts: left {said[0] or 'not recorded in its report'}; right "
+            f"{said[1] or 'not recorded in its report'}.")
 
 
 def sameness(figs: Path) -> str:
