@@ -34,10 +34,10 @@ from typing import Any, Protocol, TypeVar
 
 from nca_interp.errors import UsageError
 
-__all__ = ["FORMATS", "MAX_NEW", "MAX_SEED", "MOVE_TO_CHAT", "REGISTRY", "ChatFormat", "Game",
-           "Outcome", "QATask", "Scored", "Task", "TaskSpec", "check_types", "context_choices",
-           "names", "parse_answer", "register", "rotated", "shuffled_words", "spec",
-           "stripped_span", "task_choices", "whole"]
+__all__ = ["ChatFormat", "FORMATS", "Game", "MAX_NEW", "MAX_SEED", "MOVE_TO_CHAT", "Outcome",
+           "QATask", "REGISTRY", "Scored", "Task", "TaskSpec", "check_types", "context_choices",
+           "names", "parse_answer", "register", "reordered", "rotated", "same_context",
+           "shuffled_words", "spec", "stripped_span", "task_choices", "whole"]
 
 FORMATS = ("compact", "textarena")
 _CHAT_MOVE = re.compile(r"\[\s*(up|down|left|right|w|a|s|d)\s*\]", re.IGNORECASE)
@@ -146,6 +146,22 @@ def rotated(values) -> list:
     values differ, so every fact of a rotated knowledge base is wrong."""
     values = list(values)
     return values[1:] + values[:1]
+
+
+def same_context(a: str, b: str) -> bool:
+    """Two contexts that differ only in spacing: one prompt to a model."""
+    return " ".join(a.split()) == " ".join(b.split())
+
+
+def reordered(text: str, seed: int) -> str | None:
+    """`text`'s words in a seeded order other than its own (the seeded shuffle, or where
+    that draws the same order, the words turned by one), None where no order differs (one
+    word, or one word repeated): a c' that is c would measure nothing."""
+    out = shuffled_words(text, seed)
+    if same_context(out, text):
+        words = text.split()
+        out = " ".join(words[1:] + words[:1])
+    return None if same_context(out, text) else out
 
 
 def shuffled_words(text: str, seed: int) -> str:
@@ -276,9 +292,14 @@ class Task:
         own = self.context(levels[i], kind)
         for k in range(1, len(levels)):
             other = self.context(levels[(i + k) % len(levels)], kind)
-            if other != own:
+            if not same_context(other, own):
                 return other
-        return shuffled_words(own, i)
+        wrong = reordered(own, i)
+        if wrong is None:  # c' = c would measure nothing (probe 10, beside Q-E)
+            raise UsageError(f"every evaluated level has the same {kind} context, "
+                             f"{own!r}, and its words have no other order: the control "
+                             "c' needs levels with different contexts (raise --n-levels)")
+        return wrong
 
     def control_origin(self, level) -> tuple[str, str | None]:
         """Where item `level`'s c' comes from: ("default", None), the task's own draw

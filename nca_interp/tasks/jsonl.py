@@ -74,7 +74,8 @@ from nca_interp.tasks.base import (
     TaskSpec,
     check_types,
     register,
-    shuffled_words,
+    reordered,
+    same_context,
     stripped_span,
     whole,
 )
@@ -380,11 +381,6 @@ def _shared_text(path: str, option: str, what: str) -> str | None:
     return text
 
 
-def _same(a: str, b: str) -> bool:
-    """Two contexts that differ only in spacing: one prompt to a model."""
-    return " ".join(a.split()) == " ".join(b.split())
-
-
 def _shown(text: str, n: int = 80) -> str:
     return repr(text) if len(text) <= n else f"{text[:n - 20]!r}... ({len(text):,} characters)"
 
@@ -394,17 +390,6 @@ def _some(k: int, rest: int, own: int) -> str:
     if k == rest and not own:
         return ""
     return f"{'the other ' if own and k == rest else ''}{k} items: "
-
-
-def reordered(text: str, seed: int) -> str | None:
-    """`text`'s words in a seeded order other than its own (the seeded shuffle, or where
-    that draws the same order, the words turned by one), None where no order differs (one
-    word, or one word repeated): a c' that is c would measure nothing."""
-    out = shuffled_words(text, seed)
-    if _same(out, text):
-        words = text.split()
-        out = " ".join(words[1:] + words[:1])
-    return None if _same(out, text) else out
 
 
 def generate_level(seed: int | str, cfg: JsonlConfig, split: str = "train") -> Item:
@@ -683,7 +668,7 @@ class JsonlTask(Task):
         own = self.context(levels[i], kind)
         given = levels[i].control or shared_control(self.config)
         if given is not None:
-            if _same(given, own):
+            if same_context(given, own):
                 where = "its \"control\"" if levels[i].control else \
                     f"control_file {self.config.control_file}"
                 raise UsageError(f"{levels[i].source}: {where} is item {levels[i].id!r}'s own "
@@ -706,7 +691,7 @@ class JsonlTask(Task):
         from `level`'s, or None where no item has one."""
         pool = [it for it in items(self.config)
                 if it.context is not None and level.context is not None
-                and not _same(it.context, level.context) and it.unit != level.unit]
+                and not same_context(it.context, level.context) and it.unit != level.unit]
         if not pool:
             return None
         order = [it.id for it in items(self.config)]
@@ -717,7 +702,8 @@ class JsonlTask(Task):
         """Why `level` has no other unit's c to take, the start of a refusal."""
         if self.config.context_file:
             return f"context_file {self.config.context_file}: every item shares its c {_shown(own)}"
-        if all(it.context is not None and _same(it.context, own) for it in items(self.config)):
+        if all(it.context is not None and same_context(it.context, own)
+               for it in items(self.config)):
             return f"{self.config.data}: every item shares the c {_shown(own)}"
         return (f"{level.source}: no item of another group has a c other than item "
                 f"{level.id!r}'s {_shown(own)}")

@@ -30,7 +30,7 @@ from nca_interp.tasks.base import (
     TaskSpec,
     check_types,
     register,
-    shuffled_words,
+    reordered,
     whole,
 )
 from nca_interp.tasks.sysprompt import LETTERS
@@ -211,9 +211,15 @@ class OPCDTask(QATask):
         return read_system_prompt(self.config.system_prompt)
 
     def control_context(self, levels: list, i: int, kind: str) -> str:
-        """The system prompt's words shuffled."""
+        """The system prompt's words shuffled (another order where the shuffle draws its
+        own); refused where its words have no other order (a c' that is c measures nothing)."""
         self.context(levels[i], kind)  # the kind check
-        return shuffled_words(read_system_prompt(self.config.system_prompt), i)
+        own = read_system_prompt(self.config.system_prompt)
+        wrong = reordered(own, i)
+        if wrong is None:
+            raise UsageError(f"the system prompt {own!r} has no other order of its words to "
+                             "be the control c': give a longer one, or run without --control")
+        return wrong
 
     def control_note(self, levels: list, kind: str) -> str:
         return "the system prompt's words shuffled (a seeded order per item)"
