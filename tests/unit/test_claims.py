@@ -918,6 +918,10 @@ def test_the_power_table_says_which_wrong_context_each_column_used(tmp_path):
         json.dumps(control("another rule")))
     assert power.c_primes(tmp_path) == " The wrong context c' of both control columns: " \
         "another rule."
+    (tmp_path / "context_control.json").write_text(json.dumps(control(None)))
+    assert power.c_primes(tmp_path).endswith(" The setting's own control report, which the "
+                                             "verdict table above reads, used another c': not "
+                                             "recorded in its report.")
 
 
 def test_the_stability_check_names_every_verdict_that_changes_with_the_bootstrap_seed(

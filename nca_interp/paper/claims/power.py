@@ -110,19 +110,26 @@ def c_primes(figs: Path) -> str:
     they differ (reads c then compares different wrong contexts); '' where neither says."""
     more = figs / MORE
     left = more / SAME if (more / SAME / CONTEXT_CONTROL).exists() else figs
-    said = []
-    for d in (left, more):
-        f = d / CONTEXT_CONTROL
-        runs = analysis.load(f).results.values() if f.exists() else []
-        said.append(next((r.control["c_prime"] for r in runs
-                          if isinstance(r.control, dict) and r.control.get("c_prime")), None))
+    said = [_c_prime(d) for d in (left, more)]
     if not any(said):
         return ""
-    if said[0] == said[1]:
-        return f" The wrong context c' of both control columns: {said[0]}."
-    return (" The columns' control contexts differ, so 'reads c' compares different wrong "
+    text = (f" The wrong context c' of both control columns: {said[0]}." if said[0] == said[1]
+            else " The columns' control contexts differ, so 'reads c' compares different wrong "
             f"contexts: left {said[0] or 'not recorded in its report'}; right "
             f"{said[1] or 'not recorded in its report'}.")
+    own = _c_prime(figs) if (figs / CONTEXT_CONTROL).exists() and left != figs else said[0]
+    if own != said[0]:
+        text += (" The setting's own control report, which the verdict table above reads, "
+                 f"used another c': {own or 'not recorded in its report'}.")
+    return text
+
+
+def _c_prime(folder: Path) -> str | None:
+    """What c' the control report in `folder` says it was (None: none there, or not said)."""
+    f = folder / CONTEXT_CONTROL
+    runs = analysis.load(f).results.values() if f.exists() else []
+    return next((r.control["c_prime"] for r in runs
+                 if isinstance(r.control, dict) and r.control.get("c_prime")), None)
 
 
 def sameness(figs: Path) -> str:
