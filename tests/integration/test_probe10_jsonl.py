@@ -13,6 +13,7 @@ from nca_interp.checkpoint import save_checkpoint
 from nca_interp.errors import UsageError
 from nca_interp.tasks import jsonl, task_from_record
 from tests.conftest import tiny
+from tests.spies import shown
 
 
 def write(path: Path, rows) -> Path:
@@ -29,19 +30,6 @@ def rows(n=8, context=lambda i: f"you always answer {i + 1}", **extra):
 def task(data: Path, *options):
     """The task as a run config's `task` record or --task-options build it."""
     return task_from_record(None, "jsonl", None, [f"data={data}", *options])
-
-
-def shown(monkeypatch) -> list[str]:
-    """Every prompt text evaluate encodes for generation, in order."""
-    seen: list[str] = []
-    real = evaluate.encode
-
-    def spy(tokenizer, texts, *a, **k):
-        seen.extend(texts)
-        return real(tokenizer, texts, *a, **k)
-
-    monkeypatch.setattr(evaluate, "encode", spy)
-    return seen
 
 
 def run(student: Path, tmp_path: Path, *options, control: bool = False) -> dict:

@@ -12,6 +12,7 @@ from nca_interp.checkpoint import save_checkpoint
 from nca_interp.errors import UsageError
 from nca_interp.tasks import task_from_record
 from tests.conftest import tiny
+from tests.spies import shown
 
 
 def write(path: Path, rows) -> Path:
@@ -29,19 +30,6 @@ def rows(n=8, control=True):
 @pytest.fixture
 def student(tok, tmp_path):
     return save_checkpoint(tmp_path / "student", tiny(tok), tok)
-
-
-def shown(monkeypatch) -> list[str]:
-    """Every prompt text evaluate encodes for generation, in order."""
-    seen: list[str] = []
-    real = evaluate.encode
-
-    def spy(tokenizer, texts, *a, **k):
-        seen.extend(texts)
-        return real(tokenizer, texts, *a, **k)
-
-    monkeypatch.setattr(evaluate, "encode", spy)
-    return seen
 
 
 def run(student, tmp_path, *options):
