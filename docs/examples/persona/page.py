@@ -27,8 +27,10 @@ ANALYSES = (
                  "cases right only with c, heads chosen on one half and tested on the other."),
     ("lens", "Where does the returning c still act, token by token? KL(q_x || q_c) per token of "
              "each model's own sample, beside the same with the wrong persona c' (the control) "
-             "and the floor, by third of the response; the first forks of the help and harm "
-             "cases and whether the other view's token there restores the answer."),
+             "and the floor, by third of the response and by part (first token, the answer the "
+             "scorer reads, the end); the first forks of the help and harm cases and whether "
+             "the other view's token there restores the answer, beside the null of one token "
+             "swapped where the views agree."),
 )
 
 
