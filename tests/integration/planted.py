@@ -19,6 +19,31 @@ def out(line):  # to every pipe open for writing: the worker's reply channel amo
 """
 
 
+def forged_refusal(tmp_path: Path, scorer: str, fn: str) -> str:
+    """The one-line refusal a ScorerWorker gives when the scorer `fn` of module text `scorer`
+    writes to its reply channel, scoring three items (the test fails if none is refused);
+    the line names the scorer, the first item and the reply channel."""
+    import pytest
+
+    from nca_interp import scorer_worker
+    from nca_interp.errors import UsageError
+
+    path = tmp_path / "inject.py"
+    path.write_text(scorer)
+    w = scorer_worker.ScorerWorker(f"{path}:{fn}", 10)
+    try:
+        w.start()
+        with pytest.raises(UsageError) as e:
+            for i in range(3):
+                w.score({"id": f"q{i}"}, "x", f"item 'q{i}'")
+    finally:
+        w.close()
+    msg = str(e.value)
+    assert "\n" not in msg and f"{path}:{fn}" in msg and "item 'q0'" in msg, msg
+    assert "reply channel" in msg, msg
+    return msg
+
+
 def planted_setting(tmp_path: Path, flags: str) -> tuple[Path, Path, list[str]]:
     """Setting `myset` under tmp_path/figs whose manifest records `python -m train.distill
     --student BASE FLAGS` for OPD seed 0 (`{out}` in FLAGS: the run's recorded folder), BASE a

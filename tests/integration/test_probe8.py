@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nca_interp import scorer_worker
 from nca_interp.errors import UsageError
-from tests.integration.planted import PIPE_WRITER, planted_setting
+from tests.integration.planted import PIPE_WRITER, forged_refusal, planted_setting
 
 SCORER = PIPE_WRITER + """def empty(item, r): out(b"{}\\n"); return True
 def listy(item, r): out(b"[1]\\n"); return True
@@ -25,19 +24,7 @@ def test_a_scorer_writing_to_the_reply_pipe_is_one_line_naming_it_and_the_item(t
     the worker; now its pipe to the supervisor) gave a KeyError or TypeError traceback; a
     non-JSON line named neither scorer nor item; an extra well-formed line put the replies
     out of step."""
-    path = tmp_path / "inject.py"
-    path.write_text(SCORER)
-    w = scorer_worker.ScorerWorker(f"{path}:{fn}", 10)
-    try:
-        w.start()
-        with pytest.raises(UsageError) as e:
-            for i in range(3):
-                w.score({"id": f"q{i}"}, "x", f"item 'q{i}'")
-    finally:
-        w.close()
-    msg = str(e.value)
-    assert "\n" not in msg and f"{path}:{fn}" in msg and "item 'q0'" in msg, msg
-    assert "reply channel" in msg, msg
+    forged_refusal(tmp_path, SCORER, fn)
 
 
 EVIL = """from pathlib import Path

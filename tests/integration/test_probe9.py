@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from tests.integration.planted import PIPE_WRITER, planted_setting
+from tests.integration.planted import PIPE_WRITER, forged_refusal, planted_setting
 
 
 @pytest.mark.parametrize("flag,twice", [("--out", "{victim}"), ("--lr", "0.02")])
@@ -99,22 +99,9 @@ def test_a_reply_line_json_cannot_parse_is_one_line_naming_scorer_and_item(tmp_p
     """T-A: a line on the reply channel holding an int of >4300 digits (ValueError) or nested
     200,000 deep (RecursionError) ended the supervisor's relay with a traceback, and the
     command then said the scorer had ended its process. The same refusal as any forged line."""
-    from nca_interp import scorer_worker
-    from nca_interp.errors import UsageError
 
-    path = tmp_path / "inject.py"
-    path.write_text(SCORER)
-    w = scorer_worker.ScorerWorker(f"{path}:{fn}", 10)
-    try:
-        w.start()
-        with pytest.raises(UsageError) as e:
-            for i in range(3):
-                w.score({"id": f"q{i}"}, "x", f"item 'q{i}'")
-    finally:
-        w.close()
-    msg = str(e.value)
-    assert "\n" not in msg and f"{path}:{fn}" in msg and "item 'q0'" in msg, msg
-    assert "reply channel" in msg and "ended its process" not in msg, msg
+    msg = forged_refusal(tmp_path, SCORER, fn)
+    assert "ended its process" not in msg, msg
 
 
 def test_a_run_configs_regex_with_huge_counted_repeats_is_refused_before_compiling(tmp_path):
