@@ -377,8 +377,11 @@ class Task:
 
     def answer_span(self, level, response: str) -> tuple[int, int] | None:
         """Where in `response` (character offsets, end exclusive) the answer `score` reads
-        lies: here the moves, first to last. None where it reads none. The lens's answer
-        region (`lens.answer_tokens`)."""
+        lies: here the moves, first to last. None where it reads none, and for a task that
+        parses or scores its own way without naming its span (a plugin's own `score`): the
+        moves are then not what it reads. The lens's answer region (`lens.answer_tokens`)."""
+        if type(self).parse is not Task.parse or type(self).score is not Task.score:
+            return None
         moves = re.finditer(r"[UDLR]+" if self.fmt == "compact" else _CHAT_MOVE, response)
         found = [m.span() for m in moves]
         return (found[0][0], found[-1][1]) if found else None

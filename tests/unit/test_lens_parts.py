@@ -67,6 +67,24 @@ def test_the_span_becomes_exactly_its_tokens_and_the_parts_are_each_responses_ow
     assert lens.parts_of(mask, None)[1] is None
 
 
+def test_a_task_scoring_its_own_way_is_not_read_as_moves():
+    """A task that scores otherwise (a plugin's own `score`) and names no span has none: the
+    base's moves span would mark any U/D/L/R letters of its answers as the answer."""
+    from dataclasses import dataclass
+
+    from nca_interp.tasks.base import Scored, Task
+
+    @dataclass(frozen=True)
+    class Own(type(make_task("sokoban"))):
+        def score(self, level, response: str) -> Scored:
+            return Scored("yes" in response, True, response, 0)
+
+    base = make_task("sokoban")
+    own = Own(**{f: getattr(base, f) for f in base.__dataclass_fields__})
+    assert base.answer_span(None, "UD yes") == (0, 2) and own.answer_span(None, "UD yes") is None
+    assert isinstance(own, Task)
+
+
 def test_a_task_that_names_no_span_has_no_answer_part(tok):
     task = make_task("sokoban").for_tokenizer(tok)
     resp = torch.tensor([tok("xyz", add_special_tokens=False)["input_ids"]])
