@@ -221,7 +221,7 @@ class PatchingConfig:
     ANALYSIS = "patching"
 
     # options --help leaves to --help-all (the attribution path's sizes)
-    EXPERT = ("top_k", "n_check", "ablate", "n_random_generate")
+    EXPERT = ("top_k", "n_check", "ablate", "n_random_generate", "null_stop")
 
     ckpt: list[str] = field(default_factory=list, metadata={
         "help": "checkpoint folders, each patched on its own cases; default: the embedded "
@@ -254,6 +254,11 @@ class PatchingConfig:
     n_random_generate: int = field(default=100, metadata={
         "help": "random-head draws per k for the answer-outcome null (a greedy generation "
                 "each)", "check": "draws"})
+    null_stop: int = field(default=10, metadata={
+        "help": "end a k's random-head draws once this many draws of either null reach the "
+                "observed value (Besag and Clifford's sequential p = stop / draws: it stops "
+                "only where p is large, so no verdict at p <= 0.05 changes); 0 draws them all",
+        "check": ">=0"})
     method: str = field(default="attribution", metadata={
         "help": "attribution: rank every head, head reading of c and residual position by "
                 "attribution patching (two forwards and one backward a direction), then patch "

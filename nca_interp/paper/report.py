@@ -537,8 +537,11 @@ def heads_table(r: dict, kind: str, flipped: str) -> str:
         return "-" if not s else f"{s['mean']:.2f} [{s['lo']:.2f}, {s['hi']:.2f}]"
 
     def null(s):
-        return "-" if not s or not s.get("n") else \
-            f"{s['mean']:.2f} ({s['lo']:.2f} to {s['hi']:.2f}; p {s['p']:.3f}, {s['n']} draws)"
+        if not s or not s.get("n"):
+            return "-"
+        stopped = f", stopped: {s['stopped_at']} reached it" if s.get("stopped_at") else ""
+        return (f"{s['mean']:.2f} ({s['lo']:.2f} to {s['hi']:.2f}; p {s['p']:.3f}, "
+                f"{s['n']} draws{stopped})")
 
     from nca_interp.patching import ABLATE_NOTE, ablate_of
 

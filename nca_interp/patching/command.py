@@ -158,7 +158,7 @@ def run_checkpoint(path: str, cfg: PatchingConfig) -> dict:
     report["heads"] = {"note": f"head ablation {no_ablation}"} if no_ablation or abl is None else \
         held_out_heads(bridge, found, cases, control, abl, kind, list(ks), stops, n_random,
                        n_random_generate, seed, stats, units, control_units,
-                       picked and {"A": picked["A"], "B": picked["B"]})
+                       picked and {"A": picked["A"], "B": picked["B"]}, cfg.null_stop)
     report["lens"] = {k: summarise(v, units) for k, v in logit_lens(bridge, cases).items()}
     report["cost"] = {"cases": len(cases), "method": cfg.method,
                       "patched_forwards": stats["forwards"],
@@ -254,10 +254,18 @@ def ci(s: dict | None) -> str:
     return f"{fmt(s['mean']).strip()} [{fmt(s['lo']).strip()}, {fmt(s['hi']).strip()}]"
 
 
+def stop_text(stop: int | None) -> str:
+    """How a k's draws ended early (`heads.null_summary`), or nothing where they did not."""
+    return (f", ending once {stop} draws of either reach the observed (p = {stop} / draws)"
+            if stop else "")
+
+
 def null_text(s: dict | None) -> str:
     if not s or not s.get("n"):
         return "-"
-    return f"{s['mean']:.2f} (95% of draws {s['lo']:.2f} to {s['hi']:.2f}; p {s['p']:.3f})"
+    stopped = f", {s['n']} draws: stopped" if s.get("stopped_at") else ""
+    return (f"{s['mean']:.2f} (95% of draws {s['lo']:.2f} to {s['hi']:.2f}; p {s['p']:.3f}"
+            f"{stopped})")
 
 
 DIRECTIONS = {"harm": {"forward": "no-context -> context (restores the right answer)",
@@ -376,7 +384,9 @@ def format_heads(r: Patching) -> str:
     if "rows" not in hd:
         return "  heads: " + hd.get("note", "")
     out = [f"  heads chosen on one half of the cases, judged on the other ({FLIPPED[kind]}; "
-           f"nulls: {hd['n_random']} / {hd['n_random_generate']} random-head draws):",
+           f"nulls: {'up to ' if hd.get('null_stop') else ''}{hd['n_random']} / "
+           f"{hd['n_random_generate']} random-head draws"
+           f"{stop_text(hd.get('null_stop'))}):",
            f"    {'k':>3} {'chosen on A':<22} {'pct':>4} {'LD effect':>18} {'null':>44} "
            f"{'flipped':>18} {'null':>44} {'broken controls':>18}"]
     for row in hd["rows"]:

@@ -9,7 +9,10 @@ reverse), so every case is scored with heads chosen without it. Beside each held
               heads (100 = the largest)
   null        the same intervention with k random heads drawn from the heads that neither half
               chose, over many draws: its mean, its central 95% and the one-sided p-value
-              (1 + draws >= observed) / (1 + draws)
+              (1 + draws >= observed) / (1 + draws); drawing stops early once `stop` draws
+              of either null reach the observed value (Besag and Clifford's sequential test,
+              1991: p = stop / draws, a valid p that only stops where it is large), so an
+              unremarkable k does not pay for every draw
 Two metrics: the teacher-forced normalised LD at the deciding position and the outcome of
 greedy answering with the heads removed (flipped: a harm case answered right, a help case
 answered wrong); controls (right both ways) give the broken-control rate. A random draw gives
@@ -63,14 +66,30 @@ def interval(per_case: np.ndarray, n_boot: int = 2000, seed: int = 0,
     return {"mean": np.nanmean(x, 0).tolist(), "lo": lo.tolist(), "hi": hi.tolist()}
 
 
-def null_summary(draws: list[float], observed: float) -> dict:
+def null_summary(draws: list[float], observed: float, stop: int = 0) -> dict:
+    """The null's mean, central 95% and one-sided p: (1 + hits) / (1 + draws), or, where the
+    draws reached `stop` hits (draws >= observed; `exceeded`), Besag and Clifford's
+    sequential p, stop / (the draws up to the stop-th hit). A null whose draws ended because
+    the other null's reached `stop` keeps the first form: that row's test (both p's <= alpha,
+    `paper.claims.heads`) fails on the other's p >= stop / draws anyway."""
     d = np.asarray(draws, float)
     d = d[np.isfinite(d)]
     if not len(d):
         return {"n": 0}
+    hit = d >= observed
+    stopped = bool(stop) and int(hit.sum()) >= stop
+    # stopped: the draws up to the `stop`-th hit (a block may draw a few beyond it)
+    p = (stop / (int(np.flatnonzero(hit)[stop - 1]) + 1) if stopped
+         else (1 + int(hit.sum())) / (1 + len(d)))
     return {"n": int(len(d)), "mean": float(d.mean()), "lo": float(np.percentile(d, 2.5)),
-            "hi": float(np.percentile(d, 97.5)),
-            "p": float((1 + (d >= observed).sum()) / (1 + len(d)))}
+            "hi": float(np.percentile(d, 97.5)), "p": float(p),
+            **({"stopped_at": stop} if stopped else {})}
+
+
+def exceeded(draws: list[float], observed: float, stop: int) -> bool:
+    """Have `stop` of the draws reached the observed value (the sequential test's stop)?"""
+    d = np.asarray(draws, float)
+    return bool(stop) and int((d[np.isfinite(d)] >= observed).sum()) >= stop
 
 
 def halves(n: int, seed: int, units: list | None = None) -> tuple[list[int], list[int]]:
@@ -396,13 +415,14 @@ def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H
                    kind: str, ks: list[int], stops: list[int], n_random: int = 100,
                    n_random_generate: int = 100, seed: int = 0, stats: dict | None = None,
                    units: list | None = None, control_units: list | None = None,
-                   eligible: dict | None = None) -> dict:
+                   eligible: dict | None = None, stop: int = 10) -> dict:
     """The held-out head table (see the module docstring) for each k in `ks` and all heads;
     `units` (one per case) keep a unit's cases in one half and resample them together, as
     `control_units` do the controls'. `eligible` {"A": heads, "B": heads}: the heads each
     half may choose among (attribution's candidates on that half and the random check, all
     patched exactly; `abl_N_L_H` is NaN elsewhere); percentiles are then among the heads
-    patched exactly."""
+    patched exactly. `stop` (0: never): a k's random draws end once `stop` of either
+    null's draws reach the observed value (the module docstring)."""
     N = len(cases)
     if N < 4:
         return {"note": f"{N} cases: too few to choose heads on one half and judge on the other"}
@@ -437,28 +457,48 @@ def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H
         stats["generations"] = stats.get("generations", 0) + 1
         return right if kind == "harm" else ~right
 
-    def random_draws(draws: list, n_effect: int, n_flip: int, k: int
+    def random_draws(draws: list, n_effect: int, n_flip: int, k: int, observed: tuple
                      ) -> tuple[list[float], list[float]]:
-        """The random-head nulls: the mean effect of the first `n_effect` draws and the
-        flipped rate of the first `n_flip`; one teacher-forced run a draw gives both where
-        the cases' response prefixes are the unablated answers, and the draws share their
-        runs (`Outcomes.many`)."""
-        effects, flips = [], []
+        """The random-head nulls: the mean effect of up to `n_effect` draws and the flipped
+        rate of up to `n_flip`, both ended once `stop` draws of either reach `observed`
+        (effect, flipped); one teacher-forced run a draw gives both where the cases'
+        response prefixes are the unablated answers, and the draws share their runs
+        (`Outcomes.many`), a block of them at a time so that the stop is checked between."""
+        effects: list[float] = []
+        flips: list[float] = []
+
+        def done() -> bool:
+            return exceeded(effects, observed[0], stop) or exceeded(flips, observed[1], stop)
+
+        def flip_rate(right: np.ndarray) -> float:
+            return float((right if kind == "harm" else ~right).mean())
+
         both = min(n_effect, n_flip) if n_flip and outcome("all").shares_prefix else 0
         ticks = bar(None, f"patching: random-head nulls, k={k} ({n_effect} draws of the "
-                    f"effect, {n_flip} of the flipped rate)", n_effect + n_flip - both, unit="draw")
-        if both:
-            for effect, right in outcome("all").many(draws[:both], lds["all"][0], ticks.update):
+                    f"effect, {n_flip} of the flipped rate"
+                    f"{f', or until {stop} reach the observed' if stop else ''})",
+                    n_effect + n_flip - both, unit="draw")
+        block = max(1, outcome("all").rows // len(cases)) * 2 if stop else max(n_effect, n_flip)
+        at = 0
+        while at < both and not done():
+            for effect, right in outcome("all").many(draws[at:min(at + block, both)],
+                                                     lds["all"][0], ticks.update):
                 effects.append(float(np.nanmean(np.asarray(effect, float))))
-                flips.append(float((right if kind == "harm" else ~right).mean()))
+                flips.append(flip_rate(right))
+            at = min(at + block, both)
         for d in draws[both:n_effect]:
+            if done():
+                break
             effects.append(float(np.nanmean(ablation_effect(bridge, cases, d, lds["all"],
                                                             dst["all"]))))
             ticks.update(1)
-        if n_flip > both:
-            for _, right in outcome("all").many(draws[both:n_flip], None, ticks.update):
-                flips.append(float((right if kind == "harm" else ~right).mean()))
-        stats["generations"] = stats.get("generations", 0) + n_flip
+        at = both
+        while at < n_flip and not done():
+            for _, right in outcome("all").many(draws[at:min(at + block, n_flip)], None,
+                                                ticks.update):
+                flips.append(flip_rate(right))
+            at = min(at + block, n_flip)
+        stats["generations"] = stats.get("generations", 0) + len(flips)
         ticks.close()
         return effects, flips
 
@@ -480,9 +520,10 @@ def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H
             pool = [x for x in every if x not in set(chosen["A"]) | set(chosen["B"])]
             draws = [[pool[j] for j in rng.choice(len(pool), min(k, len(pool)), replace=False)]
                      for _ in range(max(n_random, n_random_generate))]
-            effects, flips = random_draws(draws, n_random, n_random_generate, k)
-            row["effect_null"] = null_summary(effects, row["effect"]["mean"])
-            row["flipped_null"] = null_summary(flips, row["flipped"]["mean"])
+            observed = (row["effect"]["mean"], row["flipped"]["mean"])
+            effects, flips = random_draws(draws, n_random, n_random_generate, k, observed)
+            row["effect_null"] = null_summary(effects, observed[0], stop)
+            row["flipped_null"] = null_summary(flips, observed[1], stop)
         if controls is not None:
             top = ranked(abl_N_L_H, list(range(N)))[:k]
             row["broken_control"] = interval(
@@ -492,4 +533,4 @@ def held_out_heads(bridge, task, cases: Cases, controls: Cases | None, abl_N_L_H
     stats["decoded_cases"] = stats.get("decoded_cases", 0) + sum(
         o.decoded for o in outcomes.values())
     return {"halves": [A, B], "n_random": n_random, "n_random_generate": n_random_generate,
-            "rows": rows}
+            "null_stop": stop, "rows": rows}

@@ -330,7 +330,7 @@ def test_heads_are_chosen_on_one_half_and_judged_on_the_other(monkeypatch, setup
     monkeypatch.setattr(heads_mod, "answered_right",
                         lambda b, t, c, heads, stops: np.zeros(len(c), bool))
     out = heads_mod.held_out_heads(bridge, task, four, None, abl, "harm", [1], [0],
-                                   n_random=20, n_random_generate=5)
+                                   n_random=20, n_random_generate=5, stop=0)
     row = out["rows"][0]
     assert row["chosen_on_a"] == ["L0H0"] and row["chosen_on_b"] == [f"L{L - 1}H{H - 1}"]
     assert row["percentile"] == 0.0  # each choice is the worst head on the other half
@@ -409,6 +409,60 @@ def test_null_summary_p_value():
     s = null_summary([0.1, 0.2, 0.3, 0.9], 0.5)
     assert s["n"] == 4 and s["p"] == pytest.approx(2 / 5)
     assert null_summary([float("nan")], 0.5) == {"n": 0}
+
+
+def test_a_null_stops_at_its_stop_th_hit_with_besag_cliffords_p():
+    """Sequential p: stop / (draws up to the stop-th hit), draws beyond it (a block's
+    overshoot) counted in the summary, not in p; short of `stop` hits, the fixed-n p."""
+    from nca_interp.patching.heads import exceeded, null_summary
+
+    draws = [0.9, 0.1, 0.8, 0.2, 0.7, 0.6, 0.1]  # hits (>= 0.5) at draws 1, 3, 5, 6
+    s = null_summary(draws, 0.5, stop=3)
+    assert s["p"] == pytest.approx(3 / 5) and s["n"] == 7 and s["stopped_at"] == 3
+    assert exceeded(draws, 0.5, 3) and not exceeded(draws, 0.5, 5) and not exceeded(draws, .5, 0)
+    unstopped = null_summary(draws, 0.5, stop=5)
+    assert unstopped["p"] == pytest.approx(5 / 8) and "stopped_at" not in unstopped
+    assert null_summary(draws, 0.5) == {k: v for k, v in unstopped.items()}
+
+
+def test_random_draws_end_once_the_stop_is_reached(monkeypatch, setup):
+    """A k whose random draws keep reaching the observed value stops drawing (both nulls) at
+    the first block past `stop` hits; one that beats them draws all, with the fixed-n p."""
+    from nca_interp.patching import heads as heads_mod
+
+    bridge, task, cases, _ = setup
+    four = cases.subset([0, 1, 2, 0])
+    A, B = heads_mod.halves(4, 0)
+    L, H = bridge.cfg.n_layers, bridge.cfg.n_heads
+    abl = np.random.default_rng(0).uniform(0.1, 0.5, (4, L, H))
+    abl[A, 0, 0], abl[B, L - 1, H - 1] = 0.9, 0.95  # each half's choice
+    chosen = ([(0, 0)], [(L - 1, H - 1)])
+    level, drawn = 0.5, []  # the random draws' effect and flipped rate
+
+    def value(heads) -> float:
+        if list(heads) in chosen:  # observed: effect 0.5, every harm case flipped
+            return 1.0
+        drawn.append(list(heads))
+        return level
+
+    monkeypatch.setattr(heads_mod, "ablation_effect", lambda bridge, c, heads, lds=None,
+                        dst=None: np.full(len(c), 0.5 if list(heads) in chosen else value(heads)))
+    monkeypatch.setattr(heads_mod.Outcomes, "many", lambda self, sets, ld_src=None, done=None: [
+        (None if ld_src is None else np.full(len(self.cases), value(hs)),
+         np.full(len(self.cases), value(hs) >= 0.5)) for hs in sets])
+    monkeypatch.setattr(heads_mod, "answered_right",
+                        lambda b, t, c, heads, stops: np.zeros(len(c), bool))
+    row = heads_mod.held_out_heads(bridge, task, four, None, abl, "harm", [1], [0],
+                                   n_random=100, n_random_generate=100, stop=10)["rows"][0]
+    n = row["effect_null"]["n"]
+    assert 10 <= n < 100 and row["flipped_null"]["n"] <= n
+    assert row["effect_null"]["stopped_at"] == 10 and row["effect_null"]["p"] == 1.0
+    level = 0.0  # no draw reaches the observed: all 100 drawn
+    row = heads_mod.held_out_heads(bridge, task, four, None, abl, "harm", [1], [0],
+                                   n_random=100, n_random_generate=100, stop=10)["rows"][0]
+    assert row["effect_null"]["n"] == 100 and row["flipped_null"]["n"] == 100
+    assert row["effect_null"]["p"] == pytest.approx(1 / 101) and "stopped_at" not in row[
+        "effect_null"]
 
 
 def test_per_head_panels_share_one_layer_order():
