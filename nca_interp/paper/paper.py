@@ -4,7 +4,7 @@ published setting, like with like, with the null each is read against, generated
 settings' JSON (never typed).
 
     python -m nca_interp.paper.paper             # print the table
-    python -m nca_interp.paper.paper --write     # replace the generated block in README.md and docs
+    python -m nca_interp.paper.paper --write     # replace the generated block in DOCS' pages
 
 The settings counted are the published ones that are no variant of another
 (`nca_interp/paper/settings.toml`) and trained OPD and NCA side by side; a cell names how many
@@ -32,7 +32,7 @@ from nca_interp.reports import read_derived
 __all__ = ["main"]
 
 BLOCK = Block.named("paper", "python -m nca_interp.paper.paper --write")
-DOCS = ("README.md", "docs/results/index.md")
+DOCS = ("docs/reproduction.md", "docs/results/index.md")
 
 # What the paper states, quoted from what the project holds of it (/work/shared/PAPER.md, the
 # only source): a number that is not there is not the paper's, and no cell below attributes

@@ -1,7 +1,8 @@
 """The summary across settings, generated from each pipeline folder's JSON (never typed).
 
     python -m nca_interp.paper.summary              # print the table
-    python -m nca_interp.paper.summary --write      # also replace the generated blocks in README.md
+    python -m nca_interp.paper.summary --write      # also replace the blocks in DOCS' pages,
+                                                    # REPRODUCE_PAGE's and README.md's test time
                                          # (and the table in docs/results/index.md)
 
 Per setting (a `figures/<name>/` written by `nca_interp.paper.reproduce`): the teacher with and
@@ -25,8 +26,10 @@ from nca_interp.reports import read_derived
 
 __all__ = ["main"]
 
-DOCS = ("README.md", "docs/results/index.md")
-VARIANTS_IN = {"README.md": False, "docs/results/index.md": True}  # which pages list variants
+DOCS = ("docs/reproduction.md", "docs/results/index.md")
+REPRODUCE_PAGE = "docs/reproduction.md"  # the commands that remake each setting
+# which pages list variants
+VARIANTS_IN = {"docs/reproduction.md": False, "docs/results/index.md": True}
 BLOCK = Block.named("summary", "python -m nca_interp.paper.summary --write")
 
 
@@ -64,8 +67,8 @@ def row(figs: Path) -> str | None:
 
 def table(root: Path = Path("figures"), variants: bool = True) -> str:
     """Every published setting; `variants=False` leaves out the settings that vary another
-    (estimators, NCA weights, a second knowledge base: the README's shorter table; their rows
-    are on docs/results/index.md)."""
+    (estimators, NCA weights, a second knowledge base: the reproduction page's shorter table;
+    their rows are on docs/results/index.md)."""
     head = ("| setting | step 0 (the null): right without c / with c; harm | OPD: right "
             "without c / with c | OPD harm | OPD regimes | NCA: right without c / with c | "
             "NCA harm | NCA regimes |\n|---|---|---|---|---|---|---|---|")
@@ -79,7 +82,8 @@ def table(root: Path = Path("figures"), variants: bool = True) -> str:
     return "\n".join([head, *rows]) + "\n" + note
 
 
-# the settings the README leads with: the real model, then the Sokoban case the paper studied
+# the settings the reproduction page leads with: the real model, then the Sokoban case the
+# paper studied
 FRONT = ("facts_rule", "sokoban_long", "facts")
 REPRODUCE = Block.named("reproduce", "python -m nca_interp.paper.summary --write")
 TEST_TIME = Block.named("test-time", "python -m nca_interp.paper.summary --write")
@@ -122,16 +126,17 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--figures", default="figures")
-    ap.add_argument("--write", action="store_true", help="replace README.md's block")
+    ap.add_argument("--write", action="store_true",
+                    help="replace the generated blocks of " + ", ".join(DOCS)
+                    + " and README.md's test time")
     args = ap.parse_args(argv)
     new = table(Path(args.figures))
     print(new)
     if args.write:
         for doc in DOCS:
             BLOCK.write(Path(doc), table(Path(args.figures), VARIANTS_IN[doc]))
-        readme = Path("README.md")
-        REPRODUCE.write(readme, reproduce_table(Path(args.figures)))
-        TEST_TIME.write(readme, test_time_line())
+        REPRODUCE.write(Path(REPRODUCE_PAGE), reproduce_table(Path(args.figures)))
+        TEST_TIME.write(Path("README.md"), test_time_line())
 
 
 if __name__ == "__main__":

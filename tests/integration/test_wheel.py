@@ -3,6 +3,7 @@ wheel built from the repository's files, installed into a fresh environment and 
 outside the repository (`make test-pipeline`: a build and a venv take a minute or two)."""
 
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -104,6 +105,11 @@ def test_the_wheel_installs_the_library_alone_and_works_from_outside_the_reposit
     assert Path(where).is_relative_to(env_dir), where  # the wheel's copy, not the checkout
     assert env_same == "True"  # the import set nothing (HF_HUB_OFFLINE included)
     assert train == "None"  # no top-level `train` to shadow a user's own train.py
+    # the README's Python as a user copies it, after installing the wheel alone (#72)
+    snippets = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert snippets
+    for code in snippets:
+        run("-c", code)
     assert run("-m", "nca_interp.layer_sim", "--help").startswith(
         "usage: python -m nca_interp.layer_sim ")
     assert run("-m", "nca_interp.train.sft", "--help").startswith(

@@ -91,10 +91,11 @@ def test_generated_blocks_equal_their_generators():
         body = summary.table(ROOT / "figures", summary.VARIANTS_IN[doc])
         assert summary.BLOCK.replace(text, body) == text, \
             f"{doc}: the summary block is stale; run python -m nca_interp.paper.summary --write"
+    page = (ROOT / summary.REPRODUCE_PAGE).read_text()
+    assert summary.REPRODUCE.replace(page, summary.reproduce_table(ROOT / "figures")) \
+        == page, (f"{summary.REPRODUCE_PAGE}: the reproduce block is stale; run python -m "
+                  "nca_interp.paper.summary --write")
     readme = (ROOT / "README.md").read_text()
-    assert summary.REPRODUCE.replace(readme, summary.reproduce_table(ROOT / "figures")) \
-        == readme, ("README: the reproduce block is stale; run python -m "
-                    "nca_interp.paper.summary --write")
     assert summary.TEST_TIME.replace(readme, summary.test_time_line(ROOT / summary.TEST_RECORD)) \
         == readme, ("README: the make-test time is stale; run python -m "
                     "nca_interp.paper.summary --write")
@@ -117,18 +118,37 @@ def test_generated_blocks_equal_their_generators():
          "nca_interp.paper.sweep --write")
 
 
-def test_readme_is_a_front_door_without_typed_numbers():
-    """Under 150 lines; outside its generated blocks, code and links, no number but model
-    names and versions (times and counts come from manifests and records)."""
-    text = (ROOT / "README.md").read_text()
-    assert len(text.splitlines()) < 150
+def typed_numbers(text: str) -> list[str]:
+    """Digits in a page's prose: outside its generated blocks, code and link targets, model
+    names and versions aside (times and counts come from manifests and records)."""
     prose = re.sub(r"<!-- ([\w:-]+):begin.*?<!-- \1:end -->", "", text, flags=re.S)
     prose = re.sub(r"```.*?```|`[^`]*`|\]\([^)]*\)", "", prose, flags=re.S)  # code, link targets
     prose = re.sub(r"SmolLM2(-135M-Instruct)?|Qwen[23]", "", prose)
-    assert re.findall(r"\d", prose) == [], "a number typed into README.md; generate it"
+    return re.findall(r"\d", prose)
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/real_model.md"])
+def test_readme_is_a_front_door_without_typed_numbers():
+    """Under 150 lines, no typed number, and what a user comes for first (#72): what the
+    package does, installing it, then analysing one's own checkpoints within the first 60
+    lines (the command line and a model in memory), the paper's reproduction on its own page,
+    linked."""
+    text = (ROOT / "README.md").read_text()
+    lines = text.splitlines()
+    assert len(lines) < 150
+    assert typed_numbers(text) == [], "a number typed into README.md; generate it"
+    heads = [i for i, ln in enumerate(lines) if ln.startswith("## ")]
+    assert [lines[i] for i in heads[:2]] == ["## Install", "## Analyse your own checkpoints"]
+    own = "\n".join(lines[heads[1]:heads[2]])
+    assert heads[1] < 60 and "```python" in own and "python -m nca_interp." in own
+    assert "](docs/reproduction.md)" in text and "<!-- verdicts:" not in text
+
+
+def test_the_reproduction_page_types_no_number():
+    assert typed_numbers((ROOT / "docs/reproduction.md").read_text()) == [], \
+        "a number typed into docs/reproduction.md; generate it"
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/reproduction.md", "docs/real_model.md"])
 def test_prose_beside_verdict_tables_states_no_verdict(page):
     """A page that shows generated verdicts leaves them to the tables: its hand-written prose
     names no verdict word of the rule book (nor "holds" / "does not hold" of a claim), so a

@@ -7,7 +7,7 @@ and the code apart (nca_interp/paper/rules.py), on synthetic data with known ans
   are kept (sysprompt_kb0_beta0p1's "NCA still reads c");
 - the heads claim counts its seeds as trained (the coverage rule; its tests are in
   tests/unit/test_claims.py, beside the updates' order);
-- the README's verdict lines group claims after Holm (#70's D3).
+- the reproduction page's verdict lines group claims after Holm (#70's D3).
 Each fails when its rule is weakened: the straddling rule checked first, the widening factor
 set to 1, the coverage counted over the seeds patched."""
 
@@ -55,7 +55,7 @@ def test_the_pooled_path_takes_the_absence_shown_first():
 
 def test_the_verdicts_line_groups_claims_after_holm_and_names_the_raw_word(tmp_path,
                                                                           monkeypatch):
-    """#70's D3: the README's "Verdicts here" line gave raw verdicts unlabelled; it groups
+    """#70's D3: the "Verdicts here" line (then the README's, now docs/reproduction.md's) gave raw verdicts unlabelled; it groups
     by the verdict after Holm, the raw word said beside a claim Holm changed."""
     from nca_interp.paper.claims import Claim
 

@@ -11,7 +11,7 @@ per claim family:
 - `heads`: the heads that carry the harm.
 
     python -m nca_interp.paper.claims facts                 # one setting's claims table
-    python -m nca_interp.paper.claims --write               # regenerate README / docs blocks
+    python -m nca_interp.paper.claims --write               # regenerate the docs' blocks
 
 Verdicts are the words of `rules.VERDICTS`; numbers are per-seed point estimates with each
 run's 95% cluster-bootstrap interval where a rule uses one; ranges over seeds are written
@@ -278,8 +278,8 @@ def refresh(text: str, root: Path = Path("figures")) -> str:
 
 
 
-DOCS = ("README.md", "docs/index.md", "docs/real_model.md", "docs/results/sysprompt_kbs.md",
-        "docs/method.md")
+DOCS = ("docs/reproduction.md", "docs/index.md", "docs/real_model.md",
+        "docs/results/sysprompt_kbs.md", "docs/method.md")
 
 
 
