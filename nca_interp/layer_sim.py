@@ -60,6 +60,7 @@ A random-init model of the same config and the base/teacher are added as baselin
 
 from __future__ import annotations
 
+import math
 import sys
 
 from nca_interp.cli import parse_early
@@ -510,6 +511,12 @@ def run(cfg: LayerSimConfig | None = None, /, **fields) -> LayerSimReport:
 # --beside: the settings a report fixes, and how close a recomputed entry must come to it
 BESIDE_FIELDS = ("task", "task_options", "context", "n_levels", "seed", "at", "responses")
 BESIDE_ATOL = 1e-3  # threads, batch and device change float sums by ~1e-6; other items by >0.01
+# the range each statistic a report carries beside can hold (`check_entries`): cosines and CKA
+# by their definitions, shares and attention mass as fractions; the rest only finite
+BESIDE_RANGE = {**{k: (-1.0, 1.0) for k in ("cos", "cos_other", "cos_centred",
+                                            "cos_centred_view")},
+                "cka": (0.0, 1.0), "cos_std": (0.0, 2.0), "offset_share": (0.0, 1.0),
+                "ctx_attn": (0.0, 1.0), "ctx_attn_ratio_layer": (0.0, math.inf)}
 BESIDE_COMPARED = ("cos", "cos_other", "cos_centred", "cos_centred_view", "cka",
                    "cka_debiased", "ctx_attn", "ctx_attn_ratio_layer")  # a report lacking one
 # of the optional ones (older reports have no cos_other or cka_debiased) is compared without it
@@ -693,6 +700,21 @@ def check_entries(published: LayerSimReport, where: str) -> None:
                                  f"as long as the other entries'; restore the report (git "
                                  "checkout, or its own command) before placing anything beside "
                                  "it")
+            lo, hi = BESIDE_RANGE.get(stat, (-math.inf, math.inf))
+            bad = next((v for v in values if v is not None and not (
+                math.isfinite(v) and lo - 1e-6 <= v <= hi + 1e-6)), None)
+            if bad is not None:
+                raise UsageError(f"{where}: results[{name!r}].{stat} holds {bad!r}, which "
+                                 f"layer_sim never writes (a finite number in [{lo}, {hi}]); "
+                                 "restore the report (git checkout, or its own command) before "
+                                 "placing anything beside it")
+        n, positions = stats.get("n_examples"), stats.get("n_positions")
+        if isinstance(n, int) and isinstance(positions, int) and not (
+                0 < n <= positions < 2 ** 53):
+            raise UsageError(f"{where}: results[{name!r}] counts {n} examples over {positions} "
+                             "positions, which layer_sim never writes (each example has a "
+                             "position); restore the report (git checkout, or its own "
+                             "command) before placing anything beside it")
 
 
 def reference_of(published: LayerSimReport, where: str) -> tuple[str, Path]:

@@ -206,14 +206,18 @@ def test_a_statistic_no_row_has_is_one_line_and_a_partial_one_keeps_its_dashes()
 
 # -- the fault probe of issue #71: a damaged or code-naming report ----------------------------
 
-@pytest.mark.parametrize("value", [float("nan"), None])
+@pytest.mark.parametrize("value, said", [
+    (float("nan"), r"\.cos holds nan, which layer_sim never writes"),  # it writes null
+    (None, r"base recomputed here does not match .*cos at embed")])
 def test_an_undefined_value_where_the_recomputation_has_a_number_is_refused(
-        ckpts, published, tmp_path, value):
+        ckpts, published, tmp_path, value, said):
     """The base's cos at the embeddings set to NaN (or null) passed the check as 'largest
-    difference 0' (np.nanmax skips it) and was carried: one side undefined is a disagreement."""
+    difference 0' (np.nanmax skips it) and was carried: one side undefined is a disagreement
+    (a NaN, which layer_sim writes as null, is refused before that, as any value it never
+    writes)."""
     def edit(d):
         d["results"]["base"]["cos"][0] = value
-    with pytest.raises(UsageError, match=r"base recomputed here does not match .*cos at embed"):
+    with pytest.raises(UsageError, match=said):
         layer_sim.run(ckpt=[], beside=edited(published, tmp_path, edit), threads=1)
 
 
@@ -268,3 +272,17 @@ def test_a_report_naming_a_scorer_goes_beside_when_the_command_names_it(ckpts, s
     with pytest.raises(UsageError, match="differs from the report's"):  # something else too
         layer_sim.run(ckpt=[], beside=str(report), threads=1,
                       task_options=[f"scorer={scorer}", "context_as=user"])
+
+
+def test_impossible_values_are_refused_before_any_work(ckpts, published, tmp_path):
+    """Probe 10's U-D: a carried entry with a cosine of 5, an infinite CKA or 10^30 examples
+    (values layer_sim never writes) is refused in one line naming the field, not carried."""
+    cases = [(lambda d: d["results"]["opd"]["cos"].__setitem__(1, 5.0), r"\.cos holds 5\.0"),
+             (lambda d: d["results"]["opd"]["cka"].__setitem__(0, -0.5), r"\.cka holds -0\.5"),
+             (lambda d: d["results"]["opd"]["ctx_attn"].__setitem__(0, 1.5),
+              r"\.ctx_attn holds 1\.5"),
+             (lambda d: d["results"]["opd"].update(n_examples=10 ** 30),
+              r"counts 1000000000000000000000000000000 examples")]
+    for edit, said in cases:
+        with pytest.raises(UsageError, match=said):
+            layer_sim.run(ckpt=[str(ckpts["mine"])], beside=edited(published, tmp_path, edit))
