@@ -130,6 +130,9 @@ def parse_json(text: str, where: str):
     except json.JSONDecodeError as e:
         raise InputError(f"{where}: not valid JSON (line {e.lineno}, column {e.colno}: "
                          f"{e.msg}); restore or fix the file") from None
+    except ValueError as e:  # an integer of more digits than Python converts (4300)
+        raise InputError(f"{where}: holds a number too long to read ({str(e).split(':')[0]}; "
+                         "no file the package reads holds one); restore the file") from None
 
 
 def read_json(path: str | Path, what: str = "file", limit: int | None = MAX_JSON_BYTES):

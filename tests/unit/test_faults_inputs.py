@@ -94,6 +94,17 @@ def test_json_nested_100k_deep_is_one_line(base, tmp_path, capsys, name):
     assert "nested too deeply" in err and name in err, err
 
 
+def test_a_five_thousand_digit_number_is_one_line_naming_the_file(tmp_path, capsys):
+    """Probe 9's U-1 (probe 10's U-I): Python's "use sys.set_int_max_str_digits()" named no
+    file; a report given to --beside (as a manifest or any JSON the package reads) says which."""
+    from nca_interp import layer_sim
+
+    f = tmp_path / "big.json"
+    f.write_text('{"analysis": "layer_sim", "x": ' + "9" * 5000 + "}")
+    err = refused(layer_sim.main, ["--beside", str(f), "--out", str(tmp_path / "o")], capsys)
+    assert f"{f}: holds a number too long to read" in err and "set_int_max" not in err, err
+
+
 def test_an_opcd_line_nested_100k_deep_names_file_and_line(tmp_path):
     from nca_interp.tasks import opcd
 
