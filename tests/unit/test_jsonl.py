@@ -290,6 +290,27 @@ def test_a_data_file_changed_since_the_run_trained_on_it_is_refused(tmp_path, to
     assert task_for_checkpoints([str(run)], options=[f"data={other}"]).config.data == str(other)
 
 
+def test_a_context_file_changed_since_the_run_is_refused_as_another_c(tmp_path, tok):
+    """Probe 10's U-G: a changed context_file was refused for a held-out split it has none of;
+    the message says what changed: c itself."""
+    from nca_interp.checkpoint import content_digest
+    from nca_interp.runs import task_for_checkpoints
+    from nca_interp.tasks import task_record
+
+    data = write(tmp_path / "d.jsonl", rows())
+    persona = tmp_path / "persona.txt"
+    persona.write_text("You are a pirate.")
+    record = task_record(task(tmp_path, f"context_file={persona}", data=data))
+    run = save_checkpoint(tmp_path / "run", tiny(tok), tok, run_config={
+        "task": record, "context": "context", "inputs": {"task option context_file": {
+            "path": str(persona.resolve()), "sha256": content_digest(persona)}}})
+    persona.write_text("You are a poet.")
+    with pytest.raises(UsageError, match=r"context_file\) has changed since .*: c is no longer "
+                       "the one the run was trained with") as err:
+        task_for_checkpoints([str(run)])
+    assert "held-out split" not in str(err.value)
+
+
 # -- evaluate on your data ----------------------------------------------------------------------
 
 @pytest.fixture
