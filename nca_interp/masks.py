@@ -16,7 +16,11 @@ def context_token_mask(tokenizer, text: str, context: str) -> list[bool]:
     by character offsets, so it works wherever a chat template puts the context."""
     start = text.find(context)
     if start < 0:
-        raise UsageError("context string not found in the prompt")
+        raise UsageError(f"the context {context[:40]!r} is not in the prompt built with it: the "
+                         "model's chat template drops or rewrites it (a template without a "
+                         "system turn drops a system message); put c in the user turn "
+                         "(--task jsonl: --task-options context_as=user) or use a model whose "
+                         "template keeps it")
     end = start + len(context)
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     return [a < end and b > start for a, b in enc["offset_mapping"]]

@@ -93,8 +93,9 @@ def test_context_mask_finds_the_context_inside_the_template(chat_folders):
     ids = tok(text, add_special_tokens=False)["input_ids"]
     picked = tok.decode([i for i, m in zip(ids, mask) if m])
     assert picked == c and not mask[0]
-    with pytest.raises(ValueError, match="not found"):
-        context_token_mask(tok, text, "absent context")
+    with pytest.raises(ValueError, match="'absent context' is not in the prompt built with it: "
+                       "the model's chat template drops or rewrites it.*context_as=user"):
+        context_token_mask(tok, text, "absent context")  # probe 10's U-E: says why and what to do
     assert torch.tensor(mask).sum() == len(c)
 
 
