@@ -664,8 +664,8 @@ def input_paths(cfg) -> dict[Path, str]:
         add(f"--{name} {getattr(cfg, name, None)}", getattr(cfg, name, None))
     for opt in getattr(cfg, "task_options", None) or []:
         value = opt.partition("=")[2] if isinstance(opt, str) else ""
-        if option_file(value) is not None:
-            add(f"task option {opt}", value)
+        if (file := option_file(value)) is not None:  # pattern=@FILE: FILE
+            add(f"task option {opt}", file)
     add("the model cache", default_cache() / "models")
     return {Path(p): what for p, what in found.items()}
 

@@ -90,10 +90,12 @@ def anchored(path: str | Path, record: dict) -> dict:
     for key, value in record.items():
         was = inputs.get(f"task option {key}")
         where = was.get("path") if isinstance(was, dict) else None
-        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute() \
+        at = "@" if isinstance(value, str) and value.startswith("@") else ""  # pattern=@FILE
+        if isinstance(value, str) and value.removeprefix(at) \
+                and not Path(value.removeprefix(at)).expanduser().is_absolute() \
                 and isinstance(where, str) and Path(where).is_absolute() \
                 and option_file(where) is not None:
-            out[key] = where
+            out[key] = at + where
     return out
 
 

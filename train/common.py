@@ -326,8 +326,8 @@ def data_inputs(task_record: dict) -> dict[str, str]:
     of a run like its checkpoints."""
     from nca_interp.tasks import option_file
 
-    return {f"task option {k}": v for k, v in task_record.items()
-            if option_file(v) is not None}  # a regex of 256 bytes is no file name
+    return {f"task option {k}": str(option_file(v)) for k, v in task_record.items()
+            if option_file(v) is not None}  # a regex of 256 bytes is no file name; @FILE: FILE
 
 
 def check_inputs_unchanged(run_dir: Path, recorded: dict | None, now: dict) -> None:

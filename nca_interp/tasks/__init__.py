@@ -83,10 +83,14 @@ def task_record(task: Task) -> dict:
 
 
 def option_file(value) -> Path | None:
-    """The file a task option's text names (`~` expanded), or None: not a text, no file
-    there, or a text no file name can be (a regex `pattern=` of 256 bytes or more, whose stat
-    raised ENAMETOOLONG after every response was generated: the tenth probe's U-A)."""
+    """The file a task option's text names (`~` expanded; `@FILE`, jsonl's `pattern=@FILE`,
+    names FILE), or None: not a text, no file there, or a text no file name can be (a regex
+    `pattern=` of 256 bytes or more, whose stat raised ENAMETOOLONG after every response was
+    generated: the tenth probe's U-A)."""
     if not isinstance(value, str) or not value:
+        return None
+    value = value.removeprefix("@")
+    if not value:
         return None
     try:
         return Path(value).expanduser() if Path(value).expanduser().is_file() else None

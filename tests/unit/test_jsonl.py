@@ -311,6 +311,38 @@ def test_a_context_file_changed_since_the_run_is_refused_as_another_c(tmp_path, 
     assert "held-out split" not in str(err.value)
 
 
+def test_a_relative_pattern_file_is_read_where_the_run_read_it(tmp_path, tok, monkeypatch):
+    """Helper-39's note on probe 10's Q-I: a run config's `pattern=@FILE` (relative, as the
+    training command gave it) was read against the folder a later command ran in, so another
+    folder's file of that name became the scorer's pattern without a word. Now training
+    records FILE among the run's inputs, and it is read there; changed there, it is refused."""
+    from nca_interp.runs import task_for_checkpoints
+    from nca_interp.tasks import task_record
+    from train.common import data_inputs
+
+    here, there = tmp_path / "trained_here", tmp_path / "elsewhere"
+    for folder, pattern in ((here, "ahoy"), (there, "never")):
+        (folder / "s").mkdir(parents=True)
+        (folder / "s" / "p.txt").write_text(pattern)
+    data = write(tmp_path / "d.jsonl", rows())
+    monkeypatch.chdir(here)
+    record = task_record(task(tmp_path, "scorer=regex", "pattern=@s/p.txt", data=data))
+    inputs = data_inputs(record)
+    assert inputs["task option pattern"] == "s/p.txt"  # the file, without the @
+    from nca_interp.checkpoint import content_digest
+
+    run = save_checkpoint(tmp_path / "run", tiny(tok), tok, run_config={
+        "task": record, "context": "context", "inputs": {
+            k: {"path": str(Path(v).resolve()), "sha256": content_digest(v)}
+            for k, v in inputs.items()}})
+    monkeypatch.chdir(there)
+    read = task_for_checkpoints([str(run)]).config.pattern
+    assert read == "@" + str(here / "s" / "p.txt")  # the run's file, not elsewhere/s/p.txt
+    (here / "s" / "p.txt").write_text("changed")
+    with pytest.raises(UsageError, match=r"p\.txt \(pattern\) has changed since"):
+        task_for_checkpoints([str(run)])
+
+
 # -- evaluate on your data ----------------------------------------------------------------------
 
 @pytest.fixture
