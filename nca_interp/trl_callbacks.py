@@ -102,6 +102,9 @@ def _measure_views(model, tokenizer, task, context, n_items, seed, control) -> d
     context = context or task.default_context
     levels = task.levels("test", n_items, seed)
     units = [task.unit(lv) for lv in levels]
+    # c' before any generation: a c' the task refuses (c itself) stops here, not after
+    wrong = [task.control_context(levels, i, context) for i in range(len(levels))] \
+        if control and getattr(task, "scored", True) else None
     no_c = play_levels(model, tokenizer, task, levels, None, 0.0, seed)
     with_c = play_levels(model, tokenizer, task, levels, context, 0.0, seed)
     out = views_kl(model, tokenizer, task, levels, context, no_c["ids"], units)
@@ -114,8 +117,7 @@ def _measure_views(model, tokenizer, task, context, n_items, seed, control) -> d
     out.update({k: rep[k] for k in KEYS})
     out["harm_baseline"] = None if rep["correct_c"] is None else 1 - rep["correct_c"]
     out["regime"] = rep["regime"]
-    if control:
-        wrong = [task.control_context(levels, i, context) for i in range(len(levels))]
+    if wrong is not None:
         ctrl = play_levels(model, tokenizer, task, levels, wrong, 0.0, seed)
         out["reads_c"] = control_report(no_c, with_c, ctrl, units, task.unit_name)["reads_c"]
         out["c_prime"] = control_record(task, levels, context, wrong)
@@ -142,6 +144,11 @@ class ContextReturnCallback(TrainerCallback):
         self.prefix, self.lens_every, self.lens_items = prefix, lens_every, lens_items
         self.history: list[dict] = []
         self.c_prime: dict | None = None  # what c' was (evaluate.control_record), once known
+        if control and getattr(task, "scored", True):  # a c' the task refuses: before training
+            ctx = context or task.default_context
+            levels = task.levels("test", n_items, seed)
+            for i in range(len(levels)):
+                task.control_context(levels, i, ctx)
         self._last = self._last_lens = None
 
     def _tokenizer(self, kwargs):

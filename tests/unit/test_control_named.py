@@ -126,3 +126,28 @@ def test_the_trl_callback_logs_its_control_and_keeps_the_answers_with_it(own, to
     else:
         _names_the_default(cb.c_prime)
         assert "[source: default]" in said[0]
+
+
+def test_the_trl_callback_refuses_a_c_prime_that_is_c_before_training(tok, tmp_path,
+                                                                      monkeypatch):
+    """Helper-39's note on probe 10's Q-E: the callback drew c' only after generating both
+    views at its first measurement, so one shared one-word c (no order of its words differs:
+    c' would be c) stopped training mid-run; now it is refused where the callback is made, and
+    a measurement draws c' before it generates anything."""
+    from nca_interp.errors import UsageError
+    from nca_interp.trl_callbacks import ContextReturnCallback, _measure_views
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"Say w{i}",
+                                        "answer": f"w{i}"}) + "\n" for i in range(8)))
+    persona = tmp_path / "c.txt"
+    persona.write_text("Pirate")
+    task = make_task("jsonl", data=str(data), context_file=str(persona), scorer="exact")
+    with pytest.raises(UsageError, match="c' would be c itself"):
+        ContextReturnCallback(task, every=1, n_items=4, tokenizer=tok)
+    generated = []
+    monkeypatch.setattr("nca_interp.trl_callbacks.play_levels",
+                        lambda *a, **k: generated.append(1))
+    with pytest.raises(UsageError, match="c' would be c itself"):
+        _measure_views(tiny(tok), tok, task, None, 4, 0, True)
+    assert generated == []  # refused before any generation
