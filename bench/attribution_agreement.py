@@ -2,17 +2,20 @@
 the first-order estimate ranks the nodes, and what each way costs.
 
     python -m bench.attribution_agreement [--ckpt DIR] [--threads 1] [--cases 64]
-                                          [--top-k 8] [--n-check 8]
+                                          [--top-k 8] [--n-check 8] [--kind harm|help]
+                                          [--scope full|groups] [--task T --task-options ..]
 
-The harm cases of a checkpoint (default: the embedded Sokoban OPD, 4 layers) are patched in
-the full scope, both directions, and every head's reading of c removed: by exact patching of
-every node (one forward each), by attribution (`nca_interp.patching.attribution.attribute`:
-per direction one forward of the source view, one forward and one backward of the target,
-and the two views' LDs), and by what `--method attribution` runs (attribution, then exact
-patching of its top `--top-k` candidates and `--n-check` random others). Printed per node
-family: Spearman's rank correlation of the nodes' mean effects (attribution against the
-exact full sweep), the top-k overlap, and `found`: the share of the exact top k that the
-candidates patched (what the attribution-then-exact mode would miss), then the wall time and
+The harm (or `--kind help`) cases of a checkpoint (default: the embedded Sokoban OPD, 4
+layers) are patched in the full scope (or `--scope groups`: residual groups and MLPs, as the
+30-layer settings publish), both directions, and every head's reading of c removed: by
+exact patching of every node (one forward each), by attribution
+(`nca_interp.patching.attribution.attribute`: per direction one forward of the source view,
+one forward and one backward of the target, and the two views' LDs), and by what `--method
+attribution` runs (attribution, then exact patching of its top `--top-k` candidates and
+`--n-check` random others). Printed per node family: Spearman's rank correlation of the
+nodes' mean effects (attribution against the exact full sweep), the top-k overlap, and
+`found`: the share of the exact top k that the candidates patched (what the
+attribution-then-exact mode would miss), then the wall time and
 forward / backward counts of each way.
 """
 
@@ -48,6 +51,8 @@ def families(res: dict, abl: np.ndarray | None) -> dict[str, np.ndarray]:
     out = {}
     for tag in ("forward", "reverse"):
         for fam in ("resid_groups", "mlp", "resid_offsets", "heads"):
+            if fam not in res[tag]:  # --scope groups
+                continue
             if fam == "resid_groups":
                 out.update({f"{tag} resid {g}": v for g, v in res[tag][fam].items()})
             else:
@@ -74,42 +79,50 @@ def main(argv=None) -> dict:
     ap.add_argument("--top-k", type=int, default=8)
     ap.add_argument("--n-check", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kind", choices=("harm", "help"), default="harm")
+    ap.add_argument("--scope", choices=("full", "groups"), default="full")
+    ap.add_argument("--task", default=None, help="default: from the run config")
+    ap.add_argument("--task-options", default=None, help="as the commands' (comma-separated)")
+    ap.add_argument("--context", default=None, help="default: the run's context")
     args = ap.parse_args(argv)
     for flag in ("threads", "cases", "n_levels", "top_k"):
         if getattr(args, flag) < 1:
             ap.error(f"--{flag.replace('_', '-')} must be at least 1 (got {getattr(args, flag)})")
     torch.set_num_threads(args.threads)
-    task, ctx = resolve_task_and_context([args.ckpt], None, None)
+    options = args.task_options.split(",") if args.task_options else None
+    task, ctx = resolve_task_and_context([args.ckpt], args.task, args.context, options)
     model, tok = load_checkpoint(args.ckpt)
     task = task.for_tokenizer(tok)
-    harm, _, _ = patching.find_cases(model, tok, task, ctx, task.levels("test", args.n_levels))
-    if len(harm) < 4:
-        raise InputError(f"{args.ckpt}: {len(harm)} harm cases among {args.n_levels} test "
-                         "levels; comparing rankings needs at least 4: raise --n-levels")
-    cases = patching.build_cases(tok, task, ctx, harm[:args.cases], context_limit(model))
+    rows, _, _ = patching.find_cases(model, tok, task, ctx, task.levels("test", args.n_levels),
+                                     args.kind)
+    if len(rows) < 4:
+        raise InputError(f"{args.ckpt}: {len(rows)} {args.kind} cases among {args.n_levels} "
+                         "test levels; comparing rankings needs at least 4: raise --n-levels")
+    cases = patching.build_cases(tok, task, ctx, rows[:args.cases], context_limit(model))
     bridge = boot_bridge(args.ckpt, loaded=(model, tok))
     L, H, N = bridge.cfg.n_layers, bridge.cfg.n_heads, len(cases)
     tags = ("forward", "reverse")
 
     t0, exact_stats = time.perf_counter(), {"forwards": 0}
-    exact = {tag: patching.sweep(bridge, cases, tag, exact_stats, "full") for tag in tags}
+    exact = {tag: patching.sweep(bridge, cases, tag, exact_stats, args.scope) for tag in tags}
     exact_abl = patching.ablation(bridge, cases, stats=exact_stats)
     t_exact = time.perf_counter() - t0
 
     t0, attr_stats = time.perf_counter(), {}
-    attr = {tag: attribute(bridge, cases, tag, attr_stats, "full") for tag in tags}
+    attr = {tag: attribute(bridge, cases, tag, attr_stats, args.scope) for tag in tags}
     attr_abl = attr["forward"].pop("ablation")
     t_attr = time.perf_counter() - t0
 
     t0, conf_stats = time.perf_counter(), {"forwards": 0}
     rng = np.random.default_rng(args.seed + 2)  # as `patching.sweeps` draws
-    conf = {tag: confirmed_sweep(bridge, cases, tag, conf_stats, "full", attr[tag], args.top_k,
-                                 args.n_check, rng) for tag in tags}
+    conf = {tag: confirmed_sweep(bridge, cases, tag, conf_stats, args.scope, attr[tag],
+                                 args.top_k, args.n_check, rng) for tag in tags}
     picked = head_candidates(attr_abl, halves(N, args.seed), args.top_k, args.n_check, rng)
     conf_abl = patching.ablation(bridge, cases, picked["all"], conf_stats)
     t_conf = time.perf_counter() - t0 + t_attr
 
-    print(f"checkpoint {args.ckpt}: {N} harm cases, {L} layers x {H} heads, full scope, "
+    print(f"checkpoint {args.ckpt}: {N} {args.kind} cases, {L} layers x {H} heads, "
+          f"{args.scope} scope, "
           f"{args.threads} thread(s); top-k {args.top_k}, random check {args.n_check}")
     print(f"{'family':<26}{'nodes':>6}{'Spearman':>10}{'top-k overlap':>15}{'found':>7}"
           f"{'patched':>9}")
