@@ -464,6 +464,7 @@ def lens(figs: Path) -> str:
     for path in (p for p in (figs / LENS,) if p.exists()):
         rep = analysis.load(path)
         cfg = rep.config
+        note = _manifest_note(figs, path)  # e.g. students retrained for the lens alone
         rows = ["| checkpoint | KL with c, all tokens | first third | middle third | last third "
                 "| KL with a wrong c' (control) | floor | top token changed by c / by c' | harm "
                 "cases (right without c, wrong with it) | help cases |",
@@ -493,6 +494,8 @@ def lens(figs: Path) -> str:
                 "one token swapped where the views agree (for the writing view's own "
                 "runner-up) and continued, the share of such swaps that do the same.\n\n"
                 + "\n".join(rows) + "\n\nRead against the control: " + "; ".join(reading) + ".")
+        if note:
+            text = f"Its students: {note}.\n\n" + text
         parts = _parts_table(rep)
         if parts:
             text += "\n\n" + parts
@@ -518,6 +521,17 @@ def lens(figs: Path) -> str:
                      "the null):\n\n" + "\n".join(lines))
         out.append(text)
     return "\n\n".join(out)
+
+
+def _manifest_note(figs: Path, path: Path) -> str:
+    """The note manifest.json keeps on how `path` was made, where it says one (a stage run
+    by its own command, outside the pipeline), else ""."""
+    mf = figs / "manifest.json"
+    files = read_json(mf).get("files", {}) if mf.exists() else {}
+    entry = next((v for k, v in files.items()
+                  if Path(k).name == path.name and Path(k).parent.name == figs.name), {})
+    note = entry.get("note") if isinstance(entry, dict) else None
+    return note.rstrip(".") if isinstance(note, str) else ""
 
 
 def _floor_cell(floor: float, measured: list) -> str:

@@ -173,6 +173,14 @@ def test_the_setting_page_reads_the_lens_report_it_is_given(run, tmp_path):
              if r.startswith("| ") and r[2].isdigit()]
     assert steps == ["| 0", "| 2", "| 4"]
     assert page.lens(tmp_path / "empty") == ""
+    assert "Its students:" not in text  # no manifest: nothing said of them
+    # a lens run by its own command outside the pipeline, its note in the manifest (the
+    # students retrained for it): the section says whose students it reads, first
+    (figs / "manifest.json").write_text(json.dumps({"files": {
+        f"figures/{figs.name}/{LENS}": {"command": "python -m nca_interp.lens ...",
+                                        "note": "retrained here, not the published ones."},
+        f"figures/other/{LENS}": {"command": "x", "note": "another folder's"}}}))
+    assert page.lens(figs).startswith("Its students: retrained here, not the published ones.\n")
 
 
 def test_a_runs_start_retrained_in_place_is_refused_as_its_step_0_and_base(tmp_path, tok):
