@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -29,7 +30,7 @@ from nca_interp.tasks import task_record
 
 from .common import Dist, close_distributed, exit_worker
 
-__all__ = ["TRLDistillConfig", "main"]
+__all__ = ["TRLDistillConfig", "check_new_out", "main"]
 
 
 @dataclass
@@ -66,6 +67,34 @@ class TRLDistillConfig:
 
 
 
+def check_new_out(cfg: TRLDistillConfig) -> None:
+    """This command writes its student once, at the end, by replacing the folder at --out (and
+    lets TRL write into --out.trl), and never resumes: both must be new (absent, or an empty
+    folder), outside the run's input checkpoints and outside any run or checkpoint folder
+    (`check_out`). Probe 11 L-A: it replaced whatever --out named (a user's files, a finished
+    run, a run still training, the current folder) and exited 0."""
+    from .common import check_no_links, check_out
+
+    here = Path.cwd().resolve()
+    if Path(cfg.out).expanduser().resolve() in (here, *here.parents):
+        raise UsageError(f"--out {cfg.out} is the current folder or one above it, which "
+                         "train.trl_distill would replace: choose a new --out")
+    for out in (cfg.out, cfg.out + ".trl"):
+        check_out(out, {"--student": cfg.student, "--teacher": cfg.teacher})
+        folder = Path(out).expanduser()
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            raise UsageError(f"--out {out} is a file or a link; train.trl_distill writes a new "
+                             "folder there: choose a new --out")
+        if folder.is_dir():
+            check_no_links(folder)
+            held = sorted(p.name for p in folder.iterdir())
+            if held:
+                raise UsageError(f"--out {out} already holds {', '.join(held[:4])}"
+                                 f"{' ...' if len(held) > 4 else ''}, which this run did not "
+                                 "make, and train.trl_distill replaces the folder at the end: "
+                                 "choose a new --out")
+
+
 def main(argv: list[str] | None = None) -> str:
     try:
         from datasets import Dataset
@@ -75,6 +104,14 @@ def main(argv: list[str] | None = None) -> str:
         raise RunError(f"{e}; install the extra: pip install 'nca_interp[trl]'") from e
 
     cfg = parse_config(TRLDistillConfig, argv, __doc__)
+    check_new_out(cfg)  # before any work: the final save replaces the folder at --out whole
+    lock = None
+    if int(os.environ.get("RANK", "0")) == 0:  # one writer: two commands never share an --out
+        from nca_interp.runlock import RunLock
+
+        out = Path(cfg.out).expanduser().resolve()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        lock = RunLock(out.parent, f".{out.name}.nca-lock", label=f"train.trl_distill --out {out}")
     gpu = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cfg.precision = resolved_precision(gpu, cfg.precision)  # the run records what auto meant
     task, ctx = resolve_task_and_context([cfg.student], cfg.task, cfg.context, cfg.task_options)
@@ -106,6 +143,8 @@ def main(argv: list[str] | None = None) -> str:
                "context": ctx, "task": task_record(task), "trainer": "trl", "processes": world,
                "history": trainer.state.log_history}
         save_checkpoint(cfg.out, trainer.accelerator.unwrap_model(trainer.model), tok, run)
+    if lock is not None:
+        lock.release()
     trainer.accelerator.wait_for_everyone()
     # the same guarded ending as train.distill's workers: a stalled gloo teardown dumps every
     # stack and exits 1 (never a hang), and a finished worker skips interpreter finalization

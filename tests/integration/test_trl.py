@@ -177,6 +177,51 @@ def test_without_trl_the_command_says_what_to_install(monkeypatch, capsys):
     assert "nca_interp[trl]" in err and "Traceback" not in err
 
 
+def test_an_out_that_holds_anything_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    """Probe 11 L-A: the command replaced whatever --out named (a user's files, a finished run,
+    a run still training, the current folder, the student itself) and exited 0. Each is now
+    refused in one line before any model is read, and nothing there changes."""
+    import hashlib
+
+    from nca_interp.checkpoint import save_checkpoint
+    from nca_interp.cli import entry
+    from nca_interp.tokenizer import CHARS, build_char_tokenizer
+    from tests.conftest import tiny
+    from train import trl_distill
+
+    tok = build_char_tokenizer(CHARS)
+    student = save_checkpoint(tmp_path / "runs" / "student", tiny(tok), tok, {"task": "sokoban"})
+    user = tmp_path / "userdir"
+    (user / "sub").mkdir(parents=True)
+    (user / "thesis.txt").write_text("my thesis draft")
+    (user / "sub" / "d.jsonl").write_text("data")
+    empty_cwd = tmp_path / "cwd"
+    empty_cwd.mkdir()
+
+    def sums() -> dict:
+        return {str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in tmp_path.rglob("*") if p.is_file()}
+
+    before = sums()
+    capsys.readouterr()  # the fixture's save progress
+    loaded = []
+    monkeypatch.setattr(trl_distill, "load_checkpoint", lambda *a, **k: loaded.append(a))
+    for out, said in ((user, "already holds sub, thesis.txt"),
+                      (student, "is --student"), (student.parent, "contains --student"),
+                      (user / "sub" / "x", "already holds"),  # its .trl sibling: a new name
+                      (empty_cwd, "the current folder")):
+        if out == user / "sub" / "x":
+            (user / "sub" / "x.trl").mkdir()
+            (user / "sub" / "x.trl" / "keep").write_text("mine")
+            before = sums()
+        monkeypatch.chdir(empty_cwd)
+        assert entry(trl_distill.main, ["--student", str(student), "--out", str(out),
+                                        "--steps", "1"]) == 2, out
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert loaded == [] and sums() == before
+
+
 def test_the_context_return_callback_logs_what_evaluate_measures(tok, tmp_path):
     """Inside trainer.train(): every step the callback logs the context return of the live
     student through the trainer's loggers, and each logged number equals
