@@ -429,11 +429,14 @@ def _norm(text: str) -> str:
 # when it compiles (`x{4294967294}` asks for terabytes, `(a{1000}){1000}` for 280 MB), before
 # any match time limit applies. A scorer's pattern needs a few dozen.
 MAX_REPEAT_EXPANSION = 100_000
+# ... and the longest pattern (probe 11 H-C: a class of 4000 members under {90000} took 1.9 GB)
+MAX_PATTERN_CHARS = 4096
 
 
 def _expansion(parsed) -> int:
     """How many times `parsed` (re's parse of a pattern, or a part of one) spells out its
-    atoms once each counted repeat is multiplied out (an open repeat counts its minimum). The
+    atoms once each counted repeat is multiplied out (an open repeat counts its minimum; a
+    character class counts its members, as `regex` copies them into each repeat). The
     parts of a group, an alternation, a conditional or a lookaround are summed, not the largest
     taken: `regex` compiles every branch (`(?:a{99999}|b{99999}|...)` x30 took 1.15 GB)."""
     sre = _sre_parse()
@@ -442,6 +445,8 @@ def _expansion(parsed) -> int:
         if op in (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT):
             lo, hi, sub = av
             total += max(1, lo if hi == sre.MAXREPEAT else hi) * _expansion(sub)
+        elif op == sre.IN:  # a class: `regex` copies its members into every repeated copy
+            total += max(1, len(av))  # (a range or category one each: `[a-z]` costs 1)
         else:  # a group, branch, conditional, lookaround: every part
             total += max(1, sum(_expansion(p) for p in _parts(av)))
     return total
@@ -471,6 +476,10 @@ def check_regex(pattern: str, where: str = "pattern") -> str:
     (checked on re's parse, before `regex` compiles it)."""
     import regex
 
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise UsageError(f"{where} {_shown(pattern)} holds {len(pattern):,} characters, more "
+                         f"than the {MAX_PATTERN_CHARS:,} a scorer's pattern may (it needs a "
+                         "few hundred; a checkpoint's run config may record the pattern)")
     try:
         re.compile(pattern)
         size = _expansion(_sre_parse().parse(pattern))
@@ -479,7 +488,8 @@ def check_regex(pattern: str, where: str = "pattern") -> str:
     except RecursionError:
         raise _too_deep(pattern, where) from None
     if size > MAX_REPEAT_EXPANSION:
-        raise UsageError(f"{where} {pattern!r} repeats its parts {size:,} times once its counted "
+        raise UsageError(f"{where} {_shown(pattern)} repeats its parts {size:,} times once its "
+                         "counted "
                          f"repeats are multiplied out, over the limit of "
                          f"{MAX_REPEAT_EXPANSION:,}: use an open repeat (+, *) or a smaller "
                          "count (a checkpoint's run config may record the pattern)")

@@ -1,0 +1,36 @@
+"""The eleventh probe's findings (#71, /work/notes/probe11.md): H-C (a character class under a
+counted repeat), H-D (a report's sizes drawn without limit), T-F (a tokenizer regex that
+panics), Q-J (the template check read every held-out item). L-A is in test_trl.py."""
+
+import pytest
+
+from nca_interp.errors import UsageError
+from nca_interp.tasks import jsonl
+
+
+# -- H-C: a class's members count --------------------------------------------------------------
+
+def test_a_large_class_under_a_counted_repeat_is_refused_before_compiling(monkeypatch):
+    """`regex` copies a class's members into every copy of a counted repeat: 4000 members
+    under {90000} took 1.9 GB, 8000 a MemoryError, though the bound counted each class as one
+    atom. Now a class counts its members (a range one), and a pattern over MAX_PATTERN_CHARS
+    is refused outright; both before `regex` compiles anything."""
+    import regex
+
+    def never(*a, **k):
+        raise AssertionError("regex.compile reached")
+
+    def members(n: int) -> str:
+        return "[" + "".join(chr(0x100 + 2 * i) for i in range(n)) + "]{90000}"
+
+    monkeypatch.setattr(regex, "compile", never)
+    with pytest.raises(UsageError, match=r"repeats its parts 360,000,000 times") as e:
+        jsonl.check_regex(members(4000))  # the probe's pattern, 4,009 characters
+    assert "(4,009 characters)" in str(e.value) and len(str(e.value)) < 400
+    with pytest.raises(UsageError, match=r"repeats its parts 3,600,000 times"):
+        jsonl.check_regex(members(40))
+    with pytest.raises(UsageError, match="holds 8,009 characters, more than the 4,096"):
+        jsonl.check_regex(members(8000))
+    monkeypatch.undo()
+    for sane in (r"[a-z]{5,}", r"\w{90000}", r"[A-Z][a-z]+ (?:the|a) [^.]{1,200}\."):
+        assert jsonl.check_regex(sane) == sane
