@@ -23,9 +23,11 @@ from nca_interp.reports import (
     GradAlignReport,
     LayerSimReport,
     Patching,
+    ReportError,
     TrajectoryReport,
     as_report,
     label,
+    layer_head_shape,
     null_role,
 )
 
@@ -305,6 +307,11 @@ def patching_figures(report: Patching) -> dict[str, go.Figure]:
     L, H, n = report.n_layers, report.n_heads, report[kind]["n"]
     assert L is not None and H is not None and report.forward is not None \
         and report.lens is not None  # an entry with cases has them
+    held = layer_head_shape(report)  # drawn over what its arrays hold, not what it says
+    if (held[0] is not None and held[0] != L) or (held[1] is not None and held[1] != H):
+        raise ReportError(f"the patching entry of {report.checkpoint} says {L} layers x {H} "
+                          f"heads, but its arrays hold {held[0]} x {held[1]}; restore it (git "
+                          "checkout, or its own command)")
     who = f"{report.task} {name} ({n} {kind} cases)"
     undo = {"harm": "1 = harm undone", "help": "1 = help removed"}[kind]
     layers = [f"L{i}" for i in range(L)]

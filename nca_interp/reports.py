@@ -44,8 +44,8 @@ __all__ = ["VERSION", "ContextReturn", "ContextReturnReport", "Fields", "GradAli
            "GradAlignReport", "LayerSim", "LayerSimReport", "Lens", "LensReport", "ParamDelta",
            "ParamDeltaReport", "Patching", "PatchingReport", "Report", "ReportError",
            "RunRecord", "Trajectory", "TrajectoryReport", "VOCABULARY", "as_report",
-           "check_complete", "describe", "label", "null_role", "read_derived", "typed", "upgrade",
-           "vocabulary"]
+           "check_complete", "describe", "label", "layer_head_shape", "null_role", "read_derived",
+           "typed", "upgrade", "vocabulary"]
 
 VERSION = 3
 _LEGACY_RESULTS = ("reports", "per_checkpoint")
@@ -597,6 +597,41 @@ def check_complete(report: Report, where: str) -> None:
         for key, entry in group.items():
             if isinstance(entry, Fields):  # a plug-in's entries without a class: as they are
                 check(entry, f"{name}[{key!r}].")
+    for key, entry in report.results.items():
+        _check_sizes(entry, f"{where} is damaged: its results[{key!r}]")
+
+
+def layer_head_shape(entry) -> tuple[int | None, int | None]:
+    """The (layers, heads) a patching entry's arrays hold (its residual and MLP sweeps, its
+    head tables), None where it holds none: what its figures are drawn over, whatever its
+    `n_layers` / `n_heads` say."""
+    get = entry.get if isinstance(entry, dict) else lambda k, d=None: getattr(entry, k, d)
+    layers, heads = None, None
+    for sweep in (get("forward"), get("reverse")):
+        if not isinstance(sweep, dict):
+            continue
+        for table in (sweep.get("mlp"), *(sweep.get("resid_groups") or {}).values()):
+            if isinstance(table, dict) and isinstance(table.get("mean"), list):
+                layers = len(table["mean"])
+        for table in (sweep.get("heads"),):
+            if isinstance(table, dict) and isinstance(table.get("mean"), list) and table["mean"]:
+                layers, heads = len(table["mean"]), len(table["mean"][0])
+    abl = get("ablation")
+    if isinstance(abl, dict) and isinstance(abl.get("mean"), list) and abl["mean"] \
+            and isinstance(abl["mean"][0], list):
+        layers, heads = len(abl["mean"]), len(abl["mean"][0])
+    return layers, heads
+
+
+def _check_sizes(entry, prefix: str) -> None:
+    """A patching entry's `n_layers` / `n_heads` are what its arrays hold (probe 11 H-D: a
+    figure sized by an `n_layers` of 10^9 asked for 21 GB): one line naming the field."""
+    layers, heads = layer_head_shape(entry)
+    for name, held in (("n_layers", layers), ("n_heads", heads)):
+        said = getattr(entry, name, None) if not isinstance(entry, dict) else entry.get(name)
+        if held is not None and isinstance(said, int) and said != held:
+            raise ReportError(f"{prefix}.{name} is {said}, but its arrays hold {held}; restore "
+                              "it (git checkout, or its own command)")
 
 
 def read_derived(path: str | Path) -> Any:

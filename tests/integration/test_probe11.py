@@ -34,3 +34,41 @@ def test_a_large_class_under_a_counted_repeat_is_refused_before_compiling(monkey
     monkeypatch.undo()
     for sane in (r"[a-z]{5,}", r"\w{90000}", r"[A-Z][a-z]+ (?:the|a) [^.]{1,200}\."):
         assert jsonl.check_regex(sane) == sane
+
+
+# -- H-D: a report's sizes agree with its arrays -----------------------------------------------
+
+@pytest.mark.parametrize("field", ["n_layers", "n_heads"])
+def test_a_patching_report_whose_sizes_are_not_its_arrays_is_one_line(tmp_path, capsys, field):
+    """`paper.figures --record-digests` and `paper.report --html` sized the patching figures by
+    the report's `n_layers` / `n_heads`: 10^9 asked for 21 GB, then the OOM killer. A report
+    whose sizes differ from what its arrays hold is refused in one line naming the file and
+    the field, before anything is drawn or written; the figure itself refuses them too."""
+    import hashlib
+    import json
+    import shutil
+    from pathlib import Path
+
+    from nca_interp.cli import entry
+    from nca_interp.paper import figures
+    from nca_interp.plots import patching_figures
+    from nca_interp.reports import ReportError
+
+    root = Path(__file__).resolve().parents[2]
+    figs = tmp_path / "figures" / "myset"
+    figs.mkdir(parents=True)
+    shutil.copyfile(root / "figures" / "plotly.min.js", figs.parent / "plotly.min.js")
+    report = json.loads((root / "figures" / "sokoban" / "patching.json").read_text())
+    key = next(iter(report["results"]))
+    report["results"][key][field] = 10 ** 9
+    (figs / "patching.json").write_text(json.dumps(report))
+    (figs / "manifest.json").write_text(json.dumps({"files": {}}))
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in figs.iterdir()}
+    assert entry(figures.main, ["--record-digests", str(figs)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{field} is 1000000000, but its arrays hold" in err[0] \
+        and "patching.json" in err[0], err
+    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in figs.iterdir()} \
+        == before
+    with pytest.raises(ReportError, match="says .* but its arrays hold"):
+        patching_figures(report["results"][key])
