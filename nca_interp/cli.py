@@ -344,6 +344,8 @@ def entry(main, argv: list[str] | None = None, parsed=None) -> int:
     # a command owns its process (importing the library sets nothing): transformers' advice
     # lines ("set X to silence this") would interleave with the command's tables
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    if not debug:  # a Rust library's panic is one line below, not a Rust backtrace too
+        os.environ["RUST_BACKTRACE"] = "0"
     from nca_interp.checkpoint import hash_once
 
     terminated = []
@@ -370,6 +372,11 @@ def entry(main, argv: list[str] | None = None, parsed=None) -> int:
         how = "terminated" if terminated else "interrupted"
         print(f"{how}; {interrupted_note(main, argv)}", file=sys.stderr)
         return 143 if terminated else 130
+    except BaseException as e:  # a Rust library's panic (pyo3's PanicException)
+        if debug or type(e).__name__ != "PanicException":
+            raise
+        print(f"error: {panic_line(e)}", file=sys.stderr)
+        return 2
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -378,7 +385,9 @@ def entry(main, argv: list[str] | None = None, parsed=None) -> int:
 
 # what an interrupted command leaves, by the module of its `main`: only training resumes
 # (`train.*` from a clone, `nca_interp.train.*` where the wheel installed it)
-RESUMES = ("train.sft", "train.distill", "train.trl_distill")
+RESUMES = ("train.sft", "train.distill")
+# training that saves only at its end (TRL's loop here keeps no checkpoint to resume from)
+ENDS_ONLY = ("train.trl_distill",)
 PIPELINES = ("nca_interp.paper.reproduce",)
 
 
@@ -399,10 +408,25 @@ def interrupted_note(main, argv: list[str] | None = None) -> str:
             return ("no checkpoint was saved yet: the same command starts the run over "
                     "(--save-every sets how often one is saved)")
         return "the same command resumes the run from its last checkpoint"
+    if module in ENDS_ONLY or module.removeprefix("nca_interp.") in ENDS_ONLY:
+        return ("nothing was written (it saves its student only when it finishes, and keeps "
+                "no checkpoint to resume from); the same command starts it over")
     if module in PIPELINES:
         return "stages that finished are kept; the same command skips them and goes on"
     return ("nothing was written (its files are written only when it finishes); the same "
             "command starts it again from the beginning")
+
+
+def panic_line(e: BaseException) -> str:
+    """A Rust library's panic (a tokenizer's regex search hitting its retry limit: probe 11
+    T-F) as one line that names what the data did, not a Rust backtrace."""
+    said = " ".join(str(e).split())[:200] or "a panic"
+    if "Onig" in said or "regex" in said.lower():
+        return (f"the tokenizer failed on this input ({said}): a regex in the model's "
+                "tokenizer.json (its normalizer or pre-tokenizer) backtracks without end on "
+                "these prompts; restore the tokenizer the model was trained with")
+    return (f"a library the package calls ended with a panic ({said}); rerun with "
+            "NCA_INTERP_DEBUG=1 for the trace")
 
 
 def _user_error(e: BaseException) -> bool:

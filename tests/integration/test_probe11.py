@@ -7,7 +7,6 @@ import pytest
 from nca_interp.errors import UsageError
 from nca_interp.tasks import jsonl
 
-
 # -- H-C: a class's members count --------------------------------------------------------------
 
 def test_a_large_class_under_a_counted_repeat_is_refused_before_compiling(monkeypatch):
@@ -72,3 +71,46 @@ def test_a_patching_report_whose_sizes_are_not_its_arrays_is_one_line(tmp_path, 
         == before
     with pytest.raises(ReportError, match="says .* but its arrays hold"):
         patching_figures(report["results"][key])
+
+
+# -- T-F: a tokenizer's regex that panics --------------------------------------------------------
+
+def test_a_tokenizer_regex_that_panics_is_one_line(tmp_path):
+    """A checkpoint's tokenizer.json normalizer `(a|aa)+$` hits Oniguruma's retry limit on a
+    prompt of a's: the tokenizers library panics (pyo3's PanicException, a BaseException),
+    which ended the command in a Rust backtrace and a Python traceback. Now one line saying
+    what the data did, and no trace of either language."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tokenizers import Regex, normalizers
+
+    from nca_interp.checkpoint import save_checkpoint
+    from nca_interp.tokenizer import CHARS, build_char_tokenizer
+    from tests.conftest import tiny
+
+    tok = build_char_tokenizer(CHARS)
+    ck = save_checkpoint(tmp_path / "ck", tiny(tok), tok)  # a model of the plain tokenizer
+    tok.backend_tokenizer.normalizer = normalizers.Replace(Regex("(a|aa)+$"), "x")
+    tok.save_pretrained(str(ck))  # its tokenizer.json now the probe's
+    from nca_interp.checkpoint import write_manifest
+
+    write_manifest(ck)
+    data = tmp_path / "aaa.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "prompt": "a" * 40 + "b",
+                                        "context": "c", "answer": "a"}) + "\n"
+                            for i in range(8)))
+    env = {k: v for k, v in os.environ.items() if k != "NCA_INTERP_DEBUG"}
+    env.update(RUST_BACKTRACE="1", OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-m", "nca_interp.evaluate", str(ck), "--task",
+                           "jsonl", "--task-options", f"data={data},scorer=exact,split_seed=0",
+                           "--n-levels", "2", "--threads", "1", "--out", str(tmp_path / "r")],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "stack backtrace" not in done.stderr, \
+        done.stderr[-3000:]
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and "tokenizer.json" in errors[0] and "backtracks" in errors[0]
+    assert not (tmp_path / "r.json").exists()

@@ -314,6 +314,10 @@ def test_the_interrupt_message_is_true_of_each_command():
         assert "resumes" not in interrupted_note(main)
         assert "from the beginning" in interrupted_note(main)
     assert "skips them" in interrupted_note(reproduce.main)
+    from train import trl_distill  # probe 11 U-O: it keeps no checkpoint, has no --save-every
+
+    note = interrupted_note(trl_distill.main, ["--out", "x"])
+    assert "resumes" not in note and "--save-every" not in note and "starts it over" in note
 
 
 def test_a_damaged_fetched_model_is_told_to_verify(tmp_path, monkeypatch):
