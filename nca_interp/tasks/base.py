@@ -113,6 +113,10 @@ class Scored:
     invalid: int
 
 
+class DropsContext(UsageError):
+    """A chat template renders an item's prompt the same with and without its c."""
+
+
 @dataclass(frozen=True)
 class ChatFormat:
     """Prompts through a checkpoint's own chat template, with the *same* template settings for
@@ -138,7 +142,16 @@ class ChatFormat:
         messages.append({"role": "user", "content": user})
         from nca_interp.tokenizer import render_chat  # a sandbox refusal is one line
 
-        return render_chat(self.tokenizer, messages, **dict(self.template_kwargs))
+        text = render_chat(self.tokenizer, messages, **dict(self.template_kwargs))
+        if context and text == self(x_text, None):  # every prompt given c, wherever it is
+            name = getattr(self.tokenizer, "name_or_path", "") or "the checkpoint's tokenizer"
+            shown = x_text if len(x_text) <= 60 else f"{x_text[:50]}..."
+            raise DropsContext(f"the chat template of {name} drops the context (context_as="
+                               f"{self.context_as}) for the item {shown!r}: its prompt is the "
+                               "same with and without c, so the model would never see c "
+                               "there; fix the template so that it renders every message, or "
+                               "use a checkpoint whose template does")
+        return text
 
 
 def rotated(values) -> list:
@@ -336,13 +349,20 @@ class Task:
         """Refuse, in one line, a chat template that renders any of `n` items' prompts the
         same with and without their c: one that keeps only user turns drops c from the system
         message, so the model never sees it (facts, sysprompt, opcd: evaluate reported
-        "context irrelevant" and distillation trained at loss 0 with exit 0, probe 10 Q-G)."""
+        "context irrelevant" and distillation trained at loss 0 with exit 0, probe 10 Q-G). A
+        template that drops c for other items only is refused where such a prompt is rendered
+        (`ChatFormat.__call__` compares every prompt given c with its no-c twin: probe 11
+        Q-J)."""
         if self.chat is None:
             return
         kind = self.default_context
         for i, level in enumerate(self.check_levels(n)[:n]):
             c = self.context(level, kind)
-            if c and self.prompt(level) == self.prompt(level, c):
+            try:
+                same = bool(c) and self.prompt(level) == self.prompt(level, c)
+            except DropsContext:  # the same, found where the prompt was rendered
+                same = True
+            if same:
                 name = getattr(self.chat.tokenizer, "name_or_path", "") or \
                     "the checkpoint's tokenizer"
                 where = getattr(self.config, "context_as", self.chat.context_as)

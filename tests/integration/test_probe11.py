@@ -114,3 +114,39 @@ def test_a_tokenizer_regex_that_panics_is_one_line(tmp_path):
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error: ")]
     assert len(errors) == 1 and "tokenizer.json" in errors[0] and "backtracks" in errors[0]
     assert not (tmp_path / "r.json").exists()
+
+
+# -- Q-J: every prompt given c is checked where it is rendered ---------------------------------
+
+def test_a_template_dropping_c_beyond_the_first_items_is_refused_where_it_renders(tok,
+                                                                              tmp_path):
+    """Q-G's check rendered the first 3 held-out items of facts / sysprompt / opcd: a
+    template keeping the system message for those 3 questions alone passed, then dropped c
+    for the rest (5 of 10 evaluated items one prompt both ways, exit 0; distill, the lens and
+    the TRL callback too). Every prompt given c is now compared with its no-c twin where it
+    is rendered (`ChatFormat`), so evaluate refuses in one line and writes no report."""
+    import copy
+
+    from nca_interp import evaluate
+    from nca_interp.checkpoint import save_checkpoint
+    from nca_interp.tasks import make_task
+    from tests.conftest import tiny
+
+    task = make_task("facts")
+    first = [task.render(lv) for lv in task.levels("test", 3)]
+    keep = " or ".join(f"{q!r} in u" for q in first)
+    template = ("{% set u = messages[-1]['content'] %}{% set keep = " + keep + " %}"
+                "{% for m in messages %}{% if m['role'] == 'user' or keep %}{{ m['content'] }}"
+                "\n{% endif %}{% endfor %}")
+    crafted = copy.deepcopy(tok)
+    crafted.chat_template = template
+    seen = task.for_tokenizer(crafted)  # the first three keep c: the upfront check passes
+    fourth = task.levels("test", 4)[3]
+    with pytest.raises(UsageError, match="drops the context .* for the item") as e:
+        seen.prompt(fourth, seen.context(fourth, "facts"))
+    assert "\n" not in str(e.value)
+    ckpt = save_checkpoint(tmp_path / "crafted", tiny(tok), crafted)
+    with pytest.raises(UsageError, match="drops the context"):
+        evaluate.execute(evaluate.EvalConfig(ckpt=[str(ckpt)], task="facts", context="facts",
+                                             n_levels=10, out=str(tmp_path / "rep")))
+    assert not list(tmp_path.glob("rep*"))
