@@ -121,8 +121,9 @@ def check_data_unchanged(path: str | Path, task: Task, given: set[str] | None = 
         digest = content_digest(file)
         if digest == was.get("sha256"):
             continue
-        if same and key in ("context_file", "control_file"):  # c (or c') itself, no split
-            what = "c" if key == "context_file" else "the control's c'"
+        if same and key in ("context_file", "control_file", "pattern"):  # no split drawn
+            what = {"context_file": "c", "control_file": "the control's c'",
+                    "pattern": "the scorer's pattern"}[key]
             raise UsageError(f"{file} ({key}) has changed since {path} trained on it (sha256 "
                              f"{digest} now, {was.get('sha256')} recorded): {what} is no longer "
                              "the one the run was trained with; restore the file, or name the "

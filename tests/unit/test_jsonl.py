@@ -339,8 +339,10 @@ def test_a_relative_pattern_file_is_read_where_the_run_read_it(tmp_path, tok, mo
     read = task_for_checkpoints([str(run)]).config.pattern
     assert read == "@" + str(here / "s" / "p.txt")  # the run's file, not elsewhere/s/p.txt
     (here / "s" / "p.txt").write_text("changed")
-    with pytest.raises(UsageError, match=r"p\.txt \(pattern\) has changed since"):
+    with pytest.raises(UsageError, match=r"p\.txt \(pattern\) has changed since .*: the "
+                       "scorer's pattern is no longer the one the run was trained with") as e:
         task_for_checkpoints([str(run)])
+    assert "held-out split" not in str(e.value)  # probe 11 U-N: no split is drawn from it
 
 
 # -- evaluate on your data ----------------------------------------------------------------------
