@@ -282,10 +282,10 @@ def parse_line(line: str, where: str, shared: bool, n: int) -> Item:
     elif prompt is None or not prompt.strip():
         raise _fail(where, "\"prompt\" is missing or empty")
     context = row.get("context")
-    if not shared and (not isinstance(context, str) or not context.strip()):
+    if context is not None and not isinstance(context, str):  # probe 11 U-M: not "missing"
+        raise _fail(where, f"\"context\" must be text, not {type(context).__name__}")
+    if not shared and (context is None or not context.strip()):
         raise _fail(where, "\"context\" is missing or empty")
-    if context is not None and not isinstance(context, str):
-        raise _fail(where, "\"context\" must be text")
     control = row.get("control")
     if control is not None and (not isinstance(control, str) or not control.strip()):
         raise _fail(where, "\"control\" (your wrong context c') must be text that is not empty")

@@ -123,6 +123,7 @@ def test_a_repeated_task_option_is_refused_naming_its_key():
     ('{"prompt": "Q", "context": "c", "answer": 4}', '"answer" must be text'),
     ('{"prompt": "Q", "context": "c", "answer": ["a"]}', '"answer" must be text'),
     ('{"prompt": 5, "context": "c"}', '"prompt" must be text or a list of chat messages'),
+    ('{"prompt": "Q", "context": {"a": 1}}', '"context" must be text, not dict'),  # 11 U-M
     ('{"prompt": "Q", "context": "c", "group": 1' + "0" * 5000 + "}", "digits"),
     ('{"prompt": "Q\\u0000", "context": "c"}', r'"prompt" holds a control character \(\\x00\)'),
     ('{"prompt": "Q", "context": "c\\u001b[0m"}', r'"context" holds a control character \(\\x1b\)'),
