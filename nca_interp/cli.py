@@ -256,6 +256,12 @@ def check_writable(path: str | Path, what: str = "--out") -> Path:
     is left behind."""
     from nca_interp.fsio import check_owned
 
+    given = Path(path).expanduser()
+    for part in (given, *given.parents):  # probe 11 U-K: "[Errno 17] File exists" otherwise
+        if part.is_symlink() and not part.exists():
+            raise UsageError(f"{what} {path}: {part} is a link to {os.readlink(part)}, which "
+                             "does not exist; make that folder, remove the link, or choose "
+                             "another location")
     target = Path(path).resolve()
     folder = target if what == "run" else target.parent
     check_owned(folder, "--out" if what == "run" else what)

@@ -150,3 +150,21 @@ def test_a_template_dropping_c_beyond_the_first_items_is_refused_where_it_render
         evaluate.execute(evaluate.EvalConfig(ckpt=[str(ckpt)], task="facts", context="facts",
                                              n_levels=10, out=str(tmp_path / "rep")))
     assert not list(tmp_path.glob("rep*"))
+
+
+# -- U-K: a dangling link on the way to --out -------------------------------------------------
+
+def test_a_dangling_link_above_out_is_named_before_any_work(tmp_path, capsys):
+    """`--out D/sub/r` with `D/sub` a link to a folder that does not exist said only
+    "[Errno 17] File exists: 'D/sub'"; now one line naming the link and where it points."""
+    from nca_interp import evaluate
+    from nca_interp.cli import entry
+
+    (tmp_path / "D").mkdir()
+    (tmp_path / "D" / "sub").symlink_to(tmp_path / "gone")
+    assert entry(evaluate.main, ["--n-levels", "2", "--threads", "1",
+                                 "--out", str(tmp_path / "D" / "sub" / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"{tmp_path / 'D' / 'sub'} is a link to {tmp_path / 'gone'}, which does not exist" \
+        in err and "Errno" not in err, err
+    assert not (tmp_path / "gone").exists()
