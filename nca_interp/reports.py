@@ -599,6 +599,24 @@ def check_complete(report: Report, where: str) -> None:
                 check(entry, f"{name}[{key!r}].")
     for key, entry in report.results.items():
         _check_sizes(entry, f"{where} is damaged: its results[{key!r}]")
+        ci = entry.get("ci95") if isinstance(entry, dict) else getattr(entry, "ci95", None)
+        for stat, value in (ci.items() if isinstance(ci, dict) else ()):
+            if not _interval_or_list(value):
+                raise ReportError(f"{where} is damaged: its results[{key!r}].ci95.{stat} is "
+                                  f"{str(value)[:40]!r}, not an interval [lo, hi] (or a list "
+                                  "of them); restore it (git checkout, or its own command)")
+
+
+def _interval_or_list(value) -> bool:
+    """[lo, hi] (numbers or null), or a list of such (per third, part, layer ...): what every
+    analysis writes under `ci95` (probe 11 U-L: one number failed as "not enough values to
+    unpack" in a figure, naming no file)."""
+    def bound(v) -> bool:
+        return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+    if isinstance(value, list) and len(value) == 2 and all(bound(v) for v in value):
+        return True
+    return isinstance(value, list) and all(_interval_or_list(v) for v in value)
 
 
 def layer_head_shape(entry) -> tuple[int | None, int | None]:

@@ -168,3 +168,30 @@ def test_a_dangling_link_above_out_is_named_before_any_work(tmp_path, capsys):
     assert f"{tmp_path / 'D' / 'sub'} is a link to {tmp_path / 'gone'}, which does not exist" \
         in err and "Errno" not in err, err
     assert not (tmp_path / "gone").exists()
+
+
+# -- U-L: an interval that is not one -------------------------------------------------------------
+
+def test_a_short_interval_in_a_report_is_one_line_naming_it(tmp_path, capsys):
+    """A context return report whose `ci95.delta_c` held one number ended `--record-digests`
+    in "not enough values to unpack (expected 2, got 1)", naming no file or field."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from nca_interp.cli import entry
+    from nca_interp.paper import figures
+
+    root = Path(__file__).resolve().parents[2]
+    figs = tmp_path / "figures" / "myset"
+    figs.mkdir(parents=True)
+    shutil.copyfile(root / "figures" / "plotly.min.js", figs.parent / "plotly.min.js")
+    report = json.loads((root / "figures" / "sokoban" / "context_return.json").read_text())
+    key = next(iter(report["results"]))
+    report["results"][key]["ci95"]["delta_c"] = [0.1]
+    (figs / "context_return.json").write_text(json.dumps(report))
+    (figs / "manifest.json").write_text(json.dumps({"files": {}}))
+    assert entry(figures.main, ["--record-digests", str(figs)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"results[{key!r}].ci95.delta_c is '[0.1]', not an interval" \
+        in err[0] and "context_return.json" in err[0], err
