@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -599,12 +600,42 @@ def check_complete(report: Report, where: str) -> None:
                 check(entry, f"{name}[{key!r}].")
     for key, entry in report.results.items():
         _check_sizes(entry, f"{where} is damaged: its results[{key!r}]")
+        _check_ranges(entry, f"{where} is damaged: its results[{key!r}]")
         ci = entry.get("ci95") if isinstance(entry, dict) else getattr(entry, "ci95", None)
         for stat, value in (ci.items() if isinstance(ci, dict) else ()):
             if not _interval_or_list(value):
                 raise ReportError(f"{where} is damaged: its results[{key!r}].ci95.{stat} is "
                                   f"{str(value)[:40]!r}, not an interval [lo, hi] (or a list "
                                   "of them); restore it (git checkout, or its own command)")
+
+
+# what a value can be by its definition (shares and probabilities in [0, 1], cosines in [-1, 1],
+# counts at least 0), for the fields of any analysis's entry that carry one of these names: a
+# report holding another was drawn into its pages without a word (probe 11 U-R)
+RANGES = {**{k: (0.0, 1.0) for k in ("correct_no_c", "correct_c", "harm", "help", "harm_joint",
+                                      "help_joint", "both", "cka", "offset_share", "ctx_attn")},
+          **{k: (-1.0, 1.0) for k in ("cos", "cos_other", "cos_centred", "cos_centred_view",
+                                       "delta_c")},
+          **{k: (0.0, math.inf) for k in ("n", "n_units", "n_correct_no_c", "n_examples",
+                                           "n_positions", "cos_std")}}
+
+
+def _check_ranges(entry, prefix: str) -> None:
+    """Each field of `RANGES` an entry holds (a number, or a list of them per layer) lies in
+    its range and is finite, else one line naming it."""
+    get = entry.get if isinstance(entry, dict) else lambda k, d=None: getattr(entry, k, d)
+    for name, (lo, hi) in RANGES.items():
+        value = get(name, None)
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, (dict, list)) for v in values):
+            continue  # another analysis's field of that name (patching's harm: its cases)
+        bad = next((v for v in values if v is not None and not (
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and lo - 1e-6 <= v <= hi + 1e-6)), None)
+        if bad is not None:
+            raise ReportError(f"{prefix}.{name} holds {str(bad)[:40]!r}, which no analysis "
+                              f"writes (a finite number in [{lo}, {hi}]); restore it (git "
+                              "checkout, or its own command)")
 
 
 def _interval_or_list(value) -> bool:

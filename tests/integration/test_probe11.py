@@ -195,3 +195,36 @@ def test_a_short_interval_in_a_report_is_one_line_naming_it(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"results[{key!r}].ci95.delta_c is '[0.1]', not an interval" \
         in err[0] and "context_return.json" in err[0], err
+
+
+# -- U-R: values no analysis writes ------------------------------------------------------------
+
+@pytest.mark.parametrize("source, field, value", [
+    ("layer_sim.json", "cos", [5.0]), ("layer_sim.json", "cos", ["x"]),
+    ("context_return.json", "correct_c", 7.5), ("context_return.json", "n", -5)])
+def test_a_value_no_analysis_writes_is_refused_before_drawing(tmp_path, capsys, source, field,
+                                                              value):
+    """`--record-digests` and `report --html` drew a layer_sim report with cos 5.0 or "x" at
+    every layer, and an evaluate report with correct_c 7.5 or n -5, into pages with rc 0 (the
+    range checks were `--beside`'s alone). Refused at the door, one line naming the field."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from nca_interp.cli import entry
+    from nca_interp.paper import figures
+
+    root = Path(__file__).resolve().parents[2]
+    figs = tmp_path / "figures" / "myset"
+    figs.mkdir(parents=True)
+    shutil.copyfile(root / "figures" / "plotly.min.js", figs.parent / "plotly.min.js")
+    report = json.loads((root / "figures" / "sokoban" / source).read_text())
+    key = next(iter(report["results"]))
+    entry_ = report["results"][key]
+    entry_[field] = value * len(entry_[field]) if isinstance(value, list) else value
+    (figs / source).write_text(json.dumps(report))
+    (figs / "manifest.json").write_text(json.dumps({"files": {}}))
+    assert entry(figures.main, ["--record-digests", str(figs)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"results[{key!r}].{field}" in err[0] and source in err[0], err
+    assert not list(figs.glob("*.html"))
