@@ -417,6 +417,39 @@ def _restored(f: dict, kind: str) -> str:
             + (f", {within:.0%} within the forks tried" if within is not None else ""))
 
 
+def _token_cell(text) -> str:
+    """A token as a table cell shows it: quoted, its newlines and pipes escaped."""
+    if not isinstance(text, str):
+        return "-"
+    return "`" + repr(text)[1:-1].replace("|", "\\|").replace("`", "'") + "`"
+
+
+def _fork_table(rep, limit: int = 8) -> str:
+    """The harm cases' first forks, a row each (at most `limit` a checkpoint): where in the
+    response the views' greedy choices first part, the token the c view writes there and the
+    one the no-c view would, whether continuing from that swap gives the right answer, and the
+    case's null (its swaps where the views agree that do the same): which tokens carry the
+    harm."""
+    rows = ["| checkpoint | item | first fork (token) | c view writes | no-c view writes | right "
+            "after the swap | the case's null: swaps where the views agree, right after |",
+            "|---|---|---|---|---|---|---|"]
+    for name, e in rep.results.items():
+        for case in ((e.forks or {}).get("harm") or [])[:limit]:
+            if case.get("first_fork") is None:
+                continue
+            null = case.get("null_right")  # absent: a report from before the swap null
+            rows.append(f"| {name} | {case.get('item')} | {case['first_fork']} | "
+                        f"{_token_cell(case.get('writer_token'))} | "
+                        f"{_token_cell(case.get('donor_token'))} | "
+                        f"{'yes' if case.get('restored') else 'no'} | "
+                        + ("not drawn" if null is None else
+                           f"{sum(map(bool, null))} of {len(null)}") + " |")
+    if len(rows) == 2:
+        return ""
+    return ("The harm cases' first forks (right without c, wrong with it; at most "
+            f"{limit} a checkpoint):\n\n" + "\n".join(rows))
+
+
 def _parts_table(rep) -> str:
     """Where in each response c acts, by what the tokens are (`lens.PARTS`): the first token,
     the answer the task's scorer reads, the end; beside the control and the floor."""
@@ -496,6 +529,9 @@ def lens(figs: Path) -> str:
                 + "\n".join(rows) + "\n\nRead against the control: " + "; ".join(reading) + ".")
         if note:
             text = f"Its students: {note}.\n\n" + text
+        forks = _fork_table(rep)
+        if forks:
+            text += "\n\n" + forks
         parts = _parts_table(rep)
         if parts:
             text += "\n\n" + parts

@@ -202,3 +202,27 @@ def test_a_runs_start_retrained_in_place_is_refused_as_its_step_0_and_base(tmp_p
             read(str(run))
         assert was in str(err.value) and content_digest(base) in str(err.value)
         assert "\n" not in str(err.value)
+
+
+def test_the_page_names_each_harm_case_fork_tokens_and_their_null():
+    """#73: the page says which tokens carry the harm: a row per harm case with its first
+    fork, the token each view writes there (a newline or a pipe escaped, not breaking the
+    table), whether the swap gives the right answer, and the case's own swap null."""
+    from types import SimpleNamespace
+
+    from nca_interp.paper.report import _fork_table
+
+    case = {"item": 7, "first_fork": 2, "writer_token": "a|b", "donor_token": "\n",
+            "restored": True, "null_right": [True, False, False]}
+    rep = SimpleNamespace(results={
+        "opd": SimpleNamespace(forks={"harm": [case, {**case, "item": 9, "restored": False,
+                                                      "null_right": []},
+                                               {k: v for k, v in case.items()
+                                                if k != "null_right"}]}),
+        "nca": SimpleNamespace(forks={"harm": []})})
+    rows = [r for r in _fork_table(rep).splitlines() if r.startswith("| opd")]
+    assert rows == ["| opd | 7 | 2 | `a\\|b` | `\\n` | yes | 1 of 3 |",
+                    "| opd | 9 | 2 | `a\\|b` | `\\n` | no | 0 of 0 |",
+                    "| opd | 7 | 2 | `a\\|b` | `\\n` | yes | not drawn |"]  # an older report
+    none = SimpleNamespace(results={"nca": SimpleNamespace(forks={"harm": []})})
+    assert _fork_table(none) == ""
