@@ -55,8 +55,9 @@ def test_the_pooled_path_takes_the_absence_shown_first():
 
 def test_the_verdicts_line_groups_claims_after_holm_and_names_the_raw_word(tmp_path,
                                                                           monkeypatch):
-    """#70's D3: the "Verdicts here" line (then the README's, now docs/reproduction.md's) gave raw verdicts unlabelled; it groups
-    by the verdict after Holm, the raw word said beside a claim Holm changed."""
+    """#70's D3: the "Verdicts here" line (then the README's, now docs/reproduction.md's)
+    gave raw verdicts unlabelled; it groups by the verdict after Holm, the raw word said
+    beside a claim Holm changed."""
     from nca_interp.paper.claims import Claim
 
     found = [Claim("A differs (x)", "m", "n", "reproduced", p=0.008, holm="inconclusive"),
