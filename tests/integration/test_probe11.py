@@ -2,10 +2,31 @@
 counted repeat), H-D (a report's sizes drawn without limit), T-F (a tokenizer regex that
 panics), Q-J (the template check read every held-out item). L-A is in test_trl.py."""
 
+import json
+import shutil
+from pathlib import Path
+
 import pytest
 
 from nca_interp.errors import UsageError
 from nca_interp.tasks import jsonl
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def damaged_folder(tmp_path: Path, source: str, damage) -> tuple[Path, str]:
+    """figures/myset under tmp_path holding the published Sokoban `source` report with
+    `damage(entry)` applied to its first results entry, an empty manifest and the shared
+    plotly bundle: (the folder, the entry's key)."""
+    figs = tmp_path / "figures" / "myset"
+    figs.mkdir(parents=True)
+    shutil.copyfile(ROOT / "figures" / "plotly.min.js", figs.parent / "plotly.min.js")
+    report = json.loads((ROOT / "figures" / "sokoban" / source).read_text())
+    key = next(iter(report["results"]))
+    damage(report["results"][key])
+    (figs / source).write_text(json.dumps(report))
+    (figs / "manifest.json").write_text(json.dumps({"files": {}}))
+    return figs, key
 
 # -- H-C: a class's members count --------------------------------------------------------------
 
@@ -45,23 +66,14 @@ def test_a_patching_report_whose_sizes_are_not_its_arrays_is_one_line(tmp_path, 
     the field, before anything is drawn or written; the figure itself refuses them too."""
     import hashlib
     import json
-    import shutil
-    from pathlib import Path
 
     from nca_interp.cli import entry
     from nca_interp.paper import figures
     from nca_interp.plots import patching_figures
     from nca_interp.reports import ReportError
 
-    root = Path(__file__).resolve().parents[2]
-    figs = tmp_path / "figures" / "myset"
-    figs.mkdir(parents=True)
-    shutil.copyfile(root / "figures" / "plotly.min.js", figs.parent / "plotly.min.js")
-    report = json.loads((root / "figures" / "sokoban" / "patching.json").read_text())
-    key = next(iter(report["results"]))
-    report["results"][key][field] = 10 ** 9
-    (figs / "patching.json").write_text(json.dumps(report))
-    (figs / "manifest.json").write_text(json.dumps({"files": {}}))
+    figs, key = damaged_folder(tmp_path, "patching.json", lambda e: e.update({field: 10 ** 9}))
+    report = json.loads((figs / "patching.json").read_text())
     before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in figs.iterdir()}
     assert entry(figures.main, ["--record-digests", str(figs)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -175,22 +187,12 @@ def test_a_dangling_link_above_out_is_named_before_any_work(tmp_path, capsys):
 def test_a_short_interval_in_a_report_is_one_line_naming_it(tmp_path, capsys):
     """A context return report whose `ci95.delta_c` held one number ended `--record-digests`
     in "not enough values to unpack (expected 2, got 1)", naming no file or field."""
-    import json
-    import shutil
-    from pathlib import Path
 
     from nca_interp.cli import entry
     from nca_interp.paper import figures
 
-    root = Path(__file__).resolve().parents[2]
-    figs = tmp_path / "figures" / "myset"
-    figs.mkdir(parents=True)
-    shutil.copyfile(root / "figures" / "plotly.min.js", figs.parent / "plotly.min.js")
-    report = json.loads((root / "figures" / "sokoban" / "context_return.json").read_text())
-    key = next(iter(report["results"]))
-    report["results"][key]["ci95"]["delta_c"] = [0.1]
-    (figs / "context_return.json").write_text(json.dumps(report))
-    (figs / "manifest.json").write_text(json.dumps({"files": {}}))
+    figs, key = damaged_folder(tmp_path, "context_return.json",
+                               lambda e: e["ci95"].update(delta_c=[0.1]))
     assert entry(figures.main, ["--record-digests", str(figs)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"results[{key!r}].ci95.delta_c is '[0.1]', not an interval" \
@@ -207,23 +209,14 @@ def test_a_value_no_analysis_writes_is_refused_before_drawing(tmp_path, capsys, 
     """`--record-digests` and `report --html` drew a layer_sim report with cos 5.0 or "x" at
     every layer, and an evaluate report with correct_c 7.5 or n -5, into pages with rc 0 (the
     range checks were `--beside`'s alone). Refused at the door, one line naming the field."""
-    import json
-    import shutil
-    from pathlib import Path
 
     from nca_interp.cli import entry
     from nca_interp.paper import figures
 
-    root = Path(__file__).resolve().parents[2]
-    figs = tmp_path / "figures" / "myset"
-    figs.mkdir(parents=True)
-    shutil.copyfile(root / "figures" / "plotly.min.js", figs.parent / "plotly.min.js")
-    report = json.loads((root / "figures" / "sokoban" / source).read_text())
-    key = next(iter(report["results"]))
-    entry_ = report["results"][key]
-    entry_[field] = value * len(entry_[field]) if isinstance(value, list) else value
-    (figs / source).write_text(json.dumps(report))
-    (figs / "manifest.json").write_text(json.dumps({"files": {}}))
+    def damage(e):
+        e[field] = value * len(e[field]) if isinstance(value, list) else value
+
+    figs, key = damaged_folder(tmp_path, source, damage)
     assert entry(figures.main, ["--record-digests", str(figs)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"results[{key!r}].{field}" in err[0] and source in err[0], err
