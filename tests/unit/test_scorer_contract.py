@@ -176,9 +176,12 @@ def test_a_process_the_scorer_starts_in_a_new_session_does_not_outlive_the_worke
 
 
 def test_a_scorer_that_breaks_its_channel_is_named_not_the_next_item(tmp_path):
+    """The break is named on the item whose scorer made it (q0), whether the worker's end
+    reaches the command with q0's reply or before it (a race between the reply and the end:
+    both orders were seen on this machine), never on the next item."""
     t, items = make(tmp_path, "closes_requests")
-    assert t.score(items["q0"], "x").won is True
     with pytest.raises(UsageError, match="broke its worker's channel .* on item 'q0'") as e:
+        assert t.score(items["q0"], "x").won is True  # the reply came first: q1 finds the end
         t.score(items["q1"], "x")
     assert "\n" not in str(e.value)
 
