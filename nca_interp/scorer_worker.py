@@ -50,6 +50,7 @@ import weakref
 from pathlib import Path
 
 from nca_interp.errors import UsageError
+from nca_interp.faults import fault_point
 
 __all__ = ["DEFAULT_TIMEOUT", "IMPORT_TIMEOUT", "MAX_TIMEOUT", "ScorerWorker", "check_timeout",
            "judge", "kill_tree", "load_function"]
@@ -65,6 +66,8 @@ REQUEST_LOST, REPLY_LOST = 86, 87
 REPLY_KEYS = ("value", "other", "raised", "exit")  # one per reply to an item (`_answer`)
 FORGED = "forged"  # the supervisor's reply where the scorer's process sent another line
 MAX_LINE = 1 << 20  # a reply is under a kilobyte; a longer line is none of the worker's
+RELAY_DRAIN = 10.0  # seconds the worker waits, once its scorer ended, for the relay to pass on
+# what the scorer wrote before it ended
 PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36  # linux/prctl.h
 
 
@@ -459,12 +462,14 @@ def _write_all(fd: int, data: bytes) -> None:
         data = data[os.write(fd, data):]
 
 
-def _relay(to_scorer: int, from_scorer: int, nonce: str) -> None:
+def _relay(to_scorer: int, from_scorer: int, nonce: str, idle: threading.Event) -> None:
     """The supervisor's side of the protocol: each request from the command (stdin) goes to the
     scorer's process with a fresh nonce in place of its number, and the first line back goes
     to the command (stdout) under its number if it is the reply that echoes that nonce; any
     other line (one the scorer's code wrote, before or after a reply) is forwarded as
-    {FORGED: ...} in its place, and the relay ends (the command closes the worker)."""
+    {FORGED: ...} in its place, and the relay ends (the command closes the worker). `idle` is
+    set while it waits for the command's next request: nothing the scorer wrote is then on its
+    way to the command."""
     requests, replies = _Lines(0), _Lines(from_scorer, MAX_LINE)
     n = 0
     kinds: tuple[str, ...] = ("ready", "error")  # then REPLY_KEYS
@@ -474,10 +479,13 @@ def _relay(to_scorer: int, from_scorer: int, nonce: str) -> None:
             if line is None:  # the scorer's process ended: `supervise` ends as it did
                 return
             reply = _checked(line, nonce, kinds)
+            fault_point("scorer-relay")
             _write_all(1, json.dumps({"n": n, **reply}).encode() + b"\n")
             if FORGED in reply or "error" in reply:
                 return
+            idle.set()
             line = requests.next()
+            idle.clear()
             if line is None:  # the command closed the worker: so does the scorer's process
                 return
             request = json.loads(line)
@@ -498,7 +506,10 @@ def supervise(scorer: int, to_scorer: int, from_scorer: int, nonce: str) -> None
     _prctl(PR_SET_DUMPABLE, 0)  # the scorer's process (unless root) cannot open
     # /proc/<this>/fd/1, a way to the command's pipe around the relay
     threading.Thread(target=_watch, args=(os.getppid(),), daemon=True).start()
-    threading.Thread(target=_relay, args=(to_scorer, from_scorer, nonce), daemon=True).start()
+    idle = threading.Event()
+    relay = threading.Thread(target=_relay, args=(to_scorer, from_scorer, nonce, idle),
+                             daemon=True)
+    relay.start()
     while True:
         try:
             pid, status = os.waitpid(-1, 0)
@@ -507,6 +518,12 @@ def supervise(scorer: int, to_scorer: int, from_scorer: int, nonce: str) -> None
         if pid == scorer:
             break
     kill_tree(os.getpid())
+    # what the scorer's process wrote before it ended (an import's error, then exit 0) reaches
+    # the command before this process ends: its pipe's end (every writer is dead now) ends the
+    # relay, unless it already waits for the command; bounded, should the command not read
+    deadline = time.monotonic() + RELAY_DRAIN
+    while relay.is_alive() and not idle.is_set() and time.monotonic() < deadline:
+        relay.join(0.01)
     code = os.waitstatus_to_exitcode(status)
     if code < 0:  # killed by a signal: end the same way, so the command names the signal
         signal.signal(-code, signal.SIG_DFL)

@@ -292,3 +292,16 @@ def test_a_scorer_that_kills_its_supervisor_still_leaves_no_process(tmp_path, mo
     finally:
         worker.close()
     assert gone(int(child.read_text()))
+
+
+def test_what_a_scorer_wrote_before_it_ended_reaches_the_command(tmp_path, monkeypatch):
+    """The worker ends only after its relay passed on what the scorer's process wrote: an
+    import's error (the process then exits 0) is named as that, not as an exit, even when the
+    relay's thread is slower than the process's end (a loaded machine: CI saw it once)."""
+    monkeypatch.setenv("NCA_INTERP_FAULT", "scorer-relay:delay")
+    (tmp_path / "bad.py").write_text("def fn(item, response):\n    return (\n")
+    with pytest.raises(UsageError, match="failed to import: SyntaxError"):
+        scorer_worker.ScorerWorker(f"{tmp_path / 'bad.py'}:fn").start()
+    (tmp_path / "score.py").write_text(SCORERS)
+    with scorer_worker.ScorerWorker(f"{tmp_path / 'score.py'}:right") as worker:
+        assert worker({"id": "q0"}, "yes") is True
