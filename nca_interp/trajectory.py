@@ -37,6 +37,7 @@ from nca_interp.configs import TrajectoryConfig
 if __name__ == "__main__":  # --help and a bad flag answered before torch is imported
     PARSED = parse_early(TrajectoryConfig, __doc__, positional="runs")
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,14 +58,17 @@ from nca_interp.cli import as_paths, entry, parse_config, validate
 from nca_interp.errors import UsageError
 from nca_interp.evaluate import control_record, evaluate_checkpoint, format_c_prime
 from nca_interp.forward import response_logits
+from nca_interp.labelled import Arrays, Labelled, as_float, stack
 from nca_interp.losses import position_kl
 from nca_interp.models import context_limit
 from nca_interp.progress import bar
 from nca_interp.reports import TrajectoryReport, as_report
 from nca_interp.rollout import onpolicy_batch
 from nca_interp.runs import check_trained_on, initial_of, resolve_task_and_context, teacher_of
+from nca_interp.tasks import Task, make_task
 
-__all__ = ["checkpoints_of", "execute", "figures", "format_table", "main", "run", "show"]
+__all__ = ["arrays_of", "checkpoints_of", "execute", "figures", "format_table", "main",
+           "measure", "over_steps", "report_arrays", "run", "show"]
 
 KL_TERMS = ("kl_opd", "kl_ctx", "kl_nca", "drift")
 REPORT_KEYS = ("correct_no_c", "correct_c", "harm", "help", "delta_c", "rel_len_both", "regime",
@@ -110,6 +114,84 @@ def drift_kls(student, teacher, tok, task, levels: list, context: str, seed: int
         boots = s[idx].sum(1) / n_tok[idx].sum(1)
         out["ci95"][k] = [float(v) for v in percentile_ci(boots)]
     return out
+
+
+def measure(model, teacher, tok, task, context: str, n_levels: int = 200,
+            drift_levels: int = 64, seed: int = 0, control: bool = False,
+            initial=None) -> dict:
+    """One checkpoint's row, on models in memory: `model` (a student g, a transformers causal
+    LM) played greedily with and without c (`evaluate.evaluate_checkpoint` on `n_levels` test
+    items) and its KLs to `teacher` f on its own samples (`drift_kls` on `drift_levels` items;
+    `initial`: the run's step-0 model, None where the teacher is it). With `control`, reads_c
+    and its interval."""
+    task = task.for_tokenizer(tok)
+    rep = evaluate_checkpoint(model, tok, task, context, n_levels, seed, control=control)
+    kls = drift_kls(model, teacher, tok, task, task.levels("test", drift_levels, seed), context,
+                    seed, initial=initial)
+    row = {**{k: rep[k] for k in REPORT_KEYS}, **{k: kls[k] for k in KL_TERMS},
+           "ci95": {**{k: rep["ci95"][k] for k in REPORT_KEYS if k in rep["ci95"]},
+                    **kls["ci95"]}}
+    if control:
+        row["reads_c"] = rep["control"]["reads_c"]
+        row["ci95"]["reads_c"] = rep["control"]["reads_c_ci95"]
+        if "response_control" in rep["items"]:  # own data: the answers with c'
+            row["response_control"] = rep["items"]["response_control"]
+    return row
+
+
+# the numbers of a row as labelled arrays (`arrays_of`): each on (step,), its 95% interval on
+# (step, bound); the regime is text, in attrs
+ROW_NUMBERS = ("correct_no_c", "correct_c", "harm", "help", "delta_c", "rel_len_both",
+               "n_correct_no_c", *KL_TERMS, "reads_c")
+
+
+def arrays_of(rows: list[dict]) -> Arrays:
+    """Rows (one per step, as `measure` gives them with their `step`, or as a report holds
+    them) as labelled arrays over `step`: every number of `ROW_NUMBERS` a row has (None, a
+    rate with no item to count, is NaN) and its interval as `<name>_ci95` on (step, bound);
+    `attrs` the regimes and checkpoints by step."""
+    steps = {"step": [int(r["step"]) for r in rows]}
+    out = {}
+    for k in ROW_NUMBERS:
+        if not rows or not all(k in r for r in rows):
+            continue
+        out[k] = Labelled(as_float([r[k] for r in rows]), ("step",), steps, k)
+        if all(k in (r.get("ci95") or {}) for r in rows):
+            out[f"{k}_ci95"] = Labelled(as_float([list(r["ci95"][k]) for r in rows]),
+                                        ("step", "bound"), {**steps, "bound": ("lo", "hi")},
+                                        f"{k}_ci95")
+    return Arrays(out, {"regime": [r["regime"] for r in rows],
+                        "checkpoint": [r.get("checkpoint") for r in rows]})
+
+
+def over_steps(models: Mapping[int, Any], teacher, tok, task: Task | str, context: str,
+               n_levels: int = 200, drift_levels: int = 64, seed: int = 0,
+               control: bool = False, initial=None) -> Arrays:
+    """The core, on models in memory: each checkpoint of `models` ({step: model}, step 0 the
+    run's initial checkpoint, the null every later row is read against) measured as the
+    command measures it (`measure`), as labelled arrays over `step` (`arrays_of`). `task` a
+    Task or its name (its defaults); `initial`: the step-0 model when it is not the teacher
+    (drift is measured from it)."""
+    if not models:
+        raise UsageError("over_steps takes at least one model: {step: model}")
+    task = make_task(task) if isinstance(task, str) else task
+    rows = [{"step": int(step), **measure(m, teacher, tok, task, context, n_levels,
+                                         drift_levels, seed, control, initial)}
+            for step, m in sorted(models.items())]
+    return arrays_of(rows)
+
+
+def report_arrays(report: TrajectoryReport | dict) -> Arrays:
+    """A trajectory report's rows as the core's labelled arrays, stacked on a leading `run`
+    dimension (the report's run keys); runs measured at different steps are refused (select
+    one: `report_arrays({**report, "results": {name: ...}})`)."""
+    report = as_report(report, TrajectoryReport)
+    parts = {name: arrays_of(r.steps) for name, r in report.results.items()}
+    if len({tuple(int(row["step"]) for row in r.steps) for r in report.results.values()}) > 1:
+        raise UsageError("the report's runs were measured at different steps; read one run "
+                         "at a time (a report with that run's results alone)")
+    arrays = stack(parts, "run")
+    return Arrays(arrays.arrays, {name: a.attrs for name, a in parts.items()})
 
 
 def checkpoints_of(run: str) -> list[tuple[int, str]]:
@@ -198,7 +280,6 @@ def run(cfg: TrajectoryConfig | None = None, /, **fields) -> dict:
         init_dir = keep[0][1]
         initial = None if Path(init_dir).resolve() == Path(teacher_dir).resolve() \
             else load_checkpoint(init_dir)[0]
-        drift_set = task.levels("test", drift_levels, seed)
         rows = []
         for step, path in bar(keep, f"trajectory {Path(run_dir).name}", unit="ckpt"):
             key = (str(Path(path).resolve()), str(Path(teacher_dir).resolve()), ctx)
@@ -207,18 +288,9 @@ def run(cfg: TrajectoryConfig | None = None, /, **fields) -> dict:
                 continue
             model, tok = load_checkpoint(path)
             check_same_tokenizer(tok, tok_t, path, teacher_dir)
-            rep = evaluate_checkpoint(model, tok, task, ctx, n_levels, seed, control=cfg.control)
-            kls = drift_kls(model, teacher_model, tok, task.for_tokenizer(tok), drift_set, ctx,
-                            seed, initial=initial)
-            row = {"step": step, "checkpoint": path, **{k: rep[k] for k in REPORT_KEYS},
-                   **{k: kls[k] for k in KL_TERMS},
-                   "ci95": {**{k: rep["ci95"][k] for k in REPORT_KEYS if k in rep["ci95"]},
-                            **kls["ci95"]}}
-            if cfg.control:
-                row["reads_c"] = rep["control"]["reads_c"]
-                row["ci95"]["reads_c"] = rep["control"]["reads_c_ci95"]
-                if "response_control" in rep["items"]:  # own data: the answers with c'
-                    row["response_control"] = rep["items"]["response_control"]
+            row = {"step": step, "checkpoint": path,
+                   **measure(model, teacher_model, tok, task, ctx, n_levels, drift_levels, seed,
+                             cfg.control, initial)}
             rows.append(row)
             done[key] = row
             print(f"{Path(run_dir).name} step {step}: win {row['correct_no_c']:.3f}/"

@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -73,6 +74,32 @@ def test_control_gives_reads_c_per_row_and_drift_is_from_the_initial_checkpoint(
         assert -1 <= r["reads_c"] <= 1 and lo <= r["reads_c"] + 1e-12 <= hi + 2e-12
     assert rows[0]["drift"] == 0.0 and rows[0]["kl_ctx"] > 0
     assert rows[-1]["drift"] > 0
+
+
+def test_the_core_on_models_in_memory_equals_the_command(run, tmp_path):
+    """#72: `over_steps` on the run's checkpoints loaded into memory gives the arrays the
+    command's JSON reads back as (`report_arrays`), with the same step labels, regimes and
+    intervals; with --control, reads_c too."""
+    from nca_interp.checkpoint import load_checkpoint
+    from nca_interp.tasks import make_task
+
+    opd = run / "opd"
+    models = {step: load_checkpoint(path)[0] for step, path in trajectory.checkpoints_of(opd)}
+    teacher, tok = load_checkpoint(run / "base")
+    task = make_task("sokoban", dim_room=(6, 6), num_boxes=1)
+    core = trajectory.over_steps(models, teacher, tok, task, "plan", n_levels=12,
+                                 drift_levels=10, control=True)
+    trajectory.main([str(opd), "--n-levels", "12", "--drift-levels", "10", "--control",
+                     "--threads", "1", "--out", str(tmp_path / "t")])
+    saved = trajectory.report_arrays(json.loads((tmp_path / "t.json").read_text()))
+    assert set(core) == set(saved) and {"harm", "kl_ctx_ci95", "reads_c"} <= set(core)
+    for k, a in core.items():
+        b = saved[k].sel(run="opd")
+        assert a.dims == b.dims and a.coords == b.coords, k
+        assert a.coords["step"] == (0, 2, 4)
+        assert np.allclose(a.values, b.values, atol=1e-9, equal_nan=True), k
+    assert core.attrs["regime"] == saved.attrs["opd"]["regime"]
+    assert core["kl_ctx"].sel(step=0) == 0.0 and core["kl_ctx"].sel(step=4) > 0
 
 
 def test_refuses_a_folder_that_is_not_a_distillation_run(run, tmp_path):

@@ -262,7 +262,7 @@ def api_snippets(section: str) -> list[str]:
 
 
 @pytest.mark.parametrize("section", ["Layer similarity", "Parameter deltas",
-                                     "Gradient alignment"])
+                                     "Gradient alignment", "Context return over training"])
 def test_the_api_page_in_memory_snippets_run(models, tok, section):
     mem, _ = models
     found = api_snippets(section)
