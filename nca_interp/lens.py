@@ -63,6 +63,7 @@ if __name__ == "__main__":  # --help and a bad flag answered before torch is imp
     PARSED = parse_early(LensConfig, __doc__, positional="ckpt")
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -82,6 +83,7 @@ from nca_interp.evaluate import (
     play_levels,
 )
 from nca_interp.forward import is_hf, positions
+from nca_interp.labelled import Arrays, Labelled, as_float, stack
 from nca_interp.losses import position_kl
 from nca_interp.models import context_limit, resolve_device
 from nca_interp.progress import bar
@@ -100,13 +102,15 @@ from nca_interp.runs import (
     resolve_task_and_context,
     with_initial_checkpoints,
 )
-from nca_interp.tasks import Task
+from nca_interp.tasks import Task, make_task
 from nca_interp.trajectory import checkpoints_of
 
 __all__ = ["DEMO", "FLOOR_PAD", "PARTS", "REGIONS", "SERIES", "TwoViews", "ViewPass",
-           "answer_tokens", "compare", "effect_summary", "effect_views", "execute", "figures",
+           "answer_tokens", "arrays_of", "compare", "effect", "effect_summary", "effect_views",
+           "effects", "execute", "figures",
            "floor_batch", "fork_cases", "generating_rows", "lens_checkpoint", "main", "monitor",
-           "over_training", "parting", "parts_of", "pick_steps", "run", "settling", "show",
+           "over_training", "parting", "parts_of", "pick_steps", "report_arrays", "run",
+           "settling", "show",
            "swap_forks", "two_views", "view_pass", "views", "with_prompts"]
 
 FLOOR_PAD = 3  # masked padding columns added to the no-c view for the arithmetic floor
@@ -596,6 +600,117 @@ def lens_checkpoint(model, tok, task: Task, levels: list, context: str, cfg: Len
 
 REGIONS = ("all", *THIRDS)  # a summary's columns: every response token, then each third
 SERIES = ("kl", "kl_control", "kl_floor", "flip", "flip_control")
+DEPTH_LISTS = ("lens_kl", "lens_kl_control", "lens_flip", "part_counts")  # per layer
+DEPTH_NUMBERS = ("settle_x", "settle_c", "part")
+
+
+def arrays_of(entry: dict, layers: list[str] | None = None) -> Arrays:
+    """One checkpoint's lens entry (as `lens_checkpoint` gives it, or as a report holds it)
+    as labelled arrays: each series of `SERIES` by region (`REGIONS`: all, then each third),
+    its interval `<series>_ci95` (region, bound), by part (`<series>_parts`, part: `PARTS`,
+    with `<series>_parts_ci95`) and by position (`<series>_by_position`, with
+    `n_by_position`); through the logit lens (`layers`, the report's labels) `lens_kl`,
+    `lens_kl_control`, `lens_flip` and `part_counts` on (layer,), `settle_x`, `settle_c` and
+    `part` as numbers; the counts as numbers. `attrs`: the example, the forks and the
+    responses. A report's null (a part no response has) is NaN."""
+    regions, bound = {"region": REGIONS}, ("lo", "hi")
+    out: dict[str, Labelled] = {}
+
+    def put(name, values, dims, coords=None):
+        out[name] = Labelled(as_float(values), dims, coords or {}, name)
+
+    positions = {"position": tuple(range(len(entry["by_position"]["n"])))}
+    for name in SERIES:
+        put(name, [entry["overall"][name], *entry["thirds"][name]], ("region",), regions)
+        put(f"{name}_ci95", [entry["ci95"][name], *entry["ci95"][f"{name}_thirds"]],
+            ("region", "bound"), {**regions, "bound": bound})
+        if "parts" in entry:  # older reports lack the parts
+            put(f"{name}_parts", entry["parts"][name], ("part",), {"part": PARTS})
+            put(f"{name}_parts_ci95", entry["ci95"][f"{name}_parts"], ("part", "bound"),
+                {"part": PARTS, "bound": bound})
+        put(f"{name}_by_position", entry["by_position"][name], ("position",), positions)
+    put("n_by_position", entry["by_position"]["n"], ("position",), positions)
+    if "parts" in entry:
+        put("n_tokens_parts", entry["parts"]["n_tokens"], ("part",), {"part": PARTS})
+    depth = entry.get("depth")
+    if depth:
+        labels = list(layers or [])
+        if len(labels) != len(depth["lens_kl"]):
+            raise UsageError(f"the lens entry reads {len(depth['lens_kl'])} layers and "
+                             f"{len(labels)} labels were given for them: pass the report's "
+                             "`layers`")
+        for name in DEPTH_LISTS:
+            put(name, depth[name], ("layer",), {"layer": labels})
+        for name in DEPTH_NUMBERS:
+            put(name, depth[name], ())
+    for name in ("n_items", "n_units", "n_tokens"):
+        put(name, entry[name], ())
+    return Arrays(out, {k: entry.get(k) for k in ("example", "forks", "responses")})
+
+
+def _padded(parts: dict[str, Arrays]) -> Arrays:
+    """Checkpoints' `arrays_of` stacked on `checkpoint`, the per-position arrays padded with
+    NaN to the longest response (positions past a checkpoint's longest: no token)."""
+    n = max((len(a["n_by_position"].values) for a in parts.values()), default=0)
+    same = {}
+    for name, a in parts.items():
+        arrays = {}
+        for k, v in a.items():
+            if "position" in v.dims:
+                values = np.full(n, np.nan)
+                values[: len(v.values)] = v.values
+                v = Labelled(values, ("position",), {"position": tuple(range(n))}, k)
+            arrays[k] = v
+        same[name] = Arrays(arrays, a.attrs)
+    keys = {tuple(a) for a in same.values()}
+    if len(keys) > 1:
+        raise UsageError("the checkpoints' lens entries hold different fields (one read "
+                         "without the logit lens, or an older report's): read them one at a "
+                         "time")
+    stacked = stack(same, "checkpoint")
+    return Arrays(stacked.arrays, {name: a.attrs for name, a in parts.items()})
+
+
+def effect(model, tok, task: Task | str, levels: list | int, context: str, **options
+           ) -> Arrays:
+    """The core, on a model in memory (a transformers causal LM and its `tok`): its own
+    samples y ~ g(.|x) read through both views, the wrong-c control and the floor, summarised
+    as the command summarises a checkpoint (`lens_checkpoint`), as labelled arrays
+    (`arrays_of`). `task` a Task or its name (its defaults); `levels` its items or how many
+    (its test split, drawn with `seed`); `options` the command's (`LensConfig`: seed,
+    temperature, layers, max_cases, max_forks, null_swaps, batch)."""
+    allowed = {"seed", "temperature", "layers", "max_cases", "max_forks", "null_swaps",
+               "batch"}
+    if set(options) - allowed:
+        raise UsageError(f"lens.effect takes the options {sorted(allowed)}, not "
+                         f"{sorted(set(options) - allowed)}")
+    cfg = LensConfig(**options)
+    validate(cfg)
+    task = make_task(task) if isinstance(task, str) else task
+    if isinstance(levels, int):
+        levels = task.levels("test", levels, cfg.seed)
+    entry = lens_checkpoint(model, tok, task, levels, context, cfg)
+    n = model.config.num_hidden_layers if cfg.layers else 0
+    return arrays_of(entry, ["embed", *map(str, range(n))] if cfg.layers else None)
+
+
+def effects(models: Mapping[str, Any], tok, task: Task | str, levels: list | int,
+            context: str, **options) -> Arrays:
+    """`effect` of several models ({name: model}) on the same items, samples seed and c',
+    stacked on a leading `checkpoint` dimension (per-position arrays padded with NaN to the
+    longest response)."""
+    if not models:
+        raise UsageError("lens.effects takes at least one model: {name: model}")
+    return _padded({name: effect(m, tok, task, levels, context, **options)
+                    for name, m in models.items()})
+
+
+def report_arrays(report: reports.LensReport | dict) -> Arrays:
+    """A lens report's entries as the core's labelled arrays (`arrays_of`), stacked on
+    `checkpoint` (the report's result keys), labelled by the report's `layers`."""
+    report = reports.as_report(report, reports.LensReport)
+    return _padded({name: arrays_of(e.to_json(), list(report.layers))
+                    for name, e in report.results.items()})
 
 
 def effect_summary(model, tok, task: Task, levels: list, context: str, seed: int = 0,

@@ -223,6 +223,36 @@ def test_grad_align_core_on_models_in_memory_equals_the_command(models, tok, tmp
                  f"{k} {cell}")
 
 
+def test_lens_core_on_models_in_memory_equals_the_command(models, tok, tmp_path):
+    """#72: `lens.effects` on two models in memory gives the arrays the command's JSON on
+    their folders reads back as (`lens.report_arrays`), labels, intervals, parts, the logit
+    lens's layers and the forks included."""
+    from nca_interp import lens
+
+    mem, folders = models
+    got = lens.effects({"a": mem["a"], "b": mem["b"]}, tok, "sokoban", 5, "state",
+                       max_cases=2, batch=3)
+    out = tmp_path / "lens"
+    lens.main([str(folders["a"]), str(folders["b"]), *SETTINGS, "--max-cases", "2", "--batch",
+               "3", "--out", str(out)])
+    report = json.loads(out.with_suffix(".json").read_text())
+    saved = lens.report_arrays(report)
+    assert set(got) == set(saved) and {"kl_ci95", "kl_parts", "lens_kl", "part"} <= set(got)
+    for k in got:
+        assert got[k].dims == saved[k].dims and got[k].coords == saved[k].coords, k
+        near(got[k].values, saved[k].values, k, 1e-9)
+    assert got["lens_kl"].dims == ("checkpoint", "layer")
+    assert got["lens_kl"].coords["layer"] == tuple(report["layers"])
+    assert got["kl"].sel(checkpoint="b", region="all") == report["results"]["b"]["overall"]["kl"]
+    for name in ("a", "b"):
+        assert got.attrs[name]["forks"] == saved.attrs[name]["forks"]
+        assert got.attrs[name]["responses"] == report["results"][name]["responses"]
+    from nca_interp.errors import UsageError
+
+    with pytest.raises(UsageError, match="takes the options"):  # the items are `levels`
+        lens.effect(mem["a"], tok, "sokoban", 5, "state", n_levels=3)
+
+
 def test_published_reports_read_back_as_labelled_arrays():
     """A published report of each analysis as its core's arrays: every field, 2-D ones
     included, in one frame with the report's own layer labels (embed, 0, 1, ...)."""
@@ -251,6 +281,20 @@ def test_published_reports_read_back_as_labelled_arrays():
     name = next(iter(ga.results))
     assert g["angle_xfit_deg"].sel(checkpoint=name).coords["pair"] == tuple(
         ga.results[name].global_["angle_xfit_deg"])
+    from nca_interp import lens, trajectory
+
+    le = analysis.load(ROOT / "figures" / "persona" / "lens.json")
+    arrays = lens.report_arrays(le)
+    name = next(iter(le.results))
+    assert arrays["lens_kl"].sel(checkpoint=name).coords["layer"] == tuple(le.layers)
+    assert arrays["kl"].sel(checkpoint=name, region="last") == \
+        le.results[name].thirds["kl"][-1]
+    tr = analysis.load(ROOT / "figures" / "sokoban_long" / "trajectory.json")
+    arrays = trajectory.report_arrays(tr)
+    name = next(iter(tr.results))
+    last = tr.results[name].steps[-1]
+    assert arrays["harm"].sel(run=name, step=last["step"]) == last["harm"]
+    assert arrays["harm"].coords["step"][0] == 0  # the null
 
 
 def api_snippets(section: str) -> list[str]:
@@ -262,7 +306,8 @@ def api_snippets(section: str) -> list[str]:
 
 
 @pytest.mark.parametrize("section", ["Layer similarity", "Parameter deltas",
-                                     "Gradient alignment", "Context return over training"])
+                                     "Gradient alignment", "Context return over training",
+                                     "The two-view lens"])
 def test_the_api_page_in_memory_snippets_run(models, tok, section):
     mem, _ = models
     found = api_snippets(section)
