@@ -13,9 +13,10 @@ from pathlib import Path
 import torch
 
 from nca_interp.checkpoint import load_checkpoint
+from nca_interp.errors import UsageError
 from nca_interp.names import EMBED_HOOK, pattern_hook, resid_hook
 
-__all__ = ["attached", "attached_hooks", "boot_bridge", "capture"]
+__all__ = ["as_bridge", "attached", "attached_hooks", "boot_bridge", "capture"]
 
 
 def boot_bridge(path: str | Path, device: str = "cpu", dtype=None, loaded=None):
@@ -31,6 +32,34 @@ def boot_bridge(path: str | Path, device: str = "cpu", dtype=None, loaded=None):
     tok.init_kwargs.setdefault("name_or_path", str(Path(path).resolve()))
     bridge = TransformerBridge.boot_transformers(str(Path(path).resolve()), hf_model=model,
                                                  tokenizer=tok, device=device)
+    bridge.eval()
+    return bridge
+
+
+def as_bridge(model, tok=None):
+    """A TransformerBridge over `model`: a bridge as it is; a transformers causal LM wrapped on
+    a copy (wrapping rewrites a model in place: its parameter names, its attention), with a
+    copy of `tok`."""
+    import copy
+
+    from transformer_lens import TransformerBridge
+    from transformers import PreTrainedModel
+
+    if isinstance(model, TransformerBridge):
+        return model
+    if not isinstance(model, PreTrainedModel):
+        raise UsageError(f"an analysis on a model in memory takes a transformers causal LM or a "
+                         f"TransformerBridge, not {type(model).__name__}")
+    if tok is None:
+        raise UsageError("an analysis on a transformers model needs its tokenizer: pass tok=")
+    tok = copy.deepcopy(tok)
+    # TransformerLens reloads a tokenizer without a BOS from its name_or_path (the hub, from
+    # memory); ours encode with add_special_tokens=False, so the flag changes no id here
+    tok.init_kwargs.setdefault("name_or_path", "in-memory")
+    tok.init_kwargs["add_bos_token"] = True
+    device = next(model.parameters()).device
+    bridge = TransformerBridge.boot_transformers("in-memory", hf_model=copy.deepcopy(model),
+                                                 tokenizer=tok, device=str(device))
     bridge.eval()
     return bridge
 

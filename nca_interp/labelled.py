@@ -27,7 +27,7 @@ import numpy as np
 
 from nca_interp.errors import UsageError
 
-__all__ = ["Arrays", "Labelled", "as_float", "stack"]
+__all__ = ["Arrays", "Labelled", "as_float", "stack", "stack_ragged"]
 
 
 def as_float(values) -> np.ndarray:
@@ -143,6 +143,9 @@ class Arrays(Mapping):
             raise UsageError(f"no array {name!r}; these are: {', '.join(self.arrays)}")
         return self.arrays[name]
 
+    def __contains__(self, name: object) -> bool:  # Mapping's asks __getitem__ for KeyError
+        return name in self.arrays
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.arrays)
 
@@ -204,3 +207,43 @@ def _stack_labelled(parts: Mapping[str, Labelled], dim: str) -> Labelled:
                              "only arrays of one shape and labels stack")
     return Labelled(np.stack([parts[n].values for n in names]), (dim, *first.dims),
                     {dim: tuple(names), **first.coords}, first.name)
+
+
+def stack_ragged(parts: Mapping[str, Arrays], dim: str, ragged: Sequence[str]) -> Arrays:
+    """`stack` of `Arrays` whose `ragged` dimensions (positions of responses of different
+    lengths, the cases each checkpoint found, offsets from a prompt's end) differ in length
+    between parts, each part's labels a prefix of the longest's: padded with NaN to the
+    longest, so that every part's values sit at their own labels. An array some parts lack
+    (an entry without cases, an older report's) is NaN in theirs."""
+    longest: dict[str, tuple] = {}
+    template: dict[str, Labelled] = {}
+    for a in parts.values():
+        for k, v in a.items():
+            template.setdefault(k, v)
+            for d in v.dims:
+                if d in ragged and len(v.coords[d]) > len(longest.get(d, ())):
+                    longest[d] = tuple(v.coords[d])
+    padded = {}
+    for name, a in parts.items():
+        out = {}
+        for k, t in template.items():
+            v = a.arrays.get(k)
+            if v is None:  # this part lacks it: NaN at the longest's labels
+                shape = [len(longest[d]) if d in ragged else n for d, n in zip(t.dims, t.shape)]
+                v = Labelled(np.full(shape, np.nan), t.dims,
+                             {d: longest[d] if d in ragged else t.coords[d] for d in t.dims},
+                             t.name)
+            widths = [(0, len(longest[d]) - n if d in ragged else 0)
+                      for d, n in zip(v.dims, v.shape)]
+            for d, (_, w) in zip(v.dims, widths):
+                if w and tuple(v.coords[d]) != longest[d][:len(v.coords[d])]:
+                    raise UsageError(f"{name}'s {k} is labelled {v.coords[d][:4]}... along "
+                                     f"{d}, not a prefix of {longest[d][:4]}...: it cannot be "
+                                     "padded to the others")
+            if any(w for _, w in widths):
+                v = Labelled(np.pad(v.values.astype(float), widths, constant_values=np.nan),
+                             v.dims, {d: longest[d] if d in ragged else v.coords[d]
+                                      for d in v.dims}, v.name)
+            out[k] = v
+        padded[name] = Arrays(out, a.attrs)
+    return stack(padded, dim)

@@ -89,7 +89,7 @@ from nca_interp.cli import (
 from nca_interp.errors import UsageError
 from nca_interp.evaluate import max_response_tokens
 from nca_interp.fsio import WriteFault
-from nca_interp.hooks import boot_bridge, capture
+from nca_interp.hooks import as_bridge, boot_bridge, capture
 from nca_interp.labelled import Arrays, Labelled, as_float, stack
 from nca_interp.masks import context_token_mask, shared_suffix_mask
 from nca_interp.models import context_limit, resolve_device
@@ -115,7 +115,7 @@ from nca_interp.similarity import (  # noqa: F401 - the statistics, read as laye
 )
 from nca_interp.tasks import Task, make_task
 
-__all__ = ["DEMO", "as_bridge", "compare", "entry_of", "execute", "figures", "format_heads",
+__all__ = ["DEMO", "compare", "entry_of", "execute", "figures", "format_heads",
            "format_table", "layer_labels", "main", "null_line", "report_arrays", "run", "show",
            "similarity", "task_and_items"]
 
@@ -186,34 +186,6 @@ def layer_labels(n_layers: int) -> list[str]:
     """The labels of the per-layer lists, in every report, figure and labelled array: the
     embeddings, then each block's output."""
     return ["embed"] + [str(i) for i in range(n_layers)]
-
-
-def as_bridge(model, tok=None):
-    """A TransformerBridge over `model`: a bridge as it is; a transformers causal LM wrapped on
-    a copy (wrapping rewrites a model in place: its parameter names, its attention), with a
-    copy of `tok`."""
-    import copy
-
-    from transformer_lens import TransformerBridge
-    from transformers import PreTrainedModel
-
-    if isinstance(model, TransformerBridge):
-        return model
-    if not isinstance(model, PreTrainedModel):
-        raise UsageError(f"layer_sim takes a transformers causal LM or a TransformerBridge, not "
-                         f"{type(model).__name__}")
-    if tok is None:
-        raise UsageError("layer_sim on a transformers model needs its tokenizer: pass tok=")
-    tok = copy.deepcopy(tok)
-    # TransformerLens reloads a tokenizer without a BOS from its name_or_path (the hub, from
-    # memory); ours encode with add_special_tokens=False, so the flag changes no id here
-    tok.init_kwargs.setdefault("name_or_path", "in-memory")
-    tok.init_kwargs["add_bos_token"] = True
-    device = next(model.parameters()).device
-    bridge = TransformerBridge.boot_transformers("in-memory", hf_model=copy.deepcopy(model),
-                                                 tokenizer=tok, device=str(device))
-    bridge.eval()
-    return bridge
 
 
 def task_and_items(task: Task | str, levels: list | int, split: str = "test", seed: int = 0

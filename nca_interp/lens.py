@@ -83,7 +83,7 @@ from nca_interp.evaluate import (
     play_levels,
 )
 from nca_interp.forward import is_hf, positions
-from nca_interp.labelled import Arrays, Labelled, as_float, stack
+from nca_interp.labelled import Arrays, Labelled, as_float, stack_ragged
 from nca_interp.losses import position_kl
 from nca_interp.models import context_limit, resolve_device
 from nca_interp.progress import bar
@@ -634,7 +634,7 @@ def arrays_of(entry: dict, layers: list[str] | None = None) -> Arrays:
         put("n_tokens_parts", entry["parts"]["n_tokens"], ("part",), {"part": PARTS})
     depth = entry.get("depth")
     if depth:
-        labels = list(layers or [])
+        labels = list(layers or [])[:len(depth["lens_kl"])]  # a shallower one's: a prefix
         if len(labels) != len(depth["lens_kl"]):
             raise UsageError(f"the lens entry reads {len(depth['lens_kl'])} layers and "
                              f"{len(labels)} labels were given for them: pass the report's "
@@ -650,25 +650,9 @@ def arrays_of(entry: dict, layers: list[str] | None = None) -> Arrays:
 
 def _padded(parts: dict[str, Arrays]) -> Arrays:
     """Checkpoints' `arrays_of` stacked on `checkpoint`, the per-position arrays padded with
-    NaN to the longest response (positions past a checkpoint's longest: no token)."""
-    n = max((len(a["n_by_position"].values) for a in parts.values()), default=0)
-    same = {}
-    for name, a in parts.items():
-        arrays = {}
-        for k, v in a.items():
-            if "position" in v.dims:
-                values = np.full(n, np.nan)
-                values[: len(v.values)] = v.values
-                v = Labelled(values, ("position",), {"position": tuple(range(n))}, k)
-            arrays[k] = v
-        same[name] = Arrays(arrays, a.attrs)
-    keys = {tuple(a) for a in same.values()}
-    if len(keys) > 1:
-        raise UsageError("the checkpoints' lens entries hold different fields (one read "
-                         "without the logit lens, or an older report's): read them one at a "
-                         "time")
-    stacked = stack(same, "checkpoint")
-    return Arrays(stacked.arrays, {name: a.attrs for name, a in parts.items()})
+    NaN to the longest response (positions past a checkpoint's longest: no token) and a
+    shallower model's layers to the deepest's (a field an entry lacks: NaN)."""
+    return stack_ragged(parts, "checkpoint", ("position", "layer"))
 
 
 def effect(model, tok, task: Task | str, levels: list | int, context: str, **options

@@ -26,7 +26,8 @@ import importlib
 from nca_interp.configs import PatchingConfig  # no torch: the command parses with it first
 
 __all__ = ["ABLATE_NOTE", "BY", "DEMO", "DIRECTIONS", "FLIPPED", "PatchingConfig", "ablate_of",
-           "execute", "figures", "format_report", "kind_of", "main", "run", "show"]
+           "arrays_of", "execute", "figures", "format_report", "kind_of", "main", "patch",
+           "report_arrays", "run", "show"]
 
 # The package's names, each served from the module that defines it when first asked
 # (`patching.run`, `from nca_interp.patching import main`): importing the package imports no
@@ -37,6 +38,8 @@ LAZY_NAMES = {
     "DIRECTIONS": "command", "FLIPPED": "command", "ablate_of": "command",
     "direction_record": "command", "execute": "command", "figures": "command",
     "format_report": "command", "kind_of": "command", "main": "command", "run": "command",
+    "patch": "command", "arrays_of": "command", "report_arrays": "command",
+    "measure": "command", "CORE_OPTIONS": "command",
     "run_checkpoint": "command", "show": "command", "sweeps": "command",
     "BY": "attribution", "METHODS": "attribution",
     "ABLATE": "cases", "KINDS": "cases", "Cases": "cases", "build_cases": "cases",

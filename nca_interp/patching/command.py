@@ -21,7 +21,8 @@ from nca_interp.checkpoint import load_checkpoint, verify_folder
 from nca_interp.cli import finite_json, parse_config, validate
 from nca_interp.configs import PatchingConfig
 from nca_interp.errors import UsageError
-from nca_interp.hooks import attached_hooks, boot_bridge
+from nca_interp.hooks import as_bridge, attached_hooks, boot_bridge
+from nca_interp.labelled import Arrays, Labelled, as_float, stack_ragged
 from nca_interp.models import context_limit
 from nca_interp.patching.attribution import (
     BY,
@@ -42,10 +43,12 @@ from nca_interp.patching.interventions import (
 from nca_interp.reports import Patching, PatchingReport, as_report
 from nca_interp.rollout import stop_ids
 from nca_interp.runs import resolve_task_and_context
+from nca_interp.tasks import Task, make_task
 
-__all__ = ["ABLATE_NOTE", "DEMO", "DEMO_SCOPE", "DIRECTIONS", "FLIPPED", "ablate_of",
-           "direction_record", "execute", "figures", "format_report", "kind_of", "main", "run",
-           "run_checkpoint", "show", "sweeps"]
+__all__ = ["ABLATE_NOTE", "CORE_OPTIONS", "DEMO", "DEMO_SCOPE", "DIRECTIONS", "FLIPPED",
+           "ablate_of", "arrays_of", "direction_record", "execute", "figures", "format_report",
+           "kind_of", "main", "measure", "patch", "report_arrays", "run", "run_checkpoint",
+           "show", "sweeps"]
 
 PACKAGE = "nca_interp.patching"  # the registered analysis module: its names are this module's
 
@@ -63,11 +66,7 @@ def run(cfg: PatchingConfig | None = None, /, **fields) -> dict:
     `DEMO_SCOPE`). `run(PatchingConfig(...))` or `run(ckpt=[...], ...)`."""
     cfg = analysis.config(PatchingConfig, cfg, fields)
     validate(cfg)
-    sizes = {f.name: f.default for f in dataclasses.fields(PatchingConfig)}
-    ignored = [n for n in ("top_k", "n_check") if getattr(cfg, n) != sizes[n]]
-    if cfg.method == "exact" and ignored:  # --top-k 5 was ignored without a word
-        raise UsageError(f"--{ignored[0].replace('_', '-')} sizes --method attribution's exact "
-                         "checks; --method exact patches every node: drop one of them")
+    _check_exact_sizes(cfg)
     paths = analysis.checkpoint_paths(cfg)
     for p in paths:
         verify_folder(p)
@@ -82,6 +81,14 @@ def run(cfg: PatchingConfig | None = None, /, **fields) -> dict:
                                 paths=folders, results=results)
 
 
+def _check_exact_sizes(cfg: PatchingConfig) -> None:
+    sizes = {f.name: f.default for f in dataclasses.fields(PatchingConfig)}
+    ignored = [n for n in ("top_k", "n_check") if getattr(cfg, n) != sizes[n]]
+    if cfg.method == "exact" and ignored:  # --top-k 5 was ignored without a word
+        raise UsageError(f"--{ignored[0].replace('_', '-')} sizes --method attribution's exact "
+                         "checks; --method exact patches every node: drop one of them")
+
+
 def demo_scope(cfg: PatchingConfig) -> PatchingConfig:
     """`cfg` at DEMO_SCOPE when it names no checkpoint and leaves the scope at its defaults."""
     defaults = PatchingConfig()
@@ -94,29 +101,43 @@ def demo_scope(cfg: PatchingConfig) -> PatchingConfig:
 
 
 def run_checkpoint(path: str, cfg: PatchingConfig) -> dict:
-    """The patching report of one checkpoint.
+    """The patching report of one checkpoint folder: `measure` on the model it holds.
 
     Fields: checkpoint, task, context, kind, scope, ablate, counts (levels, right_no_c,
     right_c, harm, help, both), n_layers, n_heads; with cases: `<kind>` (n, t_star, ld_no_c,
     ld_c), forward and reverse (resid_groups, mlp; in the full scope also resid_offsets,
     heads), ablation (per head), heads (the held-out table of `patching.heads`), lens,
     control, cost."""
+    path = str(verify_folder(path))
+    found, ctx = resolve_task_and_context([path], cfg.task, cfg.context, cfg.task_options)
+    _check_scored(found, f"{path}'s data")
+    t0 = time.time()
+    model, tok = load_checkpoint(path)
+    return measure(model, tok, found, ctx, cfg, path,
+                   lambda: boot_bridge(path, loaded=(model, tok)), t0)
+
+
+def _check_scored(task, what: str) -> None:
+    if not getattr(task, "scored", True):
+        raise UsageError(f"patching follows harm or help cases, which need a score: {what} "
+                         "has no scorer and no answers; pass scorer= (or answers) in "
+                         "--task-options")
+
+
+def measure(model, tok, found, ctx: str, cfg: PatchingConfig, path: str, make_bridge,
+            t0: float | None = None) -> dict:
+    """One model's patching entry (the fields `run_checkpoint` lists): its cases found on the
+    plain `model`, then every sweep on the bridge `make_bridge()` returns (wrapping the
+    model in place for a folder's, a copy for one in memory); `path` names it in the entry."""
+    t0 = time.time() if t0 is None else t0
     kind, scope, ablate, seed = cfg.kind, cfg.scope, cfg.ablate, cfg.seed
     max_cases, ks, n_random, n_random_generate = (cfg.max_cases, cfg.ks, cfg.n_random,
                                                   cfg.n_random_generate)
-    path = str(verify_folder(path))
-    found, ctx = resolve_task_and_context([path], cfg.task, cfg.context, cfg.task_options)
-    if not getattr(found, "scored", True):
-        raise UsageError(f"patching follows harm or help cases, which need a score: {path}'s "
-                         "data has no scorer and no answers; pass scorer= (or answers) in "
-                         "--task-options")
-    t0 = time.time()
-    model, tok = load_checkpoint(path)
     found = found.for_tokenizer(tok)
     limit, stops = context_limit(model), stop_ids(tok, model)
     levels = found.levels("test", cfg.n_levels, seed)
     rows, control_rows, counts = find_cases(model, tok, found, ctx, levels, kind)
-    bridge = boot_bridge(path, loaded=(model, tok))
+    bridge = make_bridge()
     own_hooks = attached_hooks(bridge)  # the bridge's own (OPT's attention keeps six)
     no_ablation = None if pattern_edits_reach_logits(bridge) else (
         f"not measured: through TransformerLens's bridge, editing the hooked attention pattern "
@@ -173,6 +194,103 @@ def run_checkpoint(path: str, cfg: PatchingConfig) -> dict:
     # NaN (a node attribution left unpatched, a case whose views barely differ) as None: the
     # report in memory is what its file holds
     return finite_json(report)
+
+
+CORE_OPTIONS = ("kind", "scope", "n_levels", "max_cases", "ablate", "ks", "n_random",
+                "n_random_generate", "null_stop", "method", "top_k", "n_check", "seed")
+
+
+def patch(model, tok, task: Task | str, context: str, **options) -> Arrays:
+    """The core, on a model in memory (a transformers causal LM and its `tok`; the sweeps run
+    on a TransformerBridge over a copy): its cases among `n_levels` held-out items, every
+    sweep, the head table and the logit lens, as the command patches a checkpoint folder,
+    as labelled arrays (`arrays_of`). `task` a Task or its name (its defaults); `options` the
+    command's (`CORE_OPTIONS`: kind, scope, n_levels, max_cases, method, ...)."""
+    if set(options) - set(CORE_OPTIONS):
+        raise UsageError(f"patching.patch takes the options {list(CORE_OPTIONS)}, not "
+                         f"{sorted(set(options) - set(CORE_OPTIONS))}")
+    cfg = PatchingConfig(**options)
+    validate(cfg)
+    _check_exact_sizes(cfg)
+    task = make_task(task) if isinstance(task, str) else task
+    _check_scored(task, "the task")
+    return arrays_of(measure(model, tok, task, context, cfg, "in memory",
+                             lambda: as_bridge(model, tok)))
+
+
+FAMILIES = ("mlp", "resid_offsets", "heads")  # a direction's families beside resid_groups
+# each checkpoint finds its own cases; its prompts' length bounds the offsets (32 at most)
+RAGGED = ("case", "control_case", "offset")
+TAGS = ("forward", "reverse")  # the sweeps' directions (what `DIRECTIONS` says they mean)
+
+
+def _put(out: dict, name: str, summary: dict | None, dims: tuple[str, ...], coords: dict,
+         case: str = "case") -> None:
+    """A family's `summarise`d effects as `name` (case, *dims), `name_mean` (*dims) and
+    `name_ci95` (*dims, bound)."""
+    if summary is None:
+        return
+    per = as_float(summary["per_case"])
+    out[name] = Labelled(per, (case, *dims), {**coords, case: tuple(range(len(per)))}, name)
+    out[f"{name}_mean"] = Labelled(as_float(summary["mean"]), dims, coords, f"{name}_mean")
+    out[f"{name}_ci95"] = Labelled(np.stack([as_float(summary["lo"]), as_float(summary["hi"])],
+                                            -1), (*dims, "bound"),
+                                   {**coords, "bound": ("lo", "hi")}, f"{name}_ci95")
+
+
+def arrays_of(entry: Mapping) -> Arrays:
+    """One checkpoint's patching entry (as `measure` gives it, or as a report holds it) as
+    labelled arrays: per direction (`forward`, `reverse`) each residual group
+    (`<direction>_resid_<group>`: case x layer), `<direction>_mlp` (case x layer),
+    `<direction>_resid_offsets` (case x layer x offset) and `<direction>_heads` (case x layer
+    x head); `ablation` (case x layer x head); the logit lens `lens_<kl|rank_no_c|rank_c>`
+    (case x layer, from the embeddings) and the controls' (`control_lens_*`, control_case x
+    layer); each with its `_mean` and `_ci95` (bound: lo, hi); `t_star`, `ld_no_c`, `ld_c`
+    per case; the counts as numbers. `attrs`: the cases, the head table, the methods, the
+    cost and any note. A node attribution left unpatched is NaN."""
+    L, H = int(entry["n_layers"]), int(entry["n_heads"])
+    blocks = {"layer": tuple(str(i) for i in range(L))}
+    lens_layers = {"layer": ("embed", *blocks["layer"])}
+    out: dict[str, Labelled] = {}
+    kind = kind_of(entry)
+    found = entry.get(kind)
+    if found:
+        n = {"case": tuple(range(len(found["t_star"])))}
+        for k, v in (("t_star", found["t_star"]), ("ld_no_c", found["ld_no_c"]),
+                     ("ld_c", found["ld_c"])):
+            out[k] = Labelled(as_float(v), ("case",), n, k)
+    for tag in TAGS:
+        res = entry.get(tag) or {}
+        for g, summary in (res.get("resid_groups") or {}).items():
+            _put(out, f"{tag}_resid_{g}", summary, ("layer",), blocks)
+        _put(out, f"{tag}_mlp", res.get("mlp"), ("layer",), blocks)
+        if res.get("resid_offsets"):
+            K = np.shape(res["resid_offsets"]["mean"])[-1]
+            _put(out, f"{tag}_resid_offsets", res["resid_offsets"], ("layer", "offset"),
+                 {**blocks, "offset": tuple(range(1, K + 1))})
+        _put(out, f"{tag}_heads", res.get("heads"), ("layer", "head"),
+             {**blocks, "head": tuple(range(H))})
+    _put(out, "ablation", entry.get("ablation"), ("layer", "head"),
+         {**blocks, "head": tuple(range(H))})
+    for k, summary in (entry.get("lens") or {}).items():
+        _put(out, f"lens_{k}", summary, ("layer",), lens_layers)
+    for k, summary in ((entry.get("control") or {}).get("lens") or {}).items():
+        _put(out, f"control_lens_{k}", summary, ("layer",), lens_layers, "control_case")
+    for k, v in (entry.get("counts") or {}).items():
+        out[f"count_{k}"] = Labelled(as_float(v), (), {}, f"count_{k}")
+    methods = {tag: (entry.get(tag) or {}).get("methods") for tag in TAGS}
+    return Arrays(out, {"kind": kind, "cases": entry.get("cases"), "heads": entry.get("heads"),
+                        "methods": methods, "cost": entry.get("cost"),
+                        "note": entry.get("note"), "counts": entry.get("counts")})
+
+
+def report_arrays(report: PatchingReport | dict) -> Arrays:
+    """A patching report's entries as the core's labelled arrays (`arrays_of`), stacked on
+    `checkpoint` (the report's result keys), each checkpoint's cases at their own labels (its
+    `case` padded with NaN to the most cases any found; a checkpoint with none is NaN)."""
+    report = as_report(report, PatchingReport)
+    parts = {name: arrays_of(migrate(e.to_json())) for name, e in report.results.items()}
+    return stack_ragged(parts, "checkpoint", RAGGED)
 
 
 def sweeps(bridge, cases: Cases, cfg: PatchingConfig, stats: dict, units: list,

@@ -12,6 +12,7 @@ import torch
 
 from nca_interp import grad_align, layer_sim, param_delta
 from nca_interp.checkpoint import save_checkpoint
+from nca_interp.errors import UsageError
 from nca_interp.labelled import Arrays, Labelled, stack
 from nca_interp.tasks import make_task
 from tests.conftest import tiny
@@ -75,6 +76,34 @@ def test_labelled_selects_by_label_and_keeps_every_number_in_its_frame():
     s = stack({"x": a, "y": a}, "run")
     assert s.dims == ("run", "checkpoint", "layer") and s.sel(run="y").values.tolist() == \
         a.values.tolist()
+
+
+def test_ragged_parts_stack_at_their_own_labels():
+    """Checkpoints that found different numbers of cases (or offsets) stack with each value at
+    its own label and NaN past a part's end; an array a part lacks is NaN there; labels that
+    are not a prefix of the longest's are refused, not silently shifted."""
+    from nca_interp.labelled import stack_ragged
+
+    def part(n_case, offsets, with_extra=True):
+        arrays = {"fx": Labelled(np.arange(n_case * len(offsets), dtype=float).reshape(
+            n_case, len(offsets)), ("case", "offset"), {"offset": offsets}, "fx")}
+        if with_extra:
+            arrays["n"] = Labelled(np.array(float(n_case)), (), {}, "n")
+        return Arrays(arrays, {"cases": n_case})
+
+    s = stack_ragged({"a": part(3, (1, 2)), "b": part(1, (1, 2, 3), False)}, "checkpoint",
+                     ("case", "offset"))
+    assert "fx" in s and "nope" not in s
+    assert s["fx"].coords["case"] == (0, 1, 2) and s["fx"].coords["offset"] == (1, 2, 3)
+    assert s["fx"].sel(checkpoint="a", case=2, offset=2) == 5.0
+    assert np.isnan(s["fx"].sel(checkpoint="a", case=0, offset=3))
+    assert s["fx"].sel(checkpoint="b", case=0).values[:3].tolist() == [0.0, 1.0, 2.0]
+    assert np.isnan(s["fx"].sel(checkpoint="b", case=1).values).all()
+    assert np.isnan(s["n"].sel(checkpoint="b")) and s["n"].sel(checkpoint="a") == 3.0
+    assert s.attrs == {"a": {"cases": 3}, "b": {"cases": 1}}
+    with pytest.raises(UsageError, match="not a prefix"):
+        stack_ragged({"a": part(1, (1, 2)), "b": part(1, (2, 3, 4))}, "checkpoint",
+                     ("offset",))
 
 
 def test_layer_sim_core_on_models_in_memory_equals_the_command(models, tok, tmp_path):
@@ -247,10 +276,48 @@ def test_lens_core_on_models_in_memory_equals_the_command(models, tok, tmp_path)
     for name in ("a", "b"):
         assert got.attrs[name]["forks"] == saved.attrs[name]["forks"]
         assert got.attrs[name]["responses"] == report["results"][name]["responses"]
-    from nca_interp.errors import UsageError
-
     with pytest.raises(UsageError, match="takes the options"):  # the items are `levels`
         lens.effect(mem["a"], tok, "sokoban", 5, "state", n_levels=3)
+
+
+def test_patching_core_on_a_model_in_memory_equals_the_command(tmp_path):
+    """#72: `patching.patch` on the embedded OPD student in memory (it has harm cases) gives
+    the arrays the command's JSON on its folder reads back as (`report_arrays`): every
+    sweep's per-case effects, intervals and the logit lens, with the same cases and head
+    table; the model in memory is left as it was (the sweeps run on a copy)."""
+    from nca_interp import patching
+    from nca_interp.checkpoint import load_checkpoint
+    from nca_interp.patching import command
+
+    folder = ROOT / "nca_interp" / "assets" / "sokoban_opd"
+    model, tok = load_checkpoint(folder)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    options = {"n_levels": 40, "max_cases": 4, "ks": [1], "n_random": 3,
+               "n_random_generate": 2}
+    task = make_task("sokoban", dim_room=(6, 6), num_boxes=1)
+    got = patching.patch(model, tok, task, "plan", **options)
+    assert type(model).__name__ != "TransformerBridge" and all(
+        torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    out = tmp_path / "p"
+    patching.main([str(folder), "--n-levels", "40", "--max-cases", "4", "--ks", "1",
+                   "--n-random", "3", "--n-random-generate", "2", "--threads", "1",
+                   "--out", str(out)])
+    report = json.loads(out.with_suffix(".json").read_text())
+    saved = command.report_arrays(report)
+    assert set(got) == set(saved)
+    assert {"forward_resid_all", "reverse_heads", "ablation_ci95", "lens_kl"} <= set(got)
+    (name,) = report["results"]
+    for k in got:
+        mine = saved[k].sel(checkpoint=name)
+        mine = mine if hasattr(mine, "dims") else Labelled(np.asarray(mine), (), {}, k)
+        assert got[k].dims == mine.dims and got[k].coords == mine.coords, k
+        near(got[k].values, mine.values, k, 1e-9)
+    assert got["forward_heads"].dims == ("case", "layer", "head")
+    assert got["lens_kl"].coords["layer"][0] == "embed"
+    for k in ("cases", "heads", "counts"):
+        assert got.attrs[k] == saved.attrs[name][k], k
+    with pytest.raises(UsageError, match="takes the options"):
+        patching.patch(model, tok, task, "plan", ckpt=[str(folder)])
 
 
 def test_published_reports_read_back_as_labelled_arrays():
@@ -295,6 +362,16 @@ def test_published_reports_read_back_as_labelled_arrays():
     last = tr.results[name].steps[-1]
     assert arrays["harm"].sel(run=name, step=last["step"]) == last["harm"]
     assert arrays["harm"].coords["step"][0] == 0  # the null
+    from nca_interp import patching
+
+    pa = analysis.load(ROOT / "figures" / "facts" / "patching.json")  # NCA found no case
+    arrays = patching.report_arrays(pa)
+    opd, nca = pa.results
+    assert arrays["forward_mlp_mean"].sel(checkpoint=opd).values.tolist() == \
+        pytest.approx(pa.results[opd].forward["mlp"]["mean"])
+    assert np.isnan(arrays["forward_mlp"].sel(checkpoint=nca).values).all()
+    assert arrays.attrs[nca]["note"] and arrays["count_levels"].sel(checkpoint=nca) == \
+        pa.results[nca].counts["levels"]
 
 
 def api_snippets(section: str) -> list[str]:
@@ -307,7 +384,7 @@ def api_snippets(section: str) -> list[str]:
 
 @pytest.mark.parametrize("section", ["Layer similarity", "Parameter deltas",
                                      "Gradient alignment", "Context return over training",
-                                     "The two-view lens"])
+                                     "The two-view lens", "Patching"])
 def test_the_api_page_in_memory_snippets_run(models, tok, section):
     mem, _ = models
     found = api_snippets(section)
