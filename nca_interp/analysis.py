@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import logging
 import os
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +46,8 @@ __all__ = ["PLUGINS_ENV", "REGISTRY", "Analysis", "AnalysisSpec", "Job", "checkp
            "figure_stem", "from_json", "infer_analysis", "label_of", "load", "make_report",
            "module", "names", "register", "report_class",
            "short_labels", "spec", "specs", "to_frame"]
+
+log = logging.getLogger(__spec__.name if __spec__ else __name__)  # python -m too
 
 PATH_FIELDS = ("ckpt", "runs")  # the checkpoint field of a config (trajectory: run folders)
 
@@ -267,8 +269,7 @@ def command_defaults(mod, cfg):
     if getattr(cfg, where) or not getattr(mod, "DEMO", None) or getattr(cfg, "beside", None):
         return cfg
     setattr(cfg, where, [str(embedded(n)) for n in mod.DEMO])
-    print(f"no checkpoint named: the embedded demo checkpoints {', '.join(mod.DEMO)}",
-          flush=True)
+    log.info(f"no checkpoint named: the embedded demo checkpoints {', '.join(mod.DEMO)}")
     return cfg
 
 
@@ -323,11 +324,11 @@ def check_prompt_formats(paths: list[str]) -> None:
     kinds = {f for f in formats.values() if f}
     if len(kinds) > 1:
         plain = [p for p, f in formats.items() if f == "plain"]
-        print(f"note: {', '.join(plain)} {'has' if len(plain) == 1 else 'have'} no chat "
-              "template while the other checkpoints have one: they are prompted as plain text, "
-              "not in the chat format (each report entry records its prompt_format); copy the "
-              "tokenizer files with the template into the folder to compare like with like",
-              flush=True)
+        log.warning(f"note: {', '.join(plain)} {'has' if len(plain) == 1 else 'have'} no "
+                    "chat template while the other checkpoints have one: they are prompted as "
+                    "plain text, not in the chat format (each report entry records its "
+                    "prompt_format); copy the tokenizer files with the template into the "
+                    "folder to compare like with like")
 
 
 def run_identity(label: str, path: str | Path | None) -> dict:
@@ -448,9 +449,8 @@ def write(report, out: str | Path, figures: dict, png: bool = False) -> list[str
     written = [str(write_json(stem.with_suffix(".json"), typed)), *map(str, files)]
     _pending(stem).unlink(missing_ok=True)
     if replaced:  # an edited report was replaced without a word (the fourth probe)
-        print(f"note: replaced the earlier report {stem.with_suffix('.json')} (a report is "
-              "replaced by its own analysis; to keep one, choose another --out)",
-              file=sys.stderr)
+        log.warning(f"note: replaced the earlier report {stem.with_suffix('.json')} (a report "
+                    "is replaced by its own analysis; to keep one, choose another --out)")
     if png_error is not None:
         raise RunError(f"{png_error} The report and its HTML figures were written.")
     return written
@@ -760,7 +760,7 @@ def execute(mod, cfg) -> dict:
             lock.release()
     mod.show(report)  # after the files: a table that fails to print loses no work
     if written:
-        print("wrote", *written)
+        log.info(" ".join(["wrote", *map(str, written)]))
     return report
 
 

@@ -347,6 +347,9 @@ def entry(main, argv: list[str] | None = None, parsed=None) -> int:
     `parsed`: the config `parse_early` already read from this command line, given to `main` in
     place of `argv`."""
     argv, debug = own_flags(list(sys.argv[1:] if argv is None else argv))
+    from nca_interp.console import to_console
+
+    to_console()  # the library's messages as the command's lines
     # a command owns its process (importing the library sets nothing): transformers' advice
     # lines ("set X to silence this") would interleave with the command's tables
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")

@@ -27,6 +27,7 @@ few-clusters rule, `nca_interp.regimes.regime`: the regime the claims read, one 
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from nca_interp.cli import parse_early
@@ -71,6 +72,8 @@ __all__ = ["C_PRIME_EXAMPLES", "DEMO", "control_record", "control_report", "eval
            "main", "max_response_tokens", "metric_of", "paired_report", "play_levels",
            "reads_c_interval", "run", "show", "unscored_report", "views_kl"]
 
+log = logging.getLogger(__spec__.name if __spec__ else __name__)  # python -m too
+
 _SAID: set = set()
 
 
@@ -83,7 +86,7 @@ def max_response_tokens(task: Task) -> int:
     if key not in _SAID:
         _SAID.add(key)
         how = "; task option max_new= sets it" if hasattr(task.config, "max_new") else ""
-        print(f"response budget: {n} tokens ({task.name}{how})", flush=True)
+        log.info(f"response budget: {n} tokens ({task.name}{how})")
     return n
 
 

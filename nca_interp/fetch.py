@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -39,6 +40,8 @@ from nca_interp.fsio import (
 )
 
 __all__ = ["FetchConfig", "fetch", "gguf_to_hf", "main", "registered", "sha256_of"]
+
+log = logging.getLogger(__spec__.name if __spec__ else __name__)  # python -m too
 
 PROVENANCE = "PROVENANCE.json"
 
@@ -252,8 +255,8 @@ def fetch(name: str, cache: Path | None = None, verify: bool = False) -> Path:
         if hit is not None:
             return hit
         check_only_ours(out)
-        print(f"the cached {name} in {out} is damaged ({damage(out, verify)}); fetching it "
-              "again", file=sys.stderr, flush=True)
+        log.warning(f"the cached {name} in {out} is damaged ({damage(out, verify)}); fetching "
+                    "it again")
     check_disk(cache, src.disk_bytes, "the fetch", "free space or pass --cache on another disk")
     (cache / "models").mkdir(parents=True, exist_ok=True)  # a new machine has none yet
     clear_leftovers(cache)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import re
 import shutil
@@ -32,6 +33,8 @@ __all__ = ["MAX_JSON_BYTES", "MAX_TEXT_BYTES", "RUNS_ENV", "STAGE_MARK", "Unsafe
            "others_can_change", "parse_json", "pid_alive", "read_bytes", "read_json",
            "read_jsonl", "read_text", "regular_file", "replace_folder", "spill_folder", "staged",
            "write_bytes", "write_error", "write_text"]
+
+log = logging.getLogger(__spec__.name if __spec__ else __name__)  # python -m too
 
 MAX_JSON_BYTES = 1 << 30  # a report of a 1.7B model's per-module table is tens of MB
 MAX_TEXT_BYTES = 64 << 20  # prompts, system prompts, data files of questions
@@ -74,10 +77,8 @@ def link_runs_home(out: str | Path) -> None:
         return
     home.mkdir(parents=True, exist_ok=True)
     link.symlink_to(home.resolve(), target_is_directory=True)
-    import sys
-
-    print(f"runs/ -> {home.resolve()} (outside the work tree, so the runs outlive the "
-          f"checkout; ${RUNS_ENV} moves it)", file=sys.stderr)
+    log.warning(f"runs/ -> {home.resolve()} (outside the work tree, so the runs outlive the "
+                f"checkout; ${RUNS_ENV} moves it)")
 
 
 def regular_file(path: str | Path, what: str = "file", limit: int | None = None) -> Path:

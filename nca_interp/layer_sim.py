@@ -60,6 +60,7 @@ A random-init model of the same config and the base/teacher are added as baselin
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 
@@ -118,6 +119,8 @@ from nca_interp.tasks import Task, make_task
 __all__ = ["DEMO", "compare", "entry_of", "execute", "figures", "format_heads",
            "format_table", "layer_labels", "main", "null_line", "report_arrays", "run", "show",
            "similarity", "task_and_items"]
+
+log = logging.getLogger(__spec__.name if __spec__ else __name__)  # python -m too
 
 
 def reference_responses(tok, task: Task, levels: list) -> tuple[torch.Tensor, torch.Tensor]:
@@ -805,8 +808,8 @@ def run_beside(cfg: LayerSimConfig) -> LayerSimReport:
     check_code(published, named, where)
     check_config_code(fixed, cfg.task_options, where)
     check_entries(published, where)
-    print(f"--beside {where}: measured at the report's settings, "
-          + ", ".join(f"{k}={v}" for k, v in fixed.items()), flush=True)
+    log.info(f"--beside {where}: measured at the report's settings, "
+             + ", ".join(f"{k}={v}" for k, v in fixed.items()))
     cfg = dataclasses.replace(cfg, **fixed)  # the config written is what was measured
     ref_key, ref = reference_of(published, where)
     mine = as_paths(cfg.ckpt, "ckpt") or []

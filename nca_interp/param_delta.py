@@ -30,6 +30,7 @@ Checkpoints must match the initial one in architecture, parameter names and shap
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from nca_interp.cli import parse_early
@@ -67,6 +68,8 @@ from nca_interp.tensorfiles import TensorFolder, row_chunks
 __all__ = ["DEMO", "arrays_of", "deltas_of", "execute", "figure_names", "figures", "format_cos",
            "format_table", "gram_of", "labelled_tables", "layer_module_grid", "main",
            "report_arrays", "run", "show"]
+
+log = logging.getLogger(__spec__.name if __spec__ else __name__)  # python -m too
 
 ARCH_KEYS = ("model_type", "num_hidden_layers", "hidden_size", "vocab_size",
              "num_attention_heads", "num_key_value_heads", "intermediate_size")
@@ -636,8 +639,8 @@ def run(cfg: ParamDeltaConfig | None = None, /, **fields) -> dict:
                              f"started from ({initial_of(p) or 'their run configs record it'})")
         recorded = initial_of(p)
         if recorded and Path(recorded).exists() and weight_shas(verify_folder(recorded)) != start:
-            print(f"note: {p} started from {recorded}, not from --init {init}: its delta and "
-                  "Adam budget are measured from --init", file=sys.stderr)
+            log.warning(f"note: {p} started from {recorded}, not from --init {init}: its delta "
+                        "and Adam budget are measured from --init")
     result, gram = deltas(init, ckpts, rows, task, task_options,
                           {"lr": cfg.lr, "steps": cfg.steps, "warmup": cfg.warmup,
                            "schedule": cfg.schedule})
@@ -659,9 +662,9 @@ def run(cfg: ParamDeltaConfig | None = None, /, **fields) -> dict:
                                                                         index[b])}
         for i, a in enumerate(ckpts) for b in ckpts[i + 1:]}
     if not pair and len(ckpts) >= 2 and weight_shas(ckpts[0]) == weight_shas(ckpts[1]):
-        print(f"note: {ckpts[0]} and {ckpts[1]} hold the same weights: their deltas' cosine is "
-              "1 by construction, so the report has no comparison; name two different runs "
-              "(or --pair A,B)", file=sys.stderr)
+        log.warning(f"note: {ckpts[0]} and {ckpts[1]} hold the same weights: their deltas' "
+                    "cosine is 1 by construction, so the report has no comparison; name two "
+                    "different runs (or --pair A,B)")
         report["comparison"] = None
         return report
     pair = pair or ckpts[:2]

@@ -29,6 +29,7 @@ at step 0; the teacher is the run's own (`--teacher` overrides).
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from nca_interp.cli import parse_early
@@ -69,6 +70,8 @@ from nca_interp.tasks import Task, make_task
 
 __all__ = ["arrays_of", "checkpoints_of", "execute", "figures", "format_table", "main",
            "measure", "over_steps", "report_arrays", "run", "show"]
+
+log = logging.getLogger(__spec__.name if __spec__ else __name__)  # python -m too
 
 KL_TERMS = ("kl_opd", "kl_ctx", "kl_nca", "drift")
 REPORT_KEYS = ("correct_no_c", "correct_c", "harm", "help", "delta_c", "rel_len_both", "regime",
@@ -293,9 +296,8 @@ def run(cfg: TrajectoryConfig | None = None, /, **fields) -> dict:
                              cfg.control, initial)}
             rows.append(row)
             done[key] = row
-            print(f"{Path(run_dir).name} step {step}: win {row['correct_no_c']:.3f}/"
-                  f"{row['correct_c']:.3f} harm {row['harm']} kl_ctx {row['kl_ctx']:.4f}",
-                  flush=True)
+            log.info(f"{Path(run_dir).name} step {step}: win {row['correct_no_c']:.3f}/"
+                     f"{row['correct_c']:.3f} harm {row['harm']} kl_ctx {row['kl_ctx']:.4f}")
         config = read_run_config(run_dir)
         results[Path(run_dir).name] = {"run": run_dir, "teacher": teacher_dir, "context": ctx,
                                        "task": task.name, "steps": rows,

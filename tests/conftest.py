@@ -16,6 +16,16 @@ torch.set_num_threads(1)
 torch.set_flush_denormal(True)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def messages_as_a_command_shows_them():
+    """The library's log messages shown as a command shows them (`cli.entry` does this), for
+    the tests that call a command's `main` in this process and read what it said;
+    tests/unit/test_console.py checks the library's own default, silent below WARNING."""
+    from nca_interp.console import to_console
+
+    to_console()
+
+
 @pytest.fixture(scope="session")
 def tok():
     from nca_interp.tokenizer import build_char_tokenizer

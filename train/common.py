@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import faulthandler
 import json
+import logging
 import math
 import os
 import sys
@@ -37,6 +38,8 @@ from nca_interp.runlock import RunLock
 __all__ = ["DISK_REMEDY", "Dist", "Run", "all_finite", "check_out", "check_warmup",
            "close_distributed", "current_flags", "data_inputs", "disk_needed", "eval_wins",
            "exit_worker", "init_distributed", "setup_torch", "weight_bytes"]
+
+log = logging.getLogger(__spec__.name if __spec__ else __name__)  # python -m too
 
 
 def setup_torch(threads: int) -> None:
@@ -482,8 +485,8 @@ class Run:
                 aside.mkdir(exist_ok=True)
                 for p in later:
                     os.replace(p, aside / f"{p.name}-{int(time.time())}")
-                print(f"resuming from {target.name}; moved {', '.join(p.name for p in later)} "
-                      f"to {aside}")
+                log.info(f"resuming from {target.name}; moved "
+                         f"{', '.join(p.name for p in later)} to {aside}")
             self._fresh_optimizer = not (target / "trainer_state.safetensors").exists()
             return
         if not every:
@@ -560,8 +563,8 @@ class Run:
         ckpt.load_weights_into(model, last)
         if self._fresh_optimizer:  # asked for with --resume-from: its moments were dropped
             meta = read_json(last / "trainer_state.json", "trainer state")
-            print(f"{last} no longer holds its optimizer moments; Adam starts afresh from it "
-                  "(the run will not equal an uninterrupted one)")
+            log.warning(f"{last} no longer holds its optimizer moments; Adam starts afresh from "
+                        "it (the run will not equal an uninterrupted one)")
         else:
             state = ckpt.load_trainer_state(last)
             if state is None:
@@ -575,7 +578,7 @@ class Run:
             if self._fresh_optimizer:
                 self.log({"step": meta["step"], "event": f"resumed from {last.name} with "
                           "fresh optimizer moments"})
-            print(f"resumed from {last} at step {meta['step']}")
+            log.info(f"resumed from {last} at step {meta['step']}")
         return meta["step"]
 
     def log(self, record: dict) -> None:

@@ -33,6 +33,7 @@ the response (_first, _middle, _last), on --lens-items held-out items.
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from nca_interp.cli import parse_early
@@ -83,6 +84,8 @@ from .common import (
 )
 
 __all__ = ["main"]
+
+log = logging.getLogger(__spec__.name if __spec__ else __name__)  # python -m too
 
 
 def task_for(cfg: DistillConfig, student_dir: str):
@@ -182,7 +185,7 @@ def main(argv: list[str] | DistillConfig | None = None) -> None:
         shard = (dist.rank * local, cfg.batch)
         student.train()
         if warmup_note and start < cfg.steps:
-            print(warmup_note, file=sys.stderr)
+            log.warning(warmup_note)
         bar = progress.bar(range(start, cfg.steps), cfg.method, total=cfg.steps, initial=start,
                            show=dist.main, leave=True)
         for step in bar:

@@ -28,6 +28,7 @@ resume continues, and small enough to keep in git):
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from nca_interp.cli import parse_early
@@ -79,6 +80,8 @@ from .common import (
 )
 
 __all__ = ["execute", "main", "task_of"]
+
+log = logging.getLogger(__spec__.name if __spec__ else __name__)  # python -m too
 
 
 # LoRA's fields enter the run config only when --lora-rank is set: a full fine-tuning run records
@@ -225,7 +228,7 @@ def execute(cfg: SFTConfig) -> None:
         eval_levels = task.levels("test", cfg.eval_levels, seed=0)
         model.train()
         if warmup_note and start < cfg.steps:
-            print(warmup_note, file=sys.stderr)
+            log.warning(warmup_note)
         bar = progress.bar(range(start, cfg.steps), "sft", total=cfg.steps, initial=start,
                            leave=True)
         for step in bar:

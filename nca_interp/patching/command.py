@@ -7,6 +7,7 @@ names (`patching.run`, `patching.main`, ...) are this module's, imported on firs
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sys
 import time
 import warnings
@@ -49,6 +50,8 @@ __all__ = ["ABLATE_NOTE", "CORE_OPTIONS", "DEMO", "DEMO_SCOPE", "DIRECTIONS", "F
            "ablate_of", "arrays_of", "direction_record", "execute", "figures", "format_report",
            "kind_of", "main", "measure", "patch", "report_arrays", "run", "run_checkpoint",
            "show", "sweeps"]
+
+log = logging.getLogger(__spec__.name if __spec__ else __name__)  # python -m too
 
 PACKAGE = "nca_interp.patching"  # the registered analysis module: its names are this module's
 
@@ -94,9 +97,9 @@ def demo_scope(cfg: PatchingConfig) -> PatchingConfig:
     defaults = PatchingConfig()
     if cfg.ckpt or any(getattr(cfg, k) != getattr(defaults, k) for k in DEMO_SCOPE):
         return cfg
-    print("no checkpoint named: the embedded Sokoban OPD student, demo scope "
-          + ", ".join(f"{k}={v}" for k, v in DEMO_SCOPE.items())
-          + " (name checkpoints, or set any of these, for the full default)", flush=True)
+    log.info("no checkpoint named: the embedded Sokoban OPD student, demo scope "
+             + ", ".join(f"{k}={v}" for k, v in DEMO_SCOPE.items())
+             + " (name checkpoints, or set any of these, for the full default)")
     return dataclasses.replace(cfg, **DEMO_SCOPE)
 
 
@@ -145,7 +148,7 @@ def measure(model, tok, found, ctx: str, cfg: PatchingConfig, path: str, make_br
         "read it), so removing heads' reading of c would measure exactly nothing; the residual, "
         "MLP and head-output patching and the logit lens do take effect and are reported")
     if no_ablation:
-        print(f"{Path(path).name}: head ablation {no_ablation}", flush=True)
+        log.warning(f"{Path(path).name}: head ablation {no_ablation}")
     report = {"checkpoint": path, "task": found.name, "context": ctx, "kind": kind,
               "scope": scope, "ablate": ablate, "counts": counts, "n_layers": bridge.cfg.n_layers,
               "n_heads": bridge.cfg.n_heads, "data": analysis.data_record(found, levels)}

@@ -709,7 +709,7 @@ def test_a_model_whose_attention_ignores_the_pattern_hook_is_patched_without_abl
                        n_random_generate=0, out=str(tmp_path / "p"))
     (r,) = rep.results.values()
     assert r.ablation is None and "pattern changes none" in r.heads["note"]
-    assert "pattern changes none" in capsys.readouterr().out
+    assert "pattern changes none" in capsys.readouterr().err  # a warning: said in a notebook too
     fwd = np.array(r.forward["resid_groups"]["all"]["per_case"])
     assert fwd.shape == (4, 2) and np.isfinite(fwd).any()
     assert len(r.lens["kl"]["mean"]) == 3
