@@ -11,11 +11,12 @@ An analysis is a module (its command: `python -m <module>`) with
 - `execute(config)`: `analysis.execute` on the module: checks, run, show, `write`;
 
 (`Analysis`, a Protocol), and one registration, `register(AnalysisSpec(...))`: its name, module,
-what it measures, the files it writes in a pipeline folder (`AnalysisSpec.outputs`) and, when the
-paper pipeline runs it, the function that plans its stages there (`AnalysisSpec.pipeline`). The
-pipeline (`nca_interp.paper.reproduce`), the folder layout (`nca_interp.paper.layout`), `--keep`'s
-choices and the generated architecture page iterate the registry (`specs()`), so a new analysis is
-one module and one `register` call. The six built in are registered at the end of this file.
+what it measures, the files it writes in a pipeline folder (`AnalysisSpec.outputs`) and its
+report class. The registry knows analyses only: the paper pipeline (`nca_interp.paper.reproduce`)
+plans its stages from it (its own plans for the built-in analyses, a default plan for any other),
+and the folder layout (`nca_interp.paper.layout`), `--keep`'s choices and the generated
+architecture page iterate it (`specs()`), so a new analysis is one module and one `register`
+call. The built-in ones are registered at the end of this file.
 
 A report is typed (`nca_interp.reports`): `make_report` builds the report class the analysis
 registered (the config it ran with, the task, the context kind, a `RunRecord` per run it measured
@@ -31,7 +32,7 @@ import dataclasses
 import importlib
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -41,7 +42,7 @@ from nca_interp.errors import UsageError
 from nca_interp.fsio import link_runs_home
 from nca_interp.plugins import import_plugins
 
-__all__ = ["PLUGINS_ENV", "REGISTRY", "Analysis", "AnalysisSpec", "Job", "checkpoint_paths",
+__all__ = ["PLUGINS_ENV", "REGISTRY", "Analysis", "AnalysisSpec", "checkpoint_paths",
            "command_defaults", "config", "data_record", "decoded", "discover", "execute",
            "figure_stem", "from_json", "infer_analysis", "label_of", "load", "make_report",
            "module", "names", "register", "report_class",
@@ -68,29 +69,6 @@ class Analysis(Protocol):
 
 
 @dataclass(frozen=True)
-class Job:
-    """One stage the paper pipeline runs for an analysis: `config()` (built when the stage runs,
-    so planning reads nothing from disk) is executed unless `out`.json is up to date with the
-    final checkpoints of `students` (keys such as "opd_s0"). `positional` is the config field the
-    recorded command gives as bare arguments.
-
-    A plan receives the pipeline `p` (`nca_interp.paper.reproduce.Pipeline`): `p.figs` (the
-    setting's figures folder), `p.students` ({"opd_s0": run folder, ...}), `p.base` (the
-    teacher), `p.ckpts()` (step 0, then every student), `p.cfg` (its `ReproduceConfig`: seeds,
-    context, n_levels, ...), `p.preset`, `p.threads` and `p.ckpt_kw` (fields to pass on)."""
-
-    label: str
-    out: Path
-    config: Callable[[], Any]
-    students: tuple[str, ...]
-    positional: str = "ckpt"
-
-    @property
-    def json(self) -> Path:
-        return figure_stem(self.out, "").with_suffix(".json")
-
-
-@dataclass(frozen=True)
 class AnalysisSpec:
     """One registered analysis.
 
@@ -101,11 +79,6 @@ class AnalysisSpec:
         what: one line: what it measures.
         files: the JSON files it writes in a pipeline folder, by role (a name, or a glob for a
             family such as the teacher's per-context files); `outputs()` lists them.
-        pipeline: where the paper pipeline's `analyses` step plans its stages: a function, or
-            "module:function", taking the pipeline (`nca_interp.paper.reproduce.Pipeline`) and
-            returning `Job`s, or a string saying why it is skipped there; None: the pipeline runs
-            it in a step of its own (`step`) or not at all.
-        step: the pipeline step that runs it when `pipeline` is None (e.g. "context_return").
         report: its report class (`nca_interp.reports.Report` or a subclass declaring its
             entry and top-level fields), or "module:Class"; None: an untyped `Report` (its
             entries as written, its own keys in `extra`).
@@ -115,8 +88,6 @@ class AnalysisSpec:
     module: str
     what: str
     files: dict[str, str] = field(default_factory=dict)
-    pipeline: Callable | str | None = None
-    step: str | None = None
     report: type | str | None = None
 
     def outputs(self) -> tuple[str, ...]:
@@ -143,18 +114,16 @@ class AnalysisSpec:
                              "figures, execute and main (nca_interp.analysis.Analysis)")
         return mod
 
-    def plan(self, pipeline) -> "list[Job] | str":
-        """The pipeline stages of this analysis (see `pipeline`)."""
-        fn = self.pipeline
-        if isinstance(fn, str):
-            import importlib
-
-            where, _, attr = fn.partition(":")
-            fn = getattr(importlib.import_module(where), attr)
-        if fn is None:
-            raise UsageError(f"analysis {self.name!r} plans no pipeline stage (its `step`, "
-                             f"{self.step}, runs it)")
-        return fn(pipeline)
+    def config_class(self) -> type | None:
+        """Its config dataclass: the module's `<Name>Config` declaring `ANALYSIS = name`, or
+        else the one `<Name>Config` the module defines (None where there is none)."""
+        mod: Any = self.load()
+        found: list[type] = [
+            c for c in vars(mod).values() if isinstance(c, type) and dataclasses.is_dataclass(c)
+            and c.__name__.endswith("Config")
+            and (getattr(c, "ANALYSIS", None) == self.name or c.__module__ == mod.__name__)]
+        declared = [c for c in found if getattr(c, "ANALYSIS", None) == self.name]
+        return (declared or found)[0] if found else None
 
 
 REGISTRY: dict[str, AnalysisSpec] = {}
@@ -892,45 +861,38 @@ register(AnalysisSpec(
     "accuracy with and without c, paired; harm, help, both-right, length change, regime",
     files={"teacher": "teacher_*.json", "context_return": "context_return.json",
            "context_control": "context_control.json"},
-    step="context_return",
     report="nca_interp.reports:ContextReturnReport"))
 register(AnalysisSpec(
     "trajectory", "nca_interp.trajectory",
     "the context return at every saved checkpoint of a run, with KLs on the student's samples",
     files={"trajectory": "trajectory.json", "steps": "trajectory_*steps.json"},
-    step="over_training",
     report="nca_interp.reports:TrajectoryReport"))
 register(AnalysisSpec(
     "layer_sim", "nca_interp.layer_sim",
     "per-layer cosine of hidden states with and without c, with its nulls",
     files={"response": "layer_sim.json", "generating": "layer_sim_generating.json",
            "prompt": "layer_sim_prompt.json"},
-    pipeline="nca_interp.paper.reproduce:plan_layer_sim",
     report="nca_interp.reports:LayerSimReport"))
 register(AnalysisSpec(
     "grad_align", "nca_interp.grad_align",
     "angles between the gradients of the loss terms, noise-corrected, over training",
     files={"opd": "grad_align_opd.json", "nca": "grad_align_nca.json",
            "seeds": "grad_align_*_s*.json"},
-    pipeline="nca_interp.paper.reproduce:plan_grad_align",
     report="nca_interp.reports:GradAlignReport"))
 register(AnalysisSpec(
     "param_delta", "nca_interp.param_delta",
     "where the update went: parameter deltas per layer and module, against permutation nulls",
     files={"param_delta": "param_delta.json"},
-    pipeline="nca_interp.paper.reproduce:plan_param_delta",
     report="nca_interp.reports:ParamDeltaReport"))
 register(AnalysisSpec(
     "patching", "nca_interp.patching",
     "where c's effect is carried: activation patching, head ablation (heads chosen on held-out "
     "cases), logit lens",
     files={"patching": "patching.json"},
-    pipeline="nca_interp.paper.reproduce:plan_patching",
     report="nca_interp.reports:PatchingReport"))
 register(AnalysisSpec(
     "lens", "nca_interp.lens",
     "where c still acts, token by token and layer by layer (logit lens), against a wrong c' "
     "and the arithmetic floor; the forks that carry harm cases",
     files={"lens": "lens.json"},
-    pipeline="nca_interp.paper.reproduce:plan_lens",
     report="nca_interp.reports:LensReport"))

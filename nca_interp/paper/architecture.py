@@ -190,10 +190,10 @@ def analysis_table() -> list[str]:
     """The registered analyses (`nca_interp.analysis.register`): each a module keeping the
     `Analysis` contract, its command, the files it writes in a pipeline folder and the pipeline
     step that runs it."""
-    import dataclasses
     import inspect
 
     from nca_interp import analysis
+    from nca_interp.paper.layout import OWN_PLANS, OWN_STEPS
 
     rows = ["Analyses, as registered (`nca_interp.analysis.register`; each writes one report "
             "shape through `analysis.write`):", "",
@@ -203,16 +203,13 @@ def analysis_table() -> list[str]:
         mod = entry.load()
         path = Path(inspect.getfile(mod))
         where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
-        configs = [c for c in vars(mod).values() if dataclasses.is_dataclass(c)
-                   and isinstance(c, type)
-                   and (c.__module__ == mod.__name__ or getattr(c, "ANALYSIS", None) == entry.name)
-                   and c.__name__.endswith("Config")]
+        config = entry.config_class()
         files = ", ".join(f"`{f}`" for f in entry.outputs()) or "-"
-        runs = (f"`{entry.pipeline}`" if isinstance(entry.pipeline, str) else
-                f"`{entry.pipeline.__module__}:{entry.pipeline.__name__}`" if entry.pipeline
-                else f"step `{entry.step}`" if entry.step else "-")
+        runs = (f"step `{OWN_STEPS[entry.name]}`" if entry.name in OWN_STEPS else
+                f"`nca_interp.paper.reproduce:plan_{entry.name}`" if entry.name in OWN_PLANS
+                else "the default plan (every student)")
         rows.append(f"| {entry.name} | {entry.what} | `{where}` | "
-                    f"`{configs[0].__name__ if configs else '-'}` | `python -m {entry.module}` | "
+                    f"`{config.__name__ if config else '-'}` | `python -m {entry.module}` | "
                     f"{files} | {runs} |")
     return rows
 

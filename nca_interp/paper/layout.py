@@ -10,8 +10,15 @@ from pathlib import Path
 from nca_interp import analysis
 
 __all__ = ["CONTEXT_CONTROL", "CONTEXT_RETURN", "GRAD_ALIGN_OPD", "HARM_DRIFT",
-           "LAYER_SIM", "LENS", "LAYER_SIM_STAGES", "PARAM_DELTA", "PATCHING", "TEACHER_GLOB",
-           "TRAJECTORY", "analysis_files", "grad_files", "grad_stem", "teacher_file"]
+           "LAYER_SIM", "LENS", "LAYER_SIM_STAGES", "OWN_PLANS", "OWN_STEPS", "PARAM_DELTA",
+           "PATCHING", "TEACHER_GLOB", "TRAJECTORY", "analysis_files", "grad_files",
+           "grad_stem", "teacher_file"]
+
+# How the pipeline runs each registered analysis (the registry itself names no pipeline):
+# these in a step of their own, these by a plan of its own (`reproduce.plan_<name>`, in
+# `reproduce.PLANS`), and any other by `reproduce.default_plan`
+OWN_STEPS = {"evaluate": "context_return", "trajectory": "over_training"}
+OWN_PLANS = ("layer_sim", "grad_align", "param_delta", "patching", "lens")
 
 
 def _file(name: str, role: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from nca_interp import analysis
+from nca_interp.paper.layout import OWN_STEPS
 from nca_interp.paper.settings import load
 from train.options import DistillConfig
 
@@ -33,8 +34,9 @@ STEPS = ("context_return", "over_training", "analyses")
 
 
 def planned() -> tuple[str, ...]:
-    """The registered analyses the `analyses` step runs (those with a pipeline plan)."""
-    return tuple(s.name for s in analysis.specs() if s.pipeline is not None)
+    """The registered analyses the `analyses` step runs: every one without a step of its own
+    (`OWN_STEPS`), each by its plan (`reproduce.plan_of`)."""
+    return tuple(s.name for s in analysis.specs() if s.name not in OWN_STEPS)
 
 
 def keepable() -> tuple[str, ...]:

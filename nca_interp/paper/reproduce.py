@@ -33,8 +33,10 @@ import json
 import os
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -77,6 +79,8 @@ from nca_interp.paper.layout import (
     HARM_DRIFT,
     LAYER_SIM_STAGES,
     LENS,
+    OWN_PLANS,
+    OWN_STEPS,
     PARAM_DELTA,
     PATCHING,
     TRAJECTORY,
@@ -89,7 +93,8 @@ from nca_interp.tasks import make_task, merged_task_options
 from train import distill, sft
 from train.common import DISK_REMEDY, disk_needed, weight_bytes
 
-__all__ = ["Manifest", "check_manifest", "main", "record_training_time", "run_parallel", "stage"]
+__all__ = ["PLANS", "Job", "Manifest", "Pipeline", "add_plan", "check_manifest", "default_plan",
+           "main", "plan_of", "record_training_time", "run_parallel", "stage"]
 
 FIGURES = Path(__file__).resolve().parents[2] / "figures"  # the published settings' folders
 def teacher_folder(preset: Preset, runs: Path, task: str) -> Path:
@@ -387,6 +392,29 @@ def apply_preset(cfg: ReproduceConfig) -> Preset:
     return p
 
 
+@dataclass(frozen=True)
+class Job:
+    """One stage the paper pipeline runs for an analysis: `config()` (built when the stage runs,
+    so planning reads nothing from disk) is executed unless `out`.json is up to date with the
+    final checkpoints of `students` (keys such as "opd_s0"). `positional` is the config field the
+    recorded command gives as bare arguments.
+
+    A plan receives the pipeline `p` (`Pipeline`): `p.figs` (the
+    setting's figures folder), `p.students` ({"opd_s0": run folder, ...}), `p.base` (the
+    teacher), `p.ckpts()` (step 0, then every student), `p.cfg` (its `ReproduceConfig`: seeds,
+    context, n_levels, ...), `p.preset`, `p.threads` and `p.ckpt_kw` (fields to pass on)."""
+
+    label: str
+    out: Path
+    config: Callable[[], Any]
+    students: tuple[str, ...]
+    positional: str = "ckpt"
+
+    @property
+    def json(self) -> Path:
+        return analysis.figure_stem(self.out, "").with_suffix(".json")
+
+
 @dataclass
 class Pipeline:
     """What every step of one pipeline invocation shares."""
@@ -441,8 +469,8 @@ class Pipeline:
         need = set()
         if not self.kept("over_training"):
             need |= {k for k in every if trajectory_run(cfg, k)}
-        for spec in analysis.specs() if cfg.analyses else ():
-            jobs = spec.plan(self) if spec.pipeline and not self.kept(spec.name) else []
+        for name in planned() if cfg.analyses else ():
+            jobs = plan_of(name)(self) if not self.kept(name) else []
             need |= {k for job in ([] if isinstance(jobs, str) else jobs) for k in job.students}
         return need
 
@@ -653,17 +681,17 @@ def over_training(p: Pipeline) -> None:
 
 
 def analyses(p: Pipeline) -> None:
-    """Each registered analysis with a pipeline plan, in the registry's order (built in:
-    layer_sim at three position sets, grad_align over training, param_delta, patching); one
-    that --keep names is left as it is, one whose plan says why it does not apply is skipped."""
-    for spec in analysis.specs():
-        if spec.pipeline is None:
-            continue
+    """Each registered analysis but those run by a step of their own (`OWN_STEPS`), in the
+    registry's order, by its plan (`plan_of`: the built-in ones' below, the default for any
+    other); one that --keep names is left as it is, one whose plan says why it does not apply
+    is skipped."""
+    for name in planned():
+        spec = analysis.spec(name)
         if p.kept(spec.name):
             print(f"[keep] {spec.name}: its outputs are kept as they are (--keep)")
             p.manifest.skipped.append(f"{spec.name} (kept by --keep)")
             continue
-        jobs = spec.plan(p)
+        jobs = plan_of(spec.name)(p)
         if isinstance(jobs, str):
             p.manifest.data[spec.name] = jobs
             print(f"[skip] {spec.name}: {jobs}")
@@ -675,16 +703,16 @@ def analyses(p: Pipeline) -> None:
                   positional=job.positional)
 
 
-def plan_layer_sim(p: Pipeline) -> list[analysis.Job]:
+def plan_layer_sim(p: Pipeline) -> list[Job]:
     """layer_sim at each position set, over every checkpoint (PNGs: rendered at the end)."""
-    return [analysis.Job(
+    return [Job(
         f"layer_sim at {at} positions", p.figs / stem,
         lambda at=at, stem=stem: layer_sim.LayerSimConfig(
             ckpt=p.ckpts(), **p.ckpt_kw, context=p.cfg.context, at=at, out=str(p.figs / stem),
             **p.threads), tuple(p.students)) for at, stem in LAYER_SIM_STAGES.items()]
 
 
-def plan_grad_align(p: Pipeline) -> list[analysis.Job]:
+def plan_grad_align(p: Pipeline) -> list[Job]:
     """grad_align over the saved checkpoints of each aligned run (`aligned_runs`)."""
     cfg, preset = p.cfg, p.preset
 
@@ -698,12 +726,12 @@ def plan_grad_align(p: Pipeline) -> list[analysis.Job]:
     jobs = []
     for method, seed, suffix in aligned_runs(cfg.seeds, cfg.grad_seeds):
         key, stem = f"{method}_s{seed}", grad_stem(method, seed if suffix else None)
-        jobs.append(analysis.Job(f"grad_align {method} seed {seed}", p.figs / stem,
+        jobs.append(Job(f"grad_align {method} seed {seed}", p.figs / stem,
                                  lambda key=key, stem=stem: config(key, stem), (key,)))
     return jobs
 
 
-def plan_param_delta(p: Pipeline) -> list[analysis.Job]:
+def plan_param_delta(p: Pipeline) -> list[Job]:
     """param_delta of every student from the common start, the same-method control pair (OPD
     seeds 0 and 1) and the cross-method pair of the first seed."""
     cfg, students, s0 = p.cfg, p.students, p.cfg.seeds[0]
@@ -716,17 +744,17 @@ def plan_param_delta(p: Pipeline) -> list[analysis.Job]:
             else [], pair=[str(students[f"opd_s{s0}"]), str(students[f"nca_s{s0}"])],
             out=str(p.figs / "param_delta"), **p.threads)
 
-    return [analysis.Job("param_delta", p.figs / PARAM_DELTA, config, keys)]
+    return [Job("param_delta", p.figs / PARAM_DELTA, config, keys)]
 
 
-def plan_patching(p: Pipeline) -> list[analysis.Job] | str:
+def plan_patching(p: Pipeline) -> list[Job] | str:
     """Patching of the first seed's OPD and NCA students (and the teacher when the preset says
     so), or the preset's reason to skip it."""
     if p.preset.patching:
         return p.preset.patching
     s0 = p.cfg.seeds[0]
     keys = (f"opd_s{s0}", f"nca_s{s0}")
-    return [analysis.Job("patching", p.figs / PATCHING, lambda: patching.PatchingConfig(
+    return [Job("patching", p.figs / PATCHING, lambda: patching.PatchingConfig(
         ckpt=[*(str(p.students[k]) for k in keys),
               *([str(p.base)] if p.preset.patching_base else [])],
         context=p.cfg.context, out=str(p.figs / "patching"), **patching_fields(p),
@@ -739,16 +767,58 @@ LENS_STEPS = ("0", "mid", "final")
 LENS_ITEMS = 64
 
 
-def plan_lens(p: Pipeline) -> list[analysis.Job]:
+def plan_lens(p: Pipeline) -> list[Job]:
     """The two-view lens of the first seed's OPD and NCA students over training (step 0, the
     middle and the final checkpoint): where in the response the returning c still acts, against
     a wrong c' and the floor, and the forks of the harm and help cases."""
     s0 = p.cfg.seeds[0]
     keys = (f"opd_s{s0}", f"nca_s{s0}")
-    return [analysis.Job("lens", p.figs / LENS, lambda: lens.LensConfig(
+    return [Job("lens", p.figs / LENS, lambda: lens.LensConfig(
         ckpt=[str(p.students[k]) for k in keys], **p.ckpt_kw, context=p.cfg.context,
         n_levels=min(p.cfg.n_levels, LENS_ITEMS), over_training=list(LENS_STEPS),
         out=str(p.figs / "lens"), **p.threads), keys)]
+
+
+def default_plan(name: str):
+    """The plan of an analysis the pipeline has none of its own for: one stage over every
+    student's final folder, its report `<figures>/<name>.json`, with the pipeline's context
+    and threads where its config (`AnalysisSpec.config_class`) takes them."""
+    def plan(p: Pipeline) -> list[Job] | str:
+        spec = analysis.spec(name)
+        cls = spec.config_class()
+        if cls is None:
+            return (f"{spec.module} defines no config dataclass (<Name>Config), so the default "
+                    "plan cannot build its stage: give it one, or its own plan (add_plan)")
+        names = {f.name for f in fields(cls)}
+        where = next((f for f in analysis.PATH_FIELDS if f in names), None)
+        if where is None or "out" not in names:
+            return (f"{cls.__name__} takes no checkpoint list ({' or '.join(analysis.PATH_FIELDS)}"
+                    ") and out, so the default plan cannot build its stage: add_plan gives it "
+                    "its own")
+        keys = tuple(sorted(p.students))
+        extra = {k: getattr(p.cfg, k) for k in ("context", "threads") if k in names}
+        return [Job(f"{name} over every student", p.figs / name,
+                    lambda: cls(**{where: [str(p.students[k]) for k in keys],
+                                   "out": str(p.figs / name)}, **extra), keys, where)]
+    plan.__qualname__ = f"default_plan({name!r})"
+    return plan
+
+
+PLANS: dict = {name: globals()[f"plan_{name}"] for name in OWN_PLANS}  # the built-in plans
+
+
+def add_plan(name: str, plan) -> None:
+    """Give analysis `name` a plan of its own in the `analyses` step (`plan(p) -> [Job, ...]`
+    or a string saying why it is skipped), in place of `default_plan`."""
+    if name in OWN_STEPS:
+        raise UsageError(f"{name} runs in the pipeline's {OWN_STEPS[name]} step, not by a plan")
+    PLANS[name] = plan
+
+
+def plan_of(name: str):
+    """The plan the `analyses` step runs analysis `name` by: its own (`PLANS`) or the
+    default (`default_plan`)."""
+    return PLANS.get(name) or default_plan(name)
 
 
 def patching_fields(p: Pipeline) -> dict:

@@ -52,7 +52,7 @@ def test_a_registered_analysis_runs_in_the_pipeline_and_is_listed_everywhere(toy
     assert report["results"]["sokoban_nca"]["files"] == len(list(runs["nca_s0"].iterdir()))
     recorded = p.manifest.data["files"][str(figs / "toy.json")]["command"]
     assert recorded.startswith("python -m toy_analysis")
-    # which students the steps left to run read comes from the toy's plan
+    # which students the steps left to run read comes from the toy's (default) plan
     assert reproduce.Pipeline.needed(p) == {"nca_s0", "opd_s0"}
     # the layout finds its report; --keep accepts it and its help names it
     assert ("toy", figs / "toy.json") in layout.analysis_files(figs)
@@ -62,10 +62,10 @@ def test_a_registered_analysis_runs_in_the_pipeline_and_is_listed_everywhere(toy
         parse_config(reproduce.ReproduceConfig, ["--help-all"])
     shown = re.sub(r"\s+", " ", capsys.readouterr().out)
     assert "patching, lens, toy)" in shown
-    # the generated architecture page has its row, with its file, command and pipeline hook
+    # the generated architecture page has its row, with its file, config, command and plan
     row = next(r for r in architecture.analysis_table() if r.startswith("| toy |"))
     assert "toy_analysis.py`" in row and "`python -m toy_analysis`" in row
-    assert "`toy.json`" in row and "`toy_analysis:plan`" in row
+    assert "`ToyConfig`" in row and "`toy.json`" in row and "the default plan" in row
     assert analysis.module("toy").figures(report)
     # the folder's generated page lists its report and figure without an edit of its own
     from nca_interp.paper import report as page
@@ -114,3 +114,22 @@ def test_the_built_in_analyses_keep_the_contract_and_own_the_layout_names():
     assert layout.grad_stem("nca", 2) == "grad_align_nca_s2"
     assert layout.teacher_file("plan") == "teacher_plan.json"
 
+
+
+def test_the_registry_knows_analyses_only_and_the_pipeline_plans_from_it():
+    """#72: a registration holds the analysis (name, module, what, files, report), nothing of
+    the pipeline; the pipeline's own plans are for the analyses its layout names, and every
+    other registered analysis but those run in a step of their own is planned by default."""
+    import dataclasses
+
+    from nca_interp.paper import layout, reproduce
+
+    assert [f.name for f in dataclasses.fields(analysis.AnalysisSpec)] == \
+        ["name", "module", "what", "files", "report"]
+    assert set(reproduce.PLANS) == set(layout.OWN_PLANS)
+    assert all(fn.__name__ == f"plan_{name}" for name, fn in reproduce.PLANS.items())
+    assert set(reproduce.planned()) == set(analysis.names()) - set(layout.OWN_STEPS)
+    assert reproduce.plan_of("layer_sim") is reproduce.plan_layer_sim
+    assert "default_plan('toy')" in reproduce.plan_of("toy").__qualname__
+    with pytest.raises(ValueError, match="context_return step"):
+        reproduce.add_plan("evaluate", reproduce.plan_lens)

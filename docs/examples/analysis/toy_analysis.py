@@ -3,9 +3,10 @@ checkpoint folder. An analysis is this one module and the one `register` call at
 
     PYTHONPATH=docs/examples/analysis python -m toy_analysis runs/opd runs/nca --out /tmp/toy
 
-The pipeline (`nca_interp.paper.reproduce`), its `--keep` and the pages see it once the module
-is imported: list it in NCA_INTERP_ANALYSES (`NCA_INTERP_ANALYSES=toy_analysis`), or, from an
-installed package, in the `nca_interp.analyses` entry-point group.
+The pipeline (`nca_interp.paper.reproduce`: its default plan, one stage over every student's
+final folder), its `--keep` and the pages see it once the module is imported: list it in
+NCA_INTERP_ANALYSES (`NCA_INTERP_ANALYSES=toy_analysis`), or, from an installed package, in the
+`nca_interp.analyses` entry-point group.
 """
 
 from __future__ import annotations
@@ -56,18 +57,9 @@ def main(argv: list[str] | None = None) -> dict:
     return execute(parse_config(ToyConfig, argv, __doc__, positional="ckpt"))
 
 
-def plan(p) -> list[analysis.Job]:
-    """The paper pipeline's stage: every student's final folder (see `analysis.Job` for `p`)."""
-    keys = tuple(sorted(p.students))
-    return [analysis.Job("toy over every student", p.figs / "toy",
-                         lambda: ToyConfig(ckpt=[str(p.students[k]) for k in keys],
-                                           out=str(p.figs / "toy")), keys)]
-
-
 MODULE = __spec__.name if __spec__ else __name__  # "toy_analysis", also under python -m
 analysis.register(analysis.AnalysisSpec(
-    "toy", MODULE, "files per checkpoint folder", files={"toy": "toy.json"},
-    pipeline=f"{MODULE}:plan"))
+    "toy", MODULE, "files per checkpoint folder", files={"toy": "toy.json"}))
 
 if __name__ == "__main__":
     from nca_interp.cli import entry
