@@ -43,7 +43,8 @@ from nca_interp.fsio import link_runs_home
 from nca_interp.plugins import import_plugins
 
 __all__ = ["PLUGINS_ENV", "REGISTRY", "Analysis", "AnalysisSpec", "checkpoint_paths",
-           "command_defaults", "config", "data_record", "decoded", "discover", "execute",
+           "command_defaults", "config", "data_record", "decoded", "discover", "environment",
+           "execute",
            "figure_stem", "from_json", "infer_analysis", "label_of", "load", "make_report",
            "module", "names", "register", "report_class",
            "short_labels", "spec", "specs", "to_frame"]
@@ -328,8 +329,37 @@ def make_report(cfg, *, task: str | None, context: str | None,
     cls = report_class(name)
     return cls.from_json({"config": to_dict(cfg), "task": task, "context": context,
                           "runs": {k: run_identity(k, paths.get(k)) for k in results},
-                          "results": results, "analysis": name, **extra},
+                          "results": results, "analysis": name,
+                          "environment": environment(cfg), **extra},
                          f"{name or 'analysis'} report", complete=True)
+
+
+def environment(cfg) -> dict:
+    """Where a report's numbers were computed: the precision its `--precision` resolved to on
+    this machine (a config without one computes in fp32: `load_checkpoint` keeps float32), the
+    device, whether the CPU has native bf16, torch's threads, and the versions that computed
+    them. `auto` alone does not say which: it is bf16 on one CPU and fp32 on another."""
+    import platform
+    from importlib import metadata
+
+    import torch
+
+    from nca_interp.models import native_bf16, resolve_device, resolved_precision
+
+    device = resolve_device(getattr(cfg, "device", "cpu") or "cpu")
+    precision = getattr(cfg, "precision", None)
+
+    def version(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {"precision": resolved_precision(device, precision) if precision else "fp32",
+            "device": str(device), "cpu_native_bf16": native_bf16(),
+            "threads": torch.get_num_threads(), "python": platform.python_version(),
+            **{name: version(name) for name in ("torch", "transformers", "transformer-lens",
+                                                "nca_interp")}}
 
 
 def data_record(task, levels: list) -> dict:

@@ -217,6 +217,12 @@ class Report(Fields):
                             "prompts' sha256 (analysis.data_record)")
     figures: dict | None = doc("the sha256 of every figure file written with the report")
     analysis: str | None = doc("the registered analysis that wrote it")
+    environment: dict | None = doc("where it was computed (analysis.environment): the "
+                                   "precision --precision resolved to (auto is bf16 on a CPU "
+                                   "with native bf16, fp32 elsewhere), the device, whether the "
+                                   "CPU has native bf16, torch threads, and the versions of "
+                                   "Python, torch, transformers, TransformerLens and this "
+                                   "package; reports before it lack it")
     version: int = doc("the report format's version (reports.VERSION)", VERSION)
     extra: dict | None = None
 

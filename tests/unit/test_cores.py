@@ -265,6 +265,7 @@ def test_lens_core_on_models_in_memory_equals_the_command(models, tok, tmp_path)
     lens.main([str(folders["a"]), str(folders["b"]), *SETTINGS, "--max-cases", "2", "--batch",
                "3", "--out", str(out)])
     report = json.loads(out.with_suffix(".json").read_text())
+    assert report["environment"]["precision"] == "fp32"  # what its numbers were computed in
     saved = lens.report_arrays(report)
     assert set(got) == set(saved) and {"kl_ci95", "kl_parts", "lens_kl", "part"} <= set(got)
     for k in got:

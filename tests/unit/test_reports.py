@@ -103,3 +103,27 @@ def test_every_field_of_every_report_class_says_what_it_means():
                             if f.name != "extra" and not f.metadata.get("doc")]
             assert not undocumented, (c.__name__, undocumented)
         assert "the training step of each checkpoint" in reports.describe(reports.GradAlignReport)
+
+
+def test_a_report_records_the_precision_auto_resolved_to(monkeypatch):
+    """`--precision auto` is bf16 on a CPU with native bf16 and fp32 elsewhere: the config's
+    "auto" alone does not say which the numbers were computed in; the report's environment
+    does (and an analysis without the option computes in fp32)."""
+    from nca_interp import analysis
+    from nca_interp.configs import EvalConfig, LayerSimConfig
+    from nca_interp.models import native_bf16
+
+    def precision(cfg, native: str) -> str:
+        monkeypatch.setenv("NCA_INTERP_NATIVE_BF16", native)
+        native_bf16.cache_clear()
+        try:
+            return analysis.environment(cfg)["precision"]
+        finally:
+            native_bf16.cache_clear()
+
+    assert precision(EvalConfig(device="cpu"), "1") == "bf16"
+    assert precision(EvalConfig(device="cpu"), "0") == "fp32"
+    assert precision(EvalConfig(device="cpu", precision="bf16"), "0") == "bf16"
+    assert precision(LayerSimConfig(device="cpu"), "1") == "fp32"
+    env = analysis.environment(EvalConfig(device="cpu"))
+    assert env["device"] == "cpu" and env["torch"] and env["nca_interp"] and env["threads"] >= 1
