@@ -45,7 +45,8 @@ from nca_interp.plugins import import_plugins
 __all__ = ["PLUGINS_ENV", "REGISTRY", "Analysis", "AnalysisSpec", "checkpoint_paths",
            "command_defaults", "config", "data_record", "decoded", "discover", "environment",
            "execute",
-           "figure_stem", "from_json", "infer_analysis", "label_of", "load", "make_report",
+           "figure_stem", "from_json", "infer_analysis", "json_of", "label_of", "load",
+           "make_report",
            "module", "names", "register", "report_class",
            "short_labels", "spec", "specs", "to_frame"]
 
@@ -419,6 +420,13 @@ def figure_stem(out: str | Path, suffix: str) -> Path:
     return out if not suffix else out.with_name(f"{out.name}_{suffix}")
 
 
+def json_of(stem: Path) -> Path:
+    """The report file of `stem` (`figure_stem(out, "")`): the stem and .json, whatever dots it
+    holds (`--out e.txt` writes e.txt.json beside e.txt.html, under the lock .e.txt.nca-lock:
+    never e.json, which is another stem's, `--out e`'s)."""
+    return stem.with_name(f"{stem.name}.json")
+
+
 def write(report, out: str | Path, figures: dict, png: bool = False) -> list[str]:
     """Each of the report's figures, then its JSON (`out` with .json), last: the JSON records
     the sha256 of every figure file it belongs with (`report["figures"]`), so a kill between
@@ -441,14 +449,14 @@ def write(report, out: str | Path, figures: dict, png: bool = False) -> list[str
             png_error = e
             break
     typed = from_json(report)
-    replaced = stem.with_suffix(".json").is_file()
+    replaced = json_of(stem).is_file()
     typed["figures"] = _replace_figures(stem, typed.get("analysis"), files)
     if isinstance(report, dict):  # an untyped plug-in's own dict sees it too
         report["figures"] = typed["figures"]
-    written = [str(write_json(stem.with_suffix(".json"), typed)), *map(str, files)]
+    written = [str(write_json(json_of(stem), typed)), *map(str, files)]
     _pending(stem).unlink(missing_ok=True)
     if replaced:  # an edited report was replaced without a word (the fourth probe)
-        log.warning(f"note: replaced the earlier report {stem.with_suffix('.json')} (a report "
+        log.warning(f"note: replaced the earlier report {json_of(stem)} (a report "
                     "is replaced by its own analysis; to keep one, choose another --out)")
     if png_error is not None:
         raise RunError(f"{png_error} The report and its HTML figures were written.")
@@ -541,7 +549,7 @@ def own_outputs(stem: Path, analysis: str | None = None) -> dict[str, set[str] |
     replaced."""
     from nca_interp.fsio import check_target, read_json
 
-    json_path = check_target(stem.with_suffix(".json"))
+    json_path = check_target(json_of(stem))
     pending = {n: set(ds) for n, ds in _pending_shas(stem).items()}  # a killed write's
     if not json_path.exists():
         return dict(pending)
@@ -678,7 +686,7 @@ def check_out_clear(cfg, out: str | Path) -> None:
                          f"{Path(out) / 'report'}")
     from nca_interp.plots import figure_path
 
-    targets = {stem.with_suffix(".json"), figure_path(stem, ".html"),
+    targets = {json_of(stem), figure_path(stem, ".html"),
                stem.parent / "plotly.min.js"}
     from nca_interp.checkpoint import LOADED_FILES
 
@@ -738,7 +746,7 @@ def execute(mod, cfg) -> dict:
         check_out_clear(cfg, out)
         check_outputs(out, analysis_of(mod))
         stem = figure_stem(Path(out).expanduser(), "")
-        check_writable(stem.with_suffix(".json"))
+        check_writable(json_of(stem))
         check_bundle(stem.parent)
         check_disk(stem.parent, OUT_BYTES, f"the report {stem}.json and its figures",
                    "free space or choose an --out on another disk")

@@ -412,7 +412,7 @@ class Job:
 
     @property
     def json(self) -> Path:
-        return analysis.figure_stem(self.out, "").with_suffix(".json")
+        return analysis.json_of(analysis.figure_stem(self.out, ""))
 
 
 @dataclass
