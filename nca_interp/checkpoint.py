@@ -404,7 +404,8 @@ def verify_folder(path: str | Path) -> Path:
     path = Path(path).expanduser().resolve()
     if not path.exists():
         raise CheckpointError(f"no checkpoint at {path}: check the path, or train one with "
-                              "`python -m train.sft --out DIR`")
+                              "`python -m train.sft --out DIR` (from a clone; installed: "
+                              "`python -m nca_interp.train.sft`)")
     if not path.is_dir():
         raise CheckpointError(f"{path} is a file; pass the checkpoint *folder* that holds "
                               "config.json and model.safetensors")

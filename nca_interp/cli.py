@@ -22,8 +22,8 @@ from nca_interp.errors import RunError, UsageError
 
 __all__ = ["FALSE_WORDS", "REPLACED_FLAGS", "TRUE_WORDS", "argv_of", "as_paths",
            "check_arguments", "check_disk", "check_writable", "entry", "finite_json",
-           "own_flags", "parse_config", "parse_early", "same_config", "to_dict", "validate",
-           "write_atomic", "write_json"]
+           "own_flags", "parse_config", "parse_early", "quiet_interrupt", "same_config",
+           "to_dict", "validate", "write_atomic", "write_json"]
 
 if typing.TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -311,6 +311,27 @@ def write_atomic(path: str | Path, text: str, fault: str | None = None) -> Path:
     return write_text(path, text, fault)
 
 
+def quiet_interrupt() -> None:
+    """Ctrl-C (or SIGTERM) while a command is still importing (torch, transformers: seconds)
+    ends it in one line, nothing done, not in a traceback from inside an import; `entry`
+    takes the signals over once the command runs. Called by each command's `__main__` guard
+    above its heavy imports (`parse_early` does), never by an import of the library."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def stop(signum, frame):
+        how = "terminated" if signum == signal.SIGTERM else "interrupted"
+        sys.stderr.write(f"{how} while starting; nothing was done\n")
+        sys.stderr.flush()
+        os._exit(143 if signum == signal.SIGTERM else 130)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+
+
 def parse_early(cls, description: str | None = None, positional: str | None = None,
                 first=None):
     """A command's own command line parsed by its module's `if __name__ == "__main__":` guard,
@@ -319,6 +340,7 @@ def parse_early(cls, description: str | None = None, positional: str | None = No
     a module without torch (`nca_interp.configs`). `first(argv)` checks the raw command line
     before it is parsed (train.sft's replaced flags). The config returned is what `main` runs:
     `entry(main, parsed=...)` hands it over, so the command line is parsed once."""
+    quiet_interrupt()
     argv, debug = own_flags(sys.argv[1:])
     try:
         if first is not None:
@@ -366,8 +388,10 @@ def entry(main, argv: list[str] | None = None, parsed=None) -> int:
     import signal
     import threading
 
-    previous = signal.signal(signal.SIGTERM, on_term) \
-        if threading.current_thread() is threading.main_thread() else None
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:  # Ctrl-C is KeyboardInterrupt again (`quiet_interrupt` held it)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous = signal.signal(signal.SIGTERM, on_term) if main_thread else None
     try:
         with hash_once():  # a checkpoint opened several times by one command is hashed once
             main(argv if parsed is None else parsed)

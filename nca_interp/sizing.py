@@ -11,6 +11,11 @@ the word list it replaced, on the model's own responses.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # Ctrl-C while the imports below run: one line, not a traceback
+    from nca_interp.cli import quiet_interrupt
+
+    quiet_interrupt()
+
 import numpy as np
 
 from nca_interp.fsio import write_text

@@ -7,6 +7,11 @@ on (small: ~4 MB each), rewriting run-config paths to `embedded:NAME` references
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # Ctrl-C while the imports below run: one line, not a traceback
+    from nca_interp.cli import quiet_interrupt
+
+    quiet_interrupt()
+
 import json
 import shutil
 import sys

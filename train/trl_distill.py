@@ -13,6 +13,11 @@ task and context), so every analysis opens it (`evaluate`, `layer_sim`, `param_d
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # Ctrl-C while the imports below run: one line, not a traceback
+    from nca_interp.cli import quiet_interrupt
+
+    quiet_interrupt()
+
 import os
 import sys
 from dataclasses import dataclass, field

@@ -9,6 +9,24 @@ at import; `layout` decides the file names of a setting's folder; `rules` is the
 `claims` are judged by; `report`, `summary`, `referee`, `sweep` and `paper` write the pages.
 Training itself is `train/` (`train.sft`, `train.distill`, `train.trl_distill`); the analyses
 are `nca_interp.<analysis>`.
+
+It runs from a clone of the repository, at its root: it reads and writes the clone's
+`figures/` and imports its `train/` folder by that name, and the library's wheel leaves it out.
+Anywhere else its commands stop here in one line.
 """
 
+import importlib.util
+import sys
+
 __all__ = []
+
+try:
+    _CLONE = importlib.util.find_spec("train.options") is not None
+except ImportError:  # a `train` module that is not the clone's folder
+    _CLONE = False
+if not _CLONE:
+    sys.stderr.write("error: the paper's pipeline (nca_interp.paper) runs from a clone of the "
+                     "repository, at its root (it imports the clone's train/ folder): cd to "
+                     "the clone, or run the library's own commands (python -m nca_interp."
+                     "<analysis>) from anywhere\n")
+    raise SystemExit(2)

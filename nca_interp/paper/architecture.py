@@ -11,6 +11,11 @@ fails on an upward arrow, a circle, or a module no layer names.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # Ctrl-C while the imports below run: one line, not a traceback
+    from nca_interp.cli import quiet_interrupt
+
+    quiet_interrupt()
+
 import argparse
 import ast
 from pathlib import Path

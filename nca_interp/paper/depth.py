@@ -28,6 +28,11 @@ means with the seed range (a spread, not an interval).
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # Ctrl-C while the imports below run: one line, not a traceback
+    from nca_interp.cli import quiet_interrupt
+
+    quiet_interrupt()
+
 import argparse
 import dataclasses
 from pathlib import Path

@@ -24,6 +24,11 @@ A harm is undefined at a checkpoint with nothing right without c (it is printed 
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # Ctrl-C while the imports below run: one line, not a traceback
+    from nca_interp.cli import quiet_interrupt
+
+    quiet_interrupt()
+
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field

@@ -7,6 +7,11 @@ manifest, which the pipeline's pruning compares before it deletes a figure:
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # Ctrl-C while the imports below run: one line, not a traceback
+    from nca_interp.cli import quiet_interrupt
+
+    quiet_interrupt()
+
 import argparse
 import hashlib
 import json

@@ -26,6 +26,11 @@ machine) and refuses unless the merged files are the ones recorded.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # Ctrl-C while the imports below run: one line, not a traceback
+    from nca_interp.cli import quiet_interrupt
+
+    quiet_interrupt()
+
 import argparse
 import json
 import shutil

@@ -18,6 +18,11 @@ at that rate to reach the teacher's margin with c.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # Ctrl-C while the imports below run: one line, not a traceback
+    from nca_interp.cli import quiet_interrupt
+
+    quiet_interrupt()
+
 import json
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -12,6 +12,11 @@ settings it counts."""
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # Ctrl-C while the imports below run: one line, not a traceback
+    from nca_interp.cli import quiet_interrupt
+
+    quiet_interrupt()
+
 import argparse
 from pathlib import Path
 

@@ -10,6 +10,11 @@ verdicts and of the tests is written here; every number and verdict comes from t
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # Ctrl-C while the imports below run: one line, not a traceback
+    from nca_interp.cli import quiet_interrupt
+
+    quiet_interrupt()
+
 import argparse
 import re
 from collections.abc import Callable

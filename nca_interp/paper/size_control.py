@@ -22,6 +22,11 @@ apart from the size-matched OPD's as much as from OPD's, beyond the seed-to-seed
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # Ctrl-C while the imports below run: one line, not a traceback
+    from nca_interp.cli import quiet_interrupt
+
+    quiet_interrupt()
+
 import dataclasses
 import json
 import math

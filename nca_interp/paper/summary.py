@@ -15,6 +15,11 @@ intervals are in figures/<name>/README.md). A test checks that README.md's block
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # Ctrl-C while the imports below run: one line, not a traceback
+    from nca_interp.cli import quiet_interrupt
+
+    quiet_interrupt()
+
 import argparse
 import re
 from pathlib import Path

@@ -11,6 +11,11 @@ time). A row not yet run is listed as such, with the command that runs it. """
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # Ctrl-C while the imports below run: one line, not a traceback
+    from nca_interp.cli import quiet_interrupt
+
+    quiet_interrupt()
+
 import argparse
 from pathlib import Path
 

@@ -4,7 +4,6 @@ T-B (Ctrl-C while a command imports), T-C (the in-memory cores' items and tokeni
 tokenizer's model_max_length that is not a number)."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from nca_interp.assets import embedded
-from nca_interp.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,3 +38,44 @@ def test_an_out_with_any_suffix_keeps_it_for_the_report_figures_and_lock(tmp_pat
     assert not (tmp_path / "e.json").exists() and not (tmp_path / "m.json").exists()
     assert (tmp_path / "x.json").read_text() == '{"mine": 1}'  # the user's, untouched
     assert json.loads((tmp_path / "e.txt.json").read_text())["analysis"] == "evaluate"
+
+
+# -- T-A: the pipeline outside a clone -------------------------------------------------------
+
+def test_the_pipeline_outside_a_clone_says_so_in_one_line(tmp_path):
+    """It imported the clone's `train` and ended in a ModuleNotFoundError traceback; the
+    wheel now leaves it out (tests/integration/test_wheel.py) and an editable install run
+    from elsewhere stops in one line, status 2."""
+    got = run(["nca_interp.paper.reproduce", "--help"], tmp_path)
+    assert got.returncode == 2 and "Traceback" not in got.stderr
+    assert got.stderr.count("\n") == 1 and "runs from a clone" in got.stderr
+
+
+# -- T-B: Ctrl-C while a command imports -----------------------------------------------------
+
+def importing_torch(pid: int) -> bool:
+    """Whether process `pid` has begun loading torch's library (its imports are under way)."""
+    try:
+        return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("args", [
+    ["nca_interp.evaluate", "--n-levels", "2"],  # parse_early's guard
+    ["train.distill", "--student", "nowhere", "--out", "nowhere_out"],
+    ["nca_interp.paper.report", "--task", "sokoban"]])  # a command without parse_early
+def test_an_interrupt_while_a_command_imports_is_one_line(tmp_path, args):
+    """A Ctrl-C in the seconds a command spends importing torch printed a 30-line
+    KeyboardInterrupt traceback from inside an import; it is now one line, status 130."""
+    if not Path("/proc/self/maps").exists():
+        pytest.skip("needs /proc to see when the imports begin")
+    proc = subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not importing_torch(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err, err[-2000:]
+    assert proc.returncode == 130 and err == "interrupted while starting; nothing was done\n"

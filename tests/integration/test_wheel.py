@@ -75,6 +75,9 @@ def test_the_wheel_installs_the_library_alone_and_works_from_outside_the_reposit
     assert tops == {"nca_interp", wheel.name.split("-py")[0] + ".dist-info"}, tops
     assert {"nca_interp/train/sft.py", "nca_interp/train/distill.py", "nca_interp/py.typed",
             "nca_interp/assets/sokoban_opd/model.safetensors"} <= set(names)
+    # the paper's pipeline runs from a clone, not from the library (#72; probe 12 T-A: it
+    # imported the clone's `train` and ended in a traceback outside it)
+    assert not [n for n in names if n.startswith("nca_interp/paper")]
     assert (ROOT / "build").exists() == had_build
 
     # a fresh environment with the wheel alone; its dependencies are this one's, on the path
@@ -114,3 +117,7 @@ def test_the_wheel_installs_the_library_alone_and_works_from_outside_the_reposit
         "usage: python -m nca_interp.layer_sim ")
     assert run("-m", "nca_interp.train.sft", "--help").startswith(
         "usage: python -m nca_interp.train.sft ")
+    gone = subprocess.run([str(python), "-m", "nca_interp.paper.reproduce", "--help"],
+                          cwd=away, env=env, capture_output=True, text=True, timeout=600)
+    assert gone.returncode != 0 and "Traceback" not in gone.stderr
+    assert "No module named 'nca_interp.paper'" in gone.stderr
