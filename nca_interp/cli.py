@@ -23,7 +23,7 @@ from nca_interp.errors import RunError, UsageError
 __all__ = ["FALSE_WORDS", "REPLACED_FLAGS", "TRUE_WORDS", "argv_of", "as_paths",
            "check_arguments", "check_disk", "check_writable", "entry", "finite_json",
            "own_flags", "parse_config", "parse_early", "quiet_interrupt", "same_config",
-           "to_dict", "validate", "write_atomic", "write_json"]
+           "started", "to_dict", "validate", "write_atomic", "write_json"]
 
 if typing.TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -330,6 +330,19 @@ def quiet_interrupt() -> None:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
+
+
+def started() -> None:
+    """The signals as Python has them (Ctrl-C is KeyboardInterrupt, SIGTERM ends the
+    process): what a command's `__main__` guard calls once its imports are done, where it runs
+    without `entry` (which takes them over itself), so that `quiet_interrupt`'s "nothing was
+    done" is never said of work under way."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def parse_early(cls, description: str | None = None, positional: str | None = None,

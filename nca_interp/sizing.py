@@ -120,6 +120,10 @@ if __name__ == "__main__":
     import json
     from pathlib import Path
 
+    from nca_interp.cli import started
+
+    started()
+
     ap = argparse.ArgumentParser(
         prog="python -m nca_interp.sizing",
         description="Size the task on the fetched model: where it reads the context "

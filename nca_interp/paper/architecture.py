@@ -253,4 +253,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    from nca_interp.cli import started
+
+    started()
     main()

@@ -522,5 +522,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    from nca_interp.cli import started
+
+    started()
     main()
 

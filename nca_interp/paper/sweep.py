@@ -482,4 +482,7 @@ ESTIMATORS_PAGE = Path("docs/results/estimators.md")
 
 
 if __name__ == "__main__":
+    from nca_interp.cli import started
+
+    started()
     main()

@@ -79,3 +79,26 @@ def test_an_interrupt_while_a_command_imports_is_one_line(tmp_path, args):
     out, err = proc.communicate(timeout=120)
     assert "Traceback" not in err, err[-2000:]
     assert proc.returncode == 130 and err == "interrupted while starting; nothing was done\n"
+
+
+def test_a_command_without_entry_takes_the_signals_back_once_imported():
+    """`quiet_interrupt` says "nothing was done", true only while importing: a command that
+    runs without `entry` (which takes the signals over) calls `started` in its `__main__`
+    block, so a Ctrl-C during its work is Python's KeyboardInterrupt again."""
+    from nca_interp.cli import quiet_interrupt, started
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    try:
+        quiet_interrupt()
+        assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        started()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])
+    for f in [*(ROOT / "nca_interp").rglob("*.py"), *(ROOT / "train").glob("*.py")]:
+        text = f.read_text()
+        if "quiet_interrupt()" in text and "parse_early" not in text and f.name != "cli.py":
+            tail = text.rsplit('if __name__ == "__main__":', 1)[1]
+            assert "entry(" in tail or "started()" in tail, f
