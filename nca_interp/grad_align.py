@@ -81,6 +81,7 @@ from nca_interp.runs import (
 )
 from nca_interp.tasks import Task
 from nca_interp.tensorfiles import TensorFolder, row_chunks, save_sharded
+from nca_interp.tokenizer import check_tokenizer
 
 __all__ = ["DEMO", "ZERO_REL", "align", "arrays_of", "execute", "figures", "format_table", "main",
            "report_arrays", "run", "self_cell", "show", "undefined_terms", "zero_terms"]
@@ -424,6 +425,7 @@ def align(student, teacher, tok, task: Task | str, levels: list | int, context: 
     (pair, bound) and the terms' `noise_scale`, floors and `positive_control`. `attrs`: the
     terms without a direction (`undefined`), the parts' token counts and the responses."""
     task, levels = task_and_items(task, levels, "grad", seed)
+    check_tokenizer(tok)
     entry = measure(student, teacher, tok, task, levels, context, parts, micro_batch,
                     temperature, seed, terms)
     arrays = arrays_of(entry, list(terms))

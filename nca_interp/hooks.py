@@ -15,6 +15,7 @@ import torch
 from nca_interp.checkpoint import load_checkpoint
 from nca_interp.errors import UsageError
 from nca_interp.names import EMBED_HOOK, pattern_hook, resid_hook
+from nca_interp.tokenizer import check_tokenizer
 
 __all__ = ["as_bridge", "attached", "attached_hooks", "boot_bridge", "capture"]
 
@@ -52,6 +53,7 @@ def as_bridge(model, tok=None):
                          f"TransformerBridge, not {type(model).__name__}")
     if tok is None:
         raise UsageError("an analysis on a transformers model needs its tokenizer: pass tok=")
+    check_tokenizer(tok)
     tok = copy.deepcopy(tok)
     # TransformerLens reloads a tokenizer without a BOS from its name_or_path (the hub, from
     # memory); ours encode with add_special_tokens=False, so the flag changes no id here

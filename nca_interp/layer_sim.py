@@ -115,6 +115,7 @@ from nca_interp.similarity import (  # noqa: F401 - the statistics, read as laye
     similarity_by_layer,
 )
 from nca_interp.tasks import Task, make_task
+from nca_interp.tokenizer import check_tokenizer
 
 __all__ = ["DEMO", "compare", "entry_of", "execute", "figures", "format_heads",
            "format_table", "layer_labels", "main", "null_line", "report_arrays", "run", "show",
@@ -194,9 +195,15 @@ def layer_labels(n_layers: int) -> list[str]:
 def task_and_items(task: Task | str, levels: list | int, split: str = "test", seed: int = 0
                    ) -> tuple[Task, list]:
     """A task name builds the task (`make_task`, its defaults); a count draws that many
-    items of its `split` with `seed`, as the commands' --n-levels and --seed do."""
+    items of its `split` with `seed`, as the commands' --n-levels and --seed do. Items that are
+    neither (0, -3, 2.5, "8", an empty list) are refused in one line."""
+    if isinstance(levels, bool) or not isinstance(levels, (int, list, tuple)) or \
+            (isinstance(levels, int) and levels < 1) or (not isinstance(levels, int)
+                                                         and not levels):
+        raise UsageError(f"levels is how many items to draw (a positive int, as --n-levels) "
+                         f"or a non-empty list of the task's items, not {levels!r}")
     task = make_task(task) if isinstance(task, str) else task
-    return task, task.levels(split, levels, seed) if isinstance(levels, int) else levels
+    return task, task.levels(split, levels, seed) if isinstance(levels, int) else list(levels)
 
 
 def similarity(model, task: Task | str, levels: list | int, context: str, tok=None,
@@ -219,6 +226,8 @@ def similarity(model, task: Task | str, levels: list | int, context: str, tok=No
     if at not in POSITIONS:
         raise UsageError(f"at must be one of {POSITIONS}, not {at!r}")
     task, levels = task_and_items(task, levels)
+    if tok is not None:
+        check_tokenizer(tok)
     bridge = as_bridge(model, tok)
     tok = tok if tok is not None else bridge.tokenizer
     task = task.for_tokenizer(tok)
@@ -298,6 +307,7 @@ def compare(models, task: Task | str, levels: list | int, context: str, tok=None
     task, levels = task_and_items(task, levels)
     if tok is None:
         tok = as_bridge(next(iter(models.values()))).tokenizer
+    check_tokenizer(tok)
     if responses is None:
         responses = reference_responses(tok, task.for_tokenizer(tok), levels)
     return stack({name: similarity(m, task, levels, context, tok, at, responses, batch)

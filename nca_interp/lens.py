@@ -84,6 +84,7 @@ from nca_interp.evaluate import (
 )
 from nca_interp.forward import is_hf, positions
 from nca_interp.labelled import Arrays, Labelled, as_float, stack_ragged
+from nca_interp.layer_sim import task_and_items
 from nca_interp.losses import position_kl
 from nca_interp.models import context_limit, resolve_device
 from nca_interp.progress import bar
@@ -102,7 +103,8 @@ from nca_interp.runs import (
     resolve_task_and_context,
     with_initial_checkpoints,
 )
-from nca_interp.tasks import Task, make_task
+from nca_interp.tasks import Task
+from nca_interp.tokenizer import check_tokenizer
 from nca_interp.trajectory import checkpoints_of
 
 __all__ = ["DEMO", "FLOOR_PAD", "PARTS", "REGIONS", "SERIES", "TwoViews", "ViewPass",
@@ -670,9 +672,8 @@ def effect(model, tok, task: Task | str, levels: list | int, context: str, **opt
                          f"{sorted(set(options) - allowed)}")
     cfg = LensConfig(**options)
     validate(cfg)
-    task = make_task(task) if isinstance(task, str) else task
-    if isinstance(levels, int):
-        levels = task.levels("test", levels, cfg.seed)
+    task, levels = task_and_items(task, levels, "test", cfg.seed)
+    check_tokenizer(tok)
     entry = lens_checkpoint(model, tok, task, levels, context, cfg)
     n = model.config.num_hidden_layers if cfg.layers else 0
     return arrays_of(entry, ["embed", *map(str, range(n))] if cfg.layers else None)

@@ -18,7 +18,8 @@ from transformers import PreTrainedTokenizerFast
 
 from nca_interp.errors import UsageError
 
-__all__ = ["EOS", "MAX_RENDER_CHARS", "RENDER_SECONDS", "build_char_tokenizer", "render_chat"]
+__all__ = ["EOS", "MAX_RENDER_CHARS", "RENDER_SECONDS", "build_char_tokenizer", "check_tokenizer",
+           "render_chat"]
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 CHARS = sorted(set(string.printable) - set("\t\r\x0b\x0c")) + ["√"]
@@ -103,3 +104,12 @@ def _time_limit(seconds: float):
         if old_delay:  # someone else's timer, less the time spent here (at least a tick)
             left = max(old_delay - (time.monotonic() - start), 1e-3)
             signal.setitimer(signal.ITIMER_REAL, left, old_interval)
+
+
+def check_tokenizer(tok, where: str = "tok") -> None:
+    """Refuse, in one line, a `tok=` that is no tokenizer (a core on models in memory is handed
+    the model's tokenizer: a transformers tokenizer, callable and with `decode`)."""
+    if not (callable(tok) and callable(getattr(tok, "decode", None))
+            and callable(getattr(tok, "encode", None))):
+        raise UsageError(f"{where}= is the model's tokenizer (a transformers tokenizer, as "
+                         f"load_checkpoint returns it), not {type(tok).__name__}")

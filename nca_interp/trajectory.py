@@ -67,6 +67,7 @@ from nca_interp.reports import TrajectoryReport, as_report
 from nca_interp.rollout import onpolicy_batch
 from nca_interp.runs import check_trained_on, initial_of, resolve_task_and_context, teacher_of
 from nca_interp.tasks import Task, make_task
+from nca_interp.tokenizer import check_tokenizer
 
 __all__ = ["arrays_of", "checkpoints_of", "execute", "figures", "format_table", "main",
            "measure", "over_steps", "report_arrays", "run", "show"]
@@ -177,6 +178,10 @@ def over_steps(models: Mapping[int, Any], teacher, tok, task: Task | str, contex
     (drift is measured from it)."""
     if not models:
         raise UsageError("over_steps takes at least one model: {step: model}")
+    for name, n in (("n_levels", n_levels), ("drift_levels", drift_levels)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise UsageError(f"{name} is how many held-out items (a positive int), not {n!r}")
+    check_tokenizer(tok)
     task = make_task(task) if isinstance(task, str) else task
     rows = [{"step": int(step), **measure(m, teacher, tok, task, context, n_levels,
                                          drift_levels, seed, control, initial)}

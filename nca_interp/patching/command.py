@@ -45,6 +45,7 @@ from nca_interp.reports import Patching, PatchingReport, as_report
 from nca_interp.rollout import stop_ids
 from nca_interp.runs import resolve_task_and_context
 from nca_interp.tasks import Task, make_task
+from nca_interp.tokenizer import check_tokenizer
 
 __all__ = ["ABLATE_NOTE", "CORE_OPTIONS", "DEMO", "DEMO_SCOPE", "DIRECTIONS", "FLIPPED",
            "ablate_of", "arrays_of", "direction_record", "execute", "figures", "format_report",
@@ -215,6 +216,7 @@ def patch(model, tok, task: Task | str, context: str, **options) -> Arrays:
     cfg = PatchingConfig(**options)
     validate(cfg)
     _check_exact_sizes(cfg)
+    check_tokenizer(tok)
     task = make_task(task) if isinstance(task, str) else task
     _check_scored(task, "the task")
     return arrays_of(measure(model, tok, task, context, cfg, "in memory",

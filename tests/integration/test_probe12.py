@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from nca_interp.assets import embedded
+from nca_interp.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,3 +103,37 @@ def test_a_command_without_entry_takes_the_signals_back_once_imported():
         if "quiet_interrupt()" in text and "parse_early" not in text and f.name != "cli.py":
             tail = text.rsplit('if __name__ == "__main__":', 1)[1]
             assert "entry(" in tail or "started()" in tail, f
+
+
+# -- T-C: the in-memory cores' items and tokenizer -------------------------------------------
+
+@pytest.mark.parametrize("levels", [0, -3, 2.5, "8", [], True])
+def test_a_core_refuses_items_that_are_no_count_or_list_in_one_line(levels):
+    """`layer_sim.compare(..., levels, ...)` with these failed deep inside (max() of an empty
+    sequence, a float not iterable, a str without `solution`); now one UsageError naming it,
+    before any model is wrapped or run."""
+    from nca_interp import layer_sim, lens
+    from nca_interp.checkpoint import load_checkpoint
+
+    model, tok = load_checkpoint(embedded("sokoban_base"))
+    for call in (lambda: layer_sim.compare({"b": model}, "sokoban", levels, "state", tok=tok),
+                 lambda: lens.effect(model, tok, "sokoban", levels, "state")):
+        with pytest.raises(UsageError, match="levels is how many items") as e:
+            call()
+        assert "\n" not in str(e.value)
+
+
+def test_a_core_refuses_a_tokenizer_that_is_not_one():
+    from nca_interp import grad_align, layer_sim, lens, patching, trajectory
+    from nca_interp.checkpoint import load_checkpoint
+
+    model, _ = load_checkpoint(embedded("sokoban_base"))
+    calls = [lambda: layer_sim.compare({"b": model}, "sokoban", 2, "state", tok="x"),
+             lambda: layer_sim.similarity(model, "sokoban", 2, "state", tok="x"),
+             lambda: lens.effect(model, "x", "sokoban", 2, "state"),
+             lambda: grad_align.align(model, model, "x", "sokoban", 2, "state"),
+             lambda: trajectory.over_steps({0: model}, model, "x", "sokoban", "state"),
+             lambda: patching.patch(model, "x", "sokoban", "state")]
+    for call in calls:
+        with pytest.raises(UsageError, match="tok= is the model's tokenizer"):
+            call()
