@@ -571,6 +571,12 @@ def load_checkpoint(path: str | Path, device: str = "cpu",
     except Exception as e:  # noqa: BLE001 - transformers raises many types here
         raise CheckpointError(f"{path}: tokenizer could not be loaded ({e}); a checkpoint "
                               "folder must hold its tokenizer files") from e
+    limit = getattr(tokenizer, "model_max_length", None)
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit != limit \
+            or limit < 1:  # "NaN" in tokenizer_config.json broke every later encode
+        raise CheckpointError(f"{path / 'tokenizer_config.json'}: model_max_length is "
+                              f"{limit!r}, not a positive number of tokens; restore the file "
+                              "(or remove the key)")
     if len(tokenizer) > config.get("vocab_size", len(tokenizer)):
         raise CheckpointError(f"{path}: the tokenizer has {len(tokenizer)} tokens but the model "
                               f"only {config['vocab_size']} embedding rows; the tokenizer files "

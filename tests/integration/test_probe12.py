@@ -137,3 +137,27 @@ def test_a_core_refuses_a_tokenizer_that_is_not_one():
     for call in calls:
         with pytest.raises(UsageError, match="tok= is the model's tokenizer"):
             call()
+
+
+# -- T-D: a tokenizer's model_max_length that is not a number --------------------------------
+
+@pytest.mark.parametrize("value", ["NaN", "big", -5, 0])  # null: the default, accepted
+def test_a_tokenizer_limit_that_is_no_number_is_named_in_one_line(tmp_path, value):
+    """"model_max_length": "NaN" in tokenizer_config.json ended in a 45-line TypeError from
+    inside transformers at the first encode; now the checkpoint is refused where it loads,
+    naming the file and the key."""
+    import shutil
+
+    from nca_interp.checkpoint import write_manifest
+
+    folder = tmp_path / "t1"
+    shutil.copytree(embedded("sokoban_base"), folder)
+    cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    cfg["model_max_length"] = value
+    (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
+    write_manifest(folder)  # only the planted defect differs
+    got = run(["nca_interp.evaluate", str(folder), "--n-levels", "2", "--threads", "1",
+               "--out", str(tmp_path / "e")], tmp_path)
+    assert got.returncode == 2 and "Traceback" not in got.stderr
+    assert "tokenizer_config.json: model_max_length is" in got.stderr
+    assert got.stderr.count("\n") == 1
