@@ -264,6 +264,11 @@ def checkpoint_paths(cfg) -> list[str]:
             raise UsageError(f"{p} is given twice (as {seen[folder]} too); name each "
                              "checkpoint once (a copy of a run is not a second run either)")
         seen[folder] = p
+    from nca_interp.runs import in_progress
+
+    for p in paths:  # a half-trained run reads like a finished one in every table
+        if (note := in_progress(p)) is not None:
+            log.warning(f"note: {note}")
     return paths
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from nca_interp.errors import RunError
 from nca_interp.fsio import UnsafePathError
 
-__all__ = ["RunLock"]
+__all__ = ["RunLock", "holder"]
 
 # What a lock file of ours holds: nothing (released) or the holder's note, `PID\nCOMMAND\n`
 OURS = re.compile(rb"(?:\d+\n[^\n]*\n)?")
@@ -107,3 +107,24 @@ class RunLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+def holder(folder: str | Path, name: str = ".lock") -> str | None:
+    """Who holds `folder/name` now ("pid N (command)"), or None: read only, never created,
+    never through a link (a reader's shared lock is refused while a writer holds it)."""
+    try:
+        fd = os.open(Path(folder) / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid, _, cmd = os.pread(fd, 4096, 0).decode(errors="replace").partition("\n")
+            return f"pid {pid.strip() or '?'} ({cmd.strip() or '?'})"
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)

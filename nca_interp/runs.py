@@ -14,8 +14,9 @@ from nca_interp.errors import UsageError
 from nca_interp.tasks import Task, option_file, parse_task_options, task_from_record
 
 __all__ = ["anchored", "check_context", "check_data_unchanged", "check_same_tokenizers",
-           "check_trained_on", "initial_of", "lr_at", "recorded_digest", "resolve_task_and_context",
-           "step_of", "task_for_checkpoints", "teacher_of", "with_initial_checkpoints"]
+           "check_trained_on", "in_progress", "initial_of", "lr_at", "recorded_digest",
+           "resolve_task_and_context", "step_of", "task_for_checkpoints", "teacher_of",
+           "with_initial_checkpoints"]
 
 
 def check_trained_on(path: str | Path | None, task: str, what: str) -> None:
@@ -311,3 +312,28 @@ def lr_at(step: int, lr: float, warmup: int, total: int, schedule: str) -> float
         frac = (step - warmup) / max(1, total - warmup)
         return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
     return lr
+
+
+def in_progress(path: str | Path) -> str | None:
+    """What a reader of a run folder's numbers must know when its training is not finished
+    (None when it is, or the folder is no run): a live process training it now, or its newest
+    saved step short of the steps its run config asks for (a run killed part way: its root
+    holds that step, and the same train command resumes it)."""
+    from nca_interp.checkpoint import step_number
+    from nca_interp.runlock import holder
+
+    run = Path(path)
+    if not (run / "run_config.json").is_file() or not (run / "checkpoints").is_dir():
+        return None
+    who = holder(run)
+    if who is not None:
+        return (f"{run} is being trained now by {who}: its root holds the newest saved step, "
+                "which the next save replaces")
+    steps = read_run_config(run).get("steps")
+    saved = [n for p in (run / "checkpoints").glob("step_*")
+             if (n := step_number(p)) is not None]
+    if isinstance(steps, int) and not isinstance(steps, bool) and saved and max(saved) < steps:
+        newest = max(saved)
+        return (f"{run} is an unfinished run (step {newest} of {steps}): its numbers are step "
+                f"{newest}'s; the same train command resumes it")
+    return None

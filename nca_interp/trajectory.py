@@ -65,7 +65,13 @@ from nca_interp.models import context_limit
 from nca_interp.progress import bar
 from nca_interp.reports import TrajectoryReport, as_report
 from nca_interp.rollout import onpolicy_batch
-from nca_interp.runs import check_trained_on, initial_of, resolve_task_and_context, teacher_of
+from nca_interp.runs import (
+    check_trained_on,
+    in_progress,
+    initial_of,
+    resolve_task_and_context,
+    teacher_of,
+)
 from nca_interp.tasks import Task, make_task
 from nca_interp.tokenizer import check_tokenizer
 
@@ -269,6 +275,8 @@ def run(cfg: TrajectoryConfig | None = None, /, **fields) -> dict:
     plan = {}
     for run_dir in runs:
         verify_folder(run_dir)
+        if (note := in_progress(run_dir)) is not None:
+            log.warning(f"note: {note}")
         ckpts = checkpoints_of(run_dir)
         keep = ckpts[::cfg.every]
         if keep[-1] != ckpts[-1]:

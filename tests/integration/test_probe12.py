@@ -4,6 +4,7 @@ T-B (Ctrl-C while a command imports), T-C (the in-memory cores' items and tokeni
 tokenizer's model_max_length that is not a number)."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -161,3 +162,43 @@ def test_a_tokenizer_limit_that_is_no_number_is_named_in_one_line(tmp_path, valu
     assert got.returncode == 2 and "Traceback" not in got.stderr
     assert "tokenizer_config.json: model_max_length is" in got.stderr
     assert got.stderr.count("\n") == 1
+
+
+# -- U-E: a run not finished is said so ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    """A distillation run of 2 steps whose config then asks for 4 (as a run killed after its
+    step-2 save stands: the root holds step 2, the same command resumes it)."""
+    from nca_interp.checkpoint import write_manifest
+    from train import distill
+
+    d = tmp_path_factory.mktemp("unfinished")
+    distill.main(["--student", str(embedded("sokoban_base")), "--out", str(d / "ku"), "--batch",
+                  "4", "--steps", "2", "--save-every", "2", "--eval-every", "100",
+                  "--eval-levels", "4", "--threads", "1", "--context", "plan"])
+    cfg = json.loads((d / "ku" / "run_config.json").read_text())
+    (d / "ku" / "run_config.json").write_text(json.dumps({**cfg, "steps": 4}, indent=1))
+    write_manifest(d / "ku")
+    return d / "ku"
+
+
+def test_an_unfinished_or_running_run_is_named_by_the_analyses_that_read_it(short_run,
+                                                                            tmp_path):
+    """evaluate and trajectory on a run killed part way (or being trained now) returned 0
+    with no word, and the report reads like a finished run's; now a note says which."""
+    from nca_interp.runlock import RunLock
+
+    for args in (["nca_interp.evaluate", str(short_run), "--n-levels", "2"],
+                 ["nca_interp.trajectory", str(short_run), "--n-levels", "2",
+                  "--drift-levels", "2"]):
+        got = run([*args, "--threads", "1", "--out", str(tmp_path / args[0])], tmp_path)
+        assert got.returncode == 0, got.stderr
+        assert "is an unfinished run (step 2 of 4)" in got.stderr, got.stderr
+    lock = RunLock(short_run)  # as a train command holds it while it trains
+    try:
+        got = run(["nca_interp.evaluate", str(short_run), "--n-levels", "2", "--threads", "1",
+                   "--out", str(tmp_path / "e2")], tmp_path)
+    finally:
+        lock.release()
+    assert f"is being trained now by pid {os.getpid()}" in got.stderr, got.stderr
