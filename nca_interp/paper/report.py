@@ -825,11 +825,11 @@ def main(argv: list[str] | None = None) -> None:
                     help="with --html: the PNGs too (kaleido + Debian chromium)")
     args = ap.parse_args(argv)
     if args.png and not args.html:
-        raise SystemExit("error: --png draws the PNGs beside the HTML figures; pass --html "
+        raise UsageError("--png draws the PNGs beside the HTML figures; pass --html "
                          "--png (or neither)")
     if args.task == "all":
         if args.html:
-            raise SystemExit("error: --task all rewrites pages only; redraw figures one "
+            raise UsageError("--task all rewrites pages only; redraw figures one "
                              "setting at a time (--task <setting> --html)")
         for name in published(Path(args.figures)):
             figs = Path(args.figures) / name
@@ -841,7 +841,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     figs = Path(args.figures) / args.task
     if not (figs / "manifest.json").exists():
-        raise SystemExit(f"error: {figs} holds no pipeline output (no manifest.json); run "
+        raise UsageError(f"{figs} holds no pipeline output (no manifest.json); run "
                          f"`python -m nca_interp.paper.reproduce --task {args.task}` first")
     if args.html:  # every report it redraws is whole, or one line, before anything is written
         from nca_interp.paper.figures import load_reports

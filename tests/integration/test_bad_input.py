@@ -360,12 +360,18 @@ def test_every_entry_point_runs_as_python_m(module):
 def test_report_refuses_flag_combinations_it_would_ignore(tmp_path):
     """--png without --html, and --task all with --html, end in one line before any work,
     not in a run that silently drops a flag."""
+    from nca_interp.errors import UsageError
     from nca_interp.paper import report
 
-    with pytest.raises(SystemExit, match="pass --html --png"):
+    with pytest.raises(UsageError, match="pass --html --png"):
         report.main(["--task", "sokoban", "--png", "--figures", str(tmp_path)])
-    with pytest.raises(SystemExit, match="rewrites pages only"):
+    with pytest.raises(UsageError, match="rewrites pages only"):
         report.main(["--task", "all", "--html", "--figures", str(tmp_path)])
+    # as a command: one line and status 2, as every entry point's bad input (probe 12 U-D)
+    got = subprocess.run([sys.executable, "-m", "nca_interp.paper.report", "--task", "bogus",
+                          "--figures", str(tmp_path)], capture_output=True, text=True)
+    assert got.returncode == 2 and got.stderr.startswith("error: ")
+    assert got.stderr.count("\n") == 1
 
 
 def test_same_tokenizer_check_fast_path_and_full_comparison(tok, base, tmp_path):
