@@ -31,6 +31,7 @@ Checkpoints must match the initial one in architecture, parameter names and shap
 from __future__ import annotations
 
 import logging
+import math
 import sys
 
 from nca_interp.cli import parse_early
@@ -160,6 +161,14 @@ def lr_budget(path: str | Path, given: dict | None = None) -> float | None:
     --lr / --warmup / --schedule, and its --steps where it records none. None when neither
     says."""
     run = read_run_config(path)
+    if "lr" in run:  # a damaged record is named, never read as "none recorded"
+        lr, steps = run["lr"], run.get("steps")
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) \
+                or lr <= 0 or (steps is not None and (isinstance(steps, bool) or
+                                                      not isinstance(steps, int) or steps < 1)):
+            raise UsageError(f"{Path(path) / 'run_config.json'} records lr={lr!r}, "
+                             f"steps={steps!r}: not a positive learning rate and step count; "
+                             "the record is damaged: restore it from the run")
     done, _ = recorded_steps(path, run)
     if "lr" not in run:
         if not (given and given.get("lr")):

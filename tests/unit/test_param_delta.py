@@ -499,3 +499,17 @@ def test_an_init_that_is_one_of_the_compared_checkpoints_is_refused(three, monke
     monkeypatch.setattr(param_delta, "stream_deltas", lambda *a, **k: pytest.fail("work done"))
     with pytest.raises(UsageError, match="holds the same weights as the checkpoint"):
         param_delta.run(ckpt=[str(a), str(b)], init=str(a))
+
+
+@pytest.mark.parametrize("record", [{"lr": float("nan"), "steps": 10},
+                                    {"lr": 1e-3, "steps": -5}, {"lr": "1e-3", "steps": 10}])
+def test_a_damaged_learning_rate_record_is_named_not_read_as_none(tok, tmp_path, record):
+    """probe 12 U-C: lr NaN and steps -5 in a run config printed "no learning rate and steps
+    recorded", which was untrue: the record is there and damaged, and is named as such."""
+    from nca_interp.param_delta import lr_budget
+
+    folder = trained(tok, tmp_path / "r", 1, {**record, "warmup": 0})
+    with pytest.raises(UsageError, match="run_config.json records lr=.*damaged"):
+        lr_budget(folder)
+    good = trained(tok, tmp_path / "g", 1, {"lr": 1e-3, "steps": 4, "warmup": 0})
+    assert lr_budget(good) == pytest.approx(4e-3)
