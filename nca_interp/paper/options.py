@@ -11,9 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from nca_interp import analysis
+from nca_interp.paper import require_clone
 from nca_interp.paper.layout import OWN_STEPS
 from nca_interp.paper.settings import load
-from train.options import DistillConfig
+
+require_clone()  # before the clone's train/ is imported: one line elsewhere
+
+from train.options import DistillConfig  # noqa: E402 - the line above says why
 
 __all__ = ["STEPS", "ReproduceConfig", "keepable", "planned", "presets", "settings"]
 

@@ -103,8 +103,11 @@ def refuse_recorded_code(argv: list[str], given: list[str] | None, where: str) -
     runs only when this command's --task-options names the same value; otherwise one
     UsageError, before any work. The argv is read by train.distill's own parser, so an
     abbreviated or repeated flag is read as the run would read it."""
+    from nca_interp.paper import require_clone
     from nca_interp.tasks import parse_task_options
     from nca_interp.tasks import refuse_recorded_code as refuse
+
+    require_clone()
     from train.options import DistillConfig
 
     refuse_ambiguous_flags(argv, {"--" + f.name.replace("_", "-")

@@ -121,9 +121,14 @@ def test_a_report_records_the_precision_auto_resolved_to(monkeypatch):
         finally:
             native_bf16.cache_clear()
 
-    assert precision(EvalConfig(device="cpu"), "1") == "bf16"
-    assert precision(EvalConfig(device="cpu"), "0") == "fp32"
-    assert precision(EvalConfig(device="cpu", precision="bf16"), "0") == "bf16"
-    assert precision(LayerSimConfig(device="cpu"), "1") == "fp32"
+    try:
+        assert precision(EvalConfig(device="cpu"), "1") == "bf16"
+        assert precision(EvalConfig(device="cpu"), "0") == "fp32"
+        assert precision(EvalConfig(device="cpu", precision="bf16"), "0") == "bf16"
+        assert precision(LayerSimConfig(device="cpu"), "1") == "fp32"
+    finally:  # the suite's own setting back, and nothing cached from these (a cached "native"
+        monkeypatch.undo()  # made a later in-process run bf16 beside a subprocess's fp32)
+        native_bf16.cache_clear()
     env = analysis.environment(EvalConfig(device="cpu"))
     assert env["device"] == "cpu" and env["torch"] and env["nca_interp"] and env["threads"] >= 1
+    assert env["cpu_native_bf16"] is False  # the suite's NCA_INTERP_NATIVE_BF16=0
