@@ -740,6 +740,9 @@ def execute(mod, cfg) -> dict:
 
     validate(cfg)
     out = getattr(cfg, "out", None)
+    if isinstance(out, str) and not out.strip():  # `--out "$OUT"` with OUT unset: no silent run
+        raise UsageError("--out is empty: name the report's stem (OUT.json, OUT.html), e.g. "
+                         "--out runs/mine/report")
     lock = None
     if out:
         from nca_interp.cli import check_disk

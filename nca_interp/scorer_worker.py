@@ -503,6 +503,9 @@ def supervise(scorer: int, to_scorer: int, from_scorer: int, nonce: str) -> None
     """The worker's top process: keep the command's pipes and relay between them and the
     scorer's process `scorer` (`_relay`), wait for that process (reaping orphans meanwhile),
     kill what it left behind, and end as it ended."""
+    # the worker runs in a session of its own (no terminal's Ctrl-C reaches it; the command
+    # kills it): a SIGINT here is the scorer's, which ends the scorer, not this relay
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _prctl(PR_SET_DUMPABLE, 0)  # the scorer's process (unless root) cannot open
     # /proc/<this>/fd/1, a way to the command's pipe around the relay
     threading.Thread(target=_watch, args=(os.getppid(),), daemon=True).start()

@@ -202,3 +202,17 @@ def test_an_unfinished_or_running_run_is_named_by_the_analyses_that_read_it(shor
     finally:
         lock.release()
     assert f"is being trained now by pid {os.getpid()}" in got.stderr, got.stderr
+
+
+# -- probe 13 Q-A: an empty --out ------------------------------------------------------------
+
+@pytest.mark.parametrize("module", ["nca_interp.evaluate", "nca_interp.layer_sim"])
+def test_an_empty_out_is_refused_before_the_work(tmp_path, module):
+    """`--out ""` (a script's `--out "$OUT"` with OUT unset) ran the whole analysis, printed
+    its tables and wrote nothing, with status 0; now one line, status 2, before any work."""
+    got = run([module, str(embedded("sokoban_base")), "--n-levels", "2", "--threads", "1",
+               "--out", ""], tmp_path)
+    assert got.returncode == 2 and got.stderr == \
+        "error: --out is empty: name the report's stem (OUT.json, OUT.html), e.g. --out " \
+        "runs/mine/report\n"
+    assert got.stdout == "" and not list(tmp_path.iterdir())

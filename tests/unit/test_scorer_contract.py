@@ -305,3 +305,18 @@ def test_what_a_scorer_wrote_before_it_ended_reaches_the_command(tmp_path, monke
     (tmp_path / "score.py").write_text(SCORERS)
     with scorer_worker.ScorerWorker(f"{tmp_path / 'score.py'}:right") as worker:
         assert worker({"id": "q0"}, "yes") is True
+
+
+def test_a_scorer_that_interrupts_its_supervisor_is_answered_without_a_traceback(
+        tmp_path, capfd):
+    """probe 13 T-A: a scorer sending SIGINT to its parent (the worker's supervisor) made the
+    package's own relay print a KeyboardInterrupt traceback before the one-line error; the
+    supervisor ignores SIGINT (its session is its own: a terminal's Ctrl-C never reaches it)."""
+    (tmp_path / "s.py").write_text("import os, signal\n"
+                                   "def fn(item, response):\n"
+                                   "    os.kill(os.getppid(), signal.SIGINT)\n"
+                                   "    return True\n")
+    with scorer_worker.ScorerWorker(f"{tmp_path / 's.py'}:fn") as worker:
+        assert worker({"id": "q0"}, "yes") is True
+        assert worker({"id": "q1"}, "yes") is True
+    assert "Traceback" not in capfd.readouterr().err
