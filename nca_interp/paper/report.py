@@ -37,8 +37,8 @@ from nca_interp.paper.layout import (
 from nca_interp.regimes import regime
 from nca_interp.reports import null_role, read_derived
 
-__all__ = ["context_control", "context_return", "lens", "main", "per_seed", "render",
-           "teacher"]
+__all__ = ["MARK", "context_control", "context_return", "lens", "main", "per_seed", "render",
+           "teacher", "write_page"]
 
 
 def fmt_range(r: dict) -> str:
@@ -717,11 +717,28 @@ def other_analyses(figs: Path) -> str:
     return "\n".join(lines)
 
 
+MARK = "<!-- python -m nca_interp.paper.report --task "  # a generated page's first line
+
+
+def write_page(figs: Path, text: str) -> Path:
+    """`figs/README.md` written with `text`, unless a file is there that this module did not
+    generate (its first line is not `MARK`): a user's own notes are never written over."""
+    page = figs / "README.md"
+    if page.is_file() and not page.is_symlink():
+        with open(page, encoding="utf-8", errors="replace") as f:
+            first = f.readline()
+        if not first.startswith(MARK):
+            raise UsageError(f"{page} is not a page this command wrote (its first line is not "
+                             f"the generator's mark, {MARK.strip()} ...); it is never written "
+                             "over: move it away, then --write again")
+    return write_text(page, text + "\n")
+
+
 def render(figs: Path) -> str:
     """The whole generated report of one pipeline folder, as markdown."""
     manifest = read_json((figs / "manifest.json"))
     task = figs.name
-    lines = [f"<!-- python -m nca_interp.paper.report --task {task} -->",
+    lines = [f"{MARK}{task} -->",
              f"# {task}: generated tables\n",
              "Every number below is read from the JSON files in this folder by "
              f"`python -m nca_interp.paper.report --task {task}`; `manifest.json` names the "
@@ -834,7 +851,7 @@ def main(argv: list[str] | None = None) -> None:
         for name in published(Path(args.figures)):
             figs = Path(args.figures) / name
             if args.write:
-                write_text(figs / "README.md", render(figs) + "\n")
+                write_page(figs, render(figs))
                 print(f"wrote {figs / 'README.md'}")
             else:
                 print(render(figs))
@@ -850,7 +867,7 @@ def main(argv: list[str] | None = None) -> None:
     text = render(figs)
     print(text)
     if args.write:
-        write_text((figs / "README.md"), text + "\n")
+        write_page(figs, text)
     if args.html:
         from nca_interp.paper.figures import render_figures
 

@@ -839,7 +839,7 @@ def publish(p: Pipeline, t_start: float) -> float:
     prune_figures(p.figs, written, p.manifest)
     p.manifest.record(written, p.command(), 0.0)
     total = finish(p.manifest, t_start, p.cfg)  # before the README, which shows the time
-    write_text((p.figs / "README.md"), report.render(p.figs) + "\n")
+    report.write_page(p.figs, report.render(p.figs))
     return total
 
 

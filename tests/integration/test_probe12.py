@@ -216,3 +216,27 @@ def test_an_empty_out_is_refused_before_the_work(tmp_path, module):
         "error: --out is empty: name the report's stem (OUT.json, OUT.html), e.g. --out " \
         "runs/mine/report\n"
     assert got.stdout == "" and not list(tmp_path.iterdir())
+
+
+# -- probe 13 L-A: a user's README.md in a figures folder ------------------------------------
+
+def test_a_page_write_never_replaces_a_readme_it_did_not_generate(tmp_path):
+    """`paper.report --task X --write` replaced a figures/X/README.md the user wrote, status 0;
+    a page it generated (first line: the generator's mark) is still rewritten."""
+    import shutil
+
+    figs = tmp_path / "figures"
+    shutil.copytree(ROOT / "figures" / "sokoban", figs / "sokoban")
+    shutil.copyfile(ROOT / "figures" / "plotly.min.js", figs / "plotly.min.js")
+    page = figs / "sokoban" / "README.md"
+    generated = page.read_text()
+    page.write_text("# my notes\n")
+    got = run(["nca_interp.paper.report", "--task", "sokoban", "--figures", str(figs),
+               "--write"], ROOT)
+    assert got.returncode == 2 and "is not a page this command wrote" in got.stderr
+    assert page.read_text() == "# my notes\n"
+    page.write_text(generated.replace("generated tables", "stale"))
+    got = run(["nca_interp.paper.report", "--task", "sokoban", "--figures", str(figs),
+               "--write"], ROOT)
+    assert got.returncode == 0, got.stderr
+    assert page.read_text() == generated
