@@ -1,11 +1,12 @@
-"""The library's messages go through `logging` (each module's `logging.getLogger(__name__)`,
-under the `nca_interp` logger, and `train` for the training folder), so a notebook or a script
-importing the package sees only warnings, as with any library, and sets what else it wants
+"""The library's messages go through `logging` (each module's logger, named for the module by its
+`__spec__` so that `python -m` keeps the name, under the `nca_interp` logger, and `train` for
+the training folder), so a notebook or a script importing the package sees only warnings, as
+with any library, and sets what else it wants
 (`logging.getLogger("nca_interp").setLevel(logging.INFO)` and a handler). A command
-(`cli.entry`, every `python -m ...`) shows them as its own lines (`to_console`): INFO on stdout
-(what it is doing, what it wrote), WARNING and above on stderr (notes that change how to read a
-result), the message alone. Tables a command prints (`show`) and its final lines stay prints:
-they are its output, not messages."""
+(`cli.entry`, every `python -m ...`) shows them as its own lines (`to_console`): INFO on
+stdout (what it is doing, what it wrote), WARNING and above on stderr (notes that change how
+to read a result), the message alone. Tables a command prints (`show`) and its final lines
+stay prints: they are its output, not messages."""
 
 from __future__ import annotations
 

@@ -113,7 +113,8 @@ def holder(folder: str | Path, name: str = ".lock") -> str | None:
     """Who holds `folder/name` now ("pid N (command)"), or None: read only, never created,
     never through a link (a reader's shared lock is refused while a writer holds it)."""
     try:
-        fd = os.open(Path(folder) / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(Path(folder) / name,  # O_NONBLOCK: a FIFO planted there never blocks
+                     os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return None
     try:

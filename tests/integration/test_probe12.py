@@ -242,3 +242,13 @@ def test_a_page_write_never_replaces_a_readme_it_did_not_generate(tmp_path):
                "--write"], ROOT)
     assert got.returncode == 0, got.stderr
     assert page.read_text() == generated
+
+
+def test_a_fifo_at_a_runs_lock_name_is_no_holder_and_never_blocks(tmp_path):
+    """`runlock.holder` reads a run's lock without taking it: a FIFO planted at `.lock` would
+    block a plain read-only open until a writer came."""
+    from nca_interp.runlock import holder
+
+    os.mkfifo(tmp_path / ".lock")
+    assert holder(tmp_path) is None
+    assert holder(tmp_path / "nowhere") is None
